@@ -1,0 +1,61 @@
+# memoryadmin: `make run` serves the demo, `make test` runs the suite.
+# DATABASE_URL=postgres://... switches both to PostgreSQL.
+
+SHELL := /bin/bash
+VENV := .venv
+VPY := $(VENV)/bin/python
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+.PHONY: run test lint format bench schema clean
+
+# The first Python >= 3.12 found: $PYTHON, python3.14/3.13/3.12 on PATH, then the
+# newest pyenv-installed 3.12+.
+define FIND_PYTHON
+ok() { "$$1" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; }; \
+found=""; \
+if [ -n "$${PYTHON:-}" ]; then ok "$$PYTHON" && found="$$PYTHON"; \
+else \
+  for name in python3.14 python3.13 python3.12; do \
+    if [ -z "$$found" ] && command -v $$name >/dev/null && ok $$name; then found=$$(command -v $$name); fi; \
+  done; \
+  root=$$(pyenv root 2>/dev/null || echo "$${PYENV_ROOT:-$$HOME/.pyenv}"); \
+  for cand in $$(ls -d "$$root"/versions/3.*/bin/python3 2>/dev/null | sort -V -r); do \
+    if [ -z "$$found" ] && ok "$$cand"; then found="$$cand"; fi; \
+  done; \
+fi
+endef
+
+$(VENV)/.installed: requirements.txt requirements-dev.txt
+	@$(FIND_PYTHON); py="$$found"; \
+	if [ -z "$$py" ]; then echo "error: no Python >= 3.12 found; install one or set PYTHON=/path/to/python3.12" >&2; exit 1; fi; \
+	if [ ! -x $(VPY) ] || ! $(VPY) -c 'import sys; sys.exit(sys.version_info < (3, 12))'; then \
+		rm -rf $(VENV); echo "Creating $(VENV) with $$py"; "$$py" -m venv $(VENV); fi
+	$(VPY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	@touch $@
+
+run: $(VENV)/.installed
+	$(VPY) manage.py migrate --noinput -v0
+	$(VPY) manage.py demo --base-url http://$(HOST):$(PORT)
+	DJANGO_DEBUG=$${DJANGO_DEBUG:-1} $(VPY) manage.py runserver $(HOST):$(PORT)
+
+test: $(VENV)/.installed
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+format: $(VENV)/.installed
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+schema: $(VENV)/.installed
+	$(VPY) manage.py spectacular --validate --fail-on-warn --file var/openapi.yaml
+
+bench: $(VENV)/.installed
+	$(VPY) bench/run.py
+
+clean:
+	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,9 @@
+from __future__ import annotations
+
+from django.apps import AppConfig
+
+
+class ApiConfig(AppConfig):
+    name = "memoryadmin.api"
+    label = "api"
+    verbose_name = "Management API"

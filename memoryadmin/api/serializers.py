@@ -1,0 +1,184 @@
+"""Input serializers (strict: unknown fields and wrong types are 400) and
+output shapes for the schema. Output bodies are built as plain dicts by
+`memoryadmin.memory.representations`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+from rest_framework.exceptions import ValidationError
+from rest_framework.request import Request
+
+from memoryadmin.memory.errors import InvalidRequest
+
+
+class StrictCharField(serializers.CharField):
+    """A string, exactly as sent: no coercion from numbers, no trimming."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("trim_whitespace", False)
+        kwargs.setdefault("allow_blank", True)
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return str(super().to_internal_value(data))
+
+
+class StrictSerializer(serializers.Serializer):
+    def to_internal_value(self, data: Any) -> Any:
+        if not isinstance(data, dict):
+            raise ValidationError({"non_field_errors": ["The body must be a JSON object."]})
+        unknown = set(data) - set(self.fields)
+        if unknown:
+            raise ValidationError(
+                {"non_field_errors": [f"Unknown fields: {', '.join(sorted(unknown))}."]}
+            )
+        return super().to_internal_value(data)
+
+
+def validated(serializer_class: type[StrictSerializer], request: Request) -> dict[str, Any]:
+    serializer = serializer_class(data=request.data)
+    serializer.is_valid(raise_exception=True)
+    return dict(serializer.validated_data)
+
+
+class AgentWritesField(serializers.ChoiceField):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(choices=["enabled", "disabled"], **kwargs)
+
+
+class DocumentCreateInput(StrictSerializer):
+    title = StrictCharField()
+    text = StrictCharField(required=False)
+    summary = StrictCharField(required=False)
+    agentWrites = AgentWritesField(required=False)
+
+
+class DocumentReplaceInput(StrictSerializer):
+    text = StrictCharField()
+    summary = StrictCharField(required=False)
+
+
+class DocumentPatchInput(StrictSerializer):
+    title = StrictCharField(required=False)
+    agentWrites = AgentWritesField(required=False)
+
+
+class ProviderSchema(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=["document", "http"])
+    maxBytes = serializers.IntegerField(min_value=1, max_value=16384, required=False)
+
+
+class DeclarationSchema(serializers.Serializer):
+    id = serializers.CharField()
+    description = serializers.CharField()
+    provider = ProviderSchema(required=False)
+
+
+class DeploymentCreateInput(StrictSerializer):
+    agent = StrictCharField(allow_blank=False)
+    memory = serializers.ListField(child=serializers.JSONField())
+    promote = serializers.ChoiceField(choices=["development", "production"], required=False)
+
+
+class PromoteInput(StrictSerializer):
+    environment = serializers.ChoiceField(choices=["development", "production"])
+
+
+# Output shapes, for the schema only.
+
+
+class WriterOutput(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=["owner", "agent"])
+    sessionId = serializers.CharField(required=False)
+
+
+class DocumentEntryOutput(serializers.Serializer):
+    id = serializers.CharField()
+    title = serializers.CharField()
+    summary = serializers.CharField()
+    agentWrites = AgentWritesField()
+    revision = serializers.CharField()
+    bytes = serializers.IntegerField()
+    maxBytes = serializers.IntegerField()
+    updatedAt = serializers.DateTimeField()
+    writer = WriterOutput()
+
+
+class DocumentOutput(DocumentEntryOutput):
+    text = serializers.CharField()
+
+
+class DocumentPageOutput(serializers.Serializer):
+    documents = DocumentEntryOutput(many=True)
+    nextCursor = serializers.CharField(allow_null=True)
+
+
+class VersionOutput(serializers.Serializer):
+    revision = serializers.CharField()
+    writer = WriterOutput()
+    bytes = serializers.IntegerField()
+    title = serializers.CharField()
+    summary = serializers.CharField()
+    agentWrites = AgentWritesField()
+    action = serializers.CharField()
+    createdAt = serializers.DateTimeField()
+    text = serializers.CharField(required=False)
+
+
+class VersionPageOutput(serializers.Serializer):
+    versions = VersionOutput(many=True)
+    nextCursor = serializers.CharField(allow_null=True)
+
+
+class ResourceOutput(serializers.Serializer):
+    id = serializers.CharField()
+    provider = ProviderSchema()
+    declared = serializers.BooleanField()
+    documents = serializers.IntegerField()
+
+
+class InventoryOutput(serializers.Serializer):
+    resources = ResourceOutput(many=True)
+
+
+class ProjectOutput(serializers.Serializer):
+    id = serializers.CharField()
+    name = serializers.CharField()
+    createdAt = serializers.DateTimeField()
+
+
+class ProjectListOutput(serializers.Serializer):
+    projects = ProjectOutput(many=True)
+
+
+class DeploymentOutput(serializers.Serializer):
+    id = serializers.CharField()
+    projectId = serializers.CharField()
+    agent = serializers.CharField()
+    memory = DeclarationSchema(many=True)
+    activeIn = serializers.ListField(child=serializers.CharField())
+    createdAt = serializers.DateTimeField()
+
+
+class DeploymentListOutput(serializers.Serializer):
+    deployments = DeploymentOutput(many=True)
+
+
+class ErrorBody(serializers.Serializer):
+    code = serializers.CharField()
+    message = serializers.CharField()
+
+
+class ErrorOutput(serializers.Serializer):
+    error = ErrorBody()
+
+
+def require_query_string(request: Request, name: str) -> str | None:
+    value = request.query_params.get(name)
+    if value is not None and value == "":
+        raise InvalidRequest(f"{name} must not be empty.")
+    return value

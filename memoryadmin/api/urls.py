@@ -1,0 +1,35 @@
+from __future__ import annotations
+
+from django.urls import path
+
+from memoryadmin.api import views
+
+DOCUMENTS = "projects/<str:p>/memory/<str:r>/documents"
+
+urlpatterns = [
+    path("projects", views.ProjectListView.as_view(), name="api-projects"),
+    path("projects/<str:p>", views.ProjectDetailView.as_view(), name="api-project"),
+    path(
+        "projects/<str:p>/deployments",
+        views.DeploymentListView.as_view(),
+        name="api-deployments",
+    ),
+    path(
+        "projects/<str:p>/deployments/<str:d>",
+        views.DeploymentDetailView.as_view(),
+        name="api-deployment",
+    ),
+    path(
+        "projects/<str:p>/deployments/<str:d>/promote",
+        views.DeploymentPromoteView.as_view(),
+        name="api-deployment-promote",
+    ),
+    path("projects/<str:p>/memory", views.MemoryInventoryView.as_view(), name="api-memory"),
+    path(DOCUMENTS, views.DocumentListView.as_view(), name="api-documents"),
+    path(f"{DOCUMENTS}/<str:doc_id>", views.DocumentDetailView.as_view(), name="api-document"),
+    path(
+        f"{DOCUMENTS}/<str:doc_id>/versions",
+        views.DocumentVersionsView.as_view(),
+        name="api-document-versions",
+    ),
+]

@@ -1,0 +1,324 @@
+"""Management API views: translate HTTP to service calls and back, nothing more."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from memoryadmin.api import serializers as s
+from memoryadmin.api.conditions import etag, put_mode, required_if_match
+from memoryadmin.memory.errors import InvalidRequest
+from memoryadmin.memory.limits import check_agent_writes, check_environment
+from memoryadmin.memory.models import ApiKey, Document, Project, Resource
+from memoryadmin.memory.representations import (
+    deployment_dict,
+    document_dict,
+    document_entry_dict,
+    project_dict,
+    version_dict,
+)
+from memoryadmin.memory.services import deployments as deployment_services
+from memoryadmin.memory.services import documents as document_services
+from memoryadmin.memory.services.projects import project_for_key, projects_for_key
+
+ENVIRONMENT = OpenApiParameter(
+    "environment",
+    OpenApiTypes.STR,
+    OpenApiParameter.QUERY,
+    required=True,
+    enum=["development", "production"],
+    description="Every memory route names its environment.",
+)
+CURSOR = OpenApiParameter(
+    "cursor", OpenApiTypes.STR, OpenApiParameter.QUERY, description="nextCursor of the last page."
+)
+IF_MATCH = OpenApiParameter(
+    "If-Match",
+    OpenApiTypes.STR,
+    OpenApiParameter.HEADER,
+    required=True,
+    description='The document revision, quoted as in ETag: "<revision>".',
+)
+IF_MATCH_OPTIONAL = OpenApiParameter(
+    "If-Match",
+    OpenApiTypes.STR,
+    OpenApiParameter.HEADER,
+    description='Replace: the quoted revision ("<revision>"). Send this or If-None-Match.',
+)
+IF_NONE_MATCH = OpenApiParameter(
+    "If-None-Match",
+    OpenApiTypes.STR,
+    OpenApiParameter.HEADER,
+    description="Create: exactly `*`. Send this or If-Match.",
+)
+ERRORS = {
+    code: OpenApiResponse(s.ErrorOutput, description=text)
+    for code, text in {
+        400: "invalid_request",
+        401: "unauthorized",
+        403: "forbidden",
+        404: "not_found / project_not_found",
+    }.items()
+}
+WRITE_ERRORS = {
+    **ERRORS,
+    412: OpenApiResponse(s.ErrorOutput, description="precondition_failed"),
+    413: OpenApiResponse(s.ErrorOutput, description="memory_limit_exceeded"),
+    428: OpenApiResponse(s.ErrorOutput, description="precondition_required"),
+}
+
+
+class ApiView(APIView):
+    def key(self, request: Request) -> ApiKey:
+        assert isinstance(request.auth, ApiKey)
+        return request.auth
+
+    def actor(self, request: Request) -> str:
+        return f"key:{self.key(request).prefix}"
+
+    def project(self, request: Request, p: str, *, write: bool = False) -> Project:
+        return project_for_key(key=self.key(request), project_id=p, write=write)
+
+    def environment(self, request: Request) -> str:
+        return check_environment(request.query_params.get("environment"))
+
+    def resource(self, request: Request, p: str, r: str, *, write: bool = False) -> Resource:
+        project = self.project(request, p, write=write)
+        environment = self.environment(request)
+        resource = deployment_services.resource_get(
+            project=project, environment=environment, resource_id=r
+        )
+        if resource.kind != "document":
+            raise InvalidRequest(
+                f"Resource '{r}' is a {resource.kind} provider; it keeps no documents here."
+            )
+        return resource
+
+    def cursor(self, request: Request) -> str | None:
+        return s.require_query_string(request, "cursor")
+
+
+class ProjectListView(ApiView):
+    @extend_schema(responses={200: s.ProjectListOutput, **ERRORS}, operation_id="projects_list")
+    def get(self, request: Request) -> Response:
+        projects = projects_for_key(key=self.key(request))
+        return Response({"projects": [project_dict(p) for p in projects]})
+
+
+class ProjectDetailView(ApiView):
+    @extend_schema(responses={200: s.ProjectOutput, **ERRORS}, operation_id="projects_retrieve")
+    def get(self, request: Request, p: str) -> Response:
+        return Response(project_dict(self.project(request, p)))
+
+
+def _deployment_body(deployment: Any) -> dict[str, Any]:
+    active = deployment_services.deployment_active_in(deployments=[deployment])
+    return deployment_dict(deployment, active_in=active[deployment.id])
+
+
+class DeploymentListView(ApiView):
+    @extend_schema(
+        parameters=[OpenApiParameter("agent", OpenApiTypes.STR, OpenApiParameter.QUERY)],
+        responses={200: s.DeploymentListOutput, **ERRORS},
+        operation_id="deployments_list",
+    )
+    def get(self, request: Request, p: str) -> Response:
+        project = self.project(request, p)
+        deployments = deployment_services.deployment_list(
+            project=project, agent=s.require_query_string(request, "agent")
+        )
+        active = deployment_services.deployment_active_in(deployments=deployments)
+        return Response(
+            {"deployments": [deployment_dict(d, active_in=active[d.id]) for d in deployments]}
+        )
+
+    @extend_schema(
+        request=s.DeploymentCreateInput,
+        responses={201: s.DeploymentOutput, 409: s.ErrorOutput, **ERRORS},
+        operation_id="deployments_create",
+    )
+    def post(self, request: Request, p: str) -> Response:
+        project = self.project(request, p, write=True)
+        data = s.validated(s.DeploymentCreateInput, request)
+        deployment = deployment_services.deployment_create(
+            project=project,
+            agent=data["agent"],
+            memory=data["memory"],
+            promote=data.get("promote"),
+            actor=self.actor(request),
+        )
+        return Response(_deployment_body(deployment), status=201)
+
+
+class DeploymentDetailView(ApiView):
+    @extend_schema(
+        responses={200: s.DeploymentOutput, **ERRORS}, operation_id="deployments_retrieve"
+    )
+    def get(self, request: Request, p: str, d: str) -> Response:
+        project = self.project(request, p)
+        deployment = deployment_services.deployment_get(project=project, deployment_id=d)
+        return Response(_deployment_body(deployment))
+
+
+class DeploymentPromoteView(ApiView):
+    @extend_schema(
+        request=s.PromoteInput,
+        responses={200: s.DeploymentOutput, 409: s.ErrorOutput, **ERRORS},
+        operation_id="deployments_promote",
+    )
+    def post(self, request: Request, p: str, d: str) -> Response:
+        project = self.project(request, p, write=True)
+        deployment = deployment_services.deployment_get(project=project, deployment_id=d)
+        data = s.validated(s.PromoteInput, request)
+        deployment_services.deployment_promote(
+            deployment=deployment, environment=data["environment"], actor=self.actor(request)
+        )
+        return Response(_deployment_body(deployment))
+
+
+class MemoryInventoryView(ApiView):
+    @extend_schema(
+        parameters=[ENVIRONMENT],
+        responses={200: s.InventoryOutput, **ERRORS},
+        operation_id="memory_inventory",
+    )
+    def get(self, request: Request, p: str) -> Response:
+        project = self.project(request, p)
+        environment = self.environment(request)
+        resources = deployment_services.resource_inventory(project=project, environment=environment)
+        return Response({"resources": resources})
+
+
+class DocumentListView(ApiView):
+    @extend_schema(
+        parameters=[ENVIRONMENT, CURSOR],
+        responses={200: s.DocumentPageOutput, **ERRORS},
+        operation_id="documents_list",
+    )
+    def get(self, request: Request, p: str, r: str) -> Response:
+        resource = self.resource(request, p, r)
+        rows, next_cursor = document_services.document_list(
+            resource=resource, cursor=self.cursor(request)
+        )
+        documents = [document_entry_dict(row, max_bytes=resource.max_bytes) for row in rows]
+        return Response({"documents": documents, "nextCursor": next_cursor})
+
+
+def _document_response(document: Document, resource: Resource, status: int = 200) -> Response:
+    return Response(
+        document_dict(document, max_bytes=resource.max_bytes),
+        status=status,
+        headers={"ETag": etag(document.revision)},
+    )
+
+
+class DocumentDetailView(ApiView):
+    @extend_schema(
+        parameters=[ENVIRONMENT],
+        responses={200: s.DocumentOutput, **ERRORS},
+        operation_id="documents_retrieve",
+    )
+    def get(self, request: Request, p: str, r: str, doc_id: str) -> Response:
+        resource = self.resource(request, p, r)
+        document = document_services.document_get(resource=resource, doc_id=doc_id)
+        return _document_response(document, resource)
+
+    @extend_schema(
+        parameters=[ENVIRONMENT, IF_NONE_MATCH, IF_MATCH_OPTIONAL],
+        request=s.DocumentCreateInput,
+        responses={200: s.DocumentOutput, 201: s.DocumentOutput, **WRITE_ERRORS},
+        operation_id="documents_put",
+        description="Create with If-None-Match: * (body: DocumentCreateInput), or replace "
+        "text and summary with If-Match (body: DocumentReplaceInput).",
+    )
+    def put(self, request: Request, p: str, r: str, doc_id: str) -> Response:
+        resource = self.resource(request, p, r, write=True)
+        if put_mode(request) == "create":
+            data = s.validated(s.DocumentCreateInput, request)
+            document = document_services.document_create(
+                resource=resource,
+                doc_id=doc_id,
+                title=data["title"],
+                text=data.get("text", ""),
+                summary=data.get("summary", ""),
+                agent_writes=check_agent_writes(data.get("agentWrites", "enabled")),
+                actor=self.actor(request),
+            )
+            return _document_response(document, resource, status=201)
+        revision = required_if_match(request)
+        data = s.validated(s.DocumentReplaceInput, request)
+        document = document_services.document_replace(
+            resource=resource,
+            doc_id=doc_id,
+            expected_revision=revision,
+            text=data["text"],
+            summary=data.get("summary"),
+            actor=self.actor(request),
+        )
+        return _document_response(document, resource)
+
+    @extend_schema(
+        parameters=[ENVIRONMENT, IF_MATCH],
+        request=s.DocumentPatchInput,
+        responses={200: s.DocumentOutput, **WRITE_ERRORS},
+        operation_id="documents_patch",
+    )
+    def patch(self, request: Request, p: str, r: str, doc_id: str) -> Response:
+        resource = self.resource(request, p, r, write=True)
+        revision = required_if_match(request)
+        data = s.validated(s.DocumentPatchInput, request)
+        agent_writes = data.get("agentWrites")
+        document = document_services.document_patch(
+            resource=resource,
+            doc_id=doc_id,
+            expected_revision=revision,
+            title=data.get("title"),
+            agent_writes=None if agent_writes is None else check_agent_writes(agent_writes),
+            actor=self.actor(request),
+        )
+        return _document_response(document, resource)
+
+    @extend_schema(
+        parameters=[ENVIRONMENT, IF_MATCH],
+        responses={204: None, **WRITE_ERRORS},
+        operation_id="documents_delete",
+    )
+    def delete(self, request: Request, p: str, r: str, doc_id: str) -> Response:
+        resource = self.resource(request, p, r, write=True)
+        revision = required_if_match(request)
+        document_services.document_delete(
+            resource=resource, doc_id=doc_id, expected_revision=revision, actor=self.actor(request)
+        )
+        return Response(status=204)
+
+
+class DocumentVersionsView(ApiView):
+    @extend_schema(
+        parameters=[
+            ENVIRONMENT,
+            CURSOR,
+            OpenApiParameter("include", OpenApiTypes.STR, OpenApiParameter.QUERY, enum=["text"]),
+        ],
+        responses={200: s.VersionPageOutput, **ERRORS},
+        operation_id="documents_versions",
+    )
+    def get(self, request: Request, p: str, r: str, doc_id: str) -> Response:
+        resource = self.resource(request, p, r)
+        include = request.query_params.get("include")
+        if include not in (None, "text"):
+            raise InvalidRequest("include accepts only 'text'.")
+        document = document_services.document_get(resource=resource, doc_id=doc_id)
+        versions, next_cursor = document_services.version_list(
+            document=document, cursor=self.cursor(request)
+        )
+        return Response(
+            {
+                "versions": [version_dict(v, include_text=include == "text") for v in versions],
+                "nextCursor": next_cursor,
+            }
+        )

@@ -1,0 +1,69 @@
+"""Domain errors: every door turns these into its own kind of failure."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class DomainError(Exception):
+    status = 400
+    code = "invalid_request"
+
+    def __init__(self, message: str, *, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details or {}
+
+
+class InvalidRequest(DomainError):
+    status = 400
+    code = "invalid_request"
+
+
+class Unauthorized(DomainError):
+    status = 401
+    code = "unauthorized"
+
+
+class Forbidden(DomainError):
+    status = 403
+    code = "forbidden"
+
+
+class NotFound(DomainError):
+    status = 404
+    code = "not_found"
+
+
+class ProjectNotFound(NotFound):
+    code = "project_not_found"
+
+
+class Conflict(DomainError):
+    status = 409
+    code = "conflict"
+
+
+class ResourceConflict(Conflict):
+    code = "resource_conflict"
+
+
+class PreconditionFailed(DomainError):
+    status = 412
+    code = "precondition_failed"
+
+
+class LimitExceeded(DomainError):
+    status = 413
+    code = "memory_limit_exceeded"
+
+    def __init__(self, message: str, *, field: str, bytes: int, max_bytes: int) -> None:
+        super().__init__(message, details={"field": field, "bytes": bytes, "maxBytes": max_bytes})
+        self.field = field
+        self.bytes = bytes
+        self.max_bytes = max_bytes
+
+
+class PreconditionRequired(DomainError):
+    status = 428
+    code = "precondition_required"

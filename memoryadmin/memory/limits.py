@@ -1,0 +1,133 @@
+"""The limits and identifier formats of the specification, in one place."""
+
+from __future__ import annotations
+
+import re
+
+from memoryadmin.memory.errors import InvalidRequest, LimitExceeded
+
+ENVIRONMENTS = ("development", "production")
+
+RESOURCE_ID_RE = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
+RESOURCE_ID_MAX = 128
+DOCUMENT_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")
+PROJECT_ID_RE = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?")
+AGENT_ID_RE = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?")
+
+MAX_BYTES_MIN = 1
+MAX_BYTES_MAX = 16_384
+MAX_BYTES_DEFAULT = 8_192
+TITLE_MAX_BYTES = 240
+SUMMARY_MAX_BYTES = 240
+BODY_MAX_BYTES = 64 * 1024
+BINDINGS_MAX = 8
+OVERVIEW_MAX_ENTRIES = 50
+OVERVIEW_MAX_BYTES = 16 * 1024
+LIST_PAGE_SIZE = 50
+VERSION_PAGE_SIZE = 50
+DESCRIPTION_MAX_BYTES = 1024
+
+
+def utf8_len(value: str) -> int:
+    return len(value.encode("utf-8"))
+
+
+def check_environment(value: object) -> str:
+    if value not in ENVIRONMENTS:
+        raise InvalidRequest("environment must be 'development' or 'production'.")
+    return str(value)
+
+
+def check_resource_id(value: object) -> str:
+    if (
+        not isinstance(value, str)
+        or len(value) > RESOURCE_ID_MAX
+        or not RESOURCE_ID_RE.fullmatch(value)
+    ):
+        raise InvalidRequest(
+            "Resource ids are 1-128 lowercase letters and digits with single hyphen separators."
+        )
+    return value
+
+
+def check_document_id(value: object) -> str:
+    if not isinstance(value, str) or not DOCUMENT_ID_RE.fullmatch(value):
+        raise InvalidRequest("Document ids are 1-128 ASCII letters, digits, '-' or '_'.")
+    return value
+
+
+def check_project_id(value: object) -> str:
+    if not isinstance(value, str) or not PROJECT_ID_RE.fullmatch(value):
+        raise InvalidRequest(
+            "Project ids are 1-64 lowercase letters, digits or hyphens, "
+            "starting and ending with a letter or digit."
+        )
+    return value
+
+
+def check_agent_id(value: object) -> str:
+    if not isinstance(value, str) or not AGENT_ID_RE.fullmatch(value):
+        raise InvalidRequest(
+            "Agent names are 1-64 lowercase letters, digits or hyphens, "
+            "starting and ending with a letter or digit."
+        )
+    return value
+
+
+def check_max_bytes(value: object) -> int:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or not MAX_BYTES_MIN <= value <= MAX_BYTES_MAX
+    ):
+        raise InvalidRequest(
+            f"maxBytes must be an integer from {MAX_BYTES_MIN} to {MAX_BYTES_MAX}."
+        )
+    return value
+
+
+def check_text(value: str, *, max_bytes: int) -> int:
+    size = utf8_len(value)
+    if size > max_bytes:
+        raise LimitExceeded(
+            f"text is {size} UTF-8 bytes; this resource allows {max_bytes}.",
+            field="text",
+            bytes=size,
+            max_bytes=max_bytes,
+        )
+    return size
+
+
+def check_title(value: str) -> str:
+    size = utf8_len(value)
+    if size == 0:
+        raise InvalidRequest("title must not be empty.")
+    if size > TITLE_MAX_BYTES:
+        raise LimitExceeded(
+            f"title is {size} UTF-8 bytes; the limit is {TITLE_MAX_BYTES}.",
+            field="title",
+            bytes=size,
+            max_bytes=TITLE_MAX_BYTES,
+        )
+    return value
+
+
+def check_summary(value: str) -> str:
+    size = utf8_len(value)
+    if size > SUMMARY_MAX_BYTES:
+        raise LimitExceeded(
+            f"summary is {size} UTF-8 bytes; the limit is {SUMMARY_MAX_BYTES}.",
+            field="summary",
+            bytes=size,
+            max_bytes=SUMMARY_MAX_BYTES,
+        )
+    return value
+
+
+def check_agent_writes(value: object) -> bool:
+    """Returns True when agent writes are enabled."""
+    if value == "enabled":
+        return True
+    if value == "disabled":
+        return False
+    raise InvalidRequest("agentWrites must be 'enabled' or 'disabled'.")

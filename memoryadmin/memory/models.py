@@ -1,0 +1,204 @@
+"""Projects, keys, deployments, resources, documents, versions and the audit log."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+
+class Environment(models.TextChoices):
+    DEVELOPMENT = "development"
+    PRODUCTION = "production"
+
+
+class ProviderKind(models.TextChoices):
+    DOCUMENT = "document"
+    HTTP = "http"
+
+
+class WriterKind(models.TextChoices):
+    OWNER = "owner"
+    AGENT = "agent"
+
+
+class Project(models.Model):
+    id = models.CharField(primary_key=True, max_length=64)
+    name = models.CharField(max_length=200)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return self.id
+
+
+class ApiKey(models.Model):
+    # null project: the key reaches every project.
+    project = models.ForeignKey(
+        Project, null=True, blank=True, on_delete=models.CASCADE, related_name="api_keys"
+    )
+    name = models.CharField(max_length=200, blank=True)
+    prefix = models.CharField(max_length=16)
+    hashed = models.CharField(max_length=64, unique=True)
+    read_only = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.prefix}…"
+
+    def can_reach(self, project_id: str) -> bool:
+        return self.project_id is None or self.project_id == project_id
+
+
+class Deployment(models.Model):
+    id = models.CharField(primary_key=True, max_length=40)
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="deployments")
+    agent = models.CharField(max_length=64)
+    # The normalised memory declarations, exactly as the deployment declared them.
+    memory = models.JSONField(default=list)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["project", "agent", "-created_at"])]
+
+    def __str__(self) -> str:
+        return self.id
+
+
+class ActiveDeployment(models.Model):
+    """Which deployment of an agent is active in an environment."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE)
+    environment = models.CharField(max_length=16, choices=Environment.choices)
+    agent = models.CharField(max_length=64)
+    deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="activations")
+    promoted_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["project", "environment", "agent"], name="one_active_deployment_per_agent"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.agent}@{self.environment}: {self.deployment_id}"
+
+
+class Resource(models.Model):
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="resources")
+    environment = models.CharField(max_length=16, choices=Environment.choices)
+    resource_id = models.CharField(max_length=128)
+    kind = models.CharField(max_length=16, choices=ProviderKind.choices)
+    max_bytes = models.PositiveIntegerField()
+    description = models.TextField(blank=True)
+    # Provider settings beyond maxBytes (for http providers: connection, path, tools).
+    config = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["project", "environment", "resource_id"], name="unique_resource"
+            )
+        ]
+        ordering = ["resource_id"]
+
+    def __str__(self) -> str:
+        return f"{self.project_id}/{self.environment}/{self.resource_id}"
+
+
+class DocumentQuerySet(models.QuerySet["Document"]):
+    def live(self) -> DocumentQuerySet:
+        return self.filter(deleted=False)
+
+
+class Document(models.Model):
+    resource = models.ForeignKey(Resource, on_delete=models.CASCADE, related_name="documents")
+    doc_id = models.CharField(max_length=128)
+    title = models.CharField(max_length=240, blank=True)
+    text = models.TextField(blank=True)
+    summary = models.CharField(max_length=240, blank=True)
+    agent_writes = models.BooleanField(default=True)
+    revision = models.CharField(max_length=40)
+    bytes = models.PositiveIntegerField(default=0)
+    updated_at = models.DateTimeField()
+    writer_kind = models.CharField(max_length=8, choices=WriterKind.choices)
+    writer_session_id = models.CharField(max_length=64, blank=True)
+    deleted = models.BooleanField(default=False)
+    created_at = models.DateTimeField()
+
+    objects = DocumentQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            # Tombstones keep their row, so a deleted id can never be created again.
+            models.UniqueConstraint(fields=["resource", "doc_id"], name="unique_document_id"),
+        ]
+        indexes = [
+            # Serves the keyset order of the document list: updatedAt desc, then id asc.
+            models.Index(
+                "resource",
+                models.F("updated_at").desc(),
+                "doc_id",
+                name="document_keyset",
+                condition=Q(deleted=False),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.resource}/{self.doc_id}"
+
+
+class DocumentVersion(models.Model):
+    """One row per committed write of a document."""
+
+    document = models.ForeignKey(Document, on_delete=models.CASCADE, related_name="versions")
+    revision = models.CharField(max_length=40)
+    writer_kind = models.CharField(max_length=8, choices=WriterKind.choices)
+    writer_session_id = models.CharField(max_length=64, blank=True)
+    title = models.CharField(max_length=240, blank=True)
+    summary = models.CharField(max_length=240, blank=True)
+    text = models.TextField(blank=True)
+    bytes = models.PositiveIntegerField(default=0)
+    agent_writes = models.BooleanField(default=True)
+    # What the write did: create, replace, patch, restore or save (agent).
+    action = models.CharField(max_length=16)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["document", "-id"], name="version_newest_first")]
+        constraints = [
+            models.UniqueConstraint(fields=["document", "revision"], name="unique_version_revision")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.document_id}@{self.revision}"
+
+
+class AuditEntry(models.Model):
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="audit_entries")
+    environment = models.CharField(max_length=16, blank=True)
+    # Who acted: "user:<name>", "key:<prefix>" or "cli:<os user>".
+    actor = models.CharField(max_length=200)
+    action = models.CharField(max_length=64)
+    resource_id = models.CharField(max_length=128, blank=True)
+    document_id = models.CharField(max_length=128, blank=True)
+    revision = models.CharField(max_length=40, blank=True)
+    detail = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["project", "environment", "-id"], name="audit_newest_first"),
+            models.Index(
+                fields=["project", "environment", "resource_id", "document_id", "-id"],
+                name="audit_by_document",
+            ),
+        ]
+        ordering = ["-id"]
+
+    def __str__(self) -> str:
+        return f"{self.actor} {self.action} {self.resource_id}/{self.document_id}"

@@ -1,0 +1,247 @@
+"""Deployments, their memory declarations, promotion and the resource inventory."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Count, Q
+
+from memoryadmin.memory.errors import InvalidRequest, NotFound, ResourceConflict
+from memoryadmin.memory.limits import (
+    DESCRIPTION_MAX_BYTES,
+    MAX_BYTES_DEFAULT,
+    check_agent_id,
+    check_environment,
+    check_max_bytes,
+    check_resource_id,
+    utf8_len,
+)
+from memoryadmin.memory.models import ActiveDeployment, Deployment, Project, Resource
+from memoryadmin.memory.services.audit import audit_record
+
+Declaration = dict[str, Any]
+ProviderNormalizer = Callable[[dict[str, Any], str], dict[str, Any]]
+
+
+def _document_provider(provider: dict[str, Any], where: str) -> dict[str, Any]:
+    unknown = set(provider) - {"kind", "maxBytes"}
+    if unknown:
+        raise InvalidRequest(f"{where}.provider has unknown fields: {', '.join(sorted(unknown))}.")
+    max_bytes = provider.get("maxBytes", MAX_BYTES_DEFAULT)
+    try:
+        check_max_bytes(max_bytes)
+    except InvalidRequest as exc:
+        raise InvalidRequest(f"{where}.provider.{exc.message}") from exc
+    return {"kind": "document", "maxBytes": max_bytes}
+
+
+# Provider kinds a declaration may name, each with the function that checks
+# and normalises its settings.
+PROVIDERS: dict[str, ProviderNormalizer] = {"document": _document_provider}
+
+
+def declaration_normalize(raw: object, where: str) -> Declaration:
+    if not isinstance(raw, dict):
+        raise InvalidRequest(f"{where} must be an object.")
+    unknown = set(raw) - {"id", "description", "provider"}
+    if unknown:
+        raise InvalidRequest(f"{where} has unknown fields: {', '.join(sorted(unknown))}.")
+    try:
+        resource_id = check_resource_id(raw.get("id"))
+    except InvalidRequest as exc:
+        raise InvalidRequest(f"{where}.id: {exc.message}") from exc
+    description = raw.get("description")
+    if not isinstance(description, str) or not description.strip():
+        raise InvalidRequest(f"{where}.description is required and must be a nonempty string.")
+    if utf8_len(description) > DESCRIPTION_MAX_BYTES:
+        raise InvalidRequest(f"{where}.description is over {DESCRIPTION_MAX_BYTES} UTF-8 bytes.")
+    provider = raw.get("provider", {"kind": "document"})
+    if not isinstance(provider, dict):
+        raise InvalidRequest(f"{where}.provider must be an object.")
+    kind = provider.get("kind", "document")
+    normalizer = PROVIDERS.get(kind) if isinstance(kind, str) else None
+    if normalizer is None:
+        raise InvalidRequest(
+            f"{where}.provider.kind must be one of: {', '.join(sorted(PROVIDERS))}."
+        )
+    return {"id": resource_id, "description": description, "provider": normalizer(provider, where)}
+
+
+def declarations_normalize(raw: object) -> list[Declaration]:
+    if not isinstance(raw, list):
+        raise InvalidRequest("memory must be a list of declarations.")
+    by_id: dict[str, Declaration] = {}
+    for index, item in enumerate(raw):
+        declaration = declaration_normalize(item, f"memory[{index}]")
+        seen = by_id.get(declaration["id"])
+        if seen is not None and seen != declaration:
+            raise InvalidRequest(
+                f"Declarations of '{declaration['id']}' disagree; "
+                "declarations sharing an id must agree on provider and configuration."
+            )
+        by_id[declaration["id"]] = declaration
+    return list(by_id.values())
+
+
+def _check_kinds(
+    project: Project, declarations: list[Declaration], environment: str | None
+) -> None:
+    kinds = {d["id"]: d["provider"]["kind"] for d in declarations}
+    existing = Resource.objects.filter(project=project, resource_id__in=kinds)
+    if environment is not None:
+        existing = existing.filter(environment=environment)
+    for resource in existing:
+        if resource.kind != kinds[resource.resource_id]:
+            raise ResourceConflict(
+                f"Resource '{resource.resource_id}' is a {resource.kind} provider in "
+                f"{resource.environment}; changing provider kind requires a new resource."
+            )
+
+
+def deployment_create(
+    *,
+    project: Project,
+    agent: str,
+    memory: object,
+    promote: str | None = None,
+    actor: str,
+) -> Deployment:
+    check_agent_id(agent)
+    declarations = declarations_normalize(memory)
+    if promote is not None:
+        check_environment(promote)
+    with transaction.atomic():
+        _check_kinds(project, declarations, None)
+        deployment = Deployment.objects.create(
+            id="dep_" + secrets.token_hex(8), project=project, agent=agent, memory=declarations
+        )
+        audit_record(
+            project_id=project.id,
+            environment="",
+            actor=actor,
+            action="deployment.create",
+            detail={"deployment": deployment.id, "agent": agent},
+        )
+        if promote is not None:
+            deployment_promote(deployment=deployment, environment=promote, actor=actor)
+    return deployment
+
+
+@transaction.atomic
+def deployment_promote(*, deployment: Deployment, environment: str, actor: str) -> Deployment:
+    """Applies the deployment's limits to its resources, then activates it."""
+    check_environment(environment)
+    project = deployment.project
+    _check_kinds(project, deployment.memory, environment)
+    for declaration in deployment.memory:
+        provider = dict(declaration["provider"])
+        kind = provider.pop("kind")
+        max_bytes = provider.pop("maxBytes")
+        resource, created = Resource.objects.get_or_create(
+            project=project,
+            environment=environment,
+            resource_id=declaration["id"],
+            defaults={
+                "kind": kind,
+                "max_bytes": max_bytes,
+                "description": declaration["description"],
+                "config": provider,
+            },
+        )
+        if not created:
+            if resource.kind != kind:
+                raise ResourceConflict(
+                    f"Resource '{resource.resource_id}' is a {resource.kind} provider; "
+                    "changing provider kind requires a new resource."
+                )
+            # Lowering maxBytes never touches stored text: an oversized
+            # document stays readable and its next replacement must fit.
+            Resource.objects.filter(pk=resource.pk).update(
+                max_bytes=max_bytes, description=declaration["description"], config=provider
+            )
+    ActiveDeployment.objects.update_or_create(
+        project=project,
+        environment=environment,
+        agent=deployment.agent,
+        defaults={"deployment": deployment},
+    )
+    audit_record(
+        project_id=project.id,
+        environment=environment,
+        actor=actor,
+        action="deployment.promote",
+        detail={"deployment": deployment.id, "agent": deployment.agent},
+    )
+    return deployment
+
+
+def deployment_get(*, project: Project, deployment_id: str) -> Deployment:
+    try:
+        return Deployment.objects.get(project=project, id=deployment_id)
+    except Deployment.DoesNotExist as exc:
+        raise NotFound(f"No deployment '{deployment_id}' in project '{project.id}'.") from exc
+
+
+def deployment_list(*, project: Project, agent: str | None = None) -> list[Deployment]:
+    deployments = Deployment.objects.filter(project=project).order_by("-created_at", "id")
+    if agent:
+        deployments = deployments.filter(agent=agent)
+    return list(deployments)
+
+
+def deployment_active_in(*, deployments: list[Deployment]) -> dict[str, list[str]]:
+    """For each deployment id, the environments where it is active."""
+    active: dict[str, list[str]] = {d.id: [] for d in deployments}
+    rows = ActiveDeployment.objects.filter(deployment_id__in=active).order_by("environment")
+    for row in rows.values_list("deployment_id", "environment"):
+        active[row[0]].append(row[1])
+    return active
+
+
+def active_deployment(*, project: Project, environment: str, agent: str) -> Deployment | None:
+    row = (
+        ActiveDeployment.objects.filter(project=project, environment=environment, agent=agent)
+        .select_related("deployment")
+        .first()
+    )
+    return row.deployment if row else None
+
+
+def declared_resource_ids(*, project: Project, environment: str) -> set[str]:
+    declared: set[str] = set()
+    memories = Deployment.objects.filter(
+        activations__project=project, activations__environment=environment
+    ).values_list("memory", flat=True)
+    for memory in memories:
+        declared.update(d["id"] for d in memory)
+    return declared
+
+
+def resource_get(*, project: Project, environment: str, resource_id: str) -> Resource:
+    check_resource_id(resource_id)
+    try:
+        return Resource.objects.get(
+            project=project, environment=environment, resource_id=resource_id
+        )
+    except Resource.DoesNotExist as exc:
+        raise NotFound(f"No memory resource '{resource_id}' in {environment}.") from exc
+
+
+def resource_inventory(*, project: Project, environment: str) -> list[dict[str, Any]]:
+    check_environment(environment)
+    declared = declared_resource_ids(project=project, environment=environment)
+    resources = Resource.objects.filter(project=project, environment=environment).annotate(
+        live_documents=Count("documents", filter=Q(documents__deleted=False))
+    )
+    return [
+        {
+            "id": resource.resource_id,
+            "provider": {"kind": resource.kind, "maxBytes": resource.max_bytes},
+            "declared": resource.resource_id in declared,
+            "documents": resource.live_documents,
+        }
+        for resource in resources.order_by("resource_id")
+    ]

@@ -1,0 +1,319 @@
+"""Documents: create, read, list, replace, patch, delete and their versions.
+
+Every conditional write is one UPDATE whose WHERE clause carries the
+expected revision (and, for agents, the write policy), so the check and the
+write cannot be separated by another writer. A row count of zero is then
+explained by a second read: missing or deleted is 404, anything else 412.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from memoryadmin.memory.cursors import cursor_dump, cursor_load
+from memoryadmin.memory.errors import InvalidRequest, NotFound, PreconditionFailed
+from memoryadmin.memory.limits import (
+    LIST_PAGE_SIZE,
+    VERSION_PAGE_SIZE,
+    check_document_id,
+    check_summary,
+    check_text,
+    check_title,
+)
+from memoryadmin.memory.models import Document, DocumentVersion, Resource, WriterKind
+from memoryadmin.memory.services.audit import audit_record
+
+LIST_FIELDS = (
+    "doc_id",
+    "title",
+    "summary",
+    "agent_writes",
+    "revision",
+    "bytes",
+    "updated_at",
+    "writer_kind",
+    "writer_session_id",
+)
+
+
+@dataclass(frozen=True)
+class Writer:
+    """Who commits a write: the owner (through any door) or an agent session."""
+
+    kind: str = WriterKind.OWNER
+    session_id: str = ""
+
+
+OWNER = Writer()
+
+
+class AgentWritesDisabled(Exception):
+    """An agent save met a frozen document (callers turn it into a result)."""
+
+
+def new_revision() -> str:
+    return secrets.token_hex(10)
+
+
+def _missing(resource: Resource, doc_id: str) -> NotFound:
+    return NotFound(f"No document '{doc_id}' in resource '{resource.resource_id}'.")
+
+
+def _explain_no_rows(resource: Resource, doc_id: str) -> Exception:
+    state = (
+        Document.objects.filter(resource=resource, doc_id=doc_id)
+        .values("deleted", "agent_writes")
+        .first()
+    )
+    if state is None or state["deleted"]:
+        return _missing(resource, doc_id)
+    return PreconditionFailed(
+        f"Document '{doc_id}' has changed since that revision; read it again and reconcile."
+    )
+
+
+def document_get(*, resource: Resource, doc_id: str) -> Document:
+    check_document_id(doc_id)
+    document = Document.objects.live().filter(resource=resource, doc_id=doc_id).first()
+    if document is None:
+        raise _missing(resource, doc_id)
+    return document
+
+
+def _record_version(document: Document, *, action: str, writer: Writer) -> None:
+    DocumentVersion.objects.create(
+        document=document,
+        revision=document.revision,
+        writer_kind=writer.kind,
+        writer_session_id=writer.session_id,
+        title=document.title,
+        summary=document.summary,
+        text=document.text,
+        bytes=document.bytes,
+        agent_writes=document.agent_writes,
+        action=action,
+        created_at=document.updated_at,
+    )
+
+
+def _audit(
+    resource: Resource, document: Document, *, actor: str, action: str, **detail: Any
+) -> None:
+    audit_record(
+        project_id=resource.project_id,
+        environment=resource.environment,
+        actor=actor,
+        action=action,
+        resource_id=resource.resource_id,
+        document_id=document.doc_id,
+        revision=document.revision,
+        detail=detail,
+    )
+
+
+@transaction.atomic
+def document_create(
+    *,
+    resource: Resource,
+    doc_id: str,
+    title: str,
+    text: str = "",
+    summary: str = "",
+    agent_writes: bool = True,
+    actor: str,
+) -> Document:
+    check_document_id(doc_id)
+    check_title(title)
+    size = check_text(text, max_bytes=resource.max_bytes)
+    check_summary(summary)
+    now = timezone.now()
+    try:
+        # The unique (resource, id) key covers tombstones, so a deleted id
+        # can never be created again, and two concurrent creates yield one.
+        with transaction.atomic():
+            document = Document.objects.create(
+                resource=resource,
+                doc_id=doc_id,
+                title=title,
+                text=text,
+                summary=summary,
+                agent_writes=agent_writes,
+                revision=new_revision(),
+                bytes=size,
+                updated_at=now,
+                created_at=now,
+                writer_kind=WriterKind.OWNER,
+            )
+    except IntegrityError as exc:
+        raise PreconditionFailed(
+            f"Document id '{doc_id}' is already in use or was deleted; ids are never reused."
+        ) from exc
+    _record_version(document, action="create", writer=OWNER)
+    _audit(resource, document, actor=actor, action="document.create", bytes=size)
+    return document
+
+
+def _conditional_update(
+    resource: Resource,
+    doc_id: str,
+    expected_revision: str,
+    fields: dict[str, Any],
+    *,
+    require_agent_writes: bool = False,
+) -> Document:
+    rows = Document.objects.filter(
+        resource=resource, doc_id=doc_id, revision=expected_revision, deleted=False
+    )
+    if require_agent_writes:
+        rows = rows.filter(agent_writes=True)
+    fields = {**fields, "revision": new_revision(), "updated_at": timezone.now()}
+    if rows.update(**fields) == 0:
+        raise _explain_no_rows(resource, doc_id)
+    # The row is ours until commit (locked on PostgreSQL, the database on SQLite).
+    return Document.objects.get(resource=resource, doc_id=doc_id)
+
+
+@transaction.atomic
+def document_replace(
+    *,
+    resource: Resource,
+    doc_id: str,
+    expected_revision: str,
+    text: str,
+    summary: str | None = None,
+    actor: str,
+    writer: Writer = OWNER,
+    action: str = "replace",
+) -> Document:
+    """Replaces text (and summary when given) if the revision still matches.
+
+    Agent writers also need agent writes enabled, checked in the same
+    statement, so a freeze that committed first always wins.
+    """
+    check_document_id(doc_id)
+    size = check_text(text, max_bytes=resource.max_bytes)
+    fields: dict[str, Any] = {
+        "text": text,
+        "bytes": size,
+        "writer_kind": writer.kind,
+        "writer_session_id": writer.session_id,
+    }
+    if summary is not None:
+        fields["summary"] = check_summary(summary)
+    is_agent = writer.kind == WriterKind.AGENT
+    try:
+        document = _conditional_update(
+            resource, doc_id, expected_revision, fields, require_agent_writes=is_agent
+        )
+    except PreconditionFailed:
+        if (
+            is_agent
+            and not Document.objects.filter(
+                resource=resource, doc_id=doc_id, agent_writes=True
+            ).exists()
+        ):
+            raise AgentWritesDisabled(doc_id) from None
+        raise
+    _record_version(document, action=action, writer=writer)
+    _audit(resource, document, actor=actor, action=f"document.{action}", bytes=size)
+    return document
+
+
+@transaction.atomic
+def document_patch(
+    *,
+    resource: Resource,
+    doc_id: str,
+    expected_revision: str,
+    title: str | None = None,
+    agent_writes: bool | None = None,
+    actor: str,
+) -> Document:
+    check_document_id(doc_id)
+    fields: dict[str, Any] = {}
+    if title is not None:
+        fields["title"] = check_title(title)
+    if agent_writes is not None:
+        fields["agent_writes"] = agent_writes
+    if not fields:
+        raise InvalidRequest("A patch needs title, agentWrites or both.")
+    # A patch is an owner write: it changes the revision and the last writer.
+    fields.update(writer_kind=WriterKind.OWNER, writer_session_id="")
+    document = _conditional_update(resource, doc_id, expected_revision, fields)
+    _record_version(document, action="patch", writer=OWNER)
+    changes: dict[str, Any] = {}
+    if title is not None:
+        changes["title"] = title
+    if agent_writes is not None:
+        changes["agentWrites"] = "enabled" if agent_writes else "disabled"
+    action = "document.patch"
+    if set(changes) == {"agentWrites"}:
+        action = "document.unfreeze" if agent_writes else "document.freeze"
+    _audit(resource, document, actor=actor, action=action, **changes)
+    return document
+
+
+@transaction.atomic
+def document_delete(*, resource: Resource, doc_id: str, expected_revision: str, actor: str) -> None:
+    """Wipes a document's content and keeps its id reserved forever."""
+    check_document_id(doc_id)
+    fields = {"deleted": True, "title": "", "text": "", "summary": "", "bytes": 0}
+    document = _conditional_update(resource, doc_id, expected_revision, fields)
+    DocumentVersion.objects.filter(document=document).update(title="", summary="", text="")
+    _audit(resource, document, actor=actor, action="document.delete")
+
+
+def document_list(
+    *, resource: Resource, cursor: str | None = None, limit: int = LIST_PAGE_SIZE
+) -> tuple[list[dict[str, Any]], str | None]:
+    """One keyset page of live documents (without text): updatedAt desc, id asc."""
+    scope = f"documents:{resource.pk}"
+    rows = Document.objects.live().filter(resource=resource)
+    if cursor is not None:
+        updated_at, doc_id = _keyset_position(cursor_load(cursor, scope=scope))
+        rows = rows.filter(
+            Q(updated_at__lt=updated_at) | Q(updated_at=updated_at, doc_id__gt=doc_id)
+        )
+    page = list(rows.order_by("-updated_at", "doc_id").values(*LIST_FIELDS)[: limit + 1])
+    next_cursor = None
+    if len(page) > limit:
+        page = page[:limit]
+        last = page[-1]
+        next_cursor = cursor_dump([last["updated_at"].isoformat(), last["doc_id"]], scope=scope)
+    return page, next_cursor
+
+
+def _keyset_position(position: list[Any]) -> tuple[datetime, str]:
+    if len(position) != 2 or not all(isinstance(p, str) for p in position):
+        raise InvalidRequest("cursor is not valid for this list.")
+    updated_at = parse_datetime(position[0])
+    if updated_at is None:
+        raise InvalidRequest("cursor is not valid for this list.")
+    return updated_at, position[1]
+
+
+def version_list(
+    *, document: Document, cursor: str | None = None, limit: int = VERSION_PAGE_SIZE
+) -> tuple[list[DocumentVersion], str | None]:
+    """Versions newest first, in keyset pages."""
+    scope = f"versions:{document.pk}"
+    versions = DocumentVersion.objects.filter(document=document)
+    if cursor is not None:
+        position = cursor_load(cursor, scope=scope)
+        if len(position) != 1 or not isinstance(position[0], int):
+            raise InvalidRequest("cursor is not valid for this list.")
+        versions = versions.filter(id__lt=position[0])
+    page = list(versions.order_by("-id")[: limit + 1])
+    next_cursor = None
+    if len(page) > limit:
+        page = page[:limit]
+        next_cursor = cursor_dump([page[-1].id], scope=scope)
+    return page, next_cursor

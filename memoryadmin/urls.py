@@ -1,0 +1,26 @@
+from __future__ import annotations
+
+from django.http import HttpRequest, JsonResponse
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from memoryadmin.api.errors import not_found_view, server_error_view
+
+
+def health(request: HttpRequest) -> JsonResponse:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+    return JsonResponse({"status": "ok", "database": connection.vendor})
+
+
+urlpatterns = [
+    path("api/managed-agents/", include("memoryadmin.api.urls")),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("healthz", health, name="health"),
+]
+
+handler404 = not_found_view
+handler500 = server_error_view
