@@ -7,3 +7,6 @@ class ApiConfig(AppConfig):
     name = "memoryadmin.api"
     label = "api"
     verbose_name = "Management API"
+
+    def ready(self) -> None:
+        from memoryadmin.api import schema  # noqa: F401  (registers the auth extension)

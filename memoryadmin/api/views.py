@@ -5,7 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    PolymorphicProxySerializer,
+    extend_schema,
+)
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -230,7 +235,11 @@ class DocumentDetailView(ApiView):
 
     @extend_schema(
         parameters=[ENVIRONMENT, IF_NONE_MATCH, IF_MATCH_OPTIONAL],
-        request=s.DocumentCreateInput,
+        request=PolymorphicProxySerializer(
+            component_name="DocumentPutInput",
+            serializers=[s.DocumentCreateInput, s.DocumentReplaceInput],
+            resource_type_field_name=None,
+        ),
         responses={200: s.DocumentOutput, 201: s.DocumentOutput, **WRITE_ERRORS},
         operation_id="documents_put",
         description="Create with If-None-Match: * (body: DocumentCreateInput), or replace "

@@ -1,0 +1,104 @@
+"""The document list: keyset order, signed cursors, page size."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.core import signing
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from memoryadmin.memory.models import Document, Resource
+from tests.conftest import DEV, DOCS
+
+
+def pages(api: APIClient, path: str = DOCS) -> list[list[dict[str, Any]]]:
+    result = []
+    cursor = None
+    while True:
+        url = f"{path}{DEV}" + (f"&cursor={cursor}" if cursor else "")
+        response = api.get(url)
+        assert response.status_code == 200, response.content
+        body = response.json()
+        result.append(body["documents"])
+        cursor = body["nextCursor"]
+        if cursor is None:
+            return result
+
+
+def test_list_orders_by_updated_desc_then_id_and_pages_by_50(
+    api: APIClient, make_document: Any, notes: Resource
+) -> None:
+    for i in range(120):
+        make_document(f"doc-{i:03d}")
+    now = timezone.now()
+    # Three documents share one timestamp: the id breaks the tie, ascending.
+    for i in range(120):
+        stamp = now - timedelta(seconds=i if i >= 3 else 0)
+        Document.objects.filter(doc_id=f"doc-{i:03d}").update(updated_at=stamp)
+    result = pages(api)
+    assert [len(p) for p in result] == [50, 50, 20]
+    listed = [d["id"] for page in result for d in page]
+    assert listed == [f"doc-{i:03d}" for i in range(120)]
+    assert all("text" not in d for page in result for d in page)
+    assert set(result[0][0]) == {
+        "id", "title", "summary", "agentWrites", "revision", "bytes", "maxBytes", "updatedAt",
+        "writer",
+    }  # fmt: skip
+
+
+def test_empty_list(api: APIClient, notes: Resource) -> None:
+    response = api.get(f"{DOCS}{DEV}")
+    assert response.status_code == 200
+    assert response.json() == {"documents": [], "nextCursor": None}
+
+
+def test_exactly_one_page_has_no_next_cursor(api: APIClient, make_document: Any) -> None:
+    for i in range(50):
+        make_document(f"d{i}")
+    body = api.get(f"{DOCS}{DEV}").json()
+    assert len(body["documents"]) == 50
+    assert body["nextCursor"] is None
+
+
+def _first_cursor(api: APIClient, make_document: Any) -> str:
+    for i in range(51):
+        make_document(f"d{i}")
+    cursor = api.get(f"{DOCS}{DEV}").json()["nextCursor"]
+    assert isinstance(cursor, str)
+    return cursor
+
+
+def test_tampered_cursor_is_400(api: APIClient, make_document: Any) -> None:
+    cursor = _first_cursor(api, make_document)
+    tampered = cursor[:-3] + ("AAA" if not cursor.endswith("AAA") else "BBB")
+    response = api.get(f"{DOCS}{DEV}&cursor={tampered}")
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid_request"
+
+
+def test_forged_cursor_is_400(api: APIClient, make_document: Any) -> None:
+    forged = signing.dumps(["2999-01-01T00:00:00+00:00", ""], salt="something else")
+    response = api.get(f"{DOCS}{DEV}&cursor={forged}")
+    assert response.status_code == 400
+
+
+def test_cursor_of_another_resource_is_400(api: APIClient, make_document: Any) -> None:
+    cursor = _first_cursor(api, make_document)
+    response = api.get(
+        f"/api/managed-agents/projects/acme/memory/kb/documents{DEV}&cursor={cursor}"
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid_request"
+
+
+def test_updated_document_moves_to_the_front(api: APIClient, make_document: Any) -> None:
+    first = make_document("first")
+    make_document("second")
+    put = api.put(
+        f"{DOCS}/first{DEV}", {"text": "x"}, format="json", HTTP_IF_MATCH=f'"{first.revision}"'
+    )
+    assert put.status_code == 200
+    ids = [d["id"] for d in api.get(f"{DOCS}{DEV}").json()["documents"]]
+    assert ids == ["first", "second"]
