@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.http import HttpRequest, JsonResponse
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from memoryadmin.api.errors import not_found_view, server_error_view
 
@@ -18,7 +18,7 @@ def health(request: HttpRequest) -> JsonResponse:
 urlpatterns = [
     path("api/managed-agents/", include("memoryadmin.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="api-docs"),
     path("healthz", health, name="health"),
 ]
 
