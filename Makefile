@@ -55,7 +55,7 @@ schema: $(VENV)/.installed
 	$(VPY) manage.py spectacular --validate --fail-on-warn --file var/openapi.yaml
 
 bench: $(VENV)/.installed
-	$(VPY) bench/run.py
+	$(VPY) bench/api.py
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache
