@@ -202,3 +202,22 @@ def test_wrong_method_is_405_envelope(seeded: Keys, client_for: Any) -> None:
     assert response.status_code == 405
     assert response.json()["error"]["code"] == "method_not_allowed"
     assert Document.objects.get(doc_id="workshop").text == "original"
+
+
+def test_unexpected_error_is_500_envelope(
+    seeded: Keys, client_for: Callable[[str | None], APIClient], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memoryadmin.memory.services import documents
+
+    def explode(**kwargs: Any) -> None:
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(documents, "document_get", explode)
+    client = client_for(seeded.owner)
+    client.raise_request_exception = False
+    response = client.get(f"{DOCS}/workshop{DEV}")
+    assert response.status_code == 500
+    assert response.json() == {
+        "error": {"code": "internal_error", "message": "An internal error occurred."}
+    }
+    assert "disk on fire" not in response.content.decode()
