@@ -262,6 +262,37 @@ def document_patch(
 
 
 @transaction.atomic
+def document_set_agent_writes(
+    *, resource: Resource, doc_id: str, enabled: bool, actor: str
+) -> tuple[Document, bool]:
+    """Freezes or unfreezes a document whatever its revision; says whether it changed.
+
+    A policy change needs no revision check: it must not fail because an
+    unrelated edit moved the revision. It is still one UPDATE, so a freeze
+    that has returned wins over every agent save that commits after it.
+    """
+    check_document_id(doc_id)
+    now = timezone.now()
+    changed = (
+        Document.objects.filter(resource=resource, doc_id=doc_id, deleted=False)
+        .exclude(agent_writes=enabled)
+        .update(
+            agent_writes=enabled,
+            revision=new_revision(),
+            updated_at=now,
+            writer_kind=WriterKind.OWNER,
+            writer_session_id="",
+        )
+    )
+    document = document_get(resource=resource, doc_id=doc_id)
+    if changed:
+        _record_version(document, action="patch", writer=OWNER)
+        action = "document.unfreeze" if enabled else "document.freeze"
+        _audit(resource, document, actor=actor, action=action)
+    return document, bool(changed)
+
+
+@transaction.atomic
 def document_delete(*, resource: Resource, doc_id: str, expected_revision: str, actor: str) -> None:
     """Wipes a document's content and keeps its id reserved forever."""
     check_document_id(doc_id)
@@ -272,15 +303,28 @@ def document_delete(*, resource: Resource, doc_id: str, expected_revision: str, 
 
 
 def document_list(
-    *, resource: Resource, cursor: str | None = None, limit: int = LIST_PAGE_SIZE
+    *,
+    resource: Resource,
+    cursor: str | None = None,
+    limit: int = LIST_PAGE_SIZE,
+    query: str = "",
 ) -> tuple[list[dict[str, Any]], str | None]:
-    """One keyset page of live documents (without text): updatedAt desc, id asc."""
+    """One keyset page of live documents (without text): updatedAt desc, id asc.
+
+    A `query` keeps the documents whose id starts with it or whose title
+    contains it, ignoring case. The filter rides on the keyset walk, so a
+    page stops reading at its 50th match instead of counting every match.
+    """
     scope = f"documents:{resource.pk}"
     rows = Document.objects.live().filter(resource=resource)
+    if query:
+        rows = rows.filter(Q(doc_id__istartswith=query) | Q(title__icontains=query))
     if cursor is not None:
         updated_at, doc_id = _keyset_position(cursor_load(cursor, scope=scope))
-        rows = rows.filter(
-            Q(updated_at__lt=updated_at) | Q(updated_at=updated_at, doc_id__gt=doc_id)
+        # Written as a range plus an exclusion (not an OR of two ranges) so
+        # the keyset index serves it as one range scan starting at the cursor.
+        rows = rows.filter(updated_at__lte=updated_at).exclude(
+            updated_at=updated_at, doc_id__lte=doc_id
         )
     page = list(rows.order_by("-updated_at", "doc_id").values(*LIST_FIELDS)[: limit + 1])
     next_cursor = None

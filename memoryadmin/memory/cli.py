@@ -1,0 +1,198 @@
+"""Helpers of the owner CLI (`manage.py memory ...`): exit codes, input, editor, progress."""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import shlex
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any, TextIO
+
+from django.core.management.base import CommandError, OutputWrapper
+
+from memoryadmin.memory.errors import (
+    DomainError,
+    InvalidRequest,
+    LimitExceeded,
+    NotFound,
+    PreconditionFailed,
+)
+from memoryadmin.memory.export import ExportSnapshot
+
+# Exit codes, documented in the README: scripts branch on them.
+EXIT_OK = 0
+EXIT_ERROR = 1  # anything else, e.g. a cancelled prompt or a partial import
+EXIT_USAGE = 2  # unknown subcommand or option (argparse)
+EXIT_NOT_FOUND = 3  # project, resource or document
+EXIT_PRECONDITION = 4  # the document changed meanwhile, or the id is taken or reserved
+EXIT_TOO_LARGE = 5  # text, title or summary over its limit
+EXIT_INVALID = 6  # malformed input: ids, empty title, unreadable file, bad export
+
+EXIT_CODES: list[tuple[type[DomainError], int]] = [
+    (NotFound, EXIT_NOT_FOUND),
+    (PreconditionFailed, EXIT_PRECONDITION),
+    (LimitExceeded, EXIT_TOO_LARGE),
+    (InvalidRequest, EXIT_INVALID),
+]
+
+
+class Error(CommandError):
+    """A user error: Django prints it as one line, "Error: <message>", without a traceback."""
+
+
+def exit_code_for(exc: DomainError) -> int:
+    for kind, code in EXIT_CODES:
+        if isinstance(exc, kind):
+            return code
+    return EXIT_ERROR
+
+
+def error_from(exc: DomainError, *, prefix: str = "", suffix: str = "") -> Error:
+    message = " ".join(part for part in (prefix, exc.message, suffix) if part)
+    return Error(message, returncode=exit_code_for(exc))
+
+
+def invalid(message: str) -> Error:
+    return Error(message, returncode=EXIT_INVALID)
+
+
+def cli_actor() -> str:
+    """The audit actor of CLI actions: the operating system user."""
+    try:
+        user = getpass.getuser()
+    except (OSError, KeyError):
+        user = f"uid-{os.getuid()}"
+    return f"cli:{user}"
+
+
+def decode_text(data: bytes, *, source: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise invalid(f"{source} is not valid UTF-8 text.") from exc
+
+
+def read_text_file(path: str) -> str:
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise invalid(f"Cannot read {path}: {exc.strerror or exc}.") from exc
+    return decode_text(data, source=path)
+
+
+def read_stream(stream: Any) -> str:
+    """All of a stream (stdin), exactly as given: a trailing newline is kept."""
+    buffer = getattr(stream, "buffer", None)
+    if buffer is not None:
+        return decode_text(buffer.read(), source="Standard input")
+    return str(stream.read())
+
+
+def editor_command() -> list[str]:
+    for name in ("VISUAL", "EDITOR"):
+        value = os.environ.get(name, "").strip()
+        if value:
+            return shlex.split(value)
+    raise invalid("Set $VISUAL or $EDITOR, or pass --text-file or --text-stdin.")
+
+
+def open_in_editor(text: str, *, label: str) -> tuple[Path, str]:
+    """Lets the user edit `text`; returns the file it is in and the edited text.
+
+    The file (private to the user) is left for the caller, which deletes it
+    only once the text is saved or unchanged, so that no work is ever lost.
+    """
+    command = editor_command()
+    handle, name = tempfile.mkstemp(prefix=f"memory-{label}-", suffix=".txt")
+    path = Path(name)
+    with os.fdopen(handle, "w", encoding="utf-8", newline="") as file:
+        file.write(text)
+    try:
+        status = subprocess.call([*command, str(path)])
+    except OSError as exc:
+        path.unlink(missing_ok=True)
+        raise invalid(f"Cannot run the editor {command[0]}: {exc.strerror or exc}.") from exc
+    if status != 0:
+        path.unlink(missing_ok=True)
+        raise Error(f"The editor exited with status {status}; nothing saved.")
+    edited = decode_text(path.read_bytes(), source=str(path))
+    # Most editors end the file with a newline; one the text did not have is
+    # the editor's, not the user's, so unchanged text stays unchanged.
+    if edited.endswith("\n") and not text.endswith("\n"):
+        edited = edited[:-2] if edited.endswith("\r\n") else edited[:-1]
+    return path, edited
+
+
+def plain(text: str) -> str:
+    return text
+
+
+def confirm(question: str, *, stdin: TextIO, stderr: OutputWrapper) -> bool:
+    stderr.write(f"{question} [y/N] ", style_func=plain, ending="")
+    stderr.flush()
+    answer = stdin.readline()
+    return answer.strip().lower() in {"y", "yes"}
+
+
+class Progress:
+    """A one-line progress bar on a terminal; silent anywhere else."""
+
+    WIDTH = 30
+
+    def __init__(self, stream: OutputWrapper, *, total: int, label: str, enabled: bool) -> None:
+        self.stream = stream
+        self.total = total
+        self.label = label
+        self.enabled = enabled
+        self.done = 0
+        self.shown = -1
+
+    def advance(self, step: int = 1) -> None:
+        self.done += step
+        self.draw()
+
+    def draw(self) -> None:
+        if not self.enabled:
+            return
+        fraction = min(self.done / self.total, 1.0) if self.total else 1.0
+        filled = int(fraction * self.WIDTH)
+        # Redraw only when the bar visibly moves (or the count ends).
+        permille = int(fraction * 1000)
+        if permille == self.shown and self.done != self.total:
+            return
+        self.shown = permille
+        bar = "#" * filled + "." * (self.WIDTH - filled)
+        line = f"\r{self.label} [{bar}] {self.done}/{self.total}"
+        self.stream.write(line, style_func=plain, ending="")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            self.draw()
+            self.stream.write("")
+
+
+def write_export(snapshot: ExportSnapshot, out: Path, progress: Progress) -> int:
+    out.mkdir(parents=True, exist_ok=True)
+    for resource_id in snapshot.resources:
+        (out / resource_id).mkdir()
+    written = 0
+    for resource_id, document in snapshot.documents():
+        path = out / resource_id / f"{document['id']}.json"
+        try:
+            # Exclusive create: ids differing only in case would collide on
+            # a case-insensitive filesystem; refuse rather than overwrite.
+            with path.open("x", encoding="utf-8") as file:
+                file.write(json.dumps(document, ensure_ascii=False, indent=2) + "\n")
+        except FileExistsError as exc:
+            raise Error(
+                f"{path} already exists: document ids that differ only in case cannot be "
+                "exported to this case-insensitive filesystem."
+            ) from exc
+        written += 1
+        progress.advance()
+    progress.close()
+    return written

@@ -1,0 +1,294 @@
+"""Exports: every live document of some resources, streamed, as one snapshot where possible.
+
+The CLI writes the documents to files and the Memory page to a zip download;
+both open an export with `export_snapshot` and consume it while it is open.
+An export written as files (`<dir>/manifest.json`, `<dir>/<resource>/<id>.json`)
+loads into another project or environment with `export_import`, which only
+ever creates documents.
+
+On PostgreSQL the whole export reads inside one REPEATABLE READ transaction,
+so the count, the manifest and every document come from the same snapshot.
+SQLite serialises writers with IMMEDIATE transactions, so holding one for a
+long export would stop every other writer: there the reads are individual
+chunks and the manifest says the export is not a consistent snapshot.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Generator, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from django.db import DatabaseError, connection, transaction
+from django.utils import timezone
+
+from memoryadmin.memory.errors import (
+    DomainError,
+    InvalidRequest,
+    NotFound,
+    PreconditionFailed,
+)
+from memoryadmin.memory.limits import check_agent_writes, check_environment, check_resource_id
+from memoryadmin.memory.models import Document, Project, ProviderKind, Resource
+from memoryadmin.memory.representations import document_dict, iso_ms
+from memoryadmin.memory.services.audit import audit_record
+from memoryadmin.memory.services.deployments import resource_get
+from memoryadmin.memory.services.documents import document_create, document_get
+
+FORMAT = "memoryadmin.export"
+FORMAT_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+# Documents read per query: memory stays bounded by one chunk of texts
+# (at most 16 KiB each), whatever the number of documents.
+CHUNK_SIZE = 200
+
+
+@dataclass
+class ExportSnapshot:
+    project: Project
+    environment: str
+    consistent: bool
+    exported_at: datetime
+    count: int = 0
+    resource_rows: list[Resource] = field(default_factory=list)
+    open: bool = True
+
+    @property
+    def resources(self) -> list[str]:
+        return [resource.resource_id for resource in self.resource_rows]
+
+    def documents(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        """(resource id, document object) for every live document, resource by resource."""
+        for resource in self.resource_rows:
+            for document in _documents_of(resource, self):
+                yield resource.resource_id, document_dict(document, max_bytes=resource.max_bytes)
+
+    def manifest(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "formatVersion": FORMAT_VERSION,
+            "project": self.project.id,
+            "environment": self.environment,
+            "exportedAt": iso_ms(self.exported_at),
+            "resources": self.resources,
+            "documents": self.count,
+            "consistentSnapshot": self.consistent,
+        }
+
+
+def _documents_of(resource: Resource, snapshot: ExportSnapshot) -> Iterator[Document]:
+    # Keyset chunks on the unique (resource, id) key, rather than one
+    # server-side cursor, so that the same code streams on every database.
+    after = ""
+    while True:
+        if not snapshot.open:
+            raise RuntimeError("The export snapshot is closed; read documents inside its block.")
+        chunk = list(
+            Document.objects.live()
+            .filter(resource=resource, doc_id__gt=after)
+            .order_by("doc_id")[:CHUNK_SIZE]
+        )
+        yield from chunk
+        if len(chunk) < CHUNK_SIZE:
+            return
+        after = chunk[-1].doc_id
+
+
+def _export_resources(
+    project: Project, environment: str, resource_ids: list[str] | None
+) -> list[Resource]:
+    if resource_ids is None:
+        rows = Resource.objects.filter(
+            project=project, environment=environment, kind=ProviderKind.DOCUMENT
+        )
+        return list(rows.order_by("resource_id"))
+    # Retired resources are exportable too: any resource of the environment.
+    wanted = list(dict.fromkeys(resource_ids))
+    return [
+        resource_get(project=project, environment=environment, resource_id=resource_id)
+        for resource_id in wanted
+    ]
+
+
+def _start_snapshot(*, nested: bool) -> bool:
+    """Makes the current transaction a snapshot if it can; says whether it is one."""
+    if connection.vendor != "postgresql":
+        return False
+    with connection.cursor() as cursor:
+        if nested:
+            # Nested in a caller's transaction, which may already have read:
+            # its isolation level is what we get.
+            cursor.execute("SHOW transaction_isolation")
+            row = cursor.fetchone()
+            return row is not None and row[0] in ("repeatable read", "serializable")
+        cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        return True
+
+
+@contextmanager
+def export_snapshot(
+    *,
+    project: Project,
+    environment: str,
+    resource_ids: list[str] | None = None,
+    actor: str,
+) -> Iterator[ExportSnapshot]:
+    """Opens an export; read `documents()` inside the block.
+
+    Unknown resource ids raise NotFound before anything is read. One audit
+    entry "memory.export" is recorded; it stays even when the consumer fails
+    part way, since some documents may already have left.
+    """
+    check_environment(environment)
+    on_postgres = connection.vendor == "postgresql"
+    nested = connection.in_atomic_block
+    # Only PostgreSQL gets a transaction (see the module docstring).
+    with transaction.atomic() if on_postgres else _no_transaction():
+        snapshot = ExportSnapshot(
+            project=project,
+            environment=environment,
+            consistent=_start_snapshot(nested=nested),
+            exported_at=timezone.now(),
+        )
+        snapshot.resource_rows = _export_resources(project, environment, resource_ids)
+        snapshot.count = Document.objects.live().filter(resource__in=snapshot.resource_rows).count()
+        audit_record(
+            project_id=project.id,
+            environment=environment,
+            actor=actor,
+            action="memory.export",
+            detail={
+                "resources": snapshot.resources,
+                "documents": snapshot.count,
+                "consistentSnapshot": snapshot.consistent,
+            },
+        )
+        failure = yield from _hand_out(snapshot)
+    if failure is not None:
+        raise failure
+
+
+def _hand_out(snapshot: ExportSnapshot) -> Generator[ExportSnapshot, None, BaseException | None]:
+    """Yields the snapshot; returns the consumer's exception instead of raising it.
+
+    Returning it lets the transaction commit (keeping the audit entry) before
+    the exception is raised again. Database errors still roll back.
+    """
+    try:
+        yield snapshot
+    except DatabaseError:
+        raise
+    except BaseException as exc:
+        return exc
+    finally:
+        snapshot.open = False
+    return None
+
+
+@contextmanager
+def _no_transaction() -> Iterator[None]:
+    yield
+
+
+# What happened to one file (or one whole resource) of an import.
+CREATED = "created"
+EXISTS = "exists"  # the id is in use in the target: never overwritten
+DELETED = "deleted"  # the id was deleted in the target and stays reserved
+MISSING_RESOURCE = "missing-resource"  # the target environment has no such resource
+FAILED = "failed"  # unreadable, invalid or too large for the target
+
+
+@dataclass(frozen=True)
+class ImportOutcome:
+    status: str
+    resource_id: str
+    document_id: str = ""
+    message: str = ""
+    files: int = 1
+
+
+def export_read_manifest(source: Path) -> dict[str, Any]:
+    """The manifest of an export directory, checked well enough to import from."""
+    try:
+        manifest = json.loads((source / MANIFEST_NAME).read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise InvalidRequest(f"{source} has no {MANIFEST_NAME}; it is not an export.") from exc
+    except (OSError, ValueError) as exc:
+        raise InvalidRequest(f"Cannot read {source / MANIFEST_NAME}: {exc}.") from exc
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise InvalidRequest(f"{source / MANIFEST_NAME} is not a memoryadmin export manifest.")
+    if manifest.get("formatVersion") != FORMAT_VERSION:
+        raise InvalidRequest(
+            f"Export format version {manifest.get('formatVersion')!r} is not supported "
+            f"(this version reads {FORMAT_VERSION})."
+        )
+    resources = manifest.get("resources")
+    if not isinstance(resources, list):
+        raise InvalidRequest(f"{source / MANIFEST_NAME} has no list of resources.")
+    for resource_id in resources:
+        check_resource_id(resource_id)
+    return manifest
+
+
+def export_import(
+    *, project: Project, environment: str, source: Path, manifest: dict[str, Any], actor: str
+) -> Iterator[ImportOutcome]:
+    """Creates every exported document that is free in the target; never overwrites.
+
+    Each document is created in its own transaction, as an owner write, so an
+    interrupted import keeps what it created and a rerun skips it.
+    """
+    check_environment(environment)
+    for resource_id in manifest["resources"]:
+        folder = source / resource_id
+        names = sorted(p.name for p in folder.glob("*.json")) if folder.is_dir() else []
+        try:
+            resource = resource_get(
+                project=project, environment=environment, resource_id=resource_id
+            )
+            if resource.kind != ProviderKind.DOCUMENT:
+                raise NotFound(f"'{resource_id}' is not a document resource in {environment}.")
+        except NotFound as exc:
+            yield ImportOutcome(
+                MISSING_RESOURCE, resource_id, message=exc.message, files=len(names)
+            )
+            continue
+        for name in names:
+            yield _import_file(resource, folder / name, actor)
+
+
+def _import_file(resource: Resource, path: Path, actor: str) -> ImportOutcome:
+    resource_id, doc_id = resource.resource_id, path.stem
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        return ImportOutcome(FAILED, resource_id, doc_id, f"cannot read {path.name}: {exc}")
+    try:
+        fields = _document_fields(data, doc_id)
+        document_create(resource=resource, doc_id=doc_id, actor=actor, **fields)
+    except PreconditionFailed:
+        try:
+            document_get(resource=resource, doc_id=doc_id)
+        except NotFound:
+            return ImportOutcome(DELETED, resource_id, doc_id, "deleted here; the id is reserved")
+        return ImportOutcome(EXISTS, resource_id, doc_id, "already exists; not overwritten")
+    except DomainError as exc:  # invalid fields, or too large for the target resource
+        return ImportOutcome(FAILED, resource_id, doc_id, exc.message)
+    return ImportOutcome(CREATED, resource_id, doc_id)
+
+
+def _document_fields(data: object, doc_id: str) -> dict[str, Any]:
+    if not isinstance(data, dict) or data.get("id") != doc_id:
+        raise InvalidRequest(f"{doc_id}.json is not an exported document with id '{doc_id}'.")
+    fields: dict[str, Any] = {}
+    for name in ("title", "text", "summary"):
+        value = data.get(name, "")
+        if not isinstance(value, str):
+            raise InvalidRequest(f"{name} must be a string.")
+        fields[name] = value
+    fields["agent_writes"] = check_agent_writes(data.get("agentWrites", "enabled"))
+    return fields

@@ -1,0 +1,462 @@
+"""The owner CLI: `manage.py memory --project P <subcommand> ...`.
+
+A thin door like the API: it reads arguments, calls the services and prints
+the result. Exit codes are listed in memoryadmin/memory/cli.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any, TextIO
+
+from django.core.management.base import BaseCommand, CommandParser
+
+from memoryadmin.memory import cli
+from memoryadmin.memory.errors import DomainError, InvalidRequest
+from memoryadmin.memory.export import (
+    CREATED,
+    DELETED,
+    EXISTS,
+    FAILED,
+    MANIFEST_NAME,
+    MISSING_RESOURCE,
+    export_import,
+    export_read_manifest,
+    export_snapshot,
+)
+from memoryadmin.memory.limits import ENVIRONMENTS
+from memoryadmin.memory.models import Document, Project, ProviderKind, Resource
+from memoryadmin.memory.representations import document_dict, document_entry_dict
+from memoryadmin.memory.services.deployments import resource_get, resource_inventory
+from memoryadmin.memory.services.documents import (
+    document_create,
+    document_delete,
+    document_get,
+    document_list,
+    document_replace,
+    document_set_agent_writes,
+)
+from memoryadmin.memory.services.projects import project_get
+
+SUBCOMMANDS = {
+    "list": "List the documents of a resource (or, without one, the resources).",
+    "show": "Show one document.",
+    "create": "Create a document.",
+    "edit": "Replace a document's text (in $VISUAL/$EDITOR unless a text option is given).",
+    "freeze": "Disable agent writes to a document.",
+    "unfreeze": "Enable agent writes to a document again.",
+    "export": "Write every document to <out>/<resource>/<id>.json plus a manifest.",
+    "import": "Create the documents of an export directory; never overwrites.",
+    "remove": "Delete a document; its id stays reserved.",
+}
+
+
+class Command(BaseCommand):
+    help = "Owner access to document memory: list, show, create, edit, freeze, export, remove."
+    requires_system_checks: list[str] = []
+    # Tests hand the command a stdin of their own.
+    stealth_options = ("stdin",)
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        self._add_common(parser, sub=False)
+        subcommands = parser.add_subparsers(
+            dest="subcommand", required=True, metavar="SUBCOMMAND", title="subcommands"
+        )
+        for name, help_text in SUBCOMMANDS.items():
+            sub = subcommands.add_parser(name, help=help_text, description=help_text)
+            self._add_common(sub, sub=True)
+            getattr(self, f"_args_{name}")(sub)
+
+    def _add_common(self, parser: CommandParser, *, sub: bool) -> None:
+        # Accepted before or after the subcommand; the subcommand's copy
+        # only counts when given.
+        def default(value: Any) -> Any:
+            return argparse.SUPPRESS if sub else value
+
+        parser.add_argument("--project", default=default(None), help="project id (required)")
+        parser.add_argument("--environment", choices=ENVIRONMENTS, default=default("development"))
+        parser.add_argument(
+            "--json", action="store_true", default=default(False), help="print JSON"
+        )
+
+    def _args_list(self, parser: CommandParser) -> None:
+        parser.add_argument("resource", nargs="?")
+
+    def _args_show(self, parser: CommandParser) -> None:
+        parser.add_argument("resource")
+        parser.add_argument("document")
+
+    def _args_create(self, parser: CommandParser) -> None:
+        self._args_show(parser)
+        parser.add_argument("--title", required=True)
+        self._text_options(parser)
+        parser.add_argument("--summary", default="")
+        parser.add_argument("--frozen", action="store_true", help="create with agent writes off")
+
+    def _args_edit(self, parser: CommandParser) -> None:
+        self._args_show(parser)
+        self._text_options(parser)
+        parser.add_argument("--summary", default=None, help="replace the summary too")
+        parser.add_argument(
+            "--revision", default=None, help="save only if the document is still at this revision"
+        )
+
+    def _args_freeze(self, parser: CommandParser) -> None:
+        self._args_show(parser)
+
+    _args_unfreeze = _args_freeze
+
+    def _args_export(self, parser: CommandParser) -> None:
+        parser.add_argument("--out", required=True, help="a new or empty directory")
+        parser.add_argument(
+            "--resource", action="append", default=None, help="export only this resource"
+        )
+
+    def _args_import(self, parser: CommandParser) -> None:
+        parser.add_argument("--from", dest="source", required=True, help="an export directory")
+
+    def _args_remove(self, parser: CommandParser) -> None:
+        self._args_show(parser)
+        parser.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+
+    def _text_options(self, parser: CommandParser) -> None:
+        text = parser.add_mutually_exclusive_group()
+        text.add_argument("--text-file", default=None, help="read the text from this file")
+        text.add_argument("--text-stdin", action="store_true", help="read the text from stdin")
+
+    # The doors' shared plumbing.
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if not options["project"]:
+            raise cli.Error("--project is required.", returncode=cli.EXIT_USAGE)
+        self.options = options
+        self.actor = cli.cli_actor()
+        self.stdin: TextIO = options.get("stdin") or sys.stdin
+        try:
+            project = project_get(project_id=options["project"])
+            getattr(self, f"do_{options['subcommand']}")(project, options)
+        except DomainError as exc:
+            raise cli.error_from(exc) from exc
+
+    def resource(self, project: Project, resource_id: str) -> Resource:
+        resource = resource_get(
+            project=project, environment=self.options["environment"], resource_id=resource_id
+        )
+        if resource.kind != ProviderKind.DOCUMENT:
+            raise InvalidRequest(
+                f"Resource '{resource_id}' is a {resource.kind} provider; "
+                "it keeps no documents here."
+            )
+        return resource
+
+    def out(self, text: str = "") -> None:
+        self.stdout.write(text)
+
+    def out_json(self, data: Any) -> None:
+        self.stdout.write(json.dumps(data, ensure_ascii=False, indent=2))
+
+    def verbose(self) -> bool:
+        return int(self.options["verbosity"]) > 0
+
+    def given_text(self, options: dict[str, Any]) -> str | None:
+        if options["text_file"] is not None:
+            return cli.read_text_file(options["text_file"])
+        if options["text_stdin"]:
+            return cli.read_stream(self.stdin)
+        return None
+
+    def report(self, document: Document, resource: Resource, what: str) -> None:
+        if self.options["json"]:
+            self.out_json(document_dict(document, max_bytes=resource.max_bytes))
+        elif self.verbose():
+            self.out(
+                f"{what} {resource.resource_id}/{document.doc_id} "
+                f"(revision {document.revision}, {document.bytes} bytes)."
+            )
+
+    # Subcommands.
+
+    def do_list(self, project: Project, options: dict[str, Any]) -> None:
+        if options["resource"] is None:
+            self.list_resources(project)
+            return
+        resource = self.resource(project, options["resource"])
+        entries: list[dict[str, Any]] = []
+        cursor: str | None = None
+        while True:
+            rows, cursor = document_list(resource=resource, cursor=cursor)
+            entries.extend(document_entry_dict(row, max_bytes=resource.max_bytes) for row in rows)
+            if cursor is None:
+                break
+        if options["json"]:
+            self.out_json({"documents": entries})
+            return
+        if not entries:
+            self.out(f"No documents in {resource.resource_id}.")
+            return
+        rows_out = [["ID", "TITLE", "BYTES", "AGENT WRITES", "UPDATED", "WRITER"]]
+        rows_out += [
+            [
+                e["id"],
+                _clip(e["title"], 40),
+                f"{e['bytes']}/{e['maxBytes']}",
+                e["agentWrites"],
+                e["updatedAt"],
+                _writer(e["writer"]),
+            ]
+            for e in entries
+        ]
+        self.out(_table(rows_out))
+
+    def list_resources(self, project: Project) -> None:
+        inventory = resource_inventory(project=project, environment=self.options["environment"])
+        if self.options["json"]:
+            self.out_json({"resources": inventory})
+            return
+        if not inventory:
+            self.out(f"No memory resources in {self.options['environment']}.")
+            return
+        rows = [["RESOURCE", "KIND", "MAX BYTES", "STATE", "DOCUMENTS"]]
+        rows += [
+            [
+                r["id"],
+                r["provider"]["kind"],
+                str(r["provider"]["maxBytes"]),
+                "declared" if r["declared"] else "retired",
+                str(r["documents"]),
+            ]
+            for r in inventory
+        ]
+        self.out(_table(rows))
+
+    def do_show(self, project: Project, options: dict[str, Any]) -> None:
+        resource = self.resource(project, options["resource"])
+        document = document_get(resource=resource, doc_id=options["document"])
+        data = document_dict(document, max_bytes=resource.max_bytes)
+        if options["json"]:
+            self.out_json(data)
+            return
+        self.out(f"{resource.resource_id}/{data['id']}: {data['title']}")
+        self.out(f"  summary:      {data['summary']}")
+        self.out(f"  agent writes: {data['agentWrites']}")
+        self.out(f"  revision:     {data['revision']}")
+        self.out(f"  size:         {data['bytes']} of {data['maxBytes']} bytes")
+        self.out(f"  updated:      {data['updatedAt']} by {_writer(data['writer'])}")
+        self.out("")
+        self.stdout.write(data["text"], ending="\n" if data["text"] else "")
+
+    def do_create(self, project: Project, options: dict[str, Any]) -> None:
+        resource = self.resource(project, options["resource"])
+        document = document_create(
+            resource=resource,
+            doc_id=options["document"],
+            title=options["title"],
+            text=self.given_text(options) or "",
+            summary=options["summary"],
+            agent_writes=not options["frozen"],
+            actor=self.actor,
+        )
+        self.report(document, resource, "Created")
+
+    def do_edit(self, project: Project, options: dict[str, Any]) -> None:
+        resource = self.resource(project, options["resource"])
+        document = document_get(resource=resource, doc_id=options["document"])
+        expected = options["revision"] or document.revision
+        text = self.given_text(options)
+        draft: Path | None = None
+        if text is None:
+            label = f"{resource.resource_id}-{document.doc_id}"
+            draft, text = cli.open_in_editor(document.text, label=label)
+        summary = options["summary"]
+        if text == document.text and summary in (None, document.summary):
+            if draft is not None:
+                draft.unlink(missing_ok=True)
+            if self.verbose():
+                self.out("No changes; nothing saved.")
+            return
+        try:
+            saved = document_replace(
+                resource=resource,
+                doc_id=document.doc_id,
+                expected_revision=expected,
+                text=text,
+                summary=summary,
+                actor=self.actor,
+            )
+        except DomainError as exc:
+            if draft is None:
+                raise
+            # No lost work: the edited text stays in the draft file.
+            raise cli.error_from(exc, suffix=f"Nothing saved; your text is in {draft}") from exc
+        if draft is not None:
+            draft.unlink(missing_ok=True)
+        self.report(saved, resource, "Saved")
+
+    def do_freeze(self, project: Project, options: dict[str, Any]) -> None:
+        self.set_agent_writes(project, options, enabled=False)
+
+    def do_unfreeze(self, project: Project, options: dict[str, Any]) -> None:
+        self.set_agent_writes(project, options, enabled=True)
+
+    def set_agent_writes(self, project: Project, options: dict[str, Any], *, enabled: bool) -> None:
+        resource = self.resource(project, options["resource"])
+        document, changed = document_set_agent_writes(
+            resource=resource, doc_id=options["document"], enabled=enabled, actor=self.actor
+        )
+        name = f"{resource.resource_id}/{document.doc_id}"
+        if options["json"]:
+            self.out_json(document_dict(document, max_bytes=resource.max_bytes))
+        elif not self.verbose():
+            pass
+        elif not changed:
+            state = "enabled" if enabled else "disabled"
+            self.out(f"Agent writes to {name} were already {state}; nothing changed.")
+        elif enabled:
+            self.out(f"Unfrozen {name}: agent writes are enabled (revision {document.revision}).")
+        else:
+            self.out(
+                f"Frozen {name}: no later agent save can commit; reads and owner edits "
+                f"continue (revision {document.revision})."
+            )
+
+    def do_remove(self, project: Project, options: dict[str, Any]) -> None:
+        resource = self.resource(project, options["resource"])
+        document = document_get(resource=resource, doc_id=options["document"])
+        name = f"{resource.resource_id}/{document.doc_id}"
+        if not options["yes"]:
+            if not self.stdin.isatty():
+                raise cli.invalid(f"Not deleting {name} without confirmation: pass --yes.")
+            question = (
+                f"Delete {name} ({document.title})? Its title, text and summary are wiped "
+                "and the id stays reserved."
+            )
+            if not cli.confirm(question, stdin=self.stdin, stderr=self.stderr):
+                raise cli.Error("Cancelled; nothing deleted.")
+        # The revision shown at the prompt: a change since then is not deleted unseen.
+        document_delete(
+            resource=resource,
+            doc_id=document.doc_id,
+            expected_revision=document.revision,
+            actor=self.actor,
+        )
+        if options["json"]:
+            self.out_json({"deleted": {"resource": resource.resource_id, "id": document.doc_id}})
+        elif self.verbose():
+            self.out(
+                f"Deleted {name}. The id '{document.doc_id}' stays reserved and cannot be "
+                "created again; use a new id for new notes."
+            )
+
+    def do_export(self, project: Project, options: dict[str, Any]) -> None:
+        out = Path(options["out"])
+        if out.exists() and (not out.is_dir() or any(out.iterdir())):
+            raise cli.invalid(f"{out} exists and is not an empty directory.")
+        with export_snapshot(
+            project=project,
+            environment=options["environment"],
+            resource_ids=options["resource"],
+            actor=self.actor,
+        ) as snapshot:
+            progress = self.progress(total=snapshot.count, label="Exporting")
+            written = cli.write_export(snapshot, out, progress)
+            manifest = {**snapshot.manifest(), "documents": written}
+        # Written last: a directory with a manifest is a complete export.
+        (out / MANIFEST_NAME).write_text(
+            json.dumps(manifest, ensure_ascii=False, indent=2) + "\n", encoding="utf-8"
+        )
+        if options["json"]:
+            self.out_json(manifest)
+        elif self.verbose():
+            how = (
+                "one consistent snapshot" if manifest["consistentSnapshot"] else "individual reads"
+            )
+            self.out(
+                f"Exported {_count(written, 'document')} from "
+                f"{_count(len(manifest['resources']), 'resource')} "
+                f"to {out} ({how})."
+            )
+
+    def do_import(self, project: Project, options: dict[str, Any]) -> None:
+        source = Path(options["source"])
+        manifest = export_read_manifest(source)
+        total = manifest.get("documents")
+        progress = self.progress(total=total if isinstance(total, int) else 0, label="Importing")
+        counts: Counter[str] = Counter()
+        notes: list[dict[str, Any]] = []
+        for outcome in export_import(
+            project=project,
+            environment=options["environment"],
+            source=source,
+            manifest=manifest,
+            actor=self.actor,
+        ):
+            progress.advance(outcome.files)
+            counts[outcome.status] += outcome.files
+            if outcome.status != CREATED:
+                notes.append(
+                    {
+                        "status": outcome.status,
+                        "resource": outcome.resource_id,
+                        "id": outcome.document_id,
+                        "message": outcome.message,
+                        "documents": outcome.files,
+                    }
+                )
+        progress.close()
+        self.import_report(project, counts, notes)
+        if counts[FAILED]:
+            raise cli.Error(f"{_count(counts[FAILED], 'document')} could not be imported.")
+
+    def import_report(
+        self, project: Project, counts: Counter[str], notes: list[dict[str, Any]]
+    ) -> None:
+        if self.options["json"]:
+            self.out_json({"created": counts[CREATED], "notCreated": notes})
+            return
+        for note in notes:
+            verb = "failed" if note["status"] == FAILED else "skipped"
+            if note["status"] == MISSING_RESOURCE:
+                self.out(
+                    f"skipped resource {note['resource']} "
+                    f"({_count(note['documents'], 'document')}): "
+                    f"{note['message']}"
+                )
+            else:
+                self.out(f"{verb} {note['resource']}/{note['id']}: {note['message']}")
+        skipped = counts[EXISTS] + counts[DELETED] + counts[MISSING_RESOURCE]
+        self.out(
+            f"Imported {_count(counts[CREATED], 'document')} into {project.id}/"
+            f"{self.options['environment']}; skipped {skipped} ({counts[EXISTS]} existing, "
+            f"{counts[DELETED]} deleted ids, {counts[MISSING_RESOURCE]} in missing resources); "
+            f"{counts[FAILED]} failed."
+        )
+
+    def progress(self, *, total: int, label: str) -> cli.Progress:
+        enabled = self.stderr.isatty() and self.verbose()
+        return cli.Progress(self.stderr, total=total, label=label, enabled=enabled)
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+
+
+def _writer(writer: dict[str, Any]) -> str:
+    if writer["kind"] == "agent":
+        return f"agent (session {writer['sessionId']})"
+    return "owner"
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _table(rows: list[list[str]]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    )
