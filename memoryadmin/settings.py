@@ -118,6 +118,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "memoryadmin.memory",
     "memoryadmin.api",
+    "memoryadmin.agents",
 ]
 
 MIDDLEWARE = [

@@ -1,0 +1,182 @@
+"""Session memory bindings: parsing the request shape, admission, live writability."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from memoryadmin.agents.errors import InvalidMemoryBinding
+from memoryadmin.agents.models import Access, Binding, Scope, Session
+from memoryadmin.memory.errors import InvalidRequest
+from memoryadmin.memory.limits import (
+    BINDINGS_MAX,
+    DOCUMENT_ID_RE,
+    check_resource_id,
+)
+from memoryadmin.memory.models import Deployment, Document, ProviderKind, Resource
+
+NAMESPACE_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")
+BINDING_FIELDS = {"scope", "id", "access"}
+
+
+@dataclass(frozen=True)
+class BindingSpec:
+    """One requested binding, normalised: access defaulted, id "" for collections."""
+
+    resource: str
+    scope: str
+    target_id: str
+    access: str
+
+    def as_dict(self) -> dict[str, str]:
+        data = {"resource": self.resource, "scope": self.scope}
+        if self.scope != Scope.COLLECTION:
+            data["id"] = self.target_id
+        data["access"] = self.access
+        return data
+
+
+def _spec_parse(resource: str, raw: object) -> BindingSpec:
+    try:
+        check_resource_id(resource)
+    except InvalidRequest as exc:
+        raise InvalidMemoryBinding(resource, exc.message) from exc
+    if not isinstance(raw, dict):
+        raise InvalidMemoryBinding(resource, "a binding must be an object.")
+    unknown = set(raw) - BINDING_FIELDS
+    if unknown:
+        raise InvalidMemoryBinding(resource, f"unknown fields: {', '.join(sorted(unknown))}.")
+    scope = raw.get("scope")
+    if scope not in Scope.values:
+        raise InvalidMemoryBinding(resource, "scope must be document, collection or namespace.")
+    access = raw.get("access", Access.READ)
+    if access not in Access.values:
+        raise InvalidMemoryBinding(resource, "access must be 'read' or 'read-write'.")
+    target = raw.get("id")
+    if scope == Scope.COLLECTION:
+        if "id" in raw:
+            raise InvalidMemoryBinding(resource, "a collection binding takes no id.")
+        if access != Access.READ:
+            raise InvalidMemoryBinding(resource, "collection bindings are read-only.")
+        return BindingSpec(resource, scope, "", access)
+    pattern = DOCUMENT_ID_RE if scope == Scope.DOCUMENT else NAMESPACE_ID_RE
+    if not isinstance(target, str) or not pattern.fullmatch(target):
+        what = "Document" if scope == Scope.DOCUMENT else "Namespace"
+        raise InvalidMemoryBinding(
+            resource, f"{what} ids are 1-128 ASCII letters, digits, '-' or '_'."
+        )
+    return BindingSpec(resource, scope, target, access)
+
+
+def bindings_parse(raw: object) -> list[BindingSpec]:
+    """The `memory` map of a session request, checked for shape only."""
+    if raw is None:
+        return []
+    if not isinstance(raw, dict):
+        raise InvalidMemoryBinding("*", "memory must be an object keyed by resource id.")
+    if len(raw) > BINDINGS_MAX:
+        raise InvalidMemoryBinding(
+            "*", f"a session takes at most {BINDINGS_MAX} bindings, not {len(raw)}."
+        )
+    specs = [_spec_parse(resource, value) for resource, value in raw.items()]
+    return sorted(specs, key=lambda spec: spec.resource)
+
+
+def bindings_admit(
+    *, deployment: Deployment, environment: str, specs: list[BindingSpec]
+) -> dict[str, Resource]:
+    """Checks every binding against the pinned deployment and current data."""
+    declared = {declaration["id"] for declaration in deployment.memory}
+    resources = {
+        resource.resource_id: resource
+        for resource in Resource.objects.filter(
+            project_id=deployment.project_id,
+            environment=environment,
+            resource_id__in=[spec.resource for spec in specs],
+        )
+    }
+    for spec in specs:
+        if spec.resource not in declared:
+            raise InvalidMemoryBinding(
+                spec.resource, f"deployment {deployment.id} does not declare this resource."
+            )
+        resource = resources.get(spec.resource)
+        if resource is None:
+            raise InvalidMemoryBinding(
+                spec.resource, f"the resource does not exist in {environment}; promote first."
+            )
+        _admit_one(spec, resource)
+    return resources
+
+
+def _admit_one(spec: BindingSpec, resource: Resource) -> None:
+    if spec.scope == Scope.NAMESPACE:
+        if resource.kind != ProviderKind.HTTP:
+            raise InvalidMemoryBinding(
+                spec.resource, "namespace bindings need an http provider; this is a document one."
+            )
+        return
+    if resource.kind != ProviderKind.DOCUMENT:
+        raise InvalidMemoryBinding(
+            spec.resource, f"a {resource.kind} provider takes namespace bindings only."
+        )
+    if spec.scope == Scope.DOCUMENT:
+        state = (
+            Document.objects.filter(resource=resource, doc_id=spec.target_id)
+            .values_list("deleted", flat=True)
+            .first()
+        )
+        if state is None:
+            raise InvalidMemoryBinding(
+                spec.resource, f"document '{spec.target_id}' does not exist; create it first."
+            )
+        if state:
+            raise InvalidMemoryBinding(
+                spec.resource, f"document '{spec.target_id}' was deleted; use a new id."
+            )
+
+
+def binding_spec(binding: Binding) -> BindingSpec:
+    return BindingSpec(
+        binding.resource.resource_id, binding.scope, binding.target_id, binding.access
+    )
+
+
+def sessions_memory(sessions: list[Session]) -> dict[str, list[dict[str, Any]]]:
+    """Each session's `memory` array with live `writable`, in two queries."""
+    bindings = list(
+        Binding.objects.filter(session__in=sessions)
+        .select_related("resource")
+        .order_by("session_id", "resource__resource_id")
+    )
+    writable_docs = _writable_documents(
+        [b for b in bindings if b.scope == Scope.DOCUMENT and b.access == Access.READ_WRITE]
+    )
+    active = {session.id for session in sessions if session.is_active}
+    memory: dict[str, list[dict[str, Any]]] = {session.id: [] for session in sessions}
+    for binding in bindings:
+        entry: dict[str, Any] = binding_spec(binding).as_dict()
+        # Collections are never writable; a namespace reflects its access only.
+        entry["writable"] = (
+            binding.session_id in active
+            and binding.access == Access.READ_WRITE
+            and (
+                binding.scope == Scope.NAMESPACE
+                or (binding.resource_id, binding.target_id) in writable_docs
+            )
+        )
+        memory[binding.session_id].append(entry)
+    return memory
+
+
+def _writable_documents(bindings: list[Binding]) -> set[tuple[int, str]]:
+    if not bindings:
+        return set()
+    rows = Document.objects.filter(
+        resource_id__in={b.resource_id for b in bindings},
+        doc_id__in={b.target_id for b in bindings},
+        deleted=False,
+        agent_writes=True,
+    ).values_list("resource_id", "doc_id")
+    return set(rows)

@@ -1,0 +1,49 @@
+"""Domain errors of sessions and the memory runtime."""
+
+from __future__ import annotations
+
+from memoryadmin.memory.errors import Conflict, DomainError, NotFound
+
+
+class InvalidMemoryBinding(DomainError):
+    status = 400
+    code = "invalid_memory_binding"
+
+    def __init__(self, binding: str, message: str) -> None:
+        super().__init__(f"memory.{binding}: {message}", details={"binding": binding})
+        self.binding = binding
+
+
+class IdempotencyConflict(Conflict):
+    code = "idempotency_conflict"
+
+    def __init__(self, message: str, *, differs: list[str]) -> None:
+        super().__init__(message, details={"differs": differs})
+        self.differs = differs
+
+
+class SessionNotFound(NotFound):
+    pass
+
+
+class SessionClosed(Conflict):
+    code = "session_closed"
+
+
+class NotBound(DomainError):
+    status = 400
+    code = "not_bound"
+
+
+class RecallFailed(Conflict):
+    code = "recall_failed"
+
+    def __init__(self, message: str, *, resource: str, reason: str) -> None:
+        super().__init__(message, details={"resource": resource, "reason": reason})
+        self.resource = resource
+        self.reason = reason
+
+
+class InvalidToolArguments(DomainError):
+    status = 400
+    code = "invalid_tool_arguments"

@@ -1,0 +1,138 @@
+"""Agent sessions, their memory bindings, recalls and events."""
+
+from __future__ import annotations
+
+from django.db import models
+
+from memoryadmin.memory.models import Deployment, Environment, Project, Resource
+
+
+class SessionStatus(models.TextChoices):
+    ACTIVE = "active"
+    ENDED = "ended"
+
+
+class Scope(models.TextChoices):
+    DOCUMENT = "document"
+    COLLECTION = "collection"
+    NAMESPACE = "namespace"
+
+
+class Access(models.TextChoices):
+    READ = "read"
+    READ_WRITE = "read-write"
+
+
+class SessionQuerySet(models.QuerySet["Session"]):
+    def active(self) -> SessionQuerySet:
+        return self.filter(status=SessionStatus.ACTIVE)
+
+
+class Session(models.Model):
+    id = models.CharField(primary_key=True, max_length=40)
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="sessions")
+    environment = models.CharField(max_length=16, choices=Environment.choices)
+    agent = models.CharField(max_length=64)
+    deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="sessions")
+    status = models.CharField(
+        max_length=8, choices=SessionStatus.choices, default=SessionStatus.ACTIVE
+    )
+    labels = models.JSONField(default=dict, blank=True)
+    idempotency_key = models.CharField(max_length=256)
+    # sha256 of the creation inputs a reused key must repeat: agent,
+    # deployment, environment and bindings.
+    fingerprint = models.CharField(max_length=64)
+    # The seq of the newest event; advanced under the session's row lock.
+    last_seq = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    objects = SessionQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            # Two concurrent creates with one key cannot both insert.
+            models.UniqueConstraint(
+                fields=["project", "idempotency_key"], name="unique_session_idempotency_key"
+            ),
+        ]
+        indexes = [
+            models.Index(
+                "project",
+                "environment",
+                models.F("created_at").desc(),
+                "id",
+                name="session_newest_first",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.id
+
+    @property
+    def is_active(self) -> bool:
+        return self.status == SessionStatus.ACTIVE
+
+
+class Binding(models.Model):
+    """A session's admission to one resource; fixed after creation."""
+
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="bindings")
+    resource = models.ForeignKey(Resource, on_delete=models.CASCADE, related_name="bindings")
+    scope = models.CharField(max_length=16, choices=Scope.choices)
+    # The document id (document scope) or the namespace id (namespace scope).
+    target_id = models.CharField(max_length=128, blank=True)
+    access = models.CharField(max_length=16, choices=Access.choices, default=Access.READ)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["session", "resource"], name="one_binding_per_resource")
+        ]
+        indexes = [models.Index(fields=["resource", "target_id"], name="binding_by_target")]
+
+    def __str__(self) -> str:
+        return f"{self.session_id}:{self.resource_id}"
+
+
+class Recall(models.Model):
+    """What one model request saw: the projection and the revisions behind it."""
+
+    id = models.CharField(primary_key=True, max_length=40)
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="recalls")
+    # The resources the render selected: their tools are the ones offered.
+    use = models.JSONField(default=list)
+    # {resource: {"text", "sources", "writable"}} as returned to the host.
+    memory = models.JSONField(default=dict)
+    # {resource: revision} for document bindings: the revision saves must match.
+    revisions = models.JSONField(default=dict)
+    # {resource: cursor} kept for providers that return one; never shown to the model.
+    cursors = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["session", "-created_at"], name="recall_newest_first")]
+
+    def __str__(self) -> str:
+        return self.id
+
+
+class EventType(models.TextChoices):
+    SESSION_CREATED = "session.created"
+    MEMORY_SAVED = "memory.saved"
+    SESSION_ENDED = "session.ended"
+
+
+class SessionEvent(models.Model):
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="events")
+    seq = models.PositiveIntegerField()
+    type = models.CharField(max_length=32, choices=EventType.choices)
+    data = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["session", "seq"], name="unique_event_seq"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.session_id}#{self.seq} {self.type}"

@@ -1,0 +1,138 @@
+"""Input serializers of the session routes, and their output shapes for the schema."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from memoryadmin.api.serializers import DeploymentOutput, StrictCharField, StrictSerializer
+
+
+class SessionCreateInput(StrictSerializer):
+    agentId = StrictCharField(allow_blank=False)
+    deploymentId = StrictCharField(required=False, allow_blank=False)
+    projectId = StrictCharField(required=False, allow_blank=False)
+    # Checked by the service, so that every binding problem is reported as
+    # invalid_memory_binding naming the binding.
+    memory = serializers.JSONField(required=False)
+    labels = serializers.JSONField(required=False)
+
+
+class RecallInputText(StrictSerializer):
+    text = StrictCharField(required=False, allow_null=True)
+
+
+class RecallInput(StrictSerializer):
+    use = serializers.ListField(child=StrictCharField(allow_blank=False), required=False)
+    input = RecallInputText(required=False)
+
+
+class ToolCallInput(StrictSerializer):
+    recallId = StrictCharField(allow_blank=False)
+    callId = StrictCharField(allow_blank=False, max_length=256)
+    name = StrictCharField(allow_blank=False)
+    # Checked by the tool, so that malformed arguments are invalid_tool_arguments.
+    arguments = serializers.JSONField(required=False)
+
+
+# Shapes for the schema only.
+
+
+class BindingSchema(serializers.Serializer):
+    scope = serializers.ChoiceField(choices=["document", "collection", "namespace"])
+    id = serializers.CharField(required=False, help_text="Document or namespace id.")
+    access = serializers.ChoiceField(choices=["read", "read-write"], required=False)
+
+
+class SessionCreateSchema(serializers.Serializer):
+    agentId = serializers.CharField(help_text="<agent>@development or <agent>@production.")
+    deploymentId = serializers.CharField(
+        required=False, help_text="Pins a deployment; default: the agent's active one."
+    )
+    projectId = serializers.CharField(
+        required=False, help_text="Required only for keys that reach every project."
+    )
+    memory = serializers.DictField(
+        child=BindingSchema(), required=False, help_text="Bindings keyed by resource id (≤ 8)."
+    )
+    labels = serializers.DictField(child=serializers.CharField(), required=False)
+
+
+class BindingOutput(serializers.Serializer):
+    resource = serializers.CharField()
+    scope = serializers.ChoiceField(choices=["document", "collection", "namespace"])
+    id = serializers.CharField(required=False)
+    access = serializers.ChoiceField(choices=["read", "read-write"])
+    writable = serializers.BooleanField()
+
+
+class SessionOutput(serializers.Serializer):
+    id = serializers.CharField()
+    projectId = serializers.CharField()
+    agentId = serializers.CharField()
+    agent = serializers.CharField()
+    environment = serializers.ChoiceField(choices=["development", "production"])
+    deploymentId = serializers.CharField()
+    status = serializers.ChoiceField(choices=["active", "ended"])
+    labels = serializers.DictField(child=serializers.CharField())
+    memory = BindingOutput(many=True)
+    createdAt = serializers.DateTimeField()
+    endedAt = serializers.DateTimeField(allow_null=True)
+
+
+class SessionCreateOutput(serializers.Serializer):
+    session = SessionOutput()
+    deployment = DeploymentOutput()
+
+
+class SessionPageOutput(serializers.Serializer):
+    sessions = SessionOutput(many=True)
+    nextCursor = serializers.CharField(allow_null=True)
+
+
+class EventOutput(serializers.Serializer):
+    seq = serializers.IntegerField()
+    type = serializers.ChoiceField(choices=["session.created", "memory.saved", "session.ended"])
+    createdAt = serializers.DateTimeField()
+    # A schema-only shape, so shadowing Serializer.data is harmless.
+    data = serializers.DictField(  # type: ignore[assignment]
+        help_text="memory.saved: resource, documentId, revision, bytes."
+    )
+
+
+class EventPageOutput(serializers.Serializer):
+    events = EventOutput(many=True)
+    nextAfter = serializers.IntegerField(
+        allow_null=True, help_text="Pass as `after` for more; null when this page is the last."
+    )
+
+
+class SourceOutput(serializers.Serializer):
+    id = serializers.CharField()
+    title = serializers.CharField()
+    revision = serializers.CharField()
+    updatedAt = serializers.DateTimeField()
+
+
+class ProjectionOutput(serializers.Serializer):
+    text = serializers.CharField()
+    sources = SourceOutput(many=True)
+    writable = serializers.BooleanField()
+
+
+class ToolDefinitionOutput(serializers.Serializer):
+    name = serializers.CharField()
+    description = serializers.CharField()
+    inputSchema = serializers.DictField(help_text="JSON Schema of the arguments.")
+
+
+class RecallOutput(serializers.Serializer):
+    recallId = serializers.CharField()
+    memory = serializers.DictField(child=ProjectionOutput(), help_text="Keyed by resource id.")
+    tools = ToolDefinitionOutput(many=True)
+
+
+class ToolCallOutput(serializers.Serializer):
+    result = serializers.DictField(
+        help_text="The tool's result, passed to the model unchanged: saved, conflict, "
+        "rejected, a document, or a page of documents."
+    )

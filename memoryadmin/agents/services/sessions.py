@@ -1,0 +1,340 @@
+"""Sessions: create (idempotently), inspect, list, end, and their ordered events."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import secrets
+from datetime import datetime
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from memoryadmin.agents.bindings import BindingSpec, binding_spec, bindings_admit, bindings_parse
+from memoryadmin.agents.errors import IdempotencyConflict, InvalidMemoryBinding, SessionNotFound
+from memoryadmin.agents.models import Binding, EventType, Session, SessionEvent, SessionStatus
+from memoryadmin.memory.cursors import cursor_dump, cursor_load
+from memoryadmin.memory.errors import Forbidden, InvalidRequest, NotFound, PreconditionFailed
+from memoryadmin.memory.limits import check_agent_id, check_environment
+from memoryadmin.memory.models import ApiKey, Deployment, Project
+from memoryadmin.memory.services.audit import audit_record
+from memoryadmin.memory.services.deployments import (
+    active_deployment,
+    deployment_get,
+    resource_get,
+)
+from memoryadmin.memory.services.documents import document_create, document_get
+
+IDEMPOTENCY_KEY_MAX = 256
+# Printable characters only: the key travels in an HTTP header.
+IDEMPOTENCY_KEY_RE = re.compile(r"[\x20-\x7e]{1,256}")
+LABELS_MAX = 32
+LABEL_KEY_MAX = 64
+LABEL_VALUE_MAX = 256
+SESSION_PAGE_SIZE = 50
+EVENT_PAGE_SIZE = 500
+
+
+def new_session_id() -> str:
+    return "ses_" + secrets.token_hex(12)
+
+
+def agent_ref_parse(value: object) -> tuple[str, str]:
+    """`<agent>@<environment>` split into its parts."""
+    if not isinstance(value, str) or value.count("@") != 1:
+        raise InvalidRequest("agentId must be '<agent>@development' or '<agent>@production'.")
+    agent, environment = value.split("@")
+    return check_agent_id(agent), check_environment(environment)
+
+
+def check_idempotency_key(value: object) -> str:
+    if not isinstance(value, str) or not IDEMPOTENCY_KEY_RE.fullmatch(value):
+        raise InvalidRequest(
+            f"Idempotency-Key is required: 1-{IDEMPOTENCY_KEY_MAX} printable ASCII characters."
+        )
+    return value
+
+
+def labels_check(raw: object) -> dict[str, str]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise InvalidRequest("labels must be an object of strings.")
+    if len(raw) > LABELS_MAX:
+        raise InvalidRequest(f"labels takes at most {LABELS_MAX} entries.")
+    for name, value in raw.items():
+        if not 1 <= len(name) <= LABEL_KEY_MAX:
+            raise InvalidRequest(f"Label names are 1-{LABEL_KEY_MAX} characters.")
+        if not isinstance(value, str) or len(value) > LABEL_VALUE_MAX:
+            raise InvalidRequest(
+                f"labels.{name} must be a string of at most {LABEL_VALUE_MAX} characters."
+            )
+    return dict(raw)
+
+
+def _fingerprint(agent: str, deployment_id: str, environment: str, specs: list[BindingSpec]) -> str:
+    canonical = json.dumps(
+        {
+            "agent": agent,
+            "deployment": deployment_id,
+            "environment": environment,
+            "memory": [spec.as_dict() for spec in specs],
+        },
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def _pinned_deployment(
+    project: Project, agent: str, environment: str, deployment_id: str | None
+) -> Deployment:
+    if deployment_id is None:
+        deployment = active_deployment(project=project, environment=environment, agent=agent)
+        if deployment is None:
+            raise InvalidRequest(
+                f"Agent '{agent}' has no active deployment in {environment}; "
+                "promote one or pass deploymentId."
+            )
+        return deployment
+    deployment = deployment_get(project=project, deployment_id=deployment_id)
+    if deployment.agent != agent:
+        raise InvalidRequest(
+            f"Deployment {deployment_id} belongs to agent '{deployment.agent}', not '{agent}'."
+        )
+    return deployment
+
+
+def _replay(
+    existing: Session,
+    fingerprint: str,
+    *,
+    agent: str,
+    environment: str,
+    deployment: Deployment,
+    specs: list[BindingSpec],
+) -> Session:
+    """The session a reused key created, if the request repeats its inputs."""
+    if existing.fingerprint == fingerprint:
+        return existing
+    stored = [binding_spec(b) for b in existing.bindings.select_related("resource")]
+    differs = [
+        name
+        for name, same in (
+            ("agent", existing.agent == agent),
+            ("deployment", existing.deployment_id == deployment.id),
+            ("environment", existing.environment == environment),
+            ("memory", sorted(stored, key=lambda s: s.resource) == specs),
+        )
+        if not same
+    ]
+    raise IdempotencyConflict(
+        f"This Idempotency-Key already created session {existing.id} with a different "
+        f"{', '.join(differs) or 'set of inputs'}; use a new key for a different session.",
+        differs=differs,
+    )
+
+
+@transaction.atomic
+def session_create(
+    *,
+    project: Project,
+    agent_id: str,
+    deployment_id: str | None = None,
+    memory: object = None,
+    labels: object = None,
+    idempotency_key: str,
+    actor: str,
+) -> tuple[Session, bool]:
+    """Creates a session, or returns the one this key already created.
+
+    Returns the session and whether this call created it.
+    """
+    check_idempotency_key(idempotency_key)
+    agent, environment = agent_ref_parse(agent_id)
+    deployment = _pinned_deployment(project, agent, environment, deployment_id)
+    specs = bindings_parse(memory)
+    checked_labels = labels_check(labels)
+    fingerprint = _fingerprint(agent, deployment.id, environment, specs)
+    facts: dict[str, Any] = {
+        "agent": agent,
+        "environment": environment,
+        "deployment": deployment,
+        "specs": specs,
+    }
+    existing = Session.objects.filter(project=project, idempotency_key=idempotency_key).first()
+    if existing is not None:
+        return _replay(existing, fingerprint, **facts), False
+    resources = bindings_admit(deployment=deployment, environment=environment, specs=specs)
+    now = timezone.now()
+    try:
+        # The unique (project, key) constraint decides between concurrent
+        # requests: the loser waits for the winner's commit, then replays it.
+        with transaction.atomic():
+            session = Session.objects.create(
+                id=new_session_id(),
+                project=project,
+                environment=environment,
+                agent=agent,
+                deployment=deployment,
+                labels=checked_labels,
+                idempotency_key=idempotency_key,
+                fingerprint=fingerprint,
+                created_at=now,
+            )
+    except IntegrityError:
+        existing = Session.objects.get(project=project, idempotency_key=idempotency_key)
+        return _replay(existing, fingerprint, **facts), False
+    Binding.objects.bulk_create(
+        Binding(
+            session=session,
+            resource=resources[spec.resource],
+            scope=spec.scope,
+            target_id=spec.target_id,
+            access=spec.access,
+        )
+        for spec in specs
+    )
+    event_append(
+        session=session,
+        type=EventType.SESSION_CREATED,
+        data={"agent": agent, "environment": environment, "deploymentId": deployment.id},
+    )
+    audit_record(
+        project_id=project.id,
+        environment=environment,
+        actor=actor,
+        action="session.create",
+        detail={"session": session.id, "agent": agent, "deployment": deployment.id},
+    )
+    return session, True
+
+
+def event_append(*, session: Session, type: str, data: dict[str, Any]) -> SessionEvent:
+    """Appends the session's next event. The caller holds the session row
+    (created it, or locked it with select_for_update), so seq cannot race."""
+    session.last_seq += 1
+    Session.objects.filter(pk=session.pk).update(last_seq=session.last_seq)
+    return SessionEvent.objects.create(
+        session=session, seq=session.last_seq, type=type, data=data, created_at=timezone.now()
+    )
+
+
+def session_get(*, session_id: str, key: ApiKey | None = None, write: bool = False) -> Session:
+    """A session, if it exists and the key (when given) reaches its project."""
+    session = Session.objects.filter(pk=session_id).select_related("deployment").first()
+    # Sessions outside the key's reach are as missing as unknown ones.
+    if session is None or (key is not None and not key.can_reach(session.project_id)):
+        raise SessionNotFound(f"No session '{session_id}'.")
+    if write and key is not None and key.read_only:
+        raise Forbidden("This API key is read-only.")
+    return session
+
+
+def session_lock(*, session: Session) -> Session:
+    """The session row, locked until the end of the current transaction."""
+    return Session.objects.select_for_update().get(pk=session.pk)
+
+
+@transaction.atomic
+def session_end(*, session: Session, actor: str) -> Session:
+    """Ends a session, revoking its memory writes; ending it again changes nothing.
+
+    Takes the lock every agent save takes, so no save commits after an end.
+    """
+    locked = session_lock(session=session)
+    if not locked.is_active:
+        return locked
+    locked.status = SessionStatus.ENDED
+    locked.ended_at = timezone.now()
+    Session.objects.filter(pk=locked.pk).update(status=locked.status, ended_at=locked.ended_at)
+    event_append(session=locked, type=EventType.SESSION_ENDED, data={})
+    audit_record(
+        project_id=locked.project_id,
+        environment=locked.environment,
+        actor=actor,
+        action="session.end",
+        detail={"session": locked.id, "agent": locked.agent},
+    )
+    return locked
+
+
+def session_list(
+    *,
+    project: Project,
+    environment: str,
+    agent: str | None = None,
+    status: str | None = None,
+    cursor: str | None = None,
+    limit: int = SESSION_PAGE_SIZE,
+) -> tuple[list[Session], str | None]:
+    """Sessions newest first (createdAt desc, then id), in keyset pages."""
+    check_environment(environment)
+    sessions = Session.objects.filter(project=project, environment=environment)
+    if agent is not None:
+        sessions = sessions.filter(agent=check_agent_id(agent))
+    if status is not None:
+        if status not in SessionStatus.values:
+            raise InvalidRequest("status must be 'active' or 'ended'.")
+        sessions = sessions.filter(status=status)
+    scope = f"sessions:{project.id}:{environment}:{agent or ''}:{status or ''}"
+    if cursor is not None:
+        created_at, session_id = _position(cursor_load(cursor, scope=scope))
+        sessions = sessions.filter(
+            Q(created_at__lt=created_at) | Q(created_at=created_at, id__gt=session_id)
+        )
+    page = list(sessions.select_related("deployment").order_by("-created_at", "id")[: limit + 1])
+    next_cursor = None
+    if len(page) > limit:
+        page = page[:limit]
+        next_cursor = cursor_dump([page[-1].created_at.isoformat(), page[-1].id], scope=scope)
+    return page, next_cursor
+
+
+def _position(position: list[Any]) -> tuple[datetime, str]:
+    created_at = parse_datetime(position[0]) if position and isinstance(position[0], str) else None
+    if len(position) != 2 or created_at is None or not isinstance(position[1], str):
+        raise InvalidRequest("cursor is not valid for this list.")
+    return created_at, position[1]
+
+
+def session_events(
+    *, session: Session, after: int = 0, limit: int = EVENT_PAGE_SIZE
+) -> list[SessionEvent]:
+    """Events with seq above `after`, ascending, at most `limit`."""
+    return list(session.events.filter(seq__gt=after).order_by("seq")[:limit])
+
+
+def binding_documents_ensure(
+    *, project: Project, environment: str, specs: list[BindingSpec], actor: str
+) -> dict[str, bool]:
+    """Creates each bound document that does not exist yet, titled after its id.
+
+    Returns {resource: created} for the document bindings. A deleted id stays
+    reserved: it fails here, before any session is created.
+    """
+    outcome: dict[str, bool] = {}
+    for spec in specs:
+        if spec.scope != "document":
+            continue
+        resource = resource_get(project=project, environment=environment, resource_id=spec.resource)
+        if resource.kind != "document":
+            raise InvalidMemoryBinding(spec.resource, "only document resources keep documents.")
+        try:
+            document_create(
+                resource=resource, doc_id=spec.target_id, title=spec.target_id, actor=actor
+            )
+            outcome[spec.resource] = True
+        except PreconditionFailed:
+            try:
+                document_get(resource=resource, doc_id=spec.target_id)
+            except NotFound as exc:
+                raise InvalidMemoryBinding(
+                    spec.resource, f"document '{spec.target_id}' was deleted; use a new id."
+                ) from exc
+            outcome[spec.resource] = False
+    return outcome

@@ -1,0 +1,215 @@
+"""Session routes of the management API and the runtime routes agent hosts call."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from memoryadmin.agents import serializers as s
+from memoryadmin.agents.models import Session
+from memoryadmin.agents.representations import event_dict, sessions_dicts
+from memoryadmin.agents.services import runtime
+from memoryadmin.agents.services import sessions as session_services
+from memoryadmin.api.serializers import ErrorOutput, require_query_string, validated
+from memoryadmin.api.views import CURSOR, ENVIRONMENT, ERRORS, ApiView
+from memoryadmin.memory.errors import DomainError, InvalidRequest
+from memoryadmin.memory.models import Project
+from memoryadmin.memory.representations import deployment_dict
+from memoryadmin.memory.services.deployments import deployment_active_in
+
+IDEMPOTENCY_KEY = OpenApiParameter(
+    "Idempotency-Key",
+    OpenApiTypes.STR,
+    OpenApiParameter.HEADER,
+    required=True,
+    description="1-256 printable characters. Reusing a key with the same agent, deployment, "
+    "environment and bindings returns the session it created (200).",
+)
+PROJECT_ID = OpenApiParameter(
+    "projectId",
+    OpenApiTypes.STR,
+    OpenApiParameter.QUERY,
+    description="Required only for keys that reach every project.",
+)
+
+
+def _error(description: str) -> OpenApiResponse:
+    return OpenApiResponse(ErrorOutput, description=description)
+
+
+class SessionApiView(ApiView):
+    def handle_exception(self, exc: Exception) -> Response:
+        response = super().handle_exception(exc)
+        # Errors naming a binding, a resource or what differs carry it in details.
+        if isinstance(exc, DomainError) and exc.details and isinstance(response.data, dict):
+            response.data["error"]["details"] = exc.details
+        return response
+
+    def project_of(self, request: Request, project_id: str | None, *, write: bool) -> Project:
+        key = self.key(request)
+        if project_id is None:
+            if key.project_id is None:
+                raise InvalidRequest("projectId is required for keys that reach every project.")
+            project_id = key.project_id
+        return self.project(request, project_id, write=write)
+
+    def session(self, request: Request, session_id: str, *, write: bool = False) -> Session:
+        return session_services.session_get(
+            session_id=session_id, key=self.key(request), write=write
+        )
+
+
+def _session_body(session: Session) -> dict[str, Any]:
+    return sessions_dicts([session])[0]
+
+
+class SessionListView(SessionApiView):
+    @extend_schema(
+        parameters=[
+            ENVIRONMENT,
+            PROJECT_ID,
+            OpenApiParameter("agent", OpenApiTypes.STR, OpenApiParameter.QUERY),
+            OpenApiParameter(
+                "status", OpenApiTypes.STR, OpenApiParameter.QUERY, enum=["active", "ended"]
+            ),
+            CURSOR,
+        ],
+        responses={200: s.SessionPageOutput, **ERRORS},
+        operation_id="sessions_list",
+    )
+    def get(self, request: Request) -> Response:
+        project = self.project_of(request, require_query_string(request, "projectId"), write=False)
+        sessions, next_cursor = session_services.session_list(
+            project=project,
+            environment=self.environment(request),
+            agent=require_query_string(request, "agent"),
+            status=require_query_string(request, "status"),
+            cursor=self.cursor(request),
+        )
+        return Response({"sessions": sessions_dicts(sessions), "nextCursor": next_cursor})
+
+    @extend_schema(
+        parameters=[IDEMPOTENCY_KEY],
+        request=s.SessionCreateSchema,
+        responses={
+            200: OpenApiResponse(s.SessionCreateOutput, description="The key's existing session."),
+            201: s.SessionCreateOutput,
+            **ERRORS,
+            409: _error("idempotency_conflict"),
+        },
+        operation_id="sessions_create",
+        description="Bindings that fail admission are 400 invalid_memory_binding, naming the "
+        "binding in error.details.binding.",
+    )
+    def post(self, request: Request) -> Response:
+        data = validated(s.SessionCreateInput, request)
+        project = self.project_of(request, data.get("projectId"), write=True)
+        session, created = session_services.session_create(
+            project=project,
+            agent_id=data["agentId"],
+            deployment_id=data.get("deploymentId"),
+            memory=data.get("memory"),
+            labels=data.get("labels"),
+            idempotency_key=request.META.get("HTTP_IDEMPOTENCY_KEY", ""),
+            actor=self.actor(request),
+        )
+        deployment = session.deployment
+        active = deployment_active_in(deployments=[deployment])[deployment.id]
+        body = {
+            "session": _session_body(session),
+            "deployment": deployment_dict(deployment, active_in=active),
+        }
+        return Response(body, status=201 if created else 200)
+
+
+class SessionDetailView(SessionApiView):
+    @extend_schema(responses={200: s.SessionOutput, **ERRORS}, operation_id="sessions_retrieve")
+    def get(self, request: Request, session_id: str) -> Response:
+        return Response(_session_body(self.session(request, session_id)))
+
+
+class SessionEndView(SessionApiView):
+    @extend_schema(
+        request=None,
+        responses={200: s.SessionOutput, **ERRORS},
+        operation_id="sessions_end",
+        description="Revokes the session's memory writes at once. Ending an ended session "
+        "returns it unchanged.",
+    )
+    def post(self, request: Request, session_id: str) -> Response:
+        session = self.session(request, session_id, write=True)
+        ended = session_services.session_end(session=session, actor=self.actor(request))
+        return Response(_session_body(ended))
+
+
+class SessionEventsView(SessionApiView):
+    @extend_schema(
+        parameters=[
+            OpenApiParameter(
+                "after",
+                OpenApiTypes.INT,
+                OpenApiParameter.QUERY,
+                description="Return events with a seq above this (default 0).",
+            )
+        ],
+        responses={200: s.EventPageOutput, **ERRORS},
+        operation_id="sessions_events",
+    )
+    def get(self, request: Request, session_id: str) -> Response:
+        session = self.session(request, session_id)
+        raw = request.query_params.get("after", "0")
+        if not raw.isdigit() or len(raw) > 12:
+            raise InvalidRequest("after must be a non-negative integer.")
+        limit = session_services.EVENT_PAGE_SIZE
+        events = session_services.session_events(session=session, after=int(raw), limit=limit)
+        next_after = events[-1].seq if len(events) == limit else None
+        return Response({"events": [event_dict(e) for e in events], "nextAfter": next_after})
+
+
+class RecallView(SessionApiView):
+    @extend_schema(
+        request=s.RecallInput,
+        responses={
+            200: s.RecallOutput,
+            **ERRORS,
+            409: _error("recall_failed (details: resource, reason) or session_closed"),
+        },
+        operation_id="sessions_recall",
+        description="Recalls every bound resource before a model request. `use` selects the "
+        "resources whose tools the request offers; 400 not_bound for one that is not bound.",
+    )
+    def post(self, request: Request, session_id: str) -> Response:
+        session = self.session(request, session_id, write=True)
+        data = validated(s.RecallInput, request)
+        body = runtime.recall_create(
+            session=session,
+            use=data.get("use", []),
+            input_text=(data.get("input") or {}).get("text"),
+        )
+        return Response(body)
+
+
+class ToolCallView(SessionApiView):
+    @extend_schema(
+        request=s.ToolCallInput,
+        responses={200: s.ToolCallOutput, **ERRORS},
+        operation_id="sessions_tool_call",
+        description="Runs a memory tool call of the model. Outcomes the model can act on "
+        "(saved, conflict, rejected, ...) are 200 results; malformed arguments are 400 "
+        "invalid_tool_arguments.",
+    )
+    def post(self, request: Request, session_id: str) -> Response:
+        session = self.session(request, session_id, write=True)
+        data = validated(s.ToolCallInput, request)
+        result = runtime.tool_call(
+            session=session,
+            recall_id=data["recallId"],
+            call_id=data["callId"],
+            name=data["name"],
+            arguments=data.get("arguments", {}),
+        )
+        return Response({"result": result})

@@ -1,0 +1,236 @@
+"""The Python SDK and the example agent host against a live server over real HTTP."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memoryadmin.agents.models import Session, SessionEvent
+from memoryadmin.client import ApiError, Client, DocumentDeleted
+from memoryadmin.memory.models import Document, DocumentVersion, Project, Resource
+from memoryadmin.memory.services.projects import api_key_create
+from tests.conftest import MANIFEST_MEMORY
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def api_key(project: Project) -> str:
+    return api_key_create(project_id=project.id)[1]
+
+
+@pytest.fixture
+def client(live_server: Any, api_key: str) -> Iterator[Client]:
+    with Client(live_server.url, api_key, project="acme") as client:
+        yield client
+
+
+def test_start_session_on_document_creates_both_then_converges(
+    client: Client, notes: Resource
+) -> None:
+    first = client.start_session_on_document(
+        agent="support-bot",
+        resource="notes",
+        document_id="workshop",
+        document={"title": "Workshop notes", "text": "Node.js 22."},
+        idempotency_key="topic/workshop/1",
+    )
+    assert (first.document.created, first.session.created) == (True, True)
+    assert first.document.document["title"] == "Workshop notes"
+    session = first.session.session
+    assert session["memory"] == [
+        {
+            "resource": "notes",
+            "scope": "document",
+            "id": "workshop",
+            "access": "read-write",
+            "writable": True,
+        }
+    ]
+    assert first.session.deployment["id"] == session["deploymentId"]
+    again = client.start_session_on_document(
+        agent="support-bot",
+        resource="notes",
+        document_id="workshop",
+        document={"title": "Ignored now", "text": "Ignored."},
+        idempotency_key="topic/workshop/1",
+    )
+    assert (again.document.created, again.session.created) == (False, False)
+    assert again.session.session["id"] == session["id"]
+    assert again.document.document["text"] == "Node.js 22."
+    stored = Session.objects.get()
+    assert stored.idempotency_key == "topic/workshop/1:session"
+    assert Document.objects.get(resource=notes).title == "Workshop notes"
+
+
+def test_start_session_on_deleted_document_fails_before_any_session(
+    client: Client, notes: Resource
+) -> None:
+    created = client.create_document("notes", "gone", title="Gone")
+    client.delete_document("notes", "gone", revision=created["revision"])
+    with pytest.raises(DocumentDeleted) as raised:
+        client.start_session_on_document(
+            agent="support-bot", resource="notes", document_id="gone", idempotency_key="t/gone"
+        )
+    assert raised.value.status == 404
+    assert not Session.objects.exists()
+
+
+def test_start_session_with_another_binding_under_the_same_key_is_a_conflict(
+    client: Client, notes: Resource
+) -> None:
+    client.start_session_on_document(
+        agent="support-bot", resource="notes", document_id="a", idempotency_key="topic"
+    )
+    with pytest.raises(ApiError) as raised:
+        client.start_session_on_document(
+            agent="support-bot", resource="notes", document_id="b", idempotency_key="topic"
+        )
+    assert (raised.value.status, raised.value.code) == (409, "idempotency_conflict")
+    assert raised.value.details == {"differs": ["memory"]}
+    assert Session.objects.count() == 1
+
+
+def test_documents_with_revisions_and_errors(client: Client, notes: Resource) -> None:
+    created = client.create_document("notes", "doc", title="Doc", text="one", summary="s")
+    assert (created["text"], created["writer"]) == ("one", {"kind": "owner"})
+    with pytest.raises(ApiError) as exists:
+        client.create_document("notes", "doc", title="Again")
+    assert (exists.value.status, exists.value.code) == (412, "precondition_failed")
+    replaced = client.replace_document("notes", "doc", revision=created["revision"], text="two")
+    assert (replaced["text"], replaced["summary"]) == ("two", "s")
+    with pytest.raises(ApiError) as stale:
+        client.replace_document("notes", "doc", revision=created["revision"], text="three")
+    assert stale.value.status == 412
+    # A quoted ETag kept verbatim works as well as the bare revision.
+    frozen = client.patch_document(
+        "notes", "doc", revision=f'"{replaced["revision"]}"', agent_writes="disabled"
+    )
+    assert frozen["agentWrites"] == "disabled"
+    assert client.get_document("notes", "doc") == frozen
+    client.delete_document("notes", "doc", revision=frozen["revision"])
+    with pytest.raises(ApiError) as missing:
+        client.get_document("notes", "doc")
+    assert (missing.value.status, missing.value.code) == (404, "not_found")
+    assert Document.objects.get(doc_id="doc").deleted
+    assert DocumentVersion.objects.filter(document__doc_id="doc").count() == 3
+
+
+def test_iter_documents_follows_every_page(client: Client, notes: Resource) -> None:
+    for i in range(53):
+        client.create_document("notes", f"d{i:02d}", title=f"D{i}")
+    first = client.list_documents("notes")
+    assert len(first["documents"]) == 50
+    assert first["nextCursor"] is not None
+    ids = [entry["id"] for entry in client.iter_documents("notes")]
+    assert sorted(ids) == [f"d{i:02d}" for i in range(53)]
+    inventory = {r["id"]: r["documents"] for r in client.memory_inventory()}
+    assert inventory["notes"] == 53
+
+
+def test_deployments(client: Client, project: Project) -> None:
+    deployment = client.create_deployment("sales-bot", MANIFEST_MEMORY)
+    assert deployment["activeIn"] == []
+    promoted = client.promote_deployment(deployment["id"], "production")
+    assert promoted["activeIn"] == ["production"]
+    assert client.get_deployment(deployment["id"])["agent"] == "sales-bot"
+    listed = client.list_deployments(agent="sales-bot")
+    assert [d["id"] for d in listed] == [deployment["id"]]
+    assert project.deployments.filter(agent="sales-bot").count() == 1
+
+
+def test_sessions_runtime_and_events(client: Client, notes: Resource) -> None:
+    client.create_document("notes", "workshop", title="Workshop", text="v1")
+    created = client.create_session(
+        agent="support-bot",
+        idempotency_key="raw-key",
+        memory={"notes": {"scope": "document", "id": "workshop", "access": "read-write"}},
+        labels={"user": "u1"},
+    )
+    assert created.created is True
+    session_id = created.session["id"]
+    assert client.get_session(session_id)["labels"] == {"user": "u1"}
+    listed = client.list_sessions(status="active")
+    assert [s["id"] for s in listed["sessions"]] == [session_id]
+
+    recall = client.recall(session_id, use=["notes"], input_text="hello")
+    assert recall["memory"]["notes"]["text"] == "v1"
+    assert [t["name"] for t in recall["tools"]] == ["memory_save"]
+    saved = client.tool_call(
+        session_id, recall_id=recall["recallId"], name="memory_save", arguments={"text": "v2"}
+    )
+    assert saved["status"] == "saved"
+    conflict = client.tool_call(
+        session_id, recall_id=recall["recallId"], name="memory_save", arguments={"text": "v3"}
+    )
+    assert conflict == {"status": "conflict", "text": "v2", "summary": ""}
+    with pytest.raises(ApiError) as malformed:
+        client.tool_call(
+            session_id, recall_id=recall["recallId"], name="memory_save", arguments={"txt": "x"}
+        )
+    assert (malformed.value.status, malformed.value.code) == (400, "invalid_tool_arguments")
+
+    ended = client.end_session(session_id)
+    assert ended["status"] == "ended"
+    assert ended["memory"][0]["writable"] is False
+    events = list(client.iter_session_events(session_id))
+    assert [(e["seq"], e["type"]) for e in events] == [
+        (1, "session.created"),
+        (2, "memory.saved"),
+        (3, "session.ended"),
+    ]
+    assert events[1]["data"]["revision"] == saved["revision"]
+    assert client.session_events(session_id, after=2)["events"][0]["type"] == "session.ended"
+    assert Document.objects.get(doc_id="workshop").text == "v2"
+    assert SessionEvent.objects.filter(session_id=session_id).count() == 3
+
+
+def test_api_errors_carry_status_code_and_message(live_server: Any, project: Project) -> None:
+    with (
+        Client(live_server.url, "mak_not-a-key", project="acme") as client,
+        pytest.raises(ApiError) as raised,
+    ):
+        client.get_session("ses_x")
+    assert (raised.value.status, raised.value.code) == (401, "unauthorized")
+    assert raised.value.message
+
+
+def test_example_agent_host_runs_its_scenario(
+    live_server: Any, api_key: str, project: Project
+) -> None:
+    completed = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "examples" / "agent_host.py"),
+            "--base-url",
+            live_server.url,
+            "--api-key",
+            api_key,
+            "--project",
+            "acme",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    out = completed.stdout
+    assert "memory_save -> saved" in out
+    assert "memory_save -> conflict" in out
+    assert "events: 1 session.created, 2 memory.saved, 3 memory.saved, 4 session.ended" in out
+    session = Session.objects.get()
+    assert session.status == "ended"
+    document = Document.objects.get(doc_id="agent-host-example")
+    assert "- Owner: the room is booked." in document.text
+    assert document.text.count("Decided") == 2
+    assert (document.writer_kind, document.writer_session_id) == ("agent", session.id)
