@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
+from django.utils.csp import CSP
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("MEMORYADMIN_VAR_DIR", BASE_DIR / "var"))
@@ -119,6 +120,9 @@ INSTALLED_APPS = [
     "memoryadmin.memory",
     "memoryadmin.api",
     "memoryadmin.agents",
+    "memoryadmin.web",
+    "memoryadmin.providers",
+    "memoryadmin.refprovider",
 ]
 
 MIDDLEWARE = [
@@ -130,6 +134,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
 ]
 
@@ -175,6 +180,21 @@ SESSION_COOKIE_HTTPONLY = True
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 
+# The Memory page: Django auth logins, scripts and styles only from our own static files.
+LOGIN_URL = "web:login"
+LOGIN_REDIRECT_URL = "web:home"
+LOGOUT_REDIRECT_URL = "web:login"
+SECURE_CSP = {
+    "default-src": [CSP.SELF],
+    "script-src": [CSP.SELF],
+    "style-src": [CSP.SELF],
+    "img-src": [CSP.SELF, "data:"],
+    "object-src": [CSP.NONE],
+    "base-uri": [CSP.NONE],
+    "form-action": [CSP.SELF],
+    "frame-ancestors": [CSP.NONE],
+}
+
 # The management API parses JSON itself (with its own 64 KiB limit), so this
 # only guards form posts.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
@@ -203,6 +223,12 @@ SPECTACULAR_SETTINGS = {
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     "SERVE_AUTHENTICATION": [],
 }
+
+# HTTP memory providers. Partition keys are derived from this secret (unset:
+# from SECRET_KEY, so rotating that key would move every partition). The
+# reference provider accepts this bearer token (unset: derived from SECRET_KEY).
+MEMORYADMIN_PARTITION_SECRET = os.environ.get("MEMORYADMIN_PARTITION_SECRET", "")
+REFERENCE_PROVIDER_TOKEN = os.environ.get("REFERENCE_PROVIDER_TOKEN", "")
 
 LOGGING = {
     "version": 1,

@@ -18,9 +18,12 @@ def health(request: HttpRequest) -> JsonResponse:
 urlpatterns = [
     path("api/managed-agents/", include("memoryadmin.api.urls")),
     path("api/managed-agents/", include("memoryadmin.agents.urls")),
+    path("api/managed-agents/", include("memoryadmin.providers.urls")),
+    path("reference-provider/", include("memoryadmin.refprovider.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="api-docs"),
     path("healthz", health, name="health"),
+    path("", include("memoryadmin.web.urls")),
 ]
 
 handler404 = not_found_view

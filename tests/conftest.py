@@ -111,3 +111,49 @@ def api(client_for: Callable[[str | None], APIClient], keys: Keys) -> APIClient:
 
 DOCS = "/api/managed-agents/projects/acme/memory/notes/documents"
 DEV = "?environment=development"
+
+
+# Memory page personas: a user per role on "acme", and an outsider who owns
+# another project and has no role on "acme".
+PASSWORD = "a-long-test-password-1"
+
+
+@dataclass
+class People:
+    owner: Any
+    support: Any
+    viewer: Any
+    outsider: Any
+
+
+@pytest.fixture
+def people(project: Project, other_project: Project) -> People:
+    from django.contrib.auth import get_user_model
+
+    from memoryadmin.web.services.roles import role_grant
+
+    model = get_user_model()
+    users = {}
+    for persona, name, project_id, role in [
+        ("owner", "olivia", "acme", "owner"),
+        ("support", "sam", "acme", "support"),
+        ("viewer", "vera", "acme", "viewer"),
+        ("outsider", "oscar", "globex", "owner"),
+    ]:
+        users[persona] = model.objects.create_user(username=name, password=PASSWORD)
+        role_grant(username=name, project_id=project_id, role=role, actor="test")
+    return People(**users)
+
+
+@pytest.fixture
+def web_client_for() -> Callable[[Any], Any]:
+    """A Django test client logged in as the given user (None: anonymous)."""
+    from django.test import Client
+
+    def make(user: Any) -> Client:
+        client = Client()
+        if user is not None:
+            client.force_login(user)
+        return client
+
+    return make

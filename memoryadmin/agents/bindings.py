@@ -15,9 +15,13 @@ from memoryadmin.memory.limits import (
     check_resource_id,
 )
 from memoryadmin.memory.models import Deployment, Document, ProviderKind, Resource
+from memoryadmin.providers.partitions import partition_key
+from memoryadmin.providers.tools import http_tools, http_tools_merge
 
 NAMESPACE_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")
 BINDING_FIELDS = {"scope", "id", "access"}
+# The runtime's own tools; a provider tool may not take one of these names.
+ORDINARY_TOOL_NAMES = ("memory_save", "memory_list", "memory_read")
 
 
 @dataclass(frozen=True)
@@ -107,6 +111,16 @@ def bindings_admit(
                 spec.resource, f"the resource does not exist in {environment}; promote first."
             )
         _admit_one(spec, resource)
+    # Identical provider tool names merge only with identical schemas, and may
+    # not shadow an ordinary tool: otherwise the session is rejected here.
+    http_tools_merge(
+        targets=[
+            (spec.resource, http_tools(resources[spec.resource]))
+            for spec in specs
+            if spec.scope == Scope.NAMESPACE
+        ],
+        reserved=ORDINARY_TOOL_NAMES,
+    )
     return resources
 
 
@@ -137,6 +151,16 @@ def _admit_one(spec: BindingSpec, resource: Resource) -> None:
             )
 
 
+def binding_partition(*, session: Session, binding: Binding) -> str:
+    """The partition a namespace binding reads and writes at its provider."""
+    return partition_key(
+        project_id=session.project_id,
+        environment=session.environment,
+        resource_id=binding.resource.resource_id,
+        namespace=binding.target_id,
+    )
+
+
 def binding_spec(binding: Binding) -> BindingSpec:
     return BindingSpec(
         binding.resource.resource_id, binding.scope, binding.target_id, binding.access
@@ -154,9 +178,15 @@ def sessions_memory(sessions: list[Session]) -> dict[str, list[dict[str, Any]]]:
         [b for b in bindings if b.scope == Scope.DOCUMENT and b.access == Access.READ_WRITE]
     )
     active = {session.id for session in sessions if session.is_active}
+    by_id = {session.id: session for session in sessions}
     memory: dict[str, list[dict[str, Any]]] = {session.id: [] for session in sessions}
     for binding in bindings:
         entry: dict[str, Any] = binding_spec(binding).as_dict()
+        if binding.scope == Scope.NAMESPACE:
+            # Lets owners locate the remote data of this namespace.
+            entry["partition"] = binding_partition(
+                session=by_id[binding.session_id], binding=binding
+            )
         # Collections are never writable; a namespace reflects its access only.
         entry["writable"] = (
             binding.session_id in active

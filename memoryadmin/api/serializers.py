@@ -70,6 +70,13 @@ class DocumentPatchInput(StrictSerializer):
 class ProviderSchema(serializers.Serializer):
     kind = serializers.ChoiceField(choices=["document", "http"])
     maxBytes = serializers.IntegerField(min_value=1, max_value=16384, required=False)
+    connection = serializers.JSONField(
+        required=False, help_text="http: origin, methods, pathPrefix, headers (secret refs)."
+    )
+    path = serializers.CharField(required=False, help_text="http: the endpoint path.")
+    tools = serializers.JSONField(
+        required=False, help_text="http: up to 8 tools {name, description, access, input}."
+    )
 
 
 class DeclarationSchema(serializers.Serializer):

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+import secrets
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import transaction
 
+from memoryadmin.memory.errors import NotFound
 from memoryadmin.memory.models import Document, Project
 from memoryadmin.memory.services.deployments import (
     active_deployment,
@@ -18,24 +22,42 @@ from memoryadmin.memory.services.deployments import (
 )
 from memoryadmin.memory.services.documents import document_create
 from memoryadmin.memory.services.projects import api_key_authenticate, api_key_create
+from memoryadmin.refprovider.declaration import (
+    TOKEN_SECRET_NAME,
+    reference_declaration,
+    reference_token,
+)
 
 PROJECT_ID = "demo"
 AGENT = "support-bot"
-MANIFEST: dict[str, Any] = {
-    "agent": AGENT,
-    "memory": [
-        {
-            "id": "notes",
-            "description": "Workshop requirements and decisions.",
-            "provider": {"kind": "document", "maxBytes": 8192},
-        },
-        {
-            "id": "kb",
-            "description": "Product knowledge the support agent may consult.",
-            "provider": {"kind": "document", "maxBytes": 16384},
-        },
-    ],
-}
+DEFAULT_BASE_URL = "http://127.0.0.1:8000"
+
+
+def demo_manifest(base_url: str = DEFAULT_BASE_URL) -> dict[str, Any]:
+    """The demo agent's manifest; its http resource points at this server."""
+    return {
+        "agent": AGENT,
+        "memory": [
+            {
+                "id": "notes",
+                "description": "Workshop requirements and decisions.",
+                "provider": {"kind": "document", "maxBytes": 8192},
+            },
+            {
+                "id": "kb",
+                "description": "Product knowledge the support agent may consult.",
+                "provider": {"kind": "document", "maxBytes": 16384},
+            },
+            # An http provider: the reference provider served by the same server.
+            reference_declaration(
+                resource_id="facts",
+                base_url=base_url,
+                description="Facts the support agent learned about customers and their setups.",
+            ),
+        ],
+    }
+
+
 DOCUMENTS: list[dict[str, Any]] = [
     {
         "resource": "notes",
@@ -68,11 +90,23 @@ DOCUMENTS: list[dict[str, Any]] = [
 ]
 
 
+# Memory page logins: (username, role on the demo project).
+USERS = [("demo-owner", "owner"), ("demo-support", "support")]
+
+
+@dataclass
+class DemoLogin:
+    username: str
+    password: str
+    role: str
+
+
 @dataclass
 class DemoResult:
     project: Project
     api_key: str
     created: list[str]
+    logins: list[DemoLogin] = field(default_factory=list)
 
 
 def _key_file() -> Path:
@@ -93,22 +127,81 @@ def _demo_key(project: Project, created: list[str]) -> str:
     return raw
 
 
+def _logins_file() -> Path:
+    return Path(settings.VAR_DIR) / "demo-logins.json"
+
+
+def _demo_logins(project: Project, created: list[str]) -> list[DemoLogin]:
+    """The demo users, with passwords generated once and kept in var/ (mode 0600)."""
+    from memoryadmin.web.models import ProjectRole
+    from memoryadmin.web.services.roles import role_grant
+
+    path = _logins_file()
+    saved: dict[str, str] = json.loads(path.read_text()) if path.exists() else {}
+    model = get_user_model()
+    logins = []
+    for username, role in USERS:
+        password = saved.get(username, "")
+        user = model.objects.filter(username=username).first()
+        if user is None or not password or not user.check_password(password):
+            password = secrets.token_urlsafe(12)
+            if user is None:
+                user = model.objects.create_user(username=username, password=password)
+            else:
+                user.set_password(password)
+                user.save(update_fields=["password"])
+            created.append(f"login {username}")
+        if not ProjectRole.objects.filter(user=user, project=project, role=role).exists():
+            role_grant(username=username, project_id=project.id, role=role, actor="demo")
+        logins.append(DemoLogin(username=username, password=password, role=role))
+    passwords = {login.username: login.password for login in logins}
+    if passwords != saved:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(passwords, indent=2) + "\n")
+        path.chmod(0o600)
+    return logins
+
+
+def _demo_provider_token(project: Project, created: list[str]) -> None:
+    """The reference provider's token, stored as the secret the `facts` connection names."""
+    from memoryadmin.providers.services.secrets import secret_resolve, secret_set
+
+    token = reference_token()
+    for environment in ("development", "production"):
+        try:
+            current = secret_resolve(
+                project_id=project.id, environment=environment, name=TOKEN_SECRET_NAME
+            )
+        except NotFound:
+            current = None
+        if current != token:
+            secret_set(
+                project=project,
+                environment=environment,
+                name=TOKEN_SECRET_NAME,
+                value=token,
+                actor="demo",
+            )
+            created.append(f"secret {TOKEN_SECRET_NAME} ({environment})")
+
+
 @transaction.atomic
-def demo_setup() -> DemoResult:
+def demo_setup(*, base_url: str = DEFAULT_BASE_URL) -> DemoResult:
     created: list[str] = []
     project, was_created = Project.objects.get_or_create(
         id=PROJECT_ID, defaults={"name": "Demo project"}
     )
     if was_created:
         created.append("project demo")
-    declarations = declarations_normalize(MANIFEST["memory"])
+    manifest = demo_manifest(base_url)
+    declarations = declarations_normalize(manifest["memory"])
     for environment in ("development", "production"):
         active = active_deployment(project=project, environment=environment, agent=AGENT)
         if active is None or active.memory != declarations:
             deployment_create(
                 project=project,
                 agent=AGENT,
-                memory=MANIFEST["memory"],
+                memory=manifest["memory"],
                 promote=environment,
                 actor="demo",
             )
@@ -121,4 +214,7 @@ def demo_setup() -> DemoResult:
             fields = {k: v for k, v in spec.items() if k != "resource"}
             document_create(resource=resource, actor="demo", **fields)
             created.append(f"document {spec['resource']}/{spec['doc_id']}")
-    return DemoResult(project=project, api_key=_demo_key(project, created), created=created)
+    _demo_provider_token(project, created)
+    api_key = _demo_key(project, created)
+    logins = _demo_logins(project, created)
+    return DemoResult(project=project, api_key=api_key, created=created, logins=logins)

@@ -17,6 +17,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from memoryadmin.agents.bindings import binding_partition
 from memoryadmin.agents.errors import (
     InvalidToolArguments,
     NotBound,
@@ -46,6 +47,15 @@ from memoryadmin.memory.services.documents import (
     document_list,
     document_replace,
 )
+from memoryadmin.providers.client import provider_recall, provider_tool
+from memoryadmin.providers.errors import ProviderFailure
+from memoryadmin.providers.tools import (
+    TOOL_PREFIX,
+    http_tool_definition,
+    http_tools,
+    http_tools_merge,
+    tool_permits,
+)
 
 Result = dict[str, Any]
 CALL_ID_MAX = 256
@@ -62,6 +72,8 @@ class Projection:
     writable: bool
     # The document revision later saves must match (document bindings only).
     revision: str | None = None
+    # A provider's read state for this recall's tool calls; never shown to the model.
+    cursor: str | None = None
 
     def public(self) -> dict[str, Any]:
         return {"text": self.text, "sources": self.sources, "writable": self.writable}
@@ -108,7 +120,7 @@ def collection_overview(*, binding: Binding) -> Projection:
 
 
 def _document_projection(
-    *, session: Session, binding: Binding, input_text: str | None = None
+    *, session: Session, binding: Binding, recall_id: str, input_text: str | None = None
 ) -> Projection:
     if binding.scope == Scope.COLLECTION:
         return collection_overview(binding=binding)
@@ -133,9 +145,35 @@ def _document_projection(
     )
 
 
+def _http_projection(
+    *, session: Session, binding: Binding, recall_id: str, input_text: str | None = None
+) -> Projection:
+    resource_id = binding.resource.resource_id
+    try:
+        outcome = provider_recall(
+            resource=binding.resource,
+            partition=binding_partition(session=session, binding=binding),
+            access=binding.access,
+            operation_id=f"{recall_id}:{resource_id}",
+            input_text=input_text,
+        )
+    except ProviderFailure as exc:
+        # Never substitute empty memory: the whole recall fails.
+        raise RecallFailed(exc.message, resource=resource_id, reason=exc.reason) from exc
+    return Projection(
+        text=outcome.text,
+        sources=outcome.sources,
+        writable=session.is_active and binding.access == Access.READ_WRITE,
+        cursor=outcome.cursor,
+    )
+
+
 Recaller = Callable[..., Projection]
 # How each provider kind projects a binding for a recall.
-RECALLERS: dict[str, Recaller] = {ProviderKind.DOCUMENT: _document_projection}
+RECALLERS: dict[str, Recaller] = {
+    ProviderKind.DOCUMENT: _document_projection,
+    ProviderKind.HTTP: _http_projection,
+}
 
 
 def _bindings(session: Session) -> list[Binding]:
@@ -172,6 +210,7 @@ def recall_create(*, session: Session, use: object, input_text: str | None = Non
     selected_ids = _check_use(use)
     bindings = _bindings(session)
     selected = _selected(bindings, selected_ids)
+    recall_id = new_recall_id()
     projections: dict[str, Projection] = {}
     for binding in bindings:
         recaller = RECALLERS.get(binding.resource.kind)
@@ -183,15 +222,16 @@ def recall_create(*, session: Session, use: object, input_text: str | None = Non
                 reason="provider_unavailable",
             )
         projections[binding.resource.resource_id] = recaller(
-            session=session, binding=binding, input_text=input_text
+            session=session, binding=binding, recall_id=recall_id, input_text=input_text
         )
     memory = {resource: p.public() for resource, p in projections.items()}
     recall = Recall.objects.create(
-        id=new_recall_id(),
+        id=recall_id,
         session=session,
         use=selected_ids,
         memory=memory,
         revisions={r: p.revision for r, p in projections.items() if p.revision is not None},
+        cursors={r: p.cursor for r, p in projections.items() if p.cursor is not None},
         created_at=timezone.now(),
     )
     return {
@@ -263,7 +303,30 @@ def tool_definitions(*, session: Session, selected: list[Binding]) -> list[Resul
         eligible = [b for b in selected if tool.offered_by(b)]
         if eligible:
             definitions.append(_tool_definition(tool, eligible, descriptions))
+    for name, targets in _http_tool_targets(selected).items():
+        definitions.append(http_tool_definition(name=name, targets=targets))
     return definitions
+
+
+def _http_tool_targets(selected: list[Binding]) -> dict[str, list[tuple[str, dict[str, Any]]]]:
+    """Provider tools the selected namespace bindings permit, by model-facing name.
+
+    Read tools allow either access level, write tools need read-write; a tool
+    the binding's access does not permit is not offered at all.
+    """
+    targets = [
+        (
+            binding.resource.resource_id,
+            [
+                t
+                for t in http_tools(binding.resource)
+                if tool_permits(tool=t, access=binding.access)
+            ],
+        )
+        for binding in selected
+        if binding.scope == Scope.NAMESPACE
+    ]
+    return http_tools_merge(targets=targets, reserved=TOOLS)
 
 
 def _rejected(reason: str, **extra: Any) -> Result:
@@ -330,7 +393,9 @@ def tool_call(
         raise InvalidRequest(f"callId must be 1-{CALL_ID_MAX} characters.")
     tool = TOOLS.get(name)
     if tool is None:
-        raise InvalidRequest(f"Unknown tool '{name}'. Memory tools: {', '.join(TOOLS)}.")
+        return _http_tool_call(
+            session=session, recall=recall, call_id=call_id, name=name, arguments=arguments
+        )
     args = _arguments(tool, arguments)
     target = _target(tool, recall, _bindings(session), args.get("memory"))
     if not isinstance(target, Binding):
@@ -460,3 +525,57 @@ TOOLS: dict[str, Tool] = {
         ),
     )
 }
+
+
+def _http_tool_call(
+    *, session: Session, recall: Recall, call_id: str, name: str, arguments: object
+) -> Result:
+    """A provider tool (`memory_<name>`): target, access, then one call to the endpoint."""
+    bindings = [b for b in _bindings(session) if b.scope == Scope.NAMESPACE]
+    declared = {
+        b.resource.resource_id: (b, tool)
+        for b in bindings
+        for tool in http_tools(b.resource)
+        if TOOL_PREFIX + tool["name"] == name
+    }
+    if not declared:
+        known = sorted(
+            {*TOOLS, *(TOOL_PREFIX + t["name"] for b in bindings for t in http_tools(b.resource))}
+        )
+        raise InvalidRequest(f"Unknown tool '{name}'. Memory tools: {', '.join(known)}.")
+    if not isinstance(arguments, dict):
+        raise InvalidToolArguments(f"{name} arguments must be a JSON object.")
+    requested = arguments.get("memory")
+    if requested is not None and not isinstance(requested, str):
+        raise InvalidToolArguments(f"{name}: 'memory' must be a string.")
+    eligible = [
+        resource_id
+        for resource_id in recall.use
+        if resource_id in declared
+        and tool_permits(tool=declared[resource_id][1], access=declared[resource_id][0].access)
+    ]
+    if requested is None:
+        if len(eligible) > 1:
+            raise InvalidToolArguments(
+                f"{name} needs 'memory': more than one resource offers it ({', '.join(eligible)})."
+            )
+        if not eligible:
+            return _rejected("not_bound", bound=eligible)
+        requested = eligible[0]
+    if requested not in eligible:
+        # A wrong target or a write through read access: rejected, never redirected.
+        return _rejected("not_bound", bound=eligible)
+    if not Session.objects.active().filter(pk=session.pk).exists():
+        return _rejected("session_closed")
+    binding, tool = declared[requested]
+    outcome = provider_tool(
+        resource=binding.resource,
+        tool=tool,
+        partition=binding_partition(session=session, binding=binding),
+        access=binding.access,
+        operation_id=f"{call_id}:{requested}",
+        arguments=arguments,
+        cursor=recall.cursors.get(requested),
+    )
+    payload: Result = outcome.payload
+    return payload

@@ -14,7 +14,7 @@ class Command(BaseCommand):
         parser.add_argument("--base-url", default="http://127.0.0.1:8000")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        result = demo_setup()
+        result = demo_setup(base_url=options["base_url"])
         base = options["base_url"]
         what = ", ".join(result.created) if result.created else "nothing (already set up)"
         self.stdout.write(f"Demo set-up created: {what}")
@@ -24,4 +24,8 @@ class Command(BaseCommand):
         url = f"{base}/api/managed-agents/projects/demo/memory?environment=development"
         self.stdout.write(f"              '{url}'")
         self.stdout.write(f"  API docs: {base}/api/docs/")
+        self.stdout.write("")
+        self.stdout.write(f"  Memory page: {base}/")
+        for login in result.logins:
+            self.stdout.write(f"    {login.role + ':':9} {login.username} / {login.password}")
         self.stdout.write("")

@@ -1,0 +1,542 @@
+"""The host side of the HTTP memory provider protocol: recall and tool calls.
+
+One operation is one request body, sent at most three times within one
+deadline: the same operationId, the same bytes. Retries happen only after a
+transport failure, 408, 429 or 5xx, and only for operations without side
+effects or declared idempotent. Redirects are never followed. Nothing here
+logs or reports header values: transport errors are named by kind only.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+import httpx
+from django.views.decorators.debug import sensitive_variables
+
+from memoryadmin.memory.errors import InvalidRequest
+from memoryadmin.memory.limits import utf8_len
+from memoryadmin.memory.models import ProviderKind, Resource
+from memoryadmin.memory.representations import iso_ms
+from memoryadmin.providers.declarations import origin_check, path_check, path_within
+from memoryadmin.providers.errors import (
+    InvalidToolArguments,
+    ProviderFailure,
+    SecretNotFound,
+    ToolNotPermitted,
+)
+from memoryadmin.providers.services.secrets import secret_resolve
+from memoryadmin.providers.tools import (
+    http_tool_get,
+    tool_arguments_validate,
+    tool_permits,
+    tool_retryable,
+)
+
+logger = logging.getLogger(__name__)
+
+PROTOCOL_VERSION = 1
+DEADLINE_SECONDS = 10.0
+# The pause before the first and the second retry.
+RETRY_DELAYS: tuple[float, ...] = (0.25, 1.0)
+BODY_MAX_BYTES = 64 * 1024
+SOURCES_MAX = 100
+ID_MAX_BYTES = 1024
+RETRYABLE_STATUSES = {408, 429}
+ACCESS_LEVELS = {"read", "read-write"}
+USER_AGENT = "memoryadmin-memory-host/1"
+UNCERTAIN: dict[str, Any] = {"status": "uncertain"}
+
+
+@dataclass(frozen=True)
+class RecallOutcome:
+    text: str
+    sources: list[dict[str, str]]
+    # Kept for this recall's tool calls; never shown to the model.
+    cursor: str | None
+    attempts: int = 1
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    """`payload` is exactly what the model receives.
+
+    kind: "result" (the provider's `result`), "error" (the provider's error
+    envelope, unchanged), "failed" (the host's envelope: no usable answer) or
+    "uncertain" (a write whose outcome is unknown: `{"status": "uncertain"}`).
+    """
+
+    kind: str
+    payload: Any
+    attempts: int
+    http_status: int | None = None
+
+
+@dataclass
+class _Reply:
+    status: int | None = None
+    headers: httpx.Headers = field(default_factory=httpx.Headers)
+    body: bytes = b""
+    # "timeout" or "transport" when no complete response arrived.
+    failure: str | None = None
+    failure_kind: str = ""
+    oversize: bool = False
+
+    @property
+    def retryable(self) -> bool:
+        if self.failure is not None:
+            return True
+        assert self.status is not None
+        return self.status in RETRYABLE_STATUSES or 500 <= self.status <= 599
+
+
+@dataclass(frozen=True)
+class _Target:
+    url: str
+    # Resolved secrets: kept out of reprs, and so out of tracebacks.
+    headers: dict[str, str] = field(repr=False)
+
+
+# Connection.
+
+
+@sensitive_variables("headers")
+def _target(resource: Resource) -> _Target:
+    """The URL and headers of a provider; the origin is checked before any secret is read."""
+    where = f"Resource '{resource.resource_id}'"
+    if resource.kind != ProviderKind.HTTP:
+        raise ProviderFailure(f"{where} is not an http provider.", reason="invalid_configuration")
+    config = resource.config
+    connection = config.get("connection") or {}
+    try:
+        origin = origin_check(connection.get("origin"), where="connection.origin")
+        path = path_check(config.get("path"), where="path")
+    except InvalidRequest as exc:
+        raise ProviderFailure(f"{where}: {exc.message}", reason="invalid_configuration") from exc
+    if not path_within(path, connection.get("pathPrefix", "/")) or "POST" not in connection.get(
+        "methods", []
+    ):
+        raise ProviderFailure(
+            f"{where}: the connection does not permit POST to {path}.",
+            reason="invalid_configuration",
+        )
+    headers = {
+        "Content-Type": "application/json",
+        "Accept": "application/json",
+        "User-Agent": USER_AGENT,
+    }
+    for name, value in connection.get("headers", {}).items():
+        headers[name] = _header_value(resource, value)
+    return _Target(url=origin + path, headers=headers)
+
+
+@sensitive_variables("secret")
+def _header_value(resource: Resource, value: str | dict[str, str]) -> str:
+    if isinstance(value, str):
+        return value
+    try:
+        secret = secret_resolve(
+            project_id=resource.project_id, environment=resource.environment, name=value["secret"]
+        )
+    except SecretNotFound as exc:
+        raise ProviderFailure(
+            f"Resource '{resource.resource_id}': {exc.message}", reason="secret_missing"
+        ) from exc
+    scheme = value.get("scheme")
+    return f"{scheme} {secret}" if scheme else secret
+
+
+# Transport.
+
+
+def _attempt(client: httpx.Client, target: _Target, body: bytes, deadline: float) -> _Reply:
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        return _Reply(failure="timeout")
+    try:
+        with client.stream(
+            "POST", target.url, content=body, headers=target.headers, timeout=remaining
+        ) as response:
+            reply = _Reply(status=response.status_code, headers=response.headers)
+            declared = response.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > BODY_MAX_BYTES:
+                reply.oversize = True
+                return reply
+            data = bytearray()
+            for chunk in response.iter_bytes():
+                data += chunk
+                if len(data) > BODY_MAX_BYTES:
+                    reply.oversize = True
+                    return reply
+                # A reply that trickles in must still end by the deadline.
+                if time.monotonic() > deadline:
+                    return _Reply(failure="timeout")
+            reply.body = bytes(data)
+            return reply
+    except httpx.TimeoutException:
+        return _Reply(failure="timeout")
+    except (httpx.HTTPError, httpx.InvalidURL) as exc:
+        # The exception's text may quote the request; only its kind is kept.
+        return _Reply(failure="transport", failure_kind=type(exc).__name__)
+
+
+def _retry_after(headers: httpx.Headers) -> float | None:
+    """A valid Retry-After (delta-seconds or HTTP-date) in seconds, else None."""
+    raw = headers.get("retry-after", "").strip()
+    if not raw:
+        return None
+    if raw.isdigit():
+        return float(int(raw))
+    try:
+        when = parsedate_to_datetime(raw)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
+
+def _retry_delay(reply: _Reply, default: float, deadline: float) -> float | None:
+    """How long to wait before the next attempt, or None when it would not fit the deadline."""
+    now = time.monotonic()
+    requested = _retry_after(reply.headers) if reply.failure is None else None
+    if requested is not None and now + requested < deadline:
+        return requested
+    if now + default < deadline:
+        return default
+    return None
+
+
+def _exchange(
+    target: _Target,
+    body: bytes,
+    *,
+    retryable: bool,
+    deadline: float,
+    retry_delays: Sequence[float],
+) -> tuple[_Reply, int]:
+    """Sends one operation, retrying as the protocol allows; the final reply and attempt count."""
+    attempts = 0
+    with httpx.Client(follow_redirects=False, trust_env=False) as client:
+        while True:
+            attempts += 1
+            reply = _attempt(client, target, body, deadline)
+            if not retryable or not reply.retryable or attempts > len(retry_delays):
+                return reply, attempts
+            delay = _retry_delay(reply, retry_delays[attempts - 1], deadline)
+            if delay is None:
+                return reply, attempts
+            time.sleep(delay)
+
+
+# Bodies.
+
+
+def _encode(payload: dict[str, Any]) -> bytes:
+    return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def _check_access(access: str) -> None:
+    if access not in ACCESS_LEVELS:
+        raise InvalidRequest("access must be 'read' or 'read-write'.")
+
+
+def _envelope(data: Any) -> dict[str, Any] | None:
+    """The provider's error envelope when `data` is one."""
+    if not isinstance(data, dict) or not isinstance(data.get("error"), dict):
+        return None
+    error = data["error"]
+    if not isinstance(error.get("code"), str) or not isinstance(error.get("message"), str):
+        return None
+    if "details" in error and not isinstance(error["details"], dict):
+        return None
+    return data
+
+
+def _json(reply: _Reply) -> Any:
+    """The reply's JSON document; raises ValueError when it is not one."""
+    media_type = reply.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media_type != "application/json":
+        raise ValueError(f"the content type is {media_type or 'missing'}, not application/json")
+    try:
+        return json.loads(reply.body.decode("utf-8"), parse_constant=_reject_constant)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ValueError("the body is not valid JSON") from exc
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _unusable(reply: _Reply) -> tuple[str, str] | None:
+    """(reason, description) when the reply cannot be read at all."""
+    if reply.failure == "timeout":
+        return "timeout", "did not answer within the deadline"
+    if reply.failure is not None:
+        return "transport_error", f"could not be reached ({reply.failure_kind})"
+    if reply.oversize:
+        return "response_too_large", f"answered with a body over {BODY_MAX_BYTES} bytes"
+    assert reply.status is not None
+    if 300 <= reply.status <= 399:
+        return "redirect", f"answered with a redirect (HTTP {reply.status}), which is not followed"
+    return None
+
+
+# Recall.
+
+
+def _check_id(value: object, what: str) -> str:
+    if not isinstance(value, str) or value == "":
+        raise ValueError(f"{what} must be a nonempty string")
+    if utf8_len(value) > ID_MAX_BYTES:
+        raise ValueError(f"{what} is over {ID_MAX_BYTES} UTF-8 bytes")
+    return value
+
+
+def _source(raw: object, index: int) -> dict[str, str]:
+    if not isinstance(raw, dict):
+        raise ValueError(f"sources[{index}] must be an object")
+    source = {"id": _check_id(raw.get("id"), f"sources[{index}].id")}
+    for name in ("title", "revision", "updatedAt"):
+        value = raw.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise ValueError(f"sources[{index}].{name} must be a string")
+        source[name] = value
+    if "updatedAt" in source:
+        try:
+            datetime.fromisoformat(source["updatedAt"])
+        except ValueError as exc:
+            raise ValueError(f"sources[{index}].updatedAt must be an ISO 8601 time") from exc
+    return source
+
+
+def _recall_projection(data: Any, max_bytes: int) -> tuple[str, list[dict[str, str]], str | None]:
+    if not isinstance(data, dict):
+        raise ValueError("the body must be a JSON object")
+    text, sources, cursor = data.get("text"), data.get("sources"), data.get("cursor")
+    if not isinstance(text, str):
+        raise ValueError("text is required and must be a string")
+    if not isinstance(sources, list):
+        raise ValueError("sources is required and must be a list")
+    if utf8_len(text) > max_bytes:
+        raise ValueError(f"text is {utf8_len(text)} UTF-8 bytes; the resource allows {max_bytes}")
+    if len(sources) > SOURCES_MAX:
+        raise ValueError(f"{len(sources)} sources; at most {SOURCES_MAX} are allowed")
+    checked = [_source(raw, index) for index, raw in enumerate(sources)]
+    if cursor is not None:
+        cursor = _check_id(cursor, "cursor")
+    return text, checked, cursor
+
+
+def provider_recall(
+    *,
+    resource: Resource,
+    partition: str,
+    access: str,
+    operation_id: str,
+    input_text: str | None,
+    deadline_seconds: float = DEADLINE_SECONDS,
+    retry_delays: Sequence[float] = RETRY_DELAYS,
+) -> RecallOutcome:
+    """Recalls one namespace binding; raises ProviderFailure when the recall must be blocked.
+
+    `operation_id` is `<recallId>:<resource>`. A failed recall never turns into
+    empty memory.
+    """
+    _check_access(access)
+    started = time.monotonic()
+    deadline = started + deadline_seconds
+    target = _target(resource)
+    body = _encode(
+        {
+            "version": PROTOCOL_VERSION,
+            "operation": "recall",
+            "operationId": operation_id,
+            "partition": partition,
+            "access": access,
+            "deadlineAt": iso_ms(datetime.now(UTC) + timedelta(seconds=deadline_seconds)),
+            "input": {"text": input_text},
+            "maxBytes": resource.max_bytes,
+        }
+    )
+    if len(body) > BODY_MAX_BYTES:
+        raise ProviderFailure(
+            f"The recall request for '{resource.resource_id}' is over {BODY_MAX_BYTES} bytes.",
+            reason="request_too_large",
+        )
+    reply, attempts = _exchange(
+        target, body, retryable=True, deadline=deadline, retry_delays=retry_delays
+    )
+    return _recall_outcome(resource, reply, attempts)
+
+
+def _recall_outcome(resource: Resource, reply: _Reply, attempts: int) -> RecallOutcome:
+    name = f"The memory provider of '{resource.resource_id}'"
+    unusable = _unusable(reply)
+    if unusable is not None:
+        reason, description = unusable
+        _log_failure(resource, reason, attempts)
+        raise ProviderFailure(
+            f"{name} {description}.", reason=reason, attempts=attempts, http_status=reply.status
+        )
+    assert reply.status is not None
+    try:
+        data = _json(reply)
+    except ValueError as exc:
+        data, problem = None, str(exc)
+    if reply.status != 200:
+        envelope = _envelope(data)
+        said = f": {envelope['error']['code']}" if envelope else ""
+        _log_failure(resource, "http_error", attempts)
+        raise ProviderFailure(
+            f"{name} answered HTTP {reply.status}{said}.",
+            reason="http_error",
+            attempts=attempts,
+            http_status=reply.status,
+            provider_error=envelope["error"] if envelope else None,
+        )
+    try:
+        if data is None:
+            raise ValueError(problem)
+        text, sources, cursor = _recall_projection(data, resource.max_bytes)
+    except ValueError as exc:
+        _log_failure(resource, "invalid_response", attempts)
+        raise ProviderFailure(
+            f"{name} sent an invalid recall response: {exc}.",
+            reason="invalid_response",
+            attempts=attempts,
+            http_status=reply.status,
+        ) from exc
+    return RecallOutcome(text=text, sources=sources, cursor=cursor, attempts=attempts)
+
+
+def _log_failure(resource: Resource, reason: str, attempts: int) -> None:
+    logger.warning(
+        "memory provider call failed: resource=%s reason=%s attempts=%d",
+        resource,
+        reason,
+        attempts,
+    )
+
+
+# Tools.
+
+
+def provider_tool(
+    *,
+    resource: Resource,
+    tool: dict[str, Any] | str,
+    partition: str,
+    access: str,
+    operation_id: str,
+    arguments: object,
+    cursor: str | None,
+    deadline_seconds: float = DEADLINE_SECONDS,
+    retry_delays: Sequence[float] = RETRY_DELAYS,
+) -> ToolOutcome:
+    """Runs one tool call against one resource; see ToolOutcome for what the model receives.
+
+    `operation_id` is `<toolCallId>:<resource>`; `cursor` is the originating
+    recall's. Raises ToolNotPermitted (undeclared tool, or a write through a
+    read binding) and InvalidToolArguments before anything is sent.
+    """
+    _check_access(access)
+    started = time.monotonic()
+    name = tool if isinstance(tool, str) else tool["name"]
+    # The declaration decides, whatever the caller passes: endpoints cannot
+    # add tools or widen access.
+    declared = http_tool_get(resource=resource, name=name)
+    if not tool_permits(tool=declared, access=access):
+        raise ToolNotPermitted(
+            f"memory_{name} writes; resource '{resource.resource_id}' is bound read-only."
+        )
+    provider_arguments = tool_arguments_validate(tool=declared, arguments=arguments)
+    payload: dict[str, Any] = {
+        "version": PROTOCOL_VERSION,
+        "operation": "tool",
+        "operationId": operation_id,
+        "partition": partition,
+        "access": access,
+        "deadlineAt": iso_ms(datetime.now(UTC) + timedelta(seconds=deadline_seconds)),
+        "tool": name,
+        "arguments": provider_arguments,
+    }
+    if cursor is not None:
+        payload["cursor"] = cursor
+    body = _encode(payload)
+    if len(body) > BODY_MAX_BYTES:
+        raise InvalidToolArguments(
+            f"memory_{name}: the call is over {BODY_MAX_BYTES} bytes; send less."
+        )
+    try:
+        target = _target(resource)
+    except ProviderFailure as exc:
+        return _failed(exc.reason, exc.message, attempts=0)
+    reply, attempts = _exchange(
+        target,
+        body,
+        retryable=tool_retryable(declared),
+        deadline=started + deadline_seconds,
+        retry_delays=retry_delays,
+    )
+    return _tool_outcome(resource, declared, reply, attempts)
+
+
+def _failed(reason: str, message: str, *, attempts: int, status: int | None = None) -> ToolOutcome:
+    error: dict[str, Any] = {"code": "provider_failed", "message": message}
+    error["details"] = {"reason": reason}
+    return ToolOutcome(
+        kind="failed", payload={"error": error}, attempts=attempts, http_status=status
+    )
+
+
+def _tool_outcome(
+    resource: Resource, tool: dict[str, Any], reply: _Reply, attempts: int
+) -> ToolOutcome:
+    name = f"The memory provider of '{resource.resource_id}'"
+    if reply.failure is not None and tool["access"] == "write":
+        # The write may have committed before the reply was lost; only the
+        # next recall can tell.
+        _log_failure(resource, "uncertain", attempts)
+        return ToolOutcome(kind="uncertain", payload=dict(UNCERTAIN), attempts=attempts)
+    unusable = _unusable(reply)
+    if unusable is not None:
+        reason, description = unusable
+        _log_failure(resource, reason, attempts)
+        return _failed(reason, f"{name} {description}.", attempts=attempts, status=reply.status)
+    try:
+        data = _json(reply)
+    except ValueError as exc:
+        _log_failure(resource, "invalid_response", attempts)
+        return _failed(
+            "invalid_response",
+            f"{name} sent an invalid response (HTTP {reply.status}): {exc}.",
+            attempts=attempts,
+            status=reply.status,
+        )
+    if reply.status == 200 and isinstance(data, dict) and "result" in data:
+        return ToolOutcome(
+            kind="result", payload=data["result"], attempts=attempts, http_status=200
+        )
+    envelope = _envelope(data) if reply.status != 200 else None
+    if envelope is not None:
+        return ToolOutcome(
+            kind="error", payload=envelope, attempts=attempts, http_status=reply.status
+        )
+    _log_failure(resource, "invalid_response", attempts)
+    what = "without a result" if reply.status == 200 else "without an error envelope"
+    return _failed(
+        "invalid_response",
+        f"{name} answered HTTP {reply.status} {what}.",
+        attempts=attempts,
+        status=reply.status,
+    )

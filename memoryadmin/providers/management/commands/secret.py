@@ -1,0 +1,77 @@
+"""`manage.py secret set|list|delete --project P --environment E [NAME]`.
+
+`set` reads the value from standard input (one trailing line break is
+dropped), so it never appears in shell history or the process list.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+
+from memoryadmin.memory import cli
+from memoryadmin.memory.errors import DomainError
+from memoryadmin.memory.limits import ENVIRONMENTS
+from memoryadmin.memory.representations import iso_ms
+from memoryadmin.memory.services.projects import project_get
+from memoryadmin.providers.services import secrets as secret_services
+
+
+def _strip_line_break(value: str) -> str:
+    if value.endswith("\r\n"):
+        return value[:-2]
+    return value.removesuffix("\n")
+
+
+class Command(BaseCommand):
+    help = "Managed secrets of HTTP memory providers: set (value from stdin), list, delete."
+    requires_system_checks: list[str] = []
+    stealth_options = ("stdin",)
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        subcommands = parser.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")
+        for name, help_text in {
+            "set": "Create or replace a secret; the value is read from standard input.",
+            "list": "List the secret names of an environment (never their values).",
+            "delete": "Delete a secret.",
+        }.items():
+            sub = subcommands.add_parser(name, help=help_text, description=help_text)
+            sub.add_argument("--project", required=True, help="project id")
+            sub.add_argument("--environment", required=True, choices=ENVIRONMENTS)
+            if name != "list":
+                sub.add_argument("name", metavar="NAME", help="the secret name, e.g. MEMORY_TOKEN")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            project = project_get(project_id=options["project"])
+            environment = options["environment"]
+            subcommand = options["subcommand"]
+            if subcommand == "set":
+                stream = options.get("stdin") or sys.stdin
+                value = _strip_line_break(cli.read_stream(stream))
+                created = secret_services.secret_set(
+                    project=project,
+                    environment=environment,
+                    name=options["name"],
+                    value=value,
+                    actor=cli.cli_actor(),
+                )
+                verb = "Created" if created else "Replaced"
+                self.stdout.write(f"{verb} secret {options['name']} in {project.id}/{environment}.")
+            elif subcommand == "list":
+                for row in secret_services.secret_list(project=project, environment=environment):
+                    self.stdout.write(f"{row['name']}\t{iso_ms(row['updated_at'])}")
+            else:
+                secret_services.secret_delete(
+                    project=project,
+                    environment=environment,
+                    name=options["name"],
+                    actor=cli.cli_actor(),
+                )
+                self.stdout.write(
+                    f"Deleted secret {options['name']} from {project.id}/{environment}."
+                )
+        except DomainError as exc:
+            raise cli.error_from(exc) from exc

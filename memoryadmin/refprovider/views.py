@@ -1,0 +1,58 @@
+"""The reference provider's one endpoint: POST JSON in, JSON out, bearer token required."""
+
+from __future__ import annotations
+
+import hmac
+import json
+from typing import Any
+
+from django.http import HttpRequest, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+
+from memoryadmin.refprovider.declaration import reference_token
+from memoryadmin.refprovider.services import ProtocolError, call_handle
+
+BODY_MAX_BYTES = 64 * 1024
+
+
+def _error(status: int, code: str, message: str, **headers: str) -> JsonResponse:
+    response = JsonResponse({"error": {"code": code, "message": message}}, status=status)
+    for name, value in headers.items():
+        response[name.replace("_", "-")] = value
+    return response
+
+
+def _authorized(request: HttpRequest) -> bool:
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(
+        token.strip().encode("utf-8"), reference_token().encode("utf-8")
+    )
+
+
+def _body(request: HttpRequest) -> Any:
+    length = request.headers.get("Content-Length", "")
+    if length.isdigit() and int(length) > BODY_MAX_BYTES:
+        raise ProtocolError(413, "too_large", f"The body is over {BODY_MAX_BYTES} bytes.")
+    raw = request.read(BODY_MAX_BYTES + 1)
+    if len(raw) > BODY_MAX_BYTES:
+        raise ProtocolError(413, "too_large", f"The body is over {BODY_MAX_BYTES} bytes.")
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ProtocolError(400, "invalid_request", "The body is not valid JSON.") from exc
+
+
+@csrf_exempt
+def endpoint(request: HttpRequest) -> JsonResponse:
+    if request.method != "POST":
+        return _error(405, "method_not_allowed", "Use POST.", Allow="POST")
+    if not _authorized(request):
+        return _error(
+            401, "unauthorized", "A valid bearer token is required.", WWW_Authenticate="Bearer"
+        )
+    if request.content_type != "application/json":
+        return _error(415, "unsupported_media_type", "Send Content-Type: application/json.")
+    try:
+        return JsonResponse(call_handle(_body(request)))
+    except ProtocolError as exc:
+        return JsonResponse(exc.envelope(), status=exc.status)

@@ -1,0 +1,116 @@
+"""Forms of the Memory page. Field rules come from memory.limits, the same checks the API runs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django import forms
+
+from memoryadmin.memory.errors import DomainError, LimitExceeded
+from memoryadmin.memory.limits import (
+    SUMMARY_MAX_BYTES,
+    TITLE_MAX_BYTES,
+    check_document_id,
+    check_summary,
+    check_text,
+    check_title,
+)
+
+
+def _checked(check: Callable[[str], object], value: str) -> str:
+    try:
+        check(value)
+    except DomainError as exc:
+        raise forms.ValidationError(exc.message, code=exc.code) from exc
+    return value
+
+
+def text_field() -> forms.CharField:
+    # Whitespace is content: never strip, and let the byte limit speak for size.
+    return forms.CharField(
+        required=False,
+        strip=False,
+        widget=forms.Textarea(attrs={"rows": 18, "spellcheck": "false", "class": "mono"}),
+    )
+
+
+class DocumentFieldsForm(forms.Form):
+    """Title, summary and text, checked against the resource's current maxBytes."""
+
+    title = forms.CharField(strip=False, max_length=TITLE_MAX_BYTES)
+    summary = forms.CharField(required=False, strip=False, max_length=SUMMARY_MAX_BYTES)
+    text = text_field()
+
+    def __init__(self, *args: Any, max_bytes: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.max_bytes = max_bytes
+        attrs = self.fields["text"].widget.attrs
+        attrs["data-max-bytes"] = str(max_bytes)
+        # The live byte counter and the field's errors (see _text_field.html).
+        attrs["aria-describedby"] = "id_text_bytes id_text_error"
+
+    def clean_title(self) -> str:
+        return _checked(check_title, self.cleaned_data["title"])
+
+    def clean_summary(self) -> str:
+        return _checked(check_summary, self.cleaned_data["summary"])
+
+    def clean_text(self) -> str:
+        # Browsers send textarea line breaks as CRLF; stored text uses LF.
+        text = str(self.cleaned_data["text"]).replace("\r\n", "\n")
+        return _checked(lambda value: check_text(value, max_bytes=self.max_bytes), text)
+
+    def add_domain_error(self, exc: DomainError, *, default_field: str | None = None) -> None:
+        field = exc.field if isinstance(exc, LimitExceeded) else default_field
+        self.add_error(field if field in self.fields else None, exc.message)
+
+
+class DocumentCreateForm(DocumentFieldsForm):
+    doc_id = forms.CharField(label="Document id", max_length=128)
+    frozen = forms.BooleanField(
+        required=False,
+        label="Frozen (agents may read it but not save to it)",
+    )
+    field_order = ["doc_id", "title", "summary", "text", "frozen"]
+
+    def clean_doc_id(self) -> str:
+        return _checked(check_document_id, self.cleaned_data["doc_id"])
+
+
+class DocumentEditForm(DocumentFieldsForm):
+    revision = forms.CharField(widget=forms.HiddenInput, max_length=40)
+
+
+class RevisionForm(forms.Form):
+    """Confirms an action on the revision the user was looking at."""
+
+    revision = forms.CharField(widget=forms.HiddenInput, max_length=40)
+
+
+class DeleteForm(RevisionForm):
+    confirm_id = forms.CharField(label="Type the document id to confirm", max_length=128)
+
+    def __init__(self, *args: Any, doc_id: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.doc_id = doc_id
+
+    def clean_confirm_id(self) -> str:
+        value = str(self.cleaned_data["confirm_id"])
+        if value != self.doc_id:
+            raise forms.ValidationError(
+                f"Type '{self.doc_id}' exactly to delete this document.", code="mismatch"
+            )
+        return value
+
+
+class ExportForm(forms.Form):
+    resources = forms.MultipleChoiceField(
+        widget=forms.CheckboxSelectMultiple, label="Resources to export"
+    )
+
+    def __init__(self, *args: Any, resource_ids: list[str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["resources"].choices = [(r, r) for r in resource_ids]  # type: ignore[attr-defined]
+        self.fields["resources"].initial = resource_ids
+        self.resource_ids = resource_ids

@@ -1,0 +1,54 @@
+from __future__ import annotations
+
+from django.contrib.auth import views as auth_views
+from django.urls import path, register_converter
+
+from memoryadmin.web.views import export, reading, writing
+
+
+class EnvironmentConverter:
+    regex = "development|production"
+
+    def to_python(self, value: str) -> str:
+        return value
+
+    def to_url(self, value: str) -> str:
+        return value
+
+
+register_converter(EnvironmentConverter, "env")
+
+app_name = "web"
+
+PROJECT = "projects/<slug:p>/<env:e>/"
+RESOURCE = PROJECT + "resources/<slug:r>/"
+DOCUMENT = RESOURCE + "documents/<str:d>/"
+
+urlpatterns = [
+    path("", reading.home, name="home"),
+    path(
+        "login/",
+        auth_views.LoginView.as_view(
+            template_name="memoryadmin/login.html", redirect_authenticated_user=True
+        ),
+        name="login",
+    ),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("switch/", reading.switch, name="switch"),
+    path("projects/<slug:p>/", reading.project_home, name="project"),
+    path(PROJECT, reading.inventory, name="inventory"),
+    path(PROJECT + "audit/", reading.audit, name="audit"),
+    path(PROJECT + "export/", export.export, name="export"),
+    # Sessions (list, detail, "end session") belong here, as PROJECT + "sessions/...",
+    # checked with the SESSION_END permission; templates link a writer's session
+    # through the "web:session" URL name once it exists.
+    path(RESOURCE, reading.documents, name="documents"),
+    path(RESOURCE + "new/", writing.create, name="document-create"),
+    path(DOCUMENT, reading.document_detail, name="document"),
+    path(DOCUMENT + "edit/", writing.edit, name="document-edit"),
+    path(DOCUMENT + "freeze/", writing.freeze, name="document-freeze"),
+    path(DOCUMENT + "unfreeze/", writing.unfreeze, name="document-unfreeze"),
+    path(DOCUMENT + "delete/", writing.delete, name="document-delete"),
+    path(DOCUMENT + "versions/<str:revision>/", reading.version_detail, name="version"),
+    path(DOCUMENT + "versions/<str:revision>/restore/", writing.restore, name="version-restore"),
+]

@@ -1,0 +1,163 @@
+"""What every Memory page view shares: the project door, page context and error pages."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import wraps
+from typing import Any, Concatenate
+
+from django.contrib.auth.views import redirect_to_login
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
+from django.shortcuts import render, resolve_url
+from django.utils.cache import patch_vary_headers
+from django.utils.http import urlencode
+from django_htmx.http import HttpResponseClientRedirect
+
+from memoryadmin.memory.errors import DomainError, InvalidRequest
+from memoryadmin.memory.models import Project, ProviderKind, Resource
+from memoryadmin.memory.services.deployments import resource_get
+from memoryadmin.web.services.roles import (
+    DELETE,
+    EDIT,
+    EXPORT,
+    FREEZE,
+    SESSION_END,
+    Membership,
+    membership_get,
+    membership_require,
+    memberships_for_user,
+)
+
+
+@dataclass(frozen=True)
+class Page:
+    """The project, environment and role a request acts in."""
+
+    membership: Membership
+    environment: str
+
+    @property
+    def project(self) -> Project:
+        return self.membership.project
+
+    @property
+    def role(self) -> str:
+        return self.membership.role
+
+    # Templates show only what the role may do; the views check again on every request.
+    @property
+    def can_edit(self) -> bool:
+        return self.membership.can(EDIT)
+
+    @property
+    def can_delete(self) -> bool:
+        return self.membership.can(DELETE)
+
+    @property
+    def can_freeze(self) -> bool:
+        return self.membership.can(FREEZE)
+
+    @property
+    def can_export(self) -> bool:
+        return self.membership.can(EXPORT)
+
+    @property
+    def can_end_sessions(self) -> bool:
+        return self.membership.can(SESSION_END)
+
+    @property
+    def production(self) -> bool:
+        return self.environment == "production"
+
+    def resource(self, resource_id: str, *, documents: bool = True) -> Resource:
+        """A resource of this environment; with `documents`, one that keeps documents here."""
+        resource = resource_get(
+            project=self.project, environment=self.environment, resource_id=resource_id
+        )
+        if documents and resource.kind != ProviderKind.DOCUMENT:
+            raise InvalidRequest(
+                f"Resource '{resource_id}' is a {resource.kind} provider; "
+                "its records live with the provider, not here."
+            )
+        return resource
+
+
+ProjectView = Callable[Concatenate[HttpRequest, Page, ...], HttpResponseBase]
+
+
+def is_partial(request: HttpRequest) -> bool:
+    """An htmx request that swaps part of a page (a history restore wants the whole page)."""
+    htmx = getattr(request, "htmx", None)
+    return htmx is not None and bool(htmx) and not htmx.history_restore_request
+
+
+def actor(request: HttpRequest) -> str:
+    return f"user:{request.user.get_username()}"
+
+
+def login_redirect(request: HttpRequest) -> HttpResponseBase:
+    if getattr(request, "htmx", False):
+        # A partial swap would put the login form inside the page: reload instead.
+        login = resolve_url("web:login")
+        path = request.htmx.current_url_abs_path or request.get_full_path()  # type: ignore[attr-defined]
+        return HttpResponseClientRedirect(f"{login}?{urlencode({'next': path})}")
+    return redirect_to_login(request.get_full_path())
+
+
+def project_view(permission: str) -> Callable[[ProjectView], Callable[..., HttpResponseBase]]:
+    """Resolves the user's role on the project in the URL and demands `permission`.
+
+    No role on the project: 404, as for a project that does not exist.
+    A role without the permission: 403, and the view never runs.
+    """
+
+    def decorate(view: ProjectView) -> Callable[..., HttpResponseBase]:
+        @wraps(view)
+        def wrapped(request: HttpRequest, p: str, e: str, **kwargs: Any) -> HttpResponseBase:
+            if not request.user.is_authenticated:
+                return login_redirect(request)
+            try:
+                membership = membership_get(user=request.user, project_id=p)
+                membership_require(membership=membership, permission=permission)
+                response = view(request, Page(membership=membership, environment=e), **kwargs)
+            except DomainError as exc:
+                response = error_page(request, exc)
+            # Full pages and htmx fragments share URLs: caches must tell them apart.
+            patch_vary_headers(response, ["HX-Request"])
+            return response
+
+        return wrapped
+
+    return decorate
+
+
+def page_render(
+    request: HttpRequest,
+    template: str,
+    page: Page | None,
+    context: dict[str, Any],
+    *,
+    partial: str | None = None,
+    status: int = 200,
+) -> HttpResponse:
+    """Renders a page, or only `partial` of it for htmx swaps."""
+    context = {**context, "page": page}
+    if page is not None:
+        context.update(p=page.project.id, e=page.environment)
+    if partial is not None and is_partial(request):
+        return render(request, f"{template}#{partial}", context, status=status)
+    # The project switcher: only full pages need it.
+    context["memberships"] = memberships_for_user(user=request.user)
+    return render(request, template, context, status=status)
+
+
+def error_page(request: HttpRequest, exc: DomainError) -> HttpResponse:
+    return page_render(
+        request,
+        "memoryadmin/error.html",
+        None,
+        {"status": exc.status, "message": exc.message},
+        partial="message",
+        status=exc.status,
+    )

@@ -1,0 +1,51 @@
+"""The export page: choose resources, download a zip streamed from one export snapshot."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from django.http import HttpRequest, HttpResponseBase, StreamingHttpResponse
+from django.utils import timezone
+from django.views.decorators.http import require_http_methods
+
+from memoryadmin.memory.export import export_snapshot
+from memoryadmin.memory.models import ProviderKind
+from memoryadmin.web.forms import ExportForm
+from memoryadmin.web.services.exports import export_zip
+from memoryadmin.web.services.pages import resource_ids
+from memoryadmin.web.services.roles import EXPORT
+from memoryadmin.web.views.base import Page, actor, page_render, project_view
+
+
+@require_http_methods(["GET", "POST"])
+@project_view(EXPORT)
+def export(request: HttpRequest, page: Page) -> HttpResponseBase:
+    choices = resource_ids(
+        project=page.project, environment=page.environment, kind=ProviderKind.DOCUMENT
+    )
+    form = ExportForm(request.POST if request.method == "POST" else None, resource_ids=choices)
+    if request.method == "POST" and form.is_valid():
+        chosen = list(form.cleaned_data["resources"])
+        # Everything chosen is the whole environment, which is how the manifest says it.
+        wanted = None if set(chosen) == set(choices) else chosen
+        return _download(page, wanted, actor(request))
+    status = 422 if request.method == "POST" else 200
+    context = {"form": form, "resource_ids": choices}
+    return page_render(request, "memoryadmin/export.html", page, context, status=status)
+
+
+def _download(page: Page, wanted: list[str] | None, who: str) -> StreamingHttpResponse:
+    def stream() -> Iterator[bytes]:
+        # The snapshot stays open while the response streams: on PostgreSQL
+        # every file comes from the same REPEATABLE READ transaction.
+        with export_snapshot(
+            project=page.project, environment=page.environment, resource_ids=wanted, actor=who
+        ) as snapshot:
+            yield from export_zip(snapshot)
+
+    stamp = timezone.now().strftime("%Y%m%dT%H%M%SZ")
+    name = f"memory-{page.project.id}-{page.environment}-{stamp}.zip"
+    response = StreamingHttpResponse(stream(), content_type="application/zip")
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    response["Cache-Control"] = "no-store"
+    return response

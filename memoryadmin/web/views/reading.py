@@ -1,0 +1,148 @@
+"""Pages that read: project list, inventory, documents, a document, its versions, the audit log."""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponseBase
+from django.shortcuts import redirect
+from django.views.decorators.http import require_GET
+
+from memoryadmin.memory.errors import DomainError
+from memoryadmin.memory.limits import ENVIRONMENTS
+from memoryadmin.memory.services.deployments import resource_inventory
+from memoryadmin.memory.services.documents import document_get, document_list, version_list
+from memoryadmin.web.services.diff import text_diff
+from memoryadmin.web.services.pages import audit_list, resource_ids, version_get
+from memoryadmin.web.services.roles import READ, membership_get, memberships_for_user
+from memoryadmin.web.views.base import Page, error_page, page_render, project_view
+
+QUERY_MAX = 128
+
+
+@require_GET
+@login_required
+def home(request: HttpRequest) -> HttpResponseBase:
+    memberships = memberships_for_user(user=request.user)
+    if len(memberships) == 1:
+        return redirect("web:inventory", memberships[0].project.id, "development")
+    return page_render(request, "memoryadmin/home.html", None, {"projects": memberships})
+
+
+@require_GET
+@login_required
+def switch(request: HttpRequest) -> HttpResponseBase:
+    """The project switcher's target: a plain GET form, so it works without JavaScript."""
+    project_id = request.GET.get("project", "")
+    environment = request.GET.get("environment", "development")
+    if environment not in ENVIRONMENTS:
+        environment = "development"
+    try:
+        membership = membership_get(user=request.user, project_id=project_id)
+    except DomainError as exc:
+        return error_page(request, exc)
+    return redirect("web:inventory", membership.project.id, environment)
+
+
+@require_GET
+@login_required
+def project_home(request: HttpRequest, p: str) -> HttpResponseBase:
+    try:
+        membership = membership_get(user=request.user, project_id=p)
+    except DomainError as exc:
+        return error_page(request, exc)
+    # Development is the default environment.
+    return redirect("web:inventory", membership.project.id, "development")
+
+
+@require_GET
+@project_view(READ)
+def inventory(request: HttpRequest, page: Page) -> HttpResponseBase:
+    resources = resource_inventory(project=page.project, environment=page.environment)
+    return page_render(request, "memoryadmin/inventory.html", page, {"resources": resources})
+
+
+@require_GET
+@project_view(READ)
+def documents(request: HttpRequest, page: Page, r: str) -> HttpResponseBase:
+    # Any kind: the page of an http resource says where its records are.
+    resource = page.resource(r, documents=False)
+    query = request.GET.get("q", "").strip()[:QUERY_MAX]
+    cursor = request.GET.get("cursor") or None
+    rows, next_cursor = document_list(resource=resource, cursor=cursor, query=query)
+    context = {
+        "resource": resource,
+        "rows": rows,
+        "next_cursor": next_cursor,
+        "query": query,
+        "cursor": cursor,
+    }
+    # htmx: the filter swaps the table body, "load more" swaps itself for the next rows.
+    partial = "more" if cursor else "results"
+    return page_render(request, "memoryadmin/documents.html", page, context, partial=partial)
+
+
+@require_GET
+@project_view(READ)
+def document_detail(request: HttpRequest, page: Page, r: str, d: str) -> HttpResponseBase:
+    resource = page.resource(r)
+    document = document_get(resource=resource, doc_id=d)
+    cursor = request.GET.get("versions") or None
+    versions, next_cursor = version_list(document=document, cursor=cursor)
+    context = {
+        "resource": resource,
+        "document": document,
+        "versions": versions,
+        "next_versions": next_cursor,
+        "versions_cursor": cursor,
+    }
+    return page_render(
+        request,
+        "memoryadmin/document.html",
+        page,
+        context,
+        partial="more-versions" if cursor else None,
+    )
+
+
+@require_GET
+@project_view(READ)
+def version_detail(
+    request: HttpRequest, page: Page, r: str, d: str, revision: str
+) -> HttpResponseBase:
+    resource = page.resource(r)
+    document = document_get(resource=resource, doc_id=d)
+    version = version_get(document=document, revision=revision)
+    context = {
+        "resource": resource,
+        "document": document,
+        "version": version,
+        "diff": text_diff(version.text, document.text),
+        "is_current": version.revision == document.revision,
+    }
+    return page_render(request, "memoryadmin/version.html", page, context, partial="diff")
+
+
+@require_GET
+@project_view(READ)
+def audit(request: HttpRequest, page: Page) -> HttpResponseBase:
+    resource_id = request.GET.get("resource", "").strip()[:QUERY_MAX]
+    document_id = request.GET.get("document", "").strip()[:QUERY_MAX]
+    cursor = request.GET.get("cursor") or None
+    entries, next_cursor = audit_list(
+        project=page.project,
+        environment=page.environment,
+        resource_id=resource_id,
+        document_id=document_id,
+        cursor=cursor,
+    )
+    context = {
+        "entries": entries,
+        "next_cursor": next_cursor,
+        "resource_id": resource_id,
+        "document_id": document_id,
+        "cursor": cursor,
+        "resource_ids": resource_ids(project=page.project, environment=page.environment),
+    }
+    return page_render(
+        request, "memoryadmin/audit.html", page, context, partial="more" if cursor else None
+    )

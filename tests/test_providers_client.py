@@ -1,0 +1,580 @@
+"""The host client against a deliberately faulty provider over real sockets.
+
+The server below answers each request with the next scripted behaviour and
+records when each attempt arrived and what it carried, so the tests can check
+attempts, their spacing, and that a request was never repeated.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from memoryadmin.memory.models import Project, Resource
+from memoryadmin.memory.services.deployments import deployment_create, resource_get
+from memoryadmin.providers import client
+from memoryadmin.providers.client import ProviderFailure, provider_recall, provider_tool
+from memoryadmin.providers.errors import InvalidToolArguments, ToolNotPermitted
+from memoryadmin.providers.services.secrets import secret_set
+
+TOKEN = "tok_faulty-server-secret"
+PARTITION = "ocmem_v1_test-partition"
+INPUT = {
+    "type": "object",
+    "properties": {"q": {"type": "string", "maxLength": 20}},
+    "required": ["q"],
+    "additionalProperties": False,
+}
+GOOD_RECALL = {"text": "Use the free tier.", "sources": [{"id": "fact:1"}], "cursor": "c-1"}
+
+
+@dataclass
+class Seen:
+    at: float
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+Action = Callable[[BaseHTTPRequestHandler], None]
+
+
+def reply(
+    status: int,
+    body: Any = None,
+    *,
+    raw: bytes | None = None,
+    content_type: str = "application/json",
+    headers: dict[str, str] | None = None,
+    length: bool = True,
+) -> Action:
+    payload = raw if raw is not None else json.dumps(body).encode()
+
+    def act(handler: BaseHTTPRequestHandler) -> None:
+        handler.send_response(status)
+        handler.send_header("Content-Type", content_type)
+        if length:
+            handler.send_header("Content-Length", str(len(payload)))
+        for name, value in (headers or {}).items():
+            handler.send_header(name, value)
+        handler.end_headers()
+        handler.wfile.write(payload)
+
+    return act
+
+
+def hang_up() -> Action:
+    """Closes the connection without answering: a transport failure."""
+
+    def act(handler: BaseHTTPRequestHandler) -> None:
+        handler.close_connection = True
+
+    return act
+
+
+def stall(seconds: float, then: Action) -> Action:
+    def act(handler: BaseHTTPRequestHandler) -> None:
+        server: FaultyServer = handler.server  # type: ignore[assignment]
+        server.release.wait(seconds)
+        then(handler)
+
+    return act
+
+
+class FaultyServer(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.script: list[Action] = []
+        self.seen: list[Seen] = []
+        self.release = threading.Event()
+
+    @property
+    def origin(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def gaps(self) -> list[float]:
+        return [b.at - a.at for a, b in zip(self.seen, self.seen[1:], strict=False)]
+
+
+class Handler(BaseHTTPRequestHandler):
+    server: FaultyServer
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        self.server.seen.append(Seen(time.monotonic(), self.path, dict(self.headers), body))
+        script = self.server.script
+        action = script.pop(0) if len(script) > 1 else script[0]
+        # The client may be gone already (a deadline passed); that is the point.
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            action(self)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def server() -> Iterator[FaultyServer]:
+    server = FaultyServer()
+    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
+    thread.start()
+    yield server
+    server.release.set()
+    server.shutdown()
+    server.server_close()
+
+
+TOOLS = [
+    {"name": "lookup", "description": "Read.", "access": "read", "input": INPUT},
+    {"name": "note", "description": "Write once.", "access": "write", "input": INPUT},
+    {
+        "name": "save",
+        "description": "Idempotent write.",
+        "access": "write",
+        "idempotent": True,
+        "input": INPUT,
+    },
+]
+
+
+@pytest.fixture
+def resource(project: Project, server: FaultyServer) -> Resource:
+    declaration = {
+        "id": "knowledge",
+        "description": "Facts.",
+        "provider": {
+            "kind": "http",
+            "connection": {
+                "id": "faulty",
+                "origin": server.origin,
+                "methods": ["POST"],
+                "pathPrefix": "/oc-memory",
+                "headers": {
+                    "Authorization": {"secret": "MEMORY_TOKEN", "scheme": "Bearer"},
+                    "X-Tenant": "acme",
+                },
+            },
+            "path": "/oc-memory/v1",
+            "maxBytes": 64,
+            "tools": TOOLS,
+        },
+    }
+    deployment_create(
+        project=project, agent="researcher", memory=[declaration], promote="development", actor="t"
+    )
+    secret_set(
+        project=project, environment="development", name="MEMORY_TOKEN", value=TOKEN, actor="t"
+    )
+    return resource_get(project=project, environment="development", resource_id="knowledge")
+
+
+def recall(resource: Resource, **kwargs: Any) -> client.RecallOutcome:
+    return provider_recall(
+        resource=resource,
+        partition=PARTITION,
+        access="read-write",
+        operation_id="mrq_1:knowledge",
+        input_text="What hosting?",
+        **kwargs,
+    )
+
+
+def tool(resource: Resource, name: str, **kwargs: Any) -> client.ToolOutcome:
+    kwargs.setdefault("arguments", {"q": "hosting"})
+    kwargs.setdefault("cursor", "c-1")
+    return provider_tool(
+        resource=resource,
+        tool=name,
+        partition=PARTITION,
+        access="read-write",
+        operation_id="toolcall_1:knowledge",
+        **kwargs,
+    )
+
+
+def failure(resource: Resource, **kwargs: Any) -> ProviderFailure:
+    with pytest.raises(ProviderFailure) as raised:
+        recall(resource, **kwargs)
+    assert TOKEN not in raised.value.message
+    return raised.value
+
+
+# Recall: the request.
+
+
+def test_recall_sends_exactly_the_protocol_body_and_headers(
+    server: FaultyServer, resource: Resource
+) -> None:
+    server.script = [reply(200, GOOD_RECALL)]
+    before = datetime.now(UTC)
+    outcome = recall(resource)
+    assert outcome == client.RecallOutcome(
+        text="Use the free tier.", sources=[{"id": "fact:1"}], cursor="c-1", attempts=1
+    )
+    (seen,) = server.seen
+    assert seen.path == "/oc-memory/v1"
+    assert seen.headers["Authorization"] == f"Bearer {TOKEN}"
+    assert seen.headers["X-Tenant"] == "acme"
+    assert seen.headers["Content-Type"] == "application/json"
+    body = seen.json()
+    deadline = datetime.fromisoformat(body.pop("deadlineAt"))
+    assert body == {
+        "version": 1,
+        "operation": "recall",
+        "operationId": "mrq_1:knowledge",
+        "partition": PARTITION,
+        "access": "read-write",
+        "input": {"text": "What hosting?"},
+        "maxBytes": 64,
+    }
+    assert 9 <= (deadline - before).total_seconds() <= 11
+
+
+# Recall: retries and their timing.
+
+
+def test_503_then_200_retries_once_after_250ms_with_the_same_body(
+    server: FaultyServer, resource: Resource
+) -> None:
+    server.script = [
+        reply(503, {"error": {"code": "busy", "message": "Busy."}}),
+        reply(200, GOOD_RECALL),
+    ]
+    outcome = recall(resource)
+    assert outcome.attempts == 2
+    assert outcome.text == "Use the free tier."
+    assert len(server.seen) == 2
+    assert server.seen[0].body == server.seen[1].body
+    (gap,) = server.gaps()
+    assert client.RETRY_DELAYS[0] <= gap < client.RETRY_DELAYS[1]
+
+
+def test_retries_stop_after_two_spaced_250ms_then_1s(
+    server: FaultyServer, resource: Resource
+) -> None:
+    server.script = [reply(502, {"error": {"code": "down", "message": "Down."}})]
+    raised = failure(resource)
+    assert (raised.reason, raised.http_status, raised.attempts) == ("http_error", 502, 3)
+    assert raised.details["providerError"] == {"code": "down", "message": "Down."}
+    assert len(server.seen) == 3
+    first, second = server.gaps()
+    assert 0.25 <= first < 1.0
+    assert 1.0 <= second < 2.0
+    assert len({seen.body for seen in server.seen}) == 1
+
+
+@pytest.mark.parametrize("status", [408, 500])
+def test_408_and_5xx_are_retried(server: FaultyServer, resource: Resource, status: int) -> None:
+    server.script = [
+        reply(status, {"error": {"code": "x", "message": "x"}}),
+        reply(200, GOOD_RECALL),
+    ]
+    assert recall(resource).attempts == 2
+    assert len(server.seen) == 2
+
+
+def test_429_waits_for_a_valid_retry_after(server: FaultyServer, resource: Resource) -> None:
+    server.script = [
+        reply(
+            429, {"error": {"code": "slow_down", "message": "Later."}}, headers={"Retry-After": "2"}
+        ),
+        reply(200, GOOD_RECALL),
+    ]
+    assert recall(resource).attempts == 2
+    (gap,) = server.gaps()
+    assert 2.0 <= gap < 3.0
+
+
+def test_retry_after_that_does_not_fit_the_deadline_is_ignored(
+    server: FaultyServer, resource: Resource
+) -> None:
+    server.script = [
+        reply(
+            429,
+            {"error": {"code": "slow_down", "message": "Later."}},
+            headers={"Retry-After": "60"},
+        ),
+        reply(200, GOOD_RECALL),
+    ]
+    assert recall(resource).attempts == 2
+    (gap,) = server.gaps()
+    assert 0.25 <= gap < 1.0
+
+
+def test_other_4xx_is_not_retried(server: FaultyServer, resource: Resource) -> None:
+    server.script = [reply(401, {"error": {"code": "unauthorized", "message": "Bad token."}})]
+    raised = failure(resource)
+    assert (raised.reason, raised.http_status, raised.attempts) == ("http_error", 401, 1)
+    assert len(server.seen) == 1
+
+
+def test_transport_failure_is_retried(server: FaultyServer, resource: Resource) -> None:
+    server.script = [hang_up(), reply(200, GOOD_RECALL)]
+    assert recall(resource).attempts == 2
+    assert len(server.seen) == 2
+
+
+def test_a_reply_slower_than_the_deadline_fails_at_ten_seconds(
+    server: FaultyServer, resource: Resource
+) -> None:
+    server.script = [stall(30, reply(200, GOOD_RECALL))]
+    started = time.monotonic()
+    raised = failure(resource)
+    elapsed = time.monotonic() - started
+    assert (raised.reason, raised.attempts) == ("timeout", 1)
+    assert client.DEADLINE_SECONDS <= elapsed < client.DEADLINE_SECONDS + 1.5
+    assert len(server.seen) == 1
+
+
+# Recall: responses that are not accepted (never retried, never empty memory).
+
+
+def test_redirects_are_not_followed(server: FaultyServer, resource: Resource) -> None:
+    server.script = [
+        reply(307, {}, headers={"Location": "/oc-memory/elsewhere"}),
+        reply(200, GOOD_RECALL),
+    ]
+    raised = failure(resource)
+    assert (raised.reason, raised.http_status, raised.attempts) == ("redirect", 307, 1)
+    assert [seen.path for seen in server.seen] == ["/oc-memory/v1"]
+
+
+@pytest.mark.parametrize("length", [True, False])
+def test_a_body_over_64_kib_is_refused(
+    server: FaultyServer, resource: Resource, length: bool
+) -> None:
+    big = {"text": "", "sources": [], "padding": "x" * (64 * 1024)}
+    server.script = [reply(200, big, length=length)]
+    raised = failure(resource)
+    assert (raised.reason, raised.attempts) == ("response_too_large", 1)
+    assert len(server.seen) == 1
+
+
+def test_a_wrong_content_type_is_refused(server: FaultyServer, resource: Resource) -> None:
+    server.script = [reply(200, GOOD_RECALL, content_type="text/html")]
+    raised = failure(resource)
+    assert raised.reason == "invalid_response"
+    assert "text/html" in raised.message
+
+
+@pytest.mark.parametrize(
+    ("raw", "problem"),
+    [
+        (b"{not json", "not valid JSON"),
+        (b"[]", "must be a JSON object"),
+        (b'{"sources": []}', "text is required"),
+        (b'{"text": ""}', "sources is required"),
+        (json.dumps({"text": "x" * 65, "sources": []}).encode(), "the resource allows 64"),
+        (json.dumps({"text": "", "sources": [{"id": "a"}] * 101}).encode(), "at most 100"),
+        (json.dumps({"text": "", "sources": [{"id": "a" * 1025}]}).encode(), "sources[0].id"),
+        (json.dumps({"text": "", "sources": [{"title": "a"}]}).encode(), "sources[0].id"),
+        (json.dumps({"text": "", "sources": [], "cursor": "c" * 1025}).encode(), "cursor"),
+        (
+            json.dumps({"text": "", "sources": [{"id": "a", "updatedAt": "soon"}]}).encode(),
+            "updatedAt must be an ISO 8601 time",
+        ),
+    ],
+)
+def test_invalid_recall_responses_block_the_recall(
+    server: FaultyServer, resource: Resource, raw: bytes, problem: str
+) -> None:
+    server.script = [reply(200, raw=raw)]
+    raised = failure(resource)
+    assert (raised.reason, raised.attempts) == ("invalid_response", 1)
+    assert problem in raised.message
+
+
+def test_text_of_exactly_max_bytes_and_empty_memory_are_accepted(
+    server: FaultyServer, resource: Resource
+) -> None:
+    server.script = [
+        reply(200, {"text": "é" * 32, "sources": []}),
+        reply(200, {"text": "", "sources": []}),
+    ]
+    assert recall(resource).text == "é" * 32
+    assert recall(resource) == client.RecallOutcome(text="", sources=[], cursor=None)
+
+
+# Recall: configuration, checked before anything is sent.
+
+
+def test_missing_secret_blocks_the_recall_before_any_request(
+    server: FaultyServer, resource: Resource
+) -> None:
+    from memoryadmin.providers.models import Secret
+
+    Secret.objects.all().delete()
+    server.script = [reply(200, GOOD_RECALL)]
+    raised = failure(resource)
+    assert raised.reason == "secret_missing"
+    assert server.seen == []
+
+
+def test_origin_is_checked_before_the_secret_is_resolved(
+    server: FaultyServer, resource: Resource
+) -> None:
+    from memoryadmin.providers.models import Secret
+
+    Secret.objects.all().delete()
+    resource.config["connection"]["origin"] = "http://memory.example.com"
+    raised = failure(resource)
+    assert raised.reason == "invalid_configuration"
+    assert server.seen == []
+
+
+def test_failures_never_log_the_secret(
+    server: FaultyServer, resource: Resource, caplog: pytest.LogCaptureFixture
+) -> None:
+    server.script = [hang_up()]
+    with caplog.at_level(logging.DEBUG):
+        failure(resource, retry_delays=(0.01, 0.01))
+    assert "reason=transport_error" in caplog.text
+    assert TOKEN not in caplog.text
+
+
+# Tools.
+
+
+def test_read_tool_is_retried_and_its_result_reaches_the_model(
+    server: FaultyServer, resource: Resource
+) -> None:
+    server.script = [reply(503, {}), reply(200, {"result": {"facts": ["a"]}})]
+    outcome = tool(resource, "lookup", arguments={"q": "hosting", "memory": "knowledge"})
+    assert (outcome.kind, outcome.payload, outcome.attempts) == ("result", {"facts": ["a"]}, 2)
+    body = server.seen[0].json()
+    body.pop("deadlineAt")
+    assert body == {
+        "version": 1,
+        "operation": "tool",
+        "operationId": "toolcall_1:knowledge",
+        "partition": PARTITION,
+        "access": "read-write",
+        "tool": "lookup",
+        "arguments": {"q": "hosting"},
+        "cursor": "c-1",
+    }
+    assert server.seen[0].body == server.seen[1].body
+
+
+def test_tool_without_a_cursor_sends_none(server: FaultyServer, resource: Resource) -> None:
+    server.script = [reply(200, {"result": "ok"})]
+    assert tool(resource, "lookup", cursor=None).payload == "ok"
+    assert "cursor" not in server.seen[0].json()
+
+
+def test_conflict_envelope_reaches_the_model_unchanged(
+    server: FaultyServer, resource: Resource
+) -> None:
+    envelope = {"error": {"code": "conflict", "message": "Knowledge changed.", "details": {"n": 1}}}
+    server.script = [reply(409, envelope)]
+    outcome = tool(resource, "save")
+    assert (outcome.kind, outcome.payload, outcome.http_status) == ("error", envelope, 409)
+    assert len(server.seen) == 1
+
+
+def test_non_idempotent_write_is_never_retried_on_5xx(
+    server: FaultyServer, resource: Resource
+) -> None:
+    envelope = {"error": {"code": "unavailable", "message": "Try later."}}
+    server.script = [reply(503, envelope), reply(200, {"result": {"status": "stored"}})]
+    outcome = tool(resource, "note")
+    assert (outcome.kind, outcome.payload, outcome.attempts) == ("error", envelope, 1)
+    assert len(server.seen) == 1
+
+
+def test_non_idempotent_write_transport_failure_is_uncertain(
+    server: FaultyServer, resource: Resource
+) -> None:
+    server.script = [hang_up(), reply(200, {"result": {"status": "stored"}})]
+    outcome = tool(resource, "note")
+    assert (outcome.kind, outcome.payload, outcome.attempts) == (
+        "uncertain",
+        {"status": "uncertain"},
+        1,
+    )
+    assert len(server.seen) == 1
+
+
+def test_non_idempotent_write_timeout_is_uncertain_without_retry(
+    server: FaultyServer, resource: Resource
+) -> None:
+    server.script = [stall(30, reply(200, {"result": {"status": "stored"}}))]
+    started = time.monotonic()
+    outcome = tool(resource, "note", deadline_seconds=1.0)
+    elapsed = time.monotonic() - started
+    assert outcome.payload == {"status": "uncertain"}
+    assert 1.0 <= elapsed < 2.5
+    assert len(server.seen) == 1
+
+
+def test_idempotent_write_is_retried_with_the_same_operation(
+    server: FaultyServer, resource: Resource
+) -> None:
+    server.script = [hang_up(), hang_up(), reply(200, {"result": {"status": "stored"}})]
+    outcome = tool(resource, "save")
+    assert (outcome.kind, outcome.payload, outcome.attempts) == (
+        "result",
+        {"status": "stored"},
+        3,
+    )
+    assert len({seen.body for seen in server.seen}) == 1
+    assert server.seen[0].json()["operationId"] == "toolcall_1:knowledge"
+
+
+def test_tool_responses_without_result_or_envelope_are_host_errors(
+    server: FaultyServer, resource: Resource
+) -> None:
+    server.script = [
+        reply(200, {"status": "stored"}),
+        reply(400, raw=b"oops", content_type="text/plain"),
+    ]
+    first = tool(resource, "lookup")
+    second = tool(resource, "lookup")
+    assert first.kind == second.kind == "failed"
+    assert first.payload["error"]["details"] == {"reason": "invalid_response"}
+    assert second.http_status == 400
+
+
+def test_invalid_arguments_are_refused_before_sending(
+    server: FaultyServer, resource: Resource
+) -> None:
+    server.script = [reply(200, {"result": "ok"})]
+    for arguments in ({"q": "x", "extra": 1}, {"q": "x" * 21}, {}, ["q"]):
+        with pytest.raises(InvalidToolArguments):
+            tool(resource, "lookup", arguments=arguments)
+    assert server.seen == []
+
+
+def test_write_tool_through_read_access_is_refused_before_sending(
+    server: FaultyServer, resource: Resource
+) -> None:
+    server.script = [reply(200, {"result": "ok"})]
+    with pytest.raises(ToolNotPermitted):
+        provider_tool(
+            resource=resource,
+            tool="save",
+            partition=PARTITION,
+            access="read",
+            operation_id="t:knowledge",
+            arguments={"q": "x"},
+            cursor=None,
+        )
+    with pytest.raises(ToolNotPermitted):
+        tool(resource, "undeclared")
+    assert server.seen == []

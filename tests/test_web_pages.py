@@ -1,0 +1,593 @@
+"""The Memory page's reading pages: what they show, to whom, and at what cost in queries."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from memoryadmin.memory.models import Document, Project, Resource
+from memoryadmin.memory.services.deployments import deployment_create
+from memoryadmin.memory.services.documents import Writer, document_replace
+from tests.conftest import PASSWORD, People
+
+pytestmark = pytest.mark.django_db
+
+BASE = "/projects/acme/development"
+NOTES = f"{BASE}/resources/notes/"
+WORKSHOP = f"{NOTES}documents/workshop/"
+HX = {"HTTP_HX_REQUEST": "true"}
+
+
+@pytest.fixture
+def owner(people: People, web_client_for: Callable[[Any], Client]) -> Client:
+    return web_client_for(people.owner)
+
+
+def many_documents(resource: Resource, count: int, *, prefix: str = "doc") -> list[str]:
+    """Bulk-created documents with distinct update times (newest: the first id)."""
+    now = timezone.now()
+    documents = [
+        Document(
+            resource=resource,
+            doc_id=f"{prefix}-{i:04d}",
+            title=f"Title {i}",
+            text="x",
+            bytes=1,
+            revision=f"r{i}",
+            updated_at=now - timedelta(seconds=i),
+            created_at=now,
+            writer_kind="owner",
+        )
+        for i in range(count)
+    ]
+    Document.objects.bulk_create(documents)
+    return [d.doc_id for d in documents]
+
+
+def ids_in(html: str) -> list[str]:
+    return re.findall(r'<th scope="row"><a href="[^"]*"[^>]*><code>([^<]+)</code>', html)
+
+
+def test_anonymous_users_are_sent_to_the_login_page(project: Project) -> None:
+    response = Client().get(NOTES)
+    assert response.status_code == 302
+    assert response["Location"].startswith("/login/?next=")
+
+
+def test_htmx_requests_of_anonymous_users_reload_to_the_login_page(project: Project) -> None:
+    response = Client().get(NOTES, **HX)
+    assert response.status_code == 200
+    assert response["HX-Redirect"].startswith("/login/?next=")
+
+
+def test_login_lands_on_the_only_project_in_development(people: People) -> None:
+    client = Client()
+    response = client.post("/login/", {"username": "olivia", "password": PASSWORD}, follow=True)
+    assert response.status_code == 200
+    assert response.redirect_chain[-1][0] == f"{BASE}/"
+    assert b"notes" in response.content
+
+
+def test_login_with_a_wrong_password_is_refused(people: People) -> None:
+    response = Client().post("/login/", {"username": "olivia", "password": "nope"})
+    assert response.status_code == 200
+    assert b"Please enter a correct username and password" in response.content
+    assert "_auth_user_id" not in Client().session
+
+
+def test_inventory_lists_resources_with_kind_limit_status_and_count(
+    owner: Client, project: Project, make_document: Any
+) -> None:
+    make_document("workshop")
+    make_document("second")
+    # A newer deployment drops "notes": it is retired, still listed.
+    deployment_create(
+        project=project,
+        agent="support-bot",
+        memory=[{"id": "kb", "description": "Knowledge.", "provider": {"maxBytes": 64}}],
+        promote="development",
+        actor="test",
+    )
+    response = owner.get(f"{BASE}/")
+    assert response.status_code == 200
+    rows = re.findall(r"<tr>\s*<th scope=\"row\">.*?</tr>", response.content.decode(), re.S)
+    assert len(rows) == 2
+    kb, notes = rows
+    assert ">kb</a>" in kb
+    assert ">64<" in kb
+    assert "declared" in kb
+    assert ">0<" in kb
+    assert ">notes</a>" in notes
+    assert ">8192<" in notes
+    assert "retired" in notes
+    assert ">2<" in notes
+
+
+def test_production_has_a_banner_and_development_has_none(owner: Client) -> None:
+    development = owner.get(f"{BASE}/")
+    production = owner.get("/projects/acme/production/")
+    assert development.status_code == production.status_code == 200
+    assert b"production-banner" not in development.content
+    assert b'class="production-banner"' in production.content
+    assert b'<body class="env-production"' in production.content
+
+
+def test_unknown_environment_is_404(owner: Client) -> None:
+    assert owner.get("/projects/acme/staging/").status_code == 404
+
+
+def test_project_root_redirects_to_development(owner: Client) -> None:
+    response = owner.get("/projects/acme/")
+    assert response.status_code == 302
+    assert response["Location"] == f"{BASE}/"
+
+
+def test_project_switcher_goes_to_the_chosen_project_and_environment(
+    owner: Client, people: People
+) -> None:
+    response = owner.get("/switch/", {"project": "acme", "environment": "production"})
+    assert response.status_code == 302
+    assert response["Location"] == "/projects/acme/production/"
+    assert owner.get("/switch/", {"project": "globex"}).status_code == 404
+
+
+def test_document_list_shows_writer_time_size_and_frozen_badge(
+    owner: Client, make_document: Any, notes: Resource
+) -> None:
+    make_document("workshop", title="Workshop notes", text="12345", summary="Runtime.")
+    agent_doc = make_document("agent-notes")
+    document_replace(
+        resource=notes,
+        doc_id="agent-notes",
+        expected_revision=agent_doc.revision,
+        text="saved by an agent",
+        actor="agent",
+        writer=Writer(kind="agent", session_id="sess_123"),
+    )
+    make_document("frozen", agent_writes=False)
+    response = owner.get(NOTES)
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert ids_in(html) == ["frozen", "agent-notes", "workshop"]
+    workshop = row_of(html, "workshop")
+    assert "Workshop notes" in workshop
+    assert "Runtime." in workshop
+    assert "5 / 8192 bytes" in workshop
+    assert 'value="5"' in workshop
+    assert 'max="8192"' in workshop
+    assert "writer-owner" in workshop
+    assert '<time datetime="' in workshop
+    assert 'UTC">just now</time>' in workshop
+    assert "badge frozen" not in workshop
+    agent = row_of(html, "agent-notes")
+    assert "writer-agent" in agent
+    assert "<code>sess_123</code>" in agent
+    assert "badge frozen" in row_of(html, "frozen")
+
+
+def row_of(html: str, doc_id: str) -> str:
+    return html[html.index(f"<code>{doc_id}</code>") :].split("</tr>")[0]
+
+
+def test_filter_matches_id_prefix_and_title_substring_ignoring_case(
+    owner: Client, make_document: Any
+) -> None:
+    make_document("workshop", title="Runtime requirements")
+    make_document("work-log", title="Log")
+    make_document("refunds", title="Refund policy for WORKshops")
+    make_document("shipping", title="Shipping")
+    make_document("homework", title="Other")  # contains "work" in the id, not at the start
+    response = owner.get(NOTES, {"q": "Work"})
+    assert response.status_code == 200
+    assert sorted(ids_in(response.content.decode())) == ["refunds", "work-log", "workshop"]
+    nothing = owner.get(NOTES, {"q": "zzz"})
+    assert ids_in(nothing.content.decode()) == []
+    assert "No documents match “zzz”." in nothing.content.decode()
+
+
+def test_filter_over_htmx_returns_only_the_table_rows(owner: Client, make_document: Any) -> None:
+    make_document("workshop")
+    make_document("refunds")
+    response = owner.get(NOTES, {"q": "work"}, **HX)
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert "<html" not in html
+    assert "<tbody" not in html
+    assert ids_in(html) == ["workshop"]
+    assert "HX-Request" in response["Vary"]
+    full = owner.get(NOTES, {"q": "work"})
+    assert "<html" in full.content.decode()
+    assert "HX-Request" in full["Vary"]
+
+
+def test_history_restore_requests_get_the_whole_page(owner: Client, make_document: Any) -> None:
+    make_document("workshop")
+    response = owner.get(NOTES, {"q": "work"}, HTTP_HX_HISTORY_RESTORE_REQUEST="true", **HX)
+    assert "<html" in response.content.decode()
+
+
+def test_load_more_walks_every_document_once_in_keyset_order(
+    owner: Client, notes: Resource
+) -> None:
+    expected = many_documents(notes, 120)
+    seen: list[str] = []
+    response = owner.get(NOTES)
+    html = response.content.decode()
+    seen += ids_in(html)
+    assert len(seen) == 50
+    pages = 1
+    while "Load more documents" in html:
+        link = re.search(r'hx-get="([^"]+)"\s+hx-target="closest tr"', html)
+        assert link is not None
+        url = link.group(1).replace("&amp;", "&")
+        # The plain link and the htmx link are the same URL: both work.
+        assert f'href="{link.group(1)}"' in html
+        response = owner.get(url, **HX)
+        assert response.status_code == 200
+        html = response.content.decode()
+        assert "<html" not in html
+        seen += ids_in(html)
+        pages += 1
+    assert pages == 3
+    assert seen == expected
+
+
+def test_load_more_without_javascript_shows_the_next_page(owner: Client, notes: Resource) -> None:
+    expected = many_documents(notes, 60)
+    first = owner.get(NOTES).content.decode()
+    link = re.search(r'<a href="([^"]+cursor=[^"]+)"', first)
+    assert link is not None
+    response = owner.get(link.group(1).replace("&amp;", "&"))
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert "<html" in html
+    assert ids_in(html) == expected[50:]
+    assert "Back to the most recent documents" in html
+
+
+def test_load_more_keeps_the_filter(owner: Client, notes: Resource) -> None:
+    many_documents(notes, 70, prefix="alpha")
+    many_documents(notes, 70, prefix="beta")
+    first = owner.get(NOTES, {"q": "beta"}).content.decode()
+    link = re.search(r'hx-get="([^"]+)"\s+hx-target="closest tr"', first)
+    assert link is not None
+    assert "q=beta" in link.group(1)
+    second = owner.get(link.group(1).replace("&amp;", "&"), **HX).content.decode()
+    ids = ids_in(first) + ids_in(second)
+    assert len(ids) == 70
+    assert all(i.startswith("beta-") for i in ids)
+
+
+def test_a_tampered_cursor_is_a_400_page(owner: Client, notes: Resource) -> None:
+    response = owner.get(NOTES, {"cursor": "forged"})
+    assert response.status_code == 400
+    assert b"cursor is not valid" in response.content
+
+
+def test_document_page_escapes_text_and_keeps_whitespace(owner: Client, make_document: Any) -> None:
+    make_document(
+        "workshop",
+        title="<b>Bold</b>",
+        text="<script>alert('x')</script>\n    indented\n\ttabbed",
+        summary="<i>sum</i>",
+    )
+    response = owner.get(WORKSHOP)
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert "<script>alert" not in html
+    assert "<b>Bold</b>" not in html
+    assert "<i>sum" not in html
+    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;\n    indented\n\ttabbed</pre>" in html
+    assert "&lt;b&gt;Bold&lt;/b&gt;" in html
+
+
+def test_document_page_shows_metadata_and_history(
+    owner: Client, make_document: Any, notes: Resource
+) -> None:
+    first = make_document("workshop", text="one")
+    second = document_replace(
+        resource=notes, doc_id="workshop", expected_revision=first.revision, text="two", actor="t"
+    )
+    html = owner.get(WORKSHOP).content.decode()
+    assert f"<code>{second.revision}</code>" in html
+    assert "3 / 8192 bytes" in html
+    history = html[html.index('id="history"') :]
+    assert history.index(second.revision) < history.index(first.revision)
+    assert ">replace<" in history
+    assert ">create<" in history
+    version_url = f"{WORKSHOP}versions/{first.revision}/"
+    assert f'href="{version_url}" hx-get="{version_url}" hx-target="#version-diff"' in history
+
+
+def test_document_history_pages_older_versions(
+    owner: Client, make_document: Any, notes: Resource
+) -> None:
+    document = make_document("workshop", text="v0")
+    for i in range(1, 60):
+        document = document_replace(
+            resource=notes,
+            doc_id="workshop",
+            expected_revision=document.revision,
+            text=f"v{i}",
+            actor="t",
+        )
+    html = owner.get(WORKSHOP).content.decode()
+    assert html.count("Compare with current") == 49  # 50 newest, one of them current
+    link = re.search(r'hx-get="([^"]+versions=[^"]+)"', html)
+    assert link is not None
+    older = owner.get(link.group(1).replace("&amp;", "&"), **HX).content.decode()
+    assert "<html" not in older
+    assert older.count("Compare with current") == 10
+
+
+def test_version_page_diffs_a_version_against_the_current_text(
+    owner: Client, make_document: Any, notes: Resource
+) -> None:
+    first = make_document("workshop", text="keep\nold line\n")
+    document_replace(
+        resource=notes,
+        doc_id="workshop",
+        expected_revision=first.revision,
+        text="keep\nnew line\n",
+        actor="t",
+    )
+    response = owner.get(f"{WORKSHOP}versions/{first.revision}/")
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert re.search(r'<tr class="removed">.*?old line', html, re.S)
+    assert re.search(r'<tr class="added">.*?new line', html, re.S)
+    assert "1 line added, 1 removed" in html
+    assert "Restore this version" in html
+    partial = owner.get(f"{WORKSHOP}versions/{first.revision}/", **HX).content.decode()
+    assert "<html" not in partial
+    assert "old line" in partial
+    assert "autofocus" in partial
+
+
+def test_unknown_version_is_404(owner: Client, make_document: Any) -> None:
+    make_document("workshop")
+    assert owner.get(f"{WORKSHOP}versions/nope/").status_code == 404
+
+
+def test_deleted_documents_are_404_and_gone_from_the_list(
+    owner: Client, make_document: Any, notes: Resource
+) -> None:
+    from memoryadmin.memory.services.documents import document_delete
+
+    document = make_document("workshop")
+    make_document("other")
+    document_delete(
+        resource=notes, doc_id="workshop", expected_revision=document.revision, actor="t"
+    )
+    assert owner.get(WORKSHOP).status_code == 404
+    assert ids_in(owner.get(NOTES).content.decode()) == ["other"]
+
+
+def test_audit_log_lists_entries_and_filters_by_document(
+    owner: Client, make_document: Any, people: People
+) -> None:
+    make_document("workshop")
+    make_document("refunds")
+    response = owner.get(f"{BASE}/audit/")
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert "notes/workshop" in html
+    assert "notes/refunds" in html
+    assert "role.grant" in html  # project-wide entries show in every environment
+    filtered = owner.get(f"{BASE}/audit/", {"resource": "notes", "document": "workshop"})
+    text = filtered.content.decode()
+    assert "notes/workshop" in text
+    assert "notes/refunds" not in text
+    assert "role.grant" not in text
+
+
+def test_audit_log_pages_older_entries(owner: Client, project: Project, people: People) -> None:
+    from memoryadmin.memory.services.audit import audit_record
+
+    for i in range(70):
+        audit_record(
+            project_id="acme",
+            environment="development",
+            actor="test",
+            action=f"test.action-{i}",
+        )
+    html = owner.get(f"{BASE}/audit/").content.decode()
+    assert "test.action-69" in html
+    assert "test.action-20" in html
+    assert "test.action-19" not in html
+    link = re.search(r'hx-get="([^"]+cursor=[^"]+)"', html)
+    assert link is not None
+    older = owner.get(link.group(1).replace("&amp;", "&"), **HX).content.decode()
+    assert "test.action-19" in older
+    assert "test.action-0<" in older
+
+
+# Who sees what.
+
+PAGES = [
+    f"{BASE}/",
+    "/projects/acme/production/",
+    f"{BASE}/audit/",
+    NOTES,
+    WORKSHOP,
+    f"{WORKSHOP}versions/REV/",
+]
+
+
+@pytest.mark.parametrize("url", PAGES)
+def test_users_without_a_role_see_nothing_of_a_project(
+    url: str, people: People, web_client_for: Callable[[Any], Client], make_document: Any
+) -> None:
+    document = make_document("workshop")
+    outsider = web_client_for(people.outsider)
+    response = outsider.get(url.replace("REV", document.revision))
+    assert response.status_code == 404
+    assert b"No project &#x27;acme&#x27;." in response.content
+    assert b"workshop" not in response.content
+    # Exactly what a project that does not exist looks like.
+    missing = outsider.get(url.replace("REV", document.revision).replace("acme", "nosuch"))
+    assert missing.status_code == 404
+
+
+@pytest.mark.parametrize("url", PAGES)
+def test_viewers_read_every_page(
+    url: str, people: People, web_client_for: Callable[[Any], Client], make_document: Any
+) -> None:
+    document = make_document("workshop")
+    response = web_client_for(people.viewer).get(url.replace("REV", document.revision))
+    assert response.status_code == 200
+
+
+def test_viewers_get_no_buttons_for_what_they_may_not_do(
+    people: People, web_client_for: Callable[[Any], Client], make_document: Any
+) -> None:
+    first = make_document("workshop")
+    viewer = web_client_for(people.viewer)
+    html = viewer.get(WORKSHOP).content.decode()
+    for label in ("Edit", "Freeze agent writes", "Delete"):
+        assert f">{label}" not in html
+    assert ">Export<" not in viewer.get(f"{BASE}/").content.decode()
+    assert "New document" not in viewer.get(NOTES).content.decode()
+    version = viewer.get(f"{WORKSHOP}versions/{first.revision}/").content.decode()
+    assert "Restore this version" not in version
+
+
+def test_support_gets_freeze_and_export_but_no_edit_or_delete(
+    people: People, web_client_for: Callable[[Any], Client], make_document: Any
+) -> None:
+    make_document("workshop")
+    support = web_client_for(people.support)
+    html = support.get(WORKSHOP).content.decode()
+    assert "Freeze agent writes" in html
+    assert ">Edit<" not in html
+    assert "Delete…" not in html
+    assert ">Export<" in support.get(f"{BASE}/").content.decode()
+
+
+# Security headers and markup rules.
+
+
+def test_pages_send_a_content_security_policy_without_inline_script(
+    owner: Client, make_document: Any
+) -> None:
+    make_document("workshop")
+    for url in (f"{BASE}/", NOTES, WORKSHOP, f"{WORKSHOP}edit/", "/login/"):
+        response = owner.get(url)
+        policy = response["Content-Security-Policy"]
+        assert "script-src 'self'" in policy
+        assert "unsafe-inline" not in policy
+        assert "style-src 'self'" in policy
+        html = response.content.decode()
+        assert not re.search(r"<script(?![^>]*\bsrc=)[^>]*>", html), url
+        assert not re.search(r"<style", html), url
+        assert not re.search(r"\sstyle=", html), url
+        assert not re.search(r"\son[a-z]+=", html), url
+
+
+def test_every_htmx_link_also_has_an_href(
+    owner: Client, make_document: Any, notes: Resource
+) -> None:
+    first = make_document("workshop")
+    document_replace(
+        resource=notes, doc_id="workshop", expected_revision=first.revision, text="2", actor="t"
+    )
+    many_documents(notes, 60)
+    for url in (NOTES, WORKSHOP):
+        html = owner.get(url).content.decode()
+        tags = re.findall(r"<(\w+)\b[^>]*\bhx-get=[^>]*>", html)
+        assert tags, url
+        for tag in re.finditer(r"<(\w+)\b([^>]*\bhx-get=[^>]*)>", html):
+            name, attributes = tag.group(1), tag.group(2)
+            if name == "a":
+                href = re.search(r'href="([^"]+)"', attributes)
+                get = re.search(r'hx-get="([^"]+)"', attributes)
+                assert href
+                assert get
+                assert href.group(1).split("#")[0] == get.group(1)
+            else:
+                # The filter input: its form submits to the same URL without JavaScript.
+                assert name == "input"
+                assert 'name="q"' in attributes
+
+
+def test_session_cookies_are_secure_outside_debug() -> None:
+    from django.conf import settings
+
+    assert settings.DEBUG is False
+    assert settings.SESSION_COOKIE_SECURE is True
+    assert settings.CSRF_COOKIE_SECURE is True
+
+
+# Query counts do not grow with the number of documents or versions.
+
+
+def queries(client: Client, url: str, **headers: str) -> int:
+    with CaptureQueriesContext(connection) as captured:
+        response = client.get(url, **headers)
+    assert response.status_code == 200, url
+    return len(captured)
+
+
+def test_document_list_query_count_is_constant(
+    owner: Client, notes: Resource, django_assert_max_num_queries: Any
+) -> None:
+    many_documents(notes, 3, prefix="few")
+    few = queries(owner, NOTES)
+    many_documents(notes, 200, prefix="many")
+    with django_assert_max_num_queries(few):
+        owner.get(NOTES)
+    with django_assert_max_num_queries(few):
+        owner.get(NOTES, {"q": "many"})
+    with django_assert_max_num_queries(few):
+        owner.get(NOTES, {"q": "many"}, **HX)
+
+
+def test_inventory_and_audit_query_counts_are_constant(
+    owner: Client, notes: Resource, make_document: Any, django_assert_max_num_queries: Any
+) -> None:
+    make_document("one")
+    inventory, audit = queries(owner, f"{BASE}/"), queries(owner, f"{BASE}/audit/")
+    for i in range(80):
+        make_document(f"doc-{i}")
+    with django_assert_max_num_queries(inventory):
+        owner.get(f"{BASE}/")
+    with django_assert_max_num_queries(audit):
+        owner.get(f"{BASE}/audit/")
+
+
+def test_document_page_query_count_is_constant_in_versions(
+    owner: Client, make_document: Any, notes: Resource, django_assert_max_num_queries: Any
+) -> None:
+    document = make_document("workshop", text="v0")
+    few = queries(owner, WORKSHOP)
+    for i in range(80):
+        document = document_replace(
+            resource=notes,
+            doc_id="workshop",
+            expected_revision=document.revision,
+            text=f"v{i}",
+            actor="t",
+        )
+    with django_assert_max_num_queries(few):
+        owner.get(WORKSHOP)
+
+
+def test_http_resources_keep_no_documents_here(owner: Client, project: Project) -> None:
+    Resource.objects.create(
+        project=project, environment="development", resource_id="crm", kind="http", max_bytes=1
+    )
+    listing = owner.get(f"{BASE}/resources/crm/")
+    assert listing.status_code == 200
+    assert "its records live with the provider" in listing.content.decode()
+    assert "New document" not in listing.content.decode()
+    create = owner.post(f"{BASE}/resources/crm/new/", {"doc_id": "x", "title": "X"})
+    assert create.status_code == 400
+    assert not Document.objects.exists()
