@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, connections
 from rest_framework.test import APIClient
 
 from memoryadmin.memory.models import Project, Resource
@@ -157,3 +158,27 @@ def web_client_for() -> Callable[[Any], Any]:
         return client
 
     return make
+
+
+def run_threads(count: int, work: Callable[[int], Any]) -> list[Any]:
+    """Runs work(i) in `count` real threads released together by a barrier."""
+    barrier = threading.Barrier(count)
+    results: list[Any] = [None] * count
+    errors: list[BaseException] = []
+
+    def runner(index: int) -> None:
+        try:
+            barrier.wait(timeout=30)
+            results[index] = work(index)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=runner, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not errors, errors
+    return results

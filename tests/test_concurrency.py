@@ -5,7 +5,6 @@ from __future__ import annotations
 import random
 import threading
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -14,30 +13,9 @@ import pytest
 from memoryadmin.memory.models import Document, DocumentVersion, Resource
 from memoryadmin.memory.services.documents import document_create
 from memoryadmin.memory.services.projects import api_key_create
-from tests.conftest import DEV, DOCS
+from tests.conftest import DEV, DOCS, run_threads
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
-
-
-def run_threads(count: int, work: Callable[[int], Any]) -> list[Any]:
-    barrier = threading.Barrier(count)
-    results: list[Any] = [None] * count
-    errors: list[BaseException] = []
-
-    def runner(index: int) -> None:
-        try:
-            barrier.wait(timeout=30)
-            results[index] = work(index)
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=runner, args=(i,)) for i in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
-    assert not errors, errors
-    return results
 
 
 def test_twenty_concurrent_replaces_with_one_revision_commit_once(

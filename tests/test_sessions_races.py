@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -19,34 +18,12 @@ from memoryadmin.memory.errors import NotFound, PreconditionFailed
 from memoryadmin.memory.models import Document, Project, Resource
 from memoryadmin.memory.services.documents import document_create, document_delete, document_patch
 from memoryadmin.memory.services.projects import api_key_create
+from tests.conftest import run_threads
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 ROUNDS = 15
 RW = {"notes": {"scope": "document", "id": "workshop", "access": "read-write"}}
-
-
-def run_threads(count: int, work: Callable[[int], Any]) -> list[Any]:
-    barrier = threading.Barrier(count)
-    results: list[Any] = [None] * count
-    errors: list[BaseException] = []
-
-    def runner(index: int) -> None:
-        try:
-            barrier.wait(timeout=30)
-            results[index] = work(index)
-        except BaseException as exc:
-            errors.append(exc)
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=runner, args=(i,)) for i in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
-    assert not errors, errors
-    return results
 
 
 def test_twenty_concurrent_creates_with_one_key_create_one_session(

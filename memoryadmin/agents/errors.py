@@ -3,6 +3,17 @@
 from __future__ import annotations
 
 from memoryadmin.memory.errors import Conflict, DomainError, NotFound
+from memoryadmin.providers.errors import InvalidToolArguments
+
+__all__ = [
+    "IdempotencyConflict",
+    "InvalidMemoryBinding",
+    "InvalidToolArguments",
+    "NotBound",
+    "RecallFailed",
+    "SessionClosed",
+    "SessionNotFound",
+]
 
 
 class InvalidMemoryBinding(DomainError):
@@ -42,8 +53,3 @@ class RecallFailed(Conflict):
         super().__init__(message, details={"resource": resource, "reason": reason})
         self.resource = resource
         self.reason = reason
-
-
-class InvalidToolArguments(DomainError):
-    status = 400
-    code = "invalid_tool_arguments"

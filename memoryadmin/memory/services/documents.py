@@ -18,7 +18,7 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from memoryadmin.memory.cursors import cursor_dump, cursor_load
+from memoryadmin.memory.cursors import cursor_dump, cursor_load, newest_first_page
 from memoryadmin.memory.errors import InvalidRequest, NotFound, PreconditionFailed
 from memoryadmin.memory.limits import (
     LIST_PAGE_SIZE,
@@ -348,16 +348,9 @@ def version_list(
     *, document: Document, cursor: str | None = None, limit: int = VERSION_PAGE_SIZE
 ) -> tuple[list[DocumentVersion], str | None]:
     """Versions newest first, in keyset pages."""
-    scope = f"versions:{document.pk}"
-    versions = DocumentVersion.objects.filter(document=document)
-    if cursor is not None:
-        position = cursor_load(cursor, scope=scope)
-        if len(position) != 1 or not isinstance(position[0], int):
-            raise InvalidRequest("cursor is not valid for this list.")
-        versions = versions.filter(id__lt=position[0])
-    page = list(versions.order_by("-id")[: limit + 1])
-    next_cursor = None
-    if len(page) > limit:
-        page = page[:limit]
-        next_cursor = cursor_dump([page[-1].id], scope=scope)
-    return page, next_cursor
+    return newest_first_page(
+        DocumentVersion.objects.filter(document=document),
+        cursor=cursor,
+        scope=f"versions:{document.pk}",
+        limit=limit,
+    )

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from django.db.models import Q
 
-from memoryadmin.memory.cursors import cursor_dump, cursor_load
-from memoryadmin.memory.errors import InvalidRequest, NotFound
+from memoryadmin.memory.cursors import newest_first_page
+from memoryadmin.memory.errors import NotFound
 from memoryadmin.memory.limits import check_environment
 from memoryadmin.memory.models import AuditEntry, Document, DocumentVersion, Project, Resource
 
@@ -41,17 +41,7 @@ def audit_list(
             entries = entries.filter(document_id=document_id)
     else:
         entries = entries.filter(Q(environment=environment) | Q(environment=""))
-    if cursor is not None:
-        position = cursor_load(cursor, scope=scope)
-        if len(position) != 1 or not isinstance(position[0], int):
-            raise InvalidRequest("cursor is not valid for this list.")
-        entries = entries.filter(id__lt=position[0])
-    page = list(entries.order_by("-id")[: limit + 1])
-    next_cursor = None
-    if len(page) > limit:
-        page = page[:limit]
-        next_cursor = cursor_dump([page[-1].id], scope=scope)
-    return page, next_cursor
+    return newest_first_page(entries, cursor=cursor, scope=scope, limit=limit)
 
 
 def resource_ids(*, project: Project, environment: str, kind: str | None = None) -> list[str]:
