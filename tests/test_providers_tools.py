@@ -17,7 +17,13 @@ from memoryadmin.providers.tools import (
     tool_retryable,
 )
 
-KEY = {"project_id": "acme", "environment": "development", "resource_id": "kb", "namespace": "o"}
+# Long, distinctive inputs: a short one (say "o") turns up in a random digest by chance.
+KEY = {
+    "project_id": "acme-project",
+    "environment": "development",
+    "resource_id": "knowledge-base",
+    "namespace": "owner-namespace",
+}
 INPUT = {
     "type": "object",
     "properties": {"fact": {"type": "string", "maxLength": 10}},
@@ -54,7 +60,7 @@ def test_partition_key_is_stable_and_opaque() -> None:
         {"resource_id": "notes"},
         {"namespace": "other"},
         # The inputs cannot run into each other.
-        {"resource_id": "kb-o", "namespace": ""},
+        {"resource_id": "knowledge-base-owner-namespace", "namespace": ""},
     ],
 )
 def test_partition_key_differs_when_any_input_differs(change: dict[str, str]) -> None:
