@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.contrib.auth import views as auth_views
 from django.urls import path, register_converter
 
-from memoryadmin.web.views import export, reading, writing
+from memoryadmin.web.views import export, reading, sessions, writing
 
 
 class EnvironmentConverter:
@@ -39,9 +39,9 @@ urlpatterns = [
     path(PROJECT, reading.inventory, name="inventory"),
     path(PROJECT + "audit/", reading.audit, name="audit"),
     path(PROJECT + "export/", export.export, name="export"),
-    # Sessions (list, detail, "end session") belong here, as PROJECT + "sessions/...",
-    # checked with the SESSION_END permission; templates link a writer's session
-    # through the "web:session" URL name once it exists.
+    path(PROJECT + "sessions/", sessions.session_list, name="sessions"),
+    path(PROJECT + "sessions/<str:s>/", sessions.session_detail, name="session"),
+    path(PROJECT + "sessions/<str:s>/end/", sessions.session_end_confirm, name="session-end"),
     path(RESOURCE, reading.documents, name="documents"),
     path(RESOURCE + "new/", writing.create, name="document-create"),
     path(DOCUMENT, reading.document_detail, name="document"),

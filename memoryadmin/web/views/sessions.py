@@ -1,0 +1,99 @@
+"""The Sessions page: an environment's agent sessions, one session with its events, ending one."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponseBase
+from django.shortcuts import redirect
+from django.views.decorators.http import require_GET, require_http_methods
+
+from memoryadmin.agents.models import SessionStatus
+from memoryadmin.agents.representations import event_dict, sessions_dicts
+from memoryadmin.agents.services.sessions import session_end, session_events
+from memoryadmin.agents.services.sessions import session_list as sessions_page
+from memoryadmin.web.services.roles import READ, SESSION_END
+from memoryadmin.web.services.sessions import session_agents, session_in_environment
+from memoryadmin.web.views.base import Page, actor, page_render, project_view
+
+FILTER_MAX = 64
+
+
+@require_GET
+@project_view(READ)
+def session_list(request: HttpRequest, page: Page) -> HttpResponseBase:
+    agent = request.GET.get("agent", "").strip()[:FILTER_MAX]
+    status = request.GET.get("status", "").strip()[:FILTER_MAX]
+    cursor = request.GET.get("cursor") or None
+    rows, next_cursor = sessions_page(
+        project=page.project,
+        environment=page.environment,
+        agent=agent or None,
+        status=status or None,
+        cursor=cursor,
+    )
+    context = {
+        # The models give the times, the representations the live memory arrays.
+        "rows": list(zip(rows, sessions_dicts(rows), strict=True)),
+        "next_cursor": next_cursor,
+        "agent": agent,
+        "status": status,
+        "cursor": cursor,
+        "statuses": SessionStatus.values,
+        "agents": [] if cursor else session_agents(project=page.project),
+    }
+    # htmx: the filter swaps the table body, "load more" swaps itself for the next rows.
+    partial = "more" if cursor else "results"
+    return page_render(request, "memoryadmin/sessions.html", page, context, partial=partial)
+
+
+@require_GET
+@project_view(READ)
+def session_detail(request: HttpRequest, page: Page, s: str) -> HttpResponseBase:
+    session = session_in_environment(
+        project=page.project, environment=page.environment, session_id=s
+    )
+    after = _seq(request.GET.get("after"))
+    events = session_events(session=session, after=after)
+    # Events are numbered without gaps: more exist when the last shown is not the newest.
+    next_after = events[-1].seq if events and events[-1].seq < session.last_seq else None
+    context = {
+        "session": session,
+        "data": sessions_dicts([session])[0],
+        "events": [(event, event_dict(event)) for event in events],
+        "next_after": next_after,
+        "after": after,
+    }
+    return page_render(
+        request,
+        "memoryadmin/session.html",
+        page,
+        context,
+        partial="more-events" if after else None,
+    )
+
+
+@require_http_methods(["GET", "POST"])
+@project_view(SESSION_END)
+def session_end_confirm(request: HttpRequest, page: Page, s: str) -> HttpResponseBase:
+    session = session_in_environment(
+        project=page.project, environment=page.environment, session_id=s
+    )
+    if request.method == "GET":
+        context = {"session": session, "data": sessions_dicts([session])[0]}
+        return page_render(request, "memoryadmin/session_end.html", page, context, partial="dialog")
+    was_active = session.is_active
+    ended = session_end(session=session, actor=actor(request))
+    if was_active:
+        messages.success(
+            request, f"Ended {ended.id}: agent saves through it are refused from now on."
+        )
+    else:
+        messages.info(request, f"{ended.id} had already ended.")
+    return redirect("web:session", page.project.id, page.environment, ended.id)
+
+
+def _seq(value: str | None) -> int:
+    """The `after` of an events page; anything but a small non-negative number is 0."""
+    if value is None or not value.isdigit() or len(value) > 9:
+        return 0
+    return int(value)
