@@ -6,6 +6,8 @@ VENV := .venv
 VPY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
+# The suite runs on every core; PYTEST_ARGS="-n0 tests/test_x.py" runs part of it in one process.
+PYTEST_ARGS ?= -n auto
 
 .PHONY: run test lint format bench schema clean
 
