@@ -22,7 +22,7 @@ from memoryadmin.memory.errors import (
 )
 from memoryadmin.memory.export import ExportSnapshot
 
-# Exit codes, documented in the README: scripts branch on them.
+# Exit codes, documented in docs/cli.md: scripts branch on them.
 EXIT_OK = 0
 EXIT_ERROR = 1  # anything else, e.g. a cancelled prompt or a partial import
 EXIT_USAGE = 2  # unknown subcommand or option (argparse)
