@@ -123,6 +123,7 @@ INSTALLED_APPS = [
     "memoryadmin.web",
     "memoryadmin.providers",
     "memoryadmin.refprovider",
+    "memoryadmin.demo",
 ]
 
 MIDDLEWARE = [

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from memoryadmin.memory.demo import demo_setup
+from memoryadmin.demo.project import demo_setup
 from memoryadmin.memory.models import AuditEntry, Document
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from memoryadmin.memory.demo import demo_manifest, demo_setup
+from memoryadmin.demo.project import demo_manifest, demo_setup
 from memoryadmin.memory.models import Project, Resource
 from memoryadmin.memory.representations import iso_ms
 from memoryadmin.memory.services.deployments import deployment_create, resource_get

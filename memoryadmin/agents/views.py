@@ -14,8 +14,8 @@ from memoryadmin.agents.models import Session
 from memoryadmin.agents.representations import event_dict, sessions_dicts
 from memoryadmin.agents.services import runtime
 from memoryadmin.agents.services import sessions as session_services
+from memoryadmin.api.base import CURSOR, ENVIRONMENT, ERRORS, ApiView
 from memoryadmin.api.serializers import ErrorOutput, require_query_string, validated
-from memoryadmin.api.views import CURSOR, ENVIRONMENT, ERRORS, ApiView
 from memoryadmin.memory.errors import DomainError, InvalidRequest
 from memoryadmin.memory.models import Project
 from memoryadmin.memory.representations import deployment_dict

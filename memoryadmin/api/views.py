@@ -7,19 +7,18 @@ from typing import Any
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
-    OpenApiResponse,
     PolymorphicProxySerializer,
     extend_schema,
 )
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from memoryadmin.api import serializers as s
+from memoryadmin.api.base import CURSOR, ENVIRONMENT, ERRORS, WRITE_ERRORS, ApiView
 from memoryadmin.api.conditions import etag, put_mode, required_if_match
 from memoryadmin.memory.errors import InvalidRequest
-from memoryadmin.memory.limits import check_agent_writes, check_environment
-from memoryadmin.memory.models import ApiKey, Document, Project, Resource
+from memoryadmin.memory.limits import check_agent_writes
+from memoryadmin.memory.models import Document, Resource
 from memoryadmin.memory.representations import (
     deployment_dict,
     document_dict,
@@ -29,19 +28,8 @@ from memoryadmin.memory.representations import (
 )
 from memoryadmin.memory.services import deployments as deployment_services
 from memoryadmin.memory.services import documents as document_services
-from memoryadmin.memory.services.projects import project_for_key, projects_for_key
+from memoryadmin.memory.services.projects import projects_for_key
 
-ENVIRONMENT = OpenApiParameter(
-    "environment",
-    OpenApiTypes.STR,
-    OpenApiParameter.QUERY,
-    required=True,
-    enum=["development", "production"],
-    description="Every memory route names its environment.",
-)
-CURSOR = OpenApiParameter(
-    "cursor", OpenApiTypes.STR, OpenApiParameter.QUERY, description="nextCursor of the last page."
-)
 IF_MATCH = OpenApiParameter(
     "If-Match",
     OpenApiTypes.STR,
@@ -61,51 +49,6 @@ IF_NONE_MATCH = OpenApiParameter(
     OpenApiParameter.HEADER,
     description="Create: exactly `*`. Send this or If-Match.",
 )
-ERRORS = {
-    code: OpenApiResponse(s.ErrorOutput, description=text)
-    for code, text in {
-        400: "invalid_request",
-        401: "unauthorized",
-        403: "forbidden",
-        404: "not_found / project_not_found",
-    }.items()
-}
-WRITE_ERRORS = {
-    **ERRORS,
-    412: OpenApiResponse(s.ErrorOutput, description="precondition_failed"),
-    413: OpenApiResponse(s.ErrorOutput, description="memory_limit_exceeded"),
-    428: OpenApiResponse(s.ErrorOutput, description="precondition_required"),
-}
-
-
-class ApiView(APIView):
-    def key(self, request: Request) -> ApiKey:
-        assert isinstance(request.auth, ApiKey)
-        return request.auth
-
-    def actor(self, request: Request) -> str:
-        return f"key:{self.key(request).prefix}"
-
-    def project(self, request: Request, p: str, *, write: bool = False) -> Project:
-        return project_for_key(key=self.key(request), project_id=p, write=write)
-
-    def environment(self, request: Request) -> str:
-        return check_environment(request.query_params.get("environment"))
-
-    def resource(self, request: Request, p: str, r: str, *, write: bool = False) -> Resource:
-        project = self.project(request, p, write=write)
-        environment = self.environment(request)
-        resource = deployment_services.resource_get(
-            project=project, environment=environment, resource_id=r
-        )
-        if resource.kind != "document":
-            raise InvalidRequest(
-                f"Resource '{r}' is a {resource.kind} provider; it keeps no documents here."
-            )
-        return resource
-
-    def cursor(self, request: Request) -> str | None:
-        return s.require_query_string(request, "cursor")
 
 
 class ProjectListView(ApiView):

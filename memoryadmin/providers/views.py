@@ -8,7 +8,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from memoryadmin.api import serializers as s
-from memoryadmin.api.views import ENVIRONMENT, ERRORS, ApiView
+from memoryadmin.api.base import ENVIRONMENT, ERRORS, ApiView
 from memoryadmin.memory.representations import iso_ms
 from memoryadmin.providers.services import secrets as secret_services
 

@@ -2,7 +2,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from memoryadmin.memory.models import AuditEntry
+from django.db.models import Q
+
+from memoryadmin.memory.cursors import newest_first_page
+from memoryadmin.memory.limits import check_environment
+from memoryadmin.memory.models import AuditEntry, Project
+
+AUDIT_PAGE_SIZE = 50
 
 
 def audit_record(
@@ -26,3 +32,28 @@ def audit_record(
         revision=revision,
         detail=detail or {},
     )
+
+
+def audit_list(
+    *,
+    project: Project,
+    environment: str,
+    resource_id: str = "",
+    document_id: str = "",
+    cursor: str | None = None,
+    limit: int = AUDIT_PAGE_SIZE,
+) -> tuple[list[AuditEntry], str | None]:
+    """Newest first, in keyset pages; project-wide entries (roles, deployments) included
+    unless the list is narrowed to a resource or document."""
+    check_environment(environment)
+    scope = f"audit:{project.id}:{environment}:{resource_id}:{document_id}"
+    entries = AuditEntry.objects.filter(project=project)
+    if resource_id or document_id:
+        entries = entries.filter(environment=environment)
+        if resource_id:
+            entries = entries.filter(resource_id=resource_id)
+        if document_id:
+            entries = entries.filter(document_id=document_id)
+    else:
+        entries = entries.filter(Q(environment=environment) | Q(environment=""))
+    return newest_first_page(entries, cursor=cursor, scope=scope, limit=limit)

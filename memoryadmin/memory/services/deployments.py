@@ -230,6 +230,15 @@ def resource_get(*, project: Project, environment: str, resource_id: str) -> Res
         raise NotFound(f"No memory resource '{resource_id}' in {environment}.") from exc
 
 
+def resource_ids(*, project: Project, environment: str, kind: str | None = None) -> list[str]:
+    """The resource ids of an environment, retired ones included."""
+    check_environment(environment)
+    rows = Resource.objects.filter(project=project, environment=environment)
+    if kind is not None:
+        rows = rows.filter(kind=kind)
+    return list(rows.order_by("resource_id").values_list("resource_id", flat=True))
+
+
 def resource_inventory(*, project: Project, environment: str) -> list[dict[str, Any]]:
     check_environment(environment)
     declared = declared_resource_ids(project=project, environment=environment)

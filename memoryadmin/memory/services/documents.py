@@ -344,6 +344,13 @@ def _keyset_position(position: list[Any]) -> tuple[datetime, str]:
     return updated_at, position[1]
 
 
+def version_get(*, document: Document, revision: str) -> DocumentVersion:
+    version = DocumentVersion.objects.filter(document=document, revision=revision).first()
+    if version is None:
+        raise NotFound(f"Document '{document.doc_id}' has no version '{revision}'.")
+    return version
+
+
 def version_list(
     *, document: Document, cursor: str | None = None, limit: int = VERSION_PAGE_SIZE
 ) -> tuple[list[DocumentVersion], str | None]:

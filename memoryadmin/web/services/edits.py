@@ -8,9 +8,13 @@ from django.db import transaction
 
 from memoryadmin.memory.errors import PreconditionFailed
 from memoryadmin.memory.models import Document, DocumentVersion, Resource
-from memoryadmin.memory.services.documents import document_get, document_patch, document_replace
+from memoryadmin.memory.services.documents import (
+    document_get,
+    document_patch,
+    document_replace,
+    version_get,
+)
 from memoryadmin.web.services.diff import text_merge
-from memoryadmin.web.services.pages import version_get
 
 
 @transaction.atomic

@@ -10,9 +10,9 @@ from django.views.decorators.http import require_http_methods
 
 from memoryadmin.memory.export import export_snapshot
 from memoryadmin.memory.models import ProviderKind
+from memoryadmin.memory.services.deployments import resource_ids
 from memoryadmin.web.forms import ExportForm
 from memoryadmin.web.services.exports import export_zip
-from memoryadmin.web.services.pages import resource_ids
 from memoryadmin.web.services.roles import EXPORT
 from memoryadmin.web.views.base import Page, actor, page_render, project_view
 

@@ -9,10 +9,15 @@ from django.views.decorators.http import require_GET
 
 from memoryadmin.memory.errors import DomainError
 from memoryadmin.memory.limits import ENVIRONMENTS
-from memoryadmin.memory.services.deployments import resource_inventory
-from memoryadmin.memory.services.documents import document_get, document_list, version_list
+from memoryadmin.memory.services.audit import audit_list
+from memoryadmin.memory.services.deployments import resource_ids, resource_inventory
+from memoryadmin.memory.services.documents import (
+    document_get,
+    document_list,
+    version_get,
+    version_list,
+)
 from memoryadmin.web.services.diff import text_diff
-from memoryadmin.web.services.pages import audit_list, resource_ids, version_get
 from memoryadmin.web.services.roles import READ, membership_get, memberships_for_user
 from memoryadmin.web.views.base import Page, error_page, page_render, project_view
 

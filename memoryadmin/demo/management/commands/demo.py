@@ -4,7 +4,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from memoryadmin.memory.demo import demo_setup
+from memoryadmin.demo.project import demo_setup
 
 
 class Command(BaseCommand):

@@ -22,11 +22,14 @@ from memoryadmin.memory.services.deployments import (
 )
 from memoryadmin.memory.services.documents import document_create
 from memoryadmin.memory.services.projects import api_key_authenticate, api_key_create
+from memoryadmin.providers.services.secrets import secret_resolve, secret_set
 from memoryadmin.refprovider.declaration import (
     TOKEN_SECRET_NAME,
     reference_declaration,
     reference_token,
 )
+from memoryadmin.web.models import ProjectRole
+from memoryadmin.web.services.roles import role_grant
 
 PROJECT_ID = "demo"
 AGENT = "support-bot"
@@ -133,9 +136,6 @@ def _logins_file() -> Path:
 
 def _demo_logins(project: Project, created: list[str]) -> list[DemoLogin]:
     """The demo users, with passwords generated once and kept in var/ (mode 0600)."""
-    from memoryadmin.web.models import ProjectRole
-    from memoryadmin.web.services.roles import role_grant
-
     path = _logins_file()
     saved: dict[str, str] = json.loads(path.read_text()) if path.exists() else {}
     model = get_user_model()
@@ -164,8 +164,6 @@ def _demo_logins(project: Project, created: list[str]) -> list[DemoLogin]:
 
 def _demo_provider_token(project: Project, created: list[str]) -> None:
     """The reference provider's token, stored as the secret the `facts` connection names."""
-    from memoryadmin.providers.services.secrets import secret_resolve, secret_set
-
     token = reference_token()
     for environment in ("development", "production"):
         try:

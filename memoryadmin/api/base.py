@@ -1,0 +1,72 @@
+"""The API's base view, shared parameters and error schemas, for every app's API views."""
+
+from __future__ import annotations
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
+from rest_framework.request import Request
+from rest_framework.views import APIView
+
+from memoryadmin.api import serializers as s
+from memoryadmin.memory.errors import InvalidRequest
+from memoryadmin.memory.limits import check_environment
+from memoryadmin.memory.models import ApiKey, Project, Resource
+from memoryadmin.memory.services import deployments as deployment_services
+from memoryadmin.memory.services.projects import project_for_key
+
+ENVIRONMENT = OpenApiParameter(
+    "environment",
+    OpenApiTypes.STR,
+    OpenApiParameter.QUERY,
+    required=True,
+    enum=["development", "production"],
+    description="Every memory route names its environment.",
+)
+CURSOR = OpenApiParameter(
+    "cursor", OpenApiTypes.STR, OpenApiParameter.QUERY, description="nextCursor of the last page."
+)
+ERRORS = {
+    code: OpenApiResponse(s.ErrorOutput, description=text)
+    for code, text in {
+        400: "invalid_request",
+        401: "unauthorized",
+        403: "forbidden",
+        404: "not_found / project_not_found",
+    }.items()
+}
+WRITE_ERRORS = {
+    **ERRORS,
+    412: OpenApiResponse(s.ErrorOutput, description="precondition_failed"),
+    413: OpenApiResponse(s.ErrorOutput, description="memory_limit_exceeded"),
+    428: OpenApiResponse(s.ErrorOutput, description="precondition_required"),
+}
+
+
+class ApiView(APIView):
+    def key(self, request: Request) -> ApiKey:
+        assert isinstance(request.auth, ApiKey)
+        return request.auth
+
+    def actor(self, request: Request) -> str:
+        return f"key:{self.key(request).prefix}"
+
+    def project(self, request: Request, p: str, *, write: bool = False) -> Project:
+        return project_for_key(key=self.key(request), project_id=p, write=write)
+
+    def environment(self, request: Request) -> str:
+        return check_environment(request.query_params.get("environment"))
+
+    def resource(self, request: Request, p: str, r: str, *, write: bool = False) -> Resource:
+        project = self.project(request, p, write=write)
+        environment = self.environment(request)
+        resource = deployment_services.resource_get(
+            project=project, environment=environment, resource_id=r
+        )
+        if resource.kind != "document":
+            raise InvalidRequest(
+                f"Resource '{r}' is a {resource.kind} provider; it keeps no documents here."
+            )
+        return resource
+
+    def cursor(self, request: Request) -> str | None:
+        return s.require_query_string(request, "cursor")
