@@ -7,6 +7,7 @@ reference provider, served by the same live server, over real HTTP.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -84,9 +85,27 @@ def declare(project: Project, base_url: str, *, extra: list[dict[str, Any]] | No
 
 
 @pytest.fixture
-def host(live_server: Any, project: Project) -> Host:
+def hosts(live_server: Any, project: Project) -> Iterator[Callable[[], Host]]:
+    """Makes agent hosts with a key of the project, and closes their connections.
+
+    A keep-alive connection left open would keep one of the live server's request
+    threads waiting until the server has stopped sharing its SQLite connection.
+    """
+    made: list[Host] = []
+
+    def make() -> Host:
+        made.append(Host(live_server.url, api_key_create(project_id=project.id)[1]))
+        return made[-1]
+
+    yield make
+    for host in made:
+        host.client.close()
+
+
+@pytest.fixture
+def host(live_server: Any, project: Project, hosts: Callable[[], Host]) -> Host:
     declare(project, live_server.url)
-    return Host(live_server.url, api_key_create(project_id=project.id)[1])
+    return hosts()
 
 
 def start(host: Host, namespace: str = "owner", access: str = "read-write") -> str:
@@ -216,13 +235,15 @@ def test_failing_provider_blocks_the_recall(host: Host, project: Project) -> Non
     assert Recall.objects.count() == before
 
 
-def test_colliding_tool_schemas_reject_session_creation(live_server: Any, project: Project) -> None:
+def test_colliding_tool_schemas_reject_session_creation(
+    live_server: Any, project: Project, hosts: Callable[[], Host]
+) -> None:
     clash = reference_declaration(resource_id="facts-b", base_url=live_server.url, description="B.")
     changed = copy.deepcopy(clash["provider"]["tools"])
     changed[0]["input"]["properties"]["fact"]["maxLength"] = 10
     clash["provider"]["tools"] = changed
     declare(project, live_server.url, extra=[clash])
-    host = Host(live_server.url, api_key_create(project_id=project.id)[1])
+    host = hosts()
     response = host.session(
         {
             "facts": {"scope": "namespace", "id": "a"},
@@ -235,10 +256,12 @@ def test_colliding_tool_schemas_reject_session_creation(live_server: Any, projec
     assert "memory_remember" in response.json()["error"]["message"]
 
 
-def test_identical_tools_of_two_resources_merge(live_server: Any, project: Project) -> None:
+def test_identical_tools_of_two_resources_merge(
+    live_server: Any, project: Project, hosts: Callable[[], Host]
+) -> None:
     twin = reference_declaration(resource_id="facts-b", base_url=live_server.url, description="B.")
     declare(project, live_server.url, extra=[twin])
-    host = Host(live_server.url, api_key_create(project_id=project.id)[1])
+    host = hosts()
     created = host.session(
         {
             "facts": {"scope": "namespace", "id": "a", "access": "read-write"},
