@@ -230,6 +230,9 @@ SPECTACULAR_SETTINGS = {
 # reference provider accepts this bearer token (unset: derived from SECRET_KEY).
 MEMORYADMIN_PARTITION_SECRET = os.environ.get("MEMORYADMIN_PARTITION_SECRET", "")
 REFERENCE_PROVIDER_TOKEN = os.environ.get("REFERENCE_PROVIDER_TOKEN", "")
+# Each provider operation's time across all its attempts; the protocol specifies
+# 10 seconds and providers read it from `deadlineAt`. Not read from the environment.
+MEMORYADMIN_PROVIDER_DEADLINE_SECONDS = 10.0
 
 LOGGING = {
     "version": 1,

@@ -36,6 +36,9 @@ INPUT = {
     "additionalProperties": False,
 }
 GOOD_RECALL = {"text": "Use the free tier.", "sources": [{"id": "fact:1"}], "cursor": "c-1"}
+# Retry pauses for tests about what is retried, not when: the specified pauses
+# (250 ms, then 1 s) are asserted by the tests that time them.
+NO_WAIT = (0.01, 0.01)
 
 
 @dataclass
@@ -138,6 +141,13 @@ def server() -> Iterator[FaultyServer]:
     server.release.set()
     server.shutdown()
     server.server_close()
+
+
+@pytest.fixture
+def short_deadline(settings: Any) -> float:
+    """A deadline short enough to wait for; the default (10 s) is asserted on its own."""
+    settings.MEMORYADMIN_PROVIDER_DEADLINE_SECONDS = 0.5
+    return 0.5
 
 
 TOOLS = [
@@ -285,20 +295,21 @@ def test_408_and_5xx_are_retried(server: FaultyServer, resource: Resource, statu
         reply(status, {"error": {"code": "x", "message": "x"}}),
         reply(200, GOOD_RECALL),
     ]
-    assert recall(resource).attempts == 2
+    assert recall(resource, retry_delays=NO_WAIT).attempts == 2
     assert len(server.seen) == 2
 
 
 def test_429_waits_for_a_valid_retry_after(server: FaultyServer, resource: Resource) -> None:
     server.script = [
         reply(
-            429, {"error": {"code": "slow_down", "message": "Later."}}, headers={"Retry-After": "2"}
+            429, {"error": {"code": "slow_down", "message": "Later."}}, headers={"Retry-After": "1"}
         ),
         reply(200, GOOD_RECALL),
     ]
     assert recall(resource).attempts == 2
     (gap,) = server.gaps()
-    assert 2.0 <= gap < 3.0
+    # Without the header the first retry would come after 250 ms.
+    assert 1.0 <= gap < 2.0
 
 
 def test_retry_after_that_does_not_fit_the_deadline_is_ignored(
@@ -326,20 +337,30 @@ def test_other_4xx_is_not_retried(server: FaultyServer, resource: Resource) -> N
 
 def test_transport_failure_is_retried(server: FaultyServer, resource: Resource) -> None:
     server.script = [hang_up(), reply(200, GOOD_RECALL)]
-    assert recall(resource).attempts == 2
+    assert recall(resource, retry_delays=NO_WAIT).attempts == 2
     assert len(server.seen) == 2
 
 
-def test_a_reply_slower_than_the_deadline_fails_at_ten_seconds(
-    server: FaultyServer, resource: Resource
+def test_the_deadline_is_the_protocols_ten_seconds() -> None:
+    from memoryadmin import settings as product_settings
+
+    assert product_settings.MEMORYADMIN_PROVIDER_DEADLINE_SECONDS == 10.0
+
+
+def test_a_reply_slower_than_the_deadline_fails_at_the_deadline(
+    server: FaultyServer, resource: Resource, short_deadline: float
 ) -> None:
     server.script = [stall(30, reply(200, GOOD_RECALL))]
+    before = datetime.now(UTC)
     started = time.monotonic()
     raised = failure(resource)
     elapsed = time.monotonic() - started
     assert (raised.reason, raised.attempts) == ("timeout", 1)
-    assert client.DEADLINE_SECONDS <= elapsed < client.DEADLINE_SECONDS + 1.5
+    assert short_deadline <= elapsed < short_deadline + 1.5
     assert len(server.seen) == 1
+    # The provider was told the same deadline.
+    deadline_at = datetime.fromisoformat(server.seen[0].json()["deadlineAt"])
+    assert 0 < (deadline_at - before).total_seconds() <= short_deadline + 0.1
 
 
 # Recall: responses that are not accepted (never retried, never empty memory).
@@ -443,7 +464,7 @@ def test_failures_never_log_the_secret(
 ) -> None:
     server.script = [hang_up()]
     with caplog.at_level(logging.DEBUG):
-        failure(resource, retry_delays=(0.01, 0.01))
+        failure(resource, retry_delays=NO_WAIT)
     assert "reason=transport_error" in caplog.text
     assert TOKEN not in caplog.text
 
@@ -455,7 +476,12 @@ def test_read_tool_is_retried_and_its_result_reaches_the_model(
     server: FaultyServer, resource: Resource
 ) -> None:
     server.script = [reply(503, {}), reply(200, {"result": {"facts": ["a"]}})]
-    outcome = tool(resource, "lookup", arguments={"q": "hosting", "memory": "knowledge"})
+    outcome = tool(
+        resource,
+        "lookup",
+        arguments={"q": "hosting", "memory": "knowledge"},
+        retry_delays=NO_WAIT,
+    )
     assert (outcome.kind, outcome.payload, outcome.attempts) == ("result", {"facts": ["a"]}, 2)
     body = server.seen[0].json()
     body.pop("deadlineAt")
@@ -512,14 +538,14 @@ def test_non_idempotent_write_transport_failure_is_uncertain(
 
 
 def test_non_idempotent_write_timeout_is_uncertain_without_retry(
-    server: FaultyServer, resource: Resource
+    server: FaultyServer, resource: Resource, short_deadline: float
 ) -> None:
     server.script = [stall(30, reply(200, {"result": {"status": "stored"}}))]
     started = time.monotonic()
-    outcome = tool(resource, "note", deadline_seconds=1.0)
+    outcome = tool(resource, "note")
     elapsed = time.monotonic() - started
     assert outcome.payload == {"status": "uncertain"}
-    assert 1.0 <= elapsed < 2.5
+    assert short_deadline <= elapsed < short_deadline + 1.5
     assert len(server.seen) == 1
 
 
@@ -527,7 +553,7 @@ def test_idempotent_write_is_retried_with_the_same_operation(
     server: FaultyServer, resource: Resource
 ) -> None:
     server.script = [hang_up(), hang_up(), reply(200, {"result": {"status": "stored"}})]
-    outcome = tool(resource, "save")
+    outcome = tool(resource, "save", retry_delays=NO_WAIT)
     assert (outcome.kind, outcome.payload, outcome.attempts) == (
         "result",
         {"status": "stored"},

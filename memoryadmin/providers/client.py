@@ -19,6 +19,7 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 
 import httpx
+from django.conf import settings
 from django.views.decorators.debug import sensitive_variables
 
 from memoryadmin.memory.errors import InvalidRequest
@@ -43,7 +44,6 @@ from memoryadmin.providers.tools import (
 logger = logging.getLogger(__name__)
 
 PROTOCOL_VERSION = 1
-DEADLINE_SECONDS = 10.0
 # The pause before the first and the second retry.
 RETRY_DELAYS: tuple[float, ...] = (0.25, 1.0)
 BODY_MAX_BYTES = 64 * 1024
@@ -154,6 +154,11 @@ def _header_value(resource: Resource, value: str | dict[str, str]) -> str:
 
 
 # Transport.
+
+
+def _deadline_seconds() -> float:
+    """Each operation's time across all its attempts (the protocol's 10 seconds)."""
+    return float(settings.MEMORYADMIN_PROVIDER_DEADLINE_SECONDS)
 
 
 def _attempt(client: httpx.Client, target: _Target, body: bytes, deadline: float) -> _Reply:
@@ -344,7 +349,6 @@ def provider_recall(
     access: str,
     operation_id: str,
     input_text: str | None,
-    deadline_seconds: float = DEADLINE_SECONDS,
     retry_delays: Sequence[float] = RETRY_DELAYS,
 ) -> RecallOutcome:
     """Recalls one namespace binding; raises ProviderFailure when the recall must be blocked.
@@ -353,6 +357,7 @@ def provider_recall(
     empty memory.
     """
     _check_access(access)
+    deadline_seconds = _deadline_seconds()
     started = time.monotonic()
     deadline = started + deadline_seconds
     target = _target(resource)
@@ -440,7 +445,6 @@ def provider_tool(
     operation_id: str,
     arguments: object,
     cursor: str | None,
-    deadline_seconds: float = DEADLINE_SECONDS,
     retry_delays: Sequence[float] = RETRY_DELAYS,
 ) -> ToolOutcome:
     """Runs one tool call against one resource; see ToolOutcome for what the model receives.
@@ -450,6 +454,7 @@ def provider_tool(
     read binding) and InvalidToolArguments before anything is sent.
     """
     _check_access(access)
+    deadline_seconds = _deadline_seconds()
     started = time.monotonic()
     name = tool if isinstance(tool, str) else tool["name"]
     # The declaration decides, whatever the caller passes: endpoints cannot
