@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from memoryadmin.agents.services.sessions import AGENT_REFS
 from memoryadmin.api.serializers import DeploymentOutput, StrictCharField, StrictSerializer
+from memoryadmin.memory.environments import Environment
 
 
 class SessionCreateInput(StrictSerializer):
@@ -44,7 +46,7 @@ class BindingSchema(serializers.Serializer):
 
 
 class SessionCreateSchema(serializers.Serializer):
-    agentId = serializers.CharField(help_text="<agent>@development or <agent>@production.")
+    agentId = serializers.CharField(help_text=f"{AGENT_REFS}.")
     deploymentId = serializers.CharField(
         required=False, help_text="Pins a deployment; default: the agent's active one."
     )
@@ -70,7 +72,7 @@ class SessionOutput(serializers.Serializer):
     projectId = serializers.CharField()
     agentId = serializers.CharField()
     agent = serializers.CharField()
-    environment = serializers.ChoiceField(choices=["development", "production"])
+    environment = serializers.ChoiceField(choices=Environment.values)
     deploymentId = serializers.CharField()
     status = serializers.ChoiceField(choices=["active", "ended"])
     labels = serializers.DictField(child=serializers.CharField())

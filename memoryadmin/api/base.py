@@ -8,8 +8,8 @@ from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from memoryadmin.api import serializers as s
+from memoryadmin.memory.environments import Environment, check_environment
 from memoryadmin.memory.errors import InvalidRequest
-from memoryadmin.memory.limits import check_environment
 from memoryadmin.memory.models import ApiKey, Project, Resource
 from memoryadmin.memory.services import deployments as deployment_services
 from memoryadmin.memory.services.projects import project_for_key
@@ -19,7 +19,7 @@ ENVIRONMENT = OpenApiParameter(
     OpenApiTypes.STR,
     OpenApiParameter.QUERY,
     required=True,
-    enum=["development", "production"],
+    enum=Environment.values,
     description="Every memory route names its environment.",
 )
 CURSOR = OpenApiParameter(
@@ -53,7 +53,7 @@ class ApiView(APIView):
     def project(self, request: Request, p: str, *, write: bool = False) -> Project:
         return project_for_key(key=self.key(request), project_id=p, write=write)
 
-    def environment(self, request: Request) -> str:
+    def environment(self, request: Request) -> Environment:
         return check_environment(request.query_params.get("environment"))
 
     def resource(self, request: Request, p: str, r: str, *, write: bool = False) -> Resource:

@@ -10,6 +10,7 @@ from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 
+from memoryadmin.memory.environments import Environment
 from memoryadmin.memory.errors import InvalidRequest
 
 
@@ -88,11 +89,11 @@ class DeclarationSchema(serializers.Serializer):
 class DeploymentCreateInput(StrictSerializer):
     agent = StrictCharField(allow_blank=False)
     memory = serializers.ListField(child=serializers.JSONField())
-    promote = serializers.ChoiceField(choices=["development", "production"], required=False)
+    promote = serializers.ChoiceField(choices=Environment.values, required=False)
 
 
 class PromoteInput(StrictSerializer):
-    environment = serializers.ChoiceField(choices=["development", "production"])
+    environment = serializers.ChoiceField(choices=Environment.values)
 
 
 # Output shapes, for the schema only.

@@ -12,6 +12,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
+from memoryadmin.memory.environments import DEFAULT_ENVIRONMENT, Environment
 from memoryadmin.memory.errors import NotFound
 from memoryadmin.memory.models import Document, Project
 from memoryadmin.memory.services.deployments import (
@@ -165,7 +166,7 @@ def _demo_logins(project: Project, created: list[str]) -> list[DemoLogin]:
 def _demo_provider_token(project: Project, created: list[str]) -> None:
     """The reference provider's token, stored as the secret the `facts` connection names."""
     token = reference_token()
-    for environment in ("development", "production"):
+    for environment in Environment:
         try:
             current = secret_resolve(
                 project_id=project.id, environment=environment, name=TOKEN_SECRET_NAME
@@ -193,7 +194,7 @@ def demo_setup(*, base_url: str = DEFAULT_BASE_URL) -> DemoResult:
         created.append("project demo")
     manifest = demo_manifest(base_url)
     declarations = declarations_normalize(manifest["memory"])
-    for environment in ("development", "production"):
+    for environment in Environment:
         active = active_deployment(project=project, environment=environment, agent=AGENT)
         if active is None or active.memory != declarations:
             deployment_create(
@@ -206,7 +207,7 @@ def demo_setup(*, base_url: str = DEFAULT_BASE_URL) -> DemoResult:
             created.append(f"deployment ({environment})")
     for spec in DOCUMENTS:
         resource = resource_get(
-            project=project, environment="development", resource_id=spec["resource"]
+            project=project, environment=DEFAULT_ENVIRONMENT, resource_id=spec["resource"]
         )
         if not Document.objects.filter(resource=resource, doc_id=spec["doc_id"]).exists():
             fields = {k: v for k, v in spec.items() if k != "resource"}

@@ -26,13 +26,14 @@ from typing import Any
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
+from memoryadmin.memory.environments import check_environment
 from memoryadmin.memory.errors import (
     DomainError,
     InvalidRequest,
     NotFound,
     PreconditionFailed,
 )
-from memoryadmin.memory.limits import check_agent_writes, check_environment, check_resource_id
+from memoryadmin.memory.limits import check_agent_writes, check_resource_id
 from memoryadmin.memory.models import Document, Project, ProviderKind, Resource
 from memoryadmin.memory.representations import document_dict, iso_ms
 from memoryadmin.memory.services.audit import audit_record

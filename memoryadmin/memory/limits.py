@@ -6,8 +6,6 @@ import re
 
 from memoryadmin.memory.errors import InvalidRequest, LimitExceeded
 
-ENVIRONMENTS = ("development", "production")
-
 RESOURCE_ID_RE = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 RESOURCE_ID_MAX = 128
 DOCUMENT_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")
@@ -30,12 +28,6 @@ DESCRIPTION_MAX_BYTES = 1024
 
 def utf8_len(value: str) -> int:
     return len(value.encode("utf-8"))
-
-
-def check_environment(value: object) -> str:
-    if value not in ENVIRONMENTS:
-        raise InvalidRequest("environment must be 'development' or 'production'.")
-    return str(value)
 
 
 def check_resource_id(value: object) -> str:

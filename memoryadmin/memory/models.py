@@ -5,10 +5,7 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
-
-class Environment(models.TextChoices):
-    DEVELOPMENT = "development"
-    PRODUCTION = "production"
+from memoryadmin.memory.environments import Environment
 
 
 class ProviderKind(models.TextChoices):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from django.db import models
 
-from memoryadmin.memory.models import Environment, Project
+from memoryadmin.memory.environments import Environment
+from memoryadmin.memory.models import Project
 
 
 class Secret(models.Model):

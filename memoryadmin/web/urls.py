@@ -3,17 +3,18 @@ from __future__ import annotations
 from django.contrib.auth import views as auth_views
 from django.urls import path, register_converter
 
+from memoryadmin.memory.environments import Environment
 from memoryadmin.web.views import export, reading, sessions, writing
 
 
 class EnvironmentConverter:
-    regex = "development|production"
+    regex = "|".join(Environment.values)
 
-    def to_python(self, value: str) -> str:
-        return value
+    def to_python(self, value: str) -> Environment:
+        return Environment(value)
 
     def to_url(self, value: str) -> str:
-        return value
+        return Environment(value).value
 
 
 register_converter(EnvironmentConverter, "env")

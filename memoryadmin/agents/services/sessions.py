@@ -18,8 +18,9 @@ from memoryadmin.agents.bindings import BindingSpec, binding_spec, bindings_admi
 from memoryadmin.agents.errors import IdempotencyConflict, InvalidMemoryBinding, SessionNotFound
 from memoryadmin.agents.models import Binding, EventType, Session, SessionEvent, SessionStatus
 from memoryadmin.memory.cursors import cursor_dump, cursor_load
+from memoryadmin.memory.environments import Environment, check_environment
 from memoryadmin.memory.errors import Forbidden, InvalidRequest, NotFound, PreconditionFailed
-from memoryadmin.memory.limits import check_agent_id, check_environment
+from memoryadmin.memory.limits import check_agent_id
 from memoryadmin.memory.models import ApiKey, Deployment, Project
 from memoryadmin.memory.services.audit import audit_record
 from memoryadmin.memory.services.deployments import (
@@ -36,6 +37,8 @@ LABELS_MAX = 32
 LABEL_KEY_MAX = 64
 LABEL_VALUE_MAX = 256
 SESSION_PAGE_SIZE = 50
+# How agentId names an agent in one environment.
+AGENT_REFS = " or ".join(f"<agent>@{name}" for name in Environment.values)
 EVENT_PAGE_SIZE = 500
 
 
@@ -46,7 +49,7 @@ def new_session_id() -> str:
 def agent_ref_parse(value: object) -> tuple[str, str]:
     """`<agent>@<environment>` split into its parts."""
     if not isinstance(value, str) or value.count("@") != 1:
-        raise InvalidRequest("agentId must be '<agent>@development' or '<agent>@production'.")
+        raise InvalidRequest(f"agentId must be {AGENT_REFS}.")
     agent, environment = value.split("@")
     return check_agent_id(agent), check_environment(environment)
 

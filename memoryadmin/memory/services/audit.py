@@ -5,7 +5,7 @@ from typing import Any
 from django.db.models import Q
 
 from memoryadmin.memory.cursors import newest_first_page
-from memoryadmin.memory.limits import check_environment
+from memoryadmin.memory.environments import check_environment
 from memoryadmin.memory.models import AuditEntry, Project
 
 AUDIT_PAGE_SIZE = 50

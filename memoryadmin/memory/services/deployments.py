@@ -9,12 +9,12 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Count, Q
 
+from memoryadmin.memory.environments import check_environment
 from memoryadmin.memory.errors import InvalidRequest, NotFound, ResourceConflict
 from memoryadmin.memory.limits import (
     DESCRIPTION_MAX_BYTES,
     MAX_BYTES_DEFAULT,
     check_agent_id,
-    check_environment,
     check_max_bytes,
     check_resource_id,
     utf8_len,

@@ -13,8 +13,8 @@ from typing import TypedDict
 from django.db import transaction
 from django.views.decorators.debug import sensitive_variables
 
+from memoryadmin.memory.environments import check_environment
 from memoryadmin.memory.errors import InvalidRequest
-from memoryadmin.memory.limits import check_environment
 from memoryadmin.memory.models import Project
 from memoryadmin.memory.services.audit import audit_record
 from memoryadmin.providers.declarations import SECRET_NAME_RE

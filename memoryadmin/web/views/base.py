@@ -14,6 +14,7 @@ from django.utils.cache import patch_vary_headers
 from django.utils.http import urlencode
 from django_htmx.http import HttpResponseClientRedirect
 
+from memoryadmin.memory.environments import Environment
 from memoryadmin.memory.errors import DomainError, InvalidRequest
 from memoryadmin.memory.models import Project, ProviderKind, Resource
 from memoryadmin.memory.services.deployments import resource_get
@@ -35,7 +36,7 @@ class Page:
     """The project, environment and role a request acts in."""
 
     membership: Membership
-    environment: str
+    environment: Environment
 
     @property
     def project(self) -> Project:
@@ -68,7 +69,7 @@ class Page:
 
     @property
     def production(self) -> bool:
-        return self.environment == "production"
+        return self.environment == Environment.PRODUCTION
 
     def resource(self, resource_id: str, *, documents: bool = True) -> Resource:
         """A resource of this environment; with `documents`, one that keeps documents here."""
@@ -114,7 +115,9 @@ def project_view(permission: str) -> Callable[[ProjectView], Callable[..., HttpR
 
     def decorate(view: ProjectView) -> Callable[..., HttpResponseBase]:
         @wraps(view)
-        def wrapped(request: HttpRequest, p: str, e: str, **kwargs: Any) -> HttpResponseBase:
+        def wrapped(
+            request: HttpRequest, p: str, e: Environment, **kwargs: Any
+        ) -> HttpResponseBase:
             if not request.user.is_authenticated:
                 return login_redirect(request)
             try:

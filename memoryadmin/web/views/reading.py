@@ -7,8 +7,8 @@ from django.http import HttpRequest, HttpResponseBase
 from django.shortcuts import redirect
 from django.views.decorators.http import require_GET
 
+from memoryadmin.memory.environments import DEFAULT_ENVIRONMENT, Environment
 from memoryadmin.memory.errors import DomainError
-from memoryadmin.memory.limits import ENVIRONMENTS
 from memoryadmin.memory.services.audit import audit_list
 from memoryadmin.memory.services.deployments import resource_ids, resource_inventory
 from memoryadmin.memory.services.documents import (
@@ -29,7 +29,7 @@ QUERY_MAX = 128
 def home(request: HttpRequest) -> HttpResponseBase:
     memberships = memberships_for_user(user=request.user)
     if len(memberships) == 1:
-        return redirect("web:inventory", memberships[0].project.id, "development")
+        return redirect("web:inventory", memberships[0].project.id, DEFAULT_ENVIRONMENT)
     return page_render(request, "memoryadmin/home.html", None, {"projects": memberships})
 
 
@@ -38,9 +38,9 @@ def home(request: HttpRequest) -> HttpResponseBase:
 def switch(request: HttpRequest) -> HttpResponseBase:
     """The project switcher's target: a plain GET form, so it works without JavaScript."""
     project_id = request.GET.get("project", "")
-    environment = request.GET.get("environment", "development")
-    if environment not in ENVIRONMENTS:
-        environment = "development"
+    environment = request.GET.get("environment", DEFAULT_ENVIRONMENT)
+    if environment not in Environment.values:
+        environment = DEFAULT_ENVIRONMENT
     try:
         membership = membership_get(user=request.user, project_id=project_id)
     except DomainError as exc:
@@ -55,8 +55,7 @@ def project_home(request: HttpRequest, p: str) -> HttpResponseBase:
         membership = membership_get(user=request.user, project_id=p)
     except DomainError as exc:
         return error_page(request, exc)
-    # Development is the default environment.
-    return redirect("web:inventory", membership.project.id, "development")
+    return redirect("web:inventory", membership.project.id, DEFAULT_ENVIRONMENT)
 
 
 @require_GET

@@ -13,9 +13,10 @@ from memoryadmin.agents.bindings import bindings_parse
 from memoryadmin.agents.models import Session
 from memoryadmin.agents.representations import event_dict, sessions_dicts
 from memoryadmin.agents.services import sessions as services
+from memoryadmin.agents.services.sessions import AGENT_REFS
 from memoryadmin.agents.topics import topic_session_key
+from memoryadmin.memory.environments import DEFAULT_ENVIRONMENT, Environment
 from memoryadmin.memory.errors import DomainError
-from memoryadmin.memory.limits import ENVIRONMENTS
 from memoryadmin.memory.services.projects import project_get
 
 MEMORY_HELP = (
@@ -52,7 +53,7 @@ class Command(BaseCommand):
         create.add_argument(
             "--agent",
             required=True,
-            help="<agent>@development or <agent>@production (default: development).",
+            help=f"{AGENT_REFS} (default: {DEFAULT_ENVIRONMENT}).",
         )
         create.add_argument("--memory", action="append", default=[], help=MEMORY_HELP)
         create.add_argument(
@@ -78,7 +79,9 @@ class Command(BaseCommand):
         events.add_argument("--json", action="store_true")
         listing = commands.add_parser("list", help="Sessions of a project, newest first.")
         listing.add_argument("--project", required=True)
-        listing.add_argument("--environment", choices=ENVIRONMENTS, default="development")
+        listing.add_argument(
+            "--environment", choices=Environment.values, default=DEFAULT_ENVIRONMENT
+        )
         listing.add_argument("--agent")
         listing.add_argument("--status", choices=["active", "ended"])
         listing.add_argument("--json", action="store_true")
@@ -101,9 +104,8 @@ class Command(BaseCommand):
 
     def handle_create(self, options: dict[str, Any]) -> None:
         project = project_get(project_id=options["project"])
-        agent_id = (
-            options["agent"] if "@" in options["agent"] else options["agent"] + "@development"
-        )
+        agent = options["agent"]
+        agent_id = agent if "@" in agent else f"{agent}@{DEFAULT_ENVIRONMENT}"
         environment = services.agent_ref_parse(agent_id)[1]
         memory = dict(memory_option(value) for value in options["memory"])
         documents: dict[str, bool] = {}

@@ -6,8 +6,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from memoryadmin.memory.environments import Environment
 from memoryadmin.memory.errors import DomainError
-from memoryadmin.memory.limits import ENVIRONMENTS
 from memoryadmin.memory.services.deployments import deployment_create
 from memoryadmin.memory.services.projects import project_get
 
@@ -17,7 +17,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--project", required=True)
-        parser.add_argument("--environment", required=True, choices=ENVIRONMENTS)
+        parser.add_argument("--environment", required=True, choices=Environment.values)
         parser.add_argument("--manifest", required=True, type=Path)
 
     def handle(self, *args: Any, **options: Any) -> None:

@@ -16,6 +16,7 @@ from typing import Any, TextIO
 from django.core.management.base import BaseCommand, CommandParser
 
 from memoryadmin.memory import cli
+from memoryadmin.memory.environments import DEFAULT_ENVIRONMENT, Environment
 from memoryadmin.memory.errors import DomainError, InvalidRequest
 from memoryadmin.memory.export import (
     CREATED,
@@ -28,7 +29,6 @@ from memoryadmin.memory.export import (
     export_read_manifest,
     export_snapshot,
 )
-from memoryadmin.memory.limits import ENVIRONMENTS
 from memoryadmin.memory.models import Document, Project, ProviderKind, Resource
 from memoryadmin.memory.representations import document_dict, document_entry_dict
 from memoryadmin.memory.services.deployments import resource_get, resource_inventory
@@ -78,7 +78,9 @@ class Command(BaseCommand):
             return argparse.SUPPRESS if sub else value
 
         parser.add_argument("--project", default=default(None), help="project id (required)")
-        parser.add_argument("--environment", choices=ENVIRONMENTS, default=default("development"))
+        parser.add_argument(
+            "--environment", choices=Environment.values, default=default(DEFAULT_ENVIRONMENT)
+        )
         parser.add_argument(
             "--json", action="store_true", default=default(False), help="print JSON"
         )

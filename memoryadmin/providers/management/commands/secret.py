@@ -12,8 +12,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 from memoryadmin.memory import cli
+from memoryadmin.memory.environments import Environment
 from memoryadmin.memory.errors import DomainError
-from memoryadmin.memory.limits import ENVIRONMENTS
 from memoryadmin.memory.representations import iso_ms
 from memoryadmin.memory.services.projects import project_get
 from memoryadmin.providers.services import secrets as secret_services
@@ -39,7 +39,7 @@ class Command(BaseCommand):
         }.items():
             sub = subcommands.add_parser(name, help=help_text, description=help_text)
             sub.add_argument("--project", required=True, help="project id")
-            sub.add_argument("--environment", required=True, choices=ENVIRONMENTS)
+            sub.add_argument("--environment", required=True, choices=Environment.values)
             if name != "list":
                 sub.add_argument("name", metavar="NAME", help="the secret name, e.g. MEMORY_TOKEN")
 
