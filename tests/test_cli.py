@@ -657,6 +657,38 @@ def test_process_exit_codes_and_one_line_errors(proc: Cli) -> None:
     assert "invalid choice: 'bogus'" in usage.stderr
 
 
+def test_process_every_command_fails_with_one_error_line(proc: Cli, tmp_path: Path) -> None:
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text("[]")
+    session = ["session", "create", "--project", "acme", "--agent", "support-bot"]
+    deploy = ["deploy", "--project", "acme", "--environment", "development"]
+    cases = [
+        (["session", "show", "ses_nope"], 3, "No session 'ses_nope'."),
+        (
+            [*session, "--memory", "notes=missing"],
+            6,
+            "memory.notes: document 'missing' does not exist; create it first.",
+        ),
+        (["secret", "delete", "--project", "acme", "T"], 3, "No secret 'T' in development."),
+        (["grant", "ghost", "acme", "--revoke"], 3, "No user 'ghost'."),
+        (["createproject", "acme"], 7, "Project 'acme' already exists."),
+        (["createapikey", "--project", "ghost"], 3, "No project 'ghost'."),
+        (
+            [*deploy, "--manifest", str(manifest)],
+            6,
+            'The manifest must be {"agent": ..., "memory": [...]}.',
+        ),
+    ]
+    for args, code, message in cases:
+        result = proc.run(*args)
+        assert (result.returncode, result.stderr) == (code, f"Error: {message}\n"), args
+        assert result.stdout == ""
+    tables = ("agents_session", "memory_apikey", "providers_secret", "web_projectrole")
+    assert [proc.rows(f"SELECT count(*) FROM {table}")[0][0] for table in tables] == [0] * 4
+    assert proc.rows("SELECT id FROM memory_project") == [("acme",)]
+    assert proc.rows("SELECT count(*) FROM memory_deployment") == [(2,)]
+
+
 def test_process_edit_in_a_scripted_editor(proc: Cli, tmp_path: Path) -> None:
     proc.memory("create", "notes", "workshop", "--title", "W", "--text-stdin", stdin="Node 22")
     script = tmp_path / "editor.sh"

@@ -1,4 +1,4 @@
-"""Helpers of the owner CLI (`manage.py memory ...`): exit codes, input, editor, progress."""
+"""Helpers of the command line: the one way commands fail, exit codes, input, editor, progress."""
 
 from __future__ import annotations
 
@@ -11,32 +11,30 @@ import tempfile
 from pathlib import Path
 from typing import Any, TextIO
 
-from django.core.management.base import CommandError, OutputWrapper
+from django.core.management.base import BaseCommand, CommandError, OutputWrapper
 
-from memoryadmin.memory.errors import (
-    DomainError,
-    InvalidRequest,
-    LimitExceeded,
-    NotFound,
-    PreconditionFailed,
-)
+from memoryadmin.memory.errors import DomainError
 from memoryadmin.memory.export import ExportSnapshot
 
-# Exit codes, documented in docs/cli.md: scripts branch on them.
+# Exit codes of every command, documented in docs/cli.md: scripts branch on them.
 EXIT_OK = 0
 EXIT_ERROR = 1  # anything else, e.g. a cancelled prompt or a partial import
 EXIT_USAGE = 2  # unknown subcommand or option (argparse)
-EXIT_NOT_FOUND = 3  # project, resource or document
+EXIT_NOT_FOUND = 3  # project, resource, document, session, secret or user
 EXIT_PRECONDITION = 4  # the document changed meanwhile, or the id is taken or reserved
 EXIT_TOO_LARGE = 5  # text, title or summary over its limit
-EXIT_INVALID = 6  # malformed input: ids, empty title, unreadable file, bad export
+EXIT_INVALID = 6  # malformed input: ids, bindings, empty title, unreadable file, bad export
+EXIT_CONFLICT = 7  # the current state refuses it: project exists, provider kind, session ended
 
-EXIT_CODES: list[tuple[type[DomainError], int]] = [
-    (NotFound, EXIT_NOT_FOUND),
-    (PreconditionFailed, EXIT_PRECONDITION),
-    (LimitExceeded, EXIT_TOO_LARGE),
-    (InvalidRequest, EXIT_INVALID),
-]
+# A domain error's kind is its HTTP status; the command line gives each kind its code.
+EXIT_CODES: dict[int, int] = {
+    400: EXIT_INVALID,
+    404: EXIT_NOT_FOUND,
+    409: EXIT_CONFLICT,
+    412: EXIT_PRECONDITION,
+    413: EXIT_TOO_LARGE,
+    428: EXIT_PRECONDITION,
+}
 
 
 class Error(CommandError):
@@ -44,10 +42,7 @@ class Error(CommandError):
 
 
 def exit_code_for(exc: DomainError) -> int:
-    for kind, code in EXIT_CODES:
-        if isinstance(exc, kind):
-            return code
-    return EXIT_ERROR
+    return EXIT_CODES.get(exc.status, EXIT_ERROR)
 
 
 def error_from(exc: DomainError, *, prefix: str = "", suffix: str = "") -> Error:
@@ -57,6 +52,24 @@ def error_from(exc: DomainError, *, prefix: str = "", suffix: str = "") -> Error
 
 def invalid(message: str) -> Error:
     return Error(message, returncode=EXIT_INVALID)
+
+
+class Command(BaseCommand):
+    """A management command that fails the one way every command does.
+
+    Subclasses implement `act`. A domain error ends the command with one
+    `Error: <message>` line on stderr and the exit code of its kind, as does
+    an `Error` the command raises itself.
+    """
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            self.act(options)
+        except DomainError as exc:
+            raise error_from(exc) from exc
+
+    def act(self, options: dict[str, Any]) -> None:
+        raise NotImplementedError
 
 
 def cli_actor() -> str:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import getpass
 import json
 import secrets
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandParser
 
 from memoryadmin.agents.bindings import bindings_parse
 from memoryadmin.agents.models import Session
@@ -15,35 +14,51 @@ from memoryadmin.agents.representations import event_dict, sessions_dicts
 from memoryadmin.agents.services import sessions as services
 from memoryadmin.agents.services.sessions import AGENT_REFS
 from memoryadmin.agents.topics import topic_session_key
+from memoryadmin.memory import cli
 from memoryadmin.memory.environments import DEFAULT_ENVIRONMENT, Environment
-from memoryadmin.memory.errors import DomainError
 from memoryadmin.memory.services.projects import project_get
 
 MEMORY_HELP = (
     "<resource>=<documentId>[:read|read-write] binds a document (read-write by default); "
     "<resource> alone binds the resource as a read-only collection. Repeatable."
 )
+NAMESPACE_HELP = (
+    "<resource>=<namespace>[:read|read-write] binds a namespace of an http provider "
+    "(read-write by default). Repeatable."
+)
 
 
-def memory_option(value: str) -> tuple[str, dict[str, str]]:
-    """One --memory value as (resource, binding)."""
-    if "=" not in value:
-        return value, {"scope": "collection"}
-    resource, target = value.split("=", 1)
+def target_option(value: str, scope: str) -> tuple[str, dict[str, str]]:
+    """One `<resource>=<id>[:access]` value as (resource, binding)."""
+    resource, _, target = value.partition("=")
     access = "read-write"
     if ":" in target:
         target, access = target.rsplit(":", 1)
-    return resource, {"scope": "document", "id": target, "access": access}
+    return resource, {"scope": scope, "id": target, "access": access}
+
+
+def memory_options(options: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """The --memory and --namespace values as the `memory` map of a session request."""
+    bindings = [
+        target_option(value, "document") if "=" in value else (value, {"scope": "collection"})
+        for value in options["memory"]
+    ]
+    bindings += [target_option(value, "namespace") for value in options["namespace"]]
+    resources = [resource for resource, _ in bindings]
+    for resource in resources:
+        if resources.count(resource) > 1:
+            raise cli.invalid(f"Resource '{resource}' is bound twice; bind each resource once.")
+    return dict(bindings)
 
 
 def label_option(value: str) -> tuple[str, str]:
     name, sep, text = value.partition("=")
     if not sep:
-        raise CommandError(f"--label takes name=value, not {value!r}.")
+        raise cli.invalid(f"--label takes name=value, not {value!r}.")
     return name, text
 
 
-class Command(BaseCommand):
+class Command(cli.Command):
     help = "Create, inspect, end and follow agent sessions."
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -56,6 +71,7 @@ class Command(BaseCommand):
             help=f"{AGENT_REFS} (default: {DEFAULT_ENVIRONMENT}).",
         )
         create.add_argument("--memory", action="append", default=[], help=MEMORY_HELP)
+        create.add_argument("--namespace", action="append", default=[], help=NAMESPACE_HELP)
         create.add_argument(
             "--create-document",
             action="store_true",
@@ -86,15 +102,12 @@ class Command(BaseCommand):
         listing.add_argument("--status", choices=["active", "ended"])
         listing.add_argument("--json", action="store_true")
 
-    def handle(self, *args: Any, **options: Any) -> None:
-        try:
-            getattr(self, "handle_" + options["action"])(options)
-        except DomainError as exc:
-            raise CommandError(f"{exc.code}: {exc.message}") from exc
+    def act(self, options: dict[str, Any]) -> None:
+        getattr(self, "handle_" + options["action"])(options)
 
     @staticmethod
     def actor() -> str:
-        return f"cli:{getpass.getuser()}"
+        return cli.cli_actor()
 
     def emit(self, options: dict[str, Any], data: Any, lines: list[str]) -> None:
         if options["json"]:
@@ -107,7 +120,7 @@ class Command(BaseCommand):
         agent = options["agent"]
         agent_id = agent if "@" in agent else f"{agent}@{DEFAULT_ENVIRONMENT}"
         environment = services.agent_ref_parse(agent_id)[1]
-        memory = dict(memory_option(value) for value in options["memory"])
+        memory = memory_options(options)
         documents: dict[str, bool] = {}
         if options["create_document"]:
             documents = services.binding_documents_ensure(
@@ -120,7 +133,7 @@ class Command(BaseCommand):
         try:
             key = topic_session_key(key) if key else "cli/" + secrets.token_hex(16)
         except ValueError as exc:
-            raise CommandError(f"--idempotency-key: {exc}") from exc
+            raise cli.invalid(f"--idempotency-key: {exc}") from exc
         session, created = services.session_create(
             project=project,
             agent_id=agent_id,

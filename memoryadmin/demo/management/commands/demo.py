@@ -2,18 +2,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 
 from memoryadmin.demo.project import demo_setup
+from memoryadmin.memory import cli
 
 
-class Command(BaseCommand):
+class Command(cli.Command):
     help = "Set up the demo project (idempotent) and print how to reach it."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--base-url", default="http://127.0.0.1:8000")
 
-    def handle(self, *args: Any, **options: Any) -> None:
+    def act(self, options: dict[str, Any]) -> None:
         result = demo_setup(base_url=options["base_url"])
         base = options["base_url"]
         what = ", ".join(result.created) if result.created else "nothing (already set up)"

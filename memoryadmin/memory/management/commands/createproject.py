@@ -2,22 +2,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandParser
 
-from memoryadmin.memory.errors import DomainError
+from memoryadmin.memory import cli
 from memoryadmin.memory.services.projects import project_create
 
 
-class Command(BaseCommand):
+class Command(cli.Command):
     help = "Create a project."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("project_id")
         parser.add_argument("--name", default="")
 
-    def handle(self, *args: Any, **options: Any) -> None:
-        try:
-            project = project_create(project_id=options["project_id"], name=options["name"])
-        except DomainError as exc:
-            raise CommandError(exc.message) from exc
+    def act(self, options: dict[str, Any]) -> None:
+        project = project_create(project_id=options["project_id"], name=options["name"])
         self.stdout.write(project.id)

@@ -4,15 +4,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandParser
 
+from memoryadmin.memory import cli
 from memoryadmin.memory.environments import Environment
-from memoryadmin.memory.errors import DomainError
 from memoryadmin.memory.services.deployments import deployment_create
 from memoryadmin.memory.services.projects import project_get
 
 
-class Command(BaseCommand):
+class Command(cli.Command):
     help = "Create a deployment from a manifest file and promote it to an environment."
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -20,21 +20,18 @@ class Command(BaseCommand):
         parser.add_argument("--environment", required=True, choices=Environment.values)
         parser.add_argument("--manifest", required=True, type=Path)
 
-    def handle(self, *args: Any, **options: Any) -> None:
+    def act(self, options: dict[str, Any]) -> None:
         try:
             manifest = json.loads(options["manifest"].read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
-            raise CommandError(f"Cannot read the manifest: {exc}") from exc
+            raise cli.invalid(f"Cannot read the manifest: {exc}") from exc
         if not isinstance(manifest, dict) or set(manifest) - {"agent", "memory"}:
-            raise CommandError('The manifest must be {"agent": ..., "memory": [...]}.')
-        try:
-            deployment = deployment_create(
-                project=project_get(project_id=options["project"]),
-                agent=manifest.get("agent"),  # type: ignore[arg-type]
-                memory=manifest.get("memory", []),
-                promote=options["environment"],
-                actor="cli:deploy",
-            )
-        except DomainError as exc:
-            raise CommandError(exc.message) from exc
+            raise cli.invalid('The manifest must be {"agent": ..., "memory": [...]}.')
+        deployment = deployment_create(
+            project=project_get(project_id=options["project"]),
+            agent=manifest.get("agent"),  # type: ignore[arg-type]
+            memory=manifest.get("memory", []),
+            promote=options["environment"],
+            actor="cli:deploy",
+        )
         self.stdout.write(deployment.id)

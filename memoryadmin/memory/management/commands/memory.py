@@ -1,7 +1,7 @@
 """The owner CLI: `manage.py memory --project P <subcommand> ...`.
 
 A thin door like the API: it reads arguments, calls the services and prints
-the result. Exit codes are listed in memoryadmin/memory/cli.py.
+the result. Its failures and exit codes are those of every command (memoryadmin/memory/cli.py).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, TextIO
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 
 from memoryadmin.memory import cli
 from memoryadmin.memory.environments import DEFAULT_ENVIRONMENT, Environment
@@ -55,7 +55,7 @@ SUBCOMMANDS = {
 }
 
 
-class Command(BaseCommand):
+class Command(cli.Command):
     help = "Owner access to document memory: list, show, create, edit, freeze, export, remove."
     requires_system_checks: list[str] = []
     # Tests hand the command a stdin of their own.
@@ -132,17 +132,14 @@ class Command(BaseCommand):
 
     # The doors' shared plumbing.
 
-    def handle(self, *args: Any, **options: Any) -> None:
+    def act(self, options: dict[str, Any]) -> None:
         if not options["project"]:
             raise cli.Error("--project is required.", returncode=cli.EXIT_USAGE)
         self.options = options
         self.actor = cli.cli_actor()
         self.stdin: TextIO = options.get("stdin") or sys.stdin
-        try:
-            project = project_get(project_id=options["project"])
-            getattr(self, f"do_{options['subcommand']}")(project, options)
-        except DomainError as exc:
-            raise cli.error_from(exc) from exc
+        project = project_get(project_id=options["project"])
+        getattr(self, f"do_{options['subcommand']}")(project, options)
 
     def resource(self, project: Project, resource_id: str) -> Resource:
         resource = resource_get(

@@ -1,4 +1,4 @@
-"""`manage.py secret set|list|delete --project P --environment E [NAME]`.
+"""`manage.py secret set|list|delete --project P [--environment E] [NAME]`.
 
 `set` reads the value from standard input (one trailing line break is
 dropped), so it never appears in shell history or the process list.
@@ -9,11 +9,10 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 
 from memoryadmin.memory import cli
-from memoryadmin.memory.environments import Environment
-from memoryadmin.memory.errors import DomainError
+from memoryadmin.memory.environments import DEFAULT_ENVIRONMENT, Environment
 from memoryadmin.memory.representations import iso_ms
 from memoryadmin.memory.services.projects import project_get
 from memoryadmin.providers.services import secrets as secret_services
@@ -25,7 +24,7 @@ def _strip_line_break(value: str) -> str:
     return value.removesuffix("\n")
 
 
-class Command(BaseCommand):
+class Command(cli.Command):
     help = "Managed secrets of HTTP memory providers: set (value from stdin), list, delete."
     requires_system_checks: list[str] = []
     stealth_options = ("stdin",)
@@ -39,39 +38,36 @@ class Command(BaseCommand):
         }.items():
             sub = subcommands.add_parser(name, help=help_text, description=help_text)
             sub.add_argument("--project", required=True, help="project id")
-            sub.add_argument("--environment", required=True, choices=Environment.values)
+            sub.add_argument(
+                "--environment", choices=Environment.values, default=DEFAULT_ENVIRONMENT
+            )
             if name != "list":
                 sub.add_argument("name", metavar="NAME", help="the secret name, e.g. MEMORY_TOKEN")
 
-    def handle(self, *args: Any, **options: Any) -> None:
-        try:
-            project = project_get(project_id=options["project"])
-            environment = options["environment"]
-            subcommand = options["subcommand"]
-            if subcommand == "set":
-                stream = options.get("stdin") or sys.stdin
-                value = _strip_line_break(cli.read_stream(stream))
-                created = secret_services.secret_set(
-                    project=project,
-                    environment=environment,
-                    name=options["name"],
-                    value=value,
-                    actor=cli.cli_actor(),
-                )
-                verb = "Created" if created else "Replaced"
-                self.stdout.write(f"{verb} secret {options['name']} in {project.id}/{environment}.")
-            elif subcommand == "list":
-                for row in secret_services.secret_list(project=project, environment=environment):
-                    self.stdout.write(f"{row['name']}\t{iso_ms(row['updated_at'])}")
-            else:
-                secret_services.secret_delete(
-                    project=project,
-                    environment=environment,
-                    name=options["name"],
-                    actor=cli.cli_actor(),
-                )
-                self.stdout.write(
-                    f"Deleted secret {options['name']} from {project.id}/{environment}."
-                )
-        except DomainError as exc:
-            raise cli.error_from(exc) from exc
+    def act(self, options: dict[str, Any]) -> None:
+        project = project_get(project_id=options["project"])
+        environment = options["environment"]
+        subcommand = options["subcommand"]
+        if subcommand == "set":
+            stream = options.get("stdin") or sys.stdin
+            value = _strip_line_break(cli.read_stream(stream))
+            created = secret_services.secret_set(
+                project=project,
+                environment=environment,
+                name=options["name"],
+                value=value,
+                actor=cli.cli_actor(),
+            )
+            verb = "Created" if created else "Replaced"
+            self.stdout.write(f"{verb} secret {options['name']} in {project.id}/{environment}.")
+        elif subcommand == "list":
+            for row in secret_services.secret_list(project=project, environment=environment):
+                self.stdout.write(f"{row['name']}\t{iso_ms(row['updated_at'])}")
+        else:
+            secret_services.secret_delete(
+                project=project,
+                environment=environment,
+                name=options["name"],
+                actor=cli.cli_actor(),
+            )
+            self.stdout.write(f"Deleted secret {options['name']} from {project.id}/{environment}.")

@@ -2,16 +2,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandParser
 from django.db import transaction
 
-from memoryadmin.memory.cli import cli_actor
-from memoryadmin.memory.errors import DomainError
+from memoryadmin.memory import cli
 from memoryadmin.web.models import Role
 from memoryadmin.web.services.roles import UserNotFound, role_grant, role_revoke, user_create
 
 
-class Command(BaseCommand):
+class Command(cli.Command):
     help = "Give a user a role on a project for the Memory page (owner, support or viewer)."
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -28,25 +27,23 @@ class Command(BaseCommand):
             help="Create the user if missing, with a generated password printed once.",
         )
 
-    def handle(self, *args: Any, **options: Any) -> None:
+    def act(self, options: dict[str, Any]) -> None:
         username, project_id = options["username"], options["project"]
+        if options["revoke"]:
+            had = role_revoke(username=username, project_id=project_id, actor=cli.cli_actor())
+            self.stdout.write(f"{username} {'lost their role' if had else 'had no role'}")
+            return
         try:
-            if options["revoke"]:
-                had = role_revoke(username=username, project_id=project_id, actor=cli_actor())
-                self.stdout.write(f"{username} {'lost their role' if had else 'had no role'}")
-                return
             with transaction.atomic():
                 password = user_create(username=username) if options["create"] else None
                 grant = role_grant(
                     username=username,
                     project_id=project_id,
                     role=options["role"],
-                    actor=cli_actor(),
+                    actor=cli.cli_actor(),
                 )
         except UserNotFound as exc:
-            raise CommandError(f"{exc.message} Add --create to create it.") from exc
-        except DomainError as exc:
-            raise CommandError(exc.message) from exc
+            raise cli.error_from(exc, suffix="Add --create to create it.") from exc
         self.stdout.write(f"{username} is {grant.role} of {project_id}")
         if password is not None:
             self.stdout.write(f"Password for {username} (shown once): {password}")
