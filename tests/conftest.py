@@ -1,38 +1,33 @@
-"""Shared fixtures: projects, keys of every scope, a deployed resource, API clients."""
+"""Shared fixtures: projects, keys of every scope, a deployed resource, documents, API and
+Memory page clients, an agent session, and the browser of the browser tests."""
 
 from __future__ import annotations
 
 import os
-import threading
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from django.db import connection, connections
 from rest_framework.test import APIClient
 
-from memoryadmin.memory.models import Project, Resource
-from memoryadmin.memory.services.deployments import deployment_create, resource_get
-from memoryadmin.memory.services.documents import document_create
+from memoryadmin.agents.models import Session
+from memoryadmin.memory.models import Deployment, Document, Project, Resource
+from memoryadmin.memory.services.deployments import (
+    deployment_create,
+    deployment_promote,
+    resource_get,
+)
+from memoryadmin.memory.services.documents import Writer, document_create, document_replace
 from memoryadmin.memory.services.projects import api_key_create, project_create
-
-MANIFEST_MEMORY = [
-    {
-        "id": "notes",
-        "description": "Workshop requirements and decisions.",
-        "provider": {"kind": "document", "maxBytes": 8192},
-    },
-    {
-        "id": "kb",
-        "description": "Product knowledge.",
-        "provider": {"kind": "document", "maxBytes": 64},
-    },
-]
-
-
-def is_postgres() -> bool:
-    return connection.vendor == "postgresql"
+from tests.helpers import (
+    BROWSER_ARGS,
+    CHROMIUM,
+    MANIFEST_MEMORY,
+    PASSWORD,
+    Keys,
+    People,
+    support_session,
+)
 
 
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
@@ -41,14 +36,6 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     for item in items:
         if "postgres" in item.keywords and not on_postgres:
             item.add_marker(skip)
-
-
-@dataclass
-class Keys:
-    owner: str  # read-write, this project
-    read_only: str  # read-only, this project
-    other: str  # read-write, another project
-    all_projects: str  # read-write, every project
 
 
 @pytest.fixture
@@ -110,21 +97,8 @@ def api(client_for: Callable[[str | None], APIClient], keys: Keys) -> APIClient:
     return client_for(keys.owner)
 
 
-DOCS = "/api/managed-agents/projects/acme/memory/notes/documents"
-DEV = "?environment=development"
-
-
 # Memory page personas: a user per role on "acme", and an outsider who owns
 # another project and has no role on "acme".
-PASSWORD = "a-long-test-password-1"
-
-
-@dataclass
-class People:
-    owner: Any
-    support: Any
-    viewer: Any
-    outsider: Any
 
 
 @pytest.fixture
@@ -160,25 +134,152 @@ def web_client_for() -> Callable[[Any], Any]:
     return make
 
 
-def run_threads(count: int, work: Callable[[int], Any]) -> list[Any]:
-    """Runs work(i) in `count` real threads released together by a barrier."""
-    barrier = threading.Barrier(count)
-    results: list[Any] = [None] * count
-    errors: list[BaseException] = []
+@pytest.fixture
+def web(people: People, web_client_for: Callable[[Any], Any]) -> Callable[[str], Any]:
+    """A Django test client logged in as a persona: "owner", "support", "viewer", "outsider"."""
+    return lambda persona: web_client_for(getattr(people, persona))
 
-    def runner(index: int) -> None:
-        try:
-            barrier.wait(timeout=30)
-            results[index] = work(index)
-        except BaseException as exc:
-            errors.append(exc)
-        finally:
-            connections.close_all()
 
-    threads = [threading.Thread(target=runner, args=(i,)) for i in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
-    assert not errors, errors
-    return results
+@pytest.fixture
+def owner(web: Callable[[str], Any]) -> Any:
+    return web("owner")
+
+
+@pytest.fixture
+def support(web: Callable[[str], Any]) -> Any:
+    return web("support")
+
+
+@pytest.fixture
+def workshop(make_document: Callable[..., Any]) -> Document:
+    """notes/workshop, the document agent sessions bind."""
+    document: Document = make_document(
+        "workshop", text="Exercises must run on Node.js 22.", summary="Runtime."
+    )
+    return document
+
+
+@pytest.fixture
+def session(project: Project, workshop: Document) -> Session:
+    """A support-bot session bound read-write to notes/workshop and to the kb collection."""
+    return support_session(project)
+
+
+# The browser tests: the system Chromium driven by Playwright.
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    # Playwright's sync API keeps an event loop running in this thread while
+    # the browser is open; the ORM calls of the tests (and of the database
+    # flush between them) are still plain synchronous code.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(
+                executable_path=str(CHROMIUM), args=BROWSER_ARGS, headless=True
+            )
+            yield browser
+            browser.close()
+
+
+@pytest.fixture
+def contexts(browser: Any) -> Iterator[list[Any]]:
+    opened: list[Any] = []
+    yield opened
+    for context in opened:
+        context.close()
+
+
+@pytest.fixture
+def open_page(browser: Any, contexts: list[Any], live_server: Any) -> Any:
+    """A page in a fresh browser context (its own cookies), logged in as `username`."""
+
+    def make(username: str, **options: Any) -> Any:
+        context = browser.new_context(
+            base_url=live_server.url, viewport={"width": 1280, "height": 860}, **options
+        )
+        context.set_default_timeout(10_000)
+        contexts.append(context)
+        page = context.new_page()
+        # Script errors and console errors such as CSP violations; not the
+        # console's note about 4xx pages, which some scenarios expect.
+        errors: list[str] = []
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        page.on("console", lambda message: _console_error(message, errors))
+        page.js_errors = errors
+        page.goto("/")
+        page.get_by_label("Username").fill(username)
+        page.get_by_label("Password").fill(PASSWORD)
+        page.get_by_role("button", name="Log in").click()
+        page.wait_for_url("**/projects/acme/development/")
+        return page
+
+    return make
+
+
+def _console_error(message: Any, errors: list[str]) -> None:
+    if message.type == "error" and not message.text.startswith("Failed to load resource"):
+        errors.append(message.text)
+
+
+@pytest.fixture
+def used_memory(project: Project, people: People, notes: Resource, make_document: Any) -> Resource:
+    """A project that looks used (for the browser tests): documents by owners and agents, a
+    frozen one, a retired resource."""
+    make_document(
+        "workshop",
+        title="Workshop notes",
+        text="Exercises must run on Node.js 22.\nNo paid external services for the demo.\n",
+        summary="Workshop runtime requirements.",
+    )
+    onboarding = make_document(
+        "onboarding",
+        title="Onboarding checklist",
+        text="1. Create an API key.\n2. Deploy the agent.\n",
+        summary="Steps for a new team member.",
+    )
+    document_replace(
+        resource=notes,
+        doc_id="onboarding",
+        expected_revision=onboarding.revision,
+        text="1. Create an API key.\n2. Deploy the agent.\n3. Bind notes to the session.\n",
+        actor="agent",
+        writer=Writer(kind="agent", session_id="sess_4f2a9c"),
+    )
+    make_document(
+        "workspace-setup",
+        title="Workspace set-up",
+        text="Clone the repository, then run make run.\n",
+        summary="Local environment.",
+    )
+    make_document(
+        "incident-0412",
+        title="Incident 04-12: duplicate refunds",
+        text="An agent promised two refunds. Frozen while support reviews it.\n",
+        summary="Under review.",
+        agent_writes=False,
+    )
+    kb = Resource.objects.get(resource_id="kb", environment="development")
+    make_document("refunds", resource=kb, title="Refund policy", text="30 days.")
+    deployment_create(
+        project=project,
+        agent="archivist",
+        memory=[{"id": "archive", "description": "Old decisions.", "provider": {}}],
+        promote="development",
+        actor="test",
+    )
+    # A newer archivist build declares nothing: "archive" is retired.
+    deployment_create(
+        project=project, agent="archivist", memory=[], promote="development", actor="test"
+    )
+    deployment_promote(
+        deployment=Deployment.objects.get(project=project, agent="support-bot"),
+        environment="production",
+        actor="test",
+    )
+    production_notes = Resource.objects.get(resource_id="notes", environment="production")
+    make_document("workshop", resource=production_notes, title="Workshop notes", text="Live.")
+    return notes

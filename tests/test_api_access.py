@@ -10,7 +10,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from memoryadmin.memory.models import ActiveDeployment, Deployment, Document, Resource
-from tests.conftest import DEV, DOCS, Keys
+from tests.helpers import DEV, DOCS, Keys
 
 BASE = "/api/managed-agents/projects/acme"
 NEW_DEPLOYMENT = {

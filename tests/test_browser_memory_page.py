@@ -7,163 +7,21 @@ from __future__ import annotations
 import io
 import json
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from django.contrib.auth import get_user_model
 
-from memoryadmin.memory.models import Deployment, Document, Project, Resource
-from memoryadmin.memory.services.deployments import deployment_create, deployment_promote
-from memoryadmin.memory.services.documents import Writer, document_replace
+from memoryadmin.memory.models import Document, Project, Resource
 from memoryadmin.web.services.roles import role_grant
-from tests.conftest import PASSWORD, People
+from tests.helpers import BROWSER_TESTS, PASSWORD, shoot
 
-CHROMIUM = Path("/usr/bin/chromium")
-SCREENSHOTS = Path(__file__).resolve().parent.parent / "docs" / "screenshots"
-ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(
-        not CHROMIUM.exists(),
-        reason="needs Chromium at /usr/bin/chromium (apt-get install chromium)",
-    ),
-]
+pytestmark = BROWSER_TESTS
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    # Playwright's sync API keeps an event loop running in this thread while
-    # the browser is open; the ORM calls of the tests (and of the database
-    # flush between them) are still plain synchronous code.
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-        with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(
-                executable_path=str(CHROMIUM), args=ARGS, headless=True
-            )
-            yield browser
-            browser.close()
-
-
-@pytest.fixture
-def contexts(browser: Any) -> Iterator[list[Any]]:
-    opened: list[Any] = []
-    yield opened
-    for context in opened:
-        context.close()
-
-
-@pytest.fixture
-def open_page(browser: Any, contexts: list[Any], live_server: Any) -> Any:
-    """A page in a fresh browser context (its own cookies), logged in as `username`."""
-
-    def make(username: str, **options: Any) -> Any:
-        context = browser.new_context(
-            base_url=live_server.url, viewport={"width": 1280, "height": 860}, **options
-        )
-        context.set_default_timeout(10_000)
-        contexts.append(context)
-        page = context.new_page()
-        # Script errors and console errors such as CSP violations; not the
-        # console's note about 4xx pages, which some scenarios expect.
-        errors: list[str] = []
-        page.on("pageerror", lambda error: errors.append(str(error)))
-        page.on("console", lambda message: _console_error(message, errors))
-        page.js_errors = errors
-        page.goto("/")
-        page.get_by_label("Username").fill(username)
-        page.get_by_label("Password").fill(PASSWORD)
-        page.get_by_role("button", name="Log in").click()
-        page.wait_for_url("**/projects/acme/development/")
-        return page
-
-    return make
-
-
-def _console_error(message: Any, errors: list[str]) -> None:
-    if message.type == "error" and not message.text.startswith("Failed to load resource"):
-        errors.append(message.text)
-
-
-def shoot(page: Any, name: str, *, full_page: bool = False) -> None:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=full_page)
-
-
-@pytest.fixture
-def memory(project: Project, people: People, notes: Resource, make_document: Any) -> Resource:
-    """A project that looks used: documents by owners and agents, a frozen one, a retired
-    resource."""
-    make_document(
-        "workshop",
-        title="Workshop notes",
-        text="Exercises must run on Node.js 22.\nNo paid external services for the demo.\n",
-        summary="Workshop runtime requirements.",
-    )
-    onboarding = make_document(
-        "onboarding",
-        title="Onboarding checklist",
-        text="1. Create an API key.\n2. Deploy the agent.\n",
-        summary="Steps for a new team member.",
-    )
-    document_replace(
-        resource=notes,
-        doc_id="onboarding",
-        expected_revision=onboarding.revision,
-        text="1. Create an API key.\n2. Deploy the agent.\n3. Bind notes to the session.\n",
-        actor="agent",
-        writer=Writer(kind="agent", session_id="sess_4f2a9c"),
-    )
-    make_document(
-        "workspace-setup",
-        title="Workspace set-up",
-        text="Clone the repository, then run make run.\n",
-        summary="Local environment.",
-    )
-    make_document(
-        "incident-0412",
-        title="Incident 04-12: duplicate refunds",
-        text="An agent promised two refunds. Frozen while support reviews it.\n",
-        summary="Under review.",
-        agent_writes=False,
-    )
-    kb = Resource.objects.get(resource_id="kb", environment="development")
-    make_document("refunds", resource=kb, title="Refund policy", text="30 days.")
-    deployment_create(
-        project=project,
-        agent="archivist",
-        memory=[{"id": "archive", "description": "Old decisions.", "provider": {}}],
-        promote="development",
-        actor="test",
-    )
-    # A newer archivist build declares nothing: "archive" is retired.
-    deployment_create(
-        project=project, agent="archivist", memory=[], promote="development", actor="test"
-    )
-    deployment_promote(
-        deployment=Deployment.objects.get(project=project, agent="support-bot"),
-        environment="production",
-        actor="test",
-    )
-    production_notes = Resource.objects.get(resource_id="notes", environment="production")
-    make_document("workshop", resource=production_notes, title="Workshop notes", text="Live.")
-    return notes
-
-
-def test_owner_logs_in_filters_opens_and_edits_a_document(open_page: Any, memory: Resource) -> None:
+def test_owner_logs_in_filters_opens_and_edits_a_document(
+    open_page: Any, used_memory: Resource
+) -> None:
     from playwright.sync_api import expect
 
     page = open_page("olivia")
@@ -199,7 +57,7 @@ def test_owner_logs_in_filters_opens_and_edits_a_document(open_page: Any, memory
     page.get_by_role("button", name="Save").click()
     expect(page.get_by_role("status")).to_contain_text("Saved workshop")
     expect(page.locator("pre.document-text")).to_contain_text("Two paid services are fine: ✓")
-    document = memory.documents.get(doc_id="workshop")
+    document = used_memory.documents.get(doc_id="workshop")
     assert document.text == "Exercises must run on Node.js 22.\nTwo paid services are fine: ✓\n"
     assert document.bytes == 66
     assert document.versions.count() == 2
@@ -219,7 +77,7 @@ def test_owner_logs_in_filters_opens_and_edits_a_document(open_page: Any, memory
 
 
 def test_a_conflicting_save_shows_both_texts_and_the_edit_is_reapplied(
-    open_page: Any, memory: Resource, project: Project
+    open_page: Any, used_memory: Resource, project: Project
 ) -> None:
     from playwright.sync_api import expect
 
@@ -241,13 +99,13 @@ def test_a_conflicting_save_shows_both_texts_and_the_edit_is_reapplied(
     )
     second.get_by_role("button", name="Save").click()
     expect(second.get_by_role("status")).to_contain_text("Saved workshop")
-    theirs = memory.documents.get(doc_id="workshop")
+    theirs = used_memory.documents.get(doc_id="workshop")
 
     first.get_by_role("button", name="Save").click()
     expect(first.get_by_role("heading", name="Someone saved this document")).to_be_focused()
     expect(first.get_by_label("Current text")).to_contain_text("Bring a laptop.")
     expect(first.get_by_label("Your text")).to_contain_text("22 or newer")
-    assert memory.documents.get(doc_id="workshop").revision == theirs.revision
+    assert used_memory.documents.get(doc_id="workshop").revision == theirs.revision
     shoot(first, "conflict", full_page=True)
 
     # The two edits touch different lines: the form offers both, on the new revision.
@@ -257,7 +115,7 @@ def test_a_conflicting_save_shows_both_texts_and_the_edit_is_reapplied(
     )
     first.get_by_role("button", name=f"Save on top of revision {theirs.revision}").click()
     expect(first.get_by_role("status")).to_contain_text("Saved workshop")
-    document = memory.documents.get(doc_id="workshop")
+    document = used_memory.documents.get(doc_id="workshop")
     assert document.text == (
         "Exercises must run on Node.js 22 or newer.\nNo paid external services for the demo.\n"
         "Bring a laptop.\n"
@@ -267,7 +125,7 @@ def test_a_conflicting_save_shows_both_texts_and_the_edit_is_reapplied(
 
 
 def test_support_freezes_a_document_and_may_not_edit_or_delete_it(
-    open_page: Any, memory: Resource
+    open_page: Any, used_memory: Resource
 ) -> None:
     from playwright.sync_api import expect
 
@@ -284,7 +142,7 @@ def test_support_freezes_a_document_and_may_not_edit_or_delete_it(
     page.keyboard.press("Enter")
     expect(page.get_by_role("status")).to_contain_text("Frozen")
     expect(page.locator("h1 + .badge.frozen")).to_be_visible()
-    document = memory.documents.get(doc_id="workshop")
+    document = used_memory.documents.get(doc_id="workshop")
     assert document.agent_writes is False
 
     response = page.goto(document_url + "edit/")
@@ -305,13 +163,13 @@ def test_support_freezes_a_document_and_may_not_edit_or_delete_it(
         headers=headers,
     )
     assert (edit.status, delete.status) == (403, 403)
-    after = memory.documents.get(doc_id="workshop")
+    after = used_memory.documents.get(doc_id="workshop")
     assert (after.revision, after.text, after.deleted) == (document.revision, document.text, False)
     assert page.js_errors == []
 
 
 def test_export_downloads_a_zip_of_every_document_and_a_manifest(
-    open_page: Any, memory: Resource
+    open_page: Any, used_memory: Resource
 ) -> None:
     from playwright.sync_api import expect
 
@@ -334,7 +192,7 @@ def test_export_downloads_a_zip_of_every_document_and_a_manifest(
     assert files == sorted([*expected, "manifest.json"])
     assert len(expected) == 5
     workshop = json.loads(archive.read("notes/workshop.json"))
-    assert workshop["text"] == memory.documents.get(doc_id="workshop").text
+    assert workshop["text"] == used_memory.documents.get(doc_id="workshop").text
     manifest = json.loads(archive.read("manifest.json"))
     assert manifest["resources"] == ["archive", "kb", "notes"]
     assert manifest["documents"] == 5

@@ -10,16 +10,9 @@ from memoryadmin.agents.models import Session
 from memoryadmin.agents.services.runtime import recall_create, tool_call
 from memoryadmin.agents.services.sessions import session_create, session_end
 from memoryadmin.memory.models import AuditEntry, Project, Resource
-from tests import test_browser_memory_page as memory_page
+from tests.helpers import BROWSER_TESTS, shoot, support_session
 
-# The browser, its per-test contexts, the logged-in page and a used project are shared
-# with the Memory page scenarios.
-browser = memory_page.browser
-contexts = memory_page.contexts
-open_page = memory_page.open_page
-memory = memory_page.memory
-shoot = memory_page.shoot
-pytestmark = memory_page.pytestmark
+pytestmark = BROWSER_TESTS
 
 
 def _sessions(project: Project) -> Session:
@@ -35,17 +28,7 @@ def _sessions(project: Project) -> Session:
     session_create(
         project=project, agent_id="archivist@development", idempotency_key="nightly", actor="test"
     )
-    session, _ = session_create(
-        project=project,
-        agent_id="support-bot@development",
-        memory={
-            "notes": {"scope": "document", "id": "workshop", "access": "read-write"},
-            "kb": {"scope": "collection"},
-        },
-        labels={"ticket": "T-42"},
-        idempotency_key="ticket-42",
-        actor="test",
-    )
+    session = support_session(project)
     recall = recall_create(session=session, use=["notes", "kb"])
     saved = tool_call(
         session=session,
@@ -59,7 +42,7 @@ def _sessions(project: Project) -> Session:
 
 
 def test_support_opens_the_session_that_saved_a_document_and_ends_it(
-    open_page: Any, memory: Resource, project: Project
+    open_page: Any, used_memory: Resource, project: Project
 ) -> None:
     from playwright.sync_api import expect
 

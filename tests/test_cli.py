@@ -33,8 +33,7 @@ from memoryadmin.memory import cli
 from memoryadmin.memory.models import AuditEntry, Document, Project, Resource
 from memoryadmin.memory.services.deployments import resource_get
 from memoryadmin.memory.services.documents import document_replace
-from tests.conftest import DEV, DOCS, MANIFEST_MEMORY
-from tests.test_export import retire_kb
+from tests.helpers import DEV, DOCS, MANIFEST_MEMORY, retire_kb
 
 REPO = Path(__file__).resolve().parent.parent
 ACTOR = f"cli:{getpass.getuser()}"

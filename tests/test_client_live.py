@@ -15,7 +15,7 @@ from memoryadmin.agents.models import Session, SessionEvent
 from memoryadmin.client import ApiError, Client, DocumentDeleted
 from memoryadmin.memory.models import Document, DocumentVersion, Project, Resource
 from memoryadmin.memory.services.projects import api_key_create
-from tests.conftest import MANIFEST_MEMORY
+from tests.helpers import MANIFEST_MEMORY
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -8,7 +8,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from memoryadmin.memory.models import ActiveDeployment, Deployment, Resource
-from tests.conftest import DEV
+from tests.helpers import DEV
 
 BASE = "/api/managed-agents/projects/acme"
 

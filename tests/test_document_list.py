@@ -10,7 +10,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from memoryadmin.memory.models import Document, Resource
-from tests.conftest import DEV, DOCS
+from tests.helpers import DEV, DOCS
 
 
 def pages(api: APIClient, path: str = DOCS) -> list[list[dict[str, Any]]]:

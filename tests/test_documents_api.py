@@ -9,7 +9,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from memoryadmin.memory.models import AuditEntry, Document, DocumentVersion, Resource
-from tests.conftest import DEV, DOCS
+from tests.helpers import DEV, DOCS
 
 
 def put(api: APIClient, doc_id: str, body: Any, **headers: str) -> Any:

@@ -14,25 +14,14 @@ from memoryadmin.memory.errors import InvalidRequest, NotFound
 from memoryadmin.memory.export import export_snapshot
 from memoryadmin.memory.models import AuditEntry, Project, Resource
 from memoryadmin.memory.representations import document_dict
-from memoryadmin.memory.services.deployments import deployment_create, resource_get
+from memoryadmin.memory.services.deployments import resource_get
 from memoryadmin.memory.services.documents import (
     document_create,
     document_delete,
     document_get,
     document_replace,
 )
-from tests.conftest import MANIFEST_MEMORY, is_postgres
-
-
-def retire_kb(project: Project) -> None:
-    """Promotes a deployment that no longer declares kb: kb becomes retired."""
-    deployment_create(
-        project=project,
-        agent="support-bot",
-        memory=[MANIFEST_MEMORY[0]],
-        promote="development",
-        actor="test",
-    )
+from tests.helpers import is_postgres, retire_kb
 
 
 def test_snapshot_exports_live_documents_of_every_resource_retired_included(

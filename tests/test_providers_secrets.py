@@ -15,7 +15,7 @@ from rest_framework.test import APIClient
 from memoryadmin.memory.models import AuditEntry, Project
 from memoryadmin.providers.models import Secret
 from memoryadmin.providers.services.secrets import secret_resolve, secret_set
-from tests.conftest import DEV, Keys
+from tests.helpers import DEV, Keys
 
 SECRETS = "/api/managed-agents/projects/acme/secrets"
 VALUE = "tok_s3cr3t-value-that-must-never-leak"

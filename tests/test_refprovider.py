@@ -13,17 +13,16 @@ import pytest
 from memoryadmin.demo.project import demo_manifest, demo_setup
 from memoryadmin.memory.models import Project, Resource
 from memoryadmin.memory.representations import iso_ms
-from memoryadmin.memory.services.deployments import deployment_create, resource_get
 from memoryadmin.providers.client import ProviderFailure, provider_recall, provider_tool
 from memoryadmin.providers.partitions import partition_key
 from memoryadmin.providers.services.secrets import secret_resolve, secret_set
 from memoryadmin.refprovider.declaration import (
     ENDPOINT,
     TOKEN_SECRET_NAME,
-    reference_declaration,
     reference_token,
 )
 from memoryadmin.refprovider.models import Fact, Operation, Partition
+from tests.helpers import deploy_reference_provider
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -37,20 +36,7 @@ OTHER = partition_key(
 
 @pytest.fixture
 def facts(live_server: Any, project: Project) -> Resource:
-    declaration = reference_declaration(
-        resource_id="facts", base_url=live_server.url, description="Facts.", max_bytes=120
-    )
-    deployment_create(
-        project=project, agent="researcher", memory=[declaration], promote="development", actor="t"
-    )
-    secret_set(
-        project=project,
-        environment="development",
-        name=TOKEN_SECRET_NAME,
-        value=reference_token(),
-        actor="t",
-    )
-    return resource_get(project=project, environment="development", resource_id="facts")
+    return deploy_reference_provider(project, live_server.url, max_bytes=120)
 
 
 def recall(resource: Resource, text: str | None = None, partition: str = OWNER) -> Any:

@@ -17,10 +17,9 @@ from memoryadmin.memory.services.deployments import resource_get
 from memoryadmin.memory.services.documents import (
     document_delete,
     document_list,
-    document_patch,
     document_replace,
 )
-from tests.conftest import Keys
+from tests.helpers import Keys, freeze
 
 SESSIONS = "/api/managed-agents/sessions"
 
@@ -60,14 +59,6 @@ def result(response: Any) -> dict[str, Any]:
 @pytest.fixture
 def kb(project: Project) -> Resource:
     return resource_get(project=project, environment="development", resource_id="kb")
-
-
-@pytest.fixture
-def workshop(make_document: Callable[..., Any]) -> Document:
-    document: Document = make_document(
-        "workshop", text="Exercises must run on Node.js 22.", summary="Runtime."
-    )
-    return document
 
 
 RW = {"notes": {"scope": "document", "id": "workshop", "access": "read-write"}}
@@ -205,13 +196,7 @@ def test_recall_on_ended_session_is_409(api: APIClient, session_id: str) -> None
 def test_recall_after_freeze_is_not_writable(
     api: APIClient, session_id: str, workshop: Document, notes: Resource
 ) -> None:
-    document_patch(
-        resource=notes,
-        doc_id="workshop",
-        expected_revision=workshop.revision,
-        agent_writes=False,
-        actor="t",
-    )
+    freeze(workshop)
     body = recall(api, session_id, ["notes"]).json()
     assert body["memory"]["notes"]["writable"] is False
     assert [tool["name"] for tool in body["tools"]] == ["memory_save"]
@@ -379,13 +364,7 @@ def test_owner_edit_after_recall_makes_save_conflict(
 def test_save_on_frozen_document_is_rejected(
     api: APIClient, session_id: str, recall_id: str, workshop: Document, notes: Resource
 ) -> None:
-    frozen = document_patch(
-        resource=notes,
-        doc_id="workshop",
-        expected_revision=workshop.revision,
-        agent_writes=False,
-        actor="t",
-    )
+    frozen = freeze(workshop)
     outcome = result(call(api, session_id, recall_id, "memory_save", {"text": "x"}))
     assert outcome == {"status": "rejected", "reason": "agent_writes_disabled"}
     # Frozen wins over stale: even with the current revision the save is refused.

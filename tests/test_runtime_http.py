@@ -17,16 +17,15 @@ from memoryadmin.agents.bindings import ORDINARY_TOOL_NAMES
 from memoryadmin.agents.models import Recall
 from memoryadmin.agents.services.runtime import TOOLS
 from memoryadmin.memory.models import Project
-from memoryadmin.memory.services.deployments import deployment_create
 from memoryadmin.memory.services.projects import api_key_create
 from memoryadmin.providers.partitions import partition_key
 from memoryadmin.providers.services.secrets import secret_set
 from memoryadmin.refprovider.declaration import (
     TOKEN_SECRET_NAME,
     reference_declaration,
-    reference_token,
 )
 from memoryadmin.refprovider.models import Fact
+from tests.helpers import deploy_reference_provider
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -67,21 +66,8 @@ class Host:
 
 
 def declare(project: Project, base_url: str, *, extra: list[dict[str, Any]] | None = None) -> None:
-    memory = [
-        reference_declaration(resource_id="facts", base_url=base_url, description="Facts."),
-        {"id": "notes", "description": "Notes.", "provider": {"kind": "document"}},
-        *(extra or []),
-    ]
-    deployment_create(
-        project=project, agent="researcher", memory=memory, promote="development", actor="t"
-    )
-    secret_set(
-        project=project,
-        environment="development",
-        name=TOKEN_SECRET_NAME,
-        value=reference_token(),
-        actor="t",
-    )
+    notes = {"id": "notes", "description": "Notes.", "provider": {"kind": "document"}}
+    deploy_reference_provider(project, base_url, extra=[notes, *(extra or [])])
 
 
 @pytest.fixture

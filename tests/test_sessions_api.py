@@ -14,7 +14,7 @@ from memoryadmin.agents.services.sessions import event_append
 from memoryadmin.memory.models import AuditEntry, Project, Resource
 from memoryadmin.memory.services.deployments import deployment_create
 from memoryadmin.memory.services.documents import document_delete, document_patch
-from tests.conftest import MANIFEST_MEMORY, Keys
+from tests.helpers import MANIFEST_MEMORY, Keys, freeze
 
 SESSIONS = "/api/managed-agents/sessions"
 WORKSHOP_RW = {"notes": {"scope": "document", "id": "workshop", "access": "read-write"}}
@@ -26,11 +26,6 @@ def create(api: APIClient, memory: Any = None, *, key: str | None = "key-1", **b
         body["memory"] = memory
     headers = {} if key is None else {"HTTP_IDEMPOTENCY_KEY": key}
     return api.post(SESSIONS, data=json.dumps(body), content_type="application/json", **headers)
-
-
-@pytest.fixture
-def workshop(make_document: Callable[..., Any]) -> Any:
-    return make_document("workshop", text="Exercises must run on Node.js 22.")
 
 
 def test_create_returns_201_session_and_deployment(
@@ -401,13 +396,7 @@ def test_get_returns_session_with_memory(api: APIClient, session_id: str) -> Non
 def test_writable_goes_false_on_freeze_and_back_on_unfreeze(
     api: APIClient, session_id: str, notes: Resource, workshop: Any
 ) -> None:
-    frozen = document_patch(
-        resource=notes,
-        doc_id="workshop",
-        expected_revision=workshop.revision,
-        agent_writes=False,
-        actor="t",
-    )
+    frozen = freeze(workshop)
     assert notes_binding(api, session_id)["writable"] is False
     document_patch(
         resource=notes,

@@ -12,23 +12,13 @@ from django.test import Client
 
 from memoryadmin.memory.models import AuditEntry, Document, DocumentVersion, Resource
 from memoryadmin.memory.services.documents import document_delete, document_replace
-from tests.conftest import People
+from tests.helpers import People, html_of
 
 pytestmark = pytest.mark.django_db
 
 BASE = "/projects/acme/development"
 NOTES = f"{BASE}/resources/notes/"
 WORKSHOP = f"{NOTES}documents/workshop/"
-
-
-@pytest.fixture
-def owner(people: People, web_client_for: Callable[[Any], Client]) -> Client:
-    return web_client_for(people.owner)
-
-
-@pytest.fixture
-def support(people: People, web_client_for: Callable[[Any], Client]) -> Client:
-    return web_client_for(people.support)
 
 
 @pytest.fixture
@@ -54,9 +44,7 @@ def edit(client: Client, revision: str, **fields: str) -> Any:
 def test_edit_form_carries_the_revision_it_was_loaded_from(
     owner: Client, workshop: Document
 ) -> None:
-    response = owner.get(f"{WORKSHOP}edit/")
-    html = response.content.decode()
-    assert response.status_code == 200
+    html = html_of(owner.get(f"{WORKSHOP}edit/"))
     assert f'name="revision" value="{workshop.revision}"' in html
     assert 'data-max-bytes="8192"' in html
     assert 'data-bytes-for="id_text">29</output> / 8192 UTF-8 bytes' in html
@@ -158,9 +146,7 @@ def test_stale_edit_shows_the_conflict_and_overwrites_nothing(
     owner: Client, workshop: Document, notes: Resource
 ) -> None:
     theirs = someone_else_saves(notes, workshop, "line one\nline two\nline three\nTHEIRS\n")
-    response = edit(owner, workshop.revision, text="MINE\nline two\nline three\n")
-    html = response.content.decode()
-    assert response.status_code == 409
+    html = html_of(edit(owner, workshop.revision, text="MINE\nline two\nline three\n"), 409)
     assert "Someone saved this document while you were editing" in html
     assert stored().text == theirs.text
     assert stored().revision == theirs.revision
@@ -198,9 +184,9 @@ def test_overlapping_conflict_offers_the_users_own_text(
     owner: Client, workshop: Document, notes: Resource
 ) -> None:
     theirs = someone_else_saves(notes, workshop, "THEIR FIRST LINE\nline two\nline three\n")
-    response = edit(owner, workshop.revision, text="MY FIRST LINE\nline two\nline three\n")
-    html = response.content.decode()
-    assert response.status_code == 409
+    html = html_of(
+        edit(owner, workshop.revision, text="MY FIRST LINE\nline two\nline three\n"), 409
+    )
     assert "Your changes overlap the changes saved meanwhile" in html
     assert "MY FIRST LINE\nline two\nline three\n</textarea>" in html
     assert stored().text == theirs.text
@@ -236,9 +222,9 @@ def test_create_form_creates_a_document(owner: Client, notes: Resource) -> None:
 
 
 def test_create_with_a_used_id_shows_the_error_on_the_id(owner: Client, workshop: Document) -> None:
-    response = owner.post(f"{NOTES}new/", {"doc_id": "workshop", "title": "Again", "text": "x"})
-    html = response.content.decode()
-    assert response.status_code == 422
+    html = html_of(
+        owner.post(f"{NOTES}new/", {"doc_id": "workshop", "title": "Again", "text": "x"}), 422
+    )
     assert (
         'id="id_doc_id_error"><li>Document id &#x27;workshop&#x27; is already in use or was '
         "deleted; ids are never reused.</li>" in html
@@ -271,9 +257,7 @@ def test_create_with_a_deleted_id_is_refused(
 def test_create_errors_are_shown_inline(
     owner: Client, notes: Resource, fields: dict[str, str], message: str
 ) -> None:
-    response = owner.post(f"{NOTES}new/", fields)
-    html = response.content.decode()
-    assert response.status_code == 422
+    html = html_of(owner.post(f"{NOTES}new/", fields), 422)
     assert message in html
     assert "The document was not created" in html
     assert not Document.objects.exists()

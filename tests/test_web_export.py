@@ -13,7 +13,7 @@ from django.test import Client
 
 from memoryadmin.memory.models import AuditEntry, Resource
 from memoryadmin.memory.representations import document_dict
-from tests.conftest import People
+from tests.helpers import html_of
 
 pytestmark = pytest.mark.django_db
 
@@ -42,20 +42,18 @@ def download(client: Client, resources: list[str]) -> tuple[Any, zipfile.ZipFile
 
 
 def test_export_page_offers_every_document_resource(
-    people: People, web_client_for: Callable[[Any], Client], documents: None
+    web: Callable[[str], Client], documents: None
 ) -> None:
-    response = web_client_for(people.owner).get(EXPORT)
-    html = response.content.decode()
-    assert response.status_code == 200
+    html = html_of(web("owner").get(EXPORT))
     assert 'value="kb"' in html
     assert 'value="notes"' in html
     assert html.count("checked") == 2
 
 
 def test_export_of_the_whole_environment_streams_every_live_document(
-    people: People, web_client_for: Callable[[Any], Client], documents: None
+    web: Callable[[str], Client], documents: None
 ) -> None:
-    response, archive = download(web_client_for(people.owner), ["kb", "notes"])
+    response, archive = download(web("owner"), ["kb", "notes"])
     assert response.streaming is True
     assert response["Content-Type"] == "application/zip"
     assert response["Content-Disposition"].startswith(
@@ -85,34 +83,30 @@ def test_export_of_the_whole_environment_streams_every_live_document(
 
 
 def test_export_of_chosen_resources_holds_only_those(
-    people: People, web_client_for: Callable[[Any], Client], documents: None
+    web: Callable[[str], Client], documents: None
 ) -> None:
-    _, archive = download(web_client_for(people.support), ["kb"])
+    _, archive = download(web("support"), ["kb"])
     assert sorted(archive.namelist()) == ["kb/", "kb/refunds.json", "manifest.json"]
     assert json.loads(archive.read("manifest.json"))["resources"] == ["kb"]
     assert AuditEntry.objects.get(action="memory.export").actor == "user:sam"
 
 
-def test_export_needs_at_least_one_resource(
-    people: People, web_client_for: Callable[[Any], Client], documents: None
-) -> None:
-    response = web_client_for(people.owner).post(EXPORT, {})
+def test_export_needs_at_least_one_resource(web: Callable[[str], Client], documents: None) -> None:
+    response = web("owner").post(EXPORT, {})
     assert response.status_code == 422
     assert "This field is required." in response.content.decode()
     assert not AuditEntry.objects.filter(action="memory.export").exists()
 
 
 def test_export_of_an_unknown_resource_is_refused(
-    people: People, web_client_for: Callable[[Any], Client], documents: None
+    web: Callable[[str], Client], documents: None
 ) -> None:
-    response = web_client_for(people.owner).post(EXPORT, {"resources": ["nosuch"]})
+    response = web("owner").post(EXPORT, {"resources": ["nosuch"]})
     assert response.status_code == 422
     assert not AuditEntry.objects.filter(action="memory.export").exists()
 
 
-def test_viewers_may_not_export(
-    people: People, web_client_for: Callable[[Any], Client], documents: None
-) -> None:
-    response = web_client_for(people.viewer).post(EXPORT, {"resources": ["kb"]})
+def test_viewers_may_not_export(web: Callable[[str], Client], documents: None) -> None:
+    response = web("viewer").post(EXPORT, {"resources": ["kb"]})
     assert response.status_code == 403
     assert not AuditEntry.objects.filter(action="memory.export").exists()

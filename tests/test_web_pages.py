@@ -16,7 +16,7 @@ from django.utils import timezone
 from memoryadmin.memory.models import Document, Project, Resource
 from memoryadmin.memory.services.deployments import deployment_create
 from memoryadmin.memory.services.documents import Writer, document_replace
-from tests.conftest import PASSWORD, People
+from tests.helpers import PASSWORD, People, fragment_of, html_of
 
 pytestmark = pytest.mark.django_db
 
@@ -24,11 +24,6 @@ BASE = "/projects/acme/development"
 NOTES = f"{BASE}/resources/notes/"
 WORKSHOP = f"{NOTES}documents/workshop/"
 HX = {"HTTP_HX_REQUEST": "true"}
-
-
-@pytest.fixture
-def owner(people: People, web_client_for: Callable[[Any], Client]) -> Client:
-    return web_client_for(people.owner)
 
 
 def many_documents(resource: Resource, count: int, *, prefix: str = "doc") -> list[str]:
@@ -153,9 +148,7 @@ def test_document_list_shows_writer_time_size_and_frozen_badge(
         writer=Writer(kind="agent", session_id="sess_123"),
     )
     make_document("frozen", agent_writes=False)
-    response = owner.get(NOTES)
-    html = response.content.decode()
-    assert response.status_code == 200
+    html = html_of(owner.get(NOTES))
     assert ids_in(html) == ["frozen", "agent-notes", "workshop"]
     workshop = row_of(html, "workshop")
     assert "Workshop notes" in workshop
@@ -230,10 +223,7 @@ def test_load_more_walks_every_document_once_in_keyset_order(
         url = link.group(1).replace("&amp;", "&")
         # The plain link and the htmx link are the same URL: both work.
         assert f'href="{link.group(1)}"' in html
-        response = owner.get(url, **HX)
-        assert response.status_code == 200
-        html = response.content.decode()
-        assert "<html" not in html
+        html = fragment_of(owner.get(url, **HX))
         seen += ids_in(html)
         pages += 1
     assert pages == 3
@@ -245,9 +235,7 @@ def test_load_more_without_javascript_shows_the_next_page(owner: Client, notes: 
     first = owner.get(NOTES).content.decode()
     link = re.search(r'<a href="([^"]+cursor=[^"]+)"', first)
     assert link is not None
-    response = owner.get(link.group(1).replace("&amp;", "&"))
-    html = response.content.decode()
-    assert response.status_code == 200
+    html = html_of(owner.get(link.group(1).replace("&amp;", "&")))
     assert "<html" in html
     assert ids_in(html) == expected[50:]
     assert "Back to the most recent documents" in html
@@ -279,9 +267,7 @@ def test_document_page_escapes_text_and_keeps_whitespace(owner: Client, make_doc
         text="<script>alert('x')</script>\n    indented\n\ttabbed",
         summary="<i>sum</i>",
     )
-    response = owner.get(WORKSHOP)
-    html = response.content.decode()
-    assert response.status_code == 200
+    html = html_of(owner.get(WORKSHOP))
     assert "<script>alert" not in html
     assert "<b>Bold</b>" not in html
     assert "<i>sum" not in html
@@ -339,9 +325,7 @@ def test_version_page_diffs_a_version_against_the_current_text(
         text="keep\nnew line\n",
         actor="t",
     )
-    response = owner.get(f"{WORKSHOP}versions/{first.revision}/")
-    html = response.content.decode()
-    assert response.status_code == 200
+    html = html_of(owner.get(f"{WORKSHOP}versions/{first.revision}/"))
     assert re.search(r'<tr class="removed">.*?old line', html, re.S)
     assert re.search(r'<tr class="added">.*?new line', html, re.S)
     assert "1 line added, 1 removed" in html
@@ -376,9 +360,7 @@ def test_audit_log_lists_entries_and_filters_by_document(
 ) -> None:
     make_document("workshop")
     make_document("refunds")
-    response = owner.get(f"{BASE}/audit/")
-    html = response.content.decode()
-    assert response.status_code == 200
+    html = html_of(owner.get(f"{BASE}/audit/"))
     assert "notes/workshop" in html
     assert "notes/refunds" in html
     assert "role.grant" in html  # project-wide entries show in every environment

@@ -25,7 +25,7 @@ from memoryadmin.web.services.roles import (
     membership_get,
     membership_require,
 )
-from tests.conftest import People
+from tests.helpers import People
 
 pytestmark = pytest.mark.django_db
 

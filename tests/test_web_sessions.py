@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -20,36 +19,13 @@ from memoryadmin.memory.services.deployments import deployment_create
 from memoryadmin.memory.services.documents import Writer, document_replace
 from memoryadmin.providers.partitions import partition_key
 from memoryadmin.refprovider.declaration import reference_declaration
-from tests.conftest import People
+from tests.helpers import People, html_of, support_session
 
 pytestmark = pytest.mark.django_db
 
 BASE = "/projects/acme/development"
 SESSIONS = f"{BASE}/sessions/"
 HX = {"HTTP_HX_REQUEST": "true"}
-
-
-@pytest.fixture
-def client(people: People, web_client_for: Callable[[Any], Client]) -> Callable[[str], Client]:
-    return lambda persona: web_client_for(getattr(people, persona))
-
-
-@pytest.fixture
-def session(project: Project, make_document: Any) -> Session:
-    """A support-bot session bound read-write to notes/workshop and to the kb collection."""
-    make_document("workshop", text="Node.js 22.")
-    created, _ = session_create(
-        project=project,
-        agent_id="support-bot@development",
-        memory={
-            "notes": {"scope": "document", "id": "workshop", "access": "read-write"},
-            "kb": {"scope": "collection"},
-        },
-        labels={"ticket": "T-42"},
-        idempotency_key="web-1",
-        actor="test",
-    )
-    return created
 
 
 def new_session(project: Project, key: str, *, agent: str = "support-bot") -> Session:
@@ -76,11 +52,11 @@ def session_url(session: Session, environment: str = "development", project: str
     return f"/projects/{project}/{environment}/sessions/{session.id}/"
 
 
-def test_the_tab_bar_links_the_sessions_page(client: Any, project: Project) -> None:
-    response = client("viewer").get(f"{BASE}/")
+def test_the_tab_bar_links_the_sessions_page(web: Any, project: Project) -> None:
+    response = web("viewer").get(f"{BASE}/")
     assert response.status_code == 200
     assert f'<a href="{SESSIONS}">Sessions</a>' in response.content.decode()
-    listing = client("viewer").get(SESSIONS).content.decode()
+    listing = web("viewer").get(SESSIONS).content.decode()
     assert f'<a href="{SESSIONS}" aria-current="page">Sessions</a>' in listing
 
 
@@ -90,12 +66,8 @@ def test_anonymous_users_are_sent_to_the_login_page(session: Session) -> None:
     assert response["Location"].startswith("/login/?next=")
 
 
-def test_the_list_shows_agent_status_created_and_live_bindings(
-    client: Any, session: Session
-) -> None:
-    response = client("viewer").get(SESSIONS)
-    assert response.status_code == 200
-    html = response.content.decode()
+def test_the_list_shows_agent_status_created_and_live_bindings(web: Any, session: Session) -> None:
+    html = html_of(web("viewer").get(SESSIONS))
     assert session_ids(html) == [session.id]
     row = re.search(r"<tr>\s*<th scope=\"row\">.*?</tr>", html, re.S)
     assert row is not None
@@ -107,7 +79,7 @@ def test_the_list_shows_agent_status_created_and_live_bindings(
     assert row.group().count('class="badge writable"') == 1
 
 
-def test_the_list_filters_by_status_and_agent(client: Any, project: Project) -> None:
+def test_the_list_filters_by_status_and_agent(web: Any, project: Project) -> None:
     deployment_create(
         project=project, agent="archivist", memory=[], promote="development", actor="test"
     )
@@ -115,7 +87,7 @@ def test_the_list_filters_by_status_and_agent(client: Any, project: Project) -> 
     ended = new_session(project, "b")
     session_end(session=ended, actor="test")
     archivist = new_session(project, "c", agent="archivist")
-    viewer = client("viewer")
+    viewer = web("viewer")
     by_status = viewer.get(SESSIONS, {"status": "ended"}).content.decode()
     assert session_ids(by_status) == [ended.id]
     by_agent = viewer.get(SESSIONS, {"agent": "archivist"}).content.decode()
@@ -127,13 +99,13 @@ def test_the_list_filters_by_status_and_agent(client: Any, project: Project) -> 
     assert viewer.get(SESSIONS, {"status": "paused"}).status_code == 400
 
 
-def test_load_more_pages_through_every_session_once(client: Any, project: Project) -> None:
+def test_load_more_pages_through_every_session_once(web: Any, project: Project) -> None:
     created = [new_session(project, f"k{i}") for i in range(53)]
     # Distinct creation times, newest first: k0 is the newest.
     now = timezone.now()
     for i, item in enumerate(created):
         Session.objects.filter(pk=item.pk).update(created_at=now - timedelta(seconds=i))
-    viewer = client("viewer")
+    viewer = web("viewer")
     first = viewer.get(SESSIONS).content.decode()
     seen = session_ids(first)
     assert len(seen) == 50
@@ -152,11 +124,9 @@ def test_load_more_pages_through_every_session_once(client: Any, project: Projec
 
 
 def test_the_session_page_shows_bindings_with_live_writable_and_events_in_order(
-    client: Any, session: Session
+    web: Any, session: Session
 ) -> None:
-    response = client("viewer").get(session_url(session))
-    assert response.status_code == 200
-    html = response.content.decode()
+    html = html_of(web("viewer").get(session_url(session)))
     assert f"Session <code>{session.id}</code>" in html
     assert f"<code>{session.deployment_id}</code>" in html
     assert "ticket: T-42" in html
@@ -171,7 +141,7 @@ def test_the_session_page_shows_bindings_with_live_writable_and_events_in_order(
     assert "deploymentId: " + session.deployment_id in html
 
 
-def test_a_namespace_binding_shows_its_partition(client: Any, project: Project) -> None:
+def test_a_namespace_binding_shows_its_partition(web: Any, project: Project) -> None:
     deployment_create(
         project=project,
         agent="researcher",
@@ -190,7 +160,7 @@ def test_a_namespace_binding_shows_its_partition(client: Any, project: Project) 
         idempotency_key="ns",
         actor="test",
     )
-    html = client("viewer").get(session_url(created)).content.decode()
+    html = web("viewer").get(session_url(created)).content.decode()
     partition = partition_key(
         project_id="acme", environment="development", resource_id="facts", namespace="owner-7"
     )
@@ -199,7 +169,7 @@ def test_a_namespace_binding_shows_its_partition(client: Any, project: Project) 
 
 
 def test_saved_events_link_the_document_and_freezing_turns_writable_false(
-    client: Any, session: Session, notes: Resource
+    web: Any, session: Session, notes: Resource
 ) -> None:
     from memoryadmin.agents.services.sessions import event_append, session_lock
     from memoryadmin.memory.services.documents import document_set_agent_writes
@@ -210,7 +180,7 @@ def test_saved_events_link_the_document_and_freezing_turns_writable_false(
         data={"resource": "notes", "documentId": "workshop", "revision": "r2", "bytes": 3},
     )
     document_set_agent_writes(resource=notes, doc_id="workshop", enabled=False, actor="test")
-    html = client("viewer").get(session_url(session)).content.decode()
+    html = web("viewer").get(session_url(session)).content.decode()
     events = re.findall(r'<th scope="row" class="num">(\d+)</th>.*?<td>([\w.]+)</td>', html, re.S)
     assert events == [("1", "session.created"), ("2", "memory.saved")]
     assert (
@@ -221,7 +191,7 @@ def test_saved_events_link_the_document_and_freezing_turns_writable_false(
 
 
 def test_document_pages_link_the_agent_session_that_saved_them(
-    client: Any, session: Session, notes: Resource
+    web: Any, session: Session, notes: Resource
 ) -> None:
     document = notes.documents.get(doc_id="workshop")
     document_replace(
@@ -232,15 +202,15 @@ def test_document_pages_link_the_agent_session_that_saved_them(
         actor="agent",
         writer=Writer(kind="agent", session_id=session.id),
     )
-    html = client("viewer").get(f"{BASE}/resources/notes/documents/workshop/").content.decode()
+    html = web("viewer").get(f"{BASE}/resources/notes/documents/workshop/").content.decode()
     assert f'<a href="{session_url(session)}"><code>{session.id}</code></a>' in html
 
 
 @pytest.mark.parametrize(("persona", "username"), [("support", "sam"), ("owner", "olivia")])
 def test_owners_and_support_end_a_session_and_it_is_audited(
-    client: Any, session: Session, persona: str, username: str
+    web: Any, session: Session, persona: str, username: str
 ) -> None:
-    user = client(persona)
+    user = web(persona)
     page = user.get(session_url(session)).content.decode()
     end_url = session_url(session) + "end/"
     assert f'href="{end_url}"' in page
@@ -272,8 +242,8 @@ def test_owners_and_support_end_a_session_and_it_is_audited(
     ]
 
 
-def test_ending_twice_changes_nothing_the_second_time(client: Any, session: Session) -> None:
-    support = client("support")
+def test_ending_twice_changes_nothing_the_second_time(web: Any, session: Session) -> None:
+    support = web("support")
     end_url = session_url(session) + "end/"
     support.post(end_url)
     ended_at = Session.objects.get(pk=session.pk).ended_at
@@ -285,10 +255,8 @@ def test_ending_twice_changes_nothing_the_second_time(client: Any, session: Sess
     assert session.events.filter(type="session.ended").count() == 1
 
 
-def test_viewers_see_no_end_button_and_a_forged_end_is_refused(
-    client: Any, session: Session
-) -> None:
-    viewer = client("viewer")
+def test_viewers_see_no_end_button_and_a_forged_end_is_refused(web: Any, session: Session) -> None:
+    viewer = web("viewer")
     page = viewer.get(session_url(session)).content.decode()
     assert "End session" not in page
     end_url = session_url(session) + "end/"
@@ -309,9 +277,9 @@ def test_the_end_needs_the_csrf_token(people: People, session: Session) -> None:
 
 
 def test_sessions_of_other_environments_and_projects_are_not_found(
-    client: Any, session: Session, other_project: Project
+    web: Any, session: Session, other_project: Project
 ) -> None:
-    support = client("support")
+    support = web("support")
     production = session_url(session, "production")
     assert support.get(production).status_code == 404
     assert support.post(production + "end/").status_code == 404
@@ -328,7 +296,7 @@ def test_sessions_of_other_environments_and_projects_are_not_found(
     assert theirs.id not in support.get(SESSIONS).content.decode()
     # The owner of the other project reaches neither acme's session through their own
     # project nor acme itself.
-    outsider = client("outsider")
+    outsider = web("outsider")
     assert outsider.get(session_url(session, project="globex")).status_code == 404
     assert outsider.post(session_url(session, project="globex") + "end/").status_code == 404
     assert outsider.get(session_url(session)).status_code == 404
@@ -337,7 +305,7 @@ def test_sessions_of_other_environments_and_projects_are_not_found(
 
 
 def test_a_production_session_is_listed_only_in_production(
-    client: Any, project: Project, session: Session
+    web: Any, project: Project, session: Session
 ) -> None:
     from memoryadmin.memory.models import Deployment
     from memoryadmin.memory.services.deployments import deployment_promote
@@ -350,7 +318,7 @@ def test_a_production_session_is_listed_only_in_production(
     live, _ = session_create(
         project=project, agent_id="support-bot@production", idempotency_key="p", actor="test"
     )
-    viewer = client("viewer")
+    viewer = web("viewer")
     assert session_ids(viewer.get(SESSIONS).content.decode()) == [session.id]
     production = viewer.get("/projects/acme/production/sessions/").content.decode()
     assert session_ids(production) == [live.id]
@@ -358,21 +326,12 @@ def test_a_production_session_is_listed_only_in_production(
 
 
 def test_session_pages_query_counts_are_constant(
-    client: Any, project: Project, session: Session, django_assert_max_num_queries: Any
+    web: Any, project: Project, session: Session, django_assert_max_num_queries: Any
 ) -> None:
-    viewer = client("viewer")
+    viewer = web("viewer")
     listing, detail = queries(viewer, SESSIONS), queries(viewer, session_url(session))
     for i in range(40):
-        _created, _ = session_create(
-            project=project,
-            agent_id="support-bot@development",
-            memory={
-                "notes": {"scope": "document", "id": "workshop", "access": "read-write"},
-                "kb": {"scope": "collection"},
-            },
-            idempotency_key=f"many-{i}",
-            actor="test",
-        )
+        support_session(project, idempotency_key=f"many-{i}")
     now = timezone.now()
     SessionEvent.objects.bulk_create(
         SessionEvent(session=session, seq=seq, type="memory.saved", data={"n": seq}, created_at=now)
