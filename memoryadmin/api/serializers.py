@@ -179,6 +179,11 @@ class DeploymentListOutput(serializers.Serializer):
 class ErrorBody(serializers.Serializer):
     code = serializers.CharField()
     message = serializers.CharField()
+    details = serializers.DictField(
+        required=False,
+        help_text="Present when the error names what it is about, e.g. field, bytes and "
+        "maxBytes of memory_limit_exceeded, or the binding of a session error.",
+    )
 
 
 class ErrorOutput(serializers.Serializer):
