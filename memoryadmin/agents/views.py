@@ -18,8 +18,7 @@ from memoryadmin.api.base import CURSOR, ENVIRONMENT, ERRORS, ApiView
 from memoryadmin.api.serializers import ErrorOutput, require_query_string, validated
 from memoryadmin.memory.errors import InvalidRequest
 from memoryadmin.memory.models import Project
-from memoryadmin.memory.representations import deployment_dict
-from memoryadmin.memory.services.deployments import deployment_active_in
+from memoryadmin.memory.representations import deployments_dicts
 
 IDEMPOTENCY_KEY = OpenApiParameter(
     "Idempotency-Key",
@@ -110,11 +109,9 @@ class SessionListView(SessionApiView):
             idempotency_key=request.META.get("HTTP_IDEMPOTENCY_KEY", ""),
             actor=self.actor(request),
         )
-        deployment = session.deployment
-        active = deployment_active_in(deployments=[deployment])[deployment.id]
         body = {
             "session": _session_body(session),
-            "deployment": deployment_dict(deployment, active_in=active),
+            "deployment": deployments_dicts([session.deployment])[0],
         }
         return Response(body, status=201 if created else 200)
 

@@ -1,6 +1,7 @@
 """Input serializers (strict: unknown fields and wrong types are 400) and
 output shapes for the schema. Output bodies are built as plain dicts by
-`memoryadmin.memory.representations`."""
+`memoryadmin.memory.representations`, the one source of each shape;
+tests/test_shapes.py checks these shapes (and the client's TypedDicts) against it."""
 
 from __future__ import annotations
 
