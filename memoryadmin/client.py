@@ -71,6 +71,7 @@ class Binding(TypedDict):
     scope: Literal["document", "collection", "namespace"]
     id: NotRequired[str]
     access: Literal["read", "read-write"]
+    partition: NotRequired[str]
     writable: bool
 
 

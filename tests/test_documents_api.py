@@ -194,6 +194,35 @@ def test_text_over_max_bytes_is_413(api: APIClient, notes: Resource) -> None:
     assert not Document.objects.exists()
 
 
+def test_text_over_max_bytes_names_field_bytes_and_limit_in_details(
+    api: APIClient, notes: Resource
+) -> None:
+    response = create(api, text="é" * 4097)
+    assert response.status_code == 413
+    assert response.json() == {
+        "error": {
+            "code": "memory_limit_exceeded",
+            "message": "text is 8194 UTF-8 bytes; this resource allows 8192.",
+            "details": {"field": "text", "bytes": 8194, "maxBytes": 8192},
+        }
+    }
+    assert not Document.objects.exists()
+
+
+def test_replace_over_max_bytes_keeps_details_and_the_document(
+    api: APIClient, make_document: Any
+) -> None:
+    document = make_document("workshop", text="one")
+    response = put(api, "workshop", {"text": "a" * 8193}, HTTP_IF_MATCH=f'"{document.revision}"')
+    assert response.status_code == 413
+    error = response.json()["error"]
+    assert error["code"] == "memory_limit_exceeded"
+    assert error["details"] == {"field": "text", "bytes": 8193, "maxBytes": 8192}
+    stored = Document.objects.get(pk=document.pk)
+    assert (stored.text, stored.revision) == ("one", document.revision)
+    assert stored.versions.count() == 1
+
+
 def test_text_at_max_bytes_is_accepted(api: APIClient, notes: Resource) -> None:
     response = create(api, text="é" * 4096)
     assert response.status_code == 201
@@ -208,6 +237,7 @@ def test_title_and_summary_over_240_bytes_are_413(
     response = put(api, "workshop", body, HTTP_IF_NONE_MATCH="*")
     assert response.status_code == 413
     assert response.json()["error"]["code"] == "memory_limit_exceeded"
+    assert response.json()["error"]["details"] == {"field": field, "bytes": 242, "maxBytes": 240}
     assert not Document.objects.exists()
 
 

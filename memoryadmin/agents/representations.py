@@ -1,12 +1,14 @@
-"""The public JSON shapes of sessions and their events."""
+"""The public JSON shapes of sessions, their events, and documents as the model sees them."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from memoryadmin.agents.bindings import sessions_memory
 from memoryadmin.agents.models import Session, SessionEvent
-from memoryadmin.memory.representations import iso_ms
+from memoryadmin.memory.models import Document
+from memoryadmin.memory.representations import document_dict, iso_ms
 
 
 def session_dict(session: Session, *, memory: list[dict[str, Any]]) -> dict[str, Any]:
@@ -38,3 +40,27 @@ def event_dict(event: SessionEvent) -> dict[str, Any]:
         "createdAt": iso_ms(event.created_at),
         "data": event.data,
     }
+
+
+# Documents as the model sees them: parts of the document object, by key.
+SOURCE_KEYS = ("id", "title", "revision", "updatedAt")
+TOOL_DOCUMENT_KEYS = ("id", "title", "text", "summary", "revision", "updatedAt")
+
+
+def _document_part(
+    document: Document | Mapping[str, Any], keys: tuple[str, ...], *, include_text: bool = False
+) -> dict[str, Any]:
+    whole = document_dict(document, max_bytes=0, include_text=include_text)
+    return {key: whole[key] for key in keys if key in whole}
+
+
+def source_dict(document: Document | Mapping[str, Any]) -> dict[str, Any]:
+    """A document a recall drew on."""
+    return _document_part(document, SOURCE_KEYS)
+
+
+def tool_document_dict(
+    document: Document | Mapping[str, Any], *, include_text: bool
+) -> dict[str, Any]:
+    """A document as the memory_read tool (with text) and memory_list (without) return it."""
+    return _document_part(document, TOOL_DOCUMENT_KEYS, include_text=include_text)

@@ -1,4 +1,7 @@
-"""Input serializers of the session routes, and their output shapes for the schema."""
+"""Input serializers of the session routes, and their output shapes for the schema.
+
+Output bodies are built by `memoryadmin.agents.representations`; tests/test_shapes.py
+checks these shapes (and the client's TypedDicts) against what those functions return."""
 
 from __future__ import annotations
 
@@ -64,6 +67,9 @@ class BindingOutput(serializers.Serializer):
     scope = serializers.ChoiceField(choices=["document", "collection", "namespace"])
     id = serializers.CharField(required=False)
     access = serializers.ChoiceField(choices=["read", "read-write"])
+    partition = serializers.CharField(
+        required=False, help_text="Namespace bindings: the partition key at the provider."
+    )
     writable = serializers.BooleanField()
 
 

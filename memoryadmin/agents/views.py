@@ -16,10 +16,9 @@ from memoryadmin.agents.services import runtime
 from memoryadmin.agents.services import sessions as session_services
 from memoryadmin.api.base import CURSOR, ENVIRONMENT, ERRORS, ApiView
 from memoryadmin.api.serializers import ErrorOutput, require_query_string, validated
-from memoryadmin.memory.errors import DomainError, InvalidRequest
+from memoryadmin.memory.errors import InvalidRequest
 from memoryadmin.memory.models import Project
-from memoryadmin.memory.representations import deployment_dict
-from memoryadmin.memory.services.deployments import deployment_active_in
+from memoryadmin.memory.representations import deployments_dicts
 
 IDEMPOTENCY_KEY = OpenApiParameter(
     "Idempotency-Key",
@@ -42,13 +41,6 @@ def _error(description: str) -> OpenApiResponse:
 
 
 class SessionApiView(ApiView):
-    def handle_exception(self, exc: Exception) -> Response:
-        response = super().handle_exception(exc)
-        # Errors naming a binding, a resource or what differs carry it in details.
-        if isinstance(exc, DomainError) and exc.details and isinstance(response.data, dict):
-            response.data["error"]["details"] = exc.details
-        return response
-
     def project_of(self, request: Request, project_id: str | None, *, write: bool) -> Project:
         key = self.key(request)
         if project_id is None:
@@ -117,11 +109,9 @@ class SessionListView(SessionApiView):
             idempotency_key=request.META.get("HTTP_IDEMPOTENCY_KEY", ""),
             actor=self.actor(request),
         )
-        deployment = session.deployment
-        active = deployment_active_in(deployments=[deployment])[deployment.id]
         body = {
             "session": _session_body(session),
-            "deployment": deployment_dict(deployment, active_in=active),
+            "deployment": deployments_dicts([session.deployment])[0],
         }
         return Response(body, status=201 if created else 200)
 

@@ -1,18 +1,17 @@
-"""One error envelope for every failure: {"error": {"code", "message"}}."""
+"""One error envelope for every failure: {"error": {"code", "message", "details"?}}."""
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from rest_framework import exceptions
 from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+from rest_framework.views import set_rollback
 
 from memoryadmin.api.parsers import BodyTooLarge
 from memoryadmin.memory.errors import DomainError
-
-logger = logging.getLogger(__name__)
 
 DRF_CODES: dict[type[exceptions.APIException], str] = {
     BodyTooLarge: "memory_limit_exceeded",
@@ -43,23 +42,28 @@ def _message(detail: Any) -> str:
     return str(detail)
 
 
-def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """The envelope for every route, with a domain error's details when it has any.
+
+    Anything unexpected is left to Django's own 500 handling (`server_error_view`
+    answers it in the envelope, without details); DRF's handler and `set_rollback()`
+    roll back the request's transaction either way.
+    """
     if isinstance(exc, DomainError):
-        return Response(envelope(exc.code, exc.message), status=exc.status)
-    if isinstance(exc, Http404):
-        return Response(envelope("not_found", "Not found."), status=404)
+        set_rollback()
+        extra = {"details": exc.details} if exc.details else {}
+        return Response(envelope(exc.code, exc.message, **extra), status=exc.status)
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None
     if isinstance(exc, exceptions.APIException):
         code = next((c for cls, c in DRF_CODES.items() if isinstance(exc, cls)), "invalid_request")
-        headers = {}
-        if getattr(exc, "auth_header", None):
-            headers["WWW-Authenticate"] = exc.auth_header  # type: ignore[attr-defined]
-        if getattr(exc, "wait", None):
-            headers["Retry-After"] = str(int(exc.wait))  # type: ignore[attr-defined]
-        return Response(
-            envelope(code, _message(exc.detail)), status=exc.status_code, headers=headers
-        )
-    logger.exception("Unhandled error in %s", context.get("view"))
-    return Response(envelope("internal_error", "An internal error occurred."), status=500)
+        message = _message(exc.detail)
+    else:  # Django's Http404 and PermissionDenied, which DRF's handler converted
+        code = "not_found" if isinstance(exc, Http404) else "forbidden"
+        message = str(response.data["detail"])
+    response.data = envelope(code, message)
+    return response
 
 
 def _is_api(request: HttpRequest) -> bool:

@@ -1,6 +1,7 @@
 """Input serializers (strict: unknown fields and wrong types are 400) and
 output shapes for the schema. Output bodies are built as plain dicts by
-`memoryadmin.memory.representations`."""
+`memoryadmin.memory.representations`, the one source of each shape;
+tests/test_shapes.py checks these shapes (and the client's TypedDicts) against it."""
 
 from __future__ import annotations
 
@@ -179,6 +180,11 @@ class DeploymentListOutput(serializers.Serializer):
 class ErrorBody(serializers.Serializer):
     code = serializers.CharField()
     message = serializers.CharField()
+    details = serializers.DictField(
+        required=False,
+        help_text="Present when the error names what it is about, e.g. field, bytes and "
+        "maxBytes of memory_limit_exceeded, or the binding of a session error.",
+    )
 
 
 class ErrorOutput(serializers.Serializer):

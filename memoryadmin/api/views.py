@@ -18,11 +18,10 @@ from memoryadmin.api.base import CURSOR, ENVIRONMENT, ERRORS, WRITE_ERRORS, ApiV
 from memoryadmin.api.conditions import etag, put_mode, required_if_match
 from memoryadmin.memory.errors import InvalidRequest
 from memoryadmin.memory.limits import check_agent_writes
-from memoryadmin.memory.models import Document, Resource
+from memoryadmin.memory.models import Deployment, Document, Resource
 from memoryadmin.memory.representations import (
-    deployment_dict,
+    deployments_dicts,
     document_dict,
-    document_entry_dict,
     project_dict,
     version_dict,
 )
@@ -64,9 +63,8 @@ class ProjectDetailView(ApiView):
         return Response(project_dict(self.project(request, p)))
 
 
-def _deployment_body(deployment: Any) -> dict[str, Any]:
-    active = deployment_services.deployment_active_in(deployments=[deployment])
-    return deployment_dict(deployment, active_in=active[deployment.id])
+def _deployment_body(deployment: Deployment) -> dict[str, Any]:
+    return deployments_dicts([deployment])[0]
 
 
 class DeploymentListView(ApiView):
@@ -80,10 +78,7 @@ class DeploymentListView(ApiView):
         deployments = deployment_services.deployment_list(
             project=project, agent=s.require_query_string(request, "agent")
         )
-        active = deployment_services.deployment_active_in(deployments=deployments)
-        return Response(
-            {"deployments": [deployment_dict(d, active_in=active[d.id]) for d in deployments]}
-        )
+        return Response({"deployments": deployments_dicts(deployments)})
 
     @extend_schema(
         request=s.DeploymentCreateInput,
@@ -153,7 +148,9 @@ class DocumentListView(ApiView):
         rows, next_cursor = document_services.document_list(
             resource=resource, cursor=self.cursor(request)
         )
-        documents = [document_entry_dict(row, max_bytes=resource.max_bytes) for row in rows]
+        documents = [
+            document_dict(row, max_bytes=resource.max_bytes, include_text=False) for row in rows
+        ]
         return Response({"documents": documents, "nextCursor": next_cursor})
 
 

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from django.db.models import Model
+
 from memoryadmin.memory.models import Deployment, Document, DocumentVersion, Project
+from memoryadmin.memory.services.deployments import deployment_active_in
 
 
 def iso_ms(value: datetime) -> str:
@@ -19,33 +23,32 @@ def writer_dict(kind: str, session_id: str) -> dict[str, Any]:
     return {"kind": "owner"}
 
 
-def document_dict(document: Document, *, max_bytes: int) -> dict[str, Any]:
-    return {
-        "id": document.doc_id,
-        "title": document.title,
-        "text": document.text,
-        "summary": document.summary,
-        "agentWrites": "enabled" if document.agent_writes else "disabled",
-        "revision": document.revision,
-        "bytes": document.bytes,
-        "maxBytes": max_bytes,
-        "updatedAt": iso_ms(document.updated_at),
-        "writer": writer_dict(document.writer_kind, document.writer_session_id),
+def field_of(obj: Model | Mapping[str, Any], name: str) -> Any:
+    """A field of a model instance, or of a `.values()` row of the same model."""
+    return obj[name] if isinstance(obj, Mapping) else getattr(obj, name)
+
+
+def document_dict(
+    document: Document | Mapping[str, Any], *, max_bytes: int, include_text: bool = True
+) -> dict[str, Any]:
+    """The document object; a list entry (`include_text=False`) leaves out its text, so
+    a `.values()` row of the list fields will do."""
+    data: dict[str, Any] = {
+        "id": field_of(document, "doc_id"),
+        "title": field_of(document, "title"),
     }
-
-
-def document_entry_dict(row: dict[str, Any], *, max_bytes: int) -> dict[str, Any]:
-    """A list entry: the document object without its text."""
-    return {
-        "id": row["doc_id"],
-        "title": row["title"],
-        "summary": row["summary"],
-        "agentWrites": "enabled" if row["agent_writes"] else "disabled",
-        "revision": row["revision"],
-        "bytes": row["bytes"],
+    if include_text:
+        data["text"] = field_of(document, "text")
+    return data | {
+        "summary": field_of(document, "summary"),
+        "agentWrites": "enabled" if field_of(document, "agent_writes") else "disabled",
+        "revision": field_of(document, "revision"),
+        "bytes": field_of(document, "bytes"),
         "maxBytes": max_bytes,
-        "updatedAt": iso_ms(row["updated_at"]),
-        "writer": writer_dict(row["writer_kind"], row["writer_session_id"]),
+        "updatedAt": iso_ms(field_of(document, "updated_at")),
+        "writer": writer_dict(
+            field_of(document, "writer_kind"), field_of(document, "writer_session_id")
+        ),
     }
 
 
@@ -67,6 +70,12 @@ def version_dict(version: DocumentVersion, *, include_text: bool) -> dict[str, A
 
 def project_dict(project: Project) -> dict[str, Any]:
     return {"id": project.id, "name": project.name, "createdAt": iso_ms(project.created_at)}
+
+
+def deployments_dicts(deployments: list[Deployment]) -> list[dict[str, Any]]:
+    """Deployments with the environments each is active in, in one query."""
+    active = deployment_active_in(deployments=deployments)
+    return [deployment_dict(d, active_in=active[d.id]) for d in deployments]
 
 
 def deployment_dict(deployment: Deployment, *, active_in: list[str]) -> dict[str, Any]:

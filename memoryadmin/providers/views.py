@@ -9,7 +9,7 @@ from rest_framework.response import Response
 
 from memoryadmin.api import serializers as s
 from memoryadmin.api.base import ENVIRONMENT, ERRORS, ApiView
-from memoryadmin.memory.representations import iso_ms
+from memoryadmin.providers.representations import secret_dict
 from memoryadmin.providers.services import secrets as secret_services
 
 
@@ -38,13 +38,7 @@ class SecretListView(ApiView):
     def get(self, request: Request, p: str) -> Response:
         project = self.project(request, p)
         rows = secret_services.secret_list(project=project, environment=self.environment(request))
-        return Response(
-            {
-                "secrets": [
-                    {"name": row["name"], "updatedAt": iso_ms(row["updated_at"])} for row in rows
-                ]
-            }
-        )
+        return Response({"secrets": [secret_dict(row) for row in rows]})
 
 
 class SecretDetailView(ApiView):

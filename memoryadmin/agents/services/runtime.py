@@ -25,6 +25,7 @@ from memoryadmin.agents.errors import (
     SessionClosed,
 )
 from memoryadmin.agents.models import Access, Binding, EventType, Recall, Scope, Session
+from memoryadmin.agents.representations import source_dict, tool_document_dict
 from memoryadmin.agents.services.sessions import event_append, session_lock
 from memoryadmin.memory.errors import (
     InvalidRequest,
@@ -39,7 +40,6 @@ from memoryadmin.memory.limits import (
     utf8_len,
 )
 from memoryadmin.memory.models import Document, ProviderKind, WriterKind
-from memoryadmin.memory.representations import iso_ms
 from memoryadmin.memory.services.documents import (
     AgentWritesDisabled,
     Writer,
@@ -79,22 +79,6 @@ class Projection:
         return {"text": self.text, "sources": self.sources, "writable": self.writable}
 
 
-def _source(document: Document | dict[str, Any]) -> dict[str, Any]:
-    if isinstance(document, Document):
-        return {
-            "id": document.doc_id,
-            "title": document.title,
-            "revision": document.revision,
-            "updatedAt": iso_ms(document.updated_at),
-        }
-    return {
-        "id": document["doc_id"],
-        "title": document["title"],
-        "revision": document["revision"],
-        "updatedAt": iso_ms(document["updated_at"]),
-    }
-
-
 def _one_line(value: str) -> str:
     # One entry per line: a line break inside a title or summary would forge
     # another entry, so it is shown as a space.
@@ -115,7 +99,7 @@ def collection_overview(*, binding: Binding) -> Projection:
             break
         size += added
         lines.append(line)
-        sources.append(_source(row))
+        sources.append(source_dict(row))
     return Projection(text="\n".join(lines), sources=sources, writable=False)
 
 
@@ -141,7 +125,7 @@ def _document_projection(
         )
     writable = session.is_active and binding.access == Access.READ_WRITE and found.agent_writes
     return Projection(
-        text=found.text, sources=[_source(found)], writable=writable, revision=found.revision
+        text=found.text, sources=[source_dict(found)], writable=writable, revision=found.revision
     )
 
 
@@ -458,14 +442,7 @@ def _read(*, session: Session, recall: Recall, binding: Binding, args: dict[str,
         document = document_get(resource=binding.resource, doc_id=doc_id)
     except NotFound:
         return _rejected("not_found")
-    return {
-        "id": document.doc_id,
-        "title": document.title,
-        "text": document.text,
-        "summary": document.summary,
-        "revision": document.revision,
-        "updatedAt": iso_ms(document.updated_at),
-    }
+    return tool_document_dict(document, include_text=True)
 
 
 def _list(*, session: Session, recall: Recall, binding: Binding, args: dict[str, Any]) -> Result:
@@ -475,16 +452,7 @@ def _list(*, session: Session, recall: Recall, binding: Binding, args: dict[str,
         rows, next_cursor = document_list(resource=binding.resource, cursor=args.get("cursor"))
     except InvalidRequest:
         return _rejected("invalid_cursor")
-    documents = [
-        {
-            "id": row["doc_id"],
-            "title": row["title"],
-            "summary": row["summary"],
-            "revision": row["revision"],
-            "updatedAt": iso_ms(row["updated_at"]),
-        }
-        for row in rows
-    ]
+    documents = [tool_document_dict(row, include_text=False) for row in rows]
     return {"documents": documents, "nextCursor": next_cursor}
 
 

@@ -6,18 +6,15 @@ import hashlib
 import json
 import re
 import secrets
-from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import Q
 from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 
 from memoryadmin.agents.bindings import BindingSpec, binding_spec, bindings_admit, bindings_parse
 from memoryadmin.agents.errors import IdempotencyConflict, InvalidMemoryBinding, SessionNotFound
 from memoryadmin.agents.models import Binding, EventType, Session, SessionEvent, SessionStatus
-from memoryadmin.memory.cursors import cursor_dump, cursor_load
+from memoryadmin.memory.cursors import keyset_page
 from memoryadmin.memory.environments import Environment, check_environment
 from memoryadmin.memory.errors import Forbidden, InvalidRequest, NotFound, PreconditionFailed
 from memoryadmin.memory.limits import check_agent_id
@@ -284,25 +281,13 @@ def session_list(
         if status not in SessionStatus.values:
             raise InvalidRequest("status must be 'active' or 'ended'.")
         sessions = sessions.filter(status=status)
-    scope = f"sessions:{project.id}:{environment}:{agent or ''}:{status or ''}"
-    if cursor is not None:
-        created_at, session_id = _position(cursor_load(cursor, scope=scope))
-        sessions = sessions.filter(
-            Q(created_at__lt=created_at) | Q(created_at=created_at, id__gt=session_id)
-        )
-    page = list(sessions.select_related("deployment").order_by("-created_at", "id")[: limit + 1])
-    next_cursor = None
-    if len(page) > limit:
-        page = page[:limit]
-        next_cursor = cursor_dump([page[-1].created_at.isoformat(), page[-1].id], scope=scope)
-    return page, next_cursor
-
-
-def _position(position: list[Any]) -> tuple[datetime, str]:
-    created_at = parse_datetime(position[0]) if position and isinstance(position[0], str) else None
-    if len(position) != 2 or created_at is None or not isinstance(position[1], str):
-        raise InvalidRequest("cursor is not valid for this list.")
-    return created_at, position[1]
+    return keyset_page(
+        sessions.select_related("deployment"),
+        order=("-created_at", "id"),
+        cursor=cursor,
+        scope=f"sessions:{project.id}:{environment}:{agent or ''}:{status or ''}",
+        limit=limit,
+    )
 
 
 def session_events(

@@ -4,7 +4,7 @@ from typing import Any
 
 from django.db.models import Q
 
-from memoryadmin.memory.cursors import newest_first_page
+from memoryadmin.memory.cursors import keyset_page
 from memoryadmin.memory.environments import check_environment
 from memoryadmin.memory.models import AuditEntry, Project
 
@@ -56,4 +56,4 @@ def audit_list(
             entries = entries.filter(document_id=document_id)
     else:
         entries = entries.filter(Q(environment=environment) | Q(environment=""))
-    return newest_first_page(entries, cursor=cursor, scope=scope, limit=limit)
+    return keyset_page(entries, order=("-id",), cursor=cursor, scope=scope, limit=limit)

@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 
-from memoryadmin.memory.cursors import cursor_dump, cursor_load, newest_first_page
+from memoryadmin.memory.cursors import keyset_page
 from memoryadmin.memory.errors import InvalidRequest, NotFound, PreconditionFailed
 from memoryadmin.memory.limits import (
     LIST_PAGE_SIZE,
@@ -315,33 +313,16 @@ def document_list(
     contains it, ignoring case. The filter rides on the keyset walk, so a
     page stops reading at its 50th match instead of counting every match.
     """
-    scope = f"documents:{resource.pk}"
     rows = Document.objects.live().filter(resource=resource)
     if query:
         rows = rows.filter(Q(doc_id__istartswith=query) | Q(title__icontains=query))
-    if cursor is not None:
-        updated_at, doc_id = _keyset_position(cursor_load(cursor, scope=scope))
-        # Written as a range plus an exclusion (not an OR of two ranges) so
-        # the keyset index serves it as one range scan starting at the cursor.
-        rows = rows.filter(updated_at__lte=updated_at).exclude(
-            updated_at=updated_at, doc_id__lte=doc_id
-        )
-    page = list(rows.order_by("-updated_at", "doc_id").values(*LIST_FIELDS)[: limit + 1])
-    next_cursor = None
-    if len(page) > limit:
-        page = page[:limit]
-        last = page[-1]
-        next_cursor = cursor_dump([last["updated_at"].isoformat(), last["doc_id"]], scope=scope)
-    return page, next_cursor
-
-
-def _keyset_position(position: list[Any]) -> tuple[datetime, str]:
-    if len(position) != 2 or not all(isinstance(p, str) for p in position):
-        raise InvalidRequest("cursor is not valid for this list.")
-    updated_at = parse_datetime(position[0])
-    if updated_at is None:
-        raise InvalidRequest("cursor is not valid for this list.")
-    return updated_at, position[1]
+    return keyset_page(
+        rows.values(*LIST_FIELDS),
+        order=("-updated_at", "doc_id"),
+        cursor=cursor,
+        scope=f"documents:{resource.pk}",
+        limit=limit,
+    )
 
 
 def version_get(*, document: Document, revision: str) -> DocumentVersion:
@@ -355,8 +336,9 @@ def version_list(
     *, document: Document, cursor: str | None = None, limit: int = VERSION_PAGE_SIZE
 ) -> tuple[list[DocumentVersion], str | None]:
     """Versions newest first, in keyset pages."""
-    return newest_first_page(
+    return keyset_page(
         DocumentVersion.objects.filter(document=document),
+        order=("-id",),
         cursor=cursor,
         scope=f"versions:{document.pk}",
         limit=limit,

@@ -30,7 +30,7 @@ from memoryadmin.memory.export import (
     export_snapshot,
 )
 from memoryadmin.memory.models import Document, Project, ProviderKind, Resource
-from memoryadmin.memory.representations import document_dict, document_entry_dict
+from memoryadmin.memory.representations import document_dict
 from memoryadmin.memory.services.deployments import resource_get, resource_inventory
 from memoryadmin.memory.services.documents import (
     document_create,
@@ -188,7 +188,9 @@ class Command(cli.Command):
         cursor: str | None = None
         while True:
             rows, cursor = document_list(resource=resource, cursor=cursor)
-            entries.extend(document_entry_dict(row, max_bytes=resource.max_bytes) for row in rows)
+            entries.extend(
+                document_dict(row, max_bytes=resource.max_bytes, include_text=False) for row in rows
+            )
             if cursor is None:
                 break
         if options["json"]:
