@@ -29,7 +29,7 @@ from memoryadmin.memory.services.deployments import deployment_create
 from memoryadmin.providers import views as provider_views
 from memoryadmin.providers.services.secrets import secret_set
 from memoryadmin.refprovider.declaration import TOKEN_SECRET_NAME, reference_declaration
-from tests.conftest import DEV, DOCS, MANIFEST_MEMORY
+from tests.helpers import DEV, DOCS, MANIFEST_MEMORY
 
 SESSIONS = "/api/managed-agents/sessions"
 PROJECT = "/api/managed-agents/projects/acme"
