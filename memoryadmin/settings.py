@@ -39,14 +39,17 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
-def env_int(name: str, default: int) -> int:
+def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":
         return default
     try:
-        return int(raw)
+        value = int(raw)
     except ValueError as exc:
         raise ImproperlyConfigured(f"{name} must be an integer, not {raw!r}") from exc
+    if minimum is not None and value < minimum:
+        raise ImproperlyConfigured(f"{name} must be at least {minimum}, not {value}")
+    return value
 
 
 def secret_key() -> str:
@@ -233,8 +236,15 @@ SPECTACULAR_SETTINGS = {
 MEMORYADMIN_PARTITION_SECRET = os.environ.get("MEMORYADMIN_PARTITION_SECRET", "")
 REFERENCE_PROVIDER_TOKEN = os.environ.get("REFERENCE_PROVIDER_TOKEN", "")
 # Each provider operation's time across all its attempts; the protocol specifies
-# 10 seconds and providers read it from `deadlineAt`. Not read from the environment.
+# 10 seconds and providers read it from `deadlineAt`; a recall's providers share
+# one. Not read from the environment.
 MEMORYADMIN_PROVIDER_DEADLINE_SECONDS = 10.0
+# Provider calls (recall or tool) one project may have in flight at once in
+# one server process; beyond it, calls are refused at once with 429 and
+# Retry-After, so a slow provider cannot occupy every worker.
+MEMORYADMIN_PROVIDER_CONCURRENCY_PER_PROJECT = env_int(
+    "MEMORYADMIN_PROVIDER_CONCURRENCY_PER_PROJECT", 8, minimum=1
+)
 
 LOGGING = {
     "version": 1,

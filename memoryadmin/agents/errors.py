@@ -10,6 +10,7 @@ __all__ = [
     "InvalidMemoryBinding",
     "InvalidToolArguments",
     "NotBound",
+    "RecallBusy",
     "RecallFailed",
     "SessionClosed",
     "SessionNotFound",
@@ -53,3 +54,14 @@ class RecallFailed(Conflict):
         super().__init__(message, details={"resource": resource, "reason": reason})
         self.resource = resource
         self.reason = reason
+
+
+class RecallBusy(RecallFailed):
+    """The project's provider calls are at their cap: nothing was sent; retry later."""
+
+    status = 429
+
+    def __init__(self, message: str, *, resource: str, retry_after: int) -> None:
+        super().__init__(message, resource=resource, reason="concurrency_limit")
+        self.details["retryAfter"] = retry_after
+        self.retry_after = retry_after

@@ -52,7 +52,8 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     if isinstance(exc, DomainError):
         set_rollback()
         extra = {"details": exc.details} if exc.details else {}
-        return Response(envelope(exc.code, exc.message, **extra), status=exc.status)
+        retry = {"Retry-After": str(exc.retry_after)} if exc.retry_after is not None else {}
+        return Response(envelope(exc.code, exc.message, **extra), status=exc.status, headers=retry)
     response = drf_exception_handler(exc, context)
     if response is None:
         return None

@@ -8,6 +8,8 @@ from typing import Any
 class DomainError(Exception):
     status = 400
     code = "invalid_request"
+    # Seconds after which a retry may succeed (a Retry-After header), if known.
+    retry_after: int | None = None
 
     def __init__(self, message: str, *, details: dict[str, Any] | None = None) -> None:
         super().__init__(message)

@@ -9,23 +9,26 @@ logs or reports header values: transport errors are named by kind only.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import ssl
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 
 import httpx
-from django.conf import settings
 from django.views.decorators.debug import sensitive_variables
 
 from memoryadmin.memory.errors import InvalidRequest
 from memoryadmin.memory.limits import utf8_len
 from memoryadmin.memory.models import ProviderKind, Resource
 from memoryadmin.memory.representations import iso_ms
+from memoryadmin.providers.concurrency import Deadline, provider_call
 from memoryadmin.providers.declarations import origin_check, path_check, path_within
 from memoryadmin.providers.errors import (
     InvalidToolArguments,
@@ -156,12 +159,15 @@ def _header_value(resource: Resource, value: str | dict[str, str]) -> str:
 # Transport.
 
 
-def _deadline_seconds() -> float:
-    """Each operation's time across all its attempts (the protocol's 10 seconds)."""
-    return float(settings.MEMORYADMIN_PROVIDER_DEADLINE_SECONDS)
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    # Loading the CA bundle costs a tenth of a second; one context serves every
+    # call (contexts are safe to share between threads).
+    return httpx.create_ssl_context(trust_env=False)
 
 
 def _attempt(client: httpx.Client, target: _Target, body: bytes, deadline: float) -> _Reply:
+    # One attempt may use whatever is left of the deadline its operation shares.
     remaining = deadline - time.monotonic()
     if remaining <= 0:
         return _Reply(failure="timeout")
@@ -226,19 +232,24 @@ def _exchange(
     retryable: bool,
     deadline: float,
     retry_delays: Sequence[float],
+    cancelled: threading.Event | None = None,
 ) -> tuple[_Reply, int]:
-    """Sends one operation, retrying as the protocol allows; the final reply and attempt count."""
+    """Sends one operation, retrying as the protocol allows; the final reply and attempt count.
+
+    Once `cancelled` is set (the operation's answer is no longer wanted), no
+    further attempt starts.
+    """
+    cancelled = cancelled or threading.Event()
     attempts = 0
-    with httpx.Client(follow_redirects=False, trust_env=False) as client:
+    with httpx.Client(follow_redirects=False, trust_env=False, verify=_tls_context()) as client:
         while True:
             attempts += 1
             reply = _attempt(client, target, body, deadline)
             if not retryable or not reply.retryable or attempts > len(retry_delays):
                 return reply, attempts
             delay = _retry_delay(reply, retry_delays[attempts - 1], deadline)
-            if delay is None:
+            if delay is None or cancelled.wait(delay):
                 return reply, attempts
-            time.sleep(delay)
 
 
 # Bodies.
@@ -342,24 +353,36 @@ def _recall_projection(data: Any, max_bytes: int) -> tuple[str, list[dict[str, s
     return text, checked, cursor
 
 
-def provider_recall(
+@dataclass(frozen=True)
+class RecallRequest:
+    """One binding's recall, ready to send: nothing in it needs the database any more."""
+
+    resource: Resource
+    target: _Target
+    body: bytes
+
+
+@dataclass(frozen=True)
+class RecallReply:
+    reply: _Reply
+    attempts: int
+
+
+def recall_request(
     *,
     resource: Resource,
     partition: str,
     access: str,
     operation_id: str,
     input_text: str | None,
-    retry_delays: Sequence[float] = RETRY_DELAYS,
-) -> RecallOutcome:
-    """Recalls one namespace binding; raises ProviderFailure when the recall must be blocked.
+    deadline: Deadline,
+) -> RecallRequest:
+    """The request of one binding's recall; raises ProviderFailure when it cannot be sent.
 
-    `operation_id` is `<recallId>:<resource>`. A failed recall never turns into
-    empty memory.
+    `operation_id` is `<recallId>:<resource>`. Secrets are resolved here, in
+    the caller's thread.
     """
     _check_access(access)
-    deadline_seconds = _deadline_seconds()
-    started = time.monotonic()
-    deadline = started + deadline_seconds
     target = _target(resource)
     body = _encode(
         {
@@ -368,7 +391,7 @@ def provider_recall(
             "operationId": operation_id,
             "partition": partition,
             "access": access,
-            "deadlineAt": iso_ms(datetime.now(UTC) + timedelta(seconds=deadline_seconds)),
+            "deadlineAt": iso_ms(deadline.wall),
             "input": {"text": input_text},
             "maxBytes": resource.max_bytes,
         }
@@ -378,10 +401,67 @@ def provider_recall(
             f"The recall request for '{resource.resource_id}' is over {BODY_MAX_BYTES} bytes.",
             reason="request_too_large",
         )
+    return RecallRequest(resource=resource, target=target, body=body)
+
+
+def recall_send(
+    request: RecallRequest,
+    cancelled: threading.Event | None = None,
+    *,
+    deadline: Deadline,
+    retry_delays: Sequence[float] = RETRY_DELAYS,
+) -> RecallReply:
+    """Exchanges one recall with its provider; safe in any thread (no database)."""
     reply, attempts = _exchange(
-        target, body, retryable=True, deadline=deadline, retry_delays=retry_delays
+        request.target,
+        request.body,
+        retryable=True,
+        deadline=deadline.at,
+        retry_delays=retry_delays,
+        cancelled=cancelled,
     )
-    return _recall_outcome(resource, reply, attempts)
+    return RecallReply(reply=reply, attempts=attempts)
+
+
+def recall_outcome(request: RecallRequest, sent: RecallReply) -> RecallOutcome:
+    """The projection of a recall's reply; raises ProviderFailure when the recall must be blocked.
+
+    A failed recall never turns into empty memory.
+    """
+    return _recall_outcome(request.resource, sent.reply, sent.attempts)
+
+
+def provider_recall(
+    *,
+    resource: Resource,
+    partition: str,
+    access: str,
+    operation_id: str,
+    input_text: str | None,
+    retry_delays: Sequence[float] = RETRY_DELAYS,
+) -> RecallOutcome:
+    """Recalls one namespace binding alone; raises ProviderFailure when the recall must be blocked.
+
+    It counts against the project's cap on concurrent provider calls
+    (ProviderBusy beyond it).
+    """
+    deadline = Deadline.after()
+    request = recall_request(
+        resource=resource,
+        partition=partition,
+        access=access,
+        operation_id=operation_id,
+        input_text=input_text,
+        deadline=deadline,
+    )
+    sent = provider_call(
+        project_id=resource.project_id,
+        deadline=deadline,
+        call=lambda cancelled: recall_send(
+            request, deadline=deadline, retry_delays=retry_delays, cancelled=cancelled
+        ),
+    )
+    return recall_outcome(request, sent)
 
 
 def _recall_outcome(resource: Resource, reply: _Reply, attempts: int) -> RecallOutcome:
@@ -451,11 +531,11 @@ def provider_tool(
 
     `operation_id` is `<toolCallId>:<resource>`; `cursor` is the originating
     recall's. Raises ToolNotPermitted (undeclared tool, or a write through a
-    read binding) and InvalidToolArguments before anything is sent.
+    read binding) and InvalidToolArguments before anything is sent, and
+    ProviderBusy when the project's provider calls are at their cap.
     """
     _check_access(access)
-    deadline_seconds = _deadline_seconds()
-    started = time.monotonic()
+    deadline = Deadline.after()
     name = tool if isinstance(tool, str) else tool["name"]
     # The declaration decides, whatever the caller passes: endpoints cannot
     # add tools or widen access.
@@ -471,7 +551,7 @@ def provider_tool(
         "operationId": operation_id,
         "partition": partition,
         "access": access,
-        "deadlineAt": iso_ms(datetime.now(UTC) + timedelta(seconds=deadline_seconds)),
+        "deadlineAt": iso_ms(deadline.wall),
         "tool": name,
         "arguments": provider_arguments,
     }
@@ -486,12 +566,17 @@ def provider_tool(
         target = _target(resource)
     except ProviderFailure as exc:
         return _failed(exc.reason, exc.message, attempts=0)
-    reply, attempts = _exchange(
-        target,
-        body,
-        retryable=tool_retryable(declared),
-        deadline=started + deadline_seconds,
-        retry_delays=retry_delays,
+    reply, attempts = provider_call(
+        project_id=resource.project_id,
+        deadline=deadline,
+        call=lambda cancelled: _exchange(
+            target,
+            body,
+            retryable=tool_retryable(declared),
+            deadline=deadline.at,
+            retry_delays=retry_delays,
+            cancelled=cancelled,
+        ),
     )
     return _tool_outcome(resource, declared, reply, attempts)
 

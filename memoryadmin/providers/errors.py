@@ -56,3 +56,21 @@ class ProviderFailure(Conflict):
         self.attempts = attempts
         self.http_status = http_status
         self.provider_error = provider_error
+
+
+class ProviderBusy(DomainError):
+    """The project's provider calls are at their cap: refused before anything is sent.
+
+    Nothing reached a provider, so the caller may retry after `retry_after`
+    seconds, even a write that is not idempotent.
+    """
+
+    status = 429
+    code = "provider_failed"
+    retry_after: int
+
+    def __init__(self, message: str, *, retry_after: int) -> None:
+        super().__init__(
+            message, details={"reason": "concurrency_limit", "retryAfter": retry_after}
+        )
+        self.retry_after = retry_after

@@ -12,15 +12,19 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC
+from functools import partial, reduce
+from operator import or_
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from memoryadmin.agents.bindings import binding_partition
 from memoryadmin.agents.errors import (
     InvalidToolArguments,
     NotBound,
+    RecallBusy,
     RecallFailed,
     SessionClosed,
 )
@@ -47,8 +51,16 @@ from memoryadmin.memory.services.documents import (
     document_list,
     document_replace,
 )
-from memoryadmin.providers.client import provider_recall, provider_tool
-from memoryadmin.providers.errors import ProviderFailure
+from memoryadmin.providers.client import (
+    RecallReply,
+    RecallRequest,
+    provider_tool,
+    recall_outcome,
+    recall_request,
+    recall_send,
+)
+from memoryadmin.providers.concurrency import Deadline, ProviderCalls
+from memoryadmin.providers.errors import ProviderBusy, ProviderFailure
 from memoryadmin.providers.tools import (
     TOOL_PREFIX,
     http_tool_definition,
@@ -103,60 +115,104 @@ def collection_overview(*, binding: Binding) -> Projection:
     return Projection(text="\n".join(lines), sources=sources, writable=False)
 
 
-def _document_projection(
-    *, session: Session, binding: Binding, recall_id: str, input_text: str | None = None
-) -> Projection:
-    if binding.scope == Scope.COLLECTION:
-        return collection_overview(binding=binding)
-    if binding.scope != Scope.DOCUMENT:
-        raise RecallFailed(
-            f"Resource '{binding.resource.resource_id}' cannot recall a {binding.scope} binding.",
-            resource=binding.resource.resource_id,
-            reason="invalid_binding",
-        )
-    document = Document.objects.live().filter(resource=binding.resource, doc_id=binding.target_id)
-    found = document.first()
-    if found is None:
-        raise RecallFailed(
-            f"Bound document '{binding.target_id}' of '{binding.resource.resource_id}' "
-            "no longer exists.",
-            resource=binding.resource.resource_id,
-            reason="not_found",
-        )
-    writable = session.is_active and binding.access == Access.READ_WRITE and found.agent_writes
-    return Projection(
-        text=found.text, sources=[source_dict(found)], writable=writable, revision=found.revision
-    )
+def _bound_documents(bindings: list[Binding]) -> dict[tuple[int, str], Document]:
+    """The live documents of document bindings, read in one query."""
+    wanted = [b for b in bindings if b.scope == Scope.DOCUMENT]
+    if not wanted:
+        return {}
+    match = reduce(or_, (Q(resource_id=b.resource_id, doc_id=b.target_id) for b in wanted))
+    return {(d.resource_id, d.doc_id): d for d in Document.objects.live().filter(match)}
 
 
-def _http_projection(
-    *, session: Session, binding: Binding, recall_id: str, input_text: str | None = None
-) -> Projection:
-    resource_id = binding.resource.resource_id
+def _document_projections(
+    *, session: Session, bindings: list[Binding], recall_id: str, input_text: str | None = None
+) -> dict[str, Projection]:
+    documents = _bound_documents(bindings)
+    projections: dict[str, Projection] = {}
+    for binding in bindings:
+        resource_id = binding.resource.resource_id
+        if binding.scope == Scope.COLLECTION:
+            projections[resource_id] = collection_overview(binding=binding)
+            continue
+        if binding.scope != Scope.DOCUMENT:
+            raise RecallFailed(
+                f"Resource '{resource_id}' cannot recall a {binding.scope} binding.",
+                resource=resource_id,
+                reason="invalid_binding",
+            )
+        found = documents.get((binding.resource_id, binding.target_id))
+        if found is None:
+            raise RecallFailed(
+                f"Bound document '{binding.target_id}' of '{resource_id}' no longer exists.",
+                resource=resource_id,
+                reason="not_found",
+            )
+        writable = session.is_active and binding.access == Access.READ_WRITE and found.agent_writes
+        projections[resource_id] = Projection(
+            text=found.text,
+            sources=[source_dict(found)],
+            writable=writable,
+            revision=found.revision,
+        )
+    return projections
+
+
+def _http_projections(
+    *, session: Session, bindings: list[Binding], recall_id: str, input_text: str | None = None
+) -> dict[str, Projection]:
+    """Every namespace binding's provider, called concurrently within one shared deadline."""
+    deadline = Deadline.after()
+    requests: list[RecallRequest] = []
+    for binding in bindings:
+        resource_id = binding.resource.resource_id
+        try:
+            requests.append(
+                recall_request(
+                    resource=binding.resource,
+                    partition=binding_partition(session=session, binding=binding),
+                    access=binding.access,
+                    operation_id=f"{recall_id}:{resource_id}",
+                    input_text=input_text,
+                    deadline=deadline,
+                )
+            )
+        except ProviderFailure as exc:
+            raise RecallFailed(exc.message, resource=resource_id, reason=exc.reason) from exc
+    projections: dict[str, Projection] = {}
     try:
-        outcome = provider_recall(
-            resource=binding.resource,
-            partition=binding_partition(session=session, binding=binding),
-            access=binding.access,
-            operation_id=f"{recall_id}:{resource_id}",
-            input_text=input_text,
+        calls = ProviderCalls[RecallReply](
+            project_id=session.project_id, count=len(requests), deadline=deadline
         )
-    except ProviderFailure as exc:
-        # Never substitute empty memory: the whole recall fails.
-        raise RecallFailed(exc.message, resource=resource_id, reason=exc.reason) from exc
-    return Projection(
-        text=outcome.text,
-        sources=outcome.sources,
-        writable=session.is_active and binding.access == Access.READ_WRITE,
-        cursor=outcome.cursor,
-    )
+    except ProviderBusy as exc:
+        raise RecallBusy(
+            exc.message, resource=requests[0].resource.resource_id, retry_after=exc.retry_after
+        ) from exc
+    with calls:
+        sends = [partial(recall_send, request, deadline=deadline) for request in requests]
+        for index, sent in calls.run(sends):
+            binding = bindings[index]
+            try:
+                outcome = recall_outcome(requests[index], sent)
+            except ProviderFailure as exc:
+                # Never substitute empty memory: the whole recall fails, and
+                # the calls still running are abandoned.
+                raise RecallFailed(
+                    exc.message, resource=binding.resource.resource_id, reason=exc.reason
+                ) from exc
+            projections[binding.resource.resource_id] = Projection(
+                text=outcome.text,
+                sources=outcome.sources,
+                writable=session.is_active and binding.access == Access.READ_WRITE,
+                cursor=outcome.cursor,
+            )
+    return projections
 
 
-Recaller = Callable[..., Projection]
-# How each provider kind projects a binding for a recall.
+Recaller = Callable[..., dict[str, Projection]]
+# How each provider kind projects its bindings for a recall: all of a kind at once.
 RECALLERS: dict[str, Recaller] = {
-    ProviderKind.DOCUMENT: _document_projection,
-    ProviderKind.HTTP: _http_projection,
+    ProviderKind.DOCUMENT: _document_projections,
+    ProviderKind.HTTP: _http_projections,
 }
 
 
@@ -195,19 +251,30 @@ def recall_create(*, session: Session, use: object, input_text: str | None = Non
     bindings = _bindings(session)
     selected = _selected(bindings, selected_ids)
     recall_id = new_recall_id()
-    projections: dict[str, Projection] = {}
+    by_kind: dict[str, list[Binding]] = {}
     for binding in bindings:
-        recaller = RECALLERS.get(binding.resource.kind)
-        if recaller is None:
+        if binding.resource.kind not in RECALLERS:
             raise RecallFailed(
                 f"No provider can recall '{binding.resource.resource_id}' "
                 f"(a {binding.resource.kind} provider).",
                 resource=binding.resource.resource_id,
                 reason="provider_unavailable",
             )
-        projections[binding.resource.resource_id] = recaller(
-            session=session, binding=binding, recall_id=recall_id, input_text=input_text
-        )
+        by_kind.setdefault(binding.resource.kind, []).append(binding)
+    projections: dict[str, Projection] = {}
+    # Document memory first: a missing document blocks the recall before any
+    # provider is called.
+    for kind, recaller in RECALLERS.items():
+        if kind in by_kind:
+            projections.update(
+                recaller(
+                    session=session,
+                    bindings=by_kind[kind],
+                    recall_id=recall_id,
+                    input_text=input_text,
+                )
+            )
+    projections = {b.resource.resource_id: projections[b.resource.resource_id] for b in bindings}
     memory = {resource: p.public() for resource, p in projections.items()}
     recall = Recall.objects.create(
         id=recall_id,

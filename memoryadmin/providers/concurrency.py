@@ -1,0 +1,180 @@
+"""How many provider calls run at once: one shared deadline per recall, a cap per project.
+
+A recall calls its bound providers concurrently, all within one deadline. A
+project may have at most `MEMORYADMIN_PROVIDER_CONCURRENCY_PER_PROJECT` calls
+in flight in this server process; beyond that, new calls are refused at once
+(ProviderBusy, with the seconds after which a slot is certain to be free)
+instead of waiting, so one project's slow provider cannot occupy every worker.
+
+Worker threads here only exchange HTTP: they never touch the database, whose
+connections belong to the thread that opened them.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from types import TracebackType
+
+from django.conf import settings
+
+from memoryadmin.providers.errors import ProviderBusy
+
+
+def deadline_seconds() -> float:
+    """Each operation's time across all its attempts (the protocol's 10 seconds)."""
+    return float(settings.MEMORYADMIN_PROVIDER_DEADLINE_SECONDS)
+
+
+def concurrency_limit() -> int:
+    return int(settings.MEMORYADMIN_PROVIDER_CONCURRENCY_PER_PROJECT)
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """One instant seen two ways: for waiting (monotonic) and for `deadlineAt` (wall clock)."""
+
+    at: float
+    wall: datetime
+
+    @classmethod
+    def after(cls, seconds: float | None = None) -> Deadline:
+        if seconds is None:
+            seconds = deadline_seconds()
+        wall = datetime.now(UTC) + timedelta(seconds=seconds)
+        return cls(at=time.monotonic() + seconds, wall=wall)
+
+    def remaining(self) -> float:
+        return self.at - time.monotonic()
+
+
+# The calls in flight per project in this process: the deadline of each.
+_lock = threading.Lock()
+_in_flight: dict[str, list[float]] = {}
+
+
+def in_flight(project_id: str) -> int:
+    with _lock:
+        return len(_in_flight.get(project_id, ()))
+
+
+class _Slots:
+    """Slots taken together for calls of one project; released once, together."""
+
+    def __init__(self, project_id: str, count: int, deadline: Deadline) -> None:
+        self.project_id = project_id
+        self.count = count
+        self.deadline = deadline.at
+        self._released = False
+
+    @classmethod
+    def take(cls, *, project_id: str, count: int, deadline: Deadline) -> _Slots:
+        limit = concurrency_limit()
+        with _lock:
+            held = _in_flight.setdefault(project_id, [])
+            if len(held) + count > limit:
+                # Every call ends by its deadline, so the earliest one frees a slot.
+                wait_seconds = min(held, default=deadline.at) - time.monotonic()
+                if not held:
+                    del _in_flight[project_id]
+                raise ProviderBusy(
+                    f"Project '{project_id}' has {len(held)} memory provider calls in flight, "
+                    f"its limit is {limit}; retry later.",
+                    retry_after=max(1, math.ceil(wait_seconds)),
+                )
+            held.extend([deadline.at] * count)
+        return cls(project_id, count, deadline)
+
+    def release(self) -> None:
+        with _lock:
+            if self._released:
+                return
+            self._released = True
+            held = _in_flight[self.project_id]
+            for _ in range(self.count):
+                held.remove(self.deadline)
+            if not held:
+                del _in_flight[self.project_id]
+
+
+class ProviderCalls[T]:
+    """Runs one request's provider calls concurrently within one deadline.
+
+    Use as a context manager; `run` yields `(index, result)` as calls finish.
+    Leaving the block early (the caller found a failure) stops retries of
+    the calls still running; their slots are released when they end, so the
+    cap counts every call that may still reach a provider.
+    """
+
+    def __init__(self, *, project_id: str, count: int, deadline: Deadline) -> None:
+        # More calls than the cap run in turns on `cap` threads rather than
+        # being refused for ever.
+        self.workers = max(1, min(count, concurrency_limit()))
+        self.deadline = deadline
+        self.cancelled = threading.Event()
+        self._slots = _Slots.take(project_id=project_id, count=self.workers, deadline=deadline)
+        self._executor: ThreadPoolExecutor | None = None
+        self._futures: list[Future[T]] = []
+
+    def __enter__(self) -> ProviderCalls[T]:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.cancelled.set()
+        if self._executor is None:
+            self._slots.release()
+            return
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        remaining = [len(self._futures)]
+        counter = threading.Lock()
+
+        def done(_: Future[T]) -> None:
+            with counter:
+                remaining[0] -= 1
+                last = remaining[0] == 0
+            if last:
+                self._slots.release()
+
+        # A future already done runs its callback at once.
+        for future in self._futures:
+            future.add_done_callback(done)
+
+    def one(self, call: Callable[[threading.Event], T]) -> T:
+        """Runs a single call in the caller's own thread."""
+        return call(self.cancelled)
+
+    def run(self, calls: Sequence[Callable[[threading.Event], T]]) -> Iterator[tuple[int, T]]:
+        if not calls:
+            return
+        if len(calls) == 1:
+            # One call needs no thread.
+            yield 0, self.one(calls[0])
+            return
+        self._executor = ThreadPoolExecutor(
+            max_workers=self.workers, thread_name_prefix="provider-call"
+        )
+        self._futures = [self._executor.submit(call, self.cancelled) for call in calls]
+        index_of = {id(future): index for index, future in enumerate(self._futures)}
+        pending = set(self._futures)
+        while pending:
+            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for future in sorted(finished, key=lambda f: index_of[id(f)]):
+                yield index_of[id(future)], future.result()
+
+
+def provider_call[T](
+    *, project_id: str, deadline: Deadline, call: Callable[[threading.Event], T]
+) -> T:
+    """One provider call, counted against the project's cap; ProviderBusy beyond it."""
+    with ProviderCalls[T](project_id=project_id, count=1, deadline=deadline) as calls:
+        return calls.one(call)
