@@ -40,6 +40,15 @@ def _error(description: str) -> OpenApiResponse:
     return OpenApiResponse(ErrorOutput, description=description)
 
 
+RETRY_AFTER = OpenApiParameter(
+    "Retry-After",
+    OpenApiTypes.INT,
+    OpenApiParameter.HEADER,
+    response=[429],
+    description="Seconds after which the project's provider calls have a free slot.",
+)
+
+
 class SessionApiView(ApiView):
     def project_of(self, request: Request, project_id: str | None, *, write: bool) -> Project:
         key = self.key(request)
@@ -167,7 +176,12 @@ class RecallView(SessionApiView):
             200: s.RecallOutput,
             **ERRORS,
             409: _error("recall_failed (details: resource, reason) or session_closed"),
+            429: _error(
+                "recall_failed (details: resource, reason concurrency_limit, retryAfter): "
+                "the project's provider calls are at their cap; nothing was sent"
+            ),
         },
+        parameters=[RETRY_AFTER],
         operation_id="sessions_recall",
         description="Recalls every bound resource before a model request. `use` selects the "
         "resources whose tools the request offers; 400 not_bound for one that is not bound.",
@@ -186,7 +200,15 @@ class RecallView(SessionApiView):
 class ToolCallView(SessionApiView):
     @extend_schema(
         request=s.ToolCallInput,
-        responses={200: s.ToolCallOutput, **ERRORS},
+        responses={
+            200: s.ToolCallOutput,
+            **ERRORS,
+            429: _error(
+                "provider_failed (details: reason concurrency_limit, retryAfter): the "
+                "project's provider calls are at their cap; nothing was sent"
+            ),
+        },
+        parameters=[RETRY_AFTER],
         operation_id="sessions_tool_call",
         description="Runs a memory tool call of the model. Outcomes the model can act on "
         "(saved, conflict, rejected, ...) are 200 results; malformed arguments are 400 "
