@@ -55,6 +55,7 @@ class HeldProvider(ThreadingHTTPServer):
         self.open_calls = 0
         self.most_open = 0
         self.release = threading.Event()
+        self.arrival = threading.Event()
         # Release every held call once this many have arrived.
         self.release_after = release_after
         self.status = 200
@@ -79,6 +80,7 @@ class _Handler(BaseHTTPRequestHandler):
             server.bodies.append(body)
             server.open_calls += 1
             server.most_open = max(server.most_open, server.open_calls)
+            server.arrival.set()
             if server.release_after is not None and len(server.bodies) >= server.release_after:
                 server.release.set()
             server.arrived.notify_all()
@@ -200,13 +202,17 @@ def test_one_deadline_bounds_the_whole_recall(project: Project, provider: HeldPr
     assert len(provider.bodies) == 8
     assert len({b["deadlineAt"] for b in provider.bodies}) == 1
     assert not Recall.objects.exists()
+    # The calls still open when the recall failed end at the same deadline.
+    assert _eventually(lambda: in_flight(project.id) == 0)
 
 
 def test_a_failing_provider_fails_the_recall_without_waiting_for_the_others(
     project: Project, provider: HeldProvider
 ) -> None:
-    with _held(release_after=1) as failing:
+    with _held() as failing:
         failing.status = 401
+        # The failure comes only once the other call is open at its provider.
+        failing.release = provider.arrival
         memory = [http_resource("fails", failing.origin), http_resource("holds", provider.origin)]
         bindings = {
             "fails": {"scope": "namespace", "id": "o"},
@@ -303,6 +309,10 @@ def _client(base: str, key: str) -> httpx.Client:
     return httpx.Client(base_url=base, headers={"x-api-key": key, **CLOSE}, timeout=WAIT)
 
 
+# Truly simultaneous requests need a connection per thread: the live server
+# shares SQLite's in-memory test database through one connection, whose cached
+# statements concurrent threads would reset under each other.
+@pytest.mark.postgres
 @override_settings(
     MEMORYADMIN_PROVIDER_CONCURRENCY_PER_PROJECT=CAP, MEMORYADMIN_PROVIDER_DEADLINE_SECONDS=WAIT
 )
