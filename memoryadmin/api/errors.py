@@ -10,11 +10,9 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 from rest_framework.views import set_rollback
 
-from memoryadmin.api.parsers import BodyTooLarge
 from memoryadmin.memory.errors import DomainError
 
 DRF_CODES: dict[type[exceptions.APIException], str] = {
-    BodyTooLarge: "memory_limit_exceeded",
     exceptions.NotAuthenticated: "unauthorized",
     exceptions.AuthenticationFailed: "unauthorized",
     exceptions.PermissionDenied: "forbidden",

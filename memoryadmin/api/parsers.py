@@ -1,21 +1,13 @@
-"""A JSON parser that refuses bodies over the mutation limit before parsing."""
+"""The API's JSON parser: the one JSON body reader (64 KiB, nesting, the string rule)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import IO, Any
 
-from rest_framework.exceptions import APIException, ParseError
 from rest_framework.parsers import BaseParser
 
-from memoryadmin.memory.limits import BODY_MAX_BYTES
-
-
-class BodyTooLarge(APIException):
-    status_code = 413
-    default_detail = f"The request body is over {BODY_MAX_BYTES} bytes."
-    default_code = "memory_limit_exceeded"
+from memoryadmin.memory.jsonbody import body_read, json_parse, stream_chunks
 
 
 class LimitedJSONParser(BaseParser):
@@ -30,17 +22,7 @@ class LimitedJSONParser(BaseParser):
         if stream is None:
             return {}
         request = (parser_context or {}).get("request")
-        length = request.META.get("CONTENT_LENGTH") if request is not None else None
-        if length and length.isdigit() and int(length) > BODY_MAX_BYTES:
-            raise BodyTooLarge()
-        raw = stream.read(BODY_MAX_BYTES + 1)
-        if len(raw) > BODY_MAX_BYTES:
-            raise BodyTooLarge()
-        try:
-            return json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise ParseError(f"The body is not valid JSON: {exc}") from exc
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
+        declared = request.META.get("CONTENT_LENGTH") if request is not None else None
+        # Domain errors (413 over the limit, 400 naming the field) reach the
+        # exception handler as they are.
+        return json_parse(body_read(stream_chunks(stream), declared=declared))

@@ -15,6 +15,7 @@ from django.core.management.base import BaseCommand, CommandError, OutputWrapper
 
 from memoryadmin.memory.errors import DomainError
 from memoryadmin.memory.export import ExportSnapshot
+from memoryadmin.memory.strings import string_check
 
 # Exit codes of every command, documented in docs/cli.md: scripts branch on them.
 EXIT_OK = 0
@@ -83,9 +84,18 @@ def cli_actor() -> str:
 
 def decode_text(data: bytes, *, source: str) -> str:
     try:
-        return data.decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise invalid(f"{source} is not valid UTF-8 text.") from exc
+    return checked_text(text, source=source)
+
+
+def checked_text(text: str, *, source: str) -> str:
+    """`text` when it keeps the string rule; an invalid-input error naming `source` otherwise."""
+    try:
+        return string_check(text, field=source)
+    except DomainError as exc:
+        raise error_from(exc) from exc
 
 
 def read_text_file(path: str) -> str:
@@ -101,7 +111,7 @@ def read_stream(stream: Any) -> str:
     buffer = getattr(stream, "buffer", None)
     if buffer is not None:
         return decode_text(buffer.read(), source="Standard input")
-    return str(stream.read())
+    return checked_text(str(stream.read()), source="Standard input")
 
 
 def editor_command() -> list[str]:

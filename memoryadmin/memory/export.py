@@ -15,7 +15,6 @@ chunks and the manifest says the export is not a consistent snapshot.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -33,6 +32,7 @@ from memoryadmin.memory.errors import (
     NotFound,
     PreconditionFailed,
 )
+from memoryadmin.memory.jsonbody import json_parse
 from memoryadmin.memory.limits import check_agent_writes, check_resource_id
 from memoryadmin.memory.models import Document, Project, ProviderKind, Resource
 from memoryadmin.memory.representations import document_dict, iso_ms
@@ -215,11 +215,13 @@ class ImportOutcome:
 def export_read_manifest(source: Path) -> dict[str, Any]:
     """The manifest of an export directory, checked well enough to import from."""
     try:
-        manifest = json.loads((source / MANIFEST_NAME).read_text(encoding="utf-8"))
+        manifest = json_parse((source / MANIFEST_NAME).read_bytes())
     except FileNotFoundError as exc:
         raise InvalidRequest(f"{source} has no {MANIFEST_NAME}; it is not an export.") from exc
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
         raise InvalidRequest(f"Cannot read {source / MANIFEST_NAME}: {exc}.") from exc
+    except InvalidRequest as exc:
+        raise InvalidRequest(f"Cannot read {source / MANIFEST_NAME}: {exc.message}") from exc
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise InvalidRequest(f"{source / MANIFEST_NAME} is not a memoryadmin export manifest.")
     if manifest.get("formatVersion") != FORMAT_VERSION:
@@ -265,9 +267,11 @@ def export_import(
 def _import_file(resource: Resource, path: Path, actor: str) -> ImportOutcome:
     resource_id, doc_id = resource.resource_id, path.stem
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+        data = json_parse(path.read_bytes())
+    except OSError as exc:
         return ImportOutcome(FAILED, resource_id, doc_id, f"cannot read {path.name}: {exc}")
+    except InvalidRequest as exc:
+        return ImportOutcome(FAILED, resource_id, doc_id, f"cannot read {path.name}: {exc.message}")
     try:
         fields = _document_fields(data, doc_id)
         document_create(resource=resource, doc_id=doc_id, actor=actor, **fields)

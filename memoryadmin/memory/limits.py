@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from memoryadmin.memory.errors import InvalidRequest, LimitExceeded
+from memoryadmin.memory.strings import string_check
 
 RESOURCE_ID_RE = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 RESOURCE_ID_MAX = 128
@@ -79,6 +80,7 @@ def check_max_bytes(value: object) -> int:
 
 
 def check_text(value: str, *, max_bytes: int) -> int:
+    string_check(value, field="text")
     size = utf8_len(value)
     if size > max_bytes:
         raise LimitExceeded(
@@ -91,6 +93,7 @@ def check_text(value: str, *, max_bytes: int) -> int:
 
 
 def check_title(value: str) -> str:
+    string_check(value, field="title")
     size = utf8_len(value)
     if size == 0:
         raise InvalidRequest("title must not be empty.")
@@ -105,6 +108,7 @@ def check_title(value: str) -> str:
 
 
 def check_summary(value: str) -> str:
+    string_check(value, field="summary")
     size = utf8_len(value)
     if size > SUMMARY_MAX_BYTES:
         raise LimitExceeded(

@@ -15,7 +15,7 @@ import logging
 import ssl
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -24,8 +24,9 @@ from typing import Any
 import httpx
 from django.views.decorators.debug import sensitive_variables
 
-from memoryadmin.memory.errors import InvalidRequest
-from memoryadmin.memory.limits import utf8_len
+from memoryadmin.memory.errors import DomainError, InvalidRequest, LimitExceeded
+from memoryadmin.memory.jsonbody import body_read, json_parse
+from memoryadmin.memory.limits import BODY_MAX_BYTES, utf8_len
 from memoryadmin.memory.models import ProviderKind, Resource
 from memoryadmin.memory.representations import iso_ms
 from memoryadmin.providers.concurrency import Deadline, provider_call
@@ -49,7 +50,6 @@ logger = logging.getLogger(__name__)
 PROTOCOL_VERSION = 1
 # The pause before the first and the second retry.
 RETRY_DELAYS: tuple[float, ...] = (0.25, 1.0)
-BODY_MAX_BYTES = 64 * 1024
 SOURCES_MAX = 100
 ID_MAX_BYTES = 1024
 RETRYABLE_STATUSES = {408, 429}
@@ -176,26 +176,32 @@ def _attempt(client: httpx.Client, target: _Target, body: bytes, deadline: float
             "POST", target.url, content=body, headers=target.headers, timeout=remaining
         ) as response:
             reply = _Reply(status=response.status_code, headers=response.headers)
-            declared = response.headers.get("content-length", "")
-            if declared.isdigit() and int(declared) > BODY_MAX_BYTES:
+            chunks = _until(deadline, response.iter_bytes())
+            declared = response.headers.get("content-length")
+            try:
+                reply.body = body_read(chunks, declared=declared)
+            except LimitExceeded:
                 reply.oversize = True
-                return reply
-            data = bytearray()
-            for chunk in response.iter_bytes():
-                data += chunk
-                if len(data) > BODY_MAX_BYTES:
-                    reply.oversize = True
-                    return reply
-                # A reply that trickles in must still end by the deadline.
-                if time.monotonic() > deadline:
-                    return _Reply(failure="timeout")
-            reply.body = bytes(data)
+            except _Late:
+                return _Reply(failure="timeout")
             return reply
     except httpx.TimeoutException:
         return _Reply(failure="timeout")
     except (httpx.HTTPError, httpx.InvalidURL) as exc:
         # The exception's text may quote the request; only its kind is kept.
         return _Reply(failure="transport", failure_kind=type(exc).__name__)
+
+
+class _Late(Exception):
+    """The deadline passed while a reply was still arriving."""
+
+
+def _until(deadline: float, chunks: Iterator[bytes]) -> Iterator[bytes]:
+    for chunk in chunks:
+        yield chunk
+        # A reply that trickles in must still end by the deadline.
+        if time.monotonic() > deadline:
+            raise _Late()
 
 
 def _retry_after(headers: httpx.Headers) -> float | None:
@@ -282,13 +288,10 @@ def _json(reply: _Reply) -> Any:
     if media_type != "application/json":
         raise ValueError(f"the content type is {media_type or 'missing'}, not application/json")
     try:
-        return json.loads(reply.body.decode("utf-8"), parse_constant=_reject_constant)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise ValueError("the body is not valid JSON") from exc
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
+        return json_parse(reply.body)
+    except DomainError as exc:
+        # The reader speaks to API callers; here the provider is at fault.
+        raise ValueError(exc.message[:1].lower() + exc.message[1:].rstrip(".")) from exc
 
 
 def _unusable(reply: _Reply) -> tuple[str, str] | None:

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import hmac
-import json
 from typing import Any
 
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
+from memoryadmin.memory.errors import DomainError, LimitExceeded
+from memoryadmin.memory.jsonbody import body_read, json_parse, stream_chunks
 from memoryadmin.refprovider.declaration import reference_token
 from memoryadmin.refprovider.services import ProtocolError, call_handle
-
-BODY_MAX_BYTES = 64 * 1024
 
 
 def _error(status: int, code: str, message: str, **headers: str) -> JsonResponse:
@@ -30,16 +29,14 @@ def _authorized(request: HttpRequest) -> bool:
 
 
 def _body(request: HttpRequest) -> Any:
-    length = request.headers.get("Content-Length", "")
-    if length.isdigit() and int(length) > BODY_MAX_BYTES:
-        raise ProtocolError(413, "too_large", f"The body is over {BODY_MAX_BYTES} bytes.")
-    raw = request.read(BODY_MAX_BYTES + 1)
-    if len(raw) > BODY_MAX_BYTES:
-        raise ProtocolError(413, "too_large", f"The body is over {BODY_MAX_BYTES} bytes.")
     try:
-        return json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise ProtocolError(400, "invalid_request", "The body is not valid JSON.") from exc
+        return json_parse(
+            body_read(stream_chunks(request), declared=request.headers.get("Content-Length"))
+        )
+    except LimitExceeded as exc:
+        raise ProtocolError(413, "too_large", exc.message) from exc
+    except DomainError as exc:
+        raise ProtocolError(400, "invalid_request", exc.message) from exc
 
 
 @csrf_exempt

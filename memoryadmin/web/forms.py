@@ -16,6 +16,7 @@ from memoryadmin.memory.limits import (
     check_text,
     check_title,
 )
+from memoryadmin.memory.strings import strings_check
 
 
 def _checked(check: Callable[[str], object], value: str) -> str:
@@ -24,6 +25,19 @@ def _checked(check: Callable[[str], object], value: str) -> str:
     except DomainError as exc:
         raise forms.ValidationError(exc.message, code=exc.code) from exc
     return value
+
+
+class StrictForm(forms.Form):
+    """Every form of the page: the string rule over every field, naming the field."""
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        for name, value in list(cleaned.items()):
+            try:
+                strings_check(value, field=name)
+            except DomainError as exc:
+                self.add_error(name, exc.message)
+        return cleaned
 
 
 def text_field() -> forms.CharField:
@@ -35,7 +49,7 @@ def text_field() -> forms.CharField:
     )
 
 
-class DocumentFieldsForm(forms.Form):
+class DocumentFieldsForm(StrictForm):
     """Title, summary and text, checked against the resource's current maxBytes."""
 
     title = forms.CharField(strip=False, max_length=TITLE_MAX_BYTES)
@@ -82,7 +96,7 @@ class DocumentEditForm(DocumentFieldsForm):
     revision = forms.CharField(widget=forms.HiddenInput, max_length=40)
 
 
-class RevisionForm(forms.Form):
+class RevisionForm(StrictForm):
     """Confirms an action on the revision the user was looking at."""
 
     revision = forms.CharField(widget=forms.HiddenInput, max_length=40)
@@ -104,7 +118,7 @@ class DeleteForm(RevisionForm):
         return value
 
 
-class ExportForm(forms.Form):
+class ExportForm(StrictForm):
     resources = forms.MultipleChoiceField(
         widget=forms.CheckboxSelectMultiple, label="Resources to export"
     )

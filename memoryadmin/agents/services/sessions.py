@@ -26,6 +26,7 @@ from memoryadmin.memory.services.deployments import (
     resource_get,
 )
 from memoryadmin.memory.services.documents import document_create, document_get
+from memoryadmin.memory.strings import strings_check
 
 IDEMPOTENCY_KEY_MAX = 256
 # Printable characters only: the key travels in an HTTP header.
@@ -64,6 +65,7 @@ def labels_check(raw: object) -> dict[str, str]:
         return {}
     if not isinstance(raw, dict):
         raise InvalidRequest("labels must be an object of strings.")
+    strings_check(raw, field="labels")
     if len(raw) > LABELS_MAX:
         raise InvalidRequest(f"labels takes at most {LABELS_MAX} entries.")
     for name, value in raw.items():

@@ -21,6 +21,7 @@ from memoryadmin.memory.limits import (
 )
 from memoryadmin.memory.models import ActiveDeployment, Deployment, Project, Resource
 from memoryadmin.memory.services.audit import audit_record
+from memoryadmin.memory.strings import strings_check
 
 Declaration = dict[str, Any]
 ProviderNormalizer = Callable[[dict[str, Any], str], dict[str, Any]]
@@ -110,6 +111,7 @@ def deployment_create(
     actor: str,
 ) -> Deployment:
     check_agent_id(agent)
+    strings_check(memory, field="memory")
     declarations = declarations_normalize(memory)
     if promote is not None:
         check_environment(promote)

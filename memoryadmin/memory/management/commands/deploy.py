@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -8,6 +7,8 @@ from django.core.management.base import CommandParser
 
 from memoryadmin.memory import cli
 from memoryadmin.memory.environments import Environment
+from memoryadmin.memory.errors import DomainError
+from memoryadmin.memory.jsonbody import json_parse
 from memoryadmin.memory.services.deployments import deployment_create
 from memoryadmin.memory.services.projects import project_get
 
@@ -22,9 +23,11 @@ class Command(cli.Command):
 
     def act(self, options: dict[str, Any]) -> None:
         try:
-            manifest = json.loads(options["manifest"].read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
+            manifest = json_parse(options["manifest"].read_bytes())
+        except OSError as exc:
             raise cli.invalid(f"Cannot read the manifest: {exc}") from exc
+        except DomainError as exc:
+            raise cli.invalid(f"Cannot read the manifest: {exc.message}") from exc
         if not isinstance(manifest, dict) or set(manifest) - {"agent", "memory"}:
             raise cli.invalid('The manifest must be {"agent": ..., "memory": [...]}.')
         deployment = deployment_create(

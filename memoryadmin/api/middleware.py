@@ -1,0 +1,96 @@
+"""The request door, before any view, session or user is looked at.
+
+- The string rule (memoryadmin.memory.strings) for the path, every query
+  parameter (names included) and every header: 400 `invalid_request` naming
+  the field, as the JSON envelope on API routes and as an error page on the
+  Memory page.
+- Bodies without a Content-Length (`Transfer-Encoding: chunked`) are read
+  within the same limit as any other body (413 when over), not as empty. A
+  WSGI server that does not promise a terminated input stream cannot be read
+  safely: such requests are 411.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+
+from django.conf import settings
+from django.core.handlers.wsgi import WSGIRequest
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
+
+from memoryadmin.api.errors import envelope
+from memoryadmin.memory.errors import DomainError
+from memoryadmin.memory.jsonbody import body_read, stream_chunks
+from memoryadmin.memory.limits import BODY_MAX_BYTES
+from memoryadmin.memory.strings import string_check, strings_check
+
+API_PREFIXES = ("/api/", "/reference-provider/")
+
+
+class LengthRequired(DomainError):
+    status = 411
+    code = "length_required"
+
+
+def is_api(request: HttpRequest) -> bool:
+    return request.path.startswith(API_PREFIXES)
+
+
+def _header_name(meta_key: str) -> str:
+    return meta_key.removeprefix("HTTP_").replace("_", "-").title()
+
+
+def request_strings_check(request: HttpRequest) -> None:
+    string_check(request.path, field="path")
+    for name, values in request.GET.lists():
+        for value in values:
+            strings_check({name: value}, field="query")
+    for key, value in request.META.items():
+        header = key.startswith("HTTP_") or key in {"CONTENT_TYPE", "CONTENT_LENGTH"}
+        if header and isinstance(value, str):
+            strings_check({_header_name(key): value}, field="header")
+
+
+def chunked_body_read(request: HttpRequest) -> None:
+    """Reads a body sent without a length, so that every parser sees it with one."""
+    if (
+        request.META.get("CONTENT_LENGTH")
+        or "chunked" not in request.META.get("HTTP_TRANSFER_ENCODING", "").lower()
+    ):
+        return
+    if isinstance(request, WSGIRequest):
+        if not request.environ.get("wsgi.input_terminated"):
+            raise LengthRequired("This server cannot read a body without Content-Length; send one.")
+        source: object = request.environ["wsgi.input"]
+    else:
+        # ASGI servers hand over the whole body, already de-chunked.
+        source = request
+    limit = BODY_MAX_BYTES
+    if not is_api(request):
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE or BODY_MAX_BYTES
+    body = body_read(stream_chunks(source), limit=limit)
+    request.META["CONTENT_LENGTH"] = str(len(body))
+    request._stream = io.BytesIO(body)
+
+
+def refusal(request: HttpRequest, exc: DomainError) -> HttpResponse:
+    if is_api(request):
+        extra = {"details": exc.details} if exc.details else {}
+        return JsonResponse(envelope(exc.code, exc.message, **extra), status=exc.status)
+    context = {"status": exc.status, "message": exc.message}
+    return render(request, "memoryadmin/error.html", context, status=exc.status)
+
+
+class RequestDoorMiddleware:
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        try:
+            request_strings_check(request)
+            chunked_body_read(request)
+        except DomainError as exc:
+            return refusal(request, exc)
+        return self.get_response(request)

@@ -1,0 +1,77 @@
+"""The one reader of JSON bodies, for every body that crosses the network.
+
+The management API's requests, the reference provider's requests and the
+memory providers' responses are all read here: at most BODY_MAX_BYTES
+(counted as they arrive, so a body without a length is bounded too), strict
+UTF-8, no NaN or Infinity, nesting at most NESTING_MAX levels and the string
+rule of memoryadmin.memory.strings.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from typing import IO, Any
+
+from memoryadmin.memory.errors import InvalidRequest, LimitExceeded
+from memoryadmin.memory.limits import BODY_MAX_BYTES
+from memoryadmin.memory.strings import NESTING_MAX, strings_check
+
+CHUNK_BYTES = 16 * 1024
+
+
+def too_large(size: int, limit: int = BODY_MAX_BYTES) -> LimitExceeded:
+    return LimitExceeded(
+        f"The body is over {limit} bytes.", field="body", bytes=size, max_bytes=limit
+    )
+
+
+def stream_chunks(stream: IO[bytes] | Any) -> Iterator[bytes]:
+    """The chunks of a file-like object (anything with read(size)) until its end."""
+    while chunk := stream.read(CHUNK_BYTES):
+        yield chunk
+
+
+def body_read(
+    chunks: Iterable[bytes], *, declared: str | int | None = None, limit: int = BODY_MAX_BYTES
+) -> bytes:
+    """All of a body, refused (LimitExceeded, 413) as soon as it is known to be over `limit`.
+
+    `declared` is the Content-Length, when there is one: a body declared too
+    large is refused before a byte of it is read.
+    """
+    text = str(declared or "").strip()
+    if text.isdigit() and int(text) > limit:
+        raise too_large(int(text), limit)
+    data = bytearray()
+    for chunk in chunks:
+        data += chunk
+        if len(data) > limit:
+            raise too_large(len(data), limit)
+    return bytes(data)
+
+
+def json_parse(raw: bytes) -> Any:
+    """The JSON document in `raw`; InvalidRequest (400) naming the problem otherwise."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidRequest("The body is not valid JSON: it is not UTF-8.") from exc
+    try:
+        data = json.loads(text, parse_constant=_reject_constant)
+    except RecursionError as exc:
+        raise _too_deep() from exc
+    except ValueError as exc:
+        raise InvalidRequest(f"The body is not valid JSON: {exc}") from exc
+    strings_check(data)
+    return data
+
+
+def _too_deep() -> InvalidRequest:
+    return InvalidRequest(
+        f"body: JSON may nest at most {NESTING_MAX} levels deep.", details={"field": "body"}
+    )
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
