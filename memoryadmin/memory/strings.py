@@ -11,6 +11,7 @@ again; `manage.py doctor` repairs rows that an earlier version stored.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from memoryadmin.memory.errors import InvalidRequest
 
@@ -90,3 +91,14 @@ def strings_check(value: object, *, field: str = "") -> None:
                 if problem is not None:
                     raise _refuse(_child(path, key), problem, key=True)
             pending.append((child, _child(path, str(key)), depth + 1))
+
+
+def value_repair(value: Any) -> Any:
+    """`value` (a string or a JSON value) with every forbidden code point replaced, keys too."""
+    if isinstance(value, str):
+        return string_repair(value)
+    if isinstance(value, list):
+        return [value_repair(item) for item in value]
+    if isinstance(value, dict):
+        return {value_repair(key): value_repair(item) for key, item in value.items()}
+    return value

@@ -1,0 +1,39 @@
+"""`manage.py doctor [--fix]`: stored strings that break the string rule, and their repair."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from memoryadmin.memory.cli import cli_actor
+from memoryadmin.memory.services.doctor import doctor_repair, doctor_scan
+
+
+class Command(BaseCommand):
+    help = (
+        "Find stored strings with NUL or unpaired surrogates (which an earlier version "
+        "accepted); --fix replaces those code points with U+FFFD, audited."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--fix", action="store_true", help="repair what is found")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        findings = list(doctor_scan())
+        for finding in findings:
+            self.stdout.write(finding.label)
+        if not findings:
+            self.stdout.write("Every stored string keeps the rule.")
+            return
+        if not options["fix"]:
+            raise CommandError(
+                f"{len(findings)} row(s) hold NUL or unpaired surrogates; "
+                "run `manage.py doctor --fix` to repair them.",
+                returncode=1,
+            )
+        actor = cli_actor()
+        unaudited = [f for f in findings if not doctor_repair(finding=f, actor=actor)]
+        self.stdout.write(f"Repaired {len(findings)} row(s).")
+        for finding in unaudited:
+            self.stdout.write(f"  {finding.label} belongs to no project: repaired, not audited.")
