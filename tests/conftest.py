@@ -8,6 +8,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck
+from hypothesis import settings as hypothesis_settings
 from rest_framework.test import APIClient
 
 from memoryadmin.agents.models import Session
@@ -283,3 +285,17 @@ def used_memory(project: Project, people: People, notes: Resource, make_document
     production_notes = Resource.objects.get(resource_id="notes", environment="production")
     make_document("workshop", resource=production_notes, title="Workshop notes", text="Live.")
     return notes
+
+
+# Property-based tests: a fixed number of examples, no deadline (shared machines are
+# noisy), derandomized so that a failure reproduces on every run and every machine.
+hypothesis_settings.register_profile(
+    "memoryadmin",
+    max_examples=15,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+hypothesis_settings.load_profile("memoryadmin")

@@ -332,7 +332,7 @@ def owner(people: People, web_client_for: Callable[[Any], Client]) -> Client:
 @pytest.mark.parametrize(
     "url",
     [
-        f"{PAGE}/resources/notes/documents/?q=a%00",
+        f"{PAGE}/resources/notes/?q=a%00",
         f"{PAGE}/audit/?resource=a%00",
         f"{PAGE}/resources/notes/documents/d1/versions/a%00/",
         f"{PAGE}/sessions/ses%00/",
