@@ -19,7 +19,7 @@ from rest_framework.test import APIClient
 from memoryadmin.agents.models import Session
 from memoryadmin.agents.services.sessions import session_create
 from memoryadmin.memory.models import AuditEntry, Deployment, Document, DocumentVersion, Project
-from tests.conftest import DEV, People, is_postgres
+from tests.helpers import DEV, People, is_postgres
 
 pytestmark = pytest.mark.django_db
 

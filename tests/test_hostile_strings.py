@@ -11,7 +11,6 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,7 @@ from memoryadmin.memory.jsonbody import json_parse
 from memoryadmin.memory.models import AuditEntry, Deployment, Document, DocumentVersion, Resource
 from memoryadmin.memory.strings import NESTING_MAX, string_repair, strings_check
 from memoryadmin.web.forms import DocumentCreateForm, DocumentEditForm
-from tests.conftest import DEV, DOCS, People
+from tests.helpers import DEV, DOCS
 
 pytestmark = pytest.mark.django_db
 
@@ -322,11 +321,6 @@ def test_reference_provider_refuses_nul_in_its_body(settings: Any) -> None:
 
 
 # The Memory page.
-
-
-@pytest.fixture
-def owner(people: People, web_client_for: Callable[[Any], Client]) -> Client:
-    return web_client_for(people.owner)
 
 
 @pytest.mark.parametrize(

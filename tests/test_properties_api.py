@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 import schemathesis
+from django.core.signals import request_finished, request_started
+from django.db import close_old_connections
 from hypothesis import HealthCheck, Phase, settings
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
@@ -17,7 +19,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from tests.conftest import Keys
+from tests.helpers import Keys
 
 EXAMPLES_PER_OPERATION = 10
 CHECKS = [
@@ -28,10 +30,31 @@ CHECKS = [
 ]
 
 
+def application(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+    """The project's WSGI application, keeping the test's database connection open.
+
+    Django closes connections when a request starts and finishes; inside a test that
+    would end the test's transaction, so (as Django's test client does) not here.
+    """
+    from memoryadmin.wsgi import application as django_application
+
+    request_started.disconnect(close_old_connections)
+    request_finished.disconnect(close_old_connections)
+    try:
+        response = django_application(environ, start_response)
+        try:
+            return [b"".join(response)]
+        finally:
+            close = getattr(response, "close", None)
+            if close is not None:
+                close()
+    finally:
+        request_started.connect(close_old_connections)
+        request_finished.connect(close_old_connections)
+
+
 def _load_schema() -> Any:
     # Read once, at collection: the schema route touches no database.
-    from memoryadmin.wsgi import application
-
     loaded = schemathesis.openapi.from_wsgi("/api/schema/", application)
     loaded.config.generation.update(
         modes=[GenerationMode.POSITIVE, GenerationMode.NEGATIVE],

@@ -24,7 +24,7 @@ from hypothesis.stateful import (
 from rest_framework.test import APIClient
 
 from memoryadmin.memory.models import Document, DocumentVersion
-from tests.conftest import DEV, DOCS, Keys
+from tests.helpers import DEV, DOCS, Keys
 
 pytestmark = pytest.mark.django_db
 

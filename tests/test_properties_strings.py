@@ -19,7 +19,7 @@ from rest_framework.test import APIClient
 
 from memoryadmin.memory.models import Document
 from memoryadmin.memory.strings import FORBIDDEN_RE
-from tests.conftest import DEV, DOCS, People
+from tests.helpers import DEV, DOCS
 
 pytestmark = pytest.mark.django_db
 
@@ -95,8 +95,8 @@ def lists_read(api: APIClient, page: Client, *names: str) -> None:
 
 
 @pytest.fixture
-def page(people: People, web_client_for: Callable[[Any], Client]) -> Client:
-    return web_client_for(people.owner)
+def page(owner: Client) -> Client:
+    return owner
 
 
 @given(value=HOSTILE)
