@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandParser
 
-from memoryadmin.memory.cli import cli_actor
+from memoryadmin.memory import cli
 from memoryadmin.memory.services.doctor import doctor_repair, doctor_scan
 
 
-class Command(BaseCommand):
+class Command(cli.Command):
     help = (
         "Find stored strings with NUL or unpaired surrogates (which an earlier version "
         "accepted); --fix replaces those code points with U+FFFD, audited."
@@ -19,7 +19,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--fix", action="store_true", help="repair what is found")
 
-    def handle(self, *args: Any, **options: Any) -> None:
+    def act(self, options: dict[str, Any]) -> None:
         findings = list(doctor_scan())
         for finding in findings:
             self.stdout.write(finding.label)
@@ -27,12 +27,12 @@ class Command(BaseCommand):
             self.stdout.write("Every stored string keeps the rule.")
             return
         if not options["fix"]:
-            raise CommandError(
+            raise cli.Error(
                 f"{len(findings)} row(s) hold NUL or unpaired surrogates; "
                 "run `manage.py doctor --fix` to repair them.",
-                returncode=1,
+                returncode=cli.EXIT_ERROR,
             )
-        actor = cli_actor()
+        actor = cli.cli_actor()
         unaudited = [f for f in findings if not doctor_repair(finding=f, actor=actor)]
         self.stdout.write(f"Repaired {len(findings)} row(s).")
         for finding in unaudited:
