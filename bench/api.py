@@ -58,7 +58,8 @@ def seed(documents: int) -> tuple[str, str]:
     from memoryadmin.memory.models import Document, Resource
     from memoryadmin.memory.services.deployments import deployment_create
     from memoryadmin.memory.services.documents import new_revision
-    from memoryadmin.memory.services.projects import api_key_create, project_create
+    from memoryadmin.memory.services.keys import api_key_create
+    from memoryadmin.memory.services.projects import project_create
 
     project = project_create(project_id="bench")
     memory = [{"id": "notes", "description": "Bench notes.", "provider": {"maxBytes": 16384}}]

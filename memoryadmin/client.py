@@ -66,6 +66,21 @@ class Deployment(TypedDict):
     createdAt: str
 
 
+class ApiKey(TypedDict):
+    id: int
+    name: str
+    prefix: str
+    scope: str
+    readOnly: bool
+    createdAt: str
+    lastUsedAt: str | None
+    revokedAt: str | None
+
+
+class NewApiKey(ApiKey):
+    secret: str  # the key itself, shown this once
+
+
 class Binding(TypedDict):
     resource: str
     scope: Literal["document", "collection", "namespace"]
@@ -263,6 +278,31 @@ class Client:
             list[dict[str, Any]],
             self._request("GET", path, params=self._env(environment)).json()["resources"],
         )
+
+    # API keys of a project (needs a read-write key of that project).
+
+    def list_api_keys(self, *, project: str | None = None) -> list[ApiKey]:
+        path = f"projects/{self._project(project)}/api-keys"
+        return cast(list[ApiKey], self._request("GET", path).json()["apiKeys"])
+
+    def create_api_key(
+        self, *, name: str = "", read_only: bool = False, project: str | None = None
+    ) -> NewApiKey:
+        path = f"projects/{self._project(project)}/api-keys"
+        body = {"name": name, "readOnly": read_only}
+        return cast(NewApiKey, self._request("POST", path, json=body).json())
+
+    def revoke_api_key(self, key_id: int | str, *, project: str | None = None) -> ApiKey:
+        path = f"projects/{self._project(project)}/api-keys/{key_id}/revoke"
+        return cast(ApiKey, self._request("POST", path).json())
+
+    def rotate_api_key(
+        self, key_id: int | str, *, grace_seconds: int = 0, project: str | None = None
+    ) -> NewApiKey:
+        """A new key like the old one; the old one keeps working for grace_seconds."""
+        path = f"projects/{self._project(project)}/api-keys/{key_id}/rotate"
+        body = {"graceSeconds": grace_seconds}
+        return cast(NewApiKey, self._request("POST", path, json=body).json())
 
     # Documents.
 

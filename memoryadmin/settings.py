@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import secrets
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -120,6 +121,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_htmx",
+    "axes",
     "memoryadmin.memory",
     "memoryadmin.api",
     "memoryadmin.agents",
@@ -142,6 +144,14 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last, as django-axes asks: it turns a locked-out login into the lockout page.
+    "axes.middleware.AxesMiddleware",
+]
+
+# django-axes first: it refuses a locked-out login before a password is hashed.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
 ]
 
 ROOT_URLCONF = "memoryadmin.urls"
@@ -213,6 +223,7 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "memoryadmin.api.errors.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
+    "DEFAULT_THROTTLE_CLASSES": ["memoryadmin.api.throttling.ApiKeyRateThrottle"],
 }
 
 SPECTACULAR_SETTINGS = {
@@ -254,3 +265,52 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "WARNING")},
 }
+
+# The shared cache: API key look-ups, rate limits and last-used marks. With
+# several instances, REDIS_URL must point every instance at one Redis.
+REDIS_URL = os.environ.get("REDIS_URL", "")
+if REDIS_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": os.environ.get("MEMORYADMIN_CACHE_PREFIX", "memoryadmin"),
+        }
+    }
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
+
+def env_rate(name: str, default: str) -> str:
+    """A rate such as `600/minute` (`second`, `minute`, `hour` or `day`)."""
+    raw = os.environ.get(name, "").strip() or default
+    count, _, period = raw.partition("/")
+    if not count.isdigit() or int(count) < 1 or period not in {"second", "minute", "hour", "day"}:
+        raise ImproperlyConfigured(f"{name} must look like 600/minute, not {raw!r}")
+    return raw
+
+
+# API keys: how long a process may trust a cached key look-up. A key revoked by
+# one process stops working in the others within this many seconds. Without
+# Redis every worker process has a cache of its own that a revocation elsewhere
+# cannot clear, so look-ups are not cached unless this is set.
+MEMORYADMIN_API_KEY_CACHE_SECONDS = env_int(
+    "MEMORYADMIN_API_KEY_CACHE_SECONDS", 5 if REDIS_URL else 0
+)
+if not 0 <= MEMORYADMIN_API_KEY_CACHE_SECONDS <= 5:
+    raise ImproperlyConfigured("MEMORYADMIN_API_KEY_CACHE_SECONDS must be between 0 and 5")
+# Requests per API key, counted in the shared cache (so across instances).
+MEMORYADMIN_API_RATE = env_rate("MEMORYADMIN_API_RATE", "1200/minute")
+
+# Logins: a user name or an address is locked out after this many failures
+# in a row, until the cool-off ends or `manage.py axes_reset` clears it.
+AXES_FAILURE_LIMIT = env_int("MEMORYADMIN_LOGIN_FAILURE_LIMIT", 5)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("MEMORYADMIN_LOGIN_COOLOFF_MINUTES", 15))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "memoryadmin/locked_out.html"
+AXES_VERBOSE = False
+# Behind reverse proxies, the client's address comes from X-Forwarded-For
+# (see memoryadmin.web.services.lockouts.client_address).
+MEMORYADMIN_PROXY_COUNT = env_int("MEMORYADMIN_PROXY_COUNT", 0)
+AXES_CLIENT_IP_CALLABLE = "memoryadmin.web.services.lockouts.client_address"

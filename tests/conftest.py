@@ -20,7 +20,8 @@ from memoryadmin.memory.services.deployments import (
     resource_get,
 )
 from memoryadmin.memory.services.documents import Writer, document_create, document_replace
-from memoryadmin.memory.services.projects import api_key_create, project_create
+from memoryadmin.memory.services.keys import api_key_create
+from memoryadmin.memory.services.projects import project_create
 from tests.helpers import (
     BROWSER_ARGS,
     CHROMIUM,
@@ -38,6 +39,14 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     for item in items:
         if "postgres" in item.keywords and not on_postgres:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _empty_cache() -> None:
+    """Every test starts with an empty cache: no key look-ups or rate counts of another test."""
+    from django.core.cache import cache
+
+    cache.clear()
 
 
 @pytest.fixture

@@ -202,3 +202,9 @@ def shoot(page: Any, name: str, *, full_page: bool = False) -> None:
     """Saves a screenshot of the page for docs/memory-page.md."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=full_page)
+
+
+def password_login(client: Any, username: str, password: str) -> bool:
+    """Logs in through the login form (as a browser does, so lockouts apply)."""
+    response = client.post("/login/", {"username": username, "password": password})
+    return bool(response.status_code == 302 and "_auth_user_id" in client.session)

@@ -14,7 +14,7 @@ import pytest
 from memoryadmin.agents.models import Session, SessionEvent
 from memoryadmin.client import ApiError, Client, DocumentDeleted
 from memoryadmin.memory.models import Document, DocumentVersion, Project, Resource
-from memoryadmin.memory.services.projects import api_key_create
+from memoryadmin.memory.services.keys import api_key_create
 from tests.helpers import MANIFEST_MEMORY
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -235,3 +235,25 @@ def test_example_agent_host_runs_its_scenario(
     assert "- Owner: the room is booked." in document.text
     assert document.text.count("Decided") == 2
     assert (document.writer_kind, document.writer_session_id) == ("agent", session.id)
+
+
+def test_api_keys_list_create_rotate_revoke(live_server: Any, client: Client, api_key: str) -> None:
+    made = client.create_api_key(name="ci", read_only=True)
+    assert made["secret"].startswith("mak_")
+    assert made["readOnly"] is True
+    listed = {key["prefix"]: key for key in client.list_api_keys()}
+    assert set(listed) == {made["prefix"], api_key[:12]}
+    assert "secret" not in listed[made["prefix"]]
+    rotated = client.rotate_api_key(made["id"], grace_seconds=0)
+    assert rotated["name"] == "ci"
+    assert rotated["prefix"] != made["prefix"]
+    with Client(live_server.url, made["secret"], project="acme") as old:
+        with pytest.raises(ApiError) as caught:
+            old.list_documents("notes")
+        assert caught.value.status == 401
+    revoked = client.revoke_api_key(rotated["id"])
+    assert revoked["revokedAt"] is not None
+    with Client(live_server.url, rotated["secret"], project="acme") as gone:
+        with pytest.raises(ApiError) as caught:
+            gone.list_documents("notes")
+        assert caught.value.code == "unauthorized"

@@ -12,7 +12,7 @@ import pytest
 
 from memoryadmin.memory.models import Document, DocumentVersion, Resource
 from memoryadmin.memory.services.documents import document_create
-from memoryadmin.memory.services.projects import api_key_create
+from memoryadmin.memory.services.keys import api_key_create
 from tests.helpers import DEV, DOCS, run_threads
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]

@@ -17,7 +17,7 @@ from memoryadmin.agents.bindings import ORDINARY_TOOL_NAMES
 from memoryadmin.agents.models import Recall
 from memoryadmin.agents.services.runtime import TOOLS
 from memoryadmin.memory.models import Project
-from memoryadmin.memory.services.projects import api_key_create
+from memoryadmin.memory.services.keys import api_key_create
 from memoryadmin.providers.partitions import partition_key
 from memoryadmin.providers.services.secrets import secret_set
 from memoryadmin.refprovider.declaration import (

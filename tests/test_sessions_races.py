@@ -17,7 +17,7 @@ from memoryadmin.agents.services.sessions import session_create, session_end, se
 from memoryadmin.memory.errors import NotFound, PreconditionFailed
 from memoryadmin.memory.models import Document, Project, Resource
 from memoryadmin.memory.services.documents import document_create, document_delete, document_patch
-from memoryadmin.memory.services.projects import api_key_create
+from memoryadmin.memory.services.keys import api_key_create
 from tests.helpers import run_threads
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]

@@ -20,7 +20,7 @@ from memoryadmin.memory.models import (
     Project,
     Resource,
 )
-from memoryadmin.memory.services.projects import api_key_authenticate
+from memoryadmin.memory.services.keys import api_key_authenticate
 
 
 def run(*args: Any) -> tuple[str, str]:

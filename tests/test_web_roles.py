@@ -25,7 +25,7 @@ from memoryadmin.web.services.roles import (
     membership_get,
     membership_require,
 )
-from tests.helpers import People
+from tests.helpers import People, password_login
 
 pytestmark = pytest.mark.django_db
 
@@ -82,7 +82,7 @@ def test_grant_create_makes_a_login_that_works(project: Project) -> None:
     password = out.splitlines()[-1].rsplit(" ", 1)[-1]
     assert out.startswith("alice is viewer of acme\nPassword for alice (shown once): ")
     client = Client()
-    assert client.login(username="alice", password=password)
+    assert password_login(client, "alice", password)
     assert client.get("/projects/acme/development/").status_code == 200
 
 
@@ -152,7 +152,7 @@ def test_demo_creates_an_owner_and_a_support_login_and_prints_both(db: None, var
     roles = dict(ProjectRole.objects.values_list("user__username", "role"))
     assert roles == {"demo-owner": "owner", "demo-support": "support"}
     client = Client()
-    assert client.login(username="demo-support", password=saved["demo-support"])
+    assert password_login(client, "demo-support", saved["demo-support"])
     assert client.get("/projects/demo/development/resources/notes/").status_code == 200
 
 
@@ -164,7 +164,7 @@ def test_demo_twice_keeps_the_logins(db: None, var_dir: Path) -> None:
     assert "created: nothing (already set up)" in out
     assert json.loads((var_dir / "demo-logins.json").read_text()) == saved
     assert AuditEntry.objects.filter(action="role.grant").count() == grants
-    assert Client().login(username="demo-owner", password=saved["demo-owner"])
+    assert password_login(Client(), "demo-owner", saved["demo-owner"])
 
 
 def test_demo_repairs_a_login_whose_password_file_was_lost(db: None, var_dir: Path) -> None:
@@ -173,5 +173,5 @@ def test_demo_repairs_a_login_whose_password_file_was_lost(db: None, var_dir: Pa
     out = run_demo()
     saved = json.loads((var_dir / "demo-logins.json").read_text())
     assert "login demo-owner" in out
-    assert Client().login(username="demo-owner", password=saved["demo-owner"])
+    assert password_login(Client(), "demo-owner", saved["demo-owner"])
     assert get_user_model().objects.filter(username="demo-owner").count() == 1

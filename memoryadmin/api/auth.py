@@ -10,7 +10,7 @@ from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
 from memoryadmin.memory.models import ApiKey
-from memoryadmin.memory.services.projects import api_key_authenticate
+from memoryadmin.memory.services.keys import api_key_authenticate
 
 
 class KeyHolder:

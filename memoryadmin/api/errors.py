@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
@@ -61,7 +62,13 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     else:  # Django's Http404 and PermissionDenied, which DRF's handler converted
         code = "not_found" if isinstance(exc, Http404) else "forbidden"
         message = str(response.data["detail"])
-    response.data = envelope(code, message)
+    extra: dict[str, Any] = {}
+    if isinstance(exc, exceptions.Throttled) and exc.wait is not None:
+        # Whole seconds, rounded up: retrying after that long succeeds.
+        retry_after = max(1, math.ceil(exc.wait))
+        response["Retry-After"] = str(retry_after)
+        extra["details"] = {"retryAfter": retry_after}
+    response.data = envelope(code, message, **extra)
     return response
 
 

@@ -196,3 +196,58 @@ def require_query_string(request: Request, name: str) -> str | None:
     if value is not None and value == "":
         raise InvalidRequest(f"{name} must not be empty.")
     return value
+
+
+class StrictBooleanField(serializers.BooleanField):
+    """JSON true or false only: no "yes", 1 or "false"."""
+
+    def to_internal_value(self, data: Any) -> bool:
+        if not isinstance(data, bool):
+            self.fail("invalid", input=data)
+        return data
+
+
+class StrictIntegerField(serializers.IntegerField):
+    """A JSON integer only: no strings, floats or booleans."""
+
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        return int(super().to_internal_value(data))
+
+
+class ApiKeyCreateInput(StrictSerializer):
+    name = StrictCharField(required=False, max_length=200)
+    readOnly = StrictBooleanField(required=False, default=False)
+
+
+class ApiKeyRotateInput(StrictSerializer):
+    graceSeconds = StrictIntegerField(
+        required=False,
+        default=0,
+        min_value=0,
+        help_text="How long the old key keeps working (default 0: it stops now).",
+    )
+
+
+class ApiKeyOutput(serializers.Serializer):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    prefix = serializers.CharField(help_text="The first characters of the key, to recognise it.")
+    scope = serializers.CharField(help_text="The project the key reaches.")
+    readOnly = serializers.BooleanField()
+    createdAt = serializers.DateTimeField()
+    lastUsedAt = serializers.DateTimeField(
+        allow_null=True, help_text="Refreshed at most once a minute."
+    )
+    revokedAt = serializers.DateTimeField(
+        allow_null=True, help_text="When the key stopped (or, after a rotation, stops) working."
+    )
+
+
+class ApiKeyListOutput(serializers.Serializer):
+    apiKeys = ApiKeyOutput(many=True)
+
+
+class ApiKeyCreatedOutput(ApiKeyOutput):
+    secret = serializers.CharField(help_text="The key itself: shown this once, never again.")

@@ -2,9 +2,10 @@ from __future__ import annotations
 
 from django.urls import path
 
-from memoryadmin.api import views
+from memoryadmin.api import key_views, views
 
 DOCUMENTS = "projects/<str:p>/memory/<str:r>/documents"
+KEYS = "projects/<str:p>/api-keys"
 
 urlpatterns = [
     path("projects", views.ProjectListView.as_view(), name="api-projects"),
@@ -32,4 +33,7 @@ urlpatterns = [
         views.DocumentVersionsView.as_view(),
         name="api-document-versions",
     ),
+    path(KEYS, key_views.ApiKeyListView.as_view(), name="api-keys"),
+    path(f"{KEYS}/<str:k>/revoke", key_views.ApiKeyRevokeView.as_view(), name="api-key-revoke"),
+    path(f"{KEYS}/<str:k>/rotate", key_views.ApiKeyRotateView.as_view(), name="api-key-rotate"),
 ]

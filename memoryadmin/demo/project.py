@@ -22,7 +22,7 @@ from memoryadmin.memory.services.deployments import (
     resource_get,
 )
 from memoryadmin.memory.services.documents import document_create
-from memoryadmin.memory.services.projects import api_key_authenticate, api_key_create
+from memoryadmin.memory.services.keys import api_key_authenticate, api_key_create
 from memoryadmin.providers.services.secrets import secret_resolve, secret_set
 from memoryadmin.refprovider.declaration import (
     TOKEN_SECRET_NAME,

@@ -40,7 +40,11 @@ class ApiKey(models.Model):
     hashed = models.CharField(max_length=64, unique=True)
     read_only = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
+    # Set by revoke (now) or rotate (now + the grace period): the key stops
+    # working at that moment.
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # Refreshed at most once a minute, not on every request.
+    last_used_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"{self.prefix}…"
@@ -176,7 +180,10 @@ class DocumentVersion(models.Model):
 
 
 class AuditEntry(models.Model):
-    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="audit_entries")
+    # null project: an action on something that spans projects (an all-projects key).
+    project = models.ForeignKey(
+        Project, null=True, blank=True, on_delete=models.CASCADE, related_name="audit_entries"
+    )
     environment = models.CharField(max_length=16, blank=True)
     # Who acted: "user:<name>", "key:<prefix>" or "cli:<os user>".
     actor = models.CharField(max_length=200)

@@ -8,7 +8,7 @@ from typing import Any
 
 from django.db.models import Model
 
-from memoryadmin.memory.models import Deployment, Document, DocumentVersion, Project
+from memoryadmin.memory.models import ApiKey, Deployment, Document, DocumentVersion, Project
 from memoryadmin.memory.services.deployments import deployment_active_in
 
 
@@ -86,4 +86,18 @@ def deployment_dict(deployment: Deployment, *, active_in: list[str]) -> dict[str
         "memory": deployment.memory,
         "activeIn": active_in,
         "createdAt": iso_ms(deployment.created_at),
+    }
+
+
+def api_key_dict(key: ApiKey) -> dict[str, Any]:
+    """A key as every door shows it: never its secret or its hash."""
+    return {
+        "id": key.pk,
+        "name": key.name,
+        "prefix": key.prefix,
+        "scope": key.project_id or "*",
+        "readOnly": key.read_only,
+        "createdAt": iso_ms(key.created_at),
+        "lastUsedAt": iso_ms(key.last_used_at) if key.last_used_at else None,
+        "revokedAt": iso_ms(key.revoked_at) if key.revoked_at else None,
     }

@@ -128,3 +128,8 @@ class ExportForm(StrictForm):
         self.fields["resources"].choices = [(r, r) for r in resource_ids]  # type: ignore[attr-defined]
         self.fields["resources"].initial = resource_ids
         self.resource_ids = resource_ids
+
+
+class ApiKeyForm(forms.Form):
+    name = forms.CharField(required=False, max_length=200, strip=True)
+    read_only = forms.BooleanField(required=False, label="Read-only")

@@ -4,7 +4,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import path, register_converter
 
 from memoryadmin.memory.environments import Environment
-from memoryadmin.web.views import export, reading, sessions, writing
+from memoryadmin.web.views import export, keys, reading, sessions, writing
 
 
 class EnvironmentConverter:
@@ -40,6 +40,9 @@ urlpatterns = [
     path(PROJECT, reading.inventory, name="inventory"),
     path(PROJECT + "audit/", reading.audit, name="audit"),
     path(PROJECT + "export/", export.export, name="export"),
+    path(PROJECT + "keys/", keys.key_list, name="keys"),
+    path(PROJECT + "keys/new/", keys.key_create, name="key-create"),
+    path(PROJECT + "keys/<int:k>/revoke/", keys.key_revoke, name="key-revoke"),
     path(PROJECT + "sessions/", sessions.session_list, name="sessions"),
     path(PROJECT + "sessions/<str:s>/", sessions.session_detail, name="session"),
     path(PROJECT + "sessions/<str:s>/end/", sessions.session_end_confirm, name="session-end"),

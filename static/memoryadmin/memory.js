@@ -42,6 +42,34 @@
     initCounters(event.target);
   });
 
+  // Copy buttons: <button data-copy="<input id>"> copies that input's value.
+  document.addEventListener("click", function (event) {
+    const button = event.target.closest && event.target.closest("button[data-copy]");
+    if (!button) {
+      return;
+    }
+    const input = document.getElementById(button.dataset.copy);
+    const status = document.querySelector('[data-copy-status-for="' + button.dataset.copy + '"]');
+    const done = function (text) {
+      if (status) {
+        status.textContent = text;
+      }
+    };
+    input.select();
+    if (navigator.clipboard && window.isSecureContext) {
+      navigator.clipboard.writeText(input.value).then(
+        function () {
+          done("Copied.");
+        },
+        function () {
+          done("Select the key and copy it.");
+        }
+      );
+    } else {
+      done(document.execCommand("copy") ? "Copied." : "Select the key and copy it.");
+    }
+  });
+
   function showStatus(text) {
     const status = document.getElementById("htmx-status");
     if (status) {

@@ -13,7 +13,7 @@ AUDIT_PAGE_SIZE = 50
 
 def audit_record(
     *,
-    project_id: str,
+    project_id: str | None,
     environment: str,
     actor: str,
     action: str,

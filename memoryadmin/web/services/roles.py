@@ -26,6 +26,7 @@ EXPORT = "export"
 EDIT = "edit"
 DELETE = "delete"
 SESSION_END = "session_end"
+KEYS = "keys"
 
 # Support staff find, read, freeze and export, and never change text.
 PERMISSIONS: dict[str, frozenset[str]] = {
@@ -35,6 +36,7 @@ PERMISSIONS: dict[str, frozenset[str]] = {
     SESSION_END: frozenset({Role.OWNER, Role.SUPPORT}),
     EDIT: frozenset({Role.OWNER}),
     DELETE: frozenset({Role.OWNER}),
+    KEYS: frozenset({Role.OWNER}),
 }
 
 DESCRIPTIONS = {
@@ -44,6 +46,7 @@ DESCRIPTIONS = {
     SESSION_END: "end sessions",
     EDIT: "create or edit documents",
     DELETE: "delete documents",
+    KEYS: "manage API keys",
 }
 
 User = AbstractBaseUser | AnonymousUser

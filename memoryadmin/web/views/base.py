@@ -23,6 +23,7 @@ from memoryadmin.web.services.roles import (
     EDIT,
     EXPORT,
     FREEZE,
+    KEYS,
     SESSION_END,
     Membership,
     membership_get,
@@ -66,6 +67,10 @@ class Page:
     @property
     def can_end_sessions(self) -> bool:
         return self.membership.can(SESSION_END)
+
+    @property
+    def can_manage_keys(self) -> bool:
+        return self.membership.can(KEYS)
 
     @property
     def production(self) -> bool:

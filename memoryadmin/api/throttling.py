@@ -1,0 +1,56 @@
+"""Requests per API key, counted in the shared cache so the limit holds across instances."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from django.conf import settings
+from django.core.cache import cache
+from rest_framework.request import Request
+from rest_framework.throttling import BaseThrottle
+
+from memoryadmin.memory.models import ApiKey
+from memoryadmin.memory.sharedcache import tolerant
+
+PERIODS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
+
+
+def parse_rate(rate: str) -> tuple[int, int]:
+    count, _, period = rate.partition("/")
+    return int(count), PERIODS[period]
+
+
+def count(name: str, period: int) -> int:
+    """Adds one to the window's counter and returns it."""
+    cache.add(name, 0, timeout=period + 1)
+    try:
+        return int(cache.incr(name))
+    except ValueError:  # the window's counter expired between add and incr
+        cache.add(name, 1, timeout=period + 1)
+        return 1
+
+
+class ApiKeyRateThrottle(BaseThrottle):
+    """A fixed window per key: one atomic increment per request (INCR on Redis),
+    so concurrent requests on different instances never lose a count. Without a
+    reachable cache, requests are let through rather than refused."""
+
+    def __init__(self) -> None:
+        self.retry_after = 0.0
+
+    def allow_request(self, request: Request, view: Any) -> bool:
+        key = request.auth
+        if not isinstance(key, ApiKey):
+            return True  # public routes; a missing or bad key is refused before this
+        limit, period = parse_rate(settings.MEMORYADMIN_API_RATE)
+        now = time.time()
+        window = int(now // period)
+        used = tolerant(lambda: count(f"ratelimit:{key.pk}:{period}:{window}", period), 0)
+        if used <= limit:
+            return True
+        self.retry_after = (window + 1) * period - now
+        return False
+
+    def wait(self) -> float:
+        return self.retry_after

@@ -1,0 +1,214 @@
+"""API keys: create, list, revoke, rotate, and the look-up behind every API request.
+
+Look-ups are cached for `MEMORYADMIN_API_KEY_CACHE_SECONDS` (at most 5), so a
+key revoked on one instance stops working on every other instance within that
+bound; the instance that revokes it drops its cache entry at once (and with
+Redis as the shared cache, every instance does). `last_used_at` is written at
+most once a minute per key, not on every request.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.core.cache import cache
+from django.db import transaction
+from django.db.models import Q, QuerySet
+from django.utils import timezone
+
+from memoryadmin.memory.errors import Conflict, InvalidRequest, NotFound
+from memoryadmin.memory.models import ApiKey
+from memoryadmin.memory.services.audit import audit_record
+from memoryadmin.memory.services.projects import project_get
+from memoryadmin.memory.sharedcache import tolerant
+
+API_KEY_PREFIX = "mak_"
+LAST_USED_EVERY = 60  # seconds between two writes of last_used_at for one key
+MAX_GRACE_SECONDS = 30 * 24 * 3600
+
+
+class ApiKeyNotFound(NotFound):
+    code = "api_key_not_found"
+
+
+@dataclass(frozen=True)
+class NewKey:
+    """A key just made, with its secret: shown once, never stored."""
+
+    key: ApiKey
+    secret: str
+
+
+def _hash(raw: str) -> str:
+    return hashlib.sha256(raw.encode("utf-8")).hexdigest()
+
+
+def _cache_key(hashed: str) -> str:
+    return f"apikey:{hashed}"
+
+
+def _audit(*, key: ApiKey, actor: str, action: str, **detail: Any) -> None:
+    audit_record(
+        project_id=key.project_id,
+        environment="",
+        actor=actor,
+        action=action,
+        detail={"key": key.prefix, "id": key.pk, "name": key.name, **detail},
+    )
+
+
+def _insert(*, project_id: str | None, read_only: bool, name: str) -> NewKey:
+    raw = API_KEY_PREFIX + secrets.token_urlsafe(32)
+    key = ApiKey.objects.create(
+        project_id=project_id, name=name, prefix=raw[:12], hashed=_hash(raw), read_only=read_only
+    )
+    return NewKey(key=key, secret=raw)
+
+
+def check_key_name(name: str) -> str:
+    if len(name) > 200:
+        raise InvalidRequest("name: at most 200 characters.")
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in name):
+        raise InvalidRequest("name: control characters are not allowed.")
+    return name
+
+
+def check_grace_seconds(value: int) -> int:
+    if not 0 <= value <= MAX_GRACE_SECONDS:
+        raise InvalidRequest(
+            f"graceSeconds must be between 0 and {MAX_GRACE_SECONDS} (30 days), not {value}."
+        )
+    return value
+
+
+@transaction.atomic
+def api_key_create(
+    *, project_id: str | None, read_only: bool = False, name: str = "", actor: str = "system"
+) -> tuple[ApiKey, str]:
+    """Creates a key and returns it with its secret, which is never stored."""
+    if project_id is not None:
+        project_get(project_id=project_id)
+    new = _insert(project_id=project_id, read_only=read_only, name=check_key_name(name))
+    _audit(key=new.key, actor=actor, action="apikey.create", readOnly=read_only)
+    return new.key, new.secret
+
+
+def api_key_list(*, project_id: str | None, all_projects: bool = False) -> QuerySet[ApiKey]:
+    """The keys of one project, or (all_projects) every key; None alone: all-projects keys."""
+    keys = ApiKey.objects.order_by("-created_at", "-id")
+    if all_projects:
+        return keys
+    if project_id is not None:
+        project_get(project_id=project_id)
+    return keys.filter(project_id=project_id)
+
+
+def api_key_get(*, ref: str, project_id: str | None = None, scoped: bool = False) -> ApiKey:
+    """A key by its id or its prefix; `scoped` keeps the search to `project_id`'s keys."""
+    keys = ApiKey.objects.all()
+    if scoped:
+        keys = keys.filter(project_id=project_id)
+    ref = ref.strip()
+    matches = list(keys.filter(pk=int(ref))) if ref.isdigit() else list(keys.filter(prefix=ref))
+    if not matches:
+        raise ApiKeyNotFound(f"No API key '{ref}'.")
+    if len(matches) > 1:
+        raise Conflict(f"More than one API key has the prefix '{ref}'; name it by its id.")
+    return matches[0]
+
+
+def _forget(key: ApiKey) -> None:
+    # Now, and again after the commit: a request between the two may have
+    # cached the row as it was before the change became visible.
+    def delete() -> None:
+        tolerant(lambda: cache.delete(_cache_key(key.hashed)), False)
+
+    delete()
+    transaction.on_commit(delete)
+
+
+@transaction.atomic
+def api_key_revoke(*, key: ApiKey, actor: str) -> ApiKey:
+    """Revokes a key now. Revoking a revoked key changes nothing; one in its
+    rotation grace period ends now (never later than it would have)."""
+    now = timezone.now()
+    ended = (
+        ApiKey.objects.filter(pk=key.pk)
+        .filter(Q(revoked_at__isnull=True) | Q(revoked_at__gt=now))
+        .update(revoked_at=now)
+    )
+    key.refresh_from_db()
+    if ended:
+        _audit(key=key, actor=actor, action="apikey.revoke")
+    _forget(key)
+    return key
+
+
+@transaction.atomic
+def api_key_rotate(*, key: ApiKey, actor: str, grace_seconds: int = 0) -> tuple[ApiKey, str]:
+    """A new key with the same name, scope and access; the old one ends after the grace period."""
+    check_grace_seconds(grace_seconds)
+    now = timezone.now()
+    old = ApiKey.objects.select_for_update().get(pk=key.pk)
+    if old.revoked_at is not None and old.revoked_at <= now:
+        raise Conflict(f"API key {old.prefix}… is revoked; create a new one instead.")
+    ends = now + timedelta(seconds=grace_seconds)
+    if old.revoked_at is None or old.revoked_at > ends:
+        old.revoked_at = ends
+        old.save(update_fields=["revoked_at"])
+    new = _insert(project_id=old.project_id, read_only=old.read_only, name=old.name)
+    _audit(
+        key=old,
+        actor=actor,
+        action="apikey.rotate",
+        newKey=new.key.prefix,
+        newId=new.key.pk,
+        graceSeconds=grace_seconds,
+    )
+    _forget(old)
+    return new.key, new.secret
+
+
+# Look-up on every request.
+
+_FIELDS = ("pk", "project_id", "name", "prefix", "hashed", "read_only", "revoked_at")
+
+
+def _from_cache(value: tuple[Any, ...]) -> ApiKey:
+    return ApiKey(**dict(zip(_FIELDS, value, strict=True)))
+
+
+def _load(hashed: str) -> ApiKey | None:
+    ttl = settings.MEMORYADMIN_API_KEY_CACHE_SECONDS
+    cached = tolerant(lambda: cache.get(_cache_key(hashed)), None) if ttl else None
+    if cached is not None:
+        return _from_cache(cached)
+    key = ApiKey.objects.filter(hashed=hashed).first()
+    if key is not None and ttl:
+        value = tuple(getattr(key, f) for f in _FIELDS)
+        tolerant(lambda: cache.set(_cache_key(hashed), value, timeout=ttl), None)
+    return key
+
+
+def _touch(key: ApiKey, now: datetime) -> None:
+    # cache.add succeeds for one caller per key and minute (across instances
+    # when the cache is shared), so last_used_at costs one write a minute.
+    # Without the cache nothing is written: a later request records the use.
+    if tolerant(lambda: cache.add(f"apikey-used:{key.pk}", 1, timeout=LAST_USED_EVERY), False):
+        ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)
+
+
+def api_key_authenticate(*, raw: str) -> ApiKey | None:
+    if not raw.startswith(API_KEY_PREFIX) or len(raw) > 200:
+        return None
+    key = _load(_hash(raw))
+    now = timezone.now()
+    if key is None or (key.revoked_at is not None and key.revoked_at <= now):
+        return None
+    _touch(key, now)
+    return key

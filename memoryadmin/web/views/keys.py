@@ -1,0 +1,78 @@
+"""The Keys page (owners): a project's API keys, create (the secret shown once),
+revoke with confirmation, and the project's people who are locked out of logging in."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponseBase
+from django.shortcuts import redirect
+from django.utils.cache import add_never_cache_headers
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from memoryadmin.memory.services.keys import (
+    api_key_create,
+    api_key_get,
+    api_key_list,
+    api_key_revoke,
+)
+from memoryadmin.web.forms import ApiKeyForm
+from memoryadmin.web.services.lockouts import lockouts_for_project
+from memoryadmin.web.services.roles import KEYS
+from memoryadmin.web.views.base import Page, actor, page_render, project_view
+
+INVALID = 422
+
+
+def _render(
+    request: HttpRequest, page: Page, form: ApiKeyForm, *, status: int = 200, **extra: Any
+) -> HttpResponseBase:
+    context = {
+        "keys": api_key_list(project_id=page.project.id),
+        "lockouts": lockouts_for_project(project=page.project),
+        "form": form,
+        **extra,
+    }
+    return page_render(request, "memoryadmin/keys.html", page, context, status=status)
+
+
+@require_GET
+@project_view(KEYS)
+def key_list(request: HttpRequest, page: Page) -> HttpResponseBase:
+    return _render(request, page, ApiKeyForm())
+
+
+@require_POST
+@project_view(KEYS)
+def key_create(request: HttpRequest, page: Page) -> HttpResponseBase:
+    form = ApiKeyForm(request.POST)
+    if not form.is_valid():
+        return _render(request, page, form, status=INVALID)
+    key, secret = api_key_create(
+        project_id=page.project.id,
+        read_only=form.cleaned_data["read_only"],
+        name=form.cleaned_data["name"],
+        actor=actor(request),
+    )
+    # The secret is in this response only: never stored, never cached.
+    response = _render(request, page, ApiKeyForm(), new_key=key, secret=secret)
+    add_never_cache_headers(response)
+    return response
+
+
+@require_http_methods(["GET", "POST"])
+@project_view(KEYS)
+def key_revoke(request: HttpRequest, page: Page, k: int) -> HttpResponseBase:
+    key = api_key_get(ref=str(k), project_id=page.project.id, scoped=True)
+    if request.method == "GET":
+        return page_render(
+            request, "memoryadmin/key_revoke.html", page, {"key": key}, partial="dialog"
+        )
+    was_revoked = key.revoked_at is not None
+    key = api_key_revoke(key=key, actor=actor(request))
+    if was_revoked:
+        messages.info(request, f"{key.prefix}… was already revoked.")
+    else:
+        messages.success(request, f"Revoked {key.prefix}…: requests with it are refused now.")
+    return redirect("web:keys", page.project.id, page.environment)

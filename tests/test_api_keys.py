@@ -1,0 +1,405 @@
+"""API keys have a life: list, create, revoke and rotate from the CLI and the API,
+audited; revoked keys are refused at once; last use is written once a minute."""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import subprocess
+import sys
+from datetime import timedelta
+from io import StringIO
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.cache import cache
+from django.core.management import CommandError, call_command
+from django.test import override_settings
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from memoryadmin.memory import cli
+from memoryadmin.memory.models import ApiKey, AuditEntry, Project
+from memoryadmin.memory.services.keys import api_key_create
+from tests.helpers import Keys
+
+KEYS = "/api/managed-agents/projects/acme/api-keys"
+PROJECT = "/api/managed-agents/projects/acme"
+ACTOR = f"cli:{getpass.getuser()}"
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def _cached_look_ups(settings: Any) -> None:
+    """Key look-ups cached as with Redis: revocation must still be seen at once."""
+    settings.MEMORYADMIN_API_KEY_CACHE_SECONDS = 5
+
+
+def apikey(*args: str) -> tuple[str, str]:
+    out, err = StringIO(), StringIO()
+    call_command("apikey", *args, stdout=out, stderr=err)
+    return out.getvalue(), err.getvalue()
+
+
+def key_of(secret: str) -> ApiKey:
+    return ApiKey.objects.get(prefix=secret[:12])
+
+
+def works(client_for: Any, secret: str) -> int:
+    return int(client_for(secret).get(PROJECT).status_code)
+
+
+# The command line.
+
+
+def test_cli_create_prints_the_secret_last_stores_a_hash_and_audits(project: Project) -> None:
+    out, err = apikey("create", "--project", "acme", "--name", "ci", "--read-only")
+    secret = out.strip().splitlines()[-1]
+    key = key_of(secret)
+    assert (key.project_id, key.name, key.read_only) == ("acme", "ci", True)
+    assert secret not in key.hashed
+    assert secret.startswith("mak_")
+    assert f"read-only key {key.prefix}… (id {key.pk}) for project acme" in err
+    entry = AuditEntry.objects.get(action="apikey.create")
+    assert (entry.project_id, entry.actor) == ("acme", ACTOR)
+    assert entry.detail == {"key": key.prefix, "id": key.pk, "name": "ci", "readOnly": True}
+
+
+def test_cli_all_projects_key_is_audited_without_a_project(db: None) -> None:
+    out, _ = apikey("create", "--all-projects", "--json")
+    body = json.loads(out)
+    assert body["scope"] == "*"
+    assert body["secret"].startswith("mak_")
+    entry = AuditEntry.objects.get(action="apikey.create")
+    assert entry.project_id is None
+    assert entry.detail["key"] == body["prefix"]
+
+
+def test_cli_list_shows_every_field_but_never_a_secret(keys: Keys) -> None:
+    out, _ = apikey("list", "--project", "acme", "--json")
+    rows = json.loads(out)["apiKeys"]
+    assert {row["prefix"] for row in rows} == {keys.owner[:12], keys.read_only[:12]}
+    assert set(rows[0]) == {
+        "id", "name", "prefix", "scope", "readOnly", "createdAt", "lastUsedAt", "revokedAt",
+    }  # fmt: skip
+    assert keys.owner not in out
+    everything, _ = apikey("list")
+    assert len(everything.strip().splitlines()) == 4
+    only_global, _ = apikey("list", "--all-projects", "--json")
+    assert [r["prefix"] for r in json.loads(only_global)["apiKeys"]] == [keys.all_projects[:12]]
+
+
+def test_cli_revoke_refuses_the_key_on_its_next_request(keys: Keys, client_for: Any) -> None:
+    assert works(client_for, keys.owner) == 200  # now cached
+    key = key_of(keys.owner)
+    out, _ = apikey("revoke", str(key.pk))
+    assert out.startswith(f"Revoked {key.prefix}… (id {key.pk}) at ")
+    response = client_for(keys.owner).get(PROJECT)
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "unauthorized"
+    assert key_of(keys.owner).revoked_at is not None
+    assert AuditEntry.objects.filter(action="apikey.revoke", actor=ACTOR).count() == 1
+    # Again: nothing changes, nothing more is audited.
+    revoked_at = key_of(keys.owner).revoked_at
+    apikey("revoke", key.prefix)
+    assert key_of(keys.owner).revoked_at == revoked_at
+    assert AuditEntry.objects.filter(action="apikey.revoke").count() == 1
+    assert works(client_for, keys.read_only) == 200
+
+
+def test_cli_revoke_of_an_unknown_key_is_not_found(db: None) -> None:
+    with pytest.raises(CommandError, match="No API key '99999'") as caught:
+        apikey("revoke", "99999")
+    assert caught.value.returncode == cli.EXIT_NOT_FOUND
+
+
+def test_cli_rotate_without_grace_ends_the_old_key_now(keys: Keys, client_for: Any) -> None:
+    assert works(client_for, keys.owner) == 200
+    old = key_of(keys.owner)
+    out, err = apikey("rotate", str(old.pk))
+    new_secret = out.strip().splitlines()[-1]
+    new = key_of(new_secret)
+    assert (new.project_id, new.read_only, new.name) == (old.project_id, old.read_only, old.name)
+    assert f"The old key {old.prefix}… stops working now." in err
+    assert works(client_for, keys.owner) == 401
+    assert works(client_for, new_secret) == 200
+    entry = AuditEntry.objects.get(action="apikey.rotate")
+    assert entry.detail["newKey"] == new.prefix
+    assert entry.detail["graceSeconds"] == 0
+
+
+def test_cli_rotate_with_grace_keeps_the_old_key_until_then(keys: Keys, client_for: Any) -> None:
+    old = key_of(keys.owner)
+    before = timezone.now()
+    out, _ = apikey("rotate", str(old.pk), "--grace", "3600")
+    revoked_at = key_of(keys.owner).revoked_at
+    assert revoked_at is not None
+    assert before + timedelta(seconds=3600) <= revoked_at <= timezone.now() + timedelta(hours=1)
+    assert works(client_for, keys.owner) == 200
+    assert works(client_for, out.strip().splitlines()[-1]) == 200
+    # Revoking cuts the grace period short.
+    apikey("revoke", str(old.pk))
+    assert works(client_for, keys.owner) == 401
+
+
+def test_cli_rotate_of_a_revoked_key_is_a_conflict(keys: Keys) -> None:
+    key = key_of(keys.owner)
+    apikey("revoke", str(key.pk))
+    with pytest.raises(CommandError, match="is revoked"):
+        apikey("rotate", str(key.pk))
+    assert ApiKey.objects.count() == 4
+
+
+@pytest.mark.parametrize("grace", ["-1", "2592001"])
+def test_cli_rotate_with_a_bad_grace_changes_nothing(keys: Keys, grace: str) -> None:
+    with pytest.raises(CommandError, match="graceSeconds must be between 0") as caught:
+        apikey("rotate", str(key_of(keys.owner).pk), "--grace", grace)
+    assert caught.value.returncode == cli.EXIT_INVALID
+    assert key_of(keys.owner).revoked_at is None
+    assert ApiKey.objects.count() == 4
+
+
+def test_createapikey_is_apikey_create(project: Project) -> None:
+    out = StringIO()
+    call_command(
+        "createapikey", "--project", "acme", "--name", "old", stdout=out, stderr=StringIO()
+    )
+    assert key_of(out.getvalue().strip().splitlines()[-1]).name == "old"
+
+
+# The management API.
+
+
+def test_api_lists_the_projects_keys_only(keys: Keys, api: APIClient) -> None:
+    response = api.get(KEYS)
+    assert response.status_code == 200
+    rows = response.json()["apiKeys"]
+    assert {row["prefix"] for row in rows} == {keys.owner[:12], keys.read_only[:12]}
+    assert all(row["scope"] == "acme" and "secret" not in row for row in rows)
+    assert keys.owner not in response.content.decode()
+
+
+@pytest.mark.parametrize("which", ["read_only", "other"])
+def test_api_keys_need_a_read_write_key_of_the_project(
+    keys: Keys, client_for: Any, which: str
+) -> None:
+    client = client_for(getattr(keys, which))
+    for response in [
+        client.get(KEYS),
+        client.post(KEYS, {"name": "x"}, format="json"),
+        client.post(f"{KEYS}/{key_of(keys.owner).pk}/revoke"),
+    ]:
+        assert response.status_code == 403
+        assert response.json()["error"]["code"] == "forbidden"
+    assert ApiKey.objects.count() == 4
+    assert key_of(keys.owner).revoked_at is None
+
+
+def test_api_create_shows_the_secret_once_and_it_works(
+    keys: Keys, api: APIClient, client_for: Any
+) -> None:
+    response = api.post(KEYS, {"name": "deploy bot", "readOnly": True}, format="json")
+    assert response.status_code == 201
+    body = response.json()
+    assert body["name"] == "deploy bot"
+    assert body["readOnly"] is True
+    assert body["scope"] == "acme"
+    assert works(client_for, body["secret"]) == 200
+    assert "secret" not in json.dumps(api.get(KEYS).json())
+    key = key_of(body["secret"])
+    assert key.read_only
+    assert key.project_id == "acme"
+    entry = AuditEntry.objects.get(action="apikey.create", actor=f"key:{keys.owner[:12]}")
+    assert entry.detail["id"] == key.pk
+
+
+@pytest.mark.parametrize(
+    "body",
+    [{"scope": "*"}, {"readOnly": "yes"}, {"name": 5}, {"name": "x" * 201}, {"name": "a\nb"}, []],
+)
+def test_api_create_with_bad_input_is_400_and_creates_nothing(
+    keys: Keys, api: APIClient, body: Any
+) -> None:
+    response = api.post(KEYS, body, format="json")
+    assert response.status_code == 400, response.json()
+    assert response.json()["error"]["code"] == "invalid_request"
+    assert ApiKey.objects.count() == 4
+
+
+def test_api_revoke_refuses_the_key_at_once(keys: Keys, api: APIClient, client_for: Any) -> None:
+    assert works(client_for, keys.read_only) == 200
+    key = key_of(keys.read_only)
+    response = api.post(f"{KEYS}/{key.pk}/revoke")
+    assert response.status_code == 200
+    assert response.json()["revokedAt"] is not None
+    assert response.json()["prefix"] == key.prefix
+    assert works(client_for, keys.read_only) == 401
+    assert AuditEntry.objects.get(action="apikey.revoke").actor == f"key:{keys.owner[:12]}"
+
+
+@pytest.mark.parametrize("which", ["other", "all_projects"])
+def test_api_cannot_reach_keys_outside_the_project(keys: Keys, api: APIClient, which: str) -> None:
+    key = key_of(getattr(keys, which))
+    for action in ["revoke", "rotate"]:
+        response = api.post(f"{KEYS}/{key.pk}/{action}", {}, format="json")
+        assert response.status_code == 404
+        assert response.json()["error"]["code"] == "api_key_not_found"
+    assert key_of(getattr(keys, which)).revoked_at is None
+    assert ApiKey.objects.count() == 4
+
+
+def test_all_projects_key_manages_project_keys_only(keys: Keys, client_for: Any) -> None:
+    response = client_for(keys.all_projects).post(KEYS, {}, format="json")
+    assert response.status_code == 201
+    assert response.json()["scope"] == "acme"
+
+
+def test_api_rotate_with_grace(keys: Keys, api: APIClient, client_for: Any) -> None:
+    key = key_of(keys.read_only)
+    response = api.post(f"{KEYS}/{key.pk}/rotate", {"graceSeconds": 60}, format="json")
+    assert response.status_code == 201
+    body = response.json()
+    assert body["readOnly"] is True
+    assert body["prefix"] != key.prefix
+    assert works(client_for, keys.read_only) == 200  # in its grace period
+    assert works(client_for, body["secret"]) == 200
+    bad = api.post(f"{KEYS}/{key.pk}/rotate", {"graceSeconds": "60"}, format="json")
+    assert bad.status_code == 400
+    assert ApiKey.objects.count() == 5
+
+
+def test_api_revoking_itself_ends_its_own_access(keys: Keys, api: APIClient) -> None:
+    assert api.post(f"{KEYS}/{key_of(keys.owner).pk}/revoke").status_code == 200
+    assert api.get(KEYS).status_code == 401
+
+
+# The look-up behind every request.
+
+
+def test_last_used_is_written_at_most_once_a_minute(keys: Keys, client_for: Any) -> None:
+    key = key_of(keys.owner)
+    assert key.last_used_at is None
+    assert works(client_for, keys.owner) == 200
+    first = key_of(keys.owner).last_used_at
+    assert first is not None
+    earlier = first - timedelta(minutes=5)
+    ApiKey.objects.filter(pk=key.pk).update(last_used_at=earlier)
+    assert works(client_for, keys.owner) == 200
+    assert key_of(keys.owner).last_used_at == earlier  # no write within the minute
+    cache.delete(f"apikey-used:{key.pk}")  # the minute is over
+    assert works(client_for, keys.owner) == 200
+    assert key_of(keys.owner).last_used_at > first  # type: ignore[operator]
+
+
+def test_a_cached_look_up_trusts_the_cache_until_it_expires(keys: Keys, client_for: Any) -> None:
+    # What another instance sees: the row is revoked, its own cache is not told.
+    assert works(client_for, keys.owner) == 200
+    ApiKey.objects.filter(prefix=keys.owner[:12]).update(revoked_at=timezone.now())
+    assert works(client_for, keys.owner) == 200
+    cache.delete(f"apikey:{key_of(keys.owner).hashed}")  # the entry's 5 seconds are over
+    assert works(client_for, keys.owner) == 401
+
+
+@override_settings(MEMORYADMIN_API_KEY_CACHE_SECONDS=0)
+def test_without_a_cache_every_request_reads_the_key(keys: Keys, client_for: Any) -> None:
+    assert works(client_for, keys.owner) == 200
+    ApiKey.objects.filter(prefix=keys.owner[:12]).update(revoked_at=timezone.now())
+    assert works(client_for, keys.owner) == 401
+
+
+def test_a_created_key_is_usable_and_revocable_by_the_service(project: Project) -> None:
+    key, secret = api_key_create(project_id="acme", actor="test")
+    assert key.prefix == secret[:12]
+    assert key.revoked_at is None
+
+
+# Rate limits.
+
+
+@override_settings(MEMORYADMIN_API_RATE="3/minute")
+def test_rate_limit_per_key_is_429_with_retry_after(keys: Keys, client_for: Any) -> None:
+    client = client_for(keys.owner)
+    assert [client.get(PROJECT).status_code for _ in range(3)] == [200, 200, 200]
+    response = client.get(PROJECT)
+    assert response.status_code == 429
+    retry_after = int(response["Retry-After"])
+    assert 1 <= retry_after <= 60
+    error = response.json()["error"]
+    assert error["code"] == "rate_limited"
+    assert error["details"] == {"retryAfter": retry_after}
+    # Counted per key: another key of the same project is not limited.
+    assert works(client_for, keys.read_only) == 200
+    # Public routes carry no key and are not counted.
+    assert client_for(None).get("/api/managed-agents/schema/").status_code != 429
+
+
+# The shared cache.
+
+UNREACHABLE_REDIS = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": "redis://127.0.0.1:1/0",  # nothing listens on port 1
+    }
+}
+
+
+@override_settings(CACHES=UNREACHABLE_REDIS, MEMORYADMIN_API_RATE="1/minute")
+def test_without_a_reachable_cache_keys_still_work_and_nothing_is_limited(
+    keys: Keys, client_for: Any
+) -> None:
+    client = client_for(keys.owner)
+    assert [client.get(PROJECT).status_code for _ in range(3)] == [200, 200, 200]
+    assert key_of(keys.owner).last_used_at is None  # recorded once the cache is back
+    key = key_of(keys.read_only)
+    revoked = client.post(f"{KEYS}/{key.pk}/revoke")
+    assert revoked.status_code == 200
+    assert works(client_for, keys.read_only) == 401
+
+
+def settings_in_subprocess(
+    env: dict[str, str], expression: str
+) -> subprocess.CompletedProcess[str]:
+    code = f"import memoryadmin.settings as s; print({expression})"
+    # Debug mode: these settings are read without the production secrets.
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "DJANGO_DEBUG": "1", **env},
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO,
+    )
+
+
+def test_caches_use_redis_when_redis_url_is_set() -> None:
+    redis = settings_in_subprocess(
+        {"REDIS_URL": "redis://cache.internal:6379/2"}, "s.CACHES['default']"
+    )
+    assert "django.core.cache.backends.redis.RedisCache" in redis.stdout
+    assert "redis://cache.internal:6379/2" in redis.stdout
+    local = settings_in_subprocess(
+        {"REDIS_URL": ""}, "s.CACHES['default']['BACKEND'], s.MEMORYADMIN_API_KEY_CACHE_SECONDS"
+    )
+    # Per-process caches: key look-ups are not cached, so a revocation holds at once.
+    assert local.stdout.strip() == "django.core.cache.backends.locmem.LocMemCache 0"
+    shared = settings_in_subprocess(
+        {"REDIS_URL": "redis://cache.internal:6379/2"}, "s.MEMORYADMIN_API_KEY_CACHE_SECONDS"
+    )
+    assert shared.stdout.strip() == "5"
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("MEMORYADMIN_API_RATE", "lots", "MEMORYADMIN_API_RATE must look like 600/minute"),
+        ("MEMORYADMIN_API_RATE", "0/minute", "MEMORYADMIN_API_RATE must look like 600/minute"),
+        ("MEMORYADMIN_API_KEY_CACHE_SECONDS", "60", "must be between 0 and 5"),
+    ],
+)
+def test_bad_limits_refuse_to_start(name: str, value: str, message: str) -> None:
+    result = settings_in_subprocess({name: value}, "1")
+    assert result.returncode != 0
+    assert "ImproperlyConfigured" in result.stderr
+    assert message in result.stderr

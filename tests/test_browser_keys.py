@@ -1,0 +1,42 @@
+"""The Keys page in a real browser: an owner creates a key, copies it with the copy
+button (no inline script: the page's CSP allows none), then revokes it after confirming."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memoryadmin.memory.models import ApiKey, Resource
+from tests.helpers import BROWSER_TESTS
+
+pytestmark = BROWSER_TESTS
+
+
+def test_owner_creates_copies_and_revokes_a_key(open_page: Any, used_memory: Resource) -> None:
+    from playwright.sync_api import expect
+
+    page = open_page("olivia", permissions=["clipboard-read", "clipboard-write"])
+    page.get_by_role("link", name="Keys", exact=True).click()
+    expect(page.get_by_role("heading", name="API keys of Acme")).to_be_visible()
+
+    page.get_by_label("Name").fill("deploy bot")
+    page.get_by_role("button", name="Create key").click()
+    secret = page.get_by_label("The new key").input_value()
+    assert secret.startswith("mak_")
+    page.get_by_role("button", name="Copy").click()
+    expect(page.get_by_role("status").filter(has_text="Copied.")).to_be_visible()
+    assert page.evaluate("navigator.clipboard.readText()") == secret
+
+    key = ApiKey.objects.get(prefix=secret[:12])
+    row = page.get_by_role("row", name="deploy bot")
+    expect(row).to_contain_text("active")
+    row.get_by_role("link", name="Revoke").click()
+    dialog = page.locator("#key-dialog")
+    expect(dialog.get_by_role("heading")).to_contain_text(f"Revoke key {key.prefix}")
+    dialog.get_by_role("button", name="Revoke key").click()
+    expect(page.get_by_text(f"Revoked {key.prefix}…")).to_be_visible()
+    expect(page.get_by_role("row", name="deploy bot")).to_contain_text("revoked")
+    page.goto("/projects/acme/development/keys/")
+    assert secret not in page.content()
+    key.refresh_from_db()
+    assert key.revoked_at is not None
+    assert page.js_errors == []
