@@ -62,10 +62,11 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     else:  # Django's Http404 and PermissionDenied, which DRF's handler converted
         code = "not_found" if isinstance(exc, Http404) else "forbidden"
         message = str(response.data["detail"])
-    extra: dict[str, Any] = {}
-    if isinstance(exc, exceptions.Throttled) and exc.wait is not None:
+    extra = {}
+    wait = getattr(exc, "wait", None) if isinstance(exc, exceptions.Throttled) else None
+    if wait is not None:
         # Whole seconds, rounded up: retrying after that long succeeds.
-        retry_after = max(1, math.ceil(exc.wait))
+        retry_after = max(1, math.ceil(wait))
         response["Retry-After"] = str(retry_after)
         extra["details"] = {"retryAfter": retry_after}
     response.data = envelope(code, message, **extra)
