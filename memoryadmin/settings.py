@@ -10,6 +10,7 @@ docs/deploy.md lists every variable.
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 from pathlib import Path
@@ -20,6 +21,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.csp import CSP
 
 from memoryadmin.files import private_dir, private_file
+from memoryadmin.logs import logging_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("MEMORYADMIN_VAR_DIR", BASE_DIR / "var"))
@@ -174,12 +176,14 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "memoryadmin.metrics.MetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django_structlog.middlewares.RequestMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
@@ -306,9 +310,14 @@ REFERENCE_PROVIDER_TOKEN = os.environ.get("REFERENCE_PROVIDER_TOKEN", "")
 # 10 seconds and providers read it from `deadlineAt`. Not read from the environment.
 MEMORYADMIN_PROVIDER_DEADLINE_SECONDS = 10.0
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "WARNING")},
-}
+# One JSON object per line on standard output (memoryadmin/logs.py). Requests are
+# logged once, when they finish; `request_started` is debug-level.
+LOGGING = logging_config(os.environ.get("LOG_LEVEL", "INFO").upper())
+DJANGO_STRUCTLOG_STATUS_START_LOG_LEVEL = logging.DEBUG
+# Users are logged by name, API keys by prefix (memoryadmin/logs.py).
+DJANGO_STRUCTLOG_USER_ID_FIELD = None
+# Behind a proxy, its X-Request-ID is kept, so its logs and ours share the id.
+DJANGO_STRUCTLOG_TRUST_UPSTREAM_REQUEST_ID = env_bool("MEMORYADMIN_TRUST_REQUEST_ID", False)
+
+# Prometheus metrics at /metrics for scrapers sending this bearer token (unset: 404).
+MEMORYADMIN_METRICS_TOKEN = os.environ.get("MEMORYADMIN_METRICS_TOKEN", "")

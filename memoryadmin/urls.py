@@ -5,6 +5,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from memoryadmin.api.errors import not_found_view, server_error_view
+from memoryadmin.metrics import metrics_view
 
 
 def health(request: HttpRequest) -> JsonResponse:
@@ -23,6 +24,7 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="api-docs"),
     path("healthz", health, name="health"),
+    path("metrics", metrics_view, name="metrics"),
     path("", include("memoryadmin.web.urls")),
 ]
 

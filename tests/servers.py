@@ -31,7 +31,7 @@ def production_env() -> dict[str, str]:
         match = re.match(r"([A-Z_]+)=(\S*)", line)
         if match:
             name, value = match.groups()
-            env[name] = secrets.token_urlsafe(50) if value == "<secret>" else value
+            env[name] = secrets.token_urlsafe(50) if value == "'<secret>'" else value
     assert "DJANGO_SECRET_KEY" in env, block
     return env
 

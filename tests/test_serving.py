@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from memoryadmin.memory.demo import demo_setup
+from memoryadmin.demo.project import demo_setup
 from tests.servers import clean_env, gunicorn, manage, production_env
 
 
@@ -100,11 +100,12 @@ def test_gunicorn_serves_compressed_hashed_static_files_in_production(tmp_path: 
         DJANGO_STATIC_ROOT=str(tmp_path / "static"),
     )
     env["DATABASE_URL"] = f"sqlite:///{tmp_path}/db.sqlite3"
+    env["MEMORYADMIN_METRICS_TOKEN"] = "scrape-token"
     for command in (["migrate", "--noinput", "-v0"], ["collectstatic", "--noinput", "-v0"]):
         result = manage(*command, env=env)
         assert result.returncode == 0, result.stderr
     headers = {"Host": "memory.example.com", "X-Forwarded-Proto": "https"}
-    with gunicorn(env) as base:
+    with gunicorn(env, workers=2) as base:
         # Plain HTTP (no proxy header) is redirected to HTTPS; probes are not.
         insecure = httpx.get(base + "/login/", headers={"Host": "memory.example.com"})
         assert insecure.status_code == 301

@@ -26,6 +26,7 @@ from memoryadmin.memory.errors import InvalidRequest
 from memoryadmin.memory.limits import utf8_len
 from memoryadmin.memory.models import ProviderKind, Resource
 from memoryadmin.memory.representations import iso_ms
+from memoryadmin.metrics import provider_call
 from memoryadmin.providers.declarations import origin_check, path_check, path_within
 from memoryadmin.providers.errors import (
     InvalidToolArguments,
@@ -342,6 +343,7 @@ def _recall_projection(data: Any, max_bytes: int) -> tuple[str, list[dict[str, s
     return text, checked, cursor
 
 
+@provider_call("recall")
 def provider_recall(
     *,
     resource: Resource,
@@ -436,6 +438,7 @@ def _log_failure(resource: Resource, reason: str, attempts: int) -> None:
 # Tools.
 
 
+@provider_call("tool")
 def provider_tool(
     *,
     resource: Resource,
