@@ -131,6 +131,9 @@ def database_from_url(url: str | None) -> dict[str, Any]:
             }
         return {
             "ENGINE": "django.db.backends.postgresql",
+            # Pooled connections are checked when taken, so after an outage a dead one is
+            # replaced instead of failing a request.
+            "CONN_HEALTH_CHECKS": True,
             "NAME": unquote(parts.path.lstrip("/")) or "postgres",
             "USER": unquote(parts.username or ""),
             "PASSWORD": unquote(parts.password or ""),
