@@ -13,7 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from memoryadmin.memory.services.projects import api_key_create
-from tests.conftest import DEV, DOCS, People, is_postgres
+from tests.helpers import DEV, DOCS, People, is_postgres
 
 LogLines = Callable[[], list[dict[str, Any]]]
 
@@ -87,7 +87,7 @@ def test_page_logs_name_the_user_never_the_password(
 ) -> None:
     from django.test import Client
 
-    from tests.conftest import PASSWORD
+    from tests.helpers import PASSWORD
 
     assert Client().post("/login/", {"username": "olivia", "password": PASSWORD}).status_code == 302
     web = web_client_for(people.owner)

@@ -13,9 +13,7 @@ from django.test import Client
 
 from memoryadmin.memory.models import Document
 from memoryadmin.memory.services.projects import api_key_create
-from tests.conftest import DEV, DOCS, People
-from tests.proxy import TcpProxy
-from tests.servers import clean_env, free_port, gunicorn
+from tests.helpers import DEV, DOCS, People, TcpProxy, clean_env, free_port, gunicorn
 
 
 def test_healthz_is_liveness_and_answers_json(client: Any) -> None:

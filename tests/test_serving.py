@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from memoryadmin.demo.project import demo_setup
-from tests.servers import clean_env, gunicorn, manage, production_env
+from tests.helpers import clean_env, gunicorn, manage, production_env
 
 
 def mode(path: Path) -> int:
