@@ -1,5 +1,6 @@
 # memoryadmin: `make run` serves the demo, `make test` runs the suite.
 # DATABASE_URL=postgres://... switches both to PostgreSQL.
+# `make serve` is the production server (docs/deploy.md: the environment it needs).
 
 SHELL := /bin/bash
 VENV := .venv
@@ -9,7 +10,7 @@ PORT ?= 8000
 # The suite runs on every core; PYTEST_ARGS="-n0 tests/test_x.py" runs part of it in one process.
 PYTEST_ARGS ?= -n auto
 
-.PHONY: run test lint format bench schema clean
+.PHONY: run serve test lint format bench schema clean
 
 # The first Python >= 3.12 found: $PYTHON, python3.14/3.13/3.12 on PATH, then the
 # newest pyenv-installed 3.12+.
@@ -36,10 +37,20 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt
 	$(VPY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 	@touch $@
 
+# Development: debug mode (`run`) or missing secrets generated into var/.
+run: export DJANGO_DEBUG ?= 1
+schema bench: export MEMORYADMIN_DEV_SECRETS ?= 1
+
 run: $(VENV)/.installed
 	$(VPY) manage.py migrate --noinput -v0
 	$(VPY) manage.py demo --base-url http://$(HOST):$(PORT)
-	DJANGO_DEBUG=$${DJANGO_DEBUG:-1} $(VPY) manage.py runserver $(HOST):$(PORT)
+	$(VPY) manage.py runserver $(HOST):$(PORT)
+
+# Production: compressed static files with hashed names, then gunicorn (gunicorn.conf.py).
+# Migrations are a separate release step: `python manage.py migrate`.
+serve: $(VENV)/.installed
+	$(VPY) manage.py collectstatic --noinput -v0
+	$(VENV)/bin/gunicorn --config gunicorn.conf.py
 
 test: $(VENV)/.installed
 	$(VENV)/bin/pytest $(PYTEST_ARGS)

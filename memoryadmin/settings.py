@@ -1,12 +1,16 @@
 """Settings for memoryadmin, read from environment variables.
 
 `DATABASE_URL` selects the database (unset: a SQLite file under `var/`).
-`DJANGO_SECRET_KEY` signs cursors and sessions (unset: a key generated once
-and kept in `var/secret-key`). `DJANGO_DEBUG=1` turns on debug mode.
+`DJANGO_SECRET_KEY` signs cursors and sessions and `MEMORYADMIN_PARTITION_SECRET`
+derives provider partition keys: both are required with `DJANGO_DEBUG` off.
+In development (`DJANGO_DEBUG=1`, or `MEMORYADMIN_DEV_SECRETS=1` for the test
+suite) a missing secret key is generated once and kept in `var/secret-key`.
+docs/deploy.md lists every variable.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 from datetime import timedelta
@@ -16,6 +20,9 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.csp import CSP
+
+from memoryadmin.files import private_dir, private_file
+from memoryadmin.logs import logging_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("MEMORYADMIN_VAR_DIR", BASE_DIR / "var"))
@@ -40,54 +47,97 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
-def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
+def _env_number[T: (int, float)](name: str, default: T, kind: type[T], what: str) -> T:
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":
         return default
     try:
-        value = int(raw)
+        return kind(raw)
     except ValueError as exc:
-        raise ImproperlyConfigured(f"{name} must be an integer, not {raw!r}") from exc
+        raise ImproperlyConfigured(f"{name} must be {what}, not {raw!r}") from exc
+
+
+def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
+    value = _env_number(name, default, int, "an integer")
     if minimum is not None and value < minimum:
         raise ImproperlyConfigured(f"{name} must be at least {minimum}, not {value}")
     return value
 
 
-def secret_key() -> str:
-    configured = os.environ.get("DJANGO_SECRET_KEY")
+def env_float(name: str, default: float) -> float:
+    return _env_number(name, default, float, "a number")
+
+
+def var_dir() -> Path:
+    """`var/`, readable by this user only: it holds secrets and SQLite files."""
+    return private_dir(VAR_DIR)
+
+
+def required_secret(name: str, generate: bool) -> str:
+    configured = os.environ.get(name, "")
+    if configured or generate:
+        return configured
+    raise ImproperlyConfigured(
+        f"{name} must be set when DJANGO_DEBUG is off: every instance must share it "
+        "(see docs/deploy.md)."
+    )
+
+
+def proxy_ssl_header(raw: str) -> tuple[str, str] | None:
+    """`X-Forwarded-Proto` or `X-Forwarded-Proto=https`: the header a TLS-terminating
+    proxy sets (and strips from client requests) and the value that means HTTPS."""
+    if not raw.strip():
+        return None
+    name, _, value = raw.partition("=")
+    return "HTTP_" + name.strip().upper().replace("-", "_"), value.strip() or "https"
+
+
+def secret_key(generate: bool) -> str:
+    configured = required_secret("DJANGO_SECRET_KEY", generate)
     if configured:
         return configured
     # A development key generated once, so that signed cursors and logins
     # survive restarts without anyone having to configure anything.
-    path = VAR_DIR / "secret-key"
-    if path.exists():
-        return path.read_text().strip()
-    VAR_DIR.mkdir(parents=True, exist_ok=True)
-    key = secrets.token_urlsafe(50)
-    path.write_text(key + "\n")
-    path.chmod(0o600)
-    return key
+    path = var_dir() / "secret-key"
+    private_file(path, secrets.token_urlsafe(50) + "\n")
+    return path.read_text().strip()
+
+
+def sqlite_path(raw: str) -> Path | str:
+    if not raw:
+        path = var_dir() / "memoryadmin.sqlite3"
+    elif raw == ":memory:" or not Path(raw).parent.is_dir():
+        return raw
+    else:
+        path = Path(raw)
+    private_file(path)
+    return path
 
 
 def database_from_url(url: str | None) -> dict[str, Any]:
     if not url:
-        VAR_DIR.mkdir(parents=True, exist_ok=True)
+        # SQLite gives its journal and WAL files the mode of the database file.
         return {
             "ENGINE": "django.db.backends.sqlite3",
-            "NAME": VAR_DIR / "memoryadmin.sqlite3",
+            "NAME": sqlite_path(""),
             "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 20},
         }
     parts = urlsplit(url)
     if parts.scheme in {"postgres", "postgresql"}:
         options: dict[str, Any] = dict(parse_qsl(parts.query))
+        # An unreachable server fails a request within seconds instead of hanging it.
+        options.setdefault("connect_timeout", env_int("DATABASE_CONNECT_TIMEOUT", 3))
         if env_bool("DATABASE_POOL", True):
             options["pool"] = {
                 "min_size": env_int("DATABASE_POOL_MIN", 1),
                 "max_size": env_int("DATABASE_POOL_MAX", 20),
-                "timeout": 10,
+                "timeout": env_float("DATABASE_POOL_TIMEOUT", 3.0),
             }
         return {
             "ENGINE": "django.db.backends.postgresql",
+            # Pooled connections are checked when taken, so after an outage a dead one is
+            # replaced instead of failing a request.
+            "CONN_HEALTH_CHECKS": True,
             "NAME": unquote(parts.path.lstrip("/")) or "postgres",
             "USER": unquote(parts.username or ""),
             "PASSWORD": unquote(parts.password or ""),
@@ -98,7 +148,7 @@ def database_from_url(url: str | None) -> dict[str, Any]:
     if parts.scheme == "sqlite":
         return {
             "ENGINE": "django.db.backends.sqlite3",
-            "NAME": unquote(parts.path) or VAR_DIR / "memoryadmin.sqlite3",
+            "NAME": sqlite_path(unquote(parts.path)),
             "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 20},
         }
     raise ImproperlyConfigured(
@@ -107,7 +157,9 @@ def database_from_url(url: str | None) -> dict[str, Any]:
 
 
 DEBUG = env_bool("DJANGO_DEBUG", False)
-SECRET_KEY = secret_key()
+# Development and the test suite generate what is missing; production must configure it.
+DEV_SECRETS = DEBUG or env_bool("MEMORYADMIN_DEV_SECRETS", False)
+SECRET_KEY = secret_key(DEV_SECRETS)
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
 
@@ -132,6 +184,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "memoryadmin.metrics.MetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     # Before sessions and users are loaded: they read cookies and the path.
@@ -140,6 +193,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django_structlog.middlewares.RequestMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
@@ -180,21 +234,44 @@ TIME_ZONE = "UTC"
 USE_I18N = False
 USE_TZ = True
 
+# Static files: in production `manage.py collectstatic` writes compressed copies with
+# content-hashed names into STATIC_ROOT and whitenoise serves them with far-future
+# caching; in development they are served from the source folders as they are.
 STATIC_URL = "static/"
-STATIC_ROOT = VAR_DIR / "static"
+STATIC_ROOT = Path(os.environ.get("DJANGO_STATIC_ROOT", VAR_DIR / "static"))
+var_dir()
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
-    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+    "staticfiles": {
+        "BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"
+        if DEBUG
+        else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+    },
 }
-WHITENOISE_USE_FINDERS = True
+WHITENOISE_USE_FINDERS = DEBUG
 
 SESSION_COOKIE_SECURE = not DEBUG and env_bool("DJANGO_SECURE_COOKIES", True)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 SESSION_COOKIE_HTTPONLY = True
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
+# HTTPS: off by default (a fresh checkout serves plain HTTP on loopback); the production
+# environment in docs/deploy.md turns them on. Probes and scrapers may use plain HTTP.
+SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", False)
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
+SECURE_PROXY_SSL_HEADER = proxy_ssl_header(os.environ.get("DJANGO_SECURE_PROXY_SSL_HEADER", ""))
+SECURE_HSTS_SECONDS = env_int("DJANGO_SECURE_HSTS_SECONDS", 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("DJANGO_SECURE_HSTS_PRELOAD", False)
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
 
 # The Memory page: Django auth logins, scripts and styles only from our own static files.
 LOGIN_URL = "web:login"
@@ -246,7 +323,7 @@ SPECTACULAR_SETTINGS = {
 # HTTP memory providers. Partition keys are derived from this secret (unset:
 # from SECRET_KEY, so rotating that key would move every partition). The
 # reference provider accepts this bearer token (unset: derived from SECRET_KEY).
-MEMORYADMIN_PARTITION_SECRET = os.environ.get("MEMORYADMIN_PARTITION_SECRET", "")
+MEMORYADMIN_PARTITION_SECRET = required_secret("MEMORYADMIN_PARTITION_SECRET", DEV_SECRETS)
 REFERENCE_PROVIDER_TOKEN = os.environ.get("REFERENCE_PROVIDER_TOKEN", "")
 # Each provider operation's time across all its attempts; the protocol specifies
 # 10 seconds and providers read it from `deadlineAt`; a recall's providers share
@@ -259,12 +336,17 @@ MEMORYADMIN_PROVIDER_CONCURRENCY_PER_PROJECT = env_int(
     "MEMORYADMIN_PROVIDER_CONCURRENCY_PER_PROJECT", 8, minimum=1
 )
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "WARNING")},
-}
+# One JSON object per line on standard output (memoryadmin/logs.py). Requests are
+# logged once, when they finish; `request_started` is debug-level.
+LOGGING = logging_config(os.environ.get("LOG_LEVEL", "INFO").upper())
+DJANGO_STRUCTLOG_STATUS_START_LOG_LEVEL = logging.DEBUG
+# Users are logged by name, API keys by prefix (memoryadmin/logs.py).
+DJANGO_STRUCTLOG_USER_ID_FIELD = None
+# Behind a proxy, its X-Request-ID is kept, so its logs and ours share the id.
+DJANGO_STRUCTLOG_TRUST_UPSTREAM_REQUEST_ID = env_bool("MEMORYADMIN_TRUST_REQUEST_ID", False)
+
+# Prometheus metrics at /metrics for scrapers sending this bearer token (unset: 404).
+MEMORYADMIN_METRICS_TOKEN = os.environ.get("MEMORYADMIN_METRICS_TOKEN", "")
 
 # The shared cache: API key look-ups, rate limits and last-used marks. With
 # several instances, REDIS_URL must point every instance at one Redis.

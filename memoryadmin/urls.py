@@ -1,19 +1,11 @@
 from __future__ import annotations
 
-from django.http import HttpRequest, JsonResponse
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from memoryadmin.api.errors import not_found_view, server_error_view
-
-
-def health(request: HttpRequest) -> JsonResponse:
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT 1")
-    return JsonResponse({"status": "ok", "database": connection.vendor})
-
+from memoryadmin.health import healthz, readyz
+from memoryadmin.metrics import metrics_view
 
 urlpatterns = [
     path("api/managed-agents/", include("memoryadmin.api.urls")),
@@ -22,7 +14,9 @@ urlpatterns = [
     path("reference-provider/", include("memoryadmin.refprovider.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="api-docs"),
-    path("healthz", health, name="health"),
+    path("healthz", healthz, name="health"),
+    path("readyz", readyz, name="ready"),
+    path("metrics", metrics_view, name="metrics"),
     path("", include("memoryadmin.web.urls")),
 ]
 

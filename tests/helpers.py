@@ -6,12 +6,23 @@ conftest.py or from each other.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import re
+import secrets
+import signal
+import socket
+import subprocess
+import sys
 import threading
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from django.db import connection, connections
 
@@ -208,3 +219,167 @@ def password_login(client: Any, username: str, password: str) -> bool:
     """Logs in through the login form (as a browser does, so lockouts apply)."""
     response = client.post("/login/", {"username": username, "password": password})
     return bool(response.status_code == 302 and "_auth_user_id" in client.session)
+
+
+# Real servers: the production environment of docs/deploy.md and gunicorn started with
+# the production command on a loopback port.
+
+ROOT = Path(__file__).resolve().parent.parent
+DEPLOY_DOC = ROOT / "docs" / "deploy.md"
+GUNICORN = str(Path(sys.executable).parent / "gunicorn")
+
+
+def production_env() -> dict[str, str]:
+    """The environment block of docs/deploy.md, with `<secret>` placeholders filled in."""
+    text = DEPLOY_DOC.read_text()
+    block = text.split("<!-- production-env:start -->", 1)[1].split("<!-- production-env:end")[0]
+    env = {}
+    for line in block.splitlines():
+        match = re.match(r"([A-Z_]+)=(\S*)", line)
+        if match:
+            name, value = match.groups()
+            env[name] = secrets.token_urlsafe(50) if value == "'<secret>'" else value
+    assert "DJANGO_SECRET_KEY" in env, block
+    return env
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """This process's environment without any of memoryadmin's settings, plus `extra`."""
+    names = set(production_env()) | {
+        "DJANGO_DEBUG",
+        "DJANGO_SETTINGS_MODULE",
+        "MEMORYADMIN_DEV_SECRETS",
+        "MEMORYADMIN_VAR_DIR",
+        "DJANGO_STATIC_ROOT",
+        "REDIS_URL",
+        "MEMORYADMIN_METRICS_TOKEN",
+    }
+    env = {k: v for k, v in os.environ.items() if k not in names and not k.startswith("GUNICORN")}
+    env.update(extra)
+    return env
+
+
+def manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_until_up(url: str, process: subprocess.Popen[str], seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"server exited with {process.returncode}")
+        try:
+            httpx.get(url, timeout=1)
+            return
+        except httpx.TransportError:
+            time.sleep(0.05)
+    raise AssertionError(f"{url} did not answer within {seconds} s")
+
+
+@contextmanager
+def gunicorn(env: dict[str, str], *, workers: int = 1, threads: int = 2) -> Iterator[str]:
+    """gunicorn with gunicorn.conf.py and `env` on a free loopback port; yields its base
+    URL, stops it gracefully on exit. Its log goes to this process's standard error."""
+    port = free_port()
+    env = {
+        **env,
+        "GUNICORN_BIND": f"127.0.0.1:{port}",
+        "WEB_CONCURRENCY": str(workers),
+        "GUNICORN_THREADS": str(threads),
+    }
+    process = subprocess.Popen(
+        [GUNICORN, "--config", "gunicorn.conf.py"], cwd=ROOT, env=env, text=True
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_until_up(base + "/healthz", process)
+        yield base
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+# A TCP proxy on loopback that a test can cut and restore: a real database outage for
+# one server, without touching the database server others use.
+
+
+class TcpProxy:
+    def __init__(self, target_port: int, target_host: str = "127.0.0.1") -> None:
+        self.target = (target_host, target_port)
+        self.port = free_port()
+        self._lock = threading.Lock()
+        self._open: list[socket.socket] = []
+        self._server: socket.socket | None = None
+        self.restore()
+
+    def restore(self) -> None:
+        """Listens again on the same port."""
+        server = socket.create_server(("127.0.0.1", self.port))
+        self._server = server
+        threading.Thread(target=self._accept, args=(server,), daemon=True).start()
+
+    def cut(self) -> None:
+        """Stops listening (new connections are refused) and breaks every open connection."""
+        assert self._server is not None
+        self._server.shutdown(socket.SHUT_RDWR)
+        self._server.close()
+        self._server = None
+        with self._lock:
+            sockets, self._open = self._open, []
+        for sock in sockets:
+            self._close(sock)
+
+    def close(self) -> None:
+        if self._server is not None:
+            self.cut()
+
+    @staticmethod
+    def _close(sock: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+        sock.close()
+
+    def _accept(self, server: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = server.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+                upstream.settimeout(None)
+            except OSError:
+                self._close(client)
+                continue
+            with self._lock:
+                self._open += [client, upstream]
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(source, sink), daemon=True).start()
+
+    def _pipe(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            self._close(source)
+            self._close(sink)

@@ -604,3 +604,24 @@ def test_write_tool_through_read_access_is_refused_before_sending(
     with pytest.raises(ToolNotPermitted):
         tool(resource, "undeclared")
     assert server.seen == []
+
+
+def test_provider_call_outcomes_are_counted_for_metrics(
+    server: FaultyServer, resource: Resource
+) -> None:
+    from memoryadmin.metrics import PROVIDER_CALLS
+
+    def count(operation: str, outcome: str) -> float:
+        return PROVIDER_CALLS.labels(operation, outcome)._value.get()
+
+    before = {
+        "ok": count("recall", "ok"),
+        "http_error": count("recall", "http_error"),
+        "result": count("tool", "result"),
+    }
+    server.script = [reply(200, GOOD_RECALL), reply(401, {"error": {"code": "x", "message": "x"}})]
+    recall(resource)
+    failure(resource)
+    assert count("recall", "ok") == before["ok"] + 1
+    assert count("recall", "http_error") == before["http_error"] + 1
+    assert count("tool", "result") == before["result"]

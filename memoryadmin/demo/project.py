@@ -12,6 +12,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
+from memoryadmin.files import private_write
 from memoryadmin.memory.environments import DEFAULT_ENVIRONMENT, Environment
 from memoryadmin.memory.errors import NotFound
 from memoryadmin.memory.models import Document, Project
@@ -124,9 +125,7 @@ def _demo_key(project: Project, created: list[str]) -> str:
         if api_key_authenticate(raw=raw) is not None:
             return raw
     _, raw = api_key_create(project_id=project.id, name="demo")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(raw + "\n")
-    path.chmod(0o600)
+    private_write(path, raw + "\n")
     created.append("api key")
     return raw
 
@@ -157,9 +156,7 @@ def _demo_logins(project: Project, created: list[str]) -> list[DemoLogin]:
         logins.append(DemoLogin(username=username, password=password, role=role))
     passwords = {login.username: login.password for login in logins}
     if passwords != saved:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(passwords, indent=2) + "\n")
-        path.chmod(0o600)
+        private_write(path, json.dumps(passwords, indent=2) + "\n")
     return logins
 
 

@@ -29,6 +29,7 @@ from memoryadmin.memory.jsonbody import body_read, json_parse
 from memoryadmin.memory.limits import BODY_MAX_BYTES, utf8_len
 from memoryadmin.memory.models import ProviderKind, Resource
 from memoryadmin.memory.representations import iso_ms
+from memoryadmin.metrics import provider_call as metered
 from memoryadmin.providers.concurrency import Deadline, provider_call
 from memoryadmin.providers.declarations import origin_check, path_check, path_within
 from memoryadmin.providers.errors import (
@@ -426,6 +427,7 @@ def recall_send(
     return RecallReply(reply=reply, attempts=attempts)
 
 
+@metered("recall")
 def recall_outcome(request: RecallRequest, sent: RecallReply) -> RecallOutcome:
     """The projection of a recall's reply; raises ProviderFailure when the recall must be blocked.
 
@@ -519,6 +521,7 @@ def _log_failure(resource: Resource, reason: str, attempts: int) -> None:
 # Tools.
 
 
+@metered("tool")
 def provider_tool(
     *,
     resource: Resource,

@@ -160,6 +160,26 @@ def page_render(
     return render(request, template, context, status=status)
 
 
+def unavailable_page(request: HttpRequest, headers: dict[str, str]) -> HttpResponse:
+    """The 503 page while the database cannot be reached: the site's layout, rendered
+    without anything that needs the database (no user, roles, projects or messages)."""
+    from django.contrib.auth.models import AnonymousUser
+
+    context = {
+        "status": 503,
+        "message": "The database cannot be reached right now; try again in a few seconds.",
+        "page": None,
+        "user": AnonymousUser(),
+        "messages": [],
+        "memberships": [],
+    }
+    template = "memoryadmin/error.html#message" if is_partial(request) else "memoryadmin/error.html"
+    response = render(request, template, context, status=503)
+    for name, value in headers.items():
+        response[name] = value
+    return response
+
+
 def error_page(request: HttpRequest, exc: DomainError) -> HttpResponse:
     return page_render(
         request,

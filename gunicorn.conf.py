@@ -1,0 +1,58 @@
+"""gunicorn settings for `make serve`, read from the environment (docs/deploy.md).
+
+gunicorn reads this file from the working directory; `-c gunicorn.conf.py` names it.
+Each worker process runs `threads` request threads and keeps its own database pool.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from typing import Any
+
+
+def _int(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    try:
+        return int(raw) if raw else default
+    except ValueError:
+        raise SystemExit(f"{name} must be an integer, not {raw!r}") from None
+
+
+wsgi_app = "memoryadmin.wsgi:application"
+bind = os.environ.get("GUNICORN_BIND", "127.0.0.1:8000").split(",")
+workers = _int("WEB_CONCURRENCY", 2)
+worker_class = "gthread"
+threads = _int("GUNICORN_THREADS", 4)
+# A request running longer than this gets its worker restarted.
+timeout = _int("GUNICORN_TIMEOUT", 30)
+# On SIGTERM (deploys), requests in flight get this long to finish.
+graceful_timeout = _int("GUNICORN_GRACEFUL_TIMEOUT", 30)
+keepalive = _int("GUNICORN_KEEPALIVE", 5)
+# Workers are replaced after this many requests (0: never), staggered by the jitter.
+max_requests = _int("GUNICORN_MAX_REQUESTS", 1000)
+max_requests_jitter = _int("GUNICORN_MAX_REQUESTS_JITTER", 100)
+# The application logs every request as JSON; gunicorn's access log would repeat it.
+accesslog = None
+errorlog = "-"
+loglevel = os.environ.get("GUNICORN_LOG_LEVEL", "info")
+# No control socket by default: two instances on one host would fight over its path.
+control_socket_disable = not os.environ.get("GUNICORN_CONTROL_SOCKET")
+if not control_socket_disable:
+    control_socket = os.environ["GUNICORN_CONTROL_SOCKET"]
+
+# Metrics of every worker: prometheus_client keeps them in files in one folder,
+# fresh for each start of the server (memoryadmin/metrics.py reads it).
+_metrics_dir = tempfile.mkdtemp(prefix="memoryadmin-metrics-")
+os.environ["PROMETHEUS_MULTIPROC_DIR"] = _metrics_dir
+
+
+def child_exit(server: Any, worker: Any) -> None:
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(worker.pid)
+
+
+def on_exit(server: Any) -> None:
+    shutil.rmtree(_metrics_dir, ignore_errors=True)

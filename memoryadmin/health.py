@@ -1,0 +1,71 @@
+"""Health checks and the answer to requests while the database cannot be reached.
+
+`/healthz` (liveness) answers without touching the database: the process serves. `/readyz`
+(readiness) checks the database and, when `REDIS_URL` is set, Redis: a load balancer sends
+traffic only to instances that answer 200. Both answer JSON.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.db import DatabaseError, InterfaceError, OperationalError, connection
+from django.http import HttpRequest, JsonResponse
+
+# Seconds clients are told to wait before retrying while the database is unavailable.
+RETRY_AFTER_SECONDS = 5
+
+
+def database_unavailable(exc: BaseException | None) -> bool:
+    """An error that says the database cannot serve right now, rather than a bug: no
+    connection (refused, lost, or none free in the pool within DATABASE_POOL_TIMEOUT),
+    a cancelled statement, a lock or serialization failure."""
+    return isinstance(exc, OperationalError | InterfaceError)
+
+
+# How long a readiness check waits for Redis.
+REDIS_TIMEOUT_SECONDS = 2.0
+
+
+def _database() -> str:
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+    except DatabaseError:
+        return "unavailable"
+    return "ok"
+
+
+def _redis() -> str | None:
+    url = getattr(settings, "REDIS_URL", "")
+    if not url:
+        return None
+    import redis
+
+    client = redis.Redis.from_url(
+        url, socket_connect_timeout=REDIS_TIMEOUT_SECONDS, socket_timeout=REDIS_TIMEOUT_SECONDS
+    )
+    try:
+        client.ping()
+    except redis.RedisError:
+        return "unavailable"
+    finally:
+        client.close()
+    return "ok"
+
+
+def healthz(request: HttpRequest) -> JsonResponse:
+    return JsonResponse({"status": "ok"})
+
+
+def readyz(request: HttpRequest) -> JsonResponse:
+    checks: dict[str, Any] = {"database": _database()}
+    redis_status = _redis()
+    if redis_status is not None:
+        checks["redis"] = redis_status
+    if all(value == "ok" for value in checks.values()):
+        return JsonResponse({"status": "ok", "checks": checks})
+    response = JsonResponse({"status": "unavailable", "checks": checks}, status=503)
+    response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    return response

@@ -1,0 +1,143 @@
+"""Database outages: 503 with Retry-After (API envelope, Memory page), liveness and
+readiness probes, and recovery without a restart once the database is back."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from django.test import Client
+
+from memoryadmin.memory.models import Document
+from memoryadmin.memory.services.projects import api_key_create
+from tests.helpers import DEV, DOCS, People, TcpProxy, clean_env, free_port, gunicorn
+
+
+def test_healthz_is_liveness_and_answers_json(client: Any) -> None:
+    response = client.get("/healthz")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok"}
+
+
+def test_readyz_checks_the_database(client: Any, db: None, settings: Any) -> None:
+    settings.REDIS_URL = ""
+    response = client.get("/readyz")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok", "checks": {"database": "ok"}}
+
+
+def test_readyz_checks_redis_when_configured(client: Any, db: None, settings: Any) -> None:
+    settings.REDIS_URL = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    response = client.get("/readyz")
+    assert response.status_code == 503
+    assert response["Retry-After"] == "5"
+    assert response.json() == {
+        "status": "unavailable",
+        "checks": {"database": "ok", "redis": "unavailable"},
+    }
+
+
+def test_readyz_with_a_live_redis(client: Any, db: None, settings: Any) -> None:
+    import redis
+
+    settings.REDIS_URL = "redis://127.0.0.1:6379/0"
+    try:
+        redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=1).ping()
+    except redis.RedisError:
+        pytest.skip("no Redis on 127.0.0.1:6379")
+    response = client.get("/readyz")
+    assert response.status_code == 200
+    assert response.json()["checks"] == {"database": "ok", "redis": "ok"}
+
+
+@pytest.fixture
+def proxy(settings: Any) -> Iterator[TcpProxy]:
+    database = settings.DATABASES["default"]
+    proxy = TcpProxy(int(database["PORT"] or 5432), database["HOST"] or "127.0.0.1")
+    try:
+        yield proxy
+    finally:
+        proxy.close()
+
+
+def wait_for(url: str, status: int, seconds: float = 60) -> httpx.Response:
+    deadline = time.monotonic() + seconds
+    while True:
+        response = httpx.get(url, timeout=10)
+        if response.status_code == status or time.monotonic() > deadline:
+            return response
+        time.sleep(0.1)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_database_outage_answers_503_and_recovers_without_a_restart(
+    proxy: TcpProxy, people: People, settings: Any
+) -> None:
+    """gunicorn reaches PostgreSQL through a proxy; cutting the proxy is the outage."""
+    _, raw = api_key_create(project_id="acme", name="outage")
+    browser = Client()
+    browser.force_login(people.owner)
+    cookies = {"sessionid": browser.cookies["sessionid"].value}
+    database = settings.DATABASES["default"]
+    env = clean_env(
+        DJANGO_SETTINGS_MODULE="tests.settings",
+        DJANGO_SECRET_KEY=settings.SECRET_KEY,
+        DATABASE_URL=f"postgres://{database['USER']}@127.0.0.1:{proxy.port}/{database['NAME']}",
+        DATABASE_POOL_TIMEOUT="1",
+        DATABASE_CONNECT_TIMEOUT="1",
+    )
+    api = {"x-api-key": raw}
+    inventory = "/api/managed-agents/projects/acme/memory" + DEV
+    page = "/projects/acme/development/"
+    with gunicorn(env, workers=1, threads=4) as base:
+        assert httpx.get(base + inventory, headers=api).status_code == 200
+        assert httpx.get(base + page, cookies=cookies).status_code == 200
+        assert httpx.get(base + "/readyz").json()["status"] == "ok"
+
+        proxy.cut()
+
+        down = httpx.get(base + inventory, headers=api, timeout=30)
+        assert down.status_code == 503
+        assert down.headers["Retry-After"] == "5"
+        assert down.json() == {
+            "error": {
+                "code": "service_unavailable",
+                "message": "The database is unavailable; retry in 5 seconds.",
+                "details": {"retryAfter": 5},
+            }
+        }
+        write = httpx.put(
+            f"{base}{DOCS}/during-outage{DEV}",
+            headers={**api, "If-None-Match": "*"},
+            json={"title": "Lost?", "text": "written while the database was away"},
+            timeout=30,
+        )
+        assert write.status_code == 503
+        assert write.json()["error"]["code"] == "service_unavailable"
+
+        memory_page = httpx.get(base + page, cookies=cookies, timeout=30)
+        assert memory_page.status_code == 503
+        assert memory_page.headers["Retry-After"] == "5"
+        assert memory_page.headers["content-type"].startswith("text/html")
+        assert "Temporarily unavailable" in memory_page.text
+        assert "/static/memoryadmin/memory.css" in memory_page.text  # the site's layout
+
+        alive = httpx.get(base + "/healthz")
+        assert alive.status_code == 200
+        assert alive.json() == {"status": "ok"}
+        ready = httpx.get(base + "/readyz", timeout=30)
+        assert ready.status_code == 503
+        assert ready.headers["Retry-After"] == "5"
+        assert ready.json() == {"status": "unavailable", "checks": {"database": "unavailable"}}
+
+        proxy.restore()
+
+        assert wait_for(base + "/readyz", 200).status_code == 200
+        assert httpx.get(base + inventory, headers=api).status_code == 200
+        assert httpx.get(base + page, cookies=cookies).status_code == 200
+    # The write refused during the outage changed nothing.
+    assert not Document.objects.filter(doc_id="during-outage").exists()

@@ -1,0 +1,132 @@
+"""The production server: required secrets, check --deploy, private files, gunicorn with
+compressed hashed static files."""
+
+from __future__ import annotations
+
+import re
+import stat
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from memoryadmin.demo.project import demo_setup
+from tests.helpers import clean_env, gunicorn, manage, production_env
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+@pytest.mark.parametrize("missing", ["DJANGO_SECRET_KEY", "MEMORYADMIN_PARTITION_SECRET"])
+def test_without_debug_a_missing_secret_stops_every_command(missing: str, tmp_path: Path) -> None:
+    env = clean_env(**production_env(), MEMORYADMIN_VAR_DIR=str(tmp_path))
+    env["DATABASE_URL"] = f"sqlite:///{tmp_path}/db.sqlite3"
+    del env[missing]
+    result = manage("check", env=env)
+    assert result.returncode != 0
+    assert "ImproperlyConfigured" in result.stderr
+    assert f"{missing} must be set when DJANGO_DEBUG is off" in result.stderr
+    assert not (tmp_path / "secret-key").exists()
+
+
+def test_check_deploy_is_clean_with_the_documented_environment(tmp_path: Path) -> None:
+    env = clean_env(**production_env(), MEMORYADMIN_VAR_DIR=str(tmp_path))
+    result = manage("check", "--deploy", "--fail-level", "WARNING", env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "System check identified no issues (0 silenced)." in result.stdout
+
+
+def test_check_deploy_warns_without_the_https_settings(tmp_path: Path) -> None:
+    """The clean check above is earned by the settings, not by a silenced check."""
+    env = clean_env(**production_env(), MEMORYADMIN_VAR_DIR=str(tmp_path))
+    del env["DJANGO_SECURE_HSTS_SECONDS"], env["DJANGO_SECURE_SSL_REDIRECT"]
+    result = manage("check", "--deploy", "--fail-level", "WARNING", env=env)
+    assert result.returncode != 0
+    assert "security.W004" in result.stderr
+    assert "security.W008" in result.stderr
+
+
+def test_development_generates_private_secrets_and_database(tmp_path: Path) -> None:
+    var = tmp_path / "var"
+    env = clean_env(DJANGO_DEBUG="1", MEMORYADMIN_VAR_DIR=str(var))
+    result = manage("migrate", "--noinput", "-v0", env=env)
+    assert result.returncode == 0, result.stderr
+    assert mode(var) == 0o700
+    key = (var / "secret-key").read_text().strip()
+    assert len(key) >= 50
+    assert mode(var / "secret-key") == 0o600
+    assert mode(var / "memoryadmin.sqlite3") == 0o600
+    assert (var / "memoryadmin.sqlite3").stat().st_size > 0
+    # Generated once: the next command keeps the same key.
+    again = manage(
+        "shell", "-c", "from django.conf import settings; print(settings.SECRET_KEY)", env=env
+    )
+    assert again.stdout.strip().splitlines()[-1] == key
+
+
+def test_a_sqlite_url_file_is_created_private(tmp_path: Path) -> None:
+    env = clean_env(**production_env(), MEMORYADMIN_VAR_DIR=str(tmp_path / "var"))
+    env["DATABASE_URL"] = f"sqlite:///{tmp_path}/db.sqlite3"
+    result = manage("migrate", "--noinput", "-v0", env=env)
+    assert result.returncode == 0, result.stderr
+    assert mode(tmp_path / "db.sqlite3") == 0o600
+
+
+def test_demo_secrets_in_var_are_private(db: None, settings: Any, tmp_path: Path) -> None:
+    settings.VAR_DIR = tmp_path
+    demo_setup()
+    for name in ("demo-api-key", "demo-logins.json"):
+        assert mode(tmp_path / name) == 0o600, name
+
+
+def test_password_validators_refuse_weak_passwords() -> None:
+    from django.contrib.auth.password_validation import validate_password
+    from django.core.exceptions import ValidationError
+
+    with pytest.raises(ValidationError):
+        validate_password("12345678")
+    validate_password("a-long-test-password-1")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_gunicorn_serves_compressed_hashed_static_files_in_production(tmp_path: Path) -> None:
+    """The production command of the Makefile, on a loopback port behind a (simulated)
+    TLS-terminating proxy."""
+    env = clean_env(
+        **production_env(),
+        MEMORYADMIN_VAR_DIR=str(tmp_path / "var"),
+        DJANGO_STATIC_ROOT=str(tmp_path / "static"),
+    )
+    env["DATABASE_URL"] = f"sqlite:///{tmp_path}/db.sqlite3"
+    env["MEMORYADMIN_METRICS_TOKEN"] = "scrape-token"
+    for command in (["migrate", "--noinput", "-v0"], ["collectstatic", "--noinput", "-v0"]):
+        result = manage(*command, env=env)
+        assert result.returncode == 0, result.stderr
+    headers = {"Host": "memory.example.com", "X-Forwarded-Proto": "https"}
+    with gunicorn(env, workers=2) as base:
+        # Plain HTTP (no proxy header) is redirected to HTTPS; probes are not.
+        insecure = httpx.get(base + "/login/", headers={"Host": "memory.example.com"})
+        assert insecure.status_code == 301
+        assert insecure.headers["location"] == "https://memory.example.com/login/"
+        assert (
+            httpx.get(base + "/healthz", headers={"Host": "memory.example.com"}).status_code == 200
+        )
+
+        page = httpx.get(base + "/login/", headers=headers)
+        assert page.status_code == 200
+        assert page.headers["strict-transport-security"] == (
+            "max-age=31536000; includeSubDomains; preload"
+        )
+        match = re.search(r'href="(/static/memoryadmin/memory\.[0-9a-f]{12}\.css)"', page.text)
+        assert match, page.text
+        css = httpx.get(base + match.group(1), headers={**headers, "Accept-Encoding": "gzip"})
+        assert css.status_code == 200
+        assert css.headers["content-encoding"] == "gzip"
+        assert "immutable" in css.headers["cache-control"]
+        assert css.text == (Path("static/memoryadmin/memory.css")).read_text()
+        # Files are served from STATIC_ROOT only: the source folders are not searched.
+        assert (
+            httpx.get(base + "/static/memoryadmin/nothing.css", headers=headers).status_code == 404
+        )
