@@ -12,7 +12,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from memoryadmin.memory.services.projects import api_key_create
+from memoryadmin.memory.services.keys import api_key_create
 from tests.helpers import DEV, DOCS, People, is_postgres
 
 LogLines = Callable[[], list[dict[str, Any]]]

@@ -12,7 +12,7 @@ import pytest
 from django.test import Client
 
 from memoryadmin.memory.models import Document
-from memoryadmin.memory.services.projects import api_key_create
+from memoryadmin.memory.services.keys import api_key_create
 from tests.helpers import DEV, DOCS, People, TcpProxy, clean_env, free_port, gunicorn
 
 

@@ -31,7 +31,7 @@ from memoryadmin.agents.services.sessions import session_create
 from memoryadmin.memory.models import Document, Project
 from memoryadmin.memory.services.deployments import deployment_create, resource_get
 from memoryadmin.memory.services.documents import document_create
-from memoryadmin.memory.services.projects import api_key_create
+from memoryadmin.memory.services.keys import api_key_create
 from memoryadmin.providers.concurrency import Deadline, ProviderCalls, in_flight
 
 pytestmark = pytest.mark.django_db(transaction=True)
