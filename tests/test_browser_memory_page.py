@@ -1,6 +1,6 @@
 """The Memory page in a real browser (the system Chromium, driven by Playwright), against a
 live server: the scenarios of the owner, of a conflict between two editors, of a support user,
-and of an export. The tests also save the screenshots shown in docs/memory-page.md."""
+and of an export. The tests also take the screenshots shown in docs/memory-page.md."""
 
 from __future__ import annotations
 

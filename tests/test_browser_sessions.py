@@ -1,5 +1,5 @@
 """The Sessions page in a real browser: a support user finds the session that saved a document,
-ends it and sees its memory writes revoked. Saves the sessions screenshots of
+ends it and sees its memory writes revoked. Takes the sessions screenshots of
 docs/memory-page.md."""
 
 from __future__ import annotations
