@@ -36,6 +36,8 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt
 	$(VPY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 	@touch $@
 
+# The demo's http provider is this server on loopback: allow loopback egress.
+run: export MEMORYADMIN_PROVIDER_ALLOW ?= 127.0.0.0/8,::1/128
 run: $(VENV)/.installed
 	$(VPY) manage.py migrate --noinput -v0
 	$(VPY) manage.py demo --base-url http://$(HOST):$(PORT)

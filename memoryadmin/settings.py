@@ -7,6 +7,7 @@ and kept in `var/secret-key`). `DJANGO_DEBUG=1` turns on debug mode.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import secrets
 from pathlib import Path
@@ -47,6 +48,20 @@ def env_int(name: str, default: int) -> int:
         return int(raw)
     except ValueError as exc:
         raise ImproperlyConfigured(f"{name} must be an integer, not {raw!r}") from exc
+
+
+def env_networks(name: str) -> list[str]:
+    """Comma-separated CIDR ranges (`127.0.0.0/8,::1/128`), normalised; empty when unset."""
+    ranges = []
+    for item in env_list(name, []):
+        try:
+            ranges.append(str(ipaddress.ip_network(item, strict=True)))
+        except ValueError as exc:
+            raise ImproperlyConfigured(
+                f"{name} must be comma-separated CIDR ranges such as 127.0.0.0/8,::1/128; "
+                f"{item!r} is not one ({exc})"
+            ) from exc
+    return ranges
 
 
 def secret_key() -> str:
@@ -235,6 +250,9 @@ REFERENCE_PROVIDER_TOKEN = os.environ.get("REFERENCE_PROVIDER_TOKEN", "")
 # Each provider operation's time across all its attempts; the protocol specifies
 # 10 seconds and providers read it from `deadlineAt`. Not read from the environment.
 MEMORYADMIN_PROVIDER_DEADLINE_SECONDS = 10.0
+# Provider origins must reach public addresses only; these non-public ranges
+# are allowed as well (`make run` allows loopback for the demo's provider).
+MEMORYADMIN_PROVIDER_ALLOW = env_networks("MEMORYADMIN_PROVIDER_ALLOW")
 
 LOGGING = {
     "version": 1,

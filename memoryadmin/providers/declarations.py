@@ -6,7 +6,6 @@ Each message names the offending field by its path in the manifest
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from typing import Any, NoReturn
 from urllib.parse import unquote, urlsplit
@@ -21,6 +20,7 @@ from memoryadmin.memory.limits import (
     check_max_bytes,
     utf8_len,
 )
+from memoryadmin.providers.egress import SETTING, literal_address, origin_address_check
 
 PATH_DEFAULT = "/memory"
 PATH_MAX = 1024
@@ -85,29 +85,41 @@ def _check_fields(raw: dict[str, Any], allowed: set[str], where: str) -> None:
 def is_loopback_host(host: str) -> bool:
     if host.lower() in LOOPBACK_NAMES:
         return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    address = literal_address(host)
+    return address is not None and address.is_loopback
 
 
 def _origin_host(host: str | None, where: str) -> str:
+    """The host as the origin shows it; a literal address in its canonical spelling."""
     if not host:
         _fail(f"{where} must name a host.")
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
+    address = literal_address(host)
+    if address is None:
         if not HOSTNAME_RE.fullmatch(host):
             _fail(f"{where} has an invalid host name.")
         return host
     return f"[{address.compressed}]" if address.version == 6 else address.compressed
 
 
-def origin_check(value: object, *, where: str = "origin") -> str:
+def _refuse_unreachable(host: str, where: str, *, resolve_names: bool) -> None:
+    literal = literal_address(host)
+    if literal is None and not resolve_names:
+        return
+    refusal = origin_address_check(host)
+    if refusal is not None:
+        _fail(
+            f"{where} {refusal}; provider origins must reach public addresses "
+            f"unless the server allows more ({SETTING})."
+        )
+
+
+def origin_check(value: object, *, where: str = "origin", resolve_names: bool = False) -> str:
     """An origin `scheme://host[:port]`, normalised; checked before any secret is resolved.
 
     https only, except http on loopback (127.0.0.0/8, ::1, localhost) for
     local development. No user-info, path, query, fragment or other scheme.
+    A literal address (in any spelling) must be one the server may reach;
+    with `resolve_names`, so must every address a name resolves to now.
     """
     if not isinstance(value, str) or not value:
         _fail(f"{where} is required: an https:// origin such as https://memory.example.com.")
@@ -136,6 +148,7 @@ def origin_check(value: object, *, where: str = "origin") -> str:
             f"{where} must use https://; plain http:// is allowed only on loopback "
             "(127.0.0.0/8, ::1, localhost)."
         )
+    _refuse_unreachable(host, where, resolve_names=resolve_names)
     return f"{scheme}://{shown_host}" + (f":{port}" if port is not None else "")
 
 
@@ -243,7 +256,7 @@ def connection_normalize(raw: object, *, where: str) -> dict[str, Any]:
         _fail(f"{where}.id must be 1-64 lowercase letters, digits or inner hyphens.")
     # The origin comes first: nothing else about a connection matters if it
     # may not be reached.
-    origin = origin_check(raw.get("origin"), where=f"{where}.origin")
+    origin = origin_check(raw.get("origin"), where=f"{where}.origin", resolve_names=True)
     methods = _methods_normalize(raw.get("methods"), f"{where}.methods")
     prefix = path_check(raw.get("pathPrefix", "/"), where=f"{where}.pathPrefix")
     headers = _headers_normalize(raw.get("headers"), f"{where}.headers")

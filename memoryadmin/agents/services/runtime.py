@@ -143,7 +143,11 @@ def _http_projection(
         )
     except ProviderFailure as exc:
         # Never substitute empty memory: the whole recall fails.
-        raise RecallFailed(exc.message, resource=resource_id, reason=exc.reason) from exc
+        # The caller learns only that it failed and whether to retry; the
+        # details are in the server log and the audit log.
+        raise RecallFailed(
+            exc.message, resource=resource_id, reason="provider_failed", retryable=exc.retryable
+        ) from exc
     return Projection(
         text=outcome.text,
         sources=outcome.sources,
