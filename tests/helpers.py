@@ -140,6 +140,8 @@ def deploy_reference_provider(
         environment="development",
         name=TOKEN_SECRET_NAME,
         value=reference_token(),
+        origins=[base_url.rstrip("/")],
+        server_level=True,
         actor="t",
     )
     return resource_get(project=project, environment="development", resource_id="facts")

@@ -189,7 +189,12 @@ def resource(project: Project, server: FaultyServer) -> Resource:
         project=project, agent="researcher", memory=[declaration], promote="development", actor="t"
     )
     secret_set(
-        project=project, environment="development", name="MEMORY_TOKEN", value=TOKEN, actor="t"
+        project=project,
+        environment="development",
+        name="MEMORY_TOKEN",
+        value=TOKEN,
+        origins=[server.origin],
+        actor="t",
     )
     return resource_get(project=project, environment="development", resource_id="knowledge")
 

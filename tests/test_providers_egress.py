@@ -52,6 +52,10 @@ class Provider(ThreadingHTTPServer):
     def port(self) -> int:
         return int(self.server_address[1])
 
+    @property
+    def origin(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
 
 class _Handler(BaseHTTPRequestHandler):
     server: Provider
@@ -71,7 +75,7 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
-def _serve(server: Provider) -> Iterator[Provider]:
+def serve(server: Provider) -> Iterator[Provider]:
     thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
     thread.start()
     yield server
@@ -81,7 +85,7 @@ def _serve(server: Provider) -> Iterator[Provider]:
 
 @pytest.fixture
 def provider() -> Iterator[Provider]:
-    yield from _serve(Provider())
+    yield from serve(Provider())
 
 
 Resolver = Callable[[str], list[str] | None]
@@ -435,7 +439,7 @@ def test_tls_verifies_the_origins_name_on_the_checked_address(
     trusted = ssl.create_default_context(cafile=str(cert))
     resolver["provider.test"] = [["127.0.0.1"]]
     resolver["impostor.test"] = [["127.0.0.1"]]
-    for running in _serve(server):
+    for running in serve(server):
         with httpx.Client(transport=EgressTransport(verify=trusted)) as http:
             response = http.post(f"https://provider.test:{running.port}/memory", json={})
             assert response.json() == GOOD_RECALL

@@ -32,15 +32,21 @@ from memoryadmin.memory.limits import utf8_len
 from memoryadmin.memory.models import ProviderKind, Resource
 from memoryadmin.memory.representations import iso_ms
 from memoryadmin.memory.services.audit import audit_record
-from memoryadmin.providers.declarations import origin_check, path_check, path_within
+from memoryadmin.providers.declarations import (
+    credential_header,
+    origin_check,
+    path_check,
+    path_within,
+)
 from memoryadmin.providers.egress import EgressTransport, egress_refusal
 from memoryadmin.providers.errors import (
     InvalidToolArguments,
     ProviderFailure,
+    SecretNotBound,
     SecretNotFound,
     ToolNotPermitted,
 )
-from memoryadmin.providers.services.secrets import secret_resolve
+from memoryadmin.providers.services.secrets import secret_for_request
 from memoryadmin.providers.tools import (
     http_tool_get,
     tool_arguments_validate,
@@ -150,20 +156,33 @@ def _target(resource: Resource) -> _Target:
         "User-Agent": USER_AGENT,
     }
     for name, value in connection.get("headers", {}).items():
-        headers[name] = _header_value(resource, value)
+        headers[name] = _header_value(resource, name, value, origin=origin, path=path)
     return _Target(url=origin + path, headers=headers)
 
 
 @sensitive_variables("secret")
-def _header_value(resource: Resource, value: str | dict[str, str]) -> str:
+def _header_value(
+    resource: Resource, name: str, value: str | dict[str, str], *, origin: str, path: str
+) -> str:
     if isinstance(value, str):
+        if credential_header(name):
+            # Declared before credentials had to be secrets: not sent.
+            raise _Misconfigured(
+                "invalid_configuration", f"header {name} is a credential written as a literal"
+            )
         return value
     try:
-        secret = secret_resolve(
-            project_id=resource.project_id, environment=resource.environment, name=value["secret"]
+        secret = secret_for_request(
+            project_id=resource.project_id,
+            environment=resource.environment,
+            name=value["secret"],
+            origin=origin,
+            path=path,
         )
     except SecretNotFound as exc:
         raise _Misconfigured("secret_missing", exc.message) from None
+    except SecretNotBound as exc:
+        raise _Misconfigured("secret_not_bound", f"header {name}: {exc.message}") from None
     scheme = value.get("scheme")
     return f"{scheme} {secret}" if scheme else secret
 

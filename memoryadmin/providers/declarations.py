@@ -21,6 +21,8 @@ from memoryadmin.memory.limits import (
     utf8_len,
 )
 from memoryadmin.providers.egress import SETTING, literal_address, origin_address_check
+from memoryadmin.refprovider.declaration import ENDPOINT as REFERENCE_ENDPOINT
+from memoryadmin.refprovider.declaration import TOKEN_SECRET_NAME
 
 PATH_DEFAULT = "/memory"
 PATH_MAX = 1024
@@ -43,15 +45,14 @@ HOSTNAME_RE = re.compile(
 PRINTABLE_RE = re.compile(r"[\x20-\x7e\t]*")
 
 METHODS = {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
-# Credentials: only ever a reference to a managed secret, never a literal.
-SENSITIVE_HEADERS = {
-    "authorization",
-    "proxy-authorization",
-    "cookie",
-    "x-api-key",
-    "api-key",
-    "x-auth-token",
-}
+# Credentials: a header whose name contains one of these takes its value from
+# a managed secret, never from a literal (Authorization, Cookie, X-Token,
+# Private-Token, X-API-Key, X-Auth-User, X-Client-Secret, ...).
+CREDENTIAL_WORDS = ("auth", "cookie", "token", "key", "secret", "password", "passwd", "credential")
+# Secrets of the server itself: usable only by the built-in reference provider.
+SERVER_SECRETS = frozenset({TOKEN_SECRET_NAME})
+# How a deployment response shows a literal header value: never the value.
+REDACTED: dict[str, bool] = {"redacted": True}
 # Framing and content headers belong to the host; a declaration cannot override them.
 HOST_HEADERS = {
     "host",
@@ -181,13 +182,29 @@ def path_within(path: str, prefix: str) -> bool:
 # Connections.
 
 
+def credential_header(name: str) -> bool:
+    """Whether a header name looks like it carries a credential."""
+    lower = name.lower()
+    return any(word in lower for word in CREDENTIAL_WORDS)
+
+
+def server_secret_refusal(name: str, path: str) -> str | None:
+    """Why a server-level secret may not be sent to `path`, or None (not one, or allowed)."""
+    if name in SERVER_SECRETS and path != REFERENCE_ENDPOINT:
+        return (
+            f"names the server-level secret {name}, which only the built-in reference "
+            f"provider ({REFERENCE_ENDPOINT}) may use"
+        )
+    return None
+
+
 def _header_value(name: str, value: object, where: str) -> str | dict[str, str]:
     if isinstance(value, str):
-        if name.lower() in SENSITIVE_HEADERS:
+        if credential_header(name):
             _fail(
                 f"{where} must reference a managed secret, as "
-                '{"secret": "NAME", "scheme": "Bearer"}; credentials cannot be '
-                "written into a declaration."
+                '{"secret": "NAME", "scheme": "Bearer"}: its name looks like a credential, '
+                "and credentials cannot be written into a declaration."
             )
         if len(value) > HEADER_VALUE_MAX or not PRINTABLE_RE.fullmatch(value):
             _fail(f"{where} must be printable ASCII of at most {HEADER_VALUE_MAX} characters.")
@@ -370,6 +387,10 @@ def http_provider_normalize(provider: dict[str, Any], where: str) -> dict[str, A
         _fail(
             f"{at}.path must lie inside the connection's pathPrefix ({connection['pathPrefix']})."
         )
+    for name, value in connection["headers"].items():
+        refusal = isinstance(value, dict) and server_secret_refusal(value["secret"], path)
+        if refusal:
+            _fail(f"{at}.connection.headers.{name} {refusal}.")
     max_bytes = provider.get("maxBytes", MAX_BYTES_DEFAULT)
     try:
         check_max_bytes(max_bytes)
@@ -382,3 +403,15 @@ def http_provider_normalize(provider: dict[str, Any], where: str) -> dict[str, A
         "path": path,
         "tools": _tools_normalize(provider.get("tools"), f"{at}.tools"),
     }
+
+
+def http_provider_public(provider: dict[str, Any]) -> dict[str, Any]:
+    """A stored http declaration as responses show it: header names and secret names only."""
+    connection = provider.get("connection")
+    if not isinstance(connection, dict):
+        return provider
+    headers = {
+        name: value if isinstance(value, dict) else dict(REDACTED)
+        for name, value in connection.get("headers", {}).items()
+    }
+    return {**provider, "connection": {**connection, "headers": headers}}

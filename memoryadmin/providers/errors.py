@@ -28,6 +28,13 @@ class SecretNotFound(NotFound):
     code = "secret_not_found"
 
 
+class SecretNotBound(DomainError):
+    """A secret that may not be sent where a connection would send it."""
+
+    status = 400
+    code = "invalid_request"
+
+
 class ProviderFailure(Conflict):
     """A provider call that produced no usable answer; a recall it belongs to is blocked.
 
