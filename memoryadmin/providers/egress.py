@@ -10,6 +10,7 @@ an address that was checked, so a name cannot rebind between check and use).
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import logging
 import socket
@@ -214,15 +215,19 @@ class EgressBackend(httpcore.SyncBackend):
         raise last
 
 
+@functools.cache
+def _default_ssl_context() -> ssl.SSLContext:
+    """The system of trust for providers (certifi's roots), loaded once per process."""
+    return httpx.create_ssl_context(trust_env=False)
+
+
 class EgressTransport(httpx.HTTPTransport):
     """httpx's transport over EgressBackend; no proxies (a proxy would connect for us)."""
 
-    def __init__(self, verify: ssl.SSLContext | bool = True) -> None:
-        super().__init__(trust_env=False)
-        self._pool = httpcore.ConnectionPool(
-            ssl_context=httpx.create_ssl_context(verify=verify, trust_env=False),
-            network_backend=EgressBackend(),
-        )
+    def __init__(self, verify: ssl.SSLContext | None = None) -> None:
+        context = verify or _default_ssl_context()
+        super().__init__(verify=context, trust_env=False)
+        self._pool = httpcore.ConnectionPool(ssl_context=context, network_backend=EgressBackend())
 
 
 def egress_refusal(exc: BaseException) -> EgressRefused | None:
