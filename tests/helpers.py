@@ -6,9 +6,11 @@ conftest.py or from each other.
 
 from __future__ import annotations
 
+import json
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -204,3 +206,54 @@ def shoot(page: Any, name: str, *, full_page: bool = False) -> None:
     """Saves a screenshot of the page for docs/memory-page.md."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=full_page)
+
+
+# A provider of the tests' own: a real server on 127.0.0.1 that records what it was sent.
+
+RECORDED_RECALL = {"text": "Internal.", "sources": [{"id": "fact:1"}]}
+
+
+class RecordingProvider(ThreadingHTTPServer):
+    """Answers every POST with a good recall and remembers what it was sent."""
+
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _RecordingHandler)
+        self.seen: list[dict[str, str]] = []
+
+    @property
+    def port(self) -> int:
+        return int(self.server_address[1])
+
+    @property
+    def origin(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+class _RecordingHandler(BaseHTTPRequestHandler):
+    server: RecordingProvider
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        self.server.seen.append(dict(self.headers))
+        body = json.dumps(RECORDED_RECALL).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def serve(server: RecordingProvider) -> Iterator[RecordingProvider]:
+    """Runs a test server for the duration of a fixture."""
+    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()

@@ -10,13 +10,10 @@ under `.test` only; everything else resolves as usual.
 
 from __future__ import annotations
 
-import json
 import socket
 import ssl
 import subprocess
-import threading
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -32,55 +29,12 @@ from memoryadmin.providers.client import ProviderFailure, provider_recall
 from memoryadmin.providers.declarations import origin_check
 from memoryadmin.providers.egress import EgressTransport, address_refusal, literal_address
 from memoryadmin.settings import env_networks
+from tests.helpers import RECORDED_RECALL as GOOD_RECALL
+from tests.helpers import RecordingProvider as Provider
+from tests.helpers import serve
 
 BASE = "/api/managed-agents/projects/acme"
 LOOPBACK = ["127.0.0.0/8", "::1/128"]
-GOOD_RECALL = {"text": "Internal.", "sources": [{"id": "fact:1"}]}
-
-
-class Provider(ThreadingHTTPServer):
-    """Answers every POST with a good recall and remembers what it was sent."""
-
-    daemon_threads = True
-    block_on_close = False
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.seen: list[dict[str, str]] = []
-
-    @property
-    def port(self) -> int:
-        return int(self.server_address[1])
-
-    @property
-    def origin(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: Provider
-    protocol_version = "HTTP/1.1"
-
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("Content-Length", "0")))
-        self.server.seen.append(dict(self.headers))
-        body = json.dumps(GOOD_RECALL).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
-def serve(server: Provider) -> Iterator[Provider]:
-    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
 
 
 @pytest.fixture

@@ -24,7 +24,8 @@ from memoryadmin.providers.client import ProviderFailure, provider_recall
 from memoryadmin.providers.models import Secret
 from memoryadmin.providers.services.secrets import secret_set
 from memoryadmin.refprovider.declaration import ENDPOINT, MOUNT, TOKEN_SECRET_NAME
-from tests.test_providers_egress import Provider, serve
+from tests.helpers import RecordingProvider as Provider
+from tests.helpers import serve
 
 BASE = "/api/managed-agents/projects/acme"
 TOKEN = "tok_bound-to-one-origin"
