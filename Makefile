@@ -41,6 +41,8 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt
 run: export DJANGO_DEBUG ?= 1
 schema bench: export MEMORYADMIN_DEV_SECRETS ?= 1
 
+# The demo's http provider is this server on loopback: allow loopback egress.
+run: export MEMORYADMIN_PROVIDER_ALLOW ?= 127.0.0.0/8,::1/128
 run: $(VENV)/.installed
 	$(VPY) manage.py migrate --noinput -v0
 	$(VPY) manage.py demo --base-url http://$(HOST):$(PORT)

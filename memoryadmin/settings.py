@@ -10,6 +10,7 @@ docs/deploy.md lists every variable.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import secrets
@@ -90,6 +91,20 @@ def proxy_ssl_header(raw: str) -> tuple[str, str] | None:
         return None
     name, _, value = raw.partition("=")
     return "HTTP_" + name.strip().upper().replace("-", "_"), value.strip() or "https"
+
+
+def env_networks(name: str) -> list[str]:
+    """Comma-separated CIDR ranges (`127.0.0.0/8,::1/128`), normalised; empty when unset."""
+    ranges = []
+    for item in env_list(name, []):
+        try:
+            ranges.append(str(ipaddress.ip_network(item, strict=True)))
+        except ValueError as exc:
+            raise ImproperlyConfigured(
+                f"{name} must be comma-separated CIDR ranges such as 127.0.0.0/8,::1/128; "
+                f"{item!r} is not one ({exc})"
+            ) from exc
+    return ranges
 
 
 def secret_key(generate: bool) -> str:
@@ -335,6 +350,9 @@ MEMORYADMIN_PROVIDER_DEADLINE_SECONDS = 10.0
 MEMORYADMIN_PROVIDER_CONCURRENCY_PER_PROJECT = env_int(
     "MEMORYADMIN_PROVIDER_CONCURRENCY_PER_PROJECT", 8, minimum=1
 )
+# Provider origins must reach public addresses only; these non-public ranges
+# are allowed as well (`make run` allows loopback for the demo's provider).
+MEMORYADMIN_PROVIDER_ALLOW = env_networks("MEMORYADMIN_PROVIDER_ALLOW")
 
 # One JSON object per line on standard output (memoryadmin/logs.py). Requests are
 # logged once, when they finish; `request_started` is debug-level.

@@ -7,6 +7,7 @@ conftest.py or from each other.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import secrets
@@ -19,6 +20,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -151,6 +153,8 @@ def deploy_reference_provider(
         environment="development",
         name=TOKEN_SECRET_NAME,
         value=reference_token(),
+        origins=[base_url.rstrip("/")],
+        server_level=True,
         actor="t",
     )
     return resource_get(project=project, environment="development", resource_id="facts")
@@ -387,3 +391,54 @@ class TcpProxy:
         finally:
             self._close(source)
             self._close(sink)
+
+
+# A provider of the tests' own: a real server on 127.0.0.1 that records what it was sent.
+
+RECORDED_RECALL = {"text": "Internal.", "sources": [{"id": "fact:1"}]}
+
+
+class RecordingProvider(ThreadingHTTPServer):
+    """Answers every POST with a good recall and remembers what it was sent."""
+
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _RecordingHandler)
+        self.seen: list[dict[str, str]] = []
+
+    @property
+    def port(self) -> int:
+        return int(self.server_address[1])
+
+    @property
+    def origin(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+class _RecordingHandler(BaseHTTPRequestHandler):
+    server: RecordingProvider
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        self.server.seen.append(dict(self.headers))
+        body = json.dumps(RECORDED_RECALL).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def serve(server: RecordingProvider) -> Iterator[RecordingProvider]:
+    """Runs a test server for the duration of a fixture."""
+    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()

@@ -21,3 +21,8 @@ STORAGES = {
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
 WHITENOISE_USE_FINDERS = True
+
+# The suite's providers (the reference provider, fake providers) are real
+# servers on 127.0.0.1: the tests allow loopback as `make run` does. Tests of
+# the default (nothing but public addresses) set this back to [].
+MEMORYADMIN_PROVIDER_ALLOW = ["127.0.0.0/8", "::1/128"]

@@ -134,7 +134,10 @@ def test_secret_failures(project: Project) -> None:
 
 
 def test_secret_defaults_to_development_like_memory(project: Project) -> None:
-    assert "in acme/development" in run("secret", "set", "--project", "acme", "T", stdin="v\n")
+    origin = ["--origin", "https://memory.example.com"]
+    assert "in acme/development" in run(
+        "secret", "set", "--project", "acme", *origin, "T", stdin="v\n"
+    )
     assert list(Secret.objects.values_list("environment", "name")) == [("development", "T")]
     assert run("secret", "list", "--project", "acme").startswith("T\t")
     assert run("secret", "list", "--project", "acme", "--environment", "production") == ""

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from memoryadmin.memory.models import Project, Resource
+from memoryadmin.memory.models import AuditEntry, Project, Resource
 from memoryadmin.memory.services.deployments import deployment_create, resource_get
 from memoryadmin.providers import client
 from memoryadmin.providers.client import ProviderFailure, provider_recall, provider_tool
@@ -190,7 +190,12 @@ def resource(project: Project, server: FaultyServer) -> Resource:
         project=project, agent="researcher", memory=[declaration], promote="development", actor="t"
     )
     secret_set(
-        project=project, environment="development", name="MEMORY_TOKEN", value=TOKEN, actor="t"
+        project=project,
+        environment="development",
+        name="MEMORY_TOKEN",
+        value=TOKEN,
+        origins=[server.origin],
+        actor="t",
     )
     return resource_get(project=project, environment="development", resource_id="knowledge")
 
@@ -220,10 +225,24 @@ def tool(resource: Resource, name: str, **kwargs: Any) -> client.ToolOutcome:
 
 
 def failure(resource: Resource, **kwargs: Any) -> ProviderFailure:
+    """The failure of a recall; what its caller sees is generic, whatever went wrong."""
     with pytest.raises(ProviderFailure) as raised:
         recall(resource, **kwargs)
-    assert TOKEN not in raised.value.message
-    return raised.value
+    failed = raised.value
+    assert failed.message == client.failure_message("knowledge", retryable=failed.retryable)
+    assert failed.details == {"resource": "knowledge", "retryable": failed.retryable}
+    return failed
+
+
+def audited(resource: Resource) -> dict[str, Any]:
+    """The details of the newest provider failure, as owners read them in the audit log."""
+    entry = AuditEntry.objects.filter(
+        project_id=resource.project_id, action="provider.failed", resource_id="knowledge"
+    ).first()
+    assert entry is not None
+    assert entry.actor == client.AUDIT_ACTOR
+    assert TOKEN not in json.dumps(entry.detail)
+    return entry.detail
 
 
 # Recall: the request.
@@ -282,7 +301,15 @@ def test_retries_stop_after_two_spaced_250ms_then_1s(
     server.script = [reply(502, {"error": {"code": "down", "message": "Down."}})]
     raised = failure(resource)
     assert (raised.reason, raised.http_status, raised.attempts) == ("http_error", 502, 3)
-    assert raised.details["providerError"] == {"code": "down", "message": "Down."}
+    assert raised.retryable
+    assert audited(resource) == {
+        "operation": "recall",
+        "operationId": "mrq_1:knowledge",
+        "reason": "http_error",
+        "description": "answered HTTP 502: down",
+        "attempts": 3,
+        "status": 502,
+    }
     assert len(server.seen) == 3
     first, second = server.gaps()
     assert 0.25 <= first < 1.0
@@ -333,6 +360,9 @@ def test_other_4xx_is_not_retried(server: FaultyServer, resource: Resource) -> N
     server.script = [reply(401, {"error": {"code": "unauthorized", "message": "Bad token."}})]
     raised = failure(resource)
     assert (raised.reason, raised.http_status, raised.attempts) == ("http_error", 401, 1)
+    assert not raised.retryable
+    assert "401" not in raised.message
+    assert audited(resource)["description"] == "answered HTTP 401: unauthorized"
     assert len(server.seen) == 1
 
 
@@ -392,7 +422,8 @@ def test_a_wrong_content_type_is_refused(server: FaultyServer, resource: Resourc
     server.script = [reply(200, GOOD_RECALL, content_type="text/html")]
     raised = failure(resource)
     assert raised.reason == "invalid_response"
-    assert "text/html" in raised.message
+    assert "text/html" not in raised.message
+    assert "text/html" in audited(resource)["description"]
 
 
 @pytest.mark.parametrize(
@@ -419,7 +450,8 @@ def test_invalid_recall_responses_block_the_recall(
     server.script = [reply(200, raw=raw)]
     raised = failure(resource)
     assert (raised.reason, raised.attempts) == ("invalid_response", 1)
-    assert problem in raised.message
+    assert problem not in raised.message
+    assert problem in audited(resource)["description"]
 
 
 def test_text_of_exactly_max_bytes_and_empty_memory_are_accepted(
@@ -467,6 +499,7 @@ def test_failures_never_log_the_secret(
     with caplog.at_level(logging.DEBUG):
         failure(resource, retry_delays=NO_WAIT)
     assert "reason=transport_error" in caplog.text
+    assert "RemoteProtocolError" in audited(resource)["description"]
     assert TOKEN not in caplog.text
 
 
@@ -574,8 +607,16 @@ def test_tool_responses_without_result_or_envelope_are_host_errors(
     first = tool(resource, "lookup")
     second = tool(resource, "lookup")
     assert first.kind == second.kind == "failed"
-    assert first.payload["error"]["details"] == {"reason": "invalid_response"}
+    for outcome in (first, second):
+        assert outcome.payload == {
+            "error": {
+                "code": "provider_failed",
+                "message": client.failure_message("knowledge", retryable=False),
+                "details": {"resource": "knowledge", "retryable": False},
+            }
+        }
     assert second.http_status == 400
+    assert "text/plain" in audited(resource)["description"]
 
 
 def test_invalid_arguments_are_refused_before_sending(

@@ -19,11 +19,23 @@ from tests.helpers import DEV, Keys
 
 SECRETS = "/api/managed-agents/projects/acme/secrets"
 VALUE = "tok_s3cr3t-value-that-must-never-leak"
+ORIGIN = "https://memory.example.com"
 
 
 def put_secret(client: APIClient, name: str, body: Any, query: str = DEV) -> Any:
     return client.put(
         f"{SECRETS}/{name}{query}", data=json.dumps(body), content_type="application/json"
+    )
+
+
+def store(project: Project, name: str, value: str, environment: str = "development") -> None:
+    secret_set(
+        project=project,
+        environment=environment,
+        name=name,
+        value=value,
+        origins=[ORIGIN],
+        actor="t",
     )
 
 
@@ -33,18 +45,18 @@ def stored(name: str = "MEMORY_TOKEN", environment: str = "development") -> str 
 
 
 def test_put_stores_the_value_and_answers_204_without_it(api: APIClient) -> None:
-    response = put_secret(api, "MEMORY_TOKEN", {"value": VALUE})
+    response = put_secret(api, "MEMORY_TOKEN", {"value": VALUE, "origins": [ORIGIN]})
     assert response.status_code == 204
     assert response.content == b""
     assert stored() == VALUE
     assert stored(environment="production") is None
     entry = AuditEntry.objects.get(action="secret.set")
-    assert entry.detail == {"name": "MEMORY_TOKEN", "created": True}
+    assert entry.detail == {"name": "MEMORY_TOKEN", "created": True, "origins": [ORIGIN]}
     assert VALUE not in json.dumps(entry.detail)
 
 
 def test_put_again_replaces_the_value(api: APIClient) -> None:
-    put_secret(api, "MEMORY_TOKEN", {"value": "first"})
+    put_secret(api, "MEMORY_TOKEN", {"value": "first", "origins": [ORIGIN]})
     response = put_secret(api, "MEMORY_TOKEN", {"value": VALUE})
     assert response.status_code == 204
     assert stored() == VALUE
@@ -52,26 +64,27 @@ def test_put_again_replaces_the_value(api: APIClient) -> None:
 
 
 def test_list_returns_names_and_times_only(api: APIClient, project: Project) -> None:
-    secret_set(project=project, environment="development", name="B_TOKEN", value=VALUE, actor="t")
-    secret_set(project=project, environment="development", name="A_TOKEN", value=VALUE, actor="t")
-    secret_set(project=project, environment="production", name="PROD", value=VALUE, actor="t")
+    store(project, "B_TOKEN", VALUE)
+    store(project, "A_TOKEN", VALUE)
+    store(project, "PROD", VALUE, environment="production")
     response = api.get(f"{SECRETS}{DEV}")
     assert response.status_code == 200
     body = response.json()
     assert [s["name"] for s in body["secrets"]] == ["A_TOKEN", "B_TOKEN"]
-    assert set(body["secrets"][0]) == {"name", "updatedAt"}
+    assert set(body["secrets"][0]) == {"name", "origins", "updatedAt"}
+    assert body["secrets"][0]["origins"] == [ORIGIN]
     assert VALUE not in response.content.decode()
 
 
 def test_get_of_one_secret_is_405(api: APIClient, project: Project) -> None:
-    secret_set(project=project, environment="development", name="T", value=VALUE, actor="t")
+    store(project, "T", VALUE)
     response = api.get(f"{SECRETS}/T{DEV}")
     assert response.status_code == 405
     assert VALUE not in response.content.decode()
 
 
 def test_delete_removes_the_secret(api: APIClient, project: Project) -> None:
-    secret_set(project=project, environment="development", name="T", value=VALUE, actor="t")
+    store(project, "T", VALUE)
     response = api.delete(f"{SECRETS}/T{DEV}")
     assert response.status_code == 204
     assert not Secret.objects.exists()
@@ -84,10 +97,17 @@ def test_delete_removes_the_secret(api: APIClient, project: Project) -> None:
 @pytest.mark.parametrize(
     ("name", "body", "query"),
     [
-        ("MEMORY_TOKEN", {"value": VALUE}, ""),
+        ("MEMORY_TOKEN", {"value": VALUE, "origins": [ORIGIN]}, ""),
         ("MEMORY_TOKEN", {"value": VALUE}, "?environment=staging"),
-        ("9TOKEN", {"value": VALUE}, DEV),
-        ("MEMORY-TOKEN", {"value": VALUE}, DEV),
+        ("9TOKEN", {"value": VALUE, "origins": [ORIGIN]}, DEV),
+        ("MEMORY-TOKEN", {"value": VALUE, "origins": [ORIGIN]}, DEV),
+        ("MEMORY_TOKEN", {"value": VALUE}, DEV),
+        ("MEMORY_TOKEN", {"value": VALUE, "origins": []}, DEV),
+        ("MEMORY_TOKEN", {"value": VALUE, "origins": "https://memory.example.com"}, DEV),
+        ("MEMORY_TOKEN", {"value": VALUE, "origins": ["http://memory.example.com"]}, DEV),
+        ("MEMORY_TOKEN", {"value": VALUE, "origins": ["https://memory.example.com/api"]}, DEV),
+        ("MEMORY_TOKEN", {"value": VALUE, "origins": ["https://10.0.0.1"]}, DEV),
+        ("REFERENCE_PROVIDER_TOKEN", {"value": VALUE, "origins": [ORIGIN]}, DEV),
         ("MEMORY_TOKEN", {"value": ""}, DEV),
         ("MEMORY_TOKEN", {"value": VALUE + "\n"}, DEV),
         ("MEMORY_TOKEN", {"value": VALUE + "é"}, DEV),
@@ -110,7 +130,7 @@ def test_invalid_put_is_400_and_never_echoes_the_value(
 # Access: (method, path, body, success status).
 ENDPOINTS = [
     ("get", f"{SECRETS}{DEV}", None, 200),
-    ("put", f"{SECRETS}/T{DEV}", {"value": VALUE}, 204),
+    ("put", f"{SECRETS}/T{DEV}", {"value": VALUE, "origins": [ORIGIN]}, 204),
     ("delete", f"{SECRETS}/T{DEV}", None, 204),
 ]
 
@@ -123,7 +143,7 @@ def call(client: APIClient, method: str, path: str, body: Any) -> Any:
 
 @pytest.fixture
 def seeded(project: Project, keys: Keys) -> Keys:
-    secret_set(project=project, environment="development", name="T", value="before", actor="t")
+    store(project, "T", "before")
     return keys
 
 
@@ -198,6 +218,7 @@ def run(*args: str, stdin: str = "") -> str:
 def test_cli_set_reads_the_value_from_stdin(project: Project) -> None:
     output = run(
         "set", "--project", "acme", "--environment", "production", "MEMORY_TOKEN",
+        "--origin", ORIGIN, "--origin", "https://backup.example.com:8443/",
         stdin=VALUE + "\n",
     )  # fmt: skip
     assert "Created secret MEMORY_TOKEN" in output
@@ -207,12 +228,13 @@ def test_cli_set_reads_the_value_from_stdin(project: Project) -> None:
         VALUE
     )
     assert AuditEntry.objects.get(action="secret.set").actor.startswith("cli:")
+    assert Secret.objects.get().origins == ["https://backup.example.com:8443", ORIGIN]
 
 
 def test_cli_list_and_delete(project: Project) -> None:
-    secret_set(project=project, environment="development", name="T", value=VALUE, actor="t")
+    store(project, "T", VALUE)
     listed = run("list", "--project", "acme", "--environment", "development")
-    assert listed.startswith("T\t")
+    assert listed.startswith(f"T\t{ORIGIN}\t")
     assert VALUE not in listed
     deleted = run("delete", "--project", "acme", "--environment", "development", "T")
     assert "Deleted secret T" in deleted
@@ -221,7 +243,10 @@ def test_cli_list_and_delete(project: Project) -> None:
 
 def test_cli_rejects_a_bad_value_without_echoing_it(project: Project) -> None:
     with pytest.raises(CommandError) as raised:
-        run("set", "--project", "acme", "--environment", "development", "T", stdin="a\nb\n")
+        run(
+            "set", "--project", "acme", "--environment", "development", "T",
+            "--origin", ORIGIN, stdin="a\nb\n",
+        )  # fmt: skip
     assert "printable ASCII" in str(raised.value)
     assert "a\nb" not in str(raised.value)
     assert not Secret.objects.exists()

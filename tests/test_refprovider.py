@@ -162,7 +162,13 @@ def test_partitions_are_isolated(facts: Resource) -> None:
 
 def test_wrong_token_blocks_the_recall(facts: Resource, project: Project) -> None:
     secret_set(
-        project=project, environment="development", name=TOKEN_SECRET_NAME, value="nope", actor="t"
+        project=project,
+        environment="development",
+        name=TOKEN_SECRET_NAME,
+        value="nope",
+        origins=[facts.config["connection"]["origin"]],
+        server_level=True,
+        actor="t",
     )
     with pytest.raises(ProviderFailure) as raised:
         recall(facts)

@@ -209,6 +209,8 @@ def test_failing_provider_blocks_the_recall(host: Host, project: Project) -> Non
         environment="development",
         name=TOKEN_SECRET_NAME,
         value="not-the-token",
+        origins=[str(host.client.base_url).rstrip("/")],
+        server_level=True,
         actor="t",
     )
     before = Recall.objects.count()

@@ -167,7 +167,13 @@ def responses(api: APIClient, project: Project) -> dict[str, Any]:
         actor="test",
     )
     secret_set(
-        project=project, environment="development", name=TOKEN_SECRET_NAME, value="t", actor="t"
+        project=project,
+        environment="development",
+        name=TOKEN_SECRET_NAME,
+        value="t",
+        origins=["http://127.0.0.1:9"],
+        server_level=True,
+        actor="t",
     )
     seen: dict[str, Any] = {}
 

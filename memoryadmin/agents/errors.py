@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from memoryadmin.memory.errors import Conflict, DomainError, NotFound
 from memoryadmin.providers.errors import InvalidToolArguments
 
@@ -50,8 +52,13 @@ class NotBound(DomainError):
 class RecallFailed(Conflict):
     code = "recall_failed"
 
-    def __init__(self, message: str, *, resource: str, reason: str) -> None:
-        super().__init__(message, details={"resource": resource, "reason": reason})
+    def __init__(
+        self, message: str, *, resource: str, reason: str, retryable: bool | None = None
+    ) -> None:
+        details: dict[str, Any] = {"resource": resource, "reason": reason}
+        if retryable is not None:
+            details["retryable"] = retryable
+        super().__init__(message, details=details)
         self.resource = resource
         self.reason = reason
 

@@ -24,7 +24,12 @@ from memoryadmin.memory.services.deployments import (
 )
 from memoryadmin.memory.services.documents import document_create
 from memoryadmin.memory.services.keys import api_key_authenticate, api_key_create
-from memoryadmin.providers.services.secrets import secret_resolve, secret_set
+from memoryadmin.providers.services.secrets import (
+    check_origins,
+    secret_list,
+    secret_resolve,
+    secret_set,
+)
 from memoryadmin.refprovider.declaration import (
     TOKEN_SECRET_NAME,
     reference_declaration,
@@ -160,9 +165,11 @@ def _demo_logins(project: Project, created: list[str]) -> list[DemoLogin]:
     return logins
 
 
-def _demo_provider_token(project: Project, created: list[str]) -> None:
-    """The reference provider's token, stored as the secret the `facts` connection names."""
+def _demo_provider_token(project: Project, base_url: str, created: list[str]) -> None:
+    """The reference provider's token, stored as the server-level secret the `facts`
+    connection names, bound to the origin this server answers at."""
     token = reference_token()
+    origins = check_origins([base_url.rstrip("/")])
     for environment in Environment:
         try:
             current = secret_resolve(
@@ -170,12 +177,18 @@ def _demo_provider_token(project: Project, created: list[str]) -> None:
             )
         except NotFound:
             current = None
-        if current != token:
+        bound = {
+            row["name"]: row["origins"]
+            for row in secret_list(project=project, environment=environment)
+        }
+        if current != token or bound.get(TOKEN_SECRET_NAME) != origins:
             secret_set(
                 project=project,
                 environment=environment,
                 name=TOKEN_SECRET_NAME,
                 value=token,
+                origins=origins,
+                server_level=True,
                 actor="demo",
             )
             created.append(f"secret {TOKEN_SECRET_NAME} ({environment})")
@@ -189,6 +202,8 @@ def demo_setup(*, base_url: str = DEFAULT_BASE_URL) -> DemoResult:
     )
     if was_created:
         created.append("project demo")
+    # The token first: a deployment may send it only where it is bound.
+    _demo_provider_token(project, base_url, created)
     manifest = demo_manifest(base_url)
     declarations = declarations_normalize(manifest["memory"])
     for environment in Environment:
@@ -210,7 +225,6 @@ def demo_setup(*, base_url: str = DEFAULT_BASE_URL) -> DemoResult:
             fields = {k: v for k, v in spec.items() if k != "resource"}
             document_create(resource=resource, actor="demo", **fields)
             created.append(f"document {spec['resource']}/{spec['doc_id']}")
-    _demo_provider_token(project, created)
     api_key = _demo_key(project, created)
     logins = _demo_logins(project, created)
     return DemoResult(project=project, api_key=api_key, created=created, logins=logins)

@@ -9,7 +9,7 @@ from typing import Any
 from django.db.models import Model
 
 from memoryadmin.memory.models import ApiKey, Deployment, Document, DocumentVersion, Project
-from memoryadmin.memory.services.deployments import deployment_active_in
+from memoryadmin.memory.services.deployments import declarations_public, deployment_active_in
 
 
 def iso_ms(value: datetime) -> str:
@@ -83,7 +83,7 @@ def deployment_dict(deployment: Deployment, *, active_in: list[str]) -> dict[str
         "id": deployment.id,
         "projectId": deployment.project_id,
         "agent": deployment.agent,
-        "memory": deployment.memory,
+        "memory": declarations_public(deployment.memory),
         "activeIn": active_in,
         "createdAt": iso_ms(deployment.created_at),
     }

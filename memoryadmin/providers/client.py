@@ -3,16 +3,19 @@
 One operation is one request body, sent at most three times within one
 deadline: the same operationId, the same bytes. Retries happen only after a
 transport failure, 408, 429 or 5xx, and only for operations without side
-effects or declared idempotent. Redirects are never followed. Nothing here
-logs or reports header values: transport errors are named by kind only.
+effects or declared idempotent. Redirects are never followed. Connections go
+only to addresses the egress rule allows (see egress.py).
+
+What the caller and the model learn of a failure is generic: which resource
+failed and whether trying again may help. The details (status, exception
+kind, content type, refused address) go to the server log and the audit log,
+where owners read them. Nothing here logs or reports header values.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
-import ssl
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -29,16 +32,24 @@ from memoryadmin.memory.jsonbody import body_read, json_parse
 from memoryadmin.memory.limits import BODY_MAX_BYTES, utf8_len
 from memoryadmin.memory.models import ProviderKind, Resource
 from memoryadmin.memory.representations import iso_ms
+from memoryadmin.memory.services.audit import audit_record
 from memoryadmin.metrics import provider_call as metered
 from memoryadmin.providers.concurrency import Deadline, provider_call
-from memoryadmin.providers.declarations import origin_check, path_check, path_within
+from memoryadmin.providers.declarations import (
+    credential_header,
+    origin_check,
+    path_check,
+    path_within,
+)
+from memoryadmin.providers.egress import EgressTransport, egress_refusal
 from memoryadmin.providers.errors import (
     InvalidToolArguments,
     ProviderFailure,
+    SecretNotBound,
     SecretNotFound,
     ToolNotPermitted,
 )
-from memoryadmin.providers.services.secrets import secret_resolve
+from memoryadmin.providers.services.secrets import secret_for_request
 from memoryadmin.providers.tools import (
     http_tool_get,
     tool_arguments_validate,
@@ -57,6 +68,8 @@ RETRYABLE_STATUSES = {408, 429}
 ACCESS_LEVELS = {"read", "read-write"}
 USER_AGENT = "memoryadmin-memory-host/1"
 UNCERTAIN: dict[str, Any] = {"status": "uncertain"}
+# Who the audit log names for what the host's provider client records.
+AUDIT_ACTOR = "system:providers"
 
 
 @dataclass(frozen=True)
@@ -88,7 +101,8 @@ class _Reply:
     status: int | None = None
     headers: httpx.Headers = field(default_factory=httpx.Headers)
     body: bytes = b""
-    # "timeout" or "transport" when no complete response arrived.
+    # "timeout" or "transport" when no complete response arrived; "refused"
+    # when the egress rule stopped the connection before it was attempted.
     failure: str | None = None
     failure_kind: str = ""
     oversize: bool = False
@@ -96,7 +110,7 @@ class _Reply:
     @property
     def retryable(self) -> bool:
         if self.failure is not None:
-            return True
+            return self.failure != "refused"
         assert self.status is not None
         return self.status in RETRYABLE_STATUSES or 500 <= self.status <= 599
 
@@ -111,25 +125,32 @@ class _Target:
 # Connection.
 
 
+class _Misconfigured(Exception):
+    """The declaration cannot be used as it stands; nothing was sent."""
+
+    def __init__(self, reason: str, description: str) -> None:
+        super().__init__(description)
+        self.reason = reason
+        self.description = description
+
+
 @sensitive_variables("headers")
 def _target(resource: Resource) -> _Target:
     """The URL and headers of a provider; the origin is checked before any secret is read."""
-    where = f"Resource '{resource.resource_id}'"
     if resource.kind != ProviderKind.HTTP:
-        raise ProviderFailure(f"{where} is not an http provider.", reason="invalid_configuration")
+        raise _Misconfigured("invalid_configuration", "it is not an http provider")
     config = resource.config
     connection = config.get("connection") or {}
     try:
         origin = origin_check(connection.get("origin"), where="connection.origin")
         path = path_check(config.get("path"), where="path")
     except InvalidRequest as exc:
-        raise ProviderFailure(f"{where}: {exc.message}", reason="invalid_configuration") from exc
+        raise _Misconfigured("invalid_configuration", exc.message) from None
     if not path_within(path, connection.get("pathPrefix", "/")) or "POST" not in connection.get(
         "methods", []
     ):
-        raise ProviderFailure(
-            f"{where}: the connection does not permit POST to {path}.",
-            reason="invalid_configuration",
+        raise _Misconfigured(
+            "invalid_configuration", f"the connection does not permit POST to {path}"
         )
     headers = {
         "Content-Type": "application/json",
@@ -137,34 +158,38 @@ def _target(resource: Resource) -> _Target:
         "User-Agent": USER_AGENT,
     }
     for name, value in connection.get("headers", {}).items():
-        headers[name] = _header_value(resource, value)
+        headers[name] = _header_value(resource, name, value, origin=origin, path=path)
     return _Target(url=origin + path, headers=headers)
 
 
 @sensitive_variables("secret")
-def _header_value(resource: Resource, value: str | dict[str, str]) -> str:
+def _header_value(
+    resource: Resource, name: str, value: str | dict[str, str], *, origin: str, path: str
+) -> str:
     if isinstance(value, str):
+        if credential_header(name):
+            # Declared before credentials had to be secrets: not sent.
+            raise _Misconfigured(
+                "invalid_configuration", f"header {name} is a credential written as a literal"
+            )
         return value
     try:
-        secret = secret_resolve(
-            project_id=resource.project_id, environment=resource.environment, name=value["secret"]
+        secret = secret_for_request(
+            project_id=resource.project_id,
+            environment=resource.environment,
+            name=value["secret"],
+            origin=origin,
+            path=path,
         )
     except SecretNotFound as exc:
-        raise ProviderFailure(
-            f"Resource '{resource.resource_id}': {exc.message}", reason="secret_missing"
-        ) from exc
+        raise _Misconfigured("secret_missing", exc.message) from None
+    except SecretNotBound as exc:
+        raise _Misconfigured("secret_not_bound", f"header {name}: {exc.message}") from None
     scheme = value.get("scheme")
     return f"{scheme} {secret}" if scheme else secret
 
 
 # Transport.
-
-
-@functools.cache
-def _tls_context() -> ssl.SSLContext:
-    # Loading the CA bundle costs a tenth of a second; one context serves every
-    # call (contexts are safe to share between threads).
-    return httpx.create_ssl_context(trust_env=False)
 
 
 def _attempt(client: httpx.Client, target: _Target, body: bytes, deadline: float) -> _Reply:
@@ -189,6 +214,9 @@ def _attempt(client: httpx.Client, target: _Target, body: bytes, deadline: float
     except httpx.TimeoutException:
         return _Reply(failure="timeout")
     except (httpx.HTTPError, httpx.InvalidURL) as exc:
+        refused = egress_refusal(exc)
+        if refused is not None:
+            return _Reply(failure="refused", failure_kind=str(refused))
         # The exception's text may quote the request; only its kind is kept.
         return _Reply(failure="transport", failure_kind=type(exc).__name__)
 
@@ -248,7 +276,9 @@ def _exchange(
     """
     cancelled = cancelled or threading.Event()
     attempts = 0
-    with httpx.Client(follow_redirects=False, trust_env=False, verify=_tls_context()) as client:
+    with httpx.Client(
+        transport=EgressTransport(), follow_redirects=False, trust_env=False
+    ) as client:
         while True:
             attempts += 1
             reply = _attempt(client, target, body, deadline)
@@ -299,6 +329,8 @@ def _unusable(reply: _Reply) -> tuple[str, str] | None:
     """(reason, description) when the reply cannot be read at all."""
     if reply.failure == "timeout":
         return "timeout", "did not answer within the deadline"
+    if reply.failure == "refused":
+        return "egress_refused", f"was not contacted: {reply.failure_kind}"
     if reply.failure is not None:
         return "transport_error", f"could not be reached ({reply.failure_kind})"
     if reply.oversize:
@@ -364,6 +396,7 @@ class RecallRequest:
     resource: Resource
     target: _Target
     body: bytes
+    call: _Call
 
 
 @dataclass(frozen=True)
@@ -387,7 +420,11 @@ def recall_request(
     the caller's thread.
     """
     _check_access(access)
-    target = _target(resource)
+    call = _Call(resource=resource, operation="recall", operation_id=operation_id)
+    try:
+        target = _target(resource)
+    except _Misconfigured as exc:
+        raise call.failure(exc.reason, exc.description, attempts=0) from None
     body = _encode(
         {
             "version": PROTOCOL_VERSION,
@@ -401,11 +438,10 @@ def recall_request(
         }
     )
     if len(body) > BODY_MAX_BYTES:
-        raise ProviderFailure(
-            f"The recall request for '{resource.resource_id}' is over {BODY_MAX_BYTES} bytes.",
-            reason="request_too_large",
+        raise call.failure(
+            "request_too_large", f"the recall request is over {BODY_MAX_BYTES} bytes", attempts=0
         )
-    return RecallRequest(resource=resource, target=target, body=body)
+    return RecallRequest(resource=resource, target=target, body=body, call=call)
 
 
 def recall_send(
@@ -433,7 +469,7 @@ def recall_outcome(request: RecallRequest, sent: RecallReply) -> RecallOutcome:
 
     A failed recall never turns into empty memory.
     """
-    return _recall_outcome(request.resource, sent.reply, sent.attempts)
+    return _recall_outcome(request.call, sent.reply, sent.attempts)
 
 
 def provider_recall(
@@ -469,15 +505,11 @@ def provider_recall(
     return recall_outcome(request, sent)
 
 
-def _recall_outcome(resource: Resource, reply: _Reply, attempts: int) -> RecallOutcome:
-    name = f"The memory provider of '{resource.resource_id}'"
+def _recall_outcome(call: _Call, reply: _Reply, attempts: int) -> RecallOutcome:
     unusable = _unusable(reply)
     if unusable is not None:
         reason, description = unusable
-        _log_failure(resource, reason, attempts)
-        raise ProviderFailure(
-            f"{name} {description}.", reason=reason, attempts=attempts, http_status=reply.status
-        )
+        raise call.failure(reason, description, attempts=attempts, reply=reply)
     assert reply.status is not None
     try:
         data = _json(reply)
@@ -486,35 +518,88 @@ def _recall_outcome(resource: Resource, reply: _Reply, attempts: int) -> RecallO
     if reply.status != 200:
         envelope = _envelope(data)
         said = f": {envelope['error']['code']}" if envelope else ""
-        _log_failure(resource, "http_error", attempts)
-        raise ProviderFailure(
-            f"{name} answered HTTP {reply.status}{said}.",
-            reason="http_error",
-            attempts=attempts,
-            http_status=reply.status,
-            provider_error=envelope["error"] if envelope else None,
+        raise call.failure(
+            "http_error", f"answered HTTP {reply.status}{said}", attempts=attempts, reply=reply
         )
     try:
         if data is None:
             raise ValueError(problem)
-        text, sources, cursor = _recall_projection(data, resource.max_bytes)
+        text, sources, cursor = _recall_projection(data, call.resource.max_bytes)
     except ValueError as exc:
-        _log_failure(resource, "invalid_response", attempts)
-        raise ProviderFailure(
-            f"{name} sent an invalid recall response: {exc}.",
-            reason="invalid_response",
+        raise call.failure(
+            "invalid_response",
+            f"sent an invalid recall response: {exc}",
             attempts=attempts,
-            http_status=reply.status,
-        ) from exc
+            reply=reply,
+        ) from None
     return RecallOutcome(text=text, sources=sources, cursor=cursor, attempts=attempts)
 
 
-def _log_failure(resource: Resource, reason: str, attempts: int) -> None:
-    logger.warning(
-        "memory provider call failed: resource=%s reason=%s attempts=%d",
-        resource,
-        reason,
-        attempts,
+# Failures: generic to the caller, detailed in the server log and the audit log.
+
+
+@dataclass(frozen=True)
+class _Call:
+    resource: Resource
+    operation: str
+    operation_id: str
+
+    def record(
+        self, reason: str, description: str, *, attempts: int, status: int | None = None
+    ) -> None:
+        """Logs and audits what went wrong, for the owners; never shown to callers."""
+        resource = self.resource
+        logger.warning(
+            "memory provider call failed: resource=%s operation=%s operation_id=%s "
+            "reason=%s attempts=%d: %s",
+            resource,
+            self.operation,
+            self.operation_id,
+            reason,
+            attempts,
+            description,
+        )
+        detail: dict[str, Any] = {
+            "operation": self.operation,
+            "operationId": self.operation_id,
+            "reason": reason,
+            "description": description,
+            "attempts": attempts,
+        }
+        if status is not None:
+            detail["status"] = status
+        audit_record(
+            project_id=resource.project_id,
+            environment=resource.environment,
+            actor=AUDIT_ACTOR,
+            action="provider.failed",
+            resource_id=resource.resource_id,
+            detail=detail,
+        )
+
+    def failure(
+        self, reason: str, description: str, *, attempts: int, reply: _Reply | None = None
+    ) -> ProviderFailure:
+        status = reply.status if reply is not None else None
+        self.record(reason, description, attempts=attempts, status=status)
+        retryable = reply is not None and reply.retryable
+        return ProviderFailure(
+            failure_message(self.resource.resource_id, retryable=retryable),
+            resource=self.resource.resource_id,
+            retryable=retryable,
+            reason=reason,
+            attempts=attempts,
+            http_status=status,
+        )
+
+
+def failure_message(resource_id: str, *, retryable: bool) -> str:
+    """What a caller or model is told: which resource failed and whether to try again."""
+    if retryable:
+        return f"The memory provider of '{resource_id}' failed; trying again later may succeed."
+    return (
+        f"The memory provider of '{resource_id}' failed; trying again will not help until "
+        "its owners fix it (the audit log has the details)."
     )
 
 
@@ -568,10 +653,11 @@ def provider_tool(
         raise InvalidToolArguments(
             f"memory_{name}: the call is over {BODY_MAX_BYTES} bytes; send less."
         )
+    call = _Call(resource=resource, operation=f"tool:{name}", operation_id=operation_id)
     try:
         target = _target(resource)
-    except ProviderFailure as exc:
-        return _failed(exc.reason, exc.message, attempts=0)
+    except _Misconfigured as exc:
+        return _failed(call, exc.reason, exc.description, attempts=0)
     reply, attempts = provider_call(
         project_id=resource.project_id,
         deadline=deadline,
@@ -584,40 +670,40 @@ def provider_tool(
             cancelled=cancelled,
         ),
     )
-    return _tool_outcome(resource, declared, reply, attempts)
+    return _tool_outcome(call, declared, reply, attempts)
 
 
-def _failed(reason: str, message: str, *, attempts: int, status: int | None = None) -> ToolOutcome:
-    error: dict[str, Any] = {"code": "provider_failed", "message": message}
-    error["details"] = {"reason": reason}
+def _failed(
+    call: _Call, reason: str, description: str, *, attempts: int, reply: _Reply | None = None
+) -> ToolOutcome:
+    failure = call.failure(reason, description, attempts=attempts, reply=reply)
     return ToolOutcome(
-        kind="failed", payload={"error": error}, attempts=attempts, http_status=status
+        kind="failed",
+        payload={"error": failure.envelope()},
+        attempts=attempts,
+        http_status=failure.http_status,
     )
 
 
-def _tool_outcome(
-    resource: Resource, tool: dict[str, Any], reply: _Reply, attempts: int
-) -> ToolOutcome:
-    name = f"The memory provider of '{resource.resource_id}'"
-    if reply.failure is not None and tool["access"] == "write":
+def _tool_outcome(call: _Call, tool: dict[str, Any], reply: _Reply, attempts: int) -> ToolOutcome:
+    if reply.failure in {"timeout", "transport"} and tool["access"] == "write":
         # The write may have committed before the reply was lost; only the
         # next recall can tell.
-        _log_failure(resource, "uncertain", attempts)
+        call.record("uncertain", _unusable(reply)[1], attempts=attempts)  # type: ignore[index]
         return ToolOutcome(kind="uncertain", payload=dict(UNCERTAIN), attempts=attempts)
     unusable = _unusable(reply)
     if unusable is not None:
         reason, description = unusable
-        _log_failure(resource, reason, attempts)
-        return _failed(reason, f"{name} {description}.", attempts=attempts, status=reply.status)
+        return _failed(call, reason, description, attempts=attempts, reply=reply)
     try:
         data = _json(reply)
     except ValueError as exc:
-        _log_failure(resource, "invalid_response", attempts)
         return _failed(
+            call,
             "invalid_response",
-            f"{name} sent an invalid response (HTTP {reply.status}): {exc}.",
+            f"sent an invalid response (HTTP {reply.status}): {exc}",
             attempts=attempts,
-            status=reply.status,
+            reply=reply,
         )
     if reply.status == 200 and isinstance(data, dict) and "result" in data:
         return ToolOutcome(
@@ -628,11 +714,11 @@ def _tool_outcome(
         return ToolOutcome(
             kind="error", payload=envelope, attempts=attempts, http_status=reply.status
         )
-    _log_failure(resource, "invalid_response", attempts)
     what = "without a result" if reply.status == 200 else "without an error envelope"
     return _failed(
+        call,
         "invalid_response",
-        f"{name} answered HTTP {reply.status} {what}.",
+        f"answered HTTP {reply.status} {what}",
         attempts=attempts,
-        status=reply.status,
+        reply=reply,
     )

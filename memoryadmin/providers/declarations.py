@@ -6,7 +6,6 @@ Each message names the offending field by its path in the manifest
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from typing import Any, NoReturn
 from urllib.parse import unquote, urlsplit
@@ -21,6 +20,9 @@ from memoryadmin.memory.limits import (
     check_max_bytes,
     utf8_len,
 )
+from memoryadmin.providers.egress import SETTING, literal_address, origin_address_check
+from memoryadmin.refprovider.declaration import ENDPOINT as REFERENCE_ENDPOINT
+from memoryadmin.refprovider.declaration import TOKEN_SECRET_NAME
 
 PATH_DEFAULT = "/memory"
 PATH_MAX = 1024
@@ -43,15 +45,14 @@ HOSTNAME_RE = re.compile(
 PRINTABLE_RE = re.compile(r"[\x20-\x7e\t]*")
 
 METHODS = {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
-# Credentials: only ever a reference to a managed secret, never a literal.
-SENSITIVE_HEADERS = {
-    "authorization",
-    "proxy-authorization",
-    "cookie",
-    "x-api-key",
-    "api-key",
-    "x-auth-token",
-}
+# Credentials: a header whose name contains one of these takes its value from
+# a managed secret, never from a literal (Authorization, Cookie, X-Token,
+# Private-Token, X-API-Key, X-Auth-User, X-Client-Secret, ...).
+CREDENTIAL_WORDS = ("auth", "cookie", "token", "key", "secret", "password", "passwd", "credential")
+# Secrets of the server itself: usable only by the built-in reference provider.
+SERVER_SECRETS = frozenset({TOKEN_SECRET_NAME})
+# How a deployment response shows a literal header value: never the value.
+REDACTED: dict[str, bool] = {"redacted": True}
 # Framing and content headers belong to the host; a declaration cannot override them.
 HOST_HEADERS = {
     "host",
@@ -85,29 +86,41 @@ def _check_fields(raw: dict[str, Any], allowed: set[str], where: str) -> None:
 def is_loopback_host(host: str) -> bool:
     if host.lower() in LOOPBACK_NAMES:
         return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    address = literal_address(host)
+    return address is not None and address.is_loopback
 
 
 def _origin_host(host: str | None, where: str) -> str:
+    """The host as the origin shows it; a literal address in its canonical spelling."""
     if not host:
         _fail(f"{where} must name a host.")
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
+    address = literal_address(host)
+    if address is None:
         if not HOSTNAME_RE.fullmatch(host):
             _fail(f"{where} has an invalid host name.")
         return host
     return f"[{address.compressed}]" if address.version == 6 else address.compressed
 
 
-def origin_check(value: object, *, where: str = "origin") -> str:
+def _refuse_unreachable(host: str, where: str, *, resolve_names: bool) -> None:
+    literal = literal_address(host)
+    if literal is None and not resolve_names:
+        return
+    refusal = origin_address_check(host)
+    if refusal is not None:
+        _fail(
+            f"{where} {refusal}; provider origins must reach public addresses "
+            f"unless the server allows more ({SETTING})."
+        )
+
+
+def origin_check(value: object, *, where: str = "origin", resolve_names: bool = False) -> str:
     """An origin `scheme://host[:port]`, normalised; checked before any secret is resolved.
 
     https only, except http on loopback (127.0.0.0/8, ::1, localhost) for
     local development. No user-info, path, query, fragment or other scheme.
+    A literal address (in any spelling) must be one the server may reach;
+    with `resolve_names`, so must every address a name resolves to now.
     """
     if not isinstance(value, str) or not value:
         _fail(f"{where} is required: an https:// origin such as https://memory.example.com.")
@@ -136,6 +149,7 @@ def origin_check(value: object, *, where: str = "origin") -> str:
             f"{where} must use https://; plain http:// is allowed only on loopback "
             "(127.0.0.0/8, ::1, localhost)."
         )
+    _refuse_unreachable(host, where, resolve_names=resolve_names)
     return f"{scheme}://{shown_host}" + (f":{port}" if port is not None else "")
 
 
@@ -168,13 +182,29 @@ def path_within(path: str, prefix: str) -> bool:
 # Connections.
 
 
+def credential_header(name: str) -> bool:
+    """Whether a header name looks like it carries a credential."""
+    lower = name.lower()
+    return any(word in lower for word in CREDENTIAL_WORDS)
+
+
+def server_secret_refusal(name: str, path: str) -> str | None:
+    """Why a server-level secret may not be sent to `path`, or None (not one, or allowed)."""
+    if name in SERVER_SECRETS and path != REFERENCE_ENDPOINT:
+        return (
+            f"names the server-level secret {name}, which only the built-in reference "
+            f"provider ({REFERENCE_ENDPOINT}) may use"
+        )
+    return None
+
+
 def _header_value(name: str, value: object, where: str) -> str | dict[str, str]:
     if isinstance(value, str):
-        if name.lower() in SENSITIVE_HEADERS:
+        if credential_header(name):
             _fail(
                 f"{where} must reference a managed secret, as "
-                '{"secret": "NAME", "scheme": "Bearer"}; credentials cannot be '
-                "written into a declaration."
+                '{"secret": "NAME", "scheme": "Bearer"}: its name looks like a credential, '
+                "and credentials cannot be written into a declaration."
             )
         if len(value) > HEADER_VALUE_MAX or not PRINTABLE_RE.fullmatch(value):
             _fail(f"{where} must be printable ASCII of at most {HEADER_VALUE_MAX} characters.")
@@ -243,7 +273,7 @@ def connection_normalize(raw: object, *, where: str) -> dict[str, Any]:
         _fail(f"{where}.id must be 1-64 lowercase letters, digits or inner hyphens.")
     # The origin comes first: nothing else about a connection matters if it
     # may not be reached.
-    origin = origin_check(raw.get("origin"), where=f"{where}.origin")
+    origin = origin_check(raw.get("origin"), where=f"{where}.origin", resolve_names=True)
     methods = _methods_normalize(raw.get("methods"), f"{where}.methods")
     prefix = path_check(raw.get("pathPrefix", "/"), where=f"{where}.pathPrefix")
     headers = _headers_normalize(raw.get("headers"), f"{where}.headers")
@@ -357,6 +387,10 @@ def http_provider_normalize(provider: dict[str, Any], where: str) -> dict[str, A
         _fail(
             f"{at}.path must lie inside the connection's pathPrefix ({connection['pathPrefix']})."
         )
+    for name, value in connection["headers"].items():
+        refusal = isinstance(value, dict) and server_secret_refusal(value["secret"], path)
+        if refusal:
+            _fail(f"{at}.connection.headers.{name} {refusal}.")
     max_bytes = provider.get("maxBytes", MAX_BYTES_DEFAULT)
     try:
         check_max_bytes(max_bytes)
@@ -369,3 +403,15 @@ def http_provider_normalize(provider: dict[str, Any], where: str) -> dict[str, A
         "path": path,
         "tools": _tools_normalize(provider.get("tools"), f"{at}.tools"),
     }
+
+
+def http_provider_public(provider: dict[str, Any]) -> dict[str, Any]:
+    """A stored http declaration as responses show it: header names and secret names only."""
+    connection = provider.get("connection")
+    if not isinstance(connection, dict):
+        return provider
+    headers = {
+        name: value if isinstance(value, dict) else dict(REDACTED)
+        for name, value in connection.get("headers", {}).items()
+    }
+    return {**provider, "connection": {**connection, "headers": headers}}

@@ -28,11 +28,19 @@ class SecretNotFound(NotFound):
     code = "secret_not_found"
 
 
+class SecretNotBound(DomainError):
+    """A secret that may not be sent where a connection would send it."""
+
+    status = 400
+    code = "invalid_request"
+
+
 class ProviderFailure(Conflict):
     """A provider call that produced no usable answer; a recall it belongs to is blocked.
 
-    Messages never carry header values or secrets: transport errors are named
-    by their kind only.
+    What the caller sees is generic: the resource and whether trying again may
+    help. `reason`, `attempts` and `http_status` are for the host's own logs
+    and tests; they never reach the response.
     """
 
     code = "recall_failed"
@@ -41,21 +49,22 @@ class ProviderFailure(Conflict):
         self,
         message: str,
         *,
+        resource: str,
+        retryable: bool,
         reason: str,
         attempts: int = 0,
         http_status: int | None = None,
-        provider_error: dict[str, Any] | None = None,
     ) -> None:
-        details: dict[str, Any] = {"reason": reason, "attempts": attempts}
-        if http_status is not None:
-            details["status"] = http_status
-        if provider_error is not None:
-            details["providerError"] = provider_error
-        super().__init__(message, details=details)
+        super().__init__(message, details={"resource": resource, "retryable": retryable})
+        self.resource = resource
+        self.retryable = retryable
         self.reason = reason
         self.attempts = attempts
         self.http_status = http_status
-        self.provider_error = provider_error
+
+    def envelope(self) -> dict[str, Any]:
+        """The error object a model receives for a failed tool call."""
+        return {"code": "provider_failed", "message": self.message, "details": self.details}
 
 
 class ProviderBusy(DomainError):

@@ -14,6 +14,8 @@ class Secret(models.Model):
     name = models.CharField(max_length=64)
     # Never leaves the server except as a header value sent to a provider.
     value = models.TextField()
+    # The origins (`https://host[:port]`) the value may be sent to.
+    origins = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

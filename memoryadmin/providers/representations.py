@@ -9,4 +9,4 @@ from memoryadmin.memory.representations import iso_ms
 
 
 def secret_dict(row: Mapping[str, Any]) -> dict[str, Any]:
-    return {"name": row["name"], "updatedAt": iso_ms(row["updated_at"])}
+    return {"name": row["name"], "origins": row["origins"], "updatedAt": iso_ms(row["updated_at"])}

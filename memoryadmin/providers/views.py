@@ -17,10 +17,19 @@ class SecretSetInput(s.StrictSerializer):
     value = s.StrictCharField(
         help_text="The secret value: printable ASCII, at most 4096 characters. Never returned."
     )
+    origins = serializers.ListField(
+        child=s.StrictCharField(),
+        required=False,
+        help_text=(
+            "The origins (https://host[:port]) the value may be sent to, 1-16. Required for "
+            "a new secret; when replacing, omitted keeps the current origins."
+        ),
+    )
 
 
 class SecretOutput(serializers.Serializer):
     name = serializers.CharField()
+    origins = serializers.ListField(child=serializers.CharField())
     updatedAt = serializers.DateTimeField()
 
 
@@ -58,6 +67,7 @@ class SecretDetailView(ApiView):
             environment=environment,
             name=name,
             value=data["value"],
+            origins=data.get("origins"),
             actor=self.actor(request),
         )
         return Response(status=204)

@@ -177,7 +177,9 @@ def _http_projections(
                 )
             )
         except ProviderFailure as exc:
-            raise RecallFailed(exc.message, resource=resource_id, reason=exc.reason) from exc
+            raise RecallFailed(
+                exc.message, resource=resource_id, reason="provider_failed", retryable=exc.retryable
+            ) from exc
     projections: dict[str, Projection] = {}
     try:
         calls = ProviderCalls[RecallReply](
@@ -196,8 +198,13 @@ def _http_projections(
             except ProviderFailure as exc:
                 # Never substitute empty memory: the whole recall fails, and
                 # the calls still running are abandoned.
+                # The caller learns only that it failed and whether to retry;
+                # the details are in the server log and the audit log.
                 raise RecallFailed(
-                    exc.message, resource=binding.resource.resource_id, reason=exc.reason
+                    exc.message,
+                    resource=binding.resource.resource_id,
+                    reason="provider_failed",
+                    retryable=exc.retryable,
                 ) from exc
             projections[binding.resource.resource_id] = Projection(
                 text=outcome.text,

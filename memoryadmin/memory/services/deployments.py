@@ -42,6 +42,23 @@ def _document_provider(provider: dict[str, Any], where: str) -> dict[str, Any]:
 # Provider kinds a declaration may name, each with the function that checks
 # and normalises its settings.
 PROVIDERS: dict[str, ProviderNormalizer] = {"document": _document_provider}
+# Per kind, what must also hold when a declaration takes effect in an
+# environment (for http: the secrets it sends may go to its origin); raises
+# InvalidRequest naming the field under `where`.
+PromoteCheck = Callable[..., None]
+PROMOTE_CHECKS: dict[str, PromoteCheck] = {}
+# Per kind, how responses show a stored provider (for http: no header values).
+PROVIDER_VIEWS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+
+
+def declarations_public(memory: list[Declaration]) -> list[Declaration]:
+    """Declarations as responses show them."""
+    shown = []
+    for declaration in memory:
+        view = PROVIDER_VIEWS.get(declaration["provider"]["kind"])
+        provider = view(declaration["provider"]) if view else declaration["provider"]
+        shown.append({**declaration, "provider": provider})
+    return shown
 
 
 def declaration_normalize(raw: object, where: str) -> Declaration:
@@ -138,6 +155,15 @@ def deployment_promote(*, deployment: Deployment, environment: str, actor: str) 
     check_environment(environment)
     project = deployment.project
     _check_kinds(project, deployment.memory, environment)
+    for index, declaration in enumerate(deployment.memory):
+        check = PROMOTE_CHECKS.get(declaration["provider"]["kind"])
+        if check is not None:
+            check(
+                project=project,
+                environment=environment,
+                provider=declaration["provider"],
+                where=f"memory[{index}].provider",
+            )
     for declaration in deployment.memory:
         provider = dict(declaration["provider"])
         kind = provider.pop("kind")

@@ -1,4 +1,4 @@
-"""`manage.py secret set|list|delete --project P [--environment E] [NAME]`.
+"""`manage.py secret set|list|delete --project P [--environment E] [--origin O ...] [NAME]`.
 
 `set` reads the value from standard input (one trailing line break is
 dropped), so it never appears in shell history or the process list.
@@ -43,6 +43,17 @@ class Command(cli.Command):
             )
             if name != "list":
                 sub.add_argument("name", metavar="NAME", help="the secret name, e.g. MEMORY_TOKEN")
+            if name == "set":
+                sub.add_argument(
+                    "--origin",
+                    action="append",
+                    dest="origins",
+                    metavar="ORIGIN",
+                    help=(
+                        "an origin the secret may be sent to, e.g. https://mem.example.com; "
+                        "repeatable; required for a new secret (omitted: keep the current ones)"
+                    ),
+                )
 
     def act(self, options: dict[str, Any]) -> None:
         project = project_get(project_id=options["project"])
@@ -56,13 +67,15 @@ class Command(cli.Command):
                 environment=environment,
                 name=options["name"],
                 value=value,
+                origins=options.get("origins"),
                 actor=cli.cli_actor(),
             )
             verb = "Created" if created else "Replaced"
             self.stdout.write(f"{verb} secret {options['name']} in {project.id}/{environment}.")
         elif subcommand == "list":
             for row in secret_services.secret_list(project=project, environment=environment):
-                self.stdout.write(f"{row['name']}\t{iso_ms(row['updated_at'])}")
+                origins = ",".join(row["origins"]) or "-"
+                self.stdout.write(f"{row['name']}\t{origins}\t{iso_ms(row['updated_at'])}")
         else:
             secret_services.secret_delete(
                 project=project,

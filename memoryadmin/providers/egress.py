@@ -1,0 +1,240 @@
+"""Where the server may send requests: public addresses, plus what the operator allows.
+
+Every address a provider origin reaches must be public (globally routable
+unicast) unless it lies in a range of `MEMORYADMIN_PROVIDER_ALLOW`. The rule
+is applied twice: when a declaration is deployed (`origin_address_check`:
+literal addresses in any spelling, and names that resolve now) and on every
+connection (`EgressBackend`: resolve once, check every address, connect to
+an address that was checked, so a name cannot rebind between check and use).
+"""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+import logging
+import socket
+import ssl
+import typing
+from collections.abc import Iterable
+
+import httpcore
+import httpx
+from django.conf import settings
+
+logger = logging.getLogger(__name__)
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+# IPv6 prefixes that carry an IPv4 address in their last 32 bits; the address
+# they reach is the embedded one.
+NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+CGNAT = ipaddress.IPv4Network("100.64.0.0/10")
+SETTING = "MEMORYADMIN_PROVIDER_ALLOW"
+
+
+class EgressRefused(httpcore.ConnectError):
+    """A connection refused before it was attempted: the address is not public.
+
+    A ConnectError to the HTTP client, so that it ends the request like any
+    unreachable host; `address` and `category` are for the server's logs.
+    """
+
+    def __init__(self, host: str, address: str, category: str) -> None:
+        super().__init__(f"{host} resolves to {address} ({category}), which is not allowed")
+        self.host = host
+        self.address = address
+        self.category = category
+
+
+def networks_parse(values: Iterable[str]) -> list[IPNetwork]:
+    """CIDR ranges (`127.0.0.0/8`, `::1/128`); raises ValueError naming a bad one."""
+    networks: list[IPNetwork] = []
+    for value in values:
+        try:
+            networks.append(ipaddress.ip_network(value.strip(), strict=True))
+        except ValueError as exc:
+            raise ValueError(f"{value!r} is not a CIDR range such as 127.0.0.0/8 ({exc})") from exc
+    return networks
+
+
+def allowed_networks() -> list[IPNetwork]:
+    return networks_parse(getattr(settings, SETTING, ()))
+
+
+def _embedded_v4(address: IPAddress) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 address reaches: IPv4-mapped, NAT64 or 6to4."""
+    if not isinstance(address, ipaddress.IPv6Address):
+        return None
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address in NAT64:
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return address.sixtofour
+
+
+def _category(address: IPAddress) -> str | None:
+    """Why an address is not public, or None when it is."""
+    if address.is_unspecified:
+        return "unspecified"
+    if address.is_loopback:
+        return "loopback"
+    if address.is_link_local:
+        return "link-local"
+    if address.is_multicast:
+        return "multicast"
+    if isinstance(address, ipaddress.IPv4Address) and address in CGNAT:
+        return "shared address space (CGNAT)"
+    if address.is_reserved:
+        return "reserved"
+    if address.is_private or not address.is_global:
+        return "private"
+    return None
+
+
+def address_refusal(address: IPAddress, allowed: list[IPNetwork] | None = None) -> str | None:
+    """Why the server may not connect to `address` (a category such as "loopback"), or None."""
+    networks = allowed_networks() if allowed is None else allowed
+    embedded = _embedded_v4(address)
+    if embedded is not None:
+        # An embedding is judged by the address it reaches; the IPv6 form
+        # itself may still be allowed explicitly.
+        if any(address in network for network in networks if network.version == 6):
+            return None
+        refusal = address_refusal(embedded, networks)
+        return None if refusal is None else f"{refusal}, embedded in {address.compressed}"
+    if any(address in network for network in networks if network.version == address.version):
+        return None
+    return _category(address)
+
+
+def literal_address(host: str) -> IPAddress | None:
+    """The address a host spells literally, in any spelling a resolver accepts, else None.
+
+    Besides dotted quads and IPv6, the C library reads `2130706433`,
+    `0x7f000001`, `0177.0.0.1` and `127.1` as 127.0.0.1; so does this.
+    """
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        return ipaddress.ip_address(bare)
+    except ValueError:
+        pass
+    if not bare or any(c not in "0123456789abcdefxABCDEFX." for c in bare):
+        return None
+    try:
+        return ipaddress.IPv4Address(socket.inet_aton(bare))
+    except OSError:
+        return None
+
+
+def resolve(host: str, port: int) -> list[tuple[int, IPAddress]]:
+    """Every (family, address) `host` resolves to now; raises OSError when it does not."""
+    literal = literal_address(host)
+    if literal is not None:
+        family = socket.AF_INET if literal.version == 4 else socket.AF_INET6
+        return [(family, literal)]
+    found: list[tuple[int, IPAddress]] = []
+    for family, _, _, _, sockaddr in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM):
+        if family not in (socket.AF_INET, socket.AF_INET6):
+            continue
+        # A scope id (`fe80::1%eth0`) is not part of the address.
+        address = ipaddress.ip_address(str(sockaddr[0]).split("%")[0])
+        if (family, address) not in found:
+            found.append((family, address))
+    if not found:
+        raise OSError(f"{host} has no IPv4 or IPv6 address")
+    return found
+
+
+def refusal_of(addresses: Iterable[IPAddress], host: str) -> EgressRefused | None:
+    """The refusal of the first address that may not be reached, if any."""
+    networks = allowed_networks()
+    for address in addresses:
+        category = address_refusal(address, networks)
+        if category is not None:
+            return EgressRefused(host, address.compressed, category)
+    return None
+
+
+def origin_address_check(host: str) -> str | None:
+    """At deploy time: why `host` may not be reached, or None.
+
+    A literal address is judged as it is; a name by what it resolves to now.
+    A name that does not resolve is accepted: it is checked again when used.
+    """
+    literal = literal_address(host)
+    if literal is not None:
+        addresses = [literal]
+    else:
+        try:
+            addresses = [address for _, address in resolve(host, 443)]
+        except (OSError, UnicodeError):
+            return None
+    refused = refusal_of(addresses, host)
+    if refused is None:
+        return None
+    if literal is not None:
+        return f"is {refused.category}"
+    return f"resolves to a {refused.category} address"
+
+
+class EgressBackend(httpcore.SyncBackend):
+    """Connects only to checked addresses: one resolution, every address checked.
+
+    The socket goes to the address that was checked; TLS still verifies the
+    certificate against, and sends SNI for, the origin's host name (httpcore
+    starts TLS with the request's host, not with the address).
+    """
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: typing.Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.NetworkStream:
+        try:
+            addresses = resolve(host, port)
+        except (OSError, UnicodeError) as exc:
+            raise httpcore.ConnectError(f"{host} does not resolve") from exc
+        refused = refusal_of((address for _, address in addresses), host)
+        if refused is not None:
+            logger.warning("provider egress refused: %s", refused)
+            raise refused
+        last: httpcore.ConnectError | None = None
+        for _, address in addresses:
+            try:
+                return super().connect_tcp(
+                    address.compressed, port, timeout, local_address, socket_options
+                )
+            except httpcore.ConnectError as exc:
+                last = exc
+        assert last is not None
+        raise last
+
+
+@functools.cache
+def _default_ssl_context() -> ssl.SSLContext:
+    """The system of trust for providers (certifi's roots), loaded once per process."""
+    return httpx.create_ssl_context(trust_env=False)
+
+
+class EgressTransport(httpx.HTTPTransport):
+    """httpx's transport over EgressBackend; no proxies (a proxy would connect for us)."""
+
+    def __init__(self, verify: ssl.SSLContext | None = None) -> None:
+        context = verify or _default_ssl_context()
+        super().__init__(verify=context, trust_env=False)
+        self._pool = httpcore.ConnectionPool(ssl_context=context, network_backend=EgressBackend())
+
+
+def egress_refusal(exc: BaseException) -> EgressRefused | None:
+    """The EgressRefused behind an HTTP client error, if that is what it was."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, EgressRefused):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None

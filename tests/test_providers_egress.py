@@ -1,0 +1,452 @@
+"""Provider egress: origins reach public addresses only, unless the operator allows more.
+
+Attacks: origins that name internal addresses in any spelling, names that
+resolve to them now or only later, a name that rebinds between check and
+connect, and error messages that tell open ports from closed ones. The
+servers are real (127.0.0.1); so are the connections. Name resolution is
+steered through the C library's entry point, `socket.getaddrinfo`, for names
+under `.test` only; everything else resolves as usual.
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from rest_framework.test import APIClient
+
+from memoryadmin.memory.models import AuditEntry, Deployment, Project, Resource
+from memoryadmin.memory.services.deployments import deployment_create, resource_get
+from memoryadmin.providers import client, egress
+from memoryadmin.providers.client import ProviderFailure, provider_recall
+from memoryadmin.providers.declarations import origin_check
+from memoryadmin.providers.egress import EgressTransport, address_refusal, literal_address
+from memoryadmin.settings import env_networks
+from tests.helpers import RECORDED_RECALL as GOOD_RECALL
+from tests.helpers import RecordingProvider as Provider
+from tests.helpers import serve
+
+BASE = "/api/managed-agents/projects/acme"
+LOOPBACK = ["127.0.0.0/8", "::1/128"]
+
+
+@pytest.fixture
+def provider() -> Iterator[Provider]:
+    yield from serve(Provider())
+
+
+Resolver = Callable[[str], list[str] | None]
+
+
+@pytest.fixture
+def resolver(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[list[str]]]:
+    """Answers for `.test` names: each lookup takes the next list of addresses (the last repeats).
+
+    Counts lookups per name in `calls`, so a test can tell how often a name was resolved.
+    """
+    answers: dict[str, list[list[str]]] = {}
+    calls: dict[str, int] = {}
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        name = host.decode() if isinstance(host, bytes) else host
+        if not isinstance(name, str) or not name.endswith(".test"):
+            return real(host, port, *args, **kwargs)
+        calls[name] = calls.get(name, 0) + 1
+        queue = answers.get(name)
+        if not queue:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        addresses = queue.pop(0) if len(queue) > 1 else queue[0]
+        return [
+            (
+                socket.AF_INET6 if ":" in address else socket.AF_INET,
+                socket.SOCK_STREAM,
+                6,
+                "",
+                (address, int(port or 0)),
+            )
+            for address in addresses
+        ]
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    answers["calls"] = calls  # type: ignore[assignment]
+    return answers
+
+
+def http_declaration(origin: str, *, resource_id: str = "knowledge") -> dict[str, Any]:
+    return {
+        "id": resource_id,
+        "description": "Facts.",
+        "provider": {
+            "kind": "http",
+            "connection": {
+                "id": "internal",
+                "origin": origin,
+                "methods": ["POST"],
+                "pathPrefix": "/",
+            },
+            "path": "/memory",
+        },
+    }
+
+
+def deploy(api: APIClient, origin: str) -> Any:
+    return api.post(
+        f"{BASE}/deployments",
+        {"agent": "researcher", "memory": [http_declaration(origin)]},
+        format="json",
+    )
+
+
+def deployed(project: Project, origin: str) -> Resource:
+    deployment_create(
+        project=project,
+        agent="researcher",
+        memory=[http_declaration(origin)],
+        promote="development",
+        actor="t",
+    )
+    return resource_get(project=project, environment="development", resource_id="knowledge")
+
+
+def recall_failure(resource: Resource) -> ProviderFailure:
+    with pytest.raises(ProviderFailure) as raised:
+        provider_recall(
+            resource=resource,
+            partition="ocmem_v1_p",
+            access="read",
+            operation_id="mrq_1:knowledge",
+            input_text="x",
+            retry_delays=(0.01, 0.01),
+        )
+    return raised.value
+
+
+def newest_failure(project: Project) -> AuditEntry:
+    entry = AuditEntry.objects.filter(project=project, action="provider.failed").first()
+    assert entry is not None
+    return entry
+
+
+# The rule itself.
+
+
+@pytest.mark.parametrize(
+    ("address", "category"),
+    [
+        ("127.0.0.1", "loopback"),
+        ("::1", "loopback"),
+        ("10.0.0.1", "private"),
+        ("172.16.0.1", "private"),
+        ("192.168.0.1", "private"),
+        ("fd00::1", "private"),
+        ("169.254.169.254", "link-local"),
+        ("fe80::1", "link-local"),
+        ("100.64.0.1", "shared address space (CGNAT)"),
+        ("224.0.0.1", "multicast"),
+        ("ff02::1", "multicast"),
+        ("0.0.0.0", "unspecified"),
+        ("::", "unspecified"),
+        ("240.0.0.1", "reserved"),
+        ("192.0.2.1", "private"),
+        ("::ffff:127.0.0.1", "loopback, embedded in ::ffff:127.0.0.1"),
+        ("64:ff9b::a9fe:a9fe", "link-local, embedded in 64:ff9b::a9fe:a9fe"),
+        ("2002:a00:1::", "private, embedded in 2002:a00:1::"),
+        ("8.8.8.8", None),
+        ("2606:4700::1111", None),
+        ("::ffff:8.8.8.8", None),
+    ],
+)
+def test_only_public_addresses_pass_by_default(address: str, category: str | None) -> None:
+    assert address_refusal(literal_address(address) or pytest.fail(address), []) == category
+
+
+def test_the_allow_list_admits_its_ranges_and_their_mapped_forms() -> None:
+    allowed = egress.networks_parse(["127.0.0.0/8", "10.1.0.0/16"])
+    for address in ("127.0.0.1", "127.9.9.9", "10.1.2.3", "::ffff:10.1.2.3"):
+        assert address_refusal(literal_address(address), allowed) is None  # type: ignore[arg-type]
+    for address in ("10.2.0.1", "::1", "192.168.0.1"):
+        assert address_refusal(literal_address(address), allowed) is not None  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "spelling", ["2130706433", "0x7f000001", "0177.0.0.1", "127.1", "0x7f.1", "017700000001"]
+)
+def test_numeric_host_spellings_are_read_as_the_address_they_reach(spelling: str) -> None:
+    assert literal_address(spelling) == literal_address("127.0.0.1")
+
+
+def test_names_are_not_addresses() -> None:
+    for name in ("memory.example.com", "localhost", "deadbeef", "1e100.net", ""):
+        assert literal_address(name) is None
+
+
+def test_the_setting_takes_cidr_ranges_and_refuses_anything_else(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("MEMORYADMIN_PROVIDER_ALLOW", " 127.0.0.0/8, ::1/128 ,10.1.2.3")
+    assert env_networks("MEMORYADMIN_PROVIDER_ALLOW") == ["127.0.0.0/8", "::1/128", "10.1.2.3/32"]
+    monkeypatch.delenv("MEMORYADMIN_PROVIDER_ALLOW")
+    assert env_networks("MEMORYADMIN_PROVIDER_ALLOW") == []
+    for bad in ("127.0.0.1/8", "localhost", "10.0.0.0/33", "127.0.0.0/8;rm"):
+        monkeypatch.setenv("MEMORYADMIN_PROVIDER_ALLOW", bad)
+        with pytest.raises(ImproperlyConfigured, match="MEMORYADMIN_PROVIDER_ALLOW"):
+            env_networks("MEMORYADMIN_PROVIDER_ALLOW")
+
+
+# Deploy time.
+
+REFUSED_ORIGINS = [
+    "https://169.254.169.254",
+    "https://10.0.0.1",
+    "https://192.168.0.1",
+    "https://172.16.5.4",
+    "https://[fd00::1]",
+    "https://[fe80::1]",
+    "https://2130706433",
+    "https://0x7f000001",
+    "https://0177.0.0.1",
+    "https://127.1",
+    "https://127.0.0.1",
+    "https://[::1]",
+    "http://127.0.0.1:8000",
+    "http://[::1]:9000",
+    "http://2130706433:6379",
+    "https://100.64.0.1",
+    "https://224.0.0.1",
+    "https://0.0.0.0",
+    "https://[::]",
+    "https://240.0.0.1",
+    "https://[::ffff:169.254.169.254]",
+    "https://[::ffff:7f00:1]",
+    "https://[64:ff9b::a00:1]",
+    "https://[2002:a9fe:a9fe::]",
+    "https://localhost",
+    "http://localhost:8000",
+]
+
+
+@pytest.mark.parametrize("origin", REFUSED_ORIGINS)
+def test_internal_origins_are_refused_at_deploy(api: APIClient, settings: Any, origin: str) -> None:
+    settings.MEMORYADMIN_PROVIDER_ALLOW = []
+    before = Deployment.objects.count()
+    response = deploy(api, origin)
+    assert response.status_code == 400, response.json()
+    error = response.json()["error"]
+    assert error["code"] == "invalid_request"
+    assert error["message"].startswith("memory[0].provider.connection.origin ")
+    assert "public addresses" in error["message"]
+    assert Deployment.objects.count() == before
+
+
+def test_loopback_is_refused_unless_allowed(api: APIClient, settings: Any) -> None:
+    settings.MEMORYADMIN_PROVIDER_ALLOW = []
+    assert deploy(api, "http://127.0.0.1:8000").status_code == 400
+    settings.MEMORYADMIN_PROVIDER_ALLOW = LOOPBACK
+    assert deploy(api, "http://127.0.0.1:8000").status_code == 201
+    assert deploy(api, "https://localhost").status_code == 201
+
+
+def test_allowing_private_ranges_keeps_plain_http_on_loopback(
+    api: APIClient, settings: Any
+) -> None:
+    settings.MEMORYADMIN_PROVIDER_ALLOW = ["10.0.0.0/8", *LOOPBACK]
+    assert deploy(api, "https://10.0.0.1").status_code == 201
+    response = deploy(api, "http://10.0.0.1")
+    assert response.status_code == 400
+    assert "plain http:// is allowed only on loopback" in response.json()["error"]["message"]
+
+
+def test_numeric_spellings_of_public_addresses_are_normalised() -> None:
+    assert origin_check("https://134744072") == "https://8.8.8.8"
+    assert origin_check("https://[::ffff:8.8.8.8]:8443") == "https://[::ffff:8.8.8.8]:8443"
+
+
+def test_names_are_resolved_at_deploy(
+    api: APIClient, settings: Any, resolver: dict[str, list[list[str]]]
+) -> None:
+    settings.MEMORYADMIN_PROVIDER_ALLOW = []
+    resolver["metadata.test"] = [["203.0.113.9", "169.254.169.254"]]
+    resolver["public.test"] = [["8.8.8.8", "2606:4700::1111"]]
+    response = deploy(api, "https://metadata.test")
+    assert response.status_code == 400
+    assert "resolves to a" in response.json()["error"]["message"]
+    assert deploy(api, "https://public.test").status_code == 201
+    # A name that does not resolve now is accepted: it is checked when used.
+    assert deploy(api, "https://later.test").status_code == 201
+
+
+# Connect time.
+
+
+def test_loopback_is_refused_at_connect_time_by_default(
+    project: Project, provider: Provider, settings: Any
+) -> None:
+    resource = deployed(project, f"http://localhost:{provider.port}")
+    settings.MEMORYADMIN_PROVIDER_ALLOW = []
+    failed = recall_failure(resource)
+    assert provider.seen == []
+    assert (failed.reason, failed.retryable, failed.attempts) == ("egress_refused", False, 1)
+    assert failed.details == {"resource": "knowledge", "retryable": False}
+    assert "127.0.0.1" not in failed.message
+    assert "loopback" not in failed.message
+    detail = newest_failure(project).detail
+    assert detail["reason"] == "egress_refused"
+    assert "127.0.0.1 (loopback)" in detail["description"]
+    settings.MEMORYADMIN_PROVIDER_ALLOW = LOOPBACK
+    assert provider_recall(
+        resource=resource,
+        partition="ocmem_v1_p",
+        access="read",
+        operation_id="mrq_2:knowledge",
+        input_text="x",
+    ).text == ("Internal.")
+
+
+def test_a_name_that_resolves_later_to_an_internal_address_is_refused_when_used(
+    project: Project, settings: Any, resolver: dict[str, list[list[str]]]
+) -> None:
+    settings.MEMORYADMIN_PROVIDER_ALLOW = []
+    resource = deployed(project, "https://later.test")
+    resolver["later.test"] = [["10.0.0.1"]]
+    failed = recall_failure(resource)
+    assert failed.reason == "egress_refused"
+    assert "10.0.0.1 (private)" in newest_failure(project).detail["description"]
+
+
+def test_every_address_of_a_name_is_checked(
+    provider: Provider, settings: Any, resolver: dict[str, list[list[str]]]
+) -> None:
+    settings.MEMORYADMIN_PROVIDER_ALLOW = ["127.0.0.1/32"]
+    # The first address is allowed and listening; the second is not allowed.
+    resolver["mixed.test"] = [["127.0.0.1", "10.0.0.1"]]
+    with (
+        httpx.Client(transport=EgressTransport()) as http,
+        pytest.raises(httpx.ConnectError) as raised,
+    ):
+        http.post(f"http://mixed.test:{provider.port}/memory", json={})
+    assert egress.egress_refusal(raised.value) is not None
+    assert provider.seen == []
+
+
+def test_the_connection_goes_to_the_address_that_was_checked(
+    provider: Provider, settings: Any, resolver: dict[str, list[list[str]]]
+) -> None:
+    """A name that rebinds after its first lookup: the checked answer is the one used."""
+    settings.MEMORYADMIN_PROVIDER_ALLOW = ["127.0.0.1/32"]
+    # First lookup: the allowed listener. Every later one: an address that is
+    # not allowed (and where nothing listens).
+    resolver["rebind.test"] = [["127.0.0.1"], ["127.0.0.2"]]
+    with httpx.Client(transport=EgressTransport()) as http:
+        response = http.post(f"http://rebind.test:{provider.port}/memory", json={}, timeout=5)
+    assert response.json() == GOOD_RECALL
+    assert resolver["calls"]["rebind.test"] == 1  # type: ignore[call-overload]
+    # The request still names the origin's host.
+    assert provider.seen[0]["Host"] == f"rebind.test:{provider.port}"
+
+
+def _certificate(tmp_path: Path, name: str) -> tuple[Path, Path]:
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            f"/CN={name}",
+            "-addext",
+            f"subjectAltName=DNS:{name}",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return key, cert
+
+
+def test_tls_verifies_the_origins_name_on_the_checked_address(
+    tmp_path: Path, settings: Any, resolver: dict[str, list[list[str]]]
+) -> None:
+    settings.MEMORYADMIN_PROVIDER_ALLOW = ["127.0.0.1/32"]
+    key, cert = _certificate(tmp_path, "provider.test")
+    server = Provider()
+    server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_context.load_cert_chain(cert, key)
+    names: list[str | None] = []
+    server_context.sni_callback = lambda _sock, name, _ctx: names.append(name)  # type: ignore[assignment,func-returns-value]
+    server.socket = server_context.wrap_socket(server.socket, server_side=True)
+    trusted = ssl.create_default_context(cafile=str(cert))
+    resolver["provider.test"] = [["127.0.0.1"]]
+    resolver["impostor.test"] = [["127.0.0.1"]]
+    for running in serve(server):
+        with httpx.Client(transport=EgressTransport(verify=trusted)) as http:
+            response = http.post(f"https://provider.test:{running.port}/memory", json={})
+            assert response.json() == GOOD_RECALL
+            # The same address under another name: the certificate does not match.
+            with pytest.raises(httpx.ConnectError, match="certificate"):
+                http.post(f"https://impostor.test:{running.port}/memory", json={})
+    assert names[0] == "provider.test"
+    assert len(server.seen) == 1
+
+
+# What callers see.
+
+
+def test_a_closed_port_fails_like_any_other_failure_for_the_caller(project: Project) -> None:
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    closed_port = closed.getsockname()[1]
+    closed.close()
+    resource = deployed(project, f"http://127.0.0.1:{closed_port}")
+    failed = recall_failure(resource)
+    assert failed.message == client.failure_message("knowledge", retryable=True)
+    assert failed.details == {"resource": "knowledge", "retryable": True}
+    assert "ConnectError" in newest_failure(project).detail["description"]
+
+
+def test_a_recall_through_the_api_reports_a_generic_failure(
+    project: Project, api: APIClient, settings: Any, provider: Provider
+) -> None:
+    deployed(project, f"http://localhost:{provider.port}")
+    settings.MEMORYADMIN_PROVIDER_ALLOW = []
+    session = api.post(
+        "/api/managed-agents/sessions",
+        {
+            "agentId": "researcher@development",
+            "memory": {"knowledge": {"scope": "namespace", "id": "owner", "access": "read"}},
+        },
+        format="json",
+        headers={"Idempotency-Key": "s1"},
+    )
+    assert session.status_code == 201, session.json()
+    response = api.post(
+        f"/api/managed-agents/sessions/{session.json()['session']['id']}/memory/recall",
+        {"use": [], "input": {"text": "x"}},
+        format="json",
+    )
+    assert response.status_code == 409, response.json()
+    error = response.json()["error"]
+    assert error == {
+        "code": "recall_failed",
+        "message": client.failure_message("knowledge", retryable=False),
+        "details": {"resource": "knowledge", "reason": "provider_failed", "retryable": False},
+    }
+    assert provider.seen == []
+    entry = newest_failure(project)
+    assert entry.environment == "development"
+    assert "(loopback)" in entry.detail["description"]
