@@ -19,7 +19,7 @@ from rest_framework.test import APIClient
 from memoryadmin.demo.project import demo_setup
 from memoryadmin.memory.models import AuditEntry, Deployment, Project
 from memoryadmin.memory.services.deployments import deployment_create, resource_get
-from memoryadmin.memory.services.projects import api_key_create
+from memoryadmin.memory.services.keys import api_key_create
 from memoryadmin.providers.client import ProviderFailure, provider_recall
 from memoryadmin.providers.models import Secret
 from memoryadmin.providers.services.secrets import secret_set

@@ -28,7 +28,7 @@ from memoryadmin.agents.errors import RecallFailed
 from memoryadmin.agents.models import Recall, Session
 from memoryadmin.agents.services.runtime import recall_create
 from memoryadmin.agents.services.sessions import session_create
-from memoryadmin.memory.models import Document, Project
+from memoryadmin.memory.models import AuditEntry, Document, Project
 from memoryadmin.memory.services.deployments import deployment_create, resource_get
 from memoryadmin.memory.services.documents import document_create
 from memoryadmin.memory.services.keys import api_key_create
@@ -195,7 +195,9 @@ def test_one_deadline_bounds_the_whole_recall(project: Project, provider: HeldPr
     session = session_on(project, memory, bindings)
     with pytest.raises(RecallFailed) as raised:
         recall_create(session=session, use=[], input_text=None)
-    assert raised.value.reason == "timeout"
+    # The caller sees a generic failure; why it failed is in the audit log.
+    assert raised.value.reason == "provider_failed"
+    assert _audited_reasons() == ["timeout"]
     # Every provider was asked once, within the same deadline: called one
     # after another, the later ones would have found it passed, unsent.
     assert provider.wait_for(8)
@@ -222,7 +224,8 @@ def test_a_failing_provider_fails_the_recall_without_waiting_for_the_others(
         assert provider.release.is_set() is False
         with pytest.raises(RecallFailed) as raised:
             recall_create(session=session, use=[], input_text=None)
-    assert (raised.value.resource, raised.value.reason) == ("fails", "http_error")
+    assert (raised.value.resource, raised.value.reason) == ("fails", "provider_failed")
+    assert _audited_reasons() == ["http_error"]
     # The held call is abandoned, not awaited: the recall's slots stay taken until it ends.
     assert provider.wait_for(1)
     assert in_flight(project.id) == 2
@@ -439,3 +442,9 @@ def test_a_tool_call_beyond_the_cap_is_429_and_never_sent(
     retried = api.post(f"{SESSIONS}/{session.id}/memory/tool-calls", call, format="json")
     assert retried.status_code == 200
     assert provider.bodies[-1]["operation"] == "tool"
+
+
+def _audited_reasons() -> list[str]:
+    """The reasons of the provider failures written to the audit log, for the owners."""
+    entries = AuditEntry.objects.filter(action="provider.failed").order_by("id")
+    return [entry.detail["reason"] for entry in entries]

@@ -25,9 +25,20 @@ from memoryadmin.refprovider.declaration import (
     reference_declaration,
 )
 from memoryadmin.refprovider.models import Fact
-from tests.helpers import deploy_reference_provider
+from tests.helpers import deploy_reference_provider, is_postgres
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def one_provider_call_at_a_time_on_sqlite(settings: Any) -> None:
+    """The live server's request threads share one in-memory SQLite connection, which
+    cannot serve two requests at the same moment; a recall calls its providers (here,
+    this same server) concurrently. On SQLite the calls take turns (a cap of one); on
+    PostgreSQL, where each thread has its own connection, they run together."""
+    if not is_postgres():
+        settings.MEMORYADMIN_PROVIDER_CONCURRENCY_PER_PROJECT = 1
+
 
 SESSIONS = "/api/managed-agents/sessions"
 
