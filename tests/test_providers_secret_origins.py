@@ -9,6 +9,7 @@ echo header values. The listeners are real servers on 127.0.0.1.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -162,9 +163,10 @@ def test_new_secrets_need_origins_and_replacing_keeps_them(project: Project) -> 
 
 
 def test_the_reference_token_cannot_be_sent_to_a_callers_listener(
-    live_server: Any, listener: Provider, db: None
+    live_server: Any, listener: Provider, db: None, settings: Any, tmp_path: Path
 ) -> None:
     """The reported attack: a read-write key redeclares a provider at its own listener."""
+    settings.VAR_DIR = tmp_path  # the demo's key file, not the checkout's
     demo_setup(base_url=live_server.url)
     key = api_key_create(project_id="demo")[1]
     api = APIClient()
@@ -203,7 +205,10 @@ def test_the_reference_token_cannot_be_sent_to_a_callers_listener(
     ]
 
 
-def test_demo_setup_rebinds_its_token_when_the_address_changes(live_server: Any, db: None) -> None:
+def test_demo_setup_rebinds_its_token_when_the_address_changes(
+    live_server: Any, db: None, settings: Any, tmp_path: Path
+) -> None:
+    settings.VAR_DIR = tmp_path  # the demo's key file, not the checkout's
     demo_setup(base_url="http://127.0.0.1:8000")
     result = demo_setup(base_url=live_server.url)
     assert f"secret {TOKEN_SECRET_NAME} (development)" in result.created
