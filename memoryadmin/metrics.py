@@ -105,7 +105,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-def provider_call(operation: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
+def provider_metered(operation: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
     """Records a provider call's outcome: its `kind` (tools), `ok` (recalls), or the
     failure's `reason` when it raises."""
 

@@ -33,7 +33,7 @@ from memoryadmin.memory.limits import BODY_MAX_BYTES, utf8_len
 from memoryadmin.memory.models import ProviderKind, Resource
 from memoryadmin.memory.representations import iso_ms
 from memoryadmin.memory.services.audit import audit_record
-from memoryadmin.metrics import provider_call as metered
+from memoryadmin.metrics import provider_metered
 from memoryadmin.providers.concurrency import Deadline, provider_call
 from memoryadmin.providers.declarations import (
     credential_header,
@@ -393,10 +393,13 @@ def _recall_projection(data: Any, max_bytes: int) -> tuple[str, list[dict[str, s
 class RecallRequest:
     """One binding's recall, ready to send: nothing in it needs the database any more."""
 
-    resource: Resource
+    call: _Call
     target: _Target
     body: bytes
-    call: _Call
+
+    @property
+    def resource(self) -> Resource:
+        return self.call.resource
 
 
 @dataclass(frozen=True)
@@ -441,7 +444,7 @@ def recall_request(
         raise call.failure(
             "request_too_large", f"the recall request is over {BODY_MAX_BYTES} bytes", attempts=0
         )
-    return RecallRequest(resource=resource, target=target, body=body, call=call)
+    return RecallRequest(call=call, target=target, body=body)
 
 
 def recall_send(
@@ -463,7 +466,7 @@ def recall_send(
     return RecallReply(reply=reply, attempts=attempts)
 
 
-@metered("recall")
+@provider_metered("recall")
 def recall_outcome(request: RecallRequest, sent: RecallReply) -> RecallOutcome:
     """The projection of a recall's reply; raises ProviderFailure when the recall must be blocked.
 
@@ -606,7 +609,7 @@ def failure_message(resource_id: str, *, retryable: bool) -> str:
 # Tools.
 
 
-@metered("tool")
+@provider_metered("tool")
 def provider_tool(
     *,
     resource: Resource,
