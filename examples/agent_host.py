@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "clients" / "python" / "src"))
 
-from memoryadmin.client import Client, Recall  # noqa: E402
+from memoryadmin_client import Client, Recall  # noqa: E402
 
 
 @dataclass

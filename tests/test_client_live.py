@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from memoryadmin.agents.models import Session, SessionEvent
-from memoryadmin.client import ApiError, Client, DocumentDeleted
 from memoryadmin.memory.models import Document, DocumentVersion, Project, Resource
 from memoryadmin.memory.services.keys import api_key_create
+from memoryadmin_client import ApiError, Client, DocumentDeleted
 from tests.helpers import MANIFEST_MEMORY
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -7,7 +7,7 @@ from typing import get_args
 import pytest
 from django.urls import NoReverseMatch, reverse
 
-from memoryadmin import client
+import memoryadmin_client as client
 from memoryadmin.memory.environments import DEFAULT_ENVIRONMENT, Environment, check_environment
 from memoryadmin.memory.errors import InvalidRequest
 

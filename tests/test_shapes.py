@@ -21,7 +21,7 @@ import pytest
 from rest_framework import serializers
 from rest_framework.test import APIClient
 
-from memoryadmin import client as sdk
+import memoryadmin_client as sdk
 from memoryadmin.agents import serializers as agent_shapes
 from memoryadmin.api import serializers as api_shapes
 from memoryadmin.memory.models import Project

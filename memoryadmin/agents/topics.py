@@ -1,6 +1,6 @@
 """Naming shared by every door that starts a session on a document.
 
-Pure Python (no Django), so the HTTP client can use it as well.
+The installable client (clients/python) derives the same key; a test holds the two together.
 """
 
 from __future__ import annotations

@@ -1,0 +1,511 @@
+"""Every API operation, written once, without I/O.
+
+An operation is a generator: it yields the `Request`s it needs and receives
+each `httpx.Response` back (an error response is thrown into it as `ApiError`),
+then returns its result. `Client` drives operations with blocking I/O,
+`AsyncClient` with `await`; neither repeats what an operation does.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Generator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, cast
+
+import httpx
+
+from memoryadmin_client._types import (
+    ApiKey,
+    Deployment,
+    Document,
+    DocumentPage,
+    Environment,
+    EventPage,
+    NewApiKey,
+    Recall,
+    Session,
+    SessionPage,
+)
+
+TOPIC_KEY_MAX = 248
+
+
+@dataclass(frozen=True)
+class Request:
+    method: str
+    path: str
+    params: dict[str, Any] = field(default_factory=dict)
+    json: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+type Op[T] = Generator[Request, httpx.Response, T]
+
+
+class ApiError(Exception):
+    """The API answered with an error envelope (or something that is not JSON)."""
+
+    def __init__(
+        self, status: int, code: str, message: str, details: dict[str, Any] | None = None
+    ) -> None:
+        super().__init__(f"{status} {code}: {message}")
+        self.status = status
+        self.code = code
+        self.message = message
+        self.details = details or {}
+
+    @classmethod
+    def of(cls, response: httpx.Response) -> ApiError:
+        try:
+            error = response.json()["error"]
+            return cls(response.status_code, error["code"], error["message"], error.get("details"))
+        except (ValueError, KeyError, TypeError):
+            return cls(response.status_code, "http_error", response.text[:200])
+
+
+class DocumentDeleted(ApiError):
+    """The document id was deleted; ids are reserved forever."""
+
+
+@dataclass(frozen=True)
+class CreatedSession:
+    session: Session
+    deployment: Deployment
+    # False when the idempotency key had already created this session.
+    created: bool
+
+
+@dataclass(frozen=True)
+class EnsuredDocument:
+    document: Document
+    # False when the document already existed (and was left as it was).
+    created: bool
+
+
+@dataclass(frozen=True)
+class StartedSession:
+    document: EnsuredDocument
+    session: CreatedSession
+
+
+def topic_session_key(idempotency_key: str) -> str:
+    """The session Idempotency-Key derived from a topic's key (as the server's CLI does)."""
+    if not 1 <= len(idempotency_key) <= TOPIC_KEY_MAX:
+        raise ValueError(f"idempotency keys are 1-{TOPIC_KEY_MAX} characters.")
+    return f"{idempotency_key}:session"
+
+
+def if_match(revision: str | Mapping[str, Any]) -> str:
+    """If-Match for a revision, an ETag kept verbatim, or a document as read."""
+    if isinstance(revision, Mapping):
+        revision = str(revision["revision"])
+    return revision if revision.startswith('"') else f'"{revision}"'
+
+
+def _drop_none(values: Mapping[str, Any]) -> dict[str, Any]:
+    return {name: value for name, value in values.items() if value is not None}
+
+
+class Defaults:
+    """The project and environment calls use unless they name their own."""
+
+    def __init__(self, *, project: str | None, environment: Environment) -> None:
+        self.project = project
+        self.environment: Environment = environment
+
+    def _project(self, project: str | None) -> str:
+        chosen = project or self.project
+        if chosen is None:
+            raise ValueError("Pass project=... here or to the client.")
+        return chosen
+
+    def _env(self, environment: Environment | None) -> dict[str, str]:
+        return {"environment": environment or self.environment}
+
+    def _docs(self, project: str | None, resource: str, doc_id: str | None = None) -> str:
+        path = f"projects/{self._project(project)}/memory/{resource}/documents"
+        return path if doc_id is None else f"{path}/{doc_id}"
+
+
+Revision = str | Mapping[str, Any]
+
+
+# Projects, memory resources and API keys.
+
+
+def memory_inventory(
+    c: Defaults, *, project: str | None = None, environment: Environment | None = None
+) -> Op[list[dict[str, Any]]]:
+    path = f"projects/{c._project(project)}/memory"
+    response = yield Request("GET", path, c._env(environment))
+    return cast(list[dict[str, Any]], response.json()["resources"])
+
+
+def list_api_keys(c: Defaults, *, project: str | None = None) -> Op[list[ApiKey]]:
+    response = yield Request("GET", f"projects/{c._project(project)}/api-keys")
+    return cast(list[ApiKey], response.json()["apiKeys"])
+
+
+def create_api_key(
+    c: Defaults, *, name: str = "", read_only: bool = False, project: str | None = None
+) -> Op[NewApiKey]:
+    path = f"projects/{c._project(project)}/api-keys"
+    response = yield Request("POST", path, json={"name": name, "readOnly": read_only})
+    return cast(NewApiKey, response.json())
+
+
+def revoke_api_key(c: Defaults, key_id: int | str, *, project: str | None = None) -> Op[ApiKey]:
+    response = yield Request("POST", f"projects/{c._project(project)}/api-keys/{key_id}/revoke")
+    return cast(ApiKey, response.json())
+
+
+def rotate_api_key(
+    c: Defaults, key_id: int | str, *, grace_seconds: int = 0, project: str | None = None
+) -> Op[NewApiKey]:
+    """A new key like the old one; the old one keeps working for grace_seconds."""
+    path = f"projects/{c._project(project)}/api-keys/{key_id}/rotate"
+    response = yield Request("POST", path, json={"graceSeconds": grace_seconds})
+    return cast(NewApiKey, response.json())
+
+
+# Documents.
+
+
+def get_document(
+    c: Defaults,
+    resource: str,
+    doc_id: str,
+    *,
+    project: str | None = None,
+    environment: Environment | None = None,
+) -> Op[Document]:
+    response = yield Request("GET", c._docs(project, resource, doc_id), c._env(environment))
+    return cast(Document, response.json())
+
+
+def create_document(
+    c: Defaults,
+    resource: str,
+    doc_id: str,
+    *,
+    title: str,
+    text: str | None = None,
+    summary: str | None = None,
+    agent_writes: Literal["enabled", "disabled"] | None = None,
+    project: str | None = None,
+    environment: Environment | None = None,
+) -> Op[Document]:
+    """Creates a document; 412 (ApiError) when the id exists or was deleted."""
+    body = _drop_none(
+        {"title": title, "text": text, "summary": summary, "agentWrites": agent_writes}
+    )
+    response = yield Request(
+        "PUT", c._docs(project, resource, doc_id), c._env(environment), body, {"If-None-Match": "*"}
+    )
+    return cast(Document, response.json())
+
+
+def replace_document(
+    c: Defaults,
+    resource: str,
+    doc_id: str,
+    *,
+    revision: Revision,
+    text: str,
+    summary: str | None = None,
+    project: str | None = None,
+    environment: Environment | None = None,
+) -> Op[Document]:
+    """Replaces text (and summary when given) if `revision` is still current.
+
+    `revision` is a revision, an ETag as sent, or the document as last read;
+    a stale one raises ApiError 412.
+    """
+    response = yield Request(
+        "PUT",
+        c._docs(project, resource, doc_id),
+        c._env(environment),
+        _drop_none({"text": text, "summary": summary}),
+        {"If-Match": if_match(revision)},
+    )
+    return cast(Document, response.json())
+
+
+def patch_document(
+    c: Defaults,
+    resource: str,
+    doc_id: str,
+    *,
+    revision: Revision,
+    title: str | None = None,
+    agent_writes: Literal["enabled", "disabled"] | None = None,
+    project: str | None = None,
+    environment: Environment | None = None,
+) -> Op[Document]:
+    response = yield Request(
+        "PATCH",
+        c._docs(project, resource, doc_id),
+        c._env(environment),
+        _drop_none({"title": title, "agentWrites": agent_writes}),
+        {"If-Match": if_match(revision)},
+    )
+    return cast(Document, response.json())
+
+
+def delete_document(
+    c: Defaults,
+    resource: str,
+    doc_id: str,
+    *,
+    revision: Revision,
+    project: str | None = None,
+    environment: Environment | None = None,
+) -> Op[None]:
+    yield Request(
+        "DELETE",
+        c._docs(project, resource, doc_id),
+        c._env(environment),
+        headers={"If-Match": if_match(revision)},
+    )
+
+
+def list_documents(
+    c: Defaults,
+    resource: str,
+    *,
+    cursor: str | None = None,
+    project: str | None = None,
+    environment: Environment | None = None,
+) -> Op[DocumentPage]:
+    params = _drop_none({**c._env(environment), "cursor": cursor})
+    response = yield Request("GET", c._docs(project, resource), params)
+    return cast(DocumentPage, response.json())
+
+
+# Deployments.
+
+
+def create_deployment(
+    c: Defaults,
+    agent: str,
+    memory: list[dict[str, Any]],
+    *,
+    promote: Environment | None = None,
+    project: str | None = None,
+) -> Op[Deployment]:
+    body = _drop_none({"agent": agent, "memory": memory, "promote": promote})
+    response = yield Request("POST", f"projects/{c._project(project)}/deployments", json=body)
+    return cast(Deployment, response.json())
+
+
+def list_deployments(
+    c: Defaults, *, agent: str | None = None, project: str | None = None
+) -> Op[list[Deployment]]:
+    path = f"projects/{c._project(project)}/deployments"
+    response = yield Request("GET", path, _drop_none({"agent": agent}))
+    return cast(list[Deployment], response.json()["deployments"])
+
+
+def get_deployment(
+    c: Defaults, deployment_id: str, *, project: str | None = None
+) -> Op[Deployment]:
+    response = yield Request("GET", f"projects/{c._project(project)}/deployments/{deployment_id}")
+    return cast(Deployment, response.json())
+
+
+def promote_deployment(
+    c: Defaults, deployment_id: str, environment: Environment, *, project: str | None = None
+) -> Op[Deployment]:
+    path = f"projects/{c._project(project)}/deployments/{deployment_id}/promote"
+    response = yield Request("POST", path, json={"environment": environment})
+    return cast(Deployment, response.json())
+
+
+# Sessions.
+
+
+def create_session(
+    c: Defaults,
+    *,
+    agent: str,
+    idempotency_key: str,
+    memory: Mapping[str, Mapping[str, str]] | None = None,
+    deployment_id: str | None = None,
+    labels: Mapping[str, str] | None = None,
+    project: str | None = None,
+    environment: Environment | None = None,
+) -> Op[CreatedSession]:
+    """Creates a session, or returns the one `idempotency_key` already created.
+
+    `agent` is `<agent>` (in this client's environment) or `<agent>@<environment>`.
+    """
+    agent_id = agent if "@" in agent else f"{agent}@{environment or c.environment}"
+    body = _drop_none(
+        {
+            "agentId": agent_id,
+            "projectId": c._project(project),
+            "deploymentId": deployment_id,
+            "memory": dict(memory) if memory is not None else None,
+            "labels": dict(labels) if labels is not None else None,
+        }
+    )
+    response = yield Request(
+        "POST", "sessions", json=body, headers={"Idempotency-Key": idempotency_key}
+    )
+    data = response.json()
+    return CreatedSession(
+        session=cast(Session, data["session"]),
+        deployment=cast(Deployment, data["deployment"]),
+        created=response.status_code == 201,
+    )
+
+
+def get_session(c: Defaults, session_id: str) -> Op[Session]:
+    response = yield Request("GET", f"sessions/{session_id}")
+    return cast(Session, response.json())
+
+
+def list_sessions(
+    c: Defaults,
+    *,
+    agent: str | None = None,
+    status: Literal["active", "ended"] | None = None,
+    cursor: str | None = None,
+    project: str | None = None,
+    environment: Environment | None = None,
+) -> Op[SessionPage]:
+    params = {
+        **c._env(environment),
+        "projectId": c._project(project),
+        "agent": agent,
+        "status": status,
+        "cursor": cursor,
+    }
+    response = yield Request("GET", "sessions", _drop_none(params))
+    return cast(SessionPage, response.json())
+
+
+def end_session(c: Defaults, session_id: str) -> Op[Session]:
+    response = yield Request("POST", f"sessions/{session_id}/end")
+    return cast(Session, response.json())
+
+
+def session_events(c: Defaults, session_id: str, *, after: int = 0) -> Op[EventPage]:
+    response = yield Request("GET", f"sessions/{session_id}/events", {"after": after})
+    return cast(EventPage, response.json())
+
+
+# The runtime, as an agent host uses it.
+
+
+def recall(
+    c: Defaults,
+    session_id: str,
+    *,
+    use: list[str] | tuple[str, ...] = (),
+    input_text: str | None = None,
+) -> Op[Recall]:
+    """Recalls every bound resource before a model request; `use` selects the tools."""
+    body = {"use": list(use), "input": {"text": input_text}}
+    response = yield Request("POST", f"sessions/{session_id}/memory/recall", json=body)
+    return cast(Recall, response.json())
+
+
+def tool_call(
+    c: Defaults,
+    session_id: str,
+    *,
+    recall_id: str,
+    name: str,
+    arguments: Mapping[str, Any],
+    call_id: str | None = None,
+) -> Op[dict[str, Any]]:
+    """Runs one of the model's memory tool calls and returns its result."""
+    body = {
+        "recallId": recall_id,
+        "callId": call_id or "call_" + secrets.token_hex(8),
+        "name": name,
+        "arguments": dict(arguments),
+    }
+    response = yield Request("POST", f"sessions/{session_id}/memory/tool-calls", json=body)
+    return cast(dict[str, Any], response.json()["result"])
+
+
+# The two steps of opening a topic: its document, then a session on it.
+
+
+def ensure_document(
+    c: Defaults,
+    resource: str,
+    doc_id: str,
+    *,
+    title: str | None = None,
+    text: str | None = None,
+    summary: str | None = None,
+    project: str | None = None,
+    environment: Environment | None = None,
+) -> Op[EnsuredDocument]:
+    """Creates the document unless it exists; an existing one is left as it is."""
+    where: dict[str, Any] = {"project": project, "environment": environment}
+    try:
+        document = yield from create_document(
+            c, resource, doc_id, title=title or doc_id, text=text, summary=summary, **where
+        )
+        return EnsuredDocument(document=document, created=True)
+    except ApiError as exc:
+        if exc.status != 412:
+            raise
+    try:
+        document = yield from get_document(c, resource, doc_id, **where)
+        return EnsuredDocument(document=document, created=False)
+    except ApiError as exc:
+        if exc.status != 404:
+            raise
+        raise DocumentDeleted(
+            404, "document_deleted", f"Document '{doc_id}' was deleted; use a new id."
+        ) from exc
+
+
+def start_session_on_document(
+    c: Defaults,
+    *,
+    agent: str,
+    resource: str,
+    document_id: str,
+    idempotency_key: str,
+    document: Mapping[str, str] | None = None,
+    access: Literal["read", "read-write"] = "read-write",
+    memory: Mapping[str, Mapping[str, str]] | None = None,
+    labels: Mapping[str, str] | None = None,
+    deployment_id: str | None = None,
+    project: str | None = None,
+    environment: Environment | None = None,
+) -> Op[StartedSession]:
+    """Creates the document (if new) and a session bound to it; safe to retry.
+
+    `document` may carry title, text and summary for a new document. A
+    deleted id raises DocumentDeleted before any session is created.
+    """
+    fields = dict(document or {})
+    unknown = set(fields) - {"title", "text", "summary"}
+    if unknown:
+        raise ValueError(f"document takes title, text and summary, not {sorted(unknown)}.")
+    ensured = yield from ensure_document(
+        c, resource, document_id, project=project, environment=environment, **fields
+    )
+    bindings = {
+        **(memory or {}),
+        resource: {"scope": "document", "id": document_id, "access": access},
+    }
+    created = yield from create_session(
+        c,
+        agent=agent,
+        idempotency_key=topic_session_key(idempotency_key),
+        memory=bindings,
+        deployment_id=deployment_id,
+        labels=labels,
+        project=project,
+        environment=environment,
+    )
+    return StartedSession(document=ensured, session=created)

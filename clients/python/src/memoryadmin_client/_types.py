@@ -1,0 +1,122 @@
+"""The JSON shapes the memoryadmin API answers with, as TypedDicts."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, NotRequired, TypedDict
+
+Environment = Literal["development", "production"]
+
+
+class Writer(TypedDict):
+    kind: Literal["owner", "agent"]
+    sessionId: NotRequired[str]
+
+
+class DocumentEntry(TypedDict):
+    id: str
+    title: str
+    summary: str
+    agentWrites: Literal["enabled", "disabled"]
+    revision: str
+    bytes: int
+    maxBytes: int
+    updatedAt: str
+    writer: Writer
+
+
+class Document(DocumentEntry):
+    text: str
+
+
+class DocumentPage(TypedDict):
+    documents: list[DocumentEntry]
+    nextCursor: str | None
+
+
+class Deployment(TypedDict):
+    id: str
+    projectId: str
+    agent: str
+    memory: list[dict[str, Any]]
+    activeIn: list[str]
+    createdAt: str
+
+
+class ApiKey(TypedDict):
+    id: int
+    name: str
+    prefix: str
+    scope: str
+    readOnly: bool
+    createdAt: str
+    lastUsedAt: str | None
+    revokedAt: str | None
+
+
+class NewApiKey(ApiKey):
+    secret: str  # the key itself, shown this once
+
+
+class Binding(TypedDict):
+    resource: str
+    scope: Literal["document", "collection", "namespace"]
+    id: NotRequired[str]
+    access: Literal["read", "read-write"]
+    partition: NotRequired[str]
+    writable: bool
+
+
+class Session(TypedDict):
+    id: str
+    projectId: str
+    agentId: str
+    agent: str
+    environment: Environment
+    deploymentId: str
+    status: Literal["active", "ended"]
+    labels: dict[str, str]
+    memory: list[Binding]
+    createdAt: str
+    endedAt: str | None
+
+
+class SessionPage(TypedDict):
+    sessions: list[Session]
+    nextCursor: str | None
+
+
+class Event(TypedDict):
+    seq: int
+    type: str
+    createdAt: str
+    data: dict[str, Any]
+
+
+class EventPage(TypedDict):
+    events: list[Event]
+    nextAfter: int | None
+
+
+class Source(TypedDict):
+    id: str
+    title: str
+    revision: str
+    updatedAt: str
+
+
+class Projection(TypedDict):
+    text: str
+    sources: list[Source]
+    writable: bool
+
+
+class ToolDefinition(TypedDict):
+    name: str
+    description: str
+    inputSchema: dict[str, Any]
+
+
+class Recall(TypedDict):
+    recallId: str
+    memory: dict[str, Projection]
+    tools: list[ToolDefinition]
