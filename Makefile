@@ -10,7 +10,7 @@ PORT ?= 8000
 # The suite runs on every core; PYTEST_ARGS="-n0 tests/test_x.py" runs part of it in one process.
 PYTEST_ARGS ?= -n auto
 
-.PHONY: run serve test lint format bench schema clean
+.PHONY: run serve test screenshots lint format bench schema clean
 
 # The first Python >= 3.12 found: $PYTHON, python3.14/3.13/3.12 on PATH, then the
 # newest pyenv-installed 3.12+.
@@ -56,6 +56,10 @@ serve: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+# The browser tests, replacing the images in docs/screenshots (a plain `make test` changes no file).
+screenshots: $(VENV)/.installed
+	UPDATE_SCREENSHOTS=1 $(VENV)/bin/pytest -n0 -m browser
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
-from memoryadmin.api.errors import not_found_view, server_error_view
+from memoryadmin.api.errors import not_found_view, permission_denied_view, server_error_view
 from memoryadmin.health import healthz, readyz
 from memoryadmin.metrics import metrics_view
 
@@ -20,5 +20,6 @@ urlpatterns = [
     path("", include("memoryadmin.web.urls")),
 ]
 
+handler403 = permission_denied_view
 handler404 = not_found_view
 handler500 = server_error_view

@@ -209,9 +209,8 @@ def open_page(browser: Any, contexts: list[Any], live_server: Any) -> Any:
     """A page in a fresh browser context (its own cookies), logged in as `username`."""
 
     def make(username: str, **options: Any) -> Any:
-        context = browser.new_context(
-            base_url=live_server.url, viewport={"width": 1280, "height": 860}, **options
-        )
+        options.setdefault("viewport", {"width": 1280, "height": 860})
+        context = browser.new_context(base_url=live_server.url, **options)
         context.set_default_timeout(10_000)
         contexts.append(context)
         page = context.new_page()

@@ -103,6 +103,14 @@ def test_a_conflicting_save_shows_both_texts_and_the_edit_is_reapplied(
 
     first.get_by_role("button", name="Save").click()
     expect(first.get_by_role("heading", name="Someone saved this document")).to_be_focused()
+    # Their change and yours, each against the text both started from, then the result.
+    theirs_diff = first.locator("section.conflict-part").nth(0)
+    expect(theirs_diff.get_by_role("heading")).to_have_text("1. Their change, saved meanwhile")
+    expect(theirs_diff.locator("tr.added")).to_contain_text(["Bring a laptop."])
+    expect(theirs_diff.locator("tr.removed")).to_have_count(0)
+    mine_diff = first.locator("section.conflict-part").nth(1)
+    expect(mine_diff.locator("tr.added")).to_contain_text(["22 or newer"])
+    expect(first.get_by_label("Result offered to save")).to_contain_text("Bring a laptop.")
     expect(first.get_by_label("Current text")).to_contain_text("Bring a laptop.")
     expect(first.get_by_label("Your text")).to_contain_text("22 or newer")
     assert used_memory.documents.get(doc_id="workshop").revision == theirs.revision
@@ -113,7 +121,7 @@ def test_a_conflicting_save_shows_both_texts_and_the_edit_is_reapplied(
         "Exercises must run on Node.js 22 or newer.\nNo paid external services for the demo.\n"
         "Bring a laptop.\n"
     )
-    first.get_by_role("button", name=f"Save on top of revision {theirs.revision}").click()
+    first.get_by_role("button", name="Save the result").click()
     expect(first.get_by_role("status")).to_contain_text("Saved workshop")
     document = used_memory.documents.get(doc_id="workshop")
     assert document.text == (

@@ -84,6 +84,22 @@ def editor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[str], N
     return make
 
 
+def test_show_of_a_deleted_document_says_who_deleted_it_and_when(
+    make_document: Any, notes: Resource
+) -> None:
+    make_document("gone")
+    memory("remove", "notes", "gone", "--yes")
+    error = memory_fails("show", "notes", "gone")
+    entry = AuditEntry.objects.get(action="document.delete", document_id="gone")
+    assert str(error) == (
+        f"Document 'gone' in resource 'notes' was deleted by {ACTOR} at "
+        f"{entry.created_at:%Y-%m-%d %H:%M:%S} UTC. Its text is gone and its id stays "
+        "reserved: no document can be created with it again."
+    )
+    assert error.returncode == 3
+    assert stored(notes, "gone").deleted is True
+
+
 def test_list_prints_a_table_of_live_documents(make_document: Any, notes: Resource) -> None:
     make_document("workshop", title="Workshop notes", text="abc")
     make_document("agenda", title="Agenda")

@@ -72,7 +72,7 @@ def test_owner_edit_saves_text_and_summary_as_a_new_version(
     assert entry.actor == "user:olivia"
     assert entry.document_id == "workshop"
     page = owner.get(WORKSHOP).content.decode()
-    assert f"Saved workshop (revision {document.revision})." in page
+    assert f"Saved workshop (revision {document.revision[:8]})." in page
 
 
 def test_edit_of_the_title_alone_is_a_patch(owner: Client, workshop: Document) -> None:
@@ -151,16 +151,24 @@ def test_stale_edit_shows_the_conflict_and_overwrites_nothing(
     assert stored().text == theirs.text
     assert stored().revision == theirs.revision
     assert stored().versions.count() == 2
-    # Both texts, side by side, and a diff from theirs to mine.
+    # Both texts in full, and each change as a diff against the text both started from:
+    # their added line is "added" in theirs, never "removed" anywhere.
     assert 'aria-label="Current text">line one\nline two\nline three\nTHEIRS\n</pre>' in html
     assert 'aria-label="Your text">MINE\nline two\nline three\n</pre>' in html
-    assert re.search(r'<tr class="removed">.*?THEIRS', html, re.S)
-    assert re.search(r'<tr class="added">.*?MINE', html, re.S)
+    theirs_part = html.split('id="theirs-title"')[1].split('id="mine-title"')[0]
+    mine_part = html.split('id="mine-title"')[1].split('id="result-title"')[0]
+    assert re.search(r'<tr class="added">.*?THEIRS', theirs_part, re.S)
+    assert '<tr class="removed">' not in theirs_part
+    assert re.search(r'<tr class="removed">.*?line one', mine_part, re.S)
+    assert re.search(r'<tr class="added">.*?MINE', mine_part, re.S)
+    assert "THEIRS" not in mine_part
+    assert 'aria-label="Result offered to save">MINE\nline two\nline three\nTHEIRS\n</pre>' in html
     # The retry form sits on the current revision, with both edits combined.
     assert f'name="revision" value="{theirs.revision}"' in html
     assert "MINE\nline two\nline three\nTHEIRS\n</textarea>" in html
     assert "Your changes apply cleanly on top of the current text" in html
-    assert f"Save on top of revision {theirs.revision}" in html
+    assert ">Save the result</button>" in html
+    assert theirs.revision not in html.split("<button")[-1].split("</button>")[0]
     assert "Discard my edit" in html
 
 
@@ -226,8 +234,8 @@ def test_create_with_a_used_id_shows_the_error_on_the_id(owner: Client, workshop
         owner.post(f"{NOTES}new/", {"doc_id": "workshop", "title": "Again", "text": "x"}), 422
     )
     assert (
-        'id="id_doc_id_error"><li>Document id &#x27;workshop&#x27; is already in use or was '
-        "deleted; ids are never reused.</li>" in html
+        'id="id_doc_id_error"><li>The id &#x27;workshop&#x27; is already in use in notes; '
+        "choose another one.</li>" in html
     )
     assert 'aria-invalid="true" aria-describedby="id_doc_id_error" id="id_doc_id"' in html
     assert stored().title == "Workshop"
@@ -241,6 +249,7 @@ def test_create_with_a_deleted_id_is_refused(
     )
     response = owner.post(f"{NOTES}new/", {"doc_id": "workshop", "title": "Back", "text": "x"})
     assert response.status_code == 422
+    assert "belonged to a document that was deleted; ids are never reused" in html_of(response, 422)
     assert stored().deleted is True
     assert stored().title == ""
 
@@ -250,8 +259,8 @@ def test_create_with_a_deleted_id_is_refused(
     [
         ({"doc_id": "bad id!", "title": "T"}, "Document ids are 1-128 ASCII letters"),
         ({"doc_id": "ok", "title": ""}, "This field is required."),
-        ({"doc_id": "ok", "title": "T", "summary": "é" * 121}, "summary is 242 UTF-8 bytes"),
-        ({"doc_id": "ok", "title": "T", "text": "x" * 8193}, "text is 8193 UTF-8 bytes"),
+        ({"doc_id": "ok", "title": "T", "summary": "é" * 121}, "The summary is 242 UTF-8 bytes"),
+        ({"doc_id": "ok", "title": "T", "text": "x" * 8193}, "The text is 8193 UTF-8 bytes"),
     ],
 )
 def test_create_errors_are_shown_inline(
@@ -261,6 +270,16 @@ def test_create_errors_are_shown_inline(
     assert message in html
     assert "The document was not created" in html
     assert not Document.objects.exists()
+
+
+def test_create_shows_every_mistake_at_once(owner: Client, workshop: Document) -> None:
+    html = html_of(
+        owner.post(f"{NOTES}new/", {"doc_id": "workshop", "title": "T", "text": "x" * 8193}), 422
+    )
+    assert "Correct these 2 mistakes:" in html
+    assert "The id &#x27;workshop&#x27; is already in use in notes" in html
+    assert "The text is 8193 UTF-8 bytes; this resource allows 8192." in html
+    assert stored().title == "Workshop"
 
 
 # Freeze and unfreeze
@@ -330,7 +349,12 @@ def test_delete_asks_for_the_id_and_says_it_stays_reserved(
         f"{WORKSHOP}delete/", {"revision": workshop.revision, "confirm_id": "worksho"}
     )
     assert response.status_code == 422
-    assert "Type &#x27;workshop&#x27; exactly" in response.content.decode()
+    html = response.content.decode()
+    assert "Type &#x27;workshop&#x27; exactly" in html
+    # The document stays in view and the typed text stays in the field.
+    assert "<h1>Workshop</h1>" in html
+    assert 'name="confirm_id" type="text"' in html
+    assert 'value="worksho" aria-invalid="true"' in html
     assert stored().deleted is False
 
 

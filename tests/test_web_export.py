@@ -110,3 +110,17 @@ def test_viewers_may_not_export(web: Callable[[str], Client], documents: None) -
     response = web("viewer").post(EXPORT, {"resources": ["kb"]})
     assert response.status_code == 403
     assert not AuditEntry.objects.filter(action="memory.export").exists()
+
+
+def test_export_page_counts_documents_and_selects_all_or_none(
+    web: Callable[[str], Client], documents: None
+) -> None:
+    html = html_of(web("owner").get(EXPORT))
+    # Box, then its label with the resource's live documents (the deleted one not counted).
+    assert 'value="notes"' in html
+    assert 'notes <span class="count" data-documents="2">2 documents</span></label>' in html
+    assert 'kb <span class="count" data-documents="1">1 document</span></label>' in html
+    assert "2 of 2 resources selected, 3 documents" in html
+    none = html_of(web("owner").get(EXPORT, {"select": "none"}))
+    assert none.count("checked") == 0
+    assert "0 of 2 resources selected, 0 documents" in none

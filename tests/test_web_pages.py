@@ -283,12 +283,14 @@ def test_document_page_shows_metadata_and_history(
         resource=notes, doc_id="workshop", expected_revision=first.revision, text="two", actor="t"
     )
     html = owner.get(WORKSHOP).content.decode()
-    assert f"<code>{second.revision}</code>" in html
+    # Short revision ids, the full one on hover and behind the copy button.
+    assert f'<code title="{second.revision}">{second.revision[:8]}</code>' in html
+    assert f'data-copy-text="{second.revision}"' in html
     assert "3 / 8192 bytes" in html
     history = html[html.index('id="history"') :]
     assert history.index(second.revision) < history.index(first.revision)
-    assert ">replace<" in history
-    assert ">create<" in history
+    assert '<span class="version-number">v2</span> edited<' in history
+    assert '<span class="version-number">v1</span> created<' in history
     version_url = f"{WORKSHOP}versions/{first.revision}/"
     assert f'href="{version_url}" hx-get="{version_url}" hx-target="#version-diff"' in history
 
@@ -351,7 +353,14 @@ def test_deleted_documents_are_404_and_gone_from_the_list(
     document_delete(
         resource=notes, doc_id="workshop", expected_revision=document.revision, actor="t"
     )
-    assert owner.get(WORKSHOP).status_code == 404
+    tombstone = owner.get(WORKSHOP)
+    assert tombstone.status_code == 404
+    html = tombstone.content.decode()
+    assert "<code>workshop</code> was deleted</h1>" in html
+    assert "<dt>Deleted by</dt><dd><code>t</code></dd>" in html
+    assert "stays reserved" in html
+    assert "audit/?resource=notes&amp;document=workshop" in html
+    assert 'class="tabs"' in html  # the site's navigation stays
     assert ids_in(owner.get(NOTES).content.decode()) == ["other"]
 
 
@@ -363,12 +372,97 @@ def test_audit_log_lists_entries_and_filters_by_document(
     html = html_of(owner.get(f"{BASE}/audit/"))
     assert "notes/workshop" in html
     assert "notes/refunds" in html
-    assert "role.grant" in html  # project-wide entries show in every environment
+    assert "<td>role.grant</td>" in html  # project-wide entries show in every environment
     filtered = owner.get(f"{BASE}/audit/", {"resource": "notes", "document": "workshop"})
     text = filtered.content.decode()
     assert "notes/workshop" in text
     assert "notes/refunds" not in text
-    assert "role.grant" not in text
+    assert "<td>role.grant</td>" not in text
+
+
+def test_audit_log_filters_by_part_of_an_id_action_actor_and_dates(
+    owner: Client, make_document: Any, people: People, notes: Resource
+) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from memoryadmin.memory.models import AuditEntry
+    from memoryadmin.memory.services.documents import document_set_agent_writes
+
+    make_document("workshop-2024")
+    make_document("refunds")
+    document_set_agent_writes(resource=notes, doc_id="refunds", enabled=False, actor="user:sam")
+    old = AuditEntry.objects.get(action="document.create", document_id="refunds")
+    AuditEntry.objects.filter(pk=old.pk).update(created_at=timezone.now() - timedelta(days=10))
+
+    def shown(**query: str) -> set[str]:
+        html = html_of(owner.get(f"{BASE}/audit/", query))
+        return set(re.findall(r"<td>(document\.[a-z]+)</td>.*?>notes/([\w-]+)</a>", html, re.S))
+
+    assert shown(document="SHOP") == {("document.create", "workshop-2024")}
+    assert shown(action="document.freeze") == {("document.freeze", "refunds")}
+    assert shown(actor="sam") == {("document.freeze", "refunds")}
+    today = timezone.now().date()
+    since = (today - timedelta(days=1)).isoformat()
+    assert shown(since=since, document="refunds") == {("document.freeze", "refunds")}
+    until = (today - timedelta(days=5)).isoformat()
+    assert shown(until=until) == {("document.create", "refunds")}
+    # A start after the end: said so, nothing listed.
+    html = html_of(owner.get(f"{BASE}/audit/", {"since": today.isoformat(), "until": until}))
+    assert "The start date of the audit filter is after its end date." in html
+    assert "No entries match this filter." in html
+
+
+def test_audit_log_links_documents_and_writes_details_as_json(
+    owner: Client, make_document: Any, notes: Resource
+) -> None:
+    from memoryadmin.memory.services.audit import audit_record
+
+    make_document("workshop")
+    audit_record(
+        project_id="acme",
+        environment="development",
+        actor="user:olivia",
+        action="test.flags",
+        detail={"merged": False, "count": 2, "missing": None},
+    )
+    html = html_of(owner.get(f"{BASE}/audit/"))
+    assert f'<a href="{WORKSHOP}">notes/workshop</a>' in html
+    assert '<td class="who"><code>user:olivia</code></td>' in html
+    assert "merged: false" in html
+    assert "missing: null" in html
+    assert "False" not in html
+
+
+def test_audit_log_downloads_the_filtered_log_as_csv_and_json_lines(
+    owner: Client, make_document: Any, notes: Resource
+) -> None:
+    import csv
+    import io
+    import json
+
+    make_document("workshop", title="=cmd|' /C calc'!A0")
+    make_document("refunds")
+    url = f"{BASE}/audit/download/"
+    response = owner.get(url, {"format": "csv", "document": "work"})
+    assert response.status_code == 200
+    assert response["Content-Type"] == "text/csv; charset=utf-8"
+    assert response["Content-Disposition"].startswith('attachment; filename="audit-acme-develop')
+    rows = list(csv.reader(io.StringIO(b"".join(response.streaming_content).decode())))
+    assert rows[0] == [
+        "id", "time", "environment", "actor", "action", "resource", "document", "revision",
+        "detail",
+    ]  # fmt: skip
+    assert [(r[4], r[6]) for r in rows[1:]] == [("document.create", "workshop")]
+    lines = b"".join(owner.get(url, {"format": "jsonl"}).streaming_content).decode()
+    records = [json.loads(line) for line in lines.splitlines()]
+    assert [(r["action"], r["document"]) for r in records][:2] == [
+        ("document.create", "refunds"),
+        ("document.create", "workshop"),
+    ]
+    assert records[0]["detail"] == {"bytes": 0}
+    assert owner.get(url, {"format": "xml"}).status_code == 400
 
 
 def test_audit_log_pages_older_entries(owner: Client, project: Project, people: People) -> None:
@@ -382,9 +476,9 @@ def test_audit_log_pages_older_entries(owner: Client, project: Project, people: 
             action=f"test.action-{i}",
         )
     html = owner.get(f"{BASE}/audit/").content.decode()
-    assert "test.action-69" in html
-    assert "test.action-20" in html
-    assert "test.action-19" not in html
+    assert "<td>test.action-69</td>" in html
+    assert "<td>test.action-20</td>" in html
+    assert "<td>test.action-19</td>" not in html
     link = re.search(r'hx-get="([^"]+cursor=[^"]+)"', html)
     assert link is not None
     older = owner.get(link.group(1).replace("&amp;", "&"), **HX).content.decode()
@@ -573,3 +667,59 @@ def test_http_resources_keep_no_documents_here(owner: Client, project: Project) 
     create = owner.post(f"{BASE}/resources/crm/new/", {"doc_id": "x", "title": "X"})
     assert create.status_code == 400
     assert not Document.objects.exists()
+
+
+def test_history_names_every_kind_of_change_in_words(
+    owner: Client, make_document: Any, notes: Resource
+) -> None:
+    from memoryadmin.memory.services.documents import (
+        Writer,
+        document_patch,
+        document_set_agent_writes,
+    )
+    from memoryadmin.web.services.edits import document_restore
+
+    first = make_document("workshop", text="one")
+    document = document_replace(
+        resource=notes, doc_id="workshop", expected_revision=first.revision, text="two", actor="t"
+    )
+    document = document_patch(
+        resource=notes,
+        doc_id="workshop",
+        expected_revision=document.revision,
+        title="Renamed",
+        actor="t",
+    )
+    document, _ = document_set_agent_writes(
+        resource=notes, doc_id="workshop", enabled=False, actor="t"
+    )
+    document, _ = document_set_agent_writes(
+        resource=notes, doc_id="workshop", enabled=True, actor="t"
+    )
+    document = document_replace(
+        resource=notes,
+        doc_id="workshop",
+        expected_revision=document.revision,
+        text="three",
+        actor="agent",
+        writer=Writer(kind="agent", session_id="sess_1"),
+    )
+    document_restore(
+        resource=notes,
+        document=document,
+        revision=first.revision,
+        expected_revision=document.revision,
+        actor="t",
+    )
+    history = owner.get(WORKSHOP).content.decode().split('id="history"')[1]
+    labels = re.findall(r'<span class="version-number">(v\d+)</span> ([^<]+)<', history)
+    assert labels == [
+        ("v7", "restored from version 1"),
+        ("v6", "agent save"),
+        ("v5", "unfroze agent writes"),
+        ("v4", "froze agent writes"),
+        ("v3", "renamed to “Renamed”"),
+        ("v2", "edited"),
+        ("v1", "created"),
+    ]
+    assert ">patch<" not in history

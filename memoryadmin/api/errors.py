@@ -102,9 +102,19 @@ def _is_api(request: HttpRequest) -> bool:
 def not_found_view(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
     if _is_api(request):
         return JsonResponse(envelope("not_found", "No such route."), status=404)
-    from django.views.defaults import page_not_found
+    from memoryadmin.web.views.errors import page_not_found
 
-    return page_not_found(request, exception or Http404())
+    return page_not_found(request, exception)
+
+
+def permission_denied_view(
+    request: HttpRequest, exception: Exception | None = None
+) -> HttpResponse:
+    if _is_api(request):
+        return JsonResponse(envelope("forbidden", "Not allowed."), status=403)
+    from memoryadmin.web.views.errors import permission_denied
+
+    return permission_denied(request, exception)
 
 
 def server_error_view(request: HttpRequest) -> HttpResponse:
@@ -119,6 +129,6 @@ def server_error_view(request: HttpRequest) -> HttpResponse:
         return unavailable_page(request, headers)
     if _is_api(request):
         return JsonResponse(envelope("internal_error", "An internal error occurred."), status=500)
-    from django.views.defaults import server_error
+    from memoryadmin.web.views.errors import server_error
 
     return server_error(request)

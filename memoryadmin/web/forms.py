@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django import forms
+from django.utils.http import urlencode
 
 from memoryadmin.memory.errors import DomainError, LimitExceeded
 from memoryadmin.memory.limits import (
@@ -16,14 +17,26 @@ from memoryadmin.memory.limits import (
     check_text,
     check_title,
 )
+from memoryadmin.memory.models import Resource
+from memoryadmin.memory.services.audit import AuditFilter
+from memoryadmin.memory.services.tombstones import document_id_check_free
 from memoryadmin.memory.strings import strings_check
+
+FIELD_NAMES = ("text ", "title ", "summary ")
+
+
+def sentence(message: str) -> str:
+    """A service message as a sentence on the page: "text is ..." reads "The text is ..."."""
+    if message.startswith(FIELD_NAMES):
+        return f"The {message}"
+    return message[:1].upper() + message[1:]
 
 
 def _checked(check: Callable[[str], object], value: str) -> str:
     try:
         check(value)
     except DomainError as exc:
-        raise forms.ValidationError(exc.message, code=exc.code) from exc
+        raise forms.ValidationError(sentence(exc.message), code=exc.code) from exc
     return value
 
 
@@ -77,7 +90,7 @@ class DocumentFieldsForm(StrictForm):
 
     def add_domain_error(self, exc: DomainError, *, default_field: str | None = None) -> None:
         field = exc.field if isinstance(exc, LimitExceeded) else default_field
-        self.add_error(field if field in self.fields else None, exc.message)
+        self.add_error(field if field in self.fields else None, sentence(exc.message))
 
 
 class DocumentCreateForm(DocumentFieldsForm):
@@ -88,8 +101,16 @@ class DocumentCreateForm(DocumentFieldsForm):
     )
     field_order = ["doc_id", "title", "summary", "text", "frozen"]
 
+    def __init__(self, *args: Any, resource: Resource, **kwargs: Any) -> None:
+        super().__init__(*args, max_bytes=resource.max_bytes, **kwargs)
+        self.resource = resource
+
     def clean_doc_id(self) -> str:
-        return _checked(check_document_id, self.cleaned_data["doc_id"])
+        # Whether the id is free too, so that every mistake shows at once.
+        doc_id = _checked(check_document_id, self.cleaned_data["doc_id"])
+        return _checked(
+            lambda value: document_id_check_free(resource=self.resource, doc_id=value), doc_id
+        )
 
 
 class DocumentEditForm(DocumentFieldsForm):
@@ -123,13 +144,51 @@ class ExportForm(StrictForm):
         widget=forms.CheckboxSelectMultiple, label="Resources to export"
     )
 
-    def __init__(self, *args: Any, resource_ids: list[str], **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, resource_ids: list[str], initial: list[str] | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.fields["resources"].choices = [(r, r) for r in resource_ids]  # type: ignore[attr-defined]
-        self.fields["resources"].initial = resource_ids
+        self.fields["resources"].initial = resource_ids if initial is None else initial
         self.resource_ids = resource_ids
 
 
 class ApiKeyForm(forms.Form):
     name = forms.CharField(required=False, max_length=200, strip=True)
     read_only = forms.BooleanField(required=False, label="Read-only")
+
+
+class AuditFilterForm(StrictForm):
+    """The audit log's filters (a GET form); a field that does not parse is left out."""
+
+    resource = forms.CharField(required=False, max_length=128)
+    document = forms.CharField(required=False, max_length=128)
+    action = forms.CharField(required=False, max_length=64)
+    actor = forms.CharField(required=False, max_length=200)
+    since = forms.DateField(required=False, label="From")
+    until = forms.DateField(required=False, label="To")
+
+    def where(self) -> AuditFilter:
+        self.is_valid()
+        data = self.cleaned_data
+        return AuditFilter(
+            resource_id=(data.get("resource") or "").strip(),
+            document_id=(data.get("document") or "").strip(),
+            action=(data.get("action") or "").strip(),
+            actor=(data.get("actor") or "").strip(),
+            since=data.get("since"),
+            until=data.get("until"),
+        )
+
+    def query(self) -> str:
+        """The filter as a query string, for the links that keep it (paging, downloads)."""
+        where = self.where()
+        pairs = {
+            "resource": where.resource_id,
+            "document": where.document_id,
+            "action": where.action,
+            "actor": where.actor,
+            "since": where.since.isoformat() if where.since else "",
+            "until": where.until.isoformat() if where.until else "",
+        }
+        return urlencode({k: v for k, v in pairs.items() if v})

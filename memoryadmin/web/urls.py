@@ -39,6 +39,7 @@ urlpatterns = [
     path("projects/<slug:p>/", reading.project_home, name="project"),
     path(PROJECT, reading.inventory, name="inventory"),
     path(PROJECT + "audit/", reading.audit, name="audit"),
+    path(PROJECT + "audit/download/", reading.audit_download, name="audit-download"),
     path(PROJECT + "export/", export.export, name="export"),
     path(PROJECT + "keys/", keys.key_list, name="keys"),
     path(PROJECT + "keys/new/", keys.key_create, name="key-create"),

@@ -42,8 +42,42 @@
     initCounters(event.target);
   });
 
-  // Copy buttons: <button data-copy="<input id>"> copies that input's value.
+  document.documentElement.classList.add("js");
+
+  function copyText(button, text) {
+    const status = document.getElementById("copy-status");
+    const done = function (message) {
+      if (status) {
+        status.textContent = message;
+      }
+      const label = button.textContent;
+      button.textContent = message === "Copied." ? "Copied" : "Select it";
+      window.setTimeout(function () {
+        button.textContent = label;
+      }, 1500);
+    };
+    if (navigator.clipboard && window.isSecureContext) {
+      navigator.clipboard.writeText(text).then(
+        function () {
+          done("Copied.");
+        },
+        function () {
+          done("Copying failed: select the id and copy it.");
+        }
+      );
+    } else {
+      done("Copying failed: select the id and copy it.");
+    }
+  }
+
+  // Copy buttons: <button data-copy="<input id>"> copies that input's value;
+  // <button data-copy-text="..."> copies its attribute (a full revision id).
   document.addEventListener("click", function (event) {
+    const textButton = event.target.closest && event.target.closest("button[data-copy-text]");
+    if (textButton) {
+      copyText(textButton, textButton.dataset.copyText);
+      return;
+    }
     const button = event.target.closest && event.target.closest("button[data-copy]");
     if (!button) {
       return;
@@ -67,6 +101,51 @@
       );
     } else {
       done(document.execCommand("copy") ? "Copied." : "Select the key and copy it.");
+    }
+  });
+
+  // Checkbox lists with "Select all / none" and a live count (export, bulk actions).
+  function updateSelection(form) {
+    const count = form.querySelector("[data-selection-count]");
+    if (!count) {
+      return;
+    }
+    const boxes = form.querySelectorAll('input[type="checkbox"][name]');
+    let chosen = 0;
+    let documents = 0;
+    boxes.forEach(function (box) {
+      if (box.checked) {
+        chosen += 1;
+        const label = form.querySelector('label[for="' + box.id + '"] [data-documents]');
+        documents += label ? Number(label.dataset.documents) : 0;
+      }
+    });
+    const plural = function (n, word) {
+      return n + " " + word + (n === 1 ? "" : "s");
+    };
+    let text = chosen + " of " + plural(boxes.length, count.dataset.noun || "resource") + " selected";
+    if (form.querySelector("[data-documents]")) {
+      text += ", " + plural(documents, "document");
+    }
+    count.textContent = text;
+  }
+
+  document.addEventListener("click", function (event) {
+    const link = event.target.closest && event.target.closest("[data-select]");
+    if (!link || !link.closest("form")) {
+      return;
+    }
+    event.preventDefault();
+    const form = link.closest("form");
+    const on = link.dataset.select === "all";
+    form.querySelectorAll('input[type="checkbox"][name]').forEach(function (box) {
+      box.checked = on;
+    });
+    updateSelection(form);
+  });
+  document.addEventListener("change", function (event) {
+    if (event.target.matches && event.target.matches('input[type="checkbox"]') && event.target.form) {
+      updateSelection(event.target.form);
     }
   });
 

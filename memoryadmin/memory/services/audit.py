@@ -1,11 +1,14 @@
 from __future__ import annotations
 
+from dataclasses import astuple, dataclass
+from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 
 from memoryadmin.memory.cursors import keyset_page
 from memoryadmin.memory.environments import check_environment
+from memoryadmin.memory.errors import InvalidRequest
 from memoryadmin.memory.models import AuditEntry, Project
 
 AUDIT_PAGE_SIZE = 50
@@ -34,26 +37,90 @@ def audit_record(
     )
 
 
+@dataclass(frozen=True)
+class AuditFilter:
+    """What the audit log is narrowed to; empty fields match everything."""
+
+    resource_id: str = ""
+    document_id: str = ""  # any part of the document id, ignoring case
+    action: str = ""
+    actor: str = ""  # any part of the actor, ignoring case
+    since: date | None = None  # from the start of this day (UTC)
+    until: date | None = None  # to the end of this day (UTC)
+
+    @property
+    def narrowed(self) -> bool:
+        return any(astuple(self))
+
+    @property
+    def scope(self) -> str:
+        return ":".join(str(value or "") for value in astuple(self))
+
+
+def _day_start(day: date) -> datetime:
+    return datetime.combine(day, time.min, tzinfo=UTC)
+
+
+def audit_entries(
+    *, project: Project, environment: str, where: AuditFilter = AuditFilter()
+) -> QuerySet[AuditEntry]:
+    """The entries of a project's environment that match `where`, newest first.
+
+    Project-wide entries (roles, deployments) belong to every environment, unless the
+    log is narrowed to a resource or document."""
+    check_environment(environment)
+    if where.since and where.until and where.since > where.until:
+        raise InvalidRequest("The start date of the audit filter is after its end date.")
+    entries = AuditEntry.objects.filter(project=project)
+    if where.resource_id or where.document_id:
+        entries = entries.filter(environment=environment)
+    else:
+        entries = entries.filter(Q(environment=environment) | Q(environment=""))
+    if where.resource_id:
+        entries = entries.filter(resource_id=where.resource_id)
+    if where.document_id:
+        entries = entries.filter(document_id__icontains=where.document_id)
+    if where.action:
+        entries = entries.filter(action=where.action)
+    if where.actor:
+        entries = entries.filter(actor__icontains=where.actor)
+    if where.since:
+        entries = entries.filter(created_at__gte=_day_start(where.since))
+    if where.until:
+        entries = entries.filter(created_at__lt=_day_start(where.until + timedelta(days=1)))
+    return entries.order_by("-id")
+
+
 def audit_list(
     *,
     project: Project,
     environment: str,
-    resource_id: str = "",
-    document_id: str = "",
+    where: AuditFilter = AuditFilter(),
     cursor: str | None = None,
     limit: int = AUDIT_PAGE_SIZE,
 ) -> tuple[list[AuditEntry], str | None]:
-    """Newest first, in keyset pages; project-wide entries (roles, deployments) included
-    unless the list is narrowed to a resource or document."""
-    check_environment(environment)
-    scope = f"audit:{project.id}:{environment}:{resource_id}:{document_id}"
-    entries = AuditEntry.objects.filter(project=project)
-    if resource_id or document_id:
-        entries = entries.filter(environment=environment)
-        if resource_id:
-            entries = entries.filter(resource_id=resource_id)
-        if document_id:
-            entries = entries.filter(document_id=document_id)
-    else:
-        entries = entries.filter(Q(environment=environment) | Q(environment=""))
+    """Newest first, in keyset pages."""
+    entries = audit_entries(project=project, environment=environment, where=where)
+    scope = f"audit:{project.id}:{environment}:{where.scope}"
     return keyset_page(entries, order=("-id",), cursor=cursor, scope=scope, limit=limit)
+
+
+def audit_actions(*, project: Project) -> list[str]:
+    """The actions that occur in a project's log, for the filter's choices."""
+    actions = AuditEntry.objects.filter(project=project).values_list("action", flat=True)
+    return sorted(set(actions.distinct()))
+
+
+def audit_record_dict(entry: AuditEntry) -> dict[str, Any]:
+    """One entry as the downloads write it."""
+    return {
+        "id": entry.id,
+        "time": entry.created_at.isoformat(),
+        "environment": entry.environment,
+        "actor": entry.actor,
+        "action": entry.action,
+        "resource": entry.resource_id,
+        "document": entry.document_id,
+        "revision": entry.revision,
+        "detail": entry.detail,
+    }

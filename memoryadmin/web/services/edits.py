@@ -84,6 +84,7 @@ class Reapply:
     text: str
     summary: str
     merged: bool  # the user's changes applied to the current text without overlap
+    base_text: str | None  # the text both edits started from (None if unknown)
 
 
 def _merge_field(base: str | None, mine: str, theirs: str) -> str:
@@ -103,4 +104,5 @@ def edit_reapply(
         summary=_merge_field(base.summary if base else None, summary, current.summary),
         text=text if merged_text is None else merged_text,
         merged=merged_text is not None,
+        base_text=base.text if base is not None else None,
     )

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -36,7 +37,12 @@ def detail_items(detail: Any) -> list[tuple[str, str]]:
         return []
     items = []
     for key, value in detail.items():
-        text = ", ".join(map(str, value)) if isinstance(value, list) else str(value)
+        if isinstance(value, str):
+            text = value
+        elif isinstance(value, list) and all(isinstance(item, str) for item in value):
+            text = ", ".join(value)
+        else:  # numbers, booleans, null, nested data: as JSON writes them (false, not False)
+            text = json.dumps(value, ensure_ascii=False)
         items.append((str(key), text))
     return items
 
@@ -46,3 +52,35 @@ def ago(value: datetime) -> str:
     if timezone.now() - value < timedelta(minutes=1):
         return "just now"
     return f"{timesince(value)} ago"
+
+
+# Project-wide pages keep their section when the environment changes; pages of one
+# document, resource or session (which exist per environment) go to the memory list.
+ENV_SECTIONS = frozenset({"inventory", "overview", "audit", "export", "sessions", "keys", "people"})
+
+
+@register.simple_tag(takes_context=True)
+def env_url(context: template.Context, environment: str) -> str:
+    request = context.get("request")
+    page = context.get("page")
+    match = getattr(request, "resolver_match", None)
+    name = match.url_name if match is not None else None
+    section = name if name in ENV_SECTIONS else "inventory"
+    project_id = context.get("p") or (page.project.id if page is not None else "")
+    return reverse(f"web:{section}", args=[project_id, environment])
+
+
+@register.filter
+def kib(value: int) -> str:
+    """A size in bytes for people: "512 B", "3.2 KiB", "1.5 MiB"."""
+    size = int(value or 0)
+    if size < 1024:
+        return f"{size} B"
+    if size < 1024 * 1024:
+        return f"{size / 1024:.1f} KiB"
+    return f"{size / (1024 * 1024):.1f} MiB"
+
+
+@register.filter
+def short_revision(value: str) -> str:
+    return str(value)[:8]

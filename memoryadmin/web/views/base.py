@@ -125,12 +125,15 @@ def project_view(permission: str) -> Callable[[ProjectView], Callable[..., HttpR
         ) -> HttpResponseBase:
             if not request.user.is_authenticated:
                 return login_redirect(request)
+            page: Page | None = None
             try:
                 membership = membership_get(user=request.user, project_id=p)
+                # Known from here on: error pages keep the project's navigation and role.
+                page = Page(membership=membership, environment=e)
                 membership_require(membership=membership, permission=permission)
-                response = view(request, Page(membership=membership, environment=e), **kwargs)
+                response = view(request, page, **kwargs)
             except DomainError as exc:
-                response = error_page(request, exc)
+                response = error_page(request, exc, page=page)
             # Full pages and htmx fragments share URLs: caches must tell them apart.
             patch_vary_headers(response, ["HX-Request"])
             return response
@@ -180,12 +183,14 @@ def unavailable_page(request: HttpRequest, headers: dict[str, str]) -> HttpRespo
     return response
 
 
-def error_page(request: HttpRequest, exc: DomainError) -> HttpResponse:
+def error_page(
+    request: HttpRequest, exc: DomainError, *, page: Page | None = None, **context: Any
+) -> HttpResponse:
     return page_render(
         request,
         "memoryadmin/error.html",
-        None,
-        {"status": exc.status, "message": exc.message},
+        page,
+        {"status": exc.status, "message": exc.message, **context},
         partial="message",
         status=exc.status,
     )

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponseBase
+from django.http import HttpRequest, HttpResponseBase, StreamingHttpResponse
 from django.shortcuts import redirect
+from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from memoryadmin.memory.environments import DEFAULT_ENVIRONMENT, Environment
-from memoryadmin.memory.errors import DomainError
-from memoryadmin.memory.services.audit import audit_list
+from memoryadmin.memory.errors import DomainError, InvalidRequest
+from memoryadmin.memory.models import Resource
+from memoryadmin.memory.services.audit import (
+    audit_actions,
+    audit_entries,
+    audit_list,
+    audit_record_dict,
+)
 from memoryadmin.memory.services.deployments import resource_ids, resource_inventory
 from memoryadmin.memory.services.documents import (
     document_get,
@@ -17,7 +24,11 @@ from memoryadmin.memory.services.documents import (
     version_get,
     version_list,
 )
+from memoryadmin.memory.services.tombstones import DocumentDeleted, document_get_or_tombstone
+from memoryadmin.web.forms import AuditFilterForm
+from memoryadmin.web.services.audit_files import DOWNLOADS
 from memoryadmin.web.services.diff import text_diff
+from memoryadmin.web.services.history import history_rows
 from memoryadmin.web.services.roles import READ, membership_get, memberships_for_user
 from memoryadmin.web.views.base import Page, error_page, page_render, project_view
 
@@ -85,17 +96,27 @@ def documents(request: HttpRequest, page: Page, r: str) -> HttpResponseBase:
     return page_render(request, "memoryadmin/documents.html", page, context, partial=partial)
 
 
+def _tombstone_page(
+    request: HttpRequest, page: Page, resource: Resource, exc: DocumentDeleted
+) -> HttpResponseBase:
+    context = {"resource": resource, "tombstone": exc.tombstone}
+    return page_render(request, "memoryadmin/tombstone.html", page, context, status=exc.status)
+
+
 @require_GET
 @project_view(READ)
 def document_detail(request: HttpRequest, page: Page, r: str, d: str) -> HttpResponseBase:
     resource = page.resource(r)
-    document = document_get(resource=resource, doc_id=d)
+    try:
+        document = document_get_or_tombstone(resource=resource, doc_id=d)
+    except DocumentDeleted as exc:
+        return _tombstone_page(request, page, resource, exc)
     cursor = request.GET.get("versions") or None
     versions, next_cursor = version_list(document=document, cursor=cursor)
     context = {
         "resource": resource,
         "document": document,
-        "versions": versions,
+        "versions": history_rows(versions),
         "next_versions": next_cursor,
         "versions_cursor": cursor,
     }
@@ -120,6 +141,7 @@ def version_detail(
         "resource": resource,
         "document": document,
         "version": version,
+        "row": history_rows([version])[0],
         "diff": text_diff(version.text, document.text),
         "is_current": version.revision == document.revision,
     }
@@ -129,24 +151,50 @@ def version_detail(
 @require_GET
 @project_view(READ)
 def audit(request: HttpRequest, page: Page) -> HttpResponseBase:
-    resource_id = request.GET.get("resource", "").strip()[:QUERY_MAX]
-    document_id = request.GET.get("document", "").strip()[:QUERY_MAX]
+    form = AuditFilterForm(request.GET)
+    where = form.where()
     cursor = request.GET.get("cursor") or None
-    entries, next_cursor = audit_list(
-        project=page.project,
-        environment=page.environment,
-        resource_id=resource_id,
-        document_id=document_id,
-        cursor=cursor,
-    )
+    try:
+        entries, next_cursor = audit_list(
+            project=page.project, environment=page.environment, where=where, cursor=cursor
+        )
+    except InvalidRequest as exc:
+        if cursor:
+            raise
+        form.add_error(None, exc.message)
+        entries, next_cursor = [], None
     context = {
+        "form": form,
+        "where": where,
+        "query": form.query(),
         "entries": entries,
         "next_cursor": next_cursor,
-        "resource_id": resource_id,
-        "document_id": document_id,
         "cursor": cursor,
         "resource_ids": resource_ids(project=page.project, environment=page.environment),
+        "actions": audit_actions(project=page.project),
     }
     return page_render(
         request, "memoryadmin/audit.html", page, context, partial="more" if cursor else None
     )
+
+
+@require_GET
+@project_view(READ)
+def audit_download(request: HttpRequest, page: Page) -> HttpResponseBase:
+    """The filtered log as CSV or JSON Lines, streamed newest first."""
+    kind = request.GET.get("format", "csv")
+    if kind not in DOWNLOADS:
+        raise InvalidRequest("format must be csv or jsonl.")
+    entries = audit_entries(
+        project=page.project,
+        environment=page.environment,
+        where=AuditFilterForm(request.GET).where(),
+    )
+    rows = (audit_record_dict(entry) for entry in entries.iterator(chunk_size=500))
+    content_type, write = DOWNLOADS[kind]
+    stamp = timezone.now().strftime("%Y%m%dT%H%M%SZ")
+    name = f"audit-{page.project.id}-{page.environment}-{stamp}.{kind}"
+    response = StreamingHttpResponse(write(rows), content_type=content_type)
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    response["Cache-Control"] = "no-store"
+    return response

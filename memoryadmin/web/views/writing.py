@@ -37,9 +37,7 @@ def _to_document(page: Page, resource: Resource, doc_id: str) -> HttpResponseBas
 @project_view(EDIT)
 def create(request: HttpRequest, page: Page, r: str) -> HttpResponseBase:
     resource = page.resource(r)
-    form = DocumentCreateForm(
-        request.POST if request.method == "POST" else None, max_bytes=resource.max_bytes
-    )
+    form = DocumentCreateForm(request.POST if request.method == "POST" else None, resource=resource)
     status = 200
     if request.method == "POST":
         status = INVALID
@@ -100,7 +98,7 @@ def edit(request: HttpRequest, page: Page, r: str, d: str) -> HttpResponseBase:
     if saved is None:
         messages.info(request, "Nothing changed, so nothing was saved.")
     else:
-        messages.success(request, f"Saved {document.doc_id} (revision {saved.revision}).")
+        messages.success(request, f"Saved {document.doc_id} (revision {saved.revision[:8]}).")
     return _to_document(page, resource, document.doc_id)
 
 
@@ -131,6 +129,7 @@ def _conflict(
         text=mine["text"],
         summary=mine["summary"],
     )
+    base = current.text if reapply.base_text is None else reapply.base_text
     retry = DocumentEditForm(
         initial={
             "revision": current.revision,
@@ -147,7 +146,11 @@ def _conflict(
         "conflict": {
             "mine": mine,
             "reapply": reapply,
-            "diff": text_diff(current.text, mine["text"]),
+            # Each change against the text both started from, so that neither side's
+            # lines read as "removed" when the merge keeps them.
+            "theirs_diff": text_diff(base, current.text),
+            "mine_diff": text_diff(base, mine["text"]),
+            "known_base": reapply.base_text is not None,
             "title_differs": mine["title"] != current.title,
             "summary_differs": mine["summary"] != current.summary,
         },
@@ -159,7 +162,7 @@ def _revision_conflict(request: HttpRequest, document: Document) -> None:
     messages.warning(
         request,
         f"{document.doc_id} changed while you were looking at it (now revision "
-        f"{document.revision}). Check it and confirm again.",
+        f"{document.revision[:8]}). Check it and confirm again.",
     )
 
 
@@ -267,6 +270,7 @@ def restore(request: HttpRequest, page: Page, r: str, d: str, revision: str) -> 
         )
     messages.success(
         request,
-        f"Restored version {revision} of {document.doc_id} as revision {restored.revision}.",
+        f"Restored version {revision[:8]} of {document.doc_id} as revision "
+        f"{restored.revision[:8]}.",
     )
     return _to_document(page, resource, document.doc_id)

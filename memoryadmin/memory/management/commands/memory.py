@@ -41,6 +41,7 @@ from memoryadmin.memory.services.documents import (
     document_set_agent_writes,
 )
 from memoryadmin.memory.services.projects import project_get
+from memoryadmin.memory.services.tombstones import document_get_or_tombstone
 
 SUBCOMMANDS = {
     "list": "List the documents of a resource (or, without one, the resources).",
@@ -236,7 +237,8 @@ class Command(cli.Command):
 
     def do_show(self, project: Project, options: dict[str, Any]) -> None:
         resource = self.resource(project, options["resource"])
-        document = document_get(resource=resource, doc_id=options["document"])
+        # A deleted document: who deleted it and when, as on the Memory page.
+        document = document_get_or_tombstone(resource=resource, doc_id=options["document"])
         data = document_dict(document, max_bytes=resource.max_bytes)
         if options["json"]:
             self.out_json(data)

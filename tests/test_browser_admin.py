@@ -1,0 +1,223 @@
+"""The Memory page as an admin, in a real browser at a laptop's width and a phone's (390 px):
+error pages in the site's layout, tombstones, history in words, every mistake of a form at
+once, confirmations that keep what was typed, the audit log's filters and downloads, one
+environment switcher, checkbox lists with counts, and no page wider than the screen."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memoryadmin.memory.models import Resource
+from tests.helpers import BROWSER_TESTS
+
+pytestmark = BROWSER_TESTS
+
+DESKTOP = {"width": 1280, "height": 860}
+PHONE = {"width": 390, "height": 844}
+VIEWPORTS = pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["desktop", "390px"])
+BASE = "/projects/acme/development"
+NOTES = f"{BASE}/resources/notes/"
+WORKSHOP = f"{NOTES}documents/workshop/"
+# What sticks out of the window (outermost first), for the failure message.
+WIDE = """() => Array.from(document.querySelectorAll('body *'))
+  .filter(e => e.getBoundingClientRect().right > window.innerWidth + 1 && !e.closest("table"))
+  .slice(0, 3).map(e => e.outerHTML.slice(0, 300) + " " + e.getBoundingClientRect().right)"""
+
+
+def fits(page: Any) -> None:
+    """The page is no wider than the window: wide tables scroll inside themselves."""
+    width = page.evaluate("document.documentElement.scrollWidth")
+    wide = page.evaluate(WIDE)
+    assert width <= page.viewport_size["width"], (page.url, width, wide)
+
+
+@VIEWPORTS
+def test_every_page_fits_the_screen_and_keeps_one_environment_switcher(
+    open_page: Any, used_memory: Resource, viewport: dict[str, int]
+) -> None:
+    from playwright.sync_api import expect
+
+    page = open_page("olivia", viewport=viewport)
+    for url in [
+        f"{BASE}/",
+        NOTES,
+        WORKSHOP,
+        f"{WORKSHOP}edit/",
+        f"{NOTES}new/",
+        f"{BASE}/audit/",
+        f"{BASE}/export/",
+        f"{BASE}/sessions/",
+        f"{BASE}/keys/",
+        "/no/such/page/",
+    ]:
+        page.goto(url)
+        fits(page)
+    # One switcher: the environment tabs, which keep the section.
+    page.goto(f"{BASE}/audit/")
+    expect(page.locator("select[name=environment]")).to_have_count(0)
+    expect(page.get_by_role("button", name="Switch")).to_have_count(0)
+    page.get_by_role("list", name="Environment").get_by_role("link", name="Production").click()
+    expect(page).to_have_url("/projects/acme/production/audit/")
+    expect(page.get_by_role("heading", name="Audit log")).to_contain_text("production")
+    assert page.js_errors == []
+
+
+@VIEWPORTS
+def test_error_pages_keep_the_navigation_and_the_role(
+    open_page: Any, used_memory: Resource, viewport: dict[str, int]
+) -> None:
+    from playwright.sync_api import expect
+
+    page = open_page("sam", viewport=viewport)
+    response = page.goto(f"{WORKSHOP}edit/")
+    assert response.status == 403
+    expect(page.get_by_role("heading", name="Not allowed")).to_be_visible()
+    expect(page.get_by_role("navigation", name="Project sections")).to_be_visible()
+    expect(page.locator(".account .role")).to_have_text("support")
+    response = page.goto(f"{NOTES}documents/nothing-here/")
+    assert response.status == 404
+    expect(page.get_by_role("navigation", name="Project sections")).to_be_visible()
+    response = page.goto("/no/such/page/")
+    assert response.status == 404
+    expect(page.get_by_role("heading", name="Not found")).to_be_visible()
+    expect(page.locator("header.topbar")).to_contain_text("sam")
+    expect(page.get_by_role("link", name="Back to your projects")).to_be_visible()
+
+
+@VIEWPORTS
+def test_a_deleted_document_shows_its_tombstone(
+    open_page: Any, used_memory: Resource, viewport: dict[str, int]
+) -> None:
+    from playwright.sync_api import expect
+
+    page = open_page("olivia", viewport=viewport)
+    page.goto(WORKSHOP)
+    page.get_by_role("link", name="Delete…").click()
+    field = page.get_by_label("Type workshop to confirm")
+    field.fill("works")
+    page.get_by_role("button", name="Delete for good").click()
+    # A wrong id: the document stays in view and the typed text in the field.
+    expect(page.locator(".field-errors")).to_contain_text("Type 'workshop' exactly")
+    expect(page.get_by_role("heading", name="Workshop notes")).to_be_visible()
+    expect(page.get_by_label("Type workshop to confirm")).to_have_value("works")
+    page.get_by_label("Type workshop to confirm").fill("workshop")
+    page.get_by_role("button", name="Delete for good").click()
+    expect(page.get_by_role("status")).to_contain_text("Its id stays reserved")
+    assert used_memory.documents.get(doc_id="workshop").deleted is True
+
+    response = page.goto(WORKSHOP)
+    assert response.status == 404
+    expect(page.get_by_role("heading", name="workshop was deleted")).to_be_visible()
+    expect(page.locator(".tombstone")).to_contain_text("user:olivia")
+    expect(page.locator(".tombstone")).to_contain_text("stays reserved")
+    fits(page)
+    page.get_by_role("link", name="Audit entries of workshop").click()
+    expect(page.get_by_role("cell", name="document.delete")).to_be_visible()
+    assert page.js_errors == []
+
+
+@VIEWPORTS
+def test_history_in_words_with_short_revisions_to_copy(
+    open_page: Any, used_memory: Resource, viewport: dict[str, int]
+) -> None:
+    from playwright.sync_api import expect
+
+    page = open_page("olivia", viewport=viewport, permissions=["clipboard-read", "clipboard-write"])
+    page.goto(f"{NOTES}documents/incident-0412/")
+    page.get_by_role("link", name="Unfreeze…").click()
+    page.get_by_role("button", name="Unfreeze").click()
+    history = page.locator("table.versions tbody tr")
+    expect(history.nth(0)).to_contain_text("v2 unfroze agent writes")
+    expect(history.nth(1)).to_contain_text("v1 created")
+    document = used_memory.documents.get(doc_id="incident-0412")
+    revision = history.nth(0).locator(".rev code")
+    expect(revision).to_have_text(document.revision[:8])
+    history.nth(0).get_by_role("button", name="Copy").click()
+    expect(page.locator("#copy-status")).to_have_text("Copied.")
+    assert page.evaluate("navigator.clipboard.readText()") == document.revision
+    # No button names a revision.
+    for name in page.get_by_role("button").all_inner_texts():
+        assert document.revision[:8] not in name
+    fits(page)
+    assert page.js_errors == []
+
+
+@VIEWPORTS
+def test_new_document_shows_every_mistake_at_once(
+    open_page: Any, used_memory: Resource, viewport: dict[str, int]
+) -> None:
+    from playwright.sync_api import expect
+
+    page = open_page("olivia", viewport=viewport)
+    page.goto(f"{NOTES}new/")
+    page.get_by_label("Document id").fill("workshop")
+    page.get_by_label("Title").fill("Again")
+    page.get_by_label("Text", exact=True).fill("x" * 8193)
+    frozen = page.get_by_label("Frozen (agents may read it but not save to it)")
+    box, label = frozen.bounding_box(), page.locator("label[for=id_frozen]").bounding_box()
+    assert abs(box["y"] - label["y"]) < label["height"]  # the box sits beside its label
+    page.get_by_role("button", name="Create document").click()
+    summary = page.locator(".form-errors")
+    expect(summary).to_contain_text("Correct these 2 mistakes")
+    expect(summary).to_contain_text("The id 'workshop' is already in use in notes")
+    expect(summary).to_contain_text("The text is 8193 UTF-8 bytes; this resource allows 8192.")
+    expect(page.get_by_label("Title")).to_have_value("Again")
+    assert used_memory.documents.get(doc_id="workshop").title == "Workshop notes"
+    fits(page)
+    assert page.js_errors == []
+
+
+@VIEWPORTS
+def test_audit_log_filters_and_downloads(
+    open_page: Any, used_memory: Resource, viewport: dict[str, int]
+) -> None:
+    from playwright.sync_api import expect
+
+    page = open_page("olivia", viewport=viewport)
+    page.goto(f"{BASE}/audit/")
+    page.get_by_label("Document id contains").fill("SHOP")
+    page.get_by_label("Action").select_option("document.create")
+    page.get_by_role("button", name="Filter").click()
+    rows = page.locator("table.audit tbody tr")
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_contain_text("notes/workshop")
+    fits(page)
+    with page.expect_download() as info:
+        page.get_by_role("link", name="CSV").click()
+    table = list(csv.reader(io.StringIO(Path(info.value.path()).read_text())))
+    assert [(row[4], row[5], row[6]) for row in table[1:]] == [
+        ("document.create", "notes", "workshop")
+    ]
+    page.get_by_role("link", name="notes/workshop").click()
+    expect(page.get_by_role("heading", name="Workshop notes")).to_be_visible()
+    assert page.js_errors == []
+
+
+@VIEWPORTS
+def test_export_lists_boxes_beside_labels_with_counts_and_select_all_or_none(
+    open_page: Any, used_memory: Resource, viewport: dict[str, int]
+) -> None:
+    from playwright.sync_api import expect
+
+    page = open_page("olivia", viewport=viewport)
+    page.goto(f"{BASE}/export/")
+    count = page.locator("[data-selection-count]")
+    expect(count).to_have_text("3 of 3 resources selected, 5 documents")
+    page.get_by_role("link", name="Select none").click()
+    expect(page.get_by_role("checkbox", name="notes")).not_to_be_checked()
+    expect(count).to_have_text("0 of 3 resources selected, 0 documents")
+    page.get_by_role("checkbox", name="notes").check()
+    expect(count).to_have_text("1 of 3 resources selected, 4 documents")
+    box = page.get_by_role("checkbox", name="notes").bounding_box()
+    label = page.locator("label", has_text="notes").bounding_box()
+    assert abs(box["y"] - label["y"]) < label["height"]
+    assert box["x"] < label["x"]
+    page.get_by_role("link", name="Select all").click()
+    expect(count).to_have_text("3 of 3 resources selected, 5 documents")
+    fits(page)
+    assert page.js_errors == []
