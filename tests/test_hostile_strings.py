@@ -353,9 +353,9 @@ def test_page_form_with_nul_is_refused_and_stores_nothing(owner: Client) -> None
 
 
 @pytest.mark.parametrize("field", ["title", "summary", "text"])
-def test_page_forms_refuse_lone_surrogates_naming_the_field(field: str) -> None:
+def test_page_forms_refuse_lone_surrogates_naming_the_field(field: str, notes: Resource) -> None:
     data = {"doc_id": "d1", "title": "T", "summary": "", "text": "", field: "x\ud800"}
-    form = DocumentCreateForm(data, max_bytes=100)
+    form = DocumentCreateForm(data, resource=notes)
     assert not form.is_valid()
     assert list(form.errors) == [field]
     edit = DocumentEditForm({**data, "revision": "r\udc00"}, max_bytes=100)
