@@ -279,6 +279,18 @@ def manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     )
 
 
+def run_example(name: str, base_url: str, api_key: str) -> subprocess.CompletedProcess[str]:
+    """One of examples/ against a live server of the project "acme"."""
+    options = ["--base-url", base_url, "--api-key", api_key, "--project", "acme"]
+    return subprocess.run(
+        [sys.executable, str(ROOT / "examples" / name), *options],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

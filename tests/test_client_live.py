@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +12,7 @@ from memoryadmin.agents.models import Session, SessionEvent
 from memoryadmin.memory.models import Document, DocumentVersion, Project, Resource
 from memoryadmin.memory.services.keys import api_key_create
 from memoryadmin_client import ApiError, Client, DocumentDeleted
-from tests.helpers import MANIFEST_MEMORY
+from tests.helpers import MANIFEST_MEMORY, run_example
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -207,23 +204,7 @@ def test_api_errors_carry_status_code_and_message(live_server: Any, project: Pro
 def test_example_agent_host_runs_its_scenario(
     live_server: Any, api_key: str, project: Project
 ) -> None:
-    completed = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "examples" / "agent_host.py"),
-            "--base-url",
-            live_server.url,
-            "--api-key",
-            api_key,
-            "--project",
-            "acme",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        check=False,
-    )
+    completed = run_example("agent_host.py", live_server.url, api_key)
     assert completed.returncode == 0, completed.stdout + completed.stderr
     out = completed.stdout
     assert "memory_save -> saved" in out
