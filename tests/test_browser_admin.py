@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from memoryadmin.memory.models import Resource
-from tests.helpers import BROWSER_TESTS
+from tests.helpers import BROWSER_TESTS, shoot
 
 pytestmark = BROWSER_TESTS
 
@@ -219,5 +220,147 @@ def test_export_lists_boxes_beside_labels_with_counts_and_select_all_or_none(
     assert box["x"] < label["x"]
     page.get_by_role("link", name="Select all").click()
     expect(count).to_have_text("3 of 3 resources selected, 5 documents")
+    fits(page)
+    assert page.js_errors == []
+
+
+PAGE_BUDGET = 150 * 1024
+
+
+def _collect(into: list[Any]) -> Any:
+    # Playwright wants a Python function, not a bound builtin such as list.append.
+    return lambda request: into.append(request)
+
+
+def test_no_page_weighs_over_150_kb_on_first_load(
+    open_page: Any, browser: Any, used_memory: Resource, live_server: Any
+) -> None:
+    """Everything a page pulls in on a first visit (empty cache), as transferred. The live
+    test server sends files uncompressed, so this is an upper bound of production's."""
+    from memoryadmin.memory.models import Document
+
+    revision = Document.objects.get(resource=used_memory, doc_id="workshop").revision
+    state = open_page("olivia").context.storage_state()
+    weights = {}
+    for url in [
+        f"{BASE}/",
+        NOTES,
+        WORKSHOP,
+        f"{WORKSHOP}edit/",
+        f"{WORKSHOP}versions/{revision}/",
+        f"{NOTES}new/",
+        f"{BASE}/audit/",
+        f"{BASE}/export/",
+        f"{BASE}/sessions/",
+        f"{BASE}/keys/",
+    ]:
+        context = browser.new_context(base_url=live_server.url, storage_state=state)
+        page = context.new_page()
+        responses: list[Any] = []
+        page.on("requestfinished", _collect(responses))
+        page.goto(url, wait_until="networkidle")
+        total = 0
+        for request in responses:
+            sizes = request.sizes()
+            total += sizes["responseBodySize"] + sizes["responseHeadersSize"]
+        weights[url] = total
+        context.close()
+    heaviest = max(weights, key=lambda url: weights[url])
+    assert weights[heaviest] <= PAGE_BUDGET, weights
+    assert min(weights.values()) > 10_000  # the stylesheet and scripts were counted
+
+
+@VIEWPORTS
+def test_keyboard_moves_in_lists_cancels_confirmations_and_explains_itself(
+    open_page: Any, used_memory: Resource, viewport: dict[str, int]
+) -> None:
+    from playwright.sync_api import expect
+
+    page = open_page("olivia", viewport=viewport)
+    page.goto(NOTES)
+    page.keyboard.press("/")
+    expect(page.get_by_label("Filter by id or title")).to_be_focused()
+    page.keyboard.press("Tab")
+    page.locator("main h1").click()
+    page.keyboard.press("j")
+    page.keyboard.press("j")
+    page.keyboard.press("k")
+    first = page.locator("#document-rows tr").first
+    expect(first.get_by_role("link")).to_be_focused()
+    page.keyboard.press("Enter")
+    expect(page).to_have_url(f"{NOTES}documents/incident-0412/")
+
+    page.get_by_role("link", name="Delete…").click()
+    expect(page.get_by_label("Type incident-0412 to confirm")).to_be_focused()
+    page.keyboard.press("Escape")
+    expect(page.locator("#panel")).to_be_empty()
+    expect(page.get_by_role("link", name="Delete…")).to_be_focused()
+
+    page.keyboard.press("?")
+    help_dialog = page.get_by_role("dialog", name="Keyboard shortcuts")
+    expect(help_dialog).to_be_visible()
+    expect(help_dialog).to_contain_text("Cancel a confirmation")
+    fits(page)
+    page.keyboard.press("Escape")
+    expect(help_dialog).to_be_hidden()
+    assert used_memory.documents.get(doc_id="incident-0412").deleted is False
+    assert page.js_errors == []
+
+
+@VIEWPORTS
+def test_overview_draws_charts_on_the_server_with_their_numbers(
+    open_page: Any, used_memory: Resource, viewport: dict[str, int]
+) -> None:
+    from playwright.sync_api import expect
+
+    page = open_page("vera", viewport=viewport)
+    page.get_by_role("link", name="Overview").click()
+    expect(page.get_by_role("heading", name="Overview")).to_be_visible()
+    chart = page.get_by_role("img", name="Document changes per day")
+    expect(chart).to_be_visible()
+    expect(chart.locator("rect.series-owner")).to_have_count(1)
+    page.get_by_text("Document changes per day as a table").click()
+    expect(page.locator("figure.chart table").first).to_be_visible()
+    fits(page)
+    shoot(page, "overview" if viewport == DESKTOP else "overview-phone", full_page=True)
+    chart.locator("a").filter(has=page.locator("rect.series-owner")).click()
+    expect(page).to_have_url(re.compile(r"/audit/\?action=document\.\*&by=owner&since="))
+    # The 6 document changes of development today (5 creates and a replace).
+    expect(page.locator("table.audit tbody tr")).to_have_count(6)
+    assert page.js_errors == []
+
+
+@VIEWPORTS
+def test_owner_invites_changes_a_role_and_promotes_an_earlier_deployment(
+    open_page: Any, used_memory: Resource, viewport: dict[str, int]
+) -> None:
+    from playwright.sync_api import expect
+
+    from memoryadmin.memory.models import ActiveDeployment, Deployment
+    from memoryadmin.web.models import ProjectRole
+
+    page = open_page("olivia", viewport=viewport)
+    page.get_by_role("link", name="People").click()
+    page.get_by_label("New username").fill("nina")
+    page.get_by_label("a link to set their own password").check()
+    page.get_by_role("button", name="Invite").click()
+    link = page.get_by_label("Set-password link").input_value()
+    assert "/set-password/" in link
+    row = page.get_by_role("row", name="vera")
+    row.get_by_label("Role of vera").select_option("support")
+    row.get_by_role("button", name="Change role").click()
+    expect(page.get_by_role("status")).to_contain_text("vera is now support")
+    assert ProjectRole.objects.get(user__username="vera").role == "support"
+    fits(page)
+
+    page.get_by_role("link", name="Deployments").click()
+    earlier = Deployment.objects.filter(agent="archivist").order_by("created_at").first()
+    history = page.get_by_role("row", name=earlier.id)
+    history.get_by_role("link", name="Promote to development…").click()
+    page.get_by_role("button", name="Promote").click()
+    expect(page.get_by_role("status")).to_contain_text(f"{earlier.id} is now the active")
+    active = ActiveDeployment.objects.get(environment="development", agent="archivist")
+    assert active.deployment_id == earlier.id
+    expect(page.locator("section.panel", has_text="archivist")).to_contain_text("archive")
     fits(page)
     assert page.js_errors == []

@@ -18,7 +18,7 @@ from memoryadmin.memory.limits import (
     check_title,
 )
 from memoryadmin.memory.models import Resource
-from memoryadmin.memory.services.audit import AuditFilter
+from memoryadmin.memory.services.audit import ACTOR_KINDS, AuditFilter
 from memoryadmin.memory.services.tombstones import document_id_check_free
 from memoryadmin.memory.strings import strings_check
 
@@ -165,6 +165,7 @@ class AuditFilterForm(StrictForm):
     document = forms.CharField(required=False, max_length=128)
     action = forms.CharField(required=False, max_length=64)
     actor = forms.CharField(required=False, max_length=200)
+    by = forms.ChoiceField(required=False, choices=[("", "anyone"), *ACTOR_KINDS.items()])
     since = forms.DateField(required=False, label="From")
     until = forms.DateField(required=False, label="To")
 
@@ -176,6 +177,7 @@ class AuditFilterForm(StrictForm):
             document_id=(data.get("document") or "").strip(),
             action=(data.get("action") or "").strip(),
             actor=(data.get("actor") or "").strip(),
+            actor_kind=data.get("by") or "",
             since=data.get("since"),
             until=data.get("until"),
         )
@@ -188,7 +190,50 @@ class AuditFilterForm(StrictForm):
             "document": where.document_id,
             "action": where.action,
             "actor": where.actor,
+            "by": where.actor_kind,
             "since": where.since.isoformat() if where.since else "",
             "until": where.until.isoformat() if where.until else "",
         }
         return urlencode({k: v for k, v in pairs.items() if v})
+
+
+ROLE_CHOICES = [
+    ("viewer", "viewer: reads memory"),
+    ("support", "support: reads, freezes, exports, ends sessions"),
+    ("owner", "owner: everything, including people and keys"),
+]
+
+
+class RoleForm(StrictForm):
+    username = forms.CharField(max_length=150, strip=True)
+    role = forms.ChoiceField(choices=ROLE_CHOICES, initial="viewer")
+
+
+class InviteForm(RoleForm):
+    method = forms.ChoiceField(
+        choices=[
+            ("link", "a link to set their own password (valid for 3 days)"),
+            ("password", "a one-time password that I pass on"),
+        ],
+        initial="link",
+        widget=forms.RadioSelect,
+        label="Give them",
+    )
+
+
+class SecretForm(StrictForm):
+    name = forms.CharField(max_length=64, strip=True)
+    # Never rendered back: a refused form asks for the value again.
+    value = forms.CharField(
+        max_length=4096, strip=False, widget=forms.PasswordInput(render_value=False)
+    )
+    origins = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2, "class": "mono", "spellcheck": "false"}),
+        help_text="One origin a line, such as https://memory.example.com. "
+        "Required for a new secret; empty keeps a rotated secret's origins.",
+    )
+
+    def clean_origins(self) -> list[str]:
+        text = str(self.cleaned_data.get("origins") or "")
+        return [line.strip() for line in text.splitlines() if line.strip()]

@@ -1,10 +1,19 @@
 from __future__ import annotations
 
 from django.contrib.auth import views as auth_views
-from django.urls import path, register_converter
+from django.urls import path, register_converter, reverse_lazy
 
 from memoryadmin.memory.environments import Environment
-from memoryadmin.web.views import export, keys, reading, sessions, writing
+from memoryadmin.web.views import (
+    deployments,
+    export,
+    keys,
+    overview,
+    people,
+    reading,
+    sessions,
+    writing,
+)
 
 
 class EnvironmentConverter:
@@ -35,6 +44,21 @@ urlpatterns = [
         name="login",
     ),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path(
+        "set-password/<uidb64>/<token>/",
+        auth_views.PasswordResetConfirmView.as_view(
+            template_name="memoryadmin/password_set.html",
+            success_url=reverse_lazy("web:password-set-done"),
+        ),
+        name="password-set",
+    ),
+    path(
+        "set-password/done/",
+        auth_views.PasswordResetCompleteView.as_view(
+            template_name="memoryadmin/password_set_done.html"
+        ),
+        name="password-set-done",
+    ),
     path("switch/", reading.switch, name="switch"),
     path("projects/<slug:p>/", reading.project_home, name="project"),
     path(PROJECT, reading.inventory, name="inventory"),
@@ -44,6 +68,23 @@ urlpatterns = [
     path(PROJECT + "keys/", keys.key_list, name="keys"),
     path(PROJECT + "keys/new/", keys.key_create, name="key-create"),
     path(PROJECT + "keys/<int:k>/revoke/", keys.key_revoke, name="key-revoke"),
+    path(PROJECT + "overview/", overview.overview, name="overview"),
+    path(PROJECT + "deployments/", deployments.deployments, name="deployments"),
+    path(PROJECT + "deployments/secrets/", deployments.secret_set_view, name="secret-set"),
+    path(
+        PROJECT + "deployments/<str:deployment_id>/",
+        deployments.deployment,
+        name="deployment",
+    ),
+    path(
+        PROJECT + "deployments/<str:deployment_id>/promote/",
+        deployments.deployment_promote_view,
+        name="deployment-promote",
+    ),
+    path(PROJECT + "people/", people.people, name="people"),
+    path(PROJECT + "people/grant/", people.person_grant, name="person-grant"),
+    path(PROJECT + "people/invite/", people.person_invite, name="person-invite"),
+    path(PROJECT + "people/<str:username>/revoke/", people.person_revoke, name="person-revoke"),
     path(PROJECT + "sessions/", sessions.session_list, name="sessions"),
     path(PROJECT + "sessions/<str:s>/", sessions.session_detail, name="session"),
     path(PROJECT + "sessions/<str:s>/end/", sessions.session_end_confirm, name="session-end"),

@@ -149,6 +149,109 @@
     }
   });
 
+  // Keyboard: "/" search, Esc cancels a confirmation, j/k move in lists, "?" help.
+  let opener = null;
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    if (event.detail.elt && event.detail.elt.matches("a[hx-get]")) {
+      opener = event.detail.elt;
+    }
+  });
+
+  function typing(target) {
+    return target.closest("input, textarea, select, [contenteditable]") !== null;
+  }
+
+  function cancelConfirmation() {
+    const cancel = document.querySelector("[data-cancel]");
+    if (!cancel) {
+      return false;
+    }
+    const holder = cancel.closest("#panel, [id$=\"-dialog\"]");
+    if (holder) {
+      // A confirmation swapped into the page: remove it and go back where it came from.
+      holder.replaceChildren();
+      if (opener && document.contains(opener)) {
+        opener.focus();
+      }
+    } else {
+      window.location.assign(cancel.href);
+    }
+    return true;
+  }
+
+  function listRows() {
+    return Array.from(document.querySelectorAll("main table.grid tbody tr")).filter(function (row) {
+      return row.querySelector("a[href]") && !row.classList.contains("load-more");
+    });
+  }
+
+  function moveInList(step) {
+    const rows = listRows();
+    if (!rows.length) {
+      return;
+    }
+    const current = rows.findIndex(function (row) {
+      return row.contains(document.activeElement);
+    });
+    const next = current < 0 ? (step > 0 ? 0 : rows.length - 1) : Math.min(Math.max(current + step, 0), rows.length - 1);
+    rows.forEach(function (row) {
+      row.classList.remove("kb-current");
+    });
+    rows[next].classList.add("kb-current");
+    rows[next].querySelector("a[href]").focus();
+  }
+
+  function toggleHelp() {
+    const help = document.getElementById("keyboard-help");
+    if (!help) {
+      return;
+    }
+    if (help.open) {
+      help.close();
+    } else {
+      help.showModal();
+    }
+  }
+
+  document.addEventListener("click", function (event) {
+    if (event.target.closest && event.target.closest("[data-help]")) {
+      toggleHelp();
+    }
+  });
+
+  document.addEventListener("keydown", function (event) {
+    if (event.ctrlKey || event.metaKey || event.altKey || event.defaultPrevented) {
+      return;
+    }
+    if (event.key === "Escape") {
+      const help = document.getElementById("keyboard-help");
+      if (help && help.open) {
+        return; // the dialog closes itself
+      }
+      if (cancelConfirmation()) {
+        event.preventDefault();
+      }
+      return;
+    }
+    if (typing(event.target)) {
+      return;
+    }
+    if (event.key === "/") {
+      const search = document.querySelector('input[type="search"]');
+      if (search) {
+        event.preventDefault();
+        search.focus();
+        search.select();
+      }
+    } else if (event.key === "j" || event.key === "k") {
+      event.preventDefault();
+      moveInList(event.key === "j" ? 1 : -1);
+    } else if (event.key === "?") {
+      event.preventDefault();
+      toggleHelp();
+    }
+  });
+
   function showStatus(text) {
     const status = document.getElementById("htmx-status");
     if (status) {

@@ -37,14 +37,23 @@ def audit_record(
     )
 
 
+# Who acted, by kind: agents save as "agent:<session>", API keys act as "key:<prefix>";
+# everyone else (people on the page, "cli:<user>" at the command line) is an owner.
+ACTOR_KINDS = {"agent": "agent sessions", "owner": "owners", "key": "API keys"}
+_AGENT = Q(actor__startswith="agent:")
+_KEY = Q(actor__startswith="key:")
+ACTOR_KIND_FILTERS = {"agent": _AGENT, "key": _KEY, "owner": ~_AGENT & ~_KEY}
+
+
 @dataclass(frozen=True)
 class AuditFilter:
     """What the audit log is narrowed to; empty fields match everything."""
 
     resource_id: str = ""
     document_id: str = ""  # any part of the document id, ignoring case
-    action: str = ""
+    action: str = ""  # exact, or every action of a kind ("document.*")
     actor: str = ""  # any part of the actor, ignoring case
+    actor_kind: str = ""  # one of ACTOR_KINDS
     since: date | None = None  # from the start of this day (UTC)
     until: date | None = None  # to the end of this day (UTC)
 
@@ -80,10 +89,16 @@ def audit_entries(
         entries = entries.filter(resource_id=where.resource_id)
     if where.document_id:
         entries = entries.filter(document_id__icontains=where.document_id)
-    if where.action:
+    if where.action.endswith(".*"):  # every action of a kind: "document.*"
+        entries = entries.filter(action__startswith=where.action[:-1])
+    elif where.action:
         entries = entries.filter(action=where.action)
     if where.actor:
         entries = entries.filter(actor__icontains=where.actor)
+    if where.actor_kind:
+        if where.actor_kind not in ACTOR_KIND_FILTERS:
+            raise InvalidRequest(f"by must be one of: {', '.join(ACTOR_KINDS)}.")
+        entries = entries.filter(ACTOR_KIND_FILTERS[where.actor_kind])
     if where.since:
         entries = entries.filter(created_at__gte=_day_start(where.since))
     if where.until:
@@ -107,8 +122,11 @@ def audit_list(
 
 def audit_actions(*, project: Project) -> list[str]:
     """The actions that occur in a project's log, for the filter's choices."""
-    actions = AuditEntry.objects.filter(project=project).values_list("action", flat=True)
-    return sorted(set(actions.distinct()))
+    actions = set(
+        AuditEntry.objects.filter(project=project).values_list("action", flat=True).distinct()
+    )
+    kinds = {f"{action.split('.')[0]}.*" for action in actions if "." in action}
+    return sorted(actions | kinds)
 
 
 def audit_record_dict(entry: AuditEntry) -> dict[str, Any]:

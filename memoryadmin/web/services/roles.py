@@ -12,9 +12,16 @@ from dataclasses import dataclass
 from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import AnonymousUser
+from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from memoryadmin.memory.errors import Forbidden, InvalidRequest, NotFound, ProjectNotFound
+from memoryadmin.memory.errors import (
+    Conflict,
+    Forbidden,
+    InvalidRequest,
+    NotFound,
+    ProjectNotFound,
+)
 from memoryadmin.memory.models import Project
 from memoryadmin.memory.services.audit import audit_record
 from memoryadmin.memory.services.projects import project_get
@@ -27,6 +34,9 @@ EDIT = "edit"
 DELETE = "delete"
 SESSION_END = "session_end"
 KEYS = "keys"
+PEOPLE = "people"
+DEPLOY = "deploy"
+SECRETS = "secrets"
 
 # Support staff find, read, freeze and export, and never change text.
 PERMISSIONS: dict[str, frozenset[str]] = {
@@ -37,6 +47,9 @@ PERMISSIONS: dict[str, frozenset[str]] = {
     EDIT: frozenset({Role.OWNER}),
     DELETE: frozenset({Role.OWNER}),
     KEYS: frozenset({Role.OWNER}),
+    PEOPLE: frozenset({Role.OWNER}),
+    DEPLOY: frozenset({Role.OWNER}),
+    SECRETS: frozenset({Role.OWNER}),
 }
 
 DESCRIPTIONS = {
@@ -47,6 +60,9 @@ DESCRIPTIONS = {
     EDIT: "create or edit documents",
     DELETE: "delete documents",
     KEYS: "manage API keys",
+    PEOPLE: "manage people and roles",
+    DEPLOY: "promote deployments",
+    SECRETS: "manage provider secrets",
 }
 
 User = AbstractBaseUser | AnonymousUser
@@ -104,6 +120,22 @@ def _user_by_name(username: str) -> AbstractBaseUser:
         raise UserNotFound(f"No user '{username}'.") from exc
 
 
+def _keep_an_owner(project: Project, user: AbstractBaseUser) -> None:
+    """Refuses to leave a project without an owner: nobody could manage it any more."""
+    # Locks the project's owner rows, so two owners demoting each other at once
+    # cannot both succeed.
+    owners = list(
+        ProjectRole.objects.select_for_update()
+        .filter(project=project, role=Role.OWNER)
+        .values_list("user_id", flat=True)
+    )
+    if owners == [user.pk]:
+        raise Conflict(
+            f"{user.get_username()} is the only owner of {project.id}; make someone else "
+            "owner first, so that the project keeps one."
+        )
+
+
 @transaction.atomic
 def role_grant(*, username: str, project_id: str, role: str, actor: str) -> ProjectRole:
     """Gives a user a role on a project, replacing the role they had there."""
@@ -111,6 +143,8 @@ def role_grant(*, username: str, project_id: str, role: str, actor: str) -> Proj
         raise InvalidRequest(f"role must be one of: {', '.join(Role.values)}.")
     project = project_get(project_id=project_id)
     user = _user_by_name(username)
+    if role != Role.OWNER:
+        _keep_an_owner(project, user)
     grant, _ = ProjectRole.objects.update_or_create(
         user_id=user.pk, project=project, defaults={"role": role}
     )
@@ -129,6 +163,7 @@ def role_revoke(*, username: str, project_id: str, actor: str) -> bool:
     """Removes a user's role on a project; says whether there was one."""
     project = project_get(project_id=project_id)
     user = _user_by_name(username)
+    _keep_an_owner(project, user)
     deleted, _ = ProjectRole.objects.filter(user_id=user.pk, project=project).delete()
     if deleted:
         audit_record(
@@ -149,3 +184,76 @@ def user_create(*, username: str) -> str | None:
     password = secrets.token_urlsafe(12)
     model._default_manager.create_user(**{model.USERNAME_FIELD: username}, password=password)
     return password
+
+
+def members_list(*, project: Project) -> list[ProjectRole]:
+    """The people with a role on a project, owners first, then by name."""
+    order: dict[str, int] = {Role.OWNER: 0, Role.SUPPORT: 1, Role.VIEWER: 2}
+    rows = ProjectRole.objects.filter(project=project).select_related("user")
+    return sorted(rows, key=lambda row: (order.get(row.role, 9), row.user.get_username()))
+
+
+@dataclass(frozen=True)
+class Invitation:
+    username: str
+    role: str
+    password: str | None  # a one-time password, shown once; None for a link
+    uid: str | None  # with token: the set-password link's parts
+    token: str | None
+
+
+INVITE_METHODS = ("password", "link")
+
+
+@transaction.atomic
+def user_invite(
+    *, username: str, project_id: str, role: str, method: str, actor: str
+) -> Invitation:
+    """Creates a login for a new person with a role on the project.
+
+    `password`: a generated password, shown once, which works until they change it;
+    `link`: no usable password, and the parts of a set-password link (valid for
+    PASSWORD_RESET_TIMEOUT, and only until a password is set)."""
+    from django.contrib.auth.tokens import default_token_generator
+    from django.utils.encoding import force_bytes
+    from django.utils.http import urlsafe_base64_encode
+
+    if method not in INVITE_METHODS:
+        raise InvalidRequest("method must be 'password' or 'link'.")
+    model = get_user_model()
+    field = model.USERNAME_FIELD
+    username = username.strip()
+    try:
+        model._meta.get_field(field).run_validators(username)  # type: ignore[union-attr]
+    except ValidationError as exc:
+        raise InvalidRequest(
+            "Usernames are letters, digits and @/./+/-/_ only, up to 150 characters."
+        ) from exc
+    if not username or model._default_manager.filter(**{field: username}).exists():
+        raise Conflict(
+            f"A user '{username}' exists already: give them a role instead of an invitation."
+            if username
+            else "A username is needed."
+        )
+    password = secrets.token_urlsafe(12) if method == "password" else None
+    user = model._default_manager.create_user(**{field: username}, password=password)
+    if password is None:
+        user.set_unusable_password()
+        user.save(update_fields=["password"])
+    role_grant(username=username, project_id=project_id, role=role, actor=actor)
+    audit_record(
+        project_id=project_id,
+        environment="",
+        actor=actor,
+        action="user.invite",
+        detail={"user": username, "role": role, "method": method},
+    )
+    if password is not None:
+        return Invitation(username=username, role=role, password=password, uid=None, token=None)
+    return Invitation(
+        username=username,
+        role=role,
+        password=None,
+        uid=urlsafe_base64_encode(force_bytes(user.pk)),
+        token=default_token_generator.make_token(user),
+    )

@@ -56,7 +56,9 @@ def ago(value: datetime) -> str:
 
 # Project-wide pages keep their section when the environment changes; pages of one
 # document, resource or session (which exist per environment) go to the memory list.
-ENV_SECTIONS = frozenset({"inventory", "overview", "audit", "export", "sessions", "keys", "people"})
+ENV_SECTIONS = frozenset(
+    {"inventory", "overview", "audit", "export", "sessions", "deployments", "keys", "people"}
+)
 
 
 @register.simple_tag(takes_context=True)
@@ -84,3 +86,57 @@ def kib(value: int) -> str:
 @register.filter
 def short_revision(value: str) -> str:
     return str(value)[:8]
+
+
+# The navigation tab of each page (by URL name); pages not listed are Memory pages.
+SECTION_OF = {
+    "overview": "overview",
+    "audit": "audit",
+    "export": "export",
+    "sessions": "sessions",
+    "session": "sessions",
+    "session-end": "sessions",
+    "deployments": "deployments",
+    "deployment": "deployments",
+    "deployment-promote": "deployments",
+    "secret-set": "deployments",
+    "keys": "keys",
+    "key-create": "keys",
+    "key-revoke": "keys",
+    "people": "people",
+    "person-grant": "people",
+    "person-invite": "people",
+    "person-revoke": "people",
+}
+
+
+@register.simple_tag(takes_context=True)
+def nav_section(context: template.Context) -> str:
+    match = getattr(context.get("request"), "resolver_match", None)
+    name = match.url_name if match is not None else ""
+    return SECTION_OF.get(name or "", "memory")
+
+
+@register.filter
+def provider_items(provider: Any) -> list[tuple[str, str]]:
+    """A declaration's provider settings beyond kind and maxBytes, values as JSON."""
+    if not isinstance(provider, dict):
+        return []
+    return [
+        (str(key), value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
+        for key, value in provider.items()
+        if key not in ("kind", "maxBytes")
+    ]
+
+
+@register.filter
+def get_item(mapping: Any, key: Any) -> Any:
+    return mapping.get(key) if isinstance(mapping, dict) else None
+
+
+@register.filter
+def index(sequence: Any, position: int) -> Any:
+    try:
+        return sequence[int(position)]
+    except (IndexError, TypeError, ValueError):
+        return ""

@@ -20,10 +20,13 @@ from memoryadmin.memory.models import Project, ProviderKind, Resource
 from memoryadmin.memory.services.deployments import resource_get
 from memoryadmin.web.services.roles import (
     DELETE,
+    DEPLOY,
     EDIT,
     EXPORT,
     FREEZE,
     KEYS,
+    PEOPLE,
+    SECRETS,
     SESSION_END,
     Membership,
     membership_get,
@@ -71,6 +74,18 @@ class Page:
     @property
     def can_manage_keys(self) -> bool:
         return self.membership.can(KEYS)
+
+    @property
+    def can_manage_people(self) -> bool:
+        return self.membership.can(PEOPLE)
+
+    @property
+    def can_deploy(self) -> bool:
+        return self.membership.can(DEPLOY)
+
+    @property
+    def can_manage_secrets(self) -> bool:
+        return self.membership.can(SECRETS)
 
     @property
     def production(self) -> bool:

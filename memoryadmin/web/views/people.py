@@ -1,0 +1,126 @@
+"""The People page (owners): who has which role on the project; grant, change and revoke
+roles, and invite someone new with a set-password link or a one-time password."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponseBase
+from django.shortcuts import redirect
+from django.urls import reverse
+from django.utils.cache import add_never_cache_headers
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from memoryadmin.memory.errors import DomainError
+from memoryadmin.web.forms import InviteForm, RoleForm
+from memoryadmin.web.services.roles import (
+    PEOPLE,
+    members_list,
+    role_grant,
+    role_revoke,
+    user_invite,
+)
+from memoryadmin.web.views.base import Page, actor, page_render, project_view
+
+INVALID = 422
+
+
+def _render(
+    request: HttpRequest,
+    page: Page,
+    *,
+    grant: RoleForm | None = None,
+    invite: InviteForm | None = None,
+    status: int = 200,
+    **extra: Any,
+) -> HttpResponseBase:
+    context = {
+        "members": members_list(project=page.project),
+        "grant_form": grant or RoleForm(prefix="grant"),
+        "invite_form": invite or InviteForm(prefix="invite"),
+        "me": request.user.get_username(),
+        **extra,
+    }
+    return page_render(request, "memoryadmin/people.html", page, context, status=status)
+
+
+def _back(page: Page) -> HttpResponseBase:
+    return redirect("web:people", page.project.id, page.environment)
+
+
+@require_GET
+@project_view(PEOPLE)
+def people(request: HttpRequest, page: Page) -> HttpResponseBase:
+    return _render(request, page)
+
+
+@require_POST
+@project_view(PEOPLE)
+def person_grant(request: HttpRequest, page: Page) -> HttpResponseBase:
+    """Gives an existing user a role, or changes the role they have."""
+    form = RoleForm(request.POST, prefix="grant")
+    if form.is_valid():
+        data = form.cleaned_data
+        try:
+            role_grant(
+                username=data["username"],
+                project_id=page.project.id,
+                role=data["role"],
+                actor=actor(request),
+            )
+        except DomainError as exc:
+            form.add_error(None, exc.message)
+        else:
+            messages.success(request, f"{data['username']} is now {data['role']}.")
+            return _back(page)
+    return _render(request, page, grant=form, status=INVALID)
+
+
+@require_POST
+@project_view(PEOPLE)
+def person_invite(request: HttpRequest, page: Page) -> HttpResponseBase:
+    form = InviteForm(request.POST, prefix="invite")
+    if not form.is_valid():
+        return _render(request, page, invite=form, status=INVALID)
+    data = form.cleaned_data
+    try:
+        invitation = user_invite(
+            username=data["username"],
+            project_id=page.project.id,
+            role=data["role"],
+            method=data["method"],
+            actor=actor(request),
+        )
+    except DomainError as exc:
+        form.add_error("username", exc.message)
+        return _render(request, page, invite=form, status=INVALID)
+    link = None
+    if invitation.uid and invitation.token:
+        link = request.build_absolute_uri(
+            reverse("web:password-set", args=[invitation.uid, invitation.token])
+        )
+    # The password or link is in this response only: never stored, never cached.
+    response = _render(request, page, invitation=invitation, link=link)
+    add_never_cache_headers(response)
+    return response
+
+
+@require_http_methods(["GET", "POST"])
+@project_view(PEOPLE)
+def person_revoke(request: HttpRequest, page: Page, username: str) -> HttpResponseBase:
+    if request.method == "GET":
+        context = {"username": username}
+        return page_render(
+            request, "memoryadmin/person_revoke.html", page, context, partial="dialog"
+        )
+    try:
+        had = role_revoke(username=username, project_id=page.project.id, actor=actor(request))
+    except DomainError as exc:
+        messages.error(request, exc.message)
+        return _back(page)
+    if had:
+        messages.success(request, f"{username} no longer has a role on {page.project.id}.")
+    else:
+        messages.info(request, f"{username} had no role on {page.project.id}.")
+    return _back(page)

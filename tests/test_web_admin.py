@@ -1,0 +1,275 @@
+"""Management on the Memory page: people and roles, invitations, deployments (promote an
+earlier one), provider secrets (values never shown) and the overview; each through the
+services, audited, and refused to roles that may not."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
+
+from memoryadmin.memory.models import ActiveDeployment, AuditEntry, Deployment, Project, Resource
+from memoryadmin.memory.services.deployments import deployment_create
+from memoryadmin.providers.models import Secret
+from memoryadmin.web.models import ProjectRole
+from tests.helpers import MANIFEST_MEMORY, PASSWORD, People, html_of, password_login
+
+pytestmark = pytest.mark.django_db
+
+BASE = "/projects/acme/development"
+PEOPLE = f"{BASE}/people/"
+DEPLOYMENTS = f"{BASE}/deployments/"
+
+
+def role_of(username: str) -> str | None:
+    row = ProjectRole.objects.filter(user__username=username, project_id="acme").first()
+    return row.role if row else None
+
+
+# People and roles
+
+
+def test_people_page_lists_roles_owners_first(owner: Client, people: People) -> None:
+    html = html_of(owner.get(PEOPLE))
+    names = [html.index(f'<th scope="row">{name}') for name in ("olivia", "sam", "vera")]
+    assert names == sorted(names)
+    assert "oscar" not in html  # a role on another project only
+
+
+def test_owner_changes_a_role_and_it_is_audited(owner: Client, people: People) -> None:
+    response = owner.post(f"{PEOPLE}grant/", {"grant-username": "vera", "grant-role": "support"})
+    assert response.status_code == 302
+    assert role_of("vera") == "support"
+    entry = AuditEntry.objects.filter(action="role.grant").latest("id")
+    assert (entry.actor, entry.detail) == ("user:olivia", {"user": "vera", "role": "support"})
+
+
+def test_granting_an_unknown_user_says_so_and_changes_nothing(
+    owner: Client, people: People
+) -> None:
+    html = html_of(
+        owner.post(f"{PEOPLE}grant/", {"grant-username": "ghost", "grant-role": "viewer"}), 422
+    )
+    assert "No user &#x27;ghost&#x27;." in html
+    assert not ProjectRole.objects.filter(user__username="ghost").exists()
+
+
+def test_owner_removes_a_role_after_confirming(owner: Client, people: People) -> None:
+    confirm = html_of(owner.get(f"{PEOPLE}sam/revoke/"))
+    assert "Remove sam from acme?" in confirm
+    assert owner.post(f"{PEOPLE}sam/revoke/").status_code == 302
+    assert role_of("sam") is None
+    assert AuditEntry.objects.filter(action="role.revoke", detail__user="sam").exists()
+
+
+def test_the_last_owner_cannot_leave_or_be_demoted(owner: Client, people: People) -> None:
+    response = owner.post(f"{PEOPLE}grant/", {"grant-username": "olivia", "grant-role": "viewer"})
+    assert "the only owner of acme" in html_of(response, 422)
+    page = owner.post(f"{PEOPLE}olivia/revoke/", follow=True).content.decode()
+    assert "the only owner of acme" in page
+    assert role_of("olivia") == "owner"
+    # With a second owner, the first may step down.
+    owner.post(f"{PEOPLE}grant/", {"grant-username": "sam", "grant-role": "owner"})
+    owner.post(f"{PEOPLE}grant/", {"grant-username": "olivia", "grant-role": "viewer"})
+    assert (role_of("olivia"), role_of("sam")) == ("viewer", "owner")
+
+
+def test_invite_with_a_one_time_password_shows_it_once(
+    owner: Client, people: People, web_client_for: Callable[[Any], Client]
+) -> None:
+    response = owner.post(
+        f"{PEOPLE}invite/",
+        {"invite-username": "nina", "invite-role": "support", "invite-method": "password"},
+    )
+    html = html_of(response)
+    assert "no-store" in response["Cache-Control"]
+    password = html.split('id="invitation-secret"')[1].split('value="')[1].split('"')[0]
+    assert len(password) >= 16
+    assert role_of("nina") == "support"
+    assert password_login(Client(), "nina", password)
+    assert password not in owner.get(PEOPLE).content.decode()
+    invite = AuditEntry.objects.get(action="user.invite")
+    assert invite.detail == {"user": "nina", "role": "support", "method": "password"}
+
+
+def test_invite_with_a_link_lets_them_choose_a_password_once(owner: Client, people: People) -> None:
+    html = html_of(
+        owner.post(
+            f"{PEOPLE}invite/",
+            {"invite-username": "nina", "invite-role": "viewer", "invite-method": "link"},
+        )
+    )
+    link = html.split('id="invitation-secret"')[1].split('value="')[1].split('"')[0]
+    path = link.removeprefix("http://testserver")
+    assert path.startswith("/set-password/")
+    user = get_user_model().objects.get(username="nina")
+    assert not user.has_usable_password()
+    guest = Client()
+    form = guest.get(path, follow=True)
+    assert "Choose your password" in form.content.decode()
+    done = guest.post(
+        form.redirect_chain[-1][0],
+        {"new_password1": PASSWORD, "new_password2": PASSWORD},
+        follow=True,
+    )
+    assert "Your password is set" in done.content.decode()
+    assert password_login(Client(), "nina", PASSWORD)
+    # Used once: the link no longer works.
+    assert "This link no longer works" in Client().get(path, follow=True).content.decode()
+
+
+def test_invite_of_an_existing_user_is_refused(owner: Client, people: People) -> None:
+    html = html_of(
+        owner.post(
+            f"{PEOPLE}invite/",
+            {"invite-username": "oscar", "invite-role": "viewer", "invite-method": "link"},
+        ),
+        422,
+    )
+    assert "A user &#x27;oscar&#x27; exists already" in html
+    assert role_of("oscar") is None
+
+
+@pytest.mark.parametrize("persona", ["support", "viewer"])
+def test_only_owners_manage_people(persona: str, web: Callable[[str], Client]) -> None:
+    client = web(persona)
+    assert client.get(PEOPLE).status_code == 403
+    response = client.post(f"{PEOPLE}grant/", {"grant-username": "sam", "grant-role": "owner"})
+    assert response.status_code == 403
+    invite = client.post(
+        f"{PEOPLE}invite/",
+        {"invite-username": "x", "invite-role": "owner", "invite-method": "password"},
+    )
+    assert invite.status_code == 403
+    assert not get_user_model().objects.filter(username="x").exists()
+    assert role_of("sam") == "support"
+
+
+# Deployments
+
+
+@pytest.fixture
+def two_builds(project: Project) -> tuple[Deployment, Deployment]:
+    first = Deployment.objects.get(project=project, agent="support-bot")
+    second = deployment_create(
+        project=project,
+        agent="support-bot",
+        memory=[{**MANIFEST_MEMORY[0], "provider": {"kind": "document", "maxBytes": 4096}}],
+        promote="development",
+        actor="test",
+    )
+    return first, second
+
+
+def test_deployments_show_the_active_one_with_its_declarations_and_the_history(
+    owner: Client, two_builds: tuple[Deployment, Deployment]
+) -> None:
+    first, second = two_builds
+    html = html_of(owner.get(DEPLOYMENTS))
+    active = html.split("<h2>Active in development</h2>")[1].split("<h2>History</h2>")[0]
+    assert f"<code>{second.id}</code>" in active
+    assert ">4096<" in active
+    history = html.split("<h2>History</h2>")[1]
+    assert history.index(second.id) < history.index(first.id)
+    assert f"{DEPLOYMENTS}{first.id}/promote/" in history
+    assert f"{DEPLOYMENTS}{second.id}/promote/" not in history  # already active here
+
+
+def test_owner_promotes_an_earlier_deployment(
+    owner: Client, two_builds: tuple[Deployment, Deployment]
+) -> None:
+    first, _ = two_builds
+    assert "Promote" in html_of(owner.get(f"{DEPLOYMENTS}{first.id}/promote/"))
+    assert owner.post(f"{DEPLOYMENTS}{first.id}/promote/").status_code == 302
+    active = ActiveDeployment.objects.get(project_id="acme", environment="development")
+    assert active.deployment_id == first.id
+    assert Resource.objects.get(resource_id="notes", environment="development").max_bytes == 8192
+    entry = AuditEntry.objects.filter(action="deployment.promote").latest("id")
+    assert (entry.actor, entry.detail["deployment"]) == ("user:olivia", first.id)
+
+
+@pytest.mark.parametrize("persona", ["support", "viewer"])
+def test_only_owners_promote(
+    persona: str, web: Callable[[str], Client], two_builds: tuple[Deployment, Deployment]
+) -> None:
+    first, second = two_builds
+    client = web(persona)
+    assert client.get(DEPLOYMENTS).status_code == 200
+    assert f"{first.id}/promote/" not in client.get(DEPLOYMENTS).content.decode()
+    assert client.post(f"{DEPLOYMENTS}{first.id}/promote/").status_code == 403
+    active = ActiveDeployment.objects.get(project_id="acme", environment="development")
+    assert active.deployment_id == second.id
+
+
+# Provider secrets
+
+
+def test_owner_sets_and_rotates_a_secret_whose_value_is_never_shown(
+    owner: Client, people: People
+) -> None:
+    url = f"{DEPLOYMENTS}secrets/"
+    value = "sk-live-0123456789"
+    response = owner.post(
+        url, {"name": "MEM_TOKEN", "value": value, "origins": "https://memory.example.com\n"}
+    )
+    assert response.status_code == 302
+    secret = Secret.objects.get(name="MEM_TOKEN", environment="development")
+    assert (secret.value, secret.origins) == (value, ["https://memory.example.com"])
+    html = html_of(owner.get(DEPLOYMENTS))
+    assert "<code>MEM_TOKEN</code>" in html
+    assert "https://memory.example.com" in html
+    assert value not in html
+    # Rotating keeps the origins; a refused form does not echo the value back.
+    owner.post(url, {"name": "MEM_TOKEN", "value": "sk-live-rotated", "origins": ""})
+    secret.refresh_from_db()
+    assert (secret.value, secret.origins) == ("sk-live-rotated", ["https://memory.example.com"])
+    refused = html_of(
+        owner.post(url, {"name": "NEW_ONE", "value": "v-secret-1", "origins": ""}), 422
+    )
+    assert "origins is required" in refused
+    assert "v-secret-1" not in refused
+    entries = AuditEntry.objects.filter(action="secret.set").order_by("id")
+    assert [(e.actor, e.detail["created"]) for e in entries] == [
+        ("user:olivia", True),
+        ("user:olivia", False),
+    ]
+
+
+@pytest.mark.parametrize("persona", ["support", "viewer"])
+def test_only_owners_see_and_set_secrets(persona: str, web: Callable[[str], Client]) -> None:
+    client = web(persona)
+    assert "Provider secrets" not in client.get(DEPLOYMENTS).content.decode()
+    response = client.post(
+        f"{DEPLOYMENTS}secrets/",
+        {"name": "T", "value": "v", "origins": "https://memory.example.com"},
+    )
+    assert response.status_code == 403
+    assert not Secret.objects.exists()
+
+
+# Overview
+
+
+def test_overview_counts_writes_by_who_and_links_the_entries_behind_them(
+    owner: Client, used_memory: Resource
+) -> None:
+    from django.utils import timezone
+
+    html = html_of(owner.get(f"{BASE}/overview/"))
+    today = timezone.now().date().isoformat()
+    # used_memory: 5 creates by owners (actor "test") and 1 agent save, in development.
+    writes = html.split('id="writes-caption"')[1].split("</figure>")[0]
+    assert "Document changes per day</strong> · 6 in 30 days" in writes
+    assert f'<tr><th scope="row">{today}</th><td class="num">0</td>' in writes
+    query = f"action=document.*&amp;by=owner&amp;since={today}&amp;until={today}"
+    assert f'href="{BASE}/audit/?{query}"' in writes
+    assert "<svg" in writes
+    assert 'role="img"' in writes
+    assert "notes/onboarding" in html.split('id="active-title"')[1]
+    nearest = html.split('id="nearest-title"')[1]
+    assert nearest.index("kb/refunds") < nearest.index("notes/workshop")
+    assert "style=" not in html
+    assert "<script>" not in html
