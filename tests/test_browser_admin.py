@@ -54,6 +54,9 @@ def test_every_page_fits_the_screen_and_keeps_one_environment_switcher(
         f"{BASE}/export/",
         f"{BASE}/sessions/",
         f"{BASE}/keys/",
+        f"{BASE}/overview/",
+        f"{BASE}/deployments/",
+        f"{BASE}/people/",
         "/no/such/page/",
     ]:
         page.goto(url)
@@ -253,6 +256,9 @@ def test_no_page_weighs_over_150_kb_on_first_load(
         f"{BASE}/export/",
         f"{BASE}/sessions/",
         f"{BASE}/keys/",
+        f"{BASE}/overview/",
+        f"{BASE}/deployments/",
+        f"{BASE}/people/",
     ]:
         context = browser.new_context(base_url=live_server.url, storage_state=state)
         page = context.new_page()
@@ -362,5 +368,24 @@ def test_owner_invites_changes_a_role_and_promotes_an_earlier_deployment(
     active = ActiveDeployment.objects.get(environment="development", agent="archivist")
     assert active.deployment_id == earlier.id
     expect(page.locator("section.panel", has_text="archivist")).to_contain_text("archive")
+    fits(page)
+    assert page.js_errors == []
+
+
+@VIEWPORTS
+def test_dark_mode_follows_the_system_setting(
+    open_page: Any, used_memory: Resource, viewport: dict[str, int]
+) -> None:
+    page = open_page("olivia", viewport=viewport, color_scheme="dark")
+    page.goto(WORKSHOP)
+    background = page.evaluate("getComputedStyle(document.documentElement).backgroundColor")
+    text = page.evaluate("getComputedStyle(document.body).color")
+    assert background == "rgb(20, 24, 29)"
+    assert text == "rgb(227, 232, 238)"
+    light = open_page("olivia", viewport=viewport, color_scheme="light")
+    light.goto(WORKSHOP)
+    assert light.evaluate("getComputedStyle(document.documentElement).backgroundColor") == (
+        "rgb(255, 255, 255)"
+    )
     fits(page)
     assert page.js_errors == []

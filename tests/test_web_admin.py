@@ -273,3 +273,112 @@ def test_overview_counts_writes_by_who_and_links_the_entries_behind_them(
     assert nearest.index("kb/refunds") < nearest.index("notes/workshop")
     assert "style=" not in html
     assert "<script>" not in html
+
+
+# Provider resources
+
+
+def test_an_http_resource_shows_its_connection_and_tools_without_header_values(
+    owner: Client, project: Project
+) -> None:
+    Resource.objects.create(
+        project=project,
+        environment="development",
+        resource_id="facts",
+        kind="http",
+        max_bytes=8192,
+        description="Facts kept by the memory service.",
+        config={
+            "connection": {
+                "id": "memory-service",
+                "origin": "https://memory.example.com",
+                "methods": ["POST"],
+                "pathPrefix": "/oc-memory",
+                "headers": {
+                    "Authorization": {"secret": "MEMORY_TOKEN", "scheme": "Bearer"},
+                    "X-Team": "literal-team-value",
+                },
+            },
+            "path": "/oc-memory",
+            "tools": [
+                {"name": "remember", "description": "Save a verified fact.", "access": "write"}
+            ],
+        },
+    )
+    html = html_of(owner.get(f"{BASE}/resources/facts/"))
+    assert "<code>https://memory.example.com</code>" in html
+    assert "secret <code>MEMORY_TOKEN</code> (Bearer)" in html
+    assert "literal-team-value" not in html
+    assert '<th scope="row"><code>remember</code></th><td>write</td>' in html
+    assert "records live with the provider" in html
+    assert "retired" in html
+
+
+# Bulk actions
+
+
+def test_bulk_freeze_confirms_the_count_then_freezes_each_with_its_own_entry(
+    support: Client, make_document: Any, notes: Resource
+) -> None:
+    from memoryadmin.memory.models import Document
+
+    docs = [make_document(name) for name in ("a1", "a2", "a3")]
+    url = f"{BASE}/resources/notes/bulk/"
+    picked = [f"{d.doc_id}:{d.revision}" for d in docs]
+    confirm = html_of(support.post(url, {"action": "freeze", "doc": picked}))
+    assert "Freeze 3 documents in notes?" in confirm
+    assert not Document.objects.filter(agent_writes=False).exists()
+    done = support.post(url, {"action": "freeze", "doc": picked, "confirm": "yes"}, follow=True)
+    assert "Froze 3 documents." in done.content.decode()
+    assert Document.objects.filter(agent_writes=False).count() == 3
+    assert AuditEntry.objects.filter(action="document.freeze", actor="user:sam").count() == 3
+    again = support.post(
+        url, {"action": "freeze", "doc": picked[:1], "confirm": "yes"}, follow=True
+    )
+    assert "Already frozen, unchanged: a1." in again.content.decode()
+
+
+def test_bulk_delete_reports_the_documents_that_changed_meanwhile(
+    owner: Client, make_document: Any, notes: Resource
+) -> None:
+    from memoryadmin.memory.models import Document
+    from memoryadmin.memory.services.documents import document_replace
+
+    first, second = make_document("b1"), make_document("b2")
+    document_replace(
+        resource=notes, doc_id="b2", expected_revision=second.revision, text="new", actor="t"
+    )
+    picked = [f"b1:{first.revision}", f"b2:{second.revision}"]
+    response = owner.post(
+        f"{BASE}/resources/notes/bulk/",
+        {"action": "delete", "doc": picked, "confirm": "yes"},
+        follow=True,
+    )
+    html = response.content.decode()
+    assert "Deleted 1 document." in html
+    assert "Not done for 1 document (b2: it changed after you selected it)" in html
+    assert Document.objects.get(doc_id="b1").deleted is True
+    assert Document.objects.get(doc_id="b2").deleted is False
+
+
+def test_bulk_delete_is_for_owners_only(
+    support: Client, make_document: Any, notes: Resource
+) -> None:
+    from memoryadmin.memory.models import Document
+
+    document = make_document("c1")
+    response = support.post(
+        f"{BASE}/resources/notes/bulk/",
+        {"action": "delete", "doc": [f"c1:{document.revision}"], "confirm": "yes"},
+    )
+    assert response.status_code == 403
+    assert Document.objects.get(doc_id="c1").deleted is False
+
+
+def test_bulk_refuses_an_empty_or_oversized_selection(owner: Client, notes: Resource) -> None:
+    url = f"{BASE}/resources/notes/bulk/"
+    assert "Select at least one document." in html_of(owner.post(url, {"action": "freeze"}), 400)
+    many = [f"d{i}:r" for i in range(101)]
+    assert "at most 100 documents" in html_of(
+        owner.post(url, {"action": "freeze", "doc": many}), 400
+    )

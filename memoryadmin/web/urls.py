@@ -5,6 +5,7 @@ from django.urls import path, register_converter, reverse_lazy
 
 from memoryadmin.memory.environments import Environment
 from memoryadmin.web.views import (
+    bulk,
     deployments,
     export,
     keys,
@@ -90,6 +91,7 @@ urlpatterns = [
     path(PROJECT + "sessions/<str:s>/end/", sessions.session_end_confirm, name="session-end"),
     path(RESOURCE, reading.documents, name="documents"),
     path(RESOURCE + "new/", writing.create, name="document-create"),
+    path(RESOURCE + "bulk/", bulk.documents_bulk_view, name="documents-bulk"),
     path(DOCUMENT, reading.document_detail, name="document"),
     path(DOCUMENT + "edit/", writing.edit, name="document-edit"),
     path(DOCUMENT + "freeze/", writing.freeze, name="document-freeze"),

@@ -10,7 +10,7 @@ from django.views.decorators.http import require_GET
 
 from memoryadmin.memory.environments import DEFAULT_ENVIRONMENT, Environment
 from memoryadmin.memory.errors import DomainError, InvalidRequest
-from memoryadmin.memory.models import Resource
+from memoryadmin.memory.models import ProviderKind, Resource
 from memoryadmin.memory.services.audit import (
     audit_actions,
     audit_entries,
@@ -31,6 +31,7 @@ from memoryadmin.web.services.diff import text_diff
 from memoryadmin.web.services.history import history_rows
 from memoryadmin.web.services.roles import READ, membership_get, memberships_for_user
 from memoryadmin.web.views.base import Page, error_page, page_render, project_view
+from memoryadmin.web.views.providers import provider_resource
 
 QUERY_MAX = 128
 
@@ -79,8 +80,10 @@ def inventory(request: HttpRequest, page: Page) -> HttpResponseBase:
 @require_GET
 @project_view(READ)
 def documents(request: HttpRequest, page: Page, r: str) -> HttpResponseBase:
-    # Any kind: the page of an http resource says where its records are.
+    # Any kind: a provider resource has its own page (connection, tools, where records are).
     resource = page.resource(r, documents=False)
+    if resource.kind != ProviderKind.DOCUMENT:
+        return provider_resource(request, page, resource)
     query = request.GET.get("q", "").strip()[:QUERY_MAX]
     cursor = request.GET.get("cursor") or None
     rows, next_cursor = document_list(resource=resource, cursor=cursor, query=query)

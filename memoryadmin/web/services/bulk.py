@@ -1,0 +1,74 @@
+"""Actions on several documents at once: each document still goes through its own service
+call, with its own revision check and audit entry, and a failure stops only that one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from memoryadmin.memory.errors import DomainError, InvalidRequest, PreconditionFailed
+from memoryadmin.memory.limits import check_document_id
+from memoryadmin.memory.models import Resource
+from memoryadmin.memory.services.documents import document_delete, document_set_agent_writes
+
+BULK_MAX = 100
+BULK_ACTIONS = {"freeze": "Freeze", "unfreeze": "Unfreeze", "delete": "Delete"}
+
+
+@dataclass(frozen=True)
+class Selected:
+    doc_id: str
+    revision: str  # the revision the list showed: a delete refuses a changed document
+
+
+@dataclass
+class BulkResult:
+    done: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    failed: list[tuple[str, str]] = field(default_factory=list)  # (id, why)
+
+
+def bulk_selection(values: list[str]) -> list[Selected]:
+    """Parses the list's checkboxes ("<id>:<revision>"), refusing a malformed or oversized
+    selection as a whole."""
+    if not values:
+        raise InvalidRequest("Select at least one document.")
+    if len(values) > BULK_MAX:
+        raise InvalidRequest(f"Select at most {BULK_MAX} documents at once, not {len(values)}.")
+    selected: dict[str, Selected] = {}
+    for value in values:
+        doc_id, _, revision = value.partition(":")
+        check_document_id(doc_id)
+        selected.setdefault(doc_id, Selected(doc_id=doc_id, revision=revision))
+    return list(selected.values())
+
+
+def documents_bulk(
+    *, resource: Resource, action: str, selected: list[Selected], actor: str
+) -> BulkResult:
+    if action not in BULK_ACTIONS:
+        raise InvalidRequest(f"action must be one of: {', '.join(BULK_ACTIONS)}.")
+    result = BulkResult()
+    for item in selected:
+        try:
+            if action == "delete":
+                document_delete(
+                    resource=resource,
+                    doc_id=item.doc_id,
+                    expected_revision=item.revision,
+                    actor=actor,
+                )
+                changed = True
+            else:
+                _, changed = document_set_agent_writes(
+                    resource=resource,
+                    doc_id=item.doc_id,
+                    enabled=action == "unfreeze",
+                    actor=actor,
+                )
+        except PreconditionFailed:
+            result.failed.append((item.doc_id, "it changed after you selected it"))
+        except DomainError as exc:
+            result.failed.append((item.doc_id, exc.message))
+        else:
+            (result.done if changed else result.unchanged).append(item.doc_id)
+    return result

@@ -1,0 +1,34 @@
+"""The page of a provider resource (http and external providers): its records live with
+the provider, so the page shows how it is reached, its tools, and who declares it."""
+
+from __future__ import annotations
+
+from django.http import HttpRequest, HttpResponseBase
+
+from memoryadmin.memory.models import Resource
+from memoryadmin.memory.services.deployments import declarations_public, declared_resource_ids
+from memoryadmin.web.views.base import Page, page_render
+
+
+def provider_resource(request: HttpRequest, page: Page, resource: Resource) -> HttpResponseBase:
+    # As deployments show it: header names and secret names, never a header's value.
+    provider = declarations_public(
+        [{"id": resource.resource_id, "provider": {"kind": resource.kind, **resource.config}}]
+    )[0]["provider"]
+    connection = (
+        provider.get("connection") if isinstance(provider.get("connection"), dict) else None
+    )
+    context = {
+        "resource": resource,
+        "provider": provider,
+        "connection": connection,
+        "tools": provider.get("tools") or [],
+        "declared": resource.resource_id
+        in declared_resource_ids(project=page.project, environment=page.environment),
+        "other_settings": {
+            key: value
+            for key, value in provider.items()
+            if key not in ("kind", "maxBytes", "connection", "tools")
+        },
+    }
+    return page_render(request, "memoryadmin/provider_resource.html", page, context)
