@@ -50,6 +50,18 @@ def _empty_cache() -> None:
 
 
 @pytest.fixture
+def echo_kind() -> Iterator[Any]:
+    """The test-only `echo` provider kind (tests/echo_provider.py), registered for one test."""
+    from memoryadmin.memory.providers import provider_register, provider_unregister
+    from tests.echo_provider import EchoProvider
+
+    provider = EchoProvider()
+    provider_register(provider)
+    yield provider
+    provider_unregister(provider.kind)
+
+
+@pytest.fixture
 def project(db: None) -> Project:
     project = project_create(project_id="acme", name="Acme")
     deployment_create(

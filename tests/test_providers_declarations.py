@@ -10,8 +10,9 @@ import pytest
 from rest_framework.test import APIClient
 
 from memoryadmin.memory.models import Deployment, Resource
-from memoryadmin.memory.services.deployments import PROVIDERS
-from memoryadmin.providers.declarations import http_provider_normalize, origin_check
+from memoryadmin.memory.providers import provider_for
+from memoryadmin.providers.declarations import origin_check
+from memoryadmin.providers.http import HttpProvider
 
 BASE = "/api/managed-agents/projects/acme"
 SCHEMA = {
@@ -57,7 +58,7 @@ def deploy(api: APIClient, declaration: dict[str, Any], **body: Any) -> Any:
 
 
 def test_http_kind_is_registered() -> None:
-    assert PROVIDERS["http"] is http_provider_normalize
+    assert isinstance(provider_for("http"), HttpProvider)
 
 
 def test_valid_http_declaration_is_normalised_and_promoted(api: APIClient) -> None:

@@ -13,10 +13,10 @@ from typing import Any
 import httpx
 import pytest
 
-from memoryadmin.agents.bindings import ORDINARY_TOOL_NAMES
 from memoryadmin.agents.models import Recall
 from memoryadmin.agents.services.runtime import TOOLS
 from memoryadmin.memory.models import Project
+from memoryadmin.memory.providers import reserved_tool_names
 from memoryadmin.memory.services.keys import api_key_create
 from memoryadmin.providers.partitions import partition_key
 from memoryadmin.providers.services.secrets import secret_set
@@ -115,7 +115,7 @@ def start(host: Host, namespace: str = "owner", access: str = "read-write") -> s
 
 
 def test_ordinary_tool_names_match_the_runtime() -> None:
-    assert set(ORDINARY_TOOL_NAMES) == set(TOOLS)
+    assert reserved_tool_names() == set(TOOLS)
 
 
 def test_remember_then_recall_sees_the_fact(host: Host) -> None:

@@ -14,14 +14,18 @@ from memoryadmin.memory.limits import (
     DOCUMENT_ID_RE,
     check_resource_id,
 )
-from memoryadmin.memory.models import Deployment, Document, ProviderKind, Resource
+from memoryadmin.memory.models import Deployment, Document, Resource
+from memoryadmin.memory.providers import (
+    MemoryProvider,
+    provider_for,
+    provider_kinds,
+    reserved_tool_names,
+)
 from memoryadmin.providers.partitions import partition_key
-from memoryadmin.providers.tools import http_tools, http_tools_merge
+from memoryadmin.providers.tools import http_tools_merge
 
 NAMESPACE_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")
 BINDING_FIELDS = {"scope", "id", "access"}
-# The runtime's own tools; a provider tool may not take one of these names.
-ORDINARY_TOOL_NAMES = ("memory_save", "memory_list", "memory_read")
 
 
 @dataclass(frozen=True)
@@ -111,44 +115,31 @@ def bindings_admit(
                 spec.resource, f"the resource does not exist in {environment}; promote first."
             )
         _admit_one(spec, resource)
-    # Identical provider tool names merge only with identical schemas, and may
-    # not shadow an ordinary tool: otherwise the session is rejected here.
+    # Identical declared tool names merge only with identical schemas, and may
+    # not shadow a tool a provider kind reserves: otherwise the session is rejected here.
     http_tools_merge(
         targets=[
-            (spec.resource, http_tools(resources[spec.resource]))
+            (
+                spec.resource,
+                _provider(resources[spec.resource]).declared_tools(resources[spec.resource]),
+            )
             for spec in specs
-            if spec.scope == Scope.NAMESPACE
         ],
-        reserved=ORDINARY_TOOL_NAMES,
+        reserved=reserved_tool_names(),
     )
     return resources
 
 
-def _admit_one(spec: BindingSpec, resource: Resource) -> None:
-    if spec.scope == Scope.NAMESPACE:
-        if resource.kind != ProviderKind.HTTP:
-            raise InvalidMemoryBinding(
-                spec.resource, "namespace bindings need an http provider; this is a document one."
-            )
-        return
-    if resource.kind != ProviderKind.DOCUMENT:
+def _provider(resource: Resource) -> MemoryProvider:
+    if resource.kind not in provider_kinds():
         raise InvalidMemoryBinding(
-            spec.resource, f"a {resource.kind} provider takes namespace bindings only."
+            resource.resource_id, f"no provider of kind {resource.kind} is installed."
         )
-    if spec.scope == Scope.DOCUMENT:
-        state = (
-            Document.objects.filter(resource=resource, doc_id=spec.target_id)
-            .values_list("deleted", flat=True)
-            .first()
-        )
-        if state is None:
-            raise InvalidMemoryBinding(
-                spec.resource, f"document '{spec.target_id}' does not exist; create it first."
-            )
-        if state:
-            raise InvalidMemoryBinding(
-                spec.resource, f"document '{spec.target_id}' was deleted; use a new id."
-            )
+    return provider_for(resource.kind)
+
+
+def _admit_one(spec: BindingSpec, resource: Resource) -> None:
+    _provider(resource).admit(spec=spec, resource=resource)
 
 
 def binding_partition(*, session: Session, binding: Binding) -> str:

@@ -9,7 +9,6 @@ from rest_framework.views import APIView
 
 from memoryadmin.api import serializers as s
 from memoryadmin.memory.environments import Environment, check_environment
-from memoryadmin.memory.errors import InvalidRequest
 from memoryadmin.memory.models import ApiKey, Project, Resource
 from memoryadmin.memory.services import deployments as deployment_services
 from memoryadmin.memory.services.projects import project_for_key
@@ -62,11 +61,7 @@ class ApiView(APIView):
         resource = deployment_services.resource_get(
             project=project, environment=environment, resource_id=r
         )
-        if resource.kind != "document":
-            raise InvalidRequest(
-                f"Resource '{r}' is a {resource.kind} provider; it keeps no documents here."
-            )
-        return resource
+        return deployment_services.resource_documents_check(resource)
 
     def cursor(self, request: Request) -> str | None:
         return s.require_query_string(request, "cursor")

@@ -34,7 +34,8 @@ from memoryadmin.memory.errors import (
 )
 from memoryadmin.memory.jsonbody import json_parse
 from memoryadmin.memory.limits import check_agent_writes, check_resource_id
-from memoryadmin.memory.models import Document, Project, ProviderKind, Resource
+from memoryadmin.memory.models import Document, Project, Resource
+from memoryadmin.memory.providers import keeps_documents, kinds_keeping_documents
 from memoryadmin.memory.representations import document_dict, iso_ms
 from memoryadmin.memory.services.audit import audit_record
 from memoryadmin.memory.services.deployments import resource_get
@@ -104,7 +105,7 @@ def _export_resources(
 ) -> list[Resource]:
     if resource_ids is None:
         rows = Resource.objects.filter(
-            project=project, environment=environment, kind=ProviderKind.DOCUMENT
+            project=project, environment=environment, kind__in=kinds_keeping_documents()
         )
         return list(rows.order_by("resource_id"))
     # Retired resources are exportable too: any resource of the environment.
@@ -253,7 +254,7 @@ def export_import(
             resource = resource_get(
                 project=project, environment=environment, resource_id=resource_id
             )
-            if resource.kind != ProviderKind.DOCUMENT:
+            if not keeps_documents(resource):
                 raise NotFound(f"'{resource_id}' is not a document resource in {environment}.")
         except NotFound as exc:
             yield ImportOutcome(

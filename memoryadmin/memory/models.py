@@ -8,11 +8,6 @@ from django.db.models import Q
 from memoryadmin.memory.environments import Environment
 
 
-class ProviderKind(models.TextChoices):
-    DOCUMENT = "document"
-    HTTP = "http"
-
-
 class WriterKind(models.TextChoices):
     OWNER = "owner"
     AGENT = "agent"
@@ -92,7 +87,9 @@ class Resource(models.Model):
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="resources")
     environment = models.CharField(max_length=16, choices=Environment.choices)
     resource_id = models.CharField(max_length=128)
-    kind = models.CharField(max_length=16, choices=ProviderKind.choices)
+    # A registered provider kind (memoryadmin/memory/providers.py); not a fixed
+    # list, so adding a kind needs no migration.
+    kind = models.CharField(max_length=32)
     max_bytes = models.PositiveIntegerField()
     description = models.TextField(blank=True)
     # Provider settings beyond maxBytes (for http providers: connection, path, tools).

@@ -30,12 +30,13 @@ from django.views.decorators.debug import sensitive_variables
 from memoryadmin.memory.errors import DomainError, InvalidRequest, LimitExceeded
 from memoryadmin.memory.jsonbody import body_read, json_parse
 from memoryadmin.memory.limits import BODY_MAX_BYTES, utf8_len
-from memoryadmin.memory.models import ProviderKind, Resource
+from memoryadmin.memory.models import Resource
 from memoryadmin.memory.representations import iso_ms
 from memoryadmin.memory.services.audit import audit_record
 from memoryadmin.metrics import provider_metered
 from memoryadmin.providers.concurrency import Deadline, provider_call
 from memoryadmin.providers.declarations import (
+    HTTP_KIND,
     credential_header,
     origin_check,
     path_check,
@@ -137,7 +138,7 @@ class _Misconfigured(Exception):
 @sensitive_variables("headers")
 def _target(resource: Resource) -> _Target:
     """The URL and headers of a provider; the origin is checked before any secret is read."""
-    if resource.kind != ProviderKind.HTTP:
+    if resource.kind != HTTP_KIND:
         raise _Misconfigured("invalid_configuration", "it is not an http provider")
     config = resource.config
     connection = config.get("connection") or {}

@@ -377,8 +377,11 @@ def _tools_normalize(raw: object, where: str) -> list[dict[str, Any]]:
     return tools
 
 
+HTTP_KIND = "http"
+
+
 def http_provider_normalize(provider: dict[str, Any], where: str) -> dict[str, Any]:
-    """The normaliser of `{"kind": "http", ...}` declarations (see deployments.PROVIDERS)."""
+    """The normaliser of `{"kind": "http", ...}` declarations (see providers/http.py)."""
     at = f"{where}.provider"
     _check_fields(provider, {"kind", "connection", "path", "maxBytes", "tools"}, at)
     connection = connection_normalize(provider.get("connection"), where=f"{at}.connection")
@@ -397,7 +400,7 @@ def http_provider_normalize(provider: dict[str, Any], where: str) -> dict[str, A
     except InvalidRequest as exc:
         raise InvalidRequest(f"{at}.{exc.message}") from exc
     return {
-        "kind": "http",
+        "kind": HTTP_KIND,
         "maxBytes": max_bytes,
         "connection": connection,
         "path": path,

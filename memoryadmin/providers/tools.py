@@ -14,7 +14,8 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
-from memoryadmin.memory.models import ProviderKind, Resource
+from memoryadmin.memory.models import Resource
+from memoryadmin.providers.declarations import HTTP_KIND
 from memoryadmin.providers.errors import InvalidToolArguments, ToolCollision, ToolNotPermitted
 
 TOOL_PREFIX = "memory_"
@@ -24,7 +25,7 @@ ToolTargets = list[tuple[str, Tool]]
 
 
 def http_tools(resource: Resource) -> list[Tool]:
-    if resource.kind != ProviderKind.HTTP:
+    if resource.kind != HTTP_KIND:
         return []
     return list(resource.config.get("tools", []))
 

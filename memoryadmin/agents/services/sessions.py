@@ -19,6 +19,7 @@ from memoryadmin.memory.environments import Environment, check_environment
 from memoryadmin.memory.errors import Forbidden, InvalidRequest, NotFound, PreconditionFailed
 from memoryadmin.memory.limits import check_agent_id
 from memoryadmin.memory.models import ApiKey, Deployment, Project
+from memoryadmin.memory.providers import keeps_documents
 from memoryadmin.memory.services.audit import audit_record
 from memoryadmin.memory.services.deployments import (
     active_deployment,
@@ -312,7 +313,7 @@ def binding_documents_ensure(
         if spec.scope != "document":
             continue
         resource = resource_get(project=project, environment=environment, resource_id=spec.resource)
-        if resource.kind != "document":
+        if not keeps_documents(resource):
             raise InvalidMemoryBinding(spec.resource, "only document resources keep documents.")
         try:
             document_create(

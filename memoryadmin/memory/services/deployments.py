@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable
 from typing import Any
 
 from django.db import transaction
@@ -13,50 +12,33 @@ from memoryadmin.memory.environments import check_environment
 from memoryadmin.memory.errors import InvalidRequest, NotFound, ResourceConflict
 from memoryadmin.memory.limits import (
     DESCRIPTION_MAX_BYTES,
-    MAX_BYTES_DEFAULT,
     check_agent_id,
-    check_max_bytes,
     check_resource_id,
     utf8_len,
 )
 from memoryadmin.memory.models import ActiveDeployment, Deployment, Project, Resource
+from memoryadmin.memory.providers import (
+    keeps_documents,
+    kinds_keeping_documents,
+    provider_for,
+    provider_kinds,
+)
 from memoryadmin.memory.services.audit import audit_record
 from memoryadmin.memory.strings import strings_check
 
 Declaration = dict[str, Any]
-ProviderNormalizer = Callable[[dict[str, Any], str], dict[str, Any]]
-
-
-def _document_provider(provider: dict[str, Any], where: str) -> dict[str, Any]:
-    unknown = set(provider) - {"kind", "maxBytes"}
-    if unknown:
-        raise InvalidRequest(f"{where}.provider has unknown fields: {', '.join(sorted(unknown))}.")
-    max_bytes = provider.get("maxBytes", MAX_BYTES_DEFAULT)
-    try:
-        check_max_bytes(max_bytes)
-    except InvalidRequest as exc:
-        raise InvalidRequest(f"{where}.provider.{exc.message}") from exc
-    return {"kind": "document", "maxBytes": max_bytes}
-
-
-# Provider kinds a declaration may name, each with the function that checks
-# and normalises its settings.
-PROVIDERS: dict[str, ProviderNormalizer] = {"document": _document_provider}
-# Per kind, what must also hold when a declaration takes effect in an
-# environment (for http: the secrets it sends may go to its origin); raises
-# InvalidRequest naming the field under `where`.
-PromoteCheck = Callable[..., None]
-PROMOTE_CHECKS: dict[str, PromoteCheck] = {}
-# Per kind, how responses show a stored provider (for http: no header values).
-PROVIDER_VIEWS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+# The kind of a declaration that names none.
+DEFAULT_KIND = "document"
 
 
 def declarations_public(memory: list[Declaration]) -> list[Declaration]:
-    """Declarations as responses show them."""
+    """Declarations as responses show them (each kind decides: no secret values)."""
     shown = []
     for declaration in memory:
-        view = PROVIDER_VIEWS.get(declaration["provider"]["kind"])
-        provider = view(declaration["provider"]) if view else declaration["provider"]
+        provider = declaration["provider"]
+        kind = provider["kind"]
+        if kind in provider_kinds():
+            provider = provider_for(kind).public(provider)
         shown.append({**declaration, "provider": provider})
     return shown
 
@@ -76,16 +58,16 @@ def declaration_normalize(raw: object, where: str) -> Declaration:
         raise InvalidRequest(f"{where}.description is required and must be a nonempty string.")
     if utf8_len(description) > DESCRIPTION_MAX_BYTES:
         raise InvalidRequest(f"{where}.description is over {DESCRIPTION_MAX_BYTES} UTF-8 bytes.")
-    provider = raw.get("provider", {"kind": "document"})
+    provider = raw.get("provider", {"kind": DEFAULT_KIND})
     if not isinstance(provider, dict):
         raise InvalidRequest(f"{where}.provider must be an object.")
-    kind = provider.get("kind", "document")
-    normalizer = PROVIDERS.get(kind) if isinstance(kind, str) else None
-    if normalizer is None:
+    kind = provider.get("kind", DEFAULT_KIND)
+    if not isinstance(kind, str) or kind not in provider_kinds():
         raise InvalidRequest(
-            f"{where}.provider.kind must be one of: {', '.join(sorted(PROVIDERS))}."
+            f"{where}.provider.kind must be one of: {', '.join(provider_kinds())}."
         )
-    return {"id": resource_id, "description": description, "provider": normalizer(provider, where)}
+    normalized = provider_for(kind).normalize(provider, where)
+    return {"id": resource_id, "description": description, "provider": normalized}
 
 
 def declarations_normalize(raw: object) -> list[Declaration]:
@@ -156,14 +138,12 @@ def deployment_promote(*, deployment: Deployment, environment: str, actor: str) 
     project = deployment.project
     _check_kinds(project, deployment.memory, environment)
     for index, declaration in enumerate(deployment.memory):
-        check = PROMOTE_CHECKS.get(declaration["provider"]["kind"])
-        if check is not None:
-            check(
-                project=project,
-                environment=environment,
-                provider=declaration["provider"],
-                where=f"memory[{index}].provider",
-            )
+        provider_for(declaration["provider"]["kind"]).promote_check(
+            project=project,
+            environment=environment,
+            provider=declaration["provider"],
+            where=f"memory[{index}].provider",
+        )
     for declaration in deployment.memory:
         provider = dict(declaration["provider"])
         kind = provider.pop("kind")
@@ -258,12 +238,24 @@ def resource_get(*, project: Project, environment: str, resource_id: str) -> Res
         raise NotFound(f"No memory resource '{resource_id}' in {environment}.") from exc
 
 
-def resource_ids(*, project: Project, environment: str, kind: str | None = None) -> list[str]:
-    """The resource ids of an environment, retired ones included."""
+def resource_documents_check(
+    resource: Resource, *, hint: str = "it keeps no documents here."
+) -> Resource:
+    """The resource, when its provider keeps documents here; else InvalidRequest."""
+    if not keeps_documents(resource):
+        raise InvalidRequest(
+            f"Resource '{resource.resource_id}' is a {resource.kind} provider; {hint}"
+        )
+    return resource
+
+
+def resource_ids(*, project: Project, environment: str, documents_only: bool = False) -> list[str]:
+    """The resource ids of an environment, retired ones included; with `documents_only`,
+    those whose provider keeps documents here."""
     check_environment(environment)
     rows = Resource.objects.filter(project=project, environment=environment)
-    if kind is not None:
-        rows = rows.filter(kind=kind)
+    if documents_only:
+        rows = rows.filter(kind__in=kinds_keeping_documents())
     return list(rows.order_by("resource_id").values_list("resource_id", flat=True))
 
 

@@ -15,9 +15,9 @@ from django.utils.http import urlencode
 from django_htmx.http import HttpResponseClientRedirect
 
 from memoryadmin.memory.environments import Environment
-from memoryadmin.memory.errors import DomainError, InvalidRequest
-from memoryadmin.memory.models import Project, ProviderKind, Resource
-from memoryadmin.memory.services.deployments import resource_get
+from memoryadmin.memory.errors import DomainError
+from memoryadmin.memory.models import Project, Resource
+from memoryadmin.memory.services.deployments import resource_documents_check, resource_get
 from memoryadmin.web.services.roles import (
     DELETE,
     DEPLOY,
@@ -96,11 +96,8 @@ class Page:
         resource = resource_get(
             project=self.project, environment=self.environment, resource_id=resource_id
         )
-        if documents and resource.kind != ProviderKind.DOCUMENT:
-            raise InvalidRequest(
-                f"Resource '{resource_id}' is a {resource.kind} provider; "
-                "its records live with the provider, not here."
-            )
+        if documents:
+            resource_documents_check(resource, hint="its records live with the provider, not here.")
         return resource
 
 

@@ -9,7 +9,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_http_methods
 
 from memoryadmin.memory.export import export_snapshot
-from memoryadmin.memory.models import ProviderKind
+from memoryadmin.memory.providers import kinds_keeping_documents
 from memoryadmin.memory.services.deployments import resource_inventory
 from memoryadmin.web.forms import ExportForm
 from memoryadmin.web.services.exports import export_zip
@@ -23,7 +23,7 @@ def export(request: HttpRequest, page: Page) -> HttpResponseBase:
     inventory = [
         row
         for row in resource_inventory(project=page.project, environment=page.environment)
-        if row["provider"]["kind"] == ProviderKind.DOCUMENT
+        if row["provider"]["kind"] in kinds_keeping_documents()
     ]
     choices = [row["id"] for row in inventory]
     # "Select none" and "Select all" are GET buttons of the form: no script needed.

@@ -17,7 +17,7 @@ from django.core.management.base import CommandParser
 
 from memoryadmin.memory import cli
 from memoryadmin.memory.environments import DEFAULT_ENVIRONMENT, Environment
-from memoryadmin.memory.errors import DomainError, InvalidRequest
+from memoryadmin.memory.errors import DomainError
 from memoryadmin.memory.export import (
     CREATED,
     DELETED,
@@ -29,9 +29,13 @@ from memoryadmin.memory.export import (
     export_read_manifest,
     export_snapshot,
 )
-from memoryadmin.memory.models import Document, Project, ProviderKind, Resource
+from memoryadmin.memory.models import Document, Project, Resource
 from memoryadmin.memory.representations import document_dict
-from memoryadmin.memory.services.deployments import resource_get, resource_inventory
+from memoryadmin.memory.services.deployments import (
+    resource_documents_check,
+    resource_get,
+    resource_inventory,
+)
 from memoryadmin.memory.services.documents import (
     document_create,
     document_delete,
@@ -146,12 +150,7 @@ class Command(cli.Command):
         resource = resource_get(
             project=project, environment=self.options["environment"], resource_id=resource_id
         )
-        if resource.kind != ProviderKind.DOCUMENT:
-            raise InvalidRequest(
-                f"Resource '{resource_id}' is a {resource.kind} provider; "
-                "it keeps no documents here."
-            )
-        return resource
+        return resource_documents_check(resource)
 
     def out(self, text: str = "") -> None:
         self.stdout.write(text)

@@ -1,0 +1,387 @@
+"""The `document` provider kind: editable documents kept here, the core of the product.
+
+Recall reads every bound document (remembering its revision) or a
+collection's overview; `memory_save` replaces a document only if that
+revision is still current; `memory_list` / `memory_read` page a collection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC
+from functools import reduce
+from operator import or_
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Q
+
+from memoryadmin.agents.bindings import BindingSpec
+from memoryadmin.agents.errors import InvalidMemoryBinding, InvalidToolArguments, RecallFailed
+from memoryadmin.agents.models import Access, Binding, EventType, Recall, Scope, Session
+from memoryadmin.agents.representations import source_dict, tool_document_dict
+from memoryadmin.agents.services.sessions import event_append, session_lock
+from memoryadmin.memory.errors import InvalidRequest, LimitExceeded, NotFound, PreconditionFailed
+from memoryadmin.memory.limits import (
+    DOCUMENT_ID_RE,
+    MAX_BYTES_DEFAULT,
+    OVERVIEW_MAX_BYTES,
+    OVERVIEW_MAX_ENTRIES,
+    check_max_bytes,
+    utf8_len,
+)
+from memoryadmin.memory.models import Document, Resource, WriterKind
+from memoryadmin.memory.providers import (
+    MemoryProvider,
+    Projection,
+    Result,
+    ToolOffer,
+    ToolTarget,
+)
+from memoryadmin.memory.services.documents import (
+    AgentWritesDisabled,
+    Writer,
+    document_get,
+    document_list,
+    document_replace,
+)
+
+KIND = "document"
+
+
+def rejected(reason: str, **extra: Any) -> Result:
+    return {"status": "rejected", "reason": reason, **extra}
+
+
+# Recall.
+
+
+def _one_line(value: str) -> str:
+    # One entry per line: a line break inside a title or summary would forge
+    # another entry, so it is shown as a space.
+    return " ".join(value.splitlines())
+
+
+def collection_overview(*, binding: Binding) -> Projection:
+    """Newest first: `id | title | summary | YYYY-MM-DD`, whole entries only."""
+    rows, _ = document_list(resource=binding.resource, limit=OVERVIEW_MAX_ENTRIES)
+    lines: list[str] = []
+    sources: list[dict[str, Any]] = []
+    size = 0
+    for row in rows:
+        day = row["updated_at"].astimezone(UTC).date().isoformat()
+        line = " | ".join((row["doc_id"], _one_line(row["title"]), _one_line(row["summary"]), day))
+        added = utf8_len(line) + (1 if lines else 0)
+        if size + added > OVERVIEW_MAX_BYTES:
+            break
+        size += added
+        lines.append(line)
+        sources.append(source_dict(row))
+    return Projection(text="\n".join(lines), sources=sources, writable=False)
+
+
+def _bound_documents(bindings: list[Binding]) -> dict[tuple[int, str], Document]:
+    """The live documents of document bindings, read in one query."""
+    wanted = [b for b in bindings if b.scope == Scope.DOCUMENT]
+    if not wanted:
+        return {}
+    match = reduce(or_, (Q(resource_id=b.resource_id, doc_id=b.target_id) for b in wanted))
+    return {(d.resource_id, d.doc_id): d for d in Document.objects.live().filter(match)}
+
+
+def document_projections(*, session: Session, bindings: list[Binding]) -> dict[str, Projection]:
+    documents = _bound_documents(bindings)
+    projections: dict[str, Projection] = {}
+    for binding in bindings:
+        resource_id = binding.resource.resource_id
+        if binding.scope == Scope.COLLECTION:
+            projections[resource_id] = collection_overview(binding=binding)
+            continue
+        if binding.scope != Scope.DOCUMENT:
+            raise RecallFailed(
+                f"Resource '{resource_id}' cannot recall a {binding.scope} binding.",
+                resource=resource_id,
+                reason="invalid_binding",
+            )
+        found = documents.get((binding.resource_id, binding.target_id))
+        if found is None:
+            raise RecallFailed(
+                f"Bound document '{binding.target_id}' of '{resource_id}' no longer exists.",
+                resource=resource_id,
+                reason="not_found",
+            )
+        writable = session.is_active and binding.access == Access.READ_WRITE and found.agent_writes
+        projections[resource_id] = Projection(
+            text=found.text,
+            sources=[source_dict(found)],
+            writable=writable,
+            revision=found.revision,
+        )
+    return projections
+
+
+# Tools.
+
+
+def _offers_save(binding: Binding) -> bool:
+    return binding.scope == Scope.DOCUMENT
+
+
+def _offers_collection_tools(binding: Binding) -> bool:
+    return binding.scope == Scope.COLLECTION
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    summary: str
+    offered_by: Callable[[Binding], bool]
+    # Argument name -> (JSON type, required, description).
+    arguments: dict[str, tuple[str, bool, str]]
+    run: Callable[..., Result]
+    # The access a binding needs for this tool to be permitted.
+    needs_write: bool = False
+    # Why a call naming a binding without that access is refused.
+    refusal: str = "not_bound"
+
+    def schema(self) -> dict[str, Any]:
+        return {name: list(spec[:2]) for name, spec in self.arguments.items()}
+
+
+def _tool_definition(tool: Tool, targets: list[ToolTarget]) -> Result:
+    descriptions = {d["id"]: d["description"] for d in targets[0].binding.session.deployment.memory}
+    names = [target.resource_id for target in targets]
+    listed = "; ".join(
+        f"{name}: {descriptions.get(name, '').strip() or 'no description'}" for name in names
+    )
+    properties: dict[str, Any] = {
+        "memory": {
+            "type": "string",
+            "enum": names,
+            "description": "The memory resource to use.",
+        }
+    }
+    required = ["memory"] if len(names) > 1 else []
+    for name, (json_type, is_required, description) in tool.arguments.items():
+        properties[name] = {"type": json_type, "description": description}
+        if is_required:
+            required.append(name)
+    return {
+        "name": tool.name,
+        "description": f"{tool.summary} Eligible memory resources: {listed}.",
+        "inputSchema": {
+            "type": "object",
+            "properties": properties,
+            "required": required,
+            "additionalProperties": False,
+        },
+    }
+
+
+def _arguments(tool: Tool, raw: dict[str, Any]) -> None:
+    allowed = {"memory", *tool.arguments}
+    unknown = set(raw) - allowed
+    if unknown:
+        raise InvalidToolArguments(
+            f"{tool.name} does not take: {', '.join(sorted(unknown))}. "
+            f"It takes: {', '.join(sorted(allowed))}."
+        )
+    for name, (_, required, _) in tool.arguments.items():
+        if required and name not in raw:
+            raise InvalidToolArguments(f"{tool.name} needs '{name}'.")
+    for name, value in raw.items():
+        if not isinstance(value, str) and not (name == "cursor" and value is None):
+            raise InvalidToolArguments(f"{tool.name}: '{name}' must be a string.")
+
+
+def _save(*, session: Session, recall: Recall, binding: Binding, args: dict[str, Any]) -> Result:
+    resource = binding.resource
+    writer = Writer(kind=WriterKind.AGENT, session_id=session.id)
+    with transaction.atomic():
+        # The session lock orders this save against session end: an end that
+        # committed first is seen here, and an end that comes later waits.
+        locked = session_lock(session=session)
+        if not locked.is_active:
+            return rejected("session_closed")
+        try:
+            document = document_replace(
+                resource=resource,
+                doc_id=binding.target_id,
+                expected_revision=recall.revisions.get(resource.resource_id, ""),
+                text=args["text"],
+                summary=args.get("summary"),
+                actor=f"agent:{session.id}",
+                writer=writer,
+                action="save",
+            )
+        except AgentWritesDisabled:
+            return rejected("agent_writes_disabled")
+        except NotFound:
+            return rejected("not_found")
+        except LimitExceeded as exc:
+            return rejected("too_large", field=exc.field, bytes=exc.bytes, maxBytes=exc.max_bytes)
+        except PreconditionFailed:
+            current = Document.objects.live().filter(resource=resource, doc_id=binding.target_id)
+            found = current.first()
+            if found is None:
+                return rejected("not_found")
+            return {"status": "conflict", "text": found.text, "summary": found.summary}
+        event_append(
+            session=locked,
+            type=EventType.MEMORY_SAVED,
+            data={
+                "resource": resource.resource_id,
+                "documentId": document.doc_id,
+                "revision": document.revision,
+                "bytes": document.bytes,
+            },
+        )
+    return {"status": "saved", "revision": document.revision, "bytes": document.bytes}
+
+
+def _read(*, session: Session, recall: Recall, binding: Binding, args: dict[str, Any]) -> Result:
+    if not Session.objects.active().filter(pk=session.pk).exists():
+        return rejected("session_closed")
+    doc_id = args["id"]
+    if not DOCUMENT_ID_RE.fullmatch(doc_id):
+        return rejected("not_found")
+    try:
+        document = document_get(resource=binding.resource, doc_id=doc_id)
+    except NotFound:
+        return rejected("not_found")
+    return tool_document_dict(document, include_text=True)
+
+
+def _list(*, session: Session, recall: Recall, binding: Binding, args: dict[str, Any]) -> Result:
+    if not Session.objects.active().filter(pk=session.pk).exists():
+        return rejected("session_closed")
+    try:
+        rows, next_cursor = document_list(resource=binding.resource, cursor=args.get("cursor"))
+    except InvalidRequest:
+        return rejected("invalid_cursor")
+    documents = [tool_document_dict(row, include_text=False) for row in rows]
+    return {"documents": documents, "nextCursor": next_cursor}
+
+
+TOOLS: dict[str, Tool] = {
+    tool.name: tool
+    for tool in (
+        Tool(
+            name="memory_save",
+            summary=(
+                "Replace the text of a bound memory document. Omitting summary keeps it; "
+                '"" clears it. The save only succeeds if the document is unchanged since '
+                "this request's memory was read; on a conflict the current text and "
+                "summary come back: reconcile them in your next step."
+            ),
+            offered_by=_offers_save,
+            arguments={
+                "text": ("string", True, "The complete new text of the document."),
+                "summary": ("string", False, "A one-line summary of the document."),
+            },
+            run=_save,
+            needs_write=True,
+            # A document bound read-only could have been saved with read-write access.
+            refusal="read_only",
+        ),
+        Tool(
+            name="memory_list",
+            summary=(
+                "List documents of a memory collection (newest first, without text). "
+                "Pass nextCursor back as cursor for the next page; null means no more."
+            ),
+            offered_by=_offers_collection_tools,
+            arguments={"cursor": ("string", False, "nextCursor from the previous page.")},
+            run=_list,
+        ),
+        Tool(
+            name="memory_read",
+            summary="Read one document of a memory collection in full.",
+            offered_by=_offers_collection_tools,
+            arguments={"id": ("string", True, "The document id.")},
+            run=_read,
+        ),
+    )
+}
+
+
+class DocumentProvider(MemoryProvider):
+    kind = KIND
+    keeps_documents = True
+    reserved_tools = tuple(TOOLS)
+
+    def normalize(self, provider: dict[str, Any], where: str) -> dict[str, Any]:
+        unknown = set(provider) - {"kind", "maxBytes"}
+        if unknown:
+            raise InvalidRequest(
+                f"{where}.provider has unknown fields: {', '.join(sorted(unknown))}."
+            )
+        max_bytes = provider.get("maxBytes", MAX_BYTES_DEFAULT)
+        try:
+            check_max_bytes(max_bytes)
+        except InvalidRequest as exc:
+            raise InvalidRequest(f"{where}.provider.{exc.message}") from exc
+        return {"kind": KIND, "maxBytes": max_bytes}
+
+    def admit(self, *, spec: BindingSpec, resource: Resource) -> None:
+        if spec.scope == Scope.NAMESPACE:
+            raise InvalidMemoryBinding(
+                spec.resource, "namespace bindings need an http provider; this is a document one."
+            )
+        if spec.scope != Scope.DOCUMENT:
+            return
+        state = (
+            Document.objects.filter(resource=resource, doc_id=spec.target_id)
+            .values_list("deleted", flat=True)
+            .first()
+        )
+        if state is None:
+            raise InvalidMemoryBinding(
+                spec.resource, f"document '{spec.target_id}' does not exist; create it first."
+            )
+        if state:
+            raise InvalidMemoryBinding(
+                spec.resource, f"document '{spec.target_id}' was deleted; use a new id."
+            )
+
+    def recall(
+        self,
+        *,
+        session: Session,
+        bindings: list[Binding],
+        recall_id: str,
+        input_text: str | None,
+    ) -> dict[str, Projection]:
+        return document_projections(session=session, bindings=bindings)
+
+    def tools(self, *, binding: Binding) -> list[ToolOffer]:
+        return [
+            ToolOffer(
+                name=tool.name,
+                schema=tool.schema(),
+                permitted=not tool.needs_write or binding.access == Access.READ_WRITE,
+                refusal=tool.refusal,
+                spec=tool,
+            )
+            for tool in TOOLS.values()
+            if tool.offered_by(binding)
+        ]
+
+    def tool_definition(self, *, name: str, targets: list[ToolTarget]) -> Result:
+        return _tool_definition(TOOLS[name], targets)
+
+    def tool_check(self, *, name: str, arguments: dict[str, Any]) -> None:
+        _arguments(TOOLS[name], arguments)
+
+    def tool_execute(
+        self,
+        *,
+        session: Session,
+        recall: Recall,
+        target: ToolTarget,
+        call_id: str,
+        arguments: dict[str, Any],
+    ) -> Result:
+        tool: Tool = target.offer.spec
+        return tool.run(session=session, recall=recall, binding=target.binding, args=arguments)

@@ -1,0 +1,185 @@
+"""The `http` provider kind: your service owns storage and retrieval (spec 000).
+
+Recall sends one request per namespace binding, concurrently within one
+shared deadline; tools are the ones the declaration lists, sent as
+`memory_<name>` to the model and as one protocol call to the endpoint.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+from memoryadmin.agents.bindings import BindingSpec, binding_partition
+from memoryadmin.agents.errors import InvalidMemoryBinding, RecallBusy, RecallFailed
+from memoryadmin.agents.models import Access, Binding, Recall, Scope, Session
+from memoryadmin.memory.models import Project, Resource
+from memoryadmin.memory.providers import (
+    MemoryProvider,
+    Projection,
+    Result,
+    ToolOffer,
+    ToolTarget,
+)
+from memoryadmin.providers.client import (
+    RecallReply,
+    RecallRequest,
+    provider_tool,
+    recall_outcome,
+    recall_request,
+    recall_send,
+)
+from memoryadmin.providers.concurrency import Deadline, ProviderCalls
+from memoryadmin.providers.declarations import (
+    HTTP_KIND,
+    http_provider_normalize,
+    http_provider_public,
+)
+from memoryadmin.providers.errors import ProviderBusy, ProviderFailure
+from memoryadmin.providers.services.secrets import secret_bindings_check
+from memoryadmin.providers.tools import (
+    TOOL_PREFIX,
+    http_tool_definition,
+    http_tools,
+    tool_permits,
+)
+
+KIND = HTTP_KIND
+
+
+def http_projections(
+    *, session: Session, bindings: list[Binding], recall_id: str, input_text: str | None = None
+) -> dict[str, Projection]:
+    """Every namespace binding's provider, called concurrently within one shared deadline."""
+    deadline = Deadline.after()
+    requests: list[RecallRequest] = []
+    for binding in bindings:
+        resource_id = binding.resource.resource_id
+        try:
+            requests.append(
+                recall_request(
+                    resource=binding.resource,
+                    partition=binding_partition(session=session, binding=binding),
+                    access=binding.access,
+                    operation_id=f"{recall_id}:{resource_id}",
+                    input_text=input_text,
+                    deadline=deadline,
+                )
+            )
+        except ProviderFailure as exc:
+            raise RecallFailed(
+                exc.message, resource=resource_id, reason="provider_failed", retryable=exc.retryable
+            ) from exc
+    projections: dict[str, Projection] = {}
+    try:
+        calls = ProviderCalls[RecallReply](
+            project_id=session.project_id, count=len(requests), deadline=deadline
+        )
+    except ProviderBusy as exc:
+        raise RecallBusy(
+            exc.message, resource=requests[0].resource.resource_id, retry_after=exc.retry_after
+        ) from exc
+    with calls:
+        sends = [partial(recall_send, request, deadline=deadline) for request in requests]
+        for index, sent in calls.run(sends):
+            binding = bindings[index]
+            try:
+                outcome = recall_outcome(requests[index], sent)
+            except ProviderFailure as exc:
+                # Never substitute empty memory: the whole recall fails, and
+                # the calls still running are abandoned.
+                # The caller learns only that it failed and whether to retry;
+                # the details are in the server log and the audit log.
+                raise RecallFailed(
+                    exc.message,
+                    resource=binding.resource.resource_id,
+                    reason="provider_failed",
+                    retryable=exc.retryable,
+                ) from exc
+            projections[binding.resource.resource_id] = Projection(
+                text=outcome.text,
+                sources=outcome.sources,
+                writable=session.is_active and binding.access == Access.READ_WRITE,
+                cursor=outcome.cursor,
+            )
+    return projections
+
+
+class HttpProvider(MemoryProvider):
+    kind = KIND
+
+    def normalize(self, provider: dict[str, Any], where: str) -> dict[str, Any]:
+        return http_provider_normalize(provider, where)
+
+    def promote_check(
+        self, *, project: Project, environment: str, provider: dict[str, Any], where: str
+    ) -> None:
+        secret_bindings_check(
+            project=project, environment=environment, provider=provider, where=where
+        )
+
+    def public(self, provider: dict[str, Any]) -> dict[str, Any]:
+        return http_provider_public(provider)
+
+    def declared_tools(self, resource: Resource) -> list[dict[str, Any]]:
+        return http_tools(resource)
+
+    def admit(self, *, spec: BindingSpec, resource: Resource) -> None:
+        if spec.scope != Scope.NAMESPACE:
+            raise InvalidMemoryBinding(
+                spec.resource, f"a {resource.kind} provider takes namespace bindings only."
+            )
+
+    def recall(
+        self,
+        *,
+        session: Session,
+        bindings: list[Binding],
+        recall_id: str,
+        input_text: str | None,
+    ) -> dict[str, Projection]:
+        return http_projections(
+            session=session, bindings=bindings, recall_id=recall_id, input_text=input_text
+        )
+
+    def tools(self, *, binding: Binding) -> list[ToolOffer]:
+        # Read tools allow either access level, write tools need read-write; a
+        # tool the binding's access does not permit is not offered at all.
+        return [
+            ToolOffer(
+                name=TOOL_PREFIX + tool["name"],
+                schema=tool["input"],
+                permitted=tool_permits(tool=tool, access=binding.access),
+                spec=tool,
+            )
+            for tool in http_tools(binding.resource)
+        ]
+
+    def tool_definition(self, *, name: str, targets: list[ToolTarget]) -> Result:
+        return http_tool_definition(
+            name=name, targets=[(target.resource_id, target.offer.spec) for target in targets]
+        )
+
+    def tool_execute(
+        self,
+        *,
+        session: Session,
+        recall: Recall,
+        target: ToolTarget,
+        call_id: str,
+        arguments: dict[str, Any],
+    ) -> Result:
+        if not Session.objects.active().filter(pk=session.pk).exists():
+            return {"status": "rejected", "reason": "session_closed"}
+        binding = target.binding
+        outcome = provider_tool(
+            resource=binding.resource,
+            tool=target.offer.spec,
+            partition=binding_partition(session=session, binding=binding),
+            access=binding.access,
+            operation_id=f"{call_id}:{target.resource_id}",
+            arguments=arguments,
+            cursor=recall.cursors.get(target.resource_id),
+        )
+        payload: Result = outcome.payload
+        return payload
