@@ -6,6 +6,7 @@ from django.db import models
 from django.db.models import Q
 
 from memoryadmin.memory.environments import Environment
+from memoryadmin.memory.providers import keeps_documents
 
 
 class WriterKind(models.TextChoices):
@@ -106,6 +107,11 @@ class Resource(models.Model):
 
     def __str__(self) -> str:
         return f"{self.project_id}/{self.environment}/{self.resource_id}"
+
+    @property
+    def keeps_documents(self) -> bool:
+        """Whether its provider kind keeps documents here (see memory/providers.py)."""
+        return keeps_documents(self)
 
 
 class DocumentQuerySet(models.QuerySet["Document"]):
