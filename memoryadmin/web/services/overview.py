@@ -13,7 +13,8 @@ from django.utils import timezone
 
 from memoryadmin.agents.models import Session
 from memoryadmin.memory.environments import check_environment
-from memoryadmin.memory.models import AuditEntry, Document, Project, ProviderKind, Resource
+from memoryadmin.memory.models import AuditEntry, Document, Project, Resource
+from memoryadmin.memory.providers import kinds_keeping_documents
 from memoryadmin.memory.services.audit import ACTOR_KIND_FILTERS, ACTOR_KINDS
 
 DAYS = 30
@@ -198,7 +199,7 @@ def resource_use(*, project: Project, environment: str) -> list[ResourceUse]:
     live = Q(documents__deleted=False)
     rows = (
         Resource.objects.filter(
-            project=project, environment=environment, kind=ProviderKind.DOCUMENT
+            project=project, environment=environment, kind__in=kinds_keeping_documents()
         )
         .annotate(
             live_documents=Count("documents", filter=live),
