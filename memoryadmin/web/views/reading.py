@@ -10,7 +10,7 @@ from django.views.decorators.http import require_GET
 
 from memoryadmin.memory.environments import DEFAULT_ENVIRONMENT, Environment
 from memoryadmin.memory.errors import DomainError, InvalidRequest
-from memoryadmin.memory.models import ProviderKind, Resource
+from memoryadmin.memory.models import Resource
 from memoryadmin.memory.services.audit import (
     audit_actions,
     audit_entries,
@@ -82,7 +82,7 @@ def inventory(request: HttpRequest, page: Page) -> HttpResponseBase:
 def documents(request: HttpRequest, page: Page, r: str) -> HttpResponseBase:
     # Any kind: a provider resource has its own page (connection, tools, where records are).
     resource = page.resource(r, documents=False)
-    if resource.kind != ProviderKind.DOCUMENT:
+    if not resource.keeps_documents:
         return provider_resource(request, page, resource)
     query = request.GET.get("q", "").strip()[:QUERY_MAX]
     cursor = request.GET.get("cursor") or None
