@@ -291,6 +291,29 @@ def run_example(name: str, base_url: str, api_key: str) -> subprocess.CompletedP
     )
 
 
+@contextmanager
+def uvicorn_thread(app: Any) -> Iterator[str]:
+    """An ASGI app served by uvicorn on a free loopback port, in a thread of this process
+    (so it sees the test database); yields its base URL."""
+    import uvicorn
+
+    port = free_port()
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive(), "uvicorn stopped"
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -51,6 +51,21 @@ def memory_options(options: dict[str, Any]) -> dict[str, dict[str, str]]:
     return dict(bindings)
 
 
+def binding_arguments(parser: Any, *, required: bool) -> None:
+    """--project, --agent and the bindings, as every command that starts a session takes them."""
+    parser.add_argument("--project", required=required)
+    parser.add_argument(
+        "--agent", required=required, help=f"{AGENT_REFS} (default: {DEFAULT_ENVIRONMENT})."
+    )
+    parser.add_argument("--memory", action="append", default=[], help=MEMORY_HELP)
+    parser.add_argument("--namespace", action="append", default=[], help=NAMESPACE_HELP)
+    parser.add_argument(
+        "--create-document",
+        action="store_true",
+        help="Create each bound document that does not exist yet, titled after its id.",
+    )
+
+
 def label_option(value: str) -> tuple[str, str]:
     name, sep, text = value.partition("=")
     if not sep:
@@ -64,19 +79,7 @@ class Command(cli.Command):
     def add_arguments(self, parser: CommandParser) -> None:
         commands = parser.add_subparsers(dest="action", required=True)
         create = commands.add_parser("create", help="Create a session (idempotently).")
-        create.add_argument("--project", required=True)
-        create.add_argument(
-            "--agent",
-            required=True,
-            help=f"{AGENT_REFS} (default: {DEFAULT_ENVIRONMENT}).",
-        )
-        create.add_argument("--memory", action="append", default=[], help=MEMORY_HELP)
-        create.add_argument("--namespace", action="append", default=[], help=NAMESPACE_HELP)
-        create.add_argument(
-            "--create-document",
-            action="store_true",
-            help="Create each bound document that does not exist yet, titled after its id.",
-        )
+        binding_arguments(create, required=True)
         create.add_argument(
             "--idempotency-key",
             help="Retrying with the same key returns the same session "

@@ -1,0 +1,418 @@
+"""The Model Context Protocol door: one session's memory over MCP, on the official SDK.
+
+A thin door over the runtime. The tools are exactly those a recall offers (the
+runtime defines them and their JSON schemas), plus `memory_recall`; a tool call
+runs `runtime.tool_call` under the connection's latest recall and answers the
+runtime's result object. Reading memory, through the `memory://<resource>`
+resources or the `memory_recall` tool, is a new recall: saves after it are
+checked against what it read, exactly as for an agent host over HTTP.
+
+Two transports serve it: stdio for one session (`manage.py mcp`), and
+streamable HTTP at `/mcp/` (`manage.py mcp --http`), one memoryadmin session per
+MCP session, authenticated with the `x-api-key` header.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qs
+
+import mcp_types as types
+from asgiref.sync import sync_to_async
+from django.core.management.base import CommandError
+from django.db import close_old_connections
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel.server import Server
+from mcp.server.stdio import stdio_server
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.shared.exceptions import MCPError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Mount
+from starlette.types import Receive, Scope, Send
+
+from memoryadmin.agents.errors import SessionClosed
+from memoryadmin.agents.management.commands.session import memory_options
+from memoryadmin.agents.models import Session
+from memoryadmin.agents.services import runtime
+from memoryadmin.agents.services.sessions import session_create, session_get
+from memoryadmin.memory.errors import DomainError, InvalidRequest, Unauthorized
+from memoryadmin.memory.models import ApiKey, Project
+from memoryadmin.memory.services.keys import api_key_authenticate
+from memoryadmin.memory.services.projects import project_for_key
+from memoryadmin.memory.strings import strings_check
+
+SERVER_NAME = "memoryadmin"
+RESOURCE_SCHEME = "memory://"
+RECALL_TOOL = "memory_recall"
+# How many MCP sessions of the HTTP endpoint one process remembers (as the SDK's own cap).
+HTTP_SESSIONS_MAX = 10_000
+INSTRUCTIONS = (
+    "This server is the memory of one agent session. Read memory first (the "
+    "memory://<resource> resources, or the memory_recall tool): a save only succeeds if "
+    "the document is unchanged since memory was last read. On a conflict, read memory "
+    "again, reconcile, then save."
+)
+RECALL_DEFINITION: dict[str, Any] = {
+    "name": RECALL_TOOL,
+    "description": (
+        "Read this session's memory again (every bound resource). Saves are checked "
+        "against the memory read last: after a conflict, call this, reconcile, then save."
+    ),
+    "inputSchema": {
+        "type": "object",
+        "properties": {
+            "input": {
+                "type": "string",
+                "description": "What the next step is about; some memory providers use it.",
+            }
+        },
+        "additionalProperties": False,
+    },
+}
+CONFLICT_HINT = (
+    "The document changed since memory was last read; the current text and summary are "
+    "above. Call memory_recall (or read the resource) before saving again."
+)
+
+
+async def in_thread[T](fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """Runs database work off the event loop, as Django runs a request: stale connections
+    closed before and after."""
+
+    def unit() -> T:
+        close_old_connections()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            close_old_connections()
+
+    return await sync_to_async(unit, thread_sensitive=True)()
+
+
+@dataclass
+class MemoryDoor:
+    """One session as an MCP connection sees it: its latest recall decides saves."""
+
+    session_id: str
+    recall: dict[str, Any] | None = field(default=None)
+
+    def _session(self) -> Session:
+        return session_get(session_id=self.session_id)
+
+    @staticmethod
+    def _bound(session: Session) -> list[str]:
+        bindings = session.bindings.order_by("resource__resource_id")
+        return list(bindings.values_list("resource__resource_id", flat=True))
+
+    def recall_now(self, input_text: str | None = None) -> dict[str, Any]:
+        """A new recall of every bound resource; later tool calls answer to it."""
+        session = self._session()
+        self.recall = runtime.recall_create(
+            session=session, use=self._bound(session), input_text=input_text
+        )
+        return self.recall
+
+    def tools(self) -> list[dict[str, Any]]:
+        recall = self.recall or self.recall_now()
+        return [*recall["tools"], RECALL_DEFINITION]
+
+    def call(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """The runtime's result of one tool call; a DomainError for a refused call."""
+        strings_check(arguments, field="arguments")
+        if name == RECALL_TOOL:
+            unknown = set(arguments) - {"input"}
+            text = arguments.get("input")
+            if unknown or not isinstance(text, str | None):
+                raise InvalidRequest(f"{RECALL_TOOL} takes only 'input', a string.")
+            recall = self.recall_now(text)
+            return {"recallId": recall["recallId"], "memory": recall["memory"]}
+        recall = self.recall or self.recall_now()
+        return runtime.tool_call(
+            session=self._session(),
+            recall_id=recall["recallId"],
+            call_id="call_" + secrets.token_hex(12),
+            name=name,
+            arguments=arguments,
+        )
+
+    def resources(self) -> list[types.Resource]:
+        session = self._session()
+        described = {d["id"]: d.get("description", "") for d in session.deployment.memory}
+        return [
+            types.Resource(
+                uri=RESOURCE_SCHEME + resource,
+                name=resource,
+                description=described.get(resource) or None,
+                mime_type="text/plain",
+            )
+            for resource in self._bound(session)
+        ]
+
+    def read(self, uri: str) -> str:
+        resource = uri.removeprefix(RESOURCE_SCHEME)
+        session = self._session()
+        if (
+            not uri.startswith(RESOURCE_SCHEME)
+            or not session.bindings.filter(resource__resource_id=resource).exists()
+        ):
+            raise InvalidRequest(f"No resource {uri!r}; this session reads memory://<resource>.")
+        text: str = self.recall_now()["memory"][resource]["text"]
+        return text
+
+
+def _error_result(exc: DomainError) -> types.CallToolResult:
+    error: dict[str, Any] = {"code": exc.code, "message": exc.message}
+    if exc.details:
+        error["details"] = exc.details
+    body = {"error": error}
+    return types.CallToolResult(
+        content=[types.TextContent(text=json.dumps(body))], structured_content=body, is_error=True
+    )
+
+
+def _result(result: dict[str, Any]) -> types.CallToolResult:
+    content: list[types.ContentBlock] = [
+        types.TextContent(text=json.dumps(result, ensure_ascii=False))
+    ]
+    if result.get("status") == "conflict":
+        content.append(types.TextContent(text=CONFLICT_HINT))
+    return types.CallToolResult(content=content, structured_content=result)
+
+
+def _mcp_error(exc: DomainError) -> MCPError:
+    return MCPError(code=types.INVALID_PARAMS, message=f"{exc.code}: {exc.message}")
+
+
+DoorFor = Callable[[ServerRequestContext[Any, Any]], Awaitable[MemoryDoor]]
+
+
+def build_server(door_for: DoorFor, *, sessions: bool = False) -> Server[Any]:
+    """The MCP server of memory doors; `door_for` finds a request's door.
+
+    With `sessions`, clients are sent to the handshake era, whose MCP sessions
+    (Mcp-Session-Id) the HTTP endpoint maps to memoryadmin sessions.
+    """
+
+    async def list_tools(
+        ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        door = await door_for(ctx)
+        try:
+            tools = await in_thread(door.tools)
+        except DomainError as exc:
+            raise _mcp_error(exc) from exc
+        return types.ListToolsResult(
+            tools=[
+                types.Tool(
+                    name=t["name"], description=t["description"], input_schema=t["inputSchema"]
+                )
+                for t in tools
+            ]
+        )
+
+    async def call_tool(
+        ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        door = await door_for(ctx)
+        try:
+            result = await in_thread(door.call, params.name, dict(params.arguments or {}))
+        except DomainError as exc:
+            return _error_result(exc)
+        return _result(result)
+
+    async def list_resources(
+        ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        door = await door_for(ctx)
+        try:
+            return types.ListResourcesResult(resources=await in_thread(door.resources))
+        except DomainError as exc:
+            raise _mcp_error(exc) from exc
+
+    async def read_resource(
+        ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        door = await door_for(ctx)
+        try:
+            text = await in_thread(door.read, params.uri)
+        except DomainError as exc:
+            raise _mcp_error(exc) from exc
+        contents = types.TextResourceContents(uri=params.uri, mime_type="text/plain", text=text)
+        return types.ReadResourceResult(contents=[contents])
+
+    async def no_discover(
+        ctx: ServerRequestContext[Any, Any], params: types.RequestParams | None
+    ) -> types.DiscoverResult:
+        raise MCPError(code=types.METHOD_NOT_FOUND, message="Use initialize.")
+
+    server: Server[Any] = Server(
+        SERVER_NAME,
+        instructions=INSTRUCTIONS,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+        on_list_resources=list_resources,
+        on_read_resource=read_resource,
+    )
+    if sessions:
+        server.add_request_handler("server/discover", types.RequestParams, no_discover)
+    return server
+
+
+# Stdio: one session, created (or rejoined) before serving.
+
+
+def door_open(
+    *,
+    project: Project,
+    agent_id: str,
+    memory: Mapping[str, Any],
+    idempotency_key: str,
+    actor: str,
+) -> MemoryDoor:
+    """The door of the session this key created (or creates now) with these inputs.
+
+    An ended session is refused: its memory is read-only for good, so a client
+    needs a new key for a new session.
+    """
+    session, _ = session_create(
+        project=project,
+        agent_id=agent_id,
+        memory=dict(memory),
+        idempotency_key=idempotency_key,
+        actor=actor,
+    )
+    if not session.is_active:
+        raise SessionClosed(
+            f"Session {session.id} (key {idempotency_key!r}) has ended; use a new key."
+        )
+    return MemoryDoor(session_id=session.id)
+
+
+async def serve_stdio(door: MemoryDoor) -> None:
+    """Serves one door over standard input and output until the client goes."""
+
+    async def door_for(ctx: ServerRequestContext[Any, Any]) -> MemoryDoor:
+        return door
+
+    server = build_server(door_for)
+    async with stdio_server() as (read, write):
+        await server.run(read, write, server.create_initialization_options())
+
+
+# Streamable HTTP: an API key per request, a memoryadmin session per MCP session.
+
+
+@dataclass(frozen=True)
+class HttpConfig:
+    """What an MCP URL asks for, e.g. `?agent=support-bot@development&memory=notes=workshop`
+    (`memory` and `namespace` as `manage.py session create` takes them, repeatable;
+    `project` for keys that reach every project; `session` to rejoin a session)."""
+
+    key: ApiKey
+    project: Project
+    agent_id: str
+    memory: dict[str, dict[str, str]]
+    session_key: str | None
+
+
+def http_config(raw_key: str | None, query: str) -> HttpConfig:
+    """The request's key and what it asks for, checked before the SDK sees the request."""
+    if not raw_key:
+        raise Unauthorized("An API key is required in the x-api-key header.")
+    key = api_key_authenticate(raw=raw_key.strip())
+    if key is None:
+        raise Unauthorized("The API key is not valid.")
+    values = parse_qs(query, keep_blank_values=True)
+    strings_check(values, field="query")
+    unknown = set(values) - {"project", "agent", "memory", "namespace", "session"}
+    if unknown:
+        raise InvalidRequest(f"Unknown query parameters: {', '.join(sorted(unknown))}.")
+    one = {name: values.get(name, [None]) for name in ("project", "agent", "session")}
+    if any(len(given) > 1 for given in one.values()):
+        raise InvalidRequest("Pass project, agent and session at most once each.")
+    if not one["agent"][0]:
+        raise InvalidRequest("agent=<agent>@<environment> is required in the URL.")
+    project_id = one["project"][0] or key.project_id
+    if project_id is None:
+        raise InvalidRequest("project=<id> is required for keys that reach every project.")
+    try:
+        memory = memory_options(
+            {"memory": values.get("memory", []), "namespace": values.get("namespace", [])}
+        )
+    except CommandError as exc:
+        raise InvalidRequest(str(exc)) from exc
+    return HttpConfig(
+        key=key,
+        project=project_for_key(key=key, project_id=project_id, write=True),
+        agent_id=one["agent"][0],
+        memory=memory,
+        session_key=one["session"][0],
+    )
+
+
+class HttpDoors:
+    """The doors of the HTTP endpoint's MCP sessions (at most HTTP_SESSIONS_MAX)."""
+
+    def __init__(self) -> None:
+        self._doors: OrderedDict[str, MemoryDoor] = OrderedDict()
+
+    async def door_for(self, ctx: ServerRequestContext[Any, Any]) -> MemoryDoor:
+        request = ctx.request
+        if not isinstance(request, Request):
+            raise MCPError(code=types.INTERNAL_ERROR, message="No HTTP request.")
+        mcp_session = request.headers.get("mcp-session-id", "")
+        door = self._doors.get(mcp_session)
+        if door is None:
+            config: HttpConfig = request.state.memoryadmin
+            try:
+                door = await in_thread(
+                    door_open,
+                    project=config.project,
+                    agent_id=config.agent_id,
+                    memory=config.memory,
+                    idempotency_key="mcp/" + (config.session_key or mcp_session),
+                    actor=f"key:{config.key.prefix}",
+                )
+            except DomainError as exc:
+                raise _mcp_error(exc) from exc
+            self._doors[mcp_session] = door
+            while len(self._doors) > HTTP_SESSIONS_MAX:
+                self._doors.popitem(last=False)
+        self._doors.move_to_end(mcp_session)
+        return door
+
+
+def http_app() -> Starlette:
+    """The streamable-HTTP endpoint at /mcp/, behind the API key check."""
+    doors = HttpDoors()
+    manager = StreamableHTTPSessionManager(app=build_server(doors.door_for, sessions=True))
+
+    async def endpoint(scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope)
+        try:
+            checked = await in_thread(
+                http_config, request.headers.get("x-api-key"), request.url.query
+            )
+        except DomainError as exc:
+            error: dict[str, Any] = {"code": exc.code, "message": exc.message}
+            if exc.details:
+                error["details"] = exc.details
+            await JSONResponse({"error": error}, status_code=exc.status)(scope, receive, send)
+            return
+        scope.setdefault("state", {})["memoryadmin"] = checked
+        await manager.handle_request(scope, receive, send)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> Any:
+        async with manager.run():
+            yield
+
+    return Starlette(routes=[Mount("/mcp", app=endpoint)], lifespan=lifespan)

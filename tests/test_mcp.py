@@ -1,0 +1,291 @@
+"""The MCP server, driven by the official SDK's own client: over HTTP (the endpoint in
+this process, on a real socket, against the test database) and over stdio (`manage.py
+mcp` as a subprocess, on a database of its own)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, closing
+from typing import Any
+
+import anyio
+import httpx
+import httpx2
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+
+from memoryadmin.agents import mcp
+from memoryadmin.agents.models import Session
+from memoryadmin.agents.services import runtime
+from memoryadmin.agents.services.sessions import session_end
+from memoryadmin.memory.models import Document
+from tests.helpers import ROOT, Keys, clean_env, freeze, manage, uvicorn_thread
+
+QUERY = "agent=support-bot@development&memory=notes=workshop:read-write&memory=kb"
+
+
+@pytest.fixture
+def endpoint(transactional_db: None) -> Iterator[str]:
+    with uvicorn_thread(mcp.http_app()) as base:
+        yield base + "/mcp/"
+
+
+@asynccontextmanager
+async def connected(url: str, key: str | None) -> AsyncIterator[Client]:
+    headers = {"x-api-key": key} if key else {}
+    async with (
+        httpx2.AsyncClient(headers=headers) as http,
+        Client(streamable_http_client(url, http_client=http)) as client,
+    ):
+        yield client
+
+
+def text_of(result: Any) -> Any:
+    return json.loads(result.content[0].text)
+
+
+def run(fn: Any) -> Any:
+    return anyio.run(fn)
+
+
+# Over HTTP.
+
+
+def test_tools_are_the_runtimes_and_results_its_result_objects(
+    endpoint: str, keys: Keys, workshop: Document
+) -> None:
+    async def scenario() -> Any:
+        async with connected(f"{endpoint}?{QUERY}", keys.owner) as client:
+            tools = await client.list_tools()
+            resources = await client.list_resources()
+            read = await client.read_resource("memory://notes")
+            saved = await client.call_tool("memory_save", {"text": "v2", "memory": "notes"})
+            conflict = await client.call_tool("memory_save", {"text": "v3", "memory": "notes"})
+            recalled = await client.call_tool("memory_recall", {"input": "what now?"})
+            again = await client.call_tool("memory_save", {"text": "v3", "memory": "notes"})
+            listed = await client.call_tool("memory_list", {})
+            return tools, resources, read, saved, conflict, recalled, again, listed
+
+    tools, resources, read, saved, conflict, recalled, again, listed = run(scenario)
+    session = Session.objects.get()
+    assert session.idempotency_key.startswith("mcp/")
+    expected = runtime.recall_create(session=session, use=["kb", "notes"])["tools"]
+    assert [
+        {"name": t.name, "description": t.description, "inputSchema": t.input_schema}
+        for t in tools.tools
+    ] == [*expected, mcp.RECALL_DEFINITION]
+    assert [(r.uri, r.name, r.description) for r in resources.resources] == [
+        ("memory://kb", "kb", "Product knowledge."),
+        ("memory://notes", "notes", "Workshop requirements and decisions."),
+    ]
+    assert read.contents[0].text == "Exercises must run on Node.js 22."
+    assert saved.structured_content["status"] == "saved"
+    assert text_of(saved) == saved.structured_content
+    # A second save under the same reading conflicts, and says to read again.
+    assert conflict.structured_content == {
+        "status": "conflict",
+        "text": "v2",
+        "summary": "Runtime.",
+    }
+    assert "memory_recall" in conflict.content[1].text
+    assert recalled.structured_content["memory"]["notes"]["text"] == "v2"
+    assert again.structured_content["status"] == "saved"
+    assert [d["id"] for d in listed.structured_content["documents"]] == []
+    document = Document.objects.get(pk=workshop.pk)
+    assert document.text == "v3"
+    assert (document.writer_kind, document.writer_session_id) == ("agent", session.id)
+
+
+def test_frozen_document_ended_session_and_bad_arguments(
+    endpoint: str, keys: Keys, workshop: Document
+) -> None:
+    async def scenario() -> Any:
+        async with connected(f"{endpoint}?{QUERY}", keys.owner) as client:
+            bad = await client.call_tool("memory_save", {"memory": "notes", "txt": "x"})
+            nul = await client.call_tool("memory_save", {"memory": "notes", "text": "a\x00b"})
+            unknown = await client.call_tool("memory_forget", {})
+            await mcp.in_thread(lambda: freeze(Document.objects.get(pk=workshop.pk)))
+            frozen = await client.call_tool("memory_save", {"memory": "notes", "text": "x"})
+            ended = await mcp.in_thread(end_only_session)
+            closed = await client.call_tool("memory_save", {"memory": "notes", "text": "x"})
+            recall = await client.call_tool("memory_recall", {})
+            return bad, nul, unknown, frozen, ended, closed, recall
+
+    bad, nul, unknown, frozen, ended, closed, recall = run(scenario)
+    assert bad.is_error
+    assert bad.structured_content["error"]["code"] == "invalid_tool_arguments"
+    assert nul.is_error
+    assert nul.structured_content["error"]["code"] == "invalid_request"
+    assert unknown.is_error
+    assert "Unknown tool" in unknown.structured_content["error"]["message"]
+    assert frozen.structured_content == {"status": "rejected", "reason": "agent_writes_disabled"}
+    assert ended.status == "ended"
+    assert closed.structured_content == {"status": "rejected", "reason": "session_closed"}
+    assert recall.is_error
+    assert recall.structured_content["error"]["code"] == "session_closed"
+    assert Document.objects.get(pk=workshop.pk).text == workshop.text
+
+
+def end_only_session() -> Session:
+    return session_end(session=Session.objects.get(), actor="t")
+
+
+def test_one_session_per_mcp_session_and_a_named_one_rejoins(
+    endpoint: str, keys: Keys, workshop: Document
+) -> None:
+    async def scenario() -> None:
+        for url in [f"{endpoint}?{QUERY}"] * 2 + [f"{endpoint}?{QUERY}&session=topic-7"] * 2:
+            async with connected(url, keys.owner) as client:
+                await client.list_tools()
+
+    run(scenario)
+    found = sorted(Session.objects.values_list("idempotency_key", flat=True))
+    assert len(found) == 3
+    assert "mcp/topic-7" in found
+
+
+@pytest.mark.parametrize(
+    ("who", "query", "status", "code"),
+    [
+        (None, QUERY, 401, "unauthorized"),
+        ("bad", QUERY, 401, "unauthorized"),
+        ("other", QUERY + "&project=acme", 403, "forbidden"),
+        ("read_only", QUERY, 403, "forbidden"),
+        ("all_projects", QUERY, 400, "invalid_request"),
+        ("all_projects", QUERY + "&project=nope", 404, "project_not_found"),
+        ("owner", "memory=notes=workshop", 400, "invalid_request"),
+        ("owner", QUERY + "&colour=red", 400, "invalid_request"),
+        ("owner", QUERY + "&memory=notes=other", 400, "invalid_request"),
+        ("owner", QUERY.replace("support-bot", "a%00b"), 400, "invalid_request"),
+    ],
+)
+def test_refused_before_any_session(
+    endpoint: str, keys: Keys, workshop: Document, who: Any, query: str, status: int, code: str
+) -> None:
+    key = {"bad": "mak_nope", None: None}[who] if who in ("bad", None) else getattr(keys, who)
+    headers = {"x-api-key": key} if key else {}
+    body = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}
+    response = httpx.post(f"{endpoint}?{query}", json=body, headers=headers)
+    assert response.status_code == status, response.text
+    assert response.json()["error"]["code"] == code
+    assert not Session.objects.exists()
+
+
+def test_a_binding_refused_at_admission_fails_the_mcp_request(
+    endpoint: str, keys: Keys, workshop: Document
+) -> None:
+    async def scenario() -> MCPError | None:
+        url = f"{endpoint}?agent=support-bot@development&memory=notes=missing"
+        async with connected(url, keys.owner) as client:
+            try:
+                await client.list_tools()
+            except MCPError as exc:
+                return exc
+        return None
+
+    refused = run(scenario)
+    assert refused is not None
+    assert "invalid_memory_binding" in str(refused)
+    assert "does not exist" in str(refused)
+    assert not Session.objects.exists()
+
+
+# Over stdio: manage.py mcp as the SDK's stdio client starts it.
+
+
+@pytest.fixture(scope="module")
+def stdio_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """A SQLite database of their own for the server subprocesses, with the demo set up."""
+    var = tmp_path_factory.mktemp("my-notes")
+    env = clean_env(
+        DATABASE_URL=f"sqlite:///{var}/db.sqlite3",
+        MEMORYADMIN_VAR_DIR=str(var),
+        MEMORYADMIN_DEV_SECRETS="1",
+        MEMORYADMIN_PROVIDER_ALLOW="127.0.0.0/8",
+    )
+    for command in (("migrate", "-v0"), ("demo",)):
+        done = manage(*command, env=env)
+        assert done.returncode == 0, done.stderr
+    return env
+
+
+def readme_config() -> dict[str, Any]:
+    """The MCP client configuration of the README, pointed at this checkout."""
+    text = (ROOT / "README.md").read_text()
+    block = text.split("<!-- mcp-config:start -->", 1)[1].split("<!-- mcp-config:end -->")[0]
+    raw = block.split("```json\n", 1)[1].split("```", 1)[0]
+    config: dict[str, Any] = json.loads(raw.replace("/path/to/memoryadmin", str(ROOT)))
+    return config["mcpServers"]["memoryadmin"]
+
+
+def stdio_client(env: dict[str, str]) -> Client:
+    """The SDK's client, starting the server as the README configures it (from elsewhere)."""
+    config = readme_config()
+    server = StdioServerParameters(
+        command=config["command"], args=config["args"], env={**env, **config["env"]}, cwd="/"
+    )
+    return Client(server)
+
+
+def rows(env: dict[str, str], model: Any, *columns: str) -> list[tuple[Any, ...]]:
+    """Rows of a model's table in the subprocesses' database."""
+    path = env["DATABASE_URL"].removeprefix("sqlite:///")
+    with closing(sqlite3.connect(path)) as db:
+        return db.execute(f"SELECT {', '.join(columns)} FROM {model._meta.db_table}").fetchall()
+
+
+def test_stdio_serves_one_session_that_a_restart_rejoins(stdio_env: dict[str, str]) -> None:
+    async def first() -> Any:
+        async with stdio_client(stdio_env) as client:
+            tools = await client.list_tools()
+            read = await client.read_resource("memory://notes")
+            saved = await client.call_tool("memory_save", {"text": "one"})
+            conflict = await client.call_tool("memory_save", {"text": "two"})
+            bad = await client.call_tool("memory_save", {"text": 2})
+            return tools, read, saved, conflict, bad
+
+    tools, read, saved, conflict, bad = run(first)
+    assert [t.name for t in tools.tools] == ["memory_save", "memory_recall"]
+    assert tools.tools[0].input_schema["required"] == ["text"]
+    assert read.contents[0].text == ""
+    assert saved.structured_content["status"] == "saved"
+    assert conflict.structured_content == {"status": "conflict", "text": "one", "summary": ""}
+    assert bad.is_error
+    assert bad.structured_content["error"]["code"] == "invalid_tool_arguments"
+
+    [(session_id,)] = rows(stdio_env, Session, "id")
+    assert ("my-notes", "one") in rows(stdio_env, Document, "doc_id", "text")
+    frozen = manage(*["memory", "--project", "demo", "freeze", "notes", "my-notes"], env=stdio_env)
+    assert frozen.returncode == 0, frozen.stderr
+
+    async def second() -> Any:
+        async with stdio_client(stdio_env) as client:
+            refused = await client.call_tool("memory_save", {"text": "three"})
+            ended = manage("session", "end", session_id, env=stdio_env)
+            assert ended.returncode == 0, ended.stderr
+            closed = await client.call_tool("memory_save", {"text": "three"})
+            return refused, closed
+
+    refused, closed = run(second)
+    assert refused.structured_content == {"status": "rejected", "reason": "agent_writes_disabled"}
+    assert closed.structured_content == {"status": "rejected", "reason": "session_closed"}
+    # The restart rejoined the one session; an ended one is not served again.
+    assert rows(stdio_env, Session, "id", "status") == [(session_id, "ended")]
+    config = readme_config()
+    again = subprocess.run(
+        [config["command"], *config["args"]],
+        cwd=ROOT,
+        env=stdio_env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert again.returncode == 7, again.stderr
+    assert "has ended; use a new key" in again.stderr
