@@ -723,3 +723,44 @@ def test_history_names_every_kind_of_change_in_words(
         ("v1", "created"),
     ]
     assert ">patch<" not in history
+
+
+def test_error_pages_use_the_sites_layout_outside_the_api(
+    owner: Client, people: People, web_client_for: Callable[[Any], Client]
+) -> None:
+    from django.test import RequestFactory
+
+    from memoryadmin.api.errors import server_error_view
+
+    missing = owner.get("/no/such/page/")
+    assert missing.status_code == 404
+    assert 'class="topbar"' in missing.content.decode()
+    assert "There is no page at this address." in missing.content.decode()
+    api = owner.get("/api/managed-agents/no-such-route/")
+    assert api.json() == {"error": {"code": "not_found", "message": "No such route."}}
+
+    forbidden = web_client_for(people.viewer).get(f"{WORKSHOP}edit/")
+    html = forbidden.content.decode()
+    assert forbidden.status_code == 403
+    assert 'aria-label="Project sections"' in html
+    assert '<span class="role role-viewer">viewer</span>' in html
+
+    request = RequestFactory().get("/projects/acme/development/")
+    request.user = people.owner
+    try:
+        raise RuntimeError("boom")
+    except RuntimeError:
+        crashed = server_error_view(request)
+    assert crashed.status_code == 500
+    assert "Something went wrong" in crashed.content.decode()
+    assert "olivia" in crashed.content.decode()
+
+
+def test_a_refused_csrf_token_is_a_page_in_the_sites_layout(people: People) -> None:
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(people.owner)
+    response = client.post(f"{NOTES}new/", {"doc_id": "x", "title": "X"})
+    assert response.status_code == 403
+    html = response.content.decode()
+    assert "without a valid security token" in html
+    assert 'class="topbar"' in html
