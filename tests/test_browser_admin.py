@@ -389,3 +389,36 @@ def test_dark_mode_follows_the_system_setting(
     )
     fits(page)
     assert page.js_errors == []
+
+
+@VIEWPORTS
+def test_a_provider_resource_shows_connection_and_tools(
+    open_page: Any, used_memory: Resource, viewport: dict[str, int]
+) -> None:
+    from playwright.sync_api import expect
+
+    Resource.objects.create(
+        project=used_memory.project,
+        environment="development",
+        resource_id="facts",
+        kind="http",
+        max_bytes=8192,
+        config={
+            "connection": {
+                "id": "memory-service",
+                "origin": "https://memory.example.com",
+                "pathPrefix": "/oc-memory",
+                "headers": {"Authorization": {"secret": "MEMORY_TOKEN", "scheme": "Bearer"}},
+            },
+            "path": "/oc-memory",
+            "tools": [{"name": "remember", "description": "Save a fact.", "access": "write"}],
+        },
+    )
+    page = open_page("sam", viewport=viewport)
+    page.get_by_role("link", name="facts").click()
+    expect(page.get_by_role("heading", name="facts")).to_be_visible()
+    expect(page.locator("dl.meta")).to_contain_text("https://memory.example.com")
+    expect(page.locator("dl.meta")).to_contain_text("MEMORY_TOKEN")
+    expect(page.get_by_role("row", name="remember")).to_contain_text("write")
+    fits(page)
+    assert page.js_errors == []

@@ -29,6 +29,7 @@ def provider_resource(request: HttpRequest, page: Page, resource: Resource) -> H
             key: value
             for key, value in provider.items()
             if key not in ("kind", "maxBytes", "connection", "tools")
+            and not (key == "path" and connection is not None)
         },
     }
     return page_render(request, "memoryadmin/provider_resource.html", page, context)
