@@ -1,4 +1,4 @@
-# memoryadmin: `make run` serves the demo, `make test` runs the suite.
+# memoryadmin: `make run` serves the demo (and runs a background worker), `make test` runs the suite.
 # DATABASE_URL=postgres://... switches both to PostgreSQL.
 # `make serve` is the production server (docs/deploy.md: the environment it needs).
 
@@ -46,6 +46,9 @@ run: export MEMORYADMIN_PROVIDER_ALLOW ?= 127.0.0.0/8,::1/128
 run: $(VENV)/.installed
 	$(VPY) manage.py migrate --noinput -v0
 	$(VPY) manage.py demo --base-url http://$(HOST):$(PORT)
+	@# A worker runs background jobs beside the server, and stops with it.
+	$(VPY) manage.py worker & worker=$$!; \
+	trap 'kill $$worker 2>/dev/null; wait $$worker' EXIT INT TERM; \
 	$(VPY) manage.py runserver $(HOST):$(PORT)
 
 # Production: compressed static files with hashed names, then gunicorn (gunicorn.conf.py).

@@ -196,6 +196,8 @@ INSTALLED_APPS = [
     "memoryadmin.providers",
     "memoryadmin.refprovider",
     "memoryadmin.demo",
+    "memoryadmin.runner",
+    "django_tasks_db",
 ]
 
 MIDDLEWARE = [
@@ -380,6 +382,56 @@ if REDIS_URL:
     }
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
+
+# Background jobs (memoryadmin/runner, docs/operations.md) ride on Django's tasks
+# framework. "database" (the default) keeps the queue in the database, no broker;
+# "rq" puts it on Redis (MEMORYADMIN_TASKS_REDIS_URL, else REDIS_URL); "immediate"
+# runs each task where it is enqueued. `manage.py worker` runs them.
+MEMORYADMIN_TASKS = os.environ.get("MEMORYADMIN_TASKS", "database").strip() or "database"
+# The queue this installation's jobs use: installations sharing a Redis need one each.
+MEMORYADMIN_TASKS_QUEUE = os.environ.get("MEMORYADMIN_TASKS_QUEUE", "").strip() or "default"
+if MEMORYADMIN_TASKS == "database":
+    TASKS: dict[str, dict[str, Any]] = {
+        "default": {
+            "BACKEND": "django_tasks_db.DatabaseBackend",
+            "QUEUES": [MEMORYADMIN_TASKS_QUEUE],
+        }
+    }
+elif MEMORYADMIN_TASKS == "rq":
+    INSTALLED_APPS.append("django_rq")
+    TASKS = {
+        "default": {"BACKEND": "django_tasks_rq.RQBackend", "QUEUES": [MEMORYADMIN_TASKS_QUEUE]}
+    }
+    _tasks_redis = os.environ.get("MEMORYADMIN_TASKS_REDIS_URL", "") or REDIS_URL
+    if not _tasks_redis:
+        raise ImproperlyConfigured(
+            "MEMORYADMIN_TASKS=rq needs MEMORYADMIN_TASKS_REDIS_URL or REDIS_URL"
+        )
+    RQ_QUEUES = {MEMORYADMIN_TASKS_QUEUE: {"URL": _tasks_redis, "DEFAULT_TIMEOUT": 600}}
+elif MEMORYADMIN_TASKS == "immediate":
+    TASKS = {
+        "default": {
+            "BACKEND": "django.tasks.backends.immediate.ImmediateBackend",
+            "QUEUES": [MEMORYADMIN_TASKS_QUEUE],
+        }
+    }
+else:
+    raise ImproperlyConfigured(
+        f"MEMORYADMIN_TASKS must be database, rq or immediate, not {MEMORYADMIN_TASKS!r}"
+    )
+# Open provider operations (accepted or uncertain writes): checked with a pause
+# doubling from the backoff, at most MAX_ATTEMPTS times and until the deadline;
+# then they are dead letters.
+MEMORYADMIN_OPERATION_BACKOFF_SECONDS = env_float("MEMORYADMIN_OPERATION_BACKOFF_SECONDS", 10.0)
+MEMORYADMIN_OPERATION_MAX_ATTEMPTS = env_int("MEMORYADMIN_OPERATION_MAX_ATTEMPTS", 12, minimum=1)
+MEMORYADMIN_OPERATION_DEADLINE_SECONDS = env_int(
+    "MEMORYADMIN_OPERATION_DEADLINE_SECONDS", 86400, minimum=1
+)
+# A running job whose worker shows no sign of life for this long is run again.
+MEMORYADMIN_JOB_LEASE_SECONDS = env_int("MEMORYADMIN_JOB_LEASE_SECONDS", 300, minimum=1)
+# The pause before a failed job's next attempt doubles from this, up to an hour.
+MEMORYADMIN_JOB_BACKOFF_SECONDS = env_float("MEMORYADMIN_JOB_BACKOFF_SECONDS", 5.0)
 
 
 def env_rate(name: str, default: str) -> str:

@@ -1,0 +1,50 @@
+"""Durable jobs: the outbox that background work is written to, in the caller's transaction."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+
+class JobState(models.TextChoices):
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+    # Attempts ran out: kept for owners to read, never run again by itself.
+    DEAD = "dead"
+
+
+OPEN_STATES = (JobState.PENDING, JobState.RUNNING)
+
+
+class Job(models.Model):
+    # The dotted path of a function decorated with @durable.
+    name = models.CharField(max_length=200)
+    kwargs = models.JSONField(default=dict)
+    # At most one open job per nonempty key: enqueuing it again is a no-op.
+    key = models.CharField(max_length=200, blank=True, default="")
+    state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    max_attempts = models.PositiveIntegerField(default=5)
+    run_after = models.DateTimeField()
+    # A running job whose lease has passed is taken to have died with its worker.
+    lease_until = models.DateTimeField(null=True, blank=True)
+    # When it was last handed to the task backend; the sweep hands it again if
+    # nothing came of that.
+    dispatched_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["key"],
+                condition=~Q(key="") & Q(state__in=["pending", "running"]),
+                name="unique_open_job_key",
+            )
+        ]
+        indexes = [models.Index(fields=["state", "run_after"], name="job_due")]
+
+    def __str__(self) -> str:
+        return f"job {self.pk} {self.name} ({self.state})"

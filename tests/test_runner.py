@@ -1,0 +1,263 @@
+"""Durable background jobs: the outbox, attempts, backoff, dead jobs, and real worker processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+from django.db import connection, transaction
+from django.utils import timezone
+
+from memoryadmin.memory.models import AuditEntry
+from memoryadmin.runner import jobs
+from memoryadmin.runner.jobs import durable, enqueue, job_run, jobs_due, jobs_run_due
+from memoryadmin.runner.models import Job, JobState
+from tests.helpers import is_postgres, manage
+
+ROOT = Path(__file__).resolve().parent.parent
+CALLS: list[dict[str, Any]] = []
+
+
+@durable(max_attempts=2)
+def record(*, label: str, fail: bool = False) -> None:
+    AuditEntry.objects.create(project_id=None, environment="", actor="t", action=label)
+    CALLS.append({"label": label})
+    if fail:
+        raise RuntimeError(f"{label} failed")
+
+
+def not_durable(*, label: str) -> None:
+    raise AssertionError("never run")
+
+
+@pytest.fixture(autouse=True)
+def _no_calls(settings: Any) -> Iterator[None]:
+    settings.MEMORYADMIN_JOB_BACKOFF_SECONDS = 0
+    CALLS.clear()
+    yield
+    CALLS.clear()
+
+
+# The outbox, in this process.
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_of_a_rolled_back_change_is_never_written() -> None:
+    def change() -> None:
+        with transaction.atomic():
+            enqueue(record, label="rolled-back")
+            raise RuntimeError("the change fails")
+
+    with pytest.raises(RuntimeError):
+        change()
+    assert not Job.objects.exists()
+    assert jobs_run_due() == {}
+
+
+@pytest.mark.django_db
+def test_a_committed_job_runs_once_and_is_done() -> None:
+    job = enqueue(record, label="once")
+    assert (job.state, job.attempts, job.name) == ("pending", 0, "tests.test_runner.record")
+    assert jobs_run_due() == {"done": 1}
+    assert job_run(job.pk) == "skipped"
+    job.refresh_from_db()
+    assert (job.state, job.attempts, job.last_error) == ("done", 1, "")
+    assert AuditEntry.objects.filter(action="once").count() == 1
+
+
+@pytest.mark.django_db
+def test_one_open_job_per_key() -> None:
+    first = enqueue(record, key="sync:acme", label="keyed")
+    again = enqueue(record, key="sync:acme", label="keyed")
+    assert again.pk == first.pk
+    assert Job.objects.count() == 1
+    jobs_run_due()
+    assert enqueue(record, key="sync:acme", label="keyed").pk != first.pk
+
+
+@pytest.mark.django_db
+def test_a_failed_attempt_rolls_back_its_writes_and_is_retried_then_dead() -> None:
+    job = enqueue(record, label="failing", fail=True)
+    assert jobs_run_due() == {"retry": 1}
+    job.refresh_from_db()
+    assert (job.state, job.attempts) == ("pending", 1)
+    assert "RuntimeError: failing failed" in job.last_error
+    assert not AuditEntry.objects.filter(action="failing").exists()
+    assert jobs_run_due() == {"dead": 1}
+    job.refresh_from_db()
+    assert (job.state, job.attempts, job.finished_at is not None) == ("dead", 2, True)
+    assert jobs_run_due() == {}
+    assert len(CALLS) == 2
+
+
+@pytest.mark.django_db
+def test_a_retry_waits_for_its_backoff(settings: Any) -> None:
+    settings.MEMORYADMIN_JOB_BACKOFF_SECONDS = 60
+    job = enqueue(record, label="later", fail=True)
+    assert jobs_run_due() == {"retry": 1}
+    job.refresh_from_db()
+    assert timedelta(seconds=55) < job.run_after - timezone.now() <= timedelta(seconds=60)
+    assert jobs_due() == []
+
+
+@pytest.mark.django_db
+def test_a_running_job_past_its_lease_is_run_again_and_a_late_finish_does_not_count() -> None:
+    job = enqueue(record, label="abandoned")
+    past = timezone.now() - timedelta(seconds=1)
+    Job.objects.filter(pk=job.pk).update(state=JobState.RUNNING, attempts=1, lease_until=past)
+    assert jobs_due() == [job.pk]
+    assert job_run(job.pk) == "done"
+    job.refresh_from_db()
+    assert (job.state, job.attempts) == ("done", 2)
+    # The first attempt's worker, coming back late, cannot mark it again.
+    job.attempts = 1
+    with pytest.raises(jobs._LeaseLost):
+        jobs._finish(job)
+
+
+@pytest.mark.django_db
+def test_only_durable_functions_run() -> None:
+    job = Job.objects.create(
+        name="tests.test_runner.not_durable", kwargs={"label": "x"}, run_after=timezone.now()
+    )
+    assert job_run(job.pk) == "retry"
+    job.refresh_from_db()
+    assert "is not marked @durable" in job.last_error
+    with pytest.raises(TypeError):
+        enqueue(not_durable, label="x")
+
+
+# Real worker processes.
+
+
+def _database_url(tmp_path: Path) -> str:
+    if is_postgres():
+        db = connection.settings_dict
+        password = f":{quote(db['PASSWORD'])}" if db["PASSWORD"] else ""
+        host, port = db["HOST"] or "127.0.0.1", db["PORT"] or "5432"
+        # The suite's test database, where this test's committed rows are.
+        return f"postgres://{quote(db['USER'] or '')}{password}@{host}:{port}/{quote(db['NAME'])}"
+    return f"sqlite:///{tmp_path}/worker.sqlite3"
+
+
+@pytest.fixture
+def worker_env(tmp_path: Path) -> dict[str, str]:
+    env = {
+        **os.environ,
+        "DATABASE_URL": _database_url(tmp_path),
+        "DATABASE_POOL": "0",
+        "DJANGO_SETTINGS_MODULE": "memoryadmin.settings",
+        "MEMORYADMIN_DEV_SECRETS": "1",
+        "MEMORYADMIN_VAR_DIR": str(tmp_path / "var"),
+        "MEMORYADMIN_JOB_LEASE_SECONDS": "1",
+        "MEMORYADMIN_JOB_BACKOFF_SECONDS": "0",
+        "MEMORYADMIN_TASKS_QUEUE": "q" + uuid.uuid4().hex[:12],
+    }
+    if not is_postgres():
+        _manage(env, "migrate", "-v0")
+    return env
+
+
+def _manage(env: dict[str, str], *args: str) -> str:
+    done = manage(*args, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def _python(env: dict[str, str], code: str) -> str:
+    return _manage(env, "shell", "--no-imports", "-c", f"from tests.runner_jobs import *; {code}")
+
+
+def _state(env: dict[str, str], label: str) -> dict[str, Any]:
+    return dict(json.loads(_python(env, f"state({label!r})").strip().splitlines()[-1]))
+
+
+def _worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "manage.py", "worker", "--interval", "0.2"],
+        cwd=ROOT,
+        env=env,
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+    )
+
+
+def _stop(worker: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, as an operator stops a worker; SIGKILL if it does not stop."""
+    worker.send_signal(signal.SIGTERM)
+    try:
+        worker.wait(timeout=30)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+
+
+def _wait_for(condition: Any, what: str, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _kill_9_mid_job_loses_nothing(env: dict[str, str], tmp_path: Path) -> None:
+    marker = tmp_path / "between-the-writes"
+    _python(env, f"enqueue_write_twice('killed', {str(marker)!r})")
+    first = _worker(env, tmp_path / "worker.log")
+    try:
+        _wait_for(marker.exists, "the job to reach the middle of its work")
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=30)
+    finally:
+        first.kill()
+    # Killed between its two writes: neither is there, and the job is not done.
+    assert _state(env, "killed") == {"jobs": [{"state": "running", "attempts": 1}], "steps": []}
+    second = _worker(env, tmp_path / "worker.log")
+    try:
+        _wait_for(lambda: _state(env, "killed")["jobs"][0]["state"] == "done", "the retry")
+    finally:
+        _stop(second)
+    assert second.returncode == 0
+    assert _state(env, "killed") == {"jobs": [{"state": "done", "attempts": 2}], "steps": [1, 2]}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_killed_mid_job_leaves_it_to_be_retried_never_half_applied(
+    worker_env: dict[str, str], tmp_path: Path
+) -> None:
+    _kill_9_mid_job_loses_nothing(worker_env, tmp_path)
+
+
+@pytest.mark.redis
+@pytest.mark.django_db(transaction=True)
+def test_the_same_jobs_run_on_rq_by_configuration_only(
+    worker_env: dict[str, str], tmp_path: Path
+) -> None:
+    import redis
+
+    url = os.environ.get("MEMORYADMIN_TEST_TASKS_REDIS_URL", "redis://127.0.0.1:6379/6")
+    client = redis.Redis.from_url(url)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        pytest.skip(f"needs Redis at {url} (redis-server; .ci/run starts one): {exc}")
+    env = {**worker_env, "MEMORYADMIN_TASKS": "rq", "MEMORYADMIN_TASKS_REDIS_URL": url}
+    try:
+        _kill_9_mid_job_loses_nothing(env, tmp_path)
+    finally:
+        for name in client.scan_iter(match=f"*{env['MEMORYADMIN_TASKS_QUEUE']}*"):
+            client.delete(name)
+        client.close()
