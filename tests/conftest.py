@@ -62,6 +62,18 @@ def echo_kind() -> Iterator[Any]:
 
 
 @pytest.fixture
+def scripted() -> Iterator[Any]:
+    """A scripted http provider on loopback (tests/helpers.py ScriptedProvider)."""
+    from tests.helpers import ScriptedProvider, serve
+
+    server = ScriptedProvider()
+    try:
+        yield from serve(server)
+    finally:
+        server.release.set()
+
+
+@pytest.fixture
 def project(db: None) -> Project:
     project = project_create(project_id="acme", name="Acme")
     deployment_create(

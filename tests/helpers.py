@@ -470,10 +470,112 @@ class _RecordingHandler(BaseHTTPRequestHandler):
         pass
 
 
-def serve(server: RecordingProvider) -> Iterator[RecordingProvider]:
+def serve[S: ThreadingHTTPServer](server: S) -> Iterator[S]:
     """Runs a test server for the duration of a fixture."""
     thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
     thread.start()
     yield server
     server.shutdown()
     server.server_close()
+
+
+# A scripted provider: a real server on 127.0.0.1 speaking the http provider
+# protocol, whose tool and status answers a test lines up in advance.
+
+
+Answer = tuple[int, Any] | None | str
+
+
+class ScriptedProvider(ThreadingHTTPServer):
+    """Recall answers `recall` (a script of one); each tool call and each status request
+    takes the next answer of its script (the last one repeats). An answer is (HTTP status,
+    JSON body), None to hang up without answering, or "hold" to wait for `release` first
+    and then answer the next one."""
+
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _ScriptedHandler)
+        self.recall: list[Answer] = [(200, {"text": "", "sources": []})]
+        self.tool: list[Answer] = [(200, {"result": {"status": "stored"}})]
+        self.status: list[Answer] = [(200, {"result": {"status": "stored"}})]
+        self.seen: list[dict[str, Any]] = []
+        self.release = threading.Event()
+
+    @property
+    def origin(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def requests(self, operation: str) -> list[dict[str, Any]]:
+        return [body for body in self.seen if body.get("operation") == operation]
+
+    def declaration(self, tools: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
+            "id": "ledger",
+            "description": "Facts kept by the scripted provider.",
+            "provider": {
+                "kind": "http",
+                "connection": {
+                    "id": "scripted",
+                    "origin": self.origin,
+                    "methods": ["POST"],
+                    "pathPrefix": "/memory",
+                },
+                "path": "/memory",
+                "tools": tools,
+            },
+        }
+
+
+class _ScriptedHandler(BaseHTTPRequestHandler):
+    server: ScriptedProvider
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
+        self.server.seen.append(body)
+        scripts = {"recall": self.server.recall, "tool": self.server.tool}
+        script = scripts.get(body["operation"], self.server.status)
+        answer = script.pop(0) if len(script) > 1 else script[0]
+        if answer == "hold":
+            self.server.release.wait(60)
+            answer = script.pop(0) if len(script) > 1 else script[0]
+        if answer is None or answer == "hold":
+            self.close_connection = True
+            return
+        status, payload = answer  # type: ignore[misc]
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def scripted_session(
+    api: Any, project: Project, scripted: ScriptedProvider, tools: list[Any]
+) -> str:
+    """Deploys agent "scribe" with the scripted provider as resource "ledger" (with `tools`)
+    and starts a session bound read-write to its namespace "team"; the session id."""
+    deployment_create(
+        project=project,
+        agent="scribe",
+        memory=[scripted.declaration(tools)],
+        promote="development",
+        actor="t",
+    )
+    binding = {"scope": "namespace", "id": "team", "access": "read-write"}
+    body = {"agentId": "scribe@development", "memory": {"ledger": binding}}
+    response = api.post(
+        "/api/managed-agents/sessions",
+        data=json.dumps(body),
+        content_type="application/json",
+        HTTP_IDEMPOTENCY_KEY="scribe-1",
+    )
+    assert response.status_code == 201, response.json()
+    return str(response.json()["session"]["id"])

@@ -137,6 +137,8 @@ PAIRS = [
     (agent_shapes.ProjectionOutput, sdk.Projection),
     (agent_shapes.ToolDefinitionOutput, sdk.ToolDefinition),
     (agent_shapes.RecallOutput, sdk.Recall),
+    (api_shapes.OperationOutput, sdk.Operation),
+    (api_shapes.OperationPageOutput, sdk.OperationPage),
 ]
 
 

@@ -108,10 +108,21 @@ class Recall(models.Model):
     revisions = models.JSONField(default=dict)
     # {resource: cursor} kept for providers that return one; never shown to the model.
     cursors = models.JSONField(default=dict, blank=True)
+    # The model request it was accepted for: a retried request with the same id
+    # reuses this recall; `fingerprint` is of the request body it was made from.
+    request_id = models.CharField(max_length=256, blank=True, default="")
+    fingerprint = models.CharField(max_length=64, blank=True, default="")
     created_at = models.DateTimeField()
 
     class Meta:
         indexes = [models.Index(fields=["session", "-created_at"], name="recall_newest_first")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["session", "request_id"],
+                condition=~models.Q(request_id=""),
+                name="unique_recall_request",
+            )
+        ]
 
     def __str__(self) -> str:
         return self.id
@@ -137,3 +148,75 @@ class SessionEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.session_id}#{self.seq} {self.type}"
+
+
+class OperationState(models.TextChoices):
+    # Open: the provider has not confirmed a terminal state yet.
+    QUEUED = "queued"
+    PARTIAL = "partial"
+    # Terminal.
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    # Attempts or time ran out: a dead letter, never taken for a success.
+    DEAD = "dead"
+    # A dead letter an owner set aside.
+    DISCARDED = "discarded"
+
+
+OPEN_OPERATION_STATES = (OperationState.QUEUED, OperationState.PARTIAL)
+
+
+class OperationKind(models.TextChoices):
+    # A write the provider answered `accepted`: queued upstream.
+    ACCEPTED_WRITE = "accepted_write"
+    # A non-idempotent write whose reply was lost (timeout, transport failure).
+    UNCERTAIN_WRITE = "uncertain_write"
+    # A non-idempotent write cancelled while in flight.
+    CANCELLED_WRITE = "cancelled_write"
+
+
+class ProviderOperation(models.Model):
+    """An asynchronous provider operation, tracked until the provider confirms where it ended."""
+
+    id = models.CharField(primary_key=True, max_length=40)
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="operations")
+    environment = models.CharField(max_length=16, choices=Environment.choices)
+    resource = models.ForeignKey(Resource, on_delete=models.CASCADE, related_name="operations")
+    namespace = models.CharField(max_length=128, blank=True)
+    # The principal: the session (and its agent) or the owner that caused it.
+    session = models.ForeignKey(
+        Session, null=True, blank=True, on_delete=models.SET_NULL, related_name="operations"
+    )
+    principal = models.CharField(max_length=200)
+    deployment_id = models.CharField(max_length=40, blank=True)
+    kind = models.CharField(max_length=32, choices=OperationKind.choices)
+    # The provider's name for it (for http providers: the protocol's operationId).
+    provider_operation = models.CharField(max_length=600)
+    tool = models.CharField(max_length=64, blank=True)
+    call_id = models.CharField(max_length=256, blank=True)
+    state = models.CharField(
+        max_length=16, choices=OperationState.choices, default=OperationState.QUEUED
+    )
+    attempts = models.PositiveIntegerField(default=0)
+    max_attempts = models.PositiveIntegerField()
+    deadline_at = models.DateTimeField()
+    next_check_at = models.DateTimeField()
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(
+                fields=["project", "environment", "-created_at", "id"], name="operation_newest"
+            ),
+            models.Index(fields=["session", "state"], name="operation_session"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.id} {self.kind} ({self.state})"
+
+    @property
+    def is_open(self) -> bool:
+        return self.state in OPEN_OPERATION_STATES

@@ -29,6 +29,13 @@ class RecallInputText(StrictSerializer):
 class RecallInput(StrictSerializer):
     use = serializers.ListField(child=StrictCharField(allow_blank=False), required=False)
     input = RecallInputText(required=False)
+    requestId = StrictCharField(
+        required=False,
+        allow_blank=False,
+        max_length=256,
+        help_text="The model request's id: a retry with the same id reuses the recall "
+        "accepted for it; the same id with another body is 409 idempotency_conflict.",
+    )
 
 
 class ToolCallInput(StrictSerializer):
@@ -137,6 +144,15 @@ class RecallOutput(serializers.Serializer):
     recallId = serializers.CharField()
     memory = serializers.DictField(child=ProjectionOutput(), help_text="Keyed by resource id.")
     tools = ToolDefinitionOutput(many=True)
+
+
+class CancelInput(StrictSerializer):
+    requestId = StrictCharField(required=False, allow_blank=False, max_length=256)
+    callId = StrictCharField(required=False, allow_blank=False, max_length=256)
+
+
+class CancelOutput(serializers.Serializer):
+    status = serializers.ChoiceField(choices=["requested"])
 
 
 class ToolCallOutput(serializers.Serializer):

@@ -12,6 +12,7 @@ urlpatterns = [
     path(f"{SESSION}/end", views.SessionEndView.as_view(), name="api-session-end"),
     path(f"{SESSION}/events", views.SessionEventsView.as_view(), name="api-session-events"),
     path(f"{SESSION}/memory/recall", views.RecallView.as_view(), name="api-session-recall"),
+    path(f"{SESSION}/memory/cancel", views.CancelView.as_view(), name="api-session-cancel"),
     path(
         f"{SESSION}/memory/tool-calls", views.ToolCallView.as_view(), name="api-session-tool-calls"
     ),

@@ -175,7 +175,10 @@ class RecallView(SessionApiView):
         responses={
             200: s.RecallOutput,
             **ERRORS,
-            409: _error("recall_failed (details: resource, reason) or session_closed"),
+            409: _error(
+                "recall_failed (details: resource, reason), session_closed, or "
+                "idempotency_conflict (a requestId reused with another body)"
+            ),
             429: _error(
                 "recall_failed (details: resource, reason concurrency_limit, retryAfter): "
                 "the project's provider calls are at their cap; nothing was sent"
@@ -193,8 +196,29 @@ class RecallView(SessionApiView):
             session=session,
             use=data.get("use", []),
             input_text=(data.get("input") or {}).get("text"),
+            request_id=data.get("requestId"),
         )
         return Response(body)
+
+
+class CancelView(SessionApiView):
+    @extend_schema(
+        request=s.CancelInput,
+        responses={202: s.CancelOutput, **ERRORS},
+        operation_id="sessions_cancel",
+        description="Cancels an in-flight recall (by the requestId it was sent with) or tool "
+        "call (by its callId), on whichever instance runs it. Its provider attempts stop; the "
+        "recall fails with reason cancelled, the tool call's result is "
+        '`{"status": "cancelled"}`, and a cancelled non-idempotent write becomes an open '
+        "operation. Cancelling what already ended changes nothing.",
+    )
+    def post(self, request: Request, session_id: str) -> Response:
+        session = self.session(request, session_id, write=True)
+        data = validated(s.CancelInput, request)
+        runtime.call_cancel(
+            session=session, request_id=data.get("requestId"), call_id=data.get("callId")
+        )
+        return Response({"status": "requested"}, status=202)
 
 
 class ToolCallView(SessionApiView):

@@ -251,3 +251,32 @@ class ApiKeyListOutput(serializers.Serializer):
 
 class ApiKeyCreatedOutput(ApiKeyOutput):
     secret = serializers.CharField(help_text="The key itself: shown this once, never again.")
+
+
+class OperationOutput(serializers.Serializer):
+    id = serializers.CharField()
+    kind = serializers.ChoiceField(choices=["accepted_write", "uncertain_write", "cancelled_write"])
+    state = serializers.ChoiceField(
+        choices=["queued", "partial", "succeeded", "failed", "dead", "discarded"]
+    )
+    resource = serializers.CharField()
+    namespace = serializers.CharField()
+    sessionId = serializers.CharField(allow_null=True)
+    principal = serializers.CharField()
+    deploymentId = serializers.CharField()
+    providerOperation = serializers.CharField()
+    tool = serializers.CharField()
+    callId = serializers.CharField()
+    attempts = serializers.IntegerField()
+    maxAttempts = serializers.IntegerField()
+    lastError = serializers.CharField()
+    deadlineAt = serializers.DateTimeField()
+    nextCheckAt = serializers.DateTimeField(allow_null=True)
+    createdAt = serializers.DateTimeField()
+    updatedAt = serializers.DateTimeField()
+    finishedAt = serializers.DateTimeField(allow_null=True)
+
+
+class OperationPageOutput(serializers.Serializer):
+    operations = OperationOutput(many=True)
+    nextCursor = serializers.CharField(allow_null=True)

@@ -2,10 +2,11 @@ from __future__ import annotations
 
 from django.urls import path
 
-from memoryadmin.api import key_views, views
+from memoryadmin.api import key_views, operation_views, views
 
 DOCUMENTS = "projects/<str:p>/memory/<str:r>/documents"
 KEYS = "projects/<str:p>/api-keys"
+OPERATIONS = "projects/<str:p>/memory/operations"
 
 urlpatterns = [
     path("projects", views.ProjectListView.as_view(), name="api-projects"),
@@ -32,6 +33,19 @@ urlpatterns = [
         f"{DOCUMENTS}/<str:doc_id>/versions",
         views.DocumentVersionsView.as_view(),
         name="api-document-versions",
+    ),
+    # After the document routes: a resource may be called "operations", and no
+    # operation id is "documents".
+    path(OPERATIONS, operation_views.OperationListView.as_view(), name="api-operations"),
+    path(
+        f"{OPERATIONS}/<str:o>/retry",
+        operation_views.OperationRetryView.as_view(),
+        name="api-operation-retry",
+    ),
+    path(
+        f"{OPERATIONS}/<str:o>/discard",
+        operation_views.OperationDiscardView.as_view(),
+        name="api-operation-discard",
     ),
     path(KEYS, key_views.ApiKeyListView.as_view(), name="api-keys"),
     path(f"{KEYS}/<str:k>/revoke", key_views.ApiKeyRevokeView.as_view(), name="api-key-revoke"),

@@ -18,7 +18,7 @@ from memoryadmin.memory.errors import DomainError, InvalidRequest
 
 if TYPE_CHECKING:
     from memoryadmin.agents.bindings import BindingSpec
-    from memoryadmin.agents.models import Binding, Recall, Session
+    from memoryadmin.agents.models import Binding, ProviderOperation, Recall, Session
     from memoryadmin.memory.models import Project, Resource
 
 Result = dict[str, Any]
@@ -74,6 +74,17 @@ class ToolTarget:
     @property
     def resource_id(self) -> str:
         return self.binding.resource.resource_id
+
+
+@dataclass(frozen=True)
+class OperationCheck:
+    """Where the provider says an asynchronous operation stands.
+
+    state: "queued" or "partial" (still open), "succeeded" or "failed" (terminal).
+    """
+
+    state: str
+    detail: str = ""
 
 
 class MemoryProvider(ABC):
@@ -154,6 +165,13 @@ class MemoryProvider(ABC):
     ) -> Result:
         """Runs one call against its chosen target; the result reaches the model."""
         raise NotSupported(f"{self.kind} providers offer no tool {target.offer.name}.")
+
+    # Asynchronous operations (the durable operation store reconciles them).
+
+    def operation_check(self, *, operation: ProviderOperation) -> OperationCheck:
+        """Asks the provider where an open operation stands; raises on no usable answer
+        (the attempt counts, and the operation is dead-lettered when attempts run out)."""
+        raise NotSupported(f"{self.kind} providers cannot report on operations.")
 
     # Records that live with the provider (default: not supported).
 

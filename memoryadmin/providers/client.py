@@ -14,6 +14,7 @@ where owners read them. Nothing here logs or reports header values.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
@@ -27,6 +28,7 @@ from typing import Any
 import httpx
 from django.views.decorators.debug import sensitive_variables
 
+from memoryadmin.memory.cancellation import Cancellation, current_cancellation
 from memoryadmin.memory.errors import DomainError, InvalidRequest, LimitExceeded
 from memoryadmin.memory.jsonbody import body_read, json_parse
 from memoryadmin.memory.limits import BODY_MAX_BYTES, utf8_len
@@ -69,6 +71,7 @@ RETRYABLE_STATUSES = {408, 429}
 ACCESS_LEVELS = {"read", "read-write"}
 USER_AGENT = "memoryadmin-memory-host/1"
 UNCERTAIN: dict[str, Any] = {"status": "uncertain"}
+CANCELLED: dict[str, Any] = {"status": "cancelled"}
 # Who the audit log names for what the host's provider client records.
 AUDIT_ACTOR = "system:providers"
 
@@ -87,8 +90,9 @@ class ToolOutcome:
     """`payload` is exactly what the model receives.
 
     kind: "result" (the provider's `result`), "error" (the provider's error
-    envelope, unchanged), "failed" (the host's envelope: no usable answer) or
-    "uncertain" (a write whose outcome is unknown: `{"status": "uncertain"}`).
+    envelope, unchanged), "failed" (the host's envelope: no usable answer),
+    "uncertain" (a write whose outcome is unknown: `{"status": "uncertain"}`)
+    or "cancelled" (the caller cancelled it: `{"status": "cancelled"}`).
     """
 
     kind: str
@@ -269,25 +273,34 @@ def _exchange(
     deadline: float,
     retry_delays: Sequence[float],
     cancelled: threading.Event | None = None,
+    cancellation: Cancellation | None = None,
 ) -> tuple[_Reply, int]:
     """Sends one operation, retrying as the protocol allows; the final reply and attempt count.
 
     Once `cancelled` is set (the operation's answer is no longer wanted), no
-    further attempt starts.
+    further attempt starts. When the caller cancels (`cancellation`, by
+    default the current scope's), the attempt in flight is stopped by
+    closing its connection, and the reply is `cancelled`.
     """
     cancelled = cancelled or threading.Event()
+    cancellation = cancellation or current_cancellation()
     attempts = 0
-    with httpx.Client(
-        transport=EgressTransport(), follow_redirects=False, trust_env=False
-    ) as client:
-        while True:
-            attempts += 1
-            reply = _attempt(client, target, body, deadline)
-            if not retryable or not reply.retryable or attempts > len(retry_delays):
-                return reply, attempts
-            delay = _retry_delay(reply, retry_delays[attempts - 1], deadline)
-            if delay is None or cancelled.wait(delay):
-                return reply, attempts
+    transport = EgressTransport()
+    with httpx.Client(transport=transport, follow_redirects=False, trust_env=False) as client:
+        watch = cancellation.watch(transport.abort) if cancellation else contextlib.nullcontext()
+        with watch:
+            while True:
+                if cancellation is not None and cancellation.poll():
+                    return _Reply(failure="cancelled"), attempts
+                attempts += 1
+                reply = _attempt(client, target, body, deadline)
+                if cancellation is not None and cancellation.event.is_set():
+                    return _Reply(failure="cancelled"), attempts
+                if not retryable or not reply.retryable or attempts > len(retry_delays):
+                    return reply, attempts
+                delay = _retry_delay(reply, retry_delays[attempts - 1], deadline)
+                if delay is None or cancelled.wait(delay):
+                    return reply, attempts
 
 
 # Bodies.
@@ -330,6 +343,8 @@ def _unusable(reply: _Reply) -> tuple[str, str] | None:
     """(reason, description) when the reply cannot be read at all."""
     if reply.failure == "timeout":
         return "timeout", "did not answer within the deadline"
+    if reply.failure == "cancelled":
+        return "cancelled", "was not waited for: its caller cancelled the call"
     if reply.failure == "refused":
         return "egress_refused", f"was not contacted: {reply.failure_kind}"
     if reply.failure is not None:
@@ -454,6 +469,7 @@ def recall_send(
     *,
     deadline: Deadline,
     retry_delays: Sequence[float] = RETRY_DELAYS,
+    cancellation: Cancellation | None = None,
 ) -> RecallReply:
     """Exchanges one recall with its provider; safe in any thread (no database)."""
     reply, attempts = _exchange(
@@ -463,6 +479,7 @@ def recall_send(
         deadline=deadline.at,
         retry_delays=retry_delays,
         cancelled=cancelled,
+        cancellation=cancellation,
     )
     return RecallReply(reply=reply, attempts=attempts)
 
@@ -662,19 +679,35 @@ def provider_tool(
         target = _target(resource)
     except _Misconfigured as exc:
         return _failed(call, exc.reason, exc.description, attempts=0)
-    reply, attempts = provider_call(
+    retryable = tool_retryable(declared)
+    reply, attempts = _send(
+        resource, target, body, retryable=retryable, deadline=deadline, retry_delays=retry_delays
+    )
+    return _tool_outcome(call, declared, reply, attempts)
+
+
+def _send(
+    resource: Resource,
+    target: _Target,
+    body: bytes,
+    *,
+    retryable: bool,
+    deadline: Deadline,
+    retry_delays: Sequence[float],
+) -> tuple[_Reply, int]:
+    """One operation in the caller's thread, counted against the project's cap."""
+    return provider_call(
         project_id=resource.project_id,
         deadline=deadline,
         call=lambda cancelled: _exchange(
             target,
             body,
-            retryable=tool_retryable(declared),
+            retryable=retryable,
             deadline=deadline.at,
             retry_delays=retry_delays,
             cancelled=cancelled,
         ),
     )
-    return _tool_outcome(call, declared, reply, attempts)
 
 
 def _failed(
@@ -690,6 +723,9 @@ def _failed(
 
 
 def _tool_outcome(call: _Call, tool: dict[str, Any], reply: _Reply, attempts: int) -> ToolOutcome:
+    if reply.failure == "cancelled":
+        call.record("cancelled", _unusable(reply)[1], attempts=attempts)  # type: ignore[index]
+        return ToolOutcome(kind="cancelled", payload=dict(CANCELLED), attempts=attempts)
     if reply.failure in {"timeout", "transport"} and tool["access"] == "write":
         # The write may have committed before the reply was lost; only the
         # next recall can tell.
@@ -726,3 +762,64 @@ def _tool_outcome(call: _Call, tool: dict[str, Any], reply: _Reply, attempts: in
         attempts=attempts,
         reply=reply,
     )
+
+
+# Operation status: where an accepted or uncertain write ended (our extension of the protocol).
+
+STATUS_STATES = {
+    "stored": "succeeded",
+    "accepted": "queued",
+    "partial": "partial",
+    "failed": "failed",
+    # The provider never saw the operation: an uncertain write did not happen.
+    "unknown": "failed",
+}
+
+
+def provider_status(
+    *,
+    resource: Resource,
+    partition: str,
+    operation_id: str,
+    retry_delays: Sequence[float] = RETRY_DELAYS,
+) -> tuple[str, str]:
+    """Asks the endpoint about an earlier operation: (state, the provider's status word).
+
+    Sends `{"operation": "status", "operationId": ...}` with the partition; the answer
+    is `{"result": {"status": "stored" | "accepted" | "partial" | "failed" | "unknown"}}`.
+    Raises ProviderFailure when there is no usable answer.
+    """
+    deadline = Deadline.after()
+    call = _Call(resource=resource, operation="status", operation_id=operation_id)
+    try:
+        target = _target(resource)
+    except _Misconfigured as exc:
+        raise call.failure(exc.reason, exc.description, attempts=0) from None
+    body = _encode(
+        {
+            "version": PROTOCOL_VERSION,
+            "operation": "status",
+            "operationId": operation_id,
+            "partition": partition,
+            "deadlineAt": iso_ms(deadline.wall),
+        }
+    )
+    reply, attempts = _send(
+        resource, target, body, retryable=True, deadline=deadline, retry_delays=retry_delays
+    )
+    unusable = _unusable(reply)
+    if unusable is not None:
+        raise call.failure(*unusable, attempts=attempts, reply=reply)
+    try:
+        data = _json(reply)
+        word = data["result"]["status"] if reply.status == 200 else None
+    except (ValueError, KeyError, TypeError):
+        word = None
+    if word not in STATUS_STATES:
+        raise call.failure(
+            "invalid_response",
+            f"answered the status request with HTTP {reply.status} and no known status",
+            attempts=attempts,
+            reply=reply,
+        )
+    return STATUS_STATES[word], word

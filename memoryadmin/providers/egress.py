@@ -10,11 +10,13 @@ an address that was checked, so a name cannot rebind between check and use).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import ipaddress
 import logging
 import socket
 import ssl
+import threading
 import typing
 from collections.abc import Iterable
 
@@ -185,7 +187,22 @@ class EgressBackend(httpcore.SyncBackend):
     The socket goes to the address that was checked; TLS still verifies the
     certificate against, and sends SNI for, the origin's host name (httpcore
     starts TLS with the request's host, not with the address).
+
+    `abort()` (from any thread) shuts down every socket it opened, so a request
+    waiting on one fails at once, and refuses new connections.
     """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._streams: list[httpcore.NetworkStream] = []
+        self._aborted = False
+
+    def abort(self) -> None:
+        with self._lock:
+            self._aborted = True
+            streams, self._streams = self._streams, []
+        for stream in streams:
+            _shutdown(stream)
 
     def connect_tcp(
         self,
@@ -206,13 +223,27 @@ class EgressBackend(httpcore.SyncBackend):
         last: httpcore.ConnectError | None = None
         for _, address in addresses:
             try:
-                return super().connect_tcp(
+                stream = super().connect_tcp(
                     address.compressed, port, timeout, local_address, socket_options
                 )
             except httpcore.ConnectError as exc:
                 last = exc
+                continue
+            with self._lock:
+                if not self._aborted:
+                    self._streams.append(stream)
+                    return stream
+            _shutdown(stream)
+            raise httpcore.ConnectError("the call was cancelled")
         assert last is not None
         raise last
+
+
+def _shutdown(stream: httpcore.NetworkStream) -> None:
+    sock = stream.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
 
 
 @functools.cache
@@ -227,7 +258,12 @@ class EgressTransport(httpx.HTTPTransport):
     def __init__(self, verify: ssl.SSLContext | None = None) -> None:
         context = verify or _default_ssl_context()
         super().__init__(verify=context, trust_env=False)
-        self._pool = httpcore.ConnectionPool(ssl_context=context, network_backend=EgressBackend())
+        self._backend = EgressBackend()
+        self._pool = httpcore.ConnectionPool(ssl_context=context, network_backend=self._backend)
+
+    def abort(self) -> None:
+        """Stops the requests in flight on this transport at once (a cancellation)."""
+        self._backend.abort()
 
 
 def egress_refusal(exc: BaseException) -> EgressRefused | None:

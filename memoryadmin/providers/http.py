@@ -12,10 +12,21 @@ from typing import Any
 
 from memoryadmin.agents.bindings import BindingSpec, binding_partition
 from memoryadmin.agents.errors import InvalidMemoryBinding, RecallBusy, RecallFailed
-from memoryadmin.agents.models import Access, Binding, Recall, Scope, Session
+from memoryadmin.agents.models import (
+    Access,
+    Binding,
+    OperationKind,
+    ProviderOperation,
+    Recall,
+    Scope,
+    Session,
+)
+from memoryadmin.agents.services.operations import operation_record
+from memoryadmin.memory.cancellation import current_cancellation
 from memoryadmin.memory.models import Project, Resource
 from memoryadmin.memory.providers import (
     MemoryProvider,
+    OperationCheck,
     Projection,
     Result,
     ToolOffer,
@@ -24,6 +35,8 @@ from memoryadmin.memory.providers import (
 from memoryadmin.providers.client import (
     RecallReply,
     RecallRequest,
+    ToolOutcome,
+    provider_status,
     provider_tool,
     recall_outcome,
     recall_request,
@@ -36,6 +49,7 @@ from memoryadmin.providers.declarations import (
     http_provider_public,
 )
 from memoryadmin.providers.errors import ProviderBusy, ProviderFailure
+from memoryadmin.providers.partitions import partition_key
 from memoryadmin.providers.services.secrets import secret_bindings_check
 from memoryadmin.providers.tools import (
     TOOL_PREFIX,
@@ -80,7 +94,12 @@ def http_projections(
             exc.message, resource=requests[0].resource.resource_id, retry_after=exc.retry_after
         ) from exc
     with calls:
-        sends = [partial(recall_send, request, deadline=deadline) for request in requests]
+        # The caller's cancellation, taken here: the calls run in other threads.
+        cancellation = current_cancellation()
+        sends = [
+            partial(recall_send, request, deadline=deadline, cancellation=cancellation)
+            for request in requests
+        ]
         for index, sent in calls.run(sends):
             binding = bindings[index]
             try:
@@ -93,7 +112,7 @@ def http_projections(
                 raise RecallFailed(
                     exc.message,
                     resource=binding.resource.resource_id,
-                    reason="provider_failed",
+                    reason="cancelled" if exc.reason == "cancelled" else "provider_failed",
                     retryable=exc.retryable,
                 ) from exc
             projections[binding.resource.resource_id] = Projection(
@@ -182,4 +201,47 @@ class HttpProvider(MemoryProvider):
             cursor=recall.cursors.get(target.resource_id),
         )
         payload: Result = outcome.payload
+        kind = _open_operation(target, outcome)
+        if kind is not None:
+            operation_record(
+                session=session,
+                binding=binding,
+                kind=kind,
+                provider_operation=f"{call_id}:{target.resource_id}",
+                tool=target.offer.name,
+                call_id=call_id,
+            )
         return payload
+
+    def operation_check(self, *, operation: ProviderOperation) -> OperationCheck:
+        state, word = provider_status(
+            resource=operation.resource,
+            partition=partition_key(
+                project_id=operation.project_id,
+                environment=operation.environment,
+                resource_id=operation.resource.resource_id,
+                namespace=operation.namespace,
+            ),
+            operation_id=operation.provider_operation,
+        )
+        return OperationCheck(state=state, detail=f"the provider answered {word}")
+
+
+def _open_operation(target: ToolTarget, outcome: ToolOutcome) -> str | None:
+    """The kind of operation a write's outcome leaves open, if any."""
+    tool = target.offer.spec
+    if tool["access"] != "write":
+        return None
+    if outcome.kind == "uncertain":
+        return OperationKind.UNCERTAIN_WRITE
+    if outcome.kind == "cancelled" and outcome.attempts > 0 and not tool.get("idempotent"):
+        # Sent, then cancelled: it may have committed; only the provider can tell.
+        return OperationKind.CANCELLED_WRITE
+    payload = outcome.payload
+    if (
+        outcome.kind == "result"
+        and isinstance(payload, dict)
+        and payload.get("status") == "accepted"
+    ):
+        return OperationKind.ACCEPTED_WRITE
+    return None

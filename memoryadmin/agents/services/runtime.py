@@ -8,14 +8,26 @@ target's provider.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
+import re
 import secrets
 from typing import Any
 
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from memoryadmin.agents.document_provider import TOOLS, rejected
-from memoryadmin.agents.errors import InvalidToolArguments, NotBound, RecallFailed, SessionClosed
+from memoryadmin.agents.errors import (
+    IdempotencyConflict,
+    InvalidToolArguments,
+    NotBound,
+    RecallFailed,
+    SessionClosed,
+)
 from memoryadmin.agents.models import Binding, Recall, Session
+from memoryadmin.memory.cancellation import cancel_request, cancellation_scope
 from memoryadmin.memory.errors import InvalidRequest, NotFound
 from memoryadmin.memory.providers import (
     MemoryProvider,
@@ -30,6 +42,8 @@ __all__ = ["TOOLS", "Projection", "recall_create", "tool_call", "tool_definition
 
 Result = dict[str, Any]
 CALL_ID_MAX = 256
+REQUEST_ID_MAX = 256
+REQUEST_ID_RE = re.compile(r"[\x21-\x7e]{1,256}")
 
 
 def new_recall_id() -> str:
@@ -59,16 +73,59 @@ def _check_use(use: object) -> list[str]:
     return list(dict.fromkeys(use))
 
 
-def recall_create(*, session: Session, use: object, input_text: str | None = None) -> Result:
+def _fingerprint(use: list[str], input_text: str | None) -> str:
+    body = json.dumps({"use": use, "input": input_text}, sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+def _check_request_id(request_id: object) -> str:
+    if request_id is None:
+        return ""
+    if not isinstance(request_id, str) or not REQUEST_ID_RE.fullmatch(request_id):
+        raise InvalidRequest(f"requestId must be 1-{REQUEST_ID_MAX} printable ASCII characters.")
+    return request_id
+
+
+def _reused(session: Session, recall: Recall, fingerprint: str, bindings: list[Binding]) -> Result:
+    """The accepted recall of a retried model request; a changed body is a conflict."""
+    if recall.fingerprint != fingerprint:
+        raise IdempotencyConflict(
+            f"requestId '{recall.request_id}' was recalled with another body; "
+            "a new model request needs a new requestId.",
+            differs=["body"],
+        )
+    selected = _selected(bindings, list(recall.use))
+    return {
+        "recallId": recall.id,
+        "memory": recall.memory,
+        "tools": tool_definitions(session=session, selected=selected),
+    }
+
+
+def recall_create(
+    *,
+    session: Session,
+    use: object,
+    input_text: str | None = None,
+    request_id: object = None,
+) -> Result:
     """Recalls every bound resource; any failure blocks the recall and stores nothing.
 
     `input_text` is what the model request is about; document memory does not
-    need it, providers that select context do.
+    need it, providers that select context do. With `request_id` (the model
+    request's id), a retry of the same request reuses the recall accepted for
+    it instead of recalling again; the same id with another body is 409.
     """
     if not session.is_active:
         raise SessionClosed(f"Session {session.id} has ended; it recalls no memory.")
     selected_ids = _check_use(use)
+    request = _check_request_id(request_id)
+    fingerprint = _fingerprint(selected_ids, input_text) if request else ""
     bindings = _bindings(session)
+    if request:
+        accepted = Recall.objects.filter(session=session, request_id=request).first()
+        if accepted is not None:
+            return _reused(session, accepted, fingerprint, bindings)
     selected = _selected(bindings, selected_ids)
     recall_id = new_recall_id()
     by_kind: dict[str, list[Binding]] = {}
@@ -83,28 +140,40 @@ def recall_create(*, session: Session, use: object, input_text: str | None = Non
         by_kind.setdefault(binding.resource.kind, []).append(binding)
     projections: dict[str, Projection] = {}
     # Providers keeping documents here first: a missing document blocks the
-    # recall before any remote provider is called.
-    for provider in providers():
-        if provider.kind in by_kind:
-            projections.update(
-                provider.recall(
-                    session=session,
-                    bindings=by_kind[provider.kind],
-                    recall_id=recall_id,
-                    input_text=input_text,
+    # recall before any remote provider is called. The caller may cancel the
+    # recall by its requestId.
+    with cancellation_scope(session_id=session.id, ref=request):
+        for provider in providers():
+            if provider.kind in by_kind:
+                projections.update(
+                    provider.recall(
+                        session=session,
+                        bindings=by_kind[provider.kind],
+                        recall_id=recall_id,
+                        input_text=input_text,
+                    )
                 )
-            )
     projections = {b.resource.resource_id: projections[b.resource.resource_id] for b in bindings}
     memory = {resource: p.public() for resource, p in projections.items()}
-    recall = Recall.objects.create(
-        id=recall_id,
-        session=session,
-        use=selected_ids,
-        memory=memory,
-        revisions={r: p.revision for r, p in projections.items() if p.revision is not None},
-        cursors={r: p.cursor for r, p in projections.items() if p.cursor is not None},
-        created_at=timezone.now(),
-    )
+    try:
+        # A savepoint only where a concurrent retry can collide: plain recalls keep
+        # their single statement.
+        with transaction.atomic() if request else contextlib.nullcontext():
+            recall = Recall.objects.create(
+                id=recall_id,
+                session=session,
+                use=selected_ids,
+                memory=memory,
+                revisions={r: p.revision for r, p in projections.items() if p.revision is not None},
+                cursors={r: p.cursor for r, p in projections.items() if p.cursor is not None},
+                request_id=request,
+                fingerprint=fingerprint,
+                created_at=timezone.now(),
+            )
+    except IntegrityError:
+        # A concurrent retry of the same request was accepted first: use its recall.
+        accepted = Recall.objects.get(session=session, request_id=request)
+        return _reused(session, accepted, fingerprint, bindings)
     return {
         "recallId": recall.id,
         "memory": memory,
@@ -221,6 +290,22 @@ def tool_call(
         return chosen
     provider = _provider(chosen.binding)
     assert provider is not None
-    return provider.tool_execute(
-        session=session, recall=recall, target=chosen, call_id=call_id, arguments=arguments
-    )
+    # The caller may cancel the call by its callId.
+    with cancellation_scope(session_id=session.id, ref=call_id):
+        return provider.tool_execute(
+            session=session, recall=recall, target=chosen, call_id=call_id, arguments=arguments
+        )
+
+
+def call_cancel(*, session: Session, request_id: object = None, call_id: object = None) -> None:
+    """Cancels a session's in-flight recall (by requestId) or tool call (by callId), on
+    whichever instance runs it; nothing happens to calls that already ended."""
+    if (request_id is None) == (call_id is None):
+        raise InvalidRequest("Name exactly one of requestId (a recall) or callId (a tool call).")
+    if request_id is not None:
+        ref = _check_request_id(request_id)
+    elif isinstance(call_id, str) and 1 <= len(call_id) <= CALL_ID_MAX:
+        ref = call_id
+    else:
+        raise InvalidRequest(f"callId must be 1-{CALL_ID_MAX} characters.")
+    cancel_request(session_id=session.id, ref=ref)

@@ -33,6 +33,7 @@ EXPORT = "export"
 EDIT = "edit"
 DELETE = "delete"
 SESSION_END = "session_end"
+OPERATIONS = "operations"
 KEYS = "keys"
 PEOPLE = "people"
 DEPLOY = "deploy"
@@ -44,6 +45,7 @@ PERMISSIONS: dict[str, frozenset[str]] = {
     FREEZE: frozenset({Role.OWNER, Role.SUPPORT}),
     EXPORT: frozenset({Role.OWNER, Role.SUPPORT}),
     SESSION_END: frozenset({Role.OWNER, Role.SUPPORT}),
+    OPERATIONS: frozenset({Role.OWNER, Role.SUPPORT}),
     EDIT: frozenset({Role.OWNER}),
     DELETE: frozenset({Role.OWNER}),
     KEYS: frozenset({Role.OWNER}),
@@ -57,6 +59,7 @@ DESCRIPTIONS = {
     FREEZE: "freeze or unfreeze documents",
     EXPORT: "export memory",
     SESSION_END: "end sessions",
+    OPERATIONS: "retry or discard dead letters",
     EDIT: "create or edit documents",
     DELETE: "delete documents",
     KEYS: "manage API keys",

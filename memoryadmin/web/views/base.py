@@ -25,6 +25,7 @@ from memoryadmin.web.services.roles import (
     EXPORT,
     FREEZE,
     KEYS,
+    OPERATIONS,
     PEOPLE,
     SECRETS,
     SESSION_END,
@@ -70,6 +71,10 @@ class Page:
     @property
     def can_end_sessions(self) -> bool:
         return self.membership.can(SESSION_END)
+
+    @property
+    def can_handle_operations(self) -> bool:
+        return self.membership.can(OPERATIONS)
 
     @property
     def can_manage_keys(self) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from django.http import HttpRequest, HttpResponseBase
 
+from memoryadmin.agents.services.operations import operations_unsettled
 from memoryadmin.memory.models import Resource
 from memoryadmin.memory.services.deployments import declarations_public, declared_resource_ids
 from memoryadmin.web.views.base import Page, page_render
@@ -20,6 +21,10 @@ def provider_resource(request: HttpRequest, page: Page, resource: Resource) -> H
     )
     context = {
         "resource": resource,
+        # Writes still unsettled at the provider, and dead letters.
+        "operations": operations_unsettled(
+            project=page.project, environment=page.environment, resource_id=resource.resource_id
+        ),
         "provider": provider,
         "connection": connection,
         "tools": provider.get("tools") or [],

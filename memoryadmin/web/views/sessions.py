@@ -9,6 +9,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from memoryadmin.agents.models import SessionStatus
 from memoryadmin.agents.representations import event_dict, sessions_dicts
+from memoryadmin.agents.services.operations import operations_unsettled
 from memoryadmin.agents.services.sessions import session_end, session_events
 from memoryadmin.agents.services.sessions import session_list as sessions_page
 from memoryadmin.web.services.roles import READ, SESSION_END
@@ -59,6 +60,10 @@ def session_detail(request: HttpRequest, page: Page, s: str) -> HttpResponseBase
     context = {
         "session": session,
         "data": sessions_dicts([session])[0],
+        # Open operations and dead letters: what is still unsettled at the providers.
+        "operations": operations_unsettled(
+            project=page.project, environment=page.environment, session_id=session.id
+        ),
         "events": [(event, event_dict(event)) for event in events],
         "next_after": next_after,
         "after": after,

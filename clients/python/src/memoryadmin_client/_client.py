@@ -173,6 +173,10 @@ class Client(_Base[httpx.Client]):
     session_events = _sync(ops.session_events)
     recall = _sync(ops.recall)
     tool_call = _sync(ops.tool_call)
+    cancel = _sync(ops.cancel)
+    list_operations = _sync(ops.list_operations)
+    retry_operation = _sync(ops.retry_operation)
+    discard_operation = _sync(ops.discard_operation)
     start_session_on_document = _sync(ops.start_session_on_document)
 
     def iter_documents(
@@ -268,6 +272,10 @@ class AsyncClient(_Base[httpx.AsyncClient]):
     session_events = _async(ops.session_events)
     recall = _async(ops.recall)
     tool_call = _async(ops.tool_call)
+    cancel = _async(ops.cancel)
+    list_operations = _async(ops.list_operations)
+    retry_operation = _async(ops.retry_operation)
+    discard_operation = _async(ops.discard_operation)
     start_session_on_document = _async(ops.start_session_on_document)
 
     async def iter_documents(

@@ -23,6 +23,8 @@ from memoryadmin_client._types import (
     Environment,
     EventPage,
     NewApiKey,
+    Operation,
+    OperationPage,
     Recall,
     Session,
     SessionPage,
@@ -405,9 +407,16 @@ def recall(
     *,
     use: list[str] | tuple[str, ...] = (),
     input_text: str | None = None,
+    request_id: str | None = None,
 ) -> Op[Recall]:
-    """Recalls every bound resource before a model request; `use` selects the tools."""
-    body = {"use": list(use), "input": {"text": input_text}}
+    """Recalls every bound resource before a model request; `use` selects the tools.
+
+    With `request_id` (the model request's id), a retry of the same request gets the
+    recall accepted for it back, and the recall can be cancelled by that id.
+    """
+    body: dict[str, Any] = {"use": list(use), "input": {"text": input_text}}
+    if request_id is not None:
+        body["requestId"] = request_id
     response = yield Request("POST", f"sessions/{session_id}/memory/recall", json=body)
     return cast(Recall, response.json())
 
@@ -430,6 +439,69 @@ def tool_call(
     }
     response = yield Request("POST", f"sessions/{session_id}/memory/tool-calls", json=body)
     return cast(dict[str, Any], response.json()["result"])
+
+
+def cancel(
+    c: Defaults, session_id: str, *, request_id: str | None = None, call_id: str | None = None
+) -> Op[None]:
+    """Cancels an in-flight recall (by its request id) or tool call (by its call id)."""
+    body = _drop_none({"requestId": request_id, "callId": call_id})
+    yield Request("POST", f"sessions/{session_id}/memory/cancel", json=body)
+
+
+# Provider operations: accepted and uncertain writes, and dead letters.
+
+
+def list_operations(
+    c: Defaults,
+    *,
+    state: str | None = None,
+    resource: str | None = None,
+    session_id: str | None = None,
+    cursor: str | None = None,
+    project: str | None = None,
+    environment: Environment | None = None,
+) -> Op[OperationPage]:
+    """One page of operations, newest first; `state="open"` for queued and partial ones."""
+    params = {
+        **c._env(environment),
+        **_drop_none(
+            {"state": state, "resource": resource, "session": session_id, "cursor": cursor}
+        ),
+    }
+    path = f"projects/{c._project(project)}/memory/operations"
+    response = yield Request("GET", path, params)
+    return cast(OperationPage, response.json())
+
+
+def _dead_letter(
+    c: Defaults, operation_id: str, action: str, project: str | None, env: Environment | None
+) -> Op[Operation]:
+    path = f"projects/{c._project(project)}/memory/operations/{operation_id}/{action}"
+    response = yield Request("POST", path, c._env(env))
+    return cast(Operation, response.json())
+
+
+def retry_operation(
+    c: Defaults,
+    operation_id: str,
+    *,
+    project: str | None = None,
+    environment: Environment | None = None,
+) -> Op[Operation]:
+    """Checks a dead letter again from the start."""
+    return (yield from _dead_letter(c, operation_id, "retry", project, environment))
+
+
+def discard_operation(
+    c: Defaults,
+    operation_id: str,
+    *,
+    project: str | None = None,
+    environment: Environment | None = None,
+) -> Op[Operation]:
+    """Sets a dead letter aside; it stays listed as discarded."""
+    return (yield from _dead_letter(c, operation_id, "discard", project, environment))
 
 
 # The two steps of opening a topic: its document, then a session on it.

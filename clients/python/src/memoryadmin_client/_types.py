@@ -120,3 +120,32 @@ class Recall(TypedDict):
     recallId: str
     memory: dict[str, Projection]
     tools: list[ToolDefinition]
+
+
+class Operation(TypedDict):
+    """An asynchronous provider operation, tracked until its provider confirms where it ended."""
+
+    id: str
+    kind: Literal["accepted_write", "uncertain_write", "cancelled_write"]
+    state: Literal["queued", "partial", "succeeded", "failed", "dead", "discarded"]
+    resource: str
+    namespace: str
+    sessionId: str | None
+    principal: str
+    deploymentId: str
+    providerOperation: str
+    tool: str
+    callId: str
+    attempts: int
+    maxAttempts: int
+    lastError: str
+    deadlineAt: str
+    nextCheckAt: str | None
+    createdAt: str
+    updatedAt: str
+    finishedAt: str | None
+
+
+class OperationPage(TypedDict):
+    operations: list[Operation]
+    nextCursor: str | None

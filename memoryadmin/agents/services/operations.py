@@ -1,0 +1,302 @@
+"""The durable operation store: asynchronous provider operations, reconciled to where they end.
+
+An operation is recorded in the transaction that learned of it, together with
+the job that reconciles it. Reconciliation asks the provider (through its
+kind's `operation_check`) with a growing pause between checks until the
+provider reports a terminal state. Callers see `queued` or `partial` until
+then. An operation whose checks run out (attempts, or its deadline) becomes a
+dead letter: never taken for a success. Owners retry or discard dead
+letters; both are audited.
+"""
+
+from __future__ import annotations
+
+import secrets
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from memoryadmin.agents.models import (
+    OPEN_OPERATION_STATES,
+    Binding,
+    OperationState,
+    ProviderOperation,
+    Session,
+)
+from memoryadmin.memory.cursors import keyset_page
+from memoryadmin.memory.environments import check_environment
+from memoryadmin.memory.errors import Conflict, InvalidRequest, NotFound
+from memoryadmin.memory.models import Project
+from memoryadmin.memory.providers import provider_for, provider_kinds
+from memoryadmin.memory.representations import iso_ms
+from memoryadmin.memory.services.audit import audit_record
+from memoryadmin.runner.jobs import durable, enqueue
+
+OPERATION_PAGE_SIZE = 50
+ERROR_MAX = 1000
+AUDIT_ACTOR = "system:operations"
+# `state=` filters: each state, and `open` for queued and partial together.
+STATE_FILTERS: dict[str, list[str]] = {
+    "open": list(OPEN_OPERATION_STATES),
+    **{state: [state] for state in OperationState.values},
+}
+
+
+def _now() -> datetime:
+    return timezone.now()
+
+
+def _pause(attempts: int) -> timedelta:
+    """The pause before the next check: doubling from the base, at most an hour."""
+    base = settings.MEMORYADMIN_OPERATION_BACKOFF_SECONDS
+    return timedelta(seconds=min(base * 2 ** max(attempts - 1, 0), 3600))
+
+
+def _schedule(operation: ProviderOperation, delay: float = 0) -> None:
+    enqueue(operation_reconcile, delay=delay, operation_id=operation.id)
+
+
+def operation_record(
+    *,
+    session: Session,
+    binding: Binding,
+    kind: str,
+    provider_operation: str,
+    tool: str = "",
+    call_id: str = "",
+) -> ProviderOperation:
+    """Records an open operation of a session's binding and schedules its reconciliation."""
+    now = _now()
+    with transaction.atomic():
+        operation = ProviderOperation.objects.create(
+            id="mop_" + secrets.token_hex(12),
+            project_id=session.project_id,
+            environment=session.environment,
+            resource=binding.resource,
+            namespace=binding.target_id,
+            session=session,
+            principal=f"session:{session.id} agent:{session.agent}",
+            deployment_id=session.deployment_id,
+            kind=kind,
+            provider_operation=provider_operation,
+            tool=tool,
+            call_id=call_id,
+            max_attempts=settings.MEMORYADMIN_OPERATION_MAX_ATTEMPTS,
+            deadline_at=now + timedelta(seconds=settings.MEMORYADMIN_OPERATION_DEADLINE_SECONDS),
+            next_check_at=now,
+            created_at=now,
+            updated_at=now,
+        )
+        _schedule(operation)
+    return operation
+
+
+@durable(max_attempts=3, atomic=False)
+def operation_reconcile(*, operation_id: str) -> None:
+    """One check of one open operation; schedules the next while it stays open.
+
+    Safe to run twice: a check that is not due yet, or of an operation that is
+    no longer open, does nothing.
+    """
+    operation = ProviderOperation.objects.select_related("resource").filter(pk=operation_id).first()
+    if operation is None or not operation.is_open or operation.next_check_at > _now():
+        return
+    state, error = _check(operation)
+    attempts = operation.attempts + 1
+    now = _now()
+    changes: dict[str, Any] = {"attempts": attempts, "updated_at": now, "last_error": error}
+    if state is not None:
+        changes["state"] = state
+    still_open = changes.get("state", operation.state) in OPEN_OPERATION_STATES
+    if still_open and (attempts >= operation.max_attempts or now >= operation.deadline_at):
+        changes["state"] = OperationState.DEAD
+        still_open = False
+    if still_open:
+        changes["next_check_at"] = now + _pause(attempts)
+    else:
+        changes["finished_at"] = now
+    with transaction.atomic():
+        # Only the check that saw this attempt count may write its outcome.
+        updated = ProviderOperation.objects.filter(
+            pk=operation.pk, attempts=operation.attempts, state__in=OPEN_OPERATION_STATES
+        ).update(**changes)
+        if updated and still_open:
+            _schedule(operation, delay=_pause(attempts).total_seconds())
+        if updated and changes.get("state") == OperationState.DEAD:
+            _audit(operation, "operation.dead_letter", AUDIT_ACTOR, error=error)
+
+
+def _check(operation: ProviderOperation) -> tuple[str | None, str]:
+    """(new state or None when unknown, the error to keep)."""
+    kind = operation.resource.kind
+    if kind not in provider_kinds():
+        return None, f"no provider of kind {kind} is installed"
+    try:
+        check = provider_for(kind).operation_check(operation=operation)
+    except Exception as exc:
+        message = getattr(exc, "message", None) or type(exc).__name__
+        return None, str(message)[:ERROR_MAX]
+    if check.state not in OperationState.values or check.state in {
+        OperationState.DEAD,
+        OperationState.DISCARDED,
+    }:
+        return None, f"the provider reported an unknown state {check.state!r}"
+    error = check.detail[:ERROR_MAX] if check.state == OperationState.FAILED else ""
+    return check.state, error
+
+
+def _audit(operation: ProviderOperation, action: str, actor: str, **detail: Any) -> None:
+    audit_record(
+        project_id=operation.project_id,
+        environment=operation.environment,
+        actor=actor,
+        action=action,
+        resource_id=operation.resource.resource_id,
+        detail={
+            "operation": operation.id,
+            "kind": operation.kind,
+            "providerOperation": operation.provider_operation,
+            "attempts": operation.attempts,
+            **detail,
+        },
+    )
+
+
+def operations_for(
+    *,
+    project: Project,
+    environment: str,
+    state: str | None = None,
+    resource_id: str | None = None,
+    session_id: str | None = None,
+) -> QuerySet[ProviderOperation]:
+    check_environment(environment)
+    rows = ProviderOperation.objects.filter(project=project, environment=environment)
+    if state:
+        if state not in STATE_FILTERS:
+            raise InvalidRequest(f"state must be one of: {', '.join(STATE_FILTERS)}.")
+        rows = rows.filter(state__in=STATE_FILTERS[state])
+    if resource_id:
+        rows = rows.filter(resource__resource_id=resource_id)
+    if session_id:
+        rows = rows.filter(session_id=session_id)
+    return rows.select_related("resource")
+
+
+UNSETTLED = (*OPEN_OPERATION_STATES, OperationState.DEAD)
+UNSETTLED_SHOWN = 100
+
+
+def operations_unsettled(
+    *,
+    project: Project,
+    environment: str,
+    resource_id: str | None = None,
+    session_id: str | None = None,
+) -> list[ProviderOperation]:
+    """Open operations and dead letters, newest first, for the Memory page."""
+    rows = operations_for(
+        project=project, environment=environment, resource_id=resource_id, session_id=session_id
+    ).filter(state__in=UNSETTLED)
+    return list(rows.order_by("-created_at", "id")[:UNSETTLED_SHOWN])
+
+
+def operation_list(
+    *,
+    project: Project,
+    environment: str,
+    state: str | None = None,
+    resource_id: str | None = None,
+    session_id: str | None = None,
+    cursor: str | None = None,
+    limit: int = OPERATION_PAGE_SIZE,
+) -> tuple[list[ProviderOperation], str | None]:
+    rows = operations_for(
+        project=project,
+        environment=environment,
+        state=state,
+        resource_id=resource_id,
+        session_id=session_id,
+    )
+    filters = ":".join((state or "", resource_id or "", session_id or ""))
+    scope = f"operations:{project.id}:{environment}:{filters}"
+    return keyset_page(rows, order=("-created_at", "id"), cursor=cursor, scope=scope, limit=limit)
+
+
+def operation_get(*, project: Project, environment: str, operation_id: str) -> ProviderOperation:
+    check_environment(environment)
+    found = (
+        ProviderOperation.objects.select_related("resource")
+        .filter(project=project, environment=environment, pk=operation_id)
+        .first()
+    )
+    if found is None:
+        raise NotFound(f"No operation '{operation_id}' in {environment}.")
+    return found
+
+
+def _settle_dead_letter(
+    operation: ProviderOperation, *, action: str, actor: str, changes: dict[str, Any]
+) -> ProviderOperation:
+    """Applies `changes` to a dead letter, audited as `operation.<action>`; 409 otherwise."""
+    with transaction.atomic():
+        updated = ProviderOperation.objects.filter(
+            pk=operation.pk, state=OperationState.DEAD
+        ).update(updated_at=_now(), **changes)
+        if not updated:
+            raise Conflict(
+                f"Operation {operation.id} is {operation.state}, not a dead letter; "
+                f"only dead letters can be {action}ed."
+            )
+        _audit(operation, f"operation.{action}", actor)
+        if changes.get("state") == OperationState.QUEUED:
+            _schedule(operation)
+    operation.refresh_from_db()
+    return operation
+
+
+def operation_retry(*, operation: ProviderOperation, actor: str) -> ProviderOperation:
+    """A dead letter checked again from the start: fresh attempts and deadline."""
+    now = _now()
+    changes = {
+        "state": OperationState.QUEUED,
+        "attempts": 0,
+        "next_check_at": now,
+        "deadline_at": now + timedelta(seconds=settings.MEMORYADMIN_OPERATION_DEADLINE_SECONDS),
+        "finished_at": None,
+    }
+    return _settle_dead_letter(operation, action="retry", actor=actor, changes=changes)
+
+
+def operation_discard(*, operation: ProviderOperation, actor: str) -> ProviderOperation:
+    """A dead letter set aside: it stays listed, as discarded, and is never checked again."""
+    changes = {"state": OperationState.DISCARDED}
+    return _settle_dead_letter(operation, action="discard", actor=actor, changes=changes)
+
+
+def operation_dict(operation: ProviderOperation) -> dict[str, Any]:
+    return {
+        "id": operation.id,
+        "kind": operation.kind,
+        "state": operation.state,
+        "resource": operation.resource.resource_id,
+        "namespace": operation.namespace,
+        "sessionId": operation.session_id,
+        "principal": operation.principal,
+        "deploymentId": operation.deployment_id,
+        "providerOperation": operation.provider_operation,
+        "tool": operation.tool,
+        "callId": operation.call_id,
+        "attempts": operation.attempts,
+        "maxAttempts": operation.max_attempts,
+        "lastError": operation.last_error,
+        "deadlineAt": iso_ms(operation.deadline_at),
+        "nextCheckAt": iso_ms(operation.next_check_at) if operation.is_open else None,
+        "createdAt": iso_ms(operation.created_at),
+        "updatedAt": iso_ms(operation.updated_at),
+        "finishedAt": iso_ms(operation.finished_at) if operation.finished_at else None,
+    }

@@ -1,0 +1,93 @@
+"""Cancelling provider calls: a child cancellation per call, tied to its caller.
+
+Any provider kind's transport uses it: `current_cancellation()` inside the
+runtime's scope, `Cancellation.watch(abort)` around an attempt.
+
+The runtime opens a scope around a recall (named by its requestId) or a tool
+call (named by its callId). The caller cancels it with the cancel endpoint,
+from any instance: the request is a flag in the shared cache (Redis when
+`REDIS_URL` is set). While an attempt is in flight a watcher polls the flag
+and, once it is set, closes the attempt's connection, so the attempt stops
+at once instead of running to its deadline; no further attempt starts.
+Deadlines bound every attempt as before.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import hashlib
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from django.conf import settings
+from django.core.cache import cache
+
+POLL_SECONDS = 0.1
+# A cancellation outlives any call it may concern by this margin.
+TTL_MARGIN_SECONDS = 60
+
+
+def _key(session_id: str, ref: str) -> str:
+    digest = hashlib.sha256(f"{session_id}\0{ref}".encode()).hexdigest()[:32]
+    return f"cancel:{digest}"
+
+
+def cancel_request(*, session_id: str, ref: str) -> None:
+    """Asks every instance to stop the calls of `ref` (a requestId or callId) of a session."""
+    ttl = int(settings.MEMORYADMIN_PROVIDER_DEADLINE_SECONDS) + TTL_MARGIN_SECONDS
+    cache.set(_key(session_id, ref), 1, timeout=ttl)
+
+
+@dataclass
+class Cancellation:
+    """The cancellation of one caller's provider calls."""
+
+    key: str
+    event: threading.Event = field(default_factory=threading.Event)
+
+    def poll(self) -> bool:
+        if not self.event.is_set() and cache.get(self.key):
+            self.event.set()
+        return self.event.is_set()
+
+    @contextmanager
+    def watch(self, abort: Callable[[], None]) -> Iterator[None]:
+        """Calls `abort` (from another thread) as soon as the caller cancels."""
+        done = threading.Event()
+
+        def watcher() -> None:
+            while not done.wait(POLL_SECONDS):
+                if self.poll():
+                    abort()
+                    return
+
+        thread = threading.Thread(target=watcher, name="provider-cancel", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+
+
+_current: contextvars.ContextVar[Cancellation | None] = contextvars.ContextVar(
+    "provider_cancellation", default=None
+)
+
+
+def current_cancellation() -> Cancellation | None:
+    return _current.get()
+
+
+@contextmanager
+def cancellation_scope(*, session_id: str, ref: str | None) -> Iterator[Cancellation | None]:
+    """The cancellation of the calls made inside the block (none without a `ref`)."""
+    if not ref:
+        yield None
+        return
+    token = _current.set(Cancellation(key=_key(session_id, ref)))
+    try:
+        yield _current.get()
+    finally:
+        _current.reset(token)

@@ -1,0 +1,298 @@
+"""The durable operation store: accepted and uncertain writes reconciled against a scripted
+provider (a real server on loopback) to success, to partial, and to dead letters."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from rest_framework.test import APIClient
+
+from memoryadmin.agents.models import ProviderOperation
+from memoryadmin.memory.models import AuditEntry, Project
+from memoryadmin.providers.partitions import partition_key
+from memoryadmin.runner.jobs import jobs_run_due
+from tests.helpers import Keys, html_of, scripted_session
+
+SESSIONS = "/api/managed-agents/sessions"
+OPERATIONS = "/api/managed-agents/projects/acme/memory/operations"
+INPUT = {
+    "type": "object",
+    "properties": {"fact": {"type": "string"}},
+    "required": ["fact"],
+    "additionalProperties": False,
+}
+REMEMBER = {"name": "remember", "description": "Keep.", "access": "write", "input": INPUT}
+ACCEPTED = (200, {"result": {"status": "accepted"}})
+
+
+def status(word: str) -> tuple[int, Any]:
+    return (200, {"result": {"status": word}})
+
+
+@pytest.fixture(autouse=True)
+def _quick(settings: Any) -> None:
+    settings.MEMORYADMIN_OPERATION_BACKOFF_SECONDS = 0
+    settings.MEMORYADMIN_OPERATION_MAX_ATTEMPTS = 3
+    settings.MEMORYADMIN_JOB_BACKOFF_SECONDS = 0
+
+
+def post(api: APIClient, url: str, body: Any = None, **headers: Any) -> Any:
+    return api.post(url, data=json.dumps(body or {}), content_type="application/json", **headers)
+
+
+@pytest.fixture
+def session_id(api: APIClient, project: Project, scripted: Any) -> str:
+    return scripted_session(api, project, scripted, [REMEMBER])
+
+
+def remember(api: APIClient, session_id: str, call_id: str = "call-1") -> Any:
+    recall = post(api, f"{SESSIONS}/{session_id}/memory/recall", {"use": ["ledger"]})
+    assert recall.status_code == 200, recall.json()
+    body = {
+        "recallId": recall.json()["recallId"],
+        "callId": call_id,
+        "name": "memory_remember",
+        "arguments": {"fact": "Tabs."},
+    }
+    return post(api, f"{SESSIONS}/{session_id}/memory/tool-calls", body)
+
+
+def reconcile(times: int = 1) -> None:
+    for _ in range(times):
+        jobs_run_due()
+
+
+def listed(api: APIClient, query: str = "") -> list[dict[str, Any]]:
+    response = api.get(f"{OPERATIONS}?environment=development{query}")
+    assert response.status_code == 200, response.json()
+    return list(response.json()["operations"])
+
+
+def dead_letter(api: APIClient, session_id: str, scripted: Any) -> dict[str, Any]:
+    """An accepted write whose checks all answer accepted, until it is a dead letter."""
+    scripted.tool = [ACCEPTED]
+    scripted.status = [status("accepted")]
+    remember(api, session_id)
+    reconcile(4)
+    [dead] = listed(api)
+    assert dead["state"] == "dead"
+    return dead
+
+
+def test_an_accepted_write_is_queued_then_partial_then_succeeds(
+    api: APIClient, session_id: str, scripted: Any
+) -> None:
+    scripted.tool = [ACCEPTED]
+    scripted.status = [status("accepted"), status("partial"), status("stored")]
+    response = remember(api, session_id)
+    # The model receives the provider's result unchanged.
+    assert response.json() == {"result": {"status": "accepted"}}
+    [operation] = listed(api)
+    assert operation["kind"] == "accepted_write"
+    assert (operation["state"], operation["attempts"]) == ("queued", 0)
+    assert operation["sessionId"] == session_id
+    assert operation["providerOperation"] == "call-1:ledger"
+    assert operation["principal"].startswith(f"session:{session_id} agent:scribe")
+    reconcile()
+    assert [(o["state"], o["attempts"]) for o in listed(api)] == [("queued", 1)]
+    reconcile()
+    assert [(o["state"], o["attempts"]) for o in listed(api)] == [("partial", 2)]
+    assert listed(api, "&state=open")[0]["id"] == operation["id"]
+    reconcile()
+    [done] = listed(api)
+    assert (done["state"], done["attempts"], done["nextCheckAt"]) == ("succeeded", 3, None)
+    assert done["finishedAt"] is not None
+    assert listed(api, "&state=open") == []
+    partition = partition_key(
+        project_id="acme", environment="development", resource_id="ledger", namespace="team"
+    )
+    checks = scripted.requests("status")
+    assert len(checks) == 3
+    assert {(c["operationId"], c["partition"], c["version"]) for c in checks} == {
+        ("call-1:ledger", partition, 1)
+    }
+    reconcile()
+    assert len(scripted.requests("status")) == 3
+
+
+def test_attempts_running_out_make_a_dead_letter_never_a_success(
+    api: APIClient, session_id: str, scripted: Any
+) -> None:
+    scripted.tool = [ACCEPTED]
+    scripted.status = [status("accepted")]
+    remember(api, session_id)
+    reconcile(5)
+    [dead] = listed(api, "&state=dead")
+    assert (dead["state"], dead["attempts"]) == ("dead", 3)
+    assert len(scripted.requests("status")) == 3
+    assert AuditEntry.objects.filter(action="operation.dead_letter").count() == 1
+
+
+def test_a_provider_without_status_answers_dead_letters_with_the_error_kept(
+    api: APIClient, session_id: str, scripted: Any
+) -> None:
+    scripted.tool = [ACCEPTED]
+    scripted.status = [(404, {"error": {"code": "not_found", "message": "No status here."}})]
+    remember(api, session_id)
+    reconcile(4)
+    [dead] = listed(api)
+    assert dead["state"] == "dead"
+    assert "memory provider of 'ledger' failed" in dead["lastError"]
+
+
+def test_an_uncertain_write_is_an_open_operation_and_an_unknown_one_failed(
+    api: APIClient, session_id: str, scripted: Any
+) -> None:
+    scripted.tool = [None]
+    scripted.status = [status("unknown")]
+    response = remember(api, session_id)
+    assert response.json() == {"result": {"status": "uncertain"}}
+    [operation] = listed(api, "&state=queued")
+    assert operation["kind"] == "uncertain_write"
+    reconcile()
+    [failed] = listed(api)
+    assert (failed["state"], failed["lastError"]) == ("failed", "the provider answered unknown")
+
+
+def test_a_stored_write_and_a_read_leave_no_operation(
+    api: APIClient, session_id: str, scripted: Any
+) -> None:
+    scripted.tool = [(200, {"result": {"status": "stored"}})]
+    assert remember(api, session_id).json() == {"result": {"status": "stored"}}
+    assert listed(api) == []
+    assert not ProviderOperation.objects.exists()
+
+
+def test_owners_retry_and_discard_dead_letters_audited(
+    api: APIClient, session_id: str, scripted: Any
+) -> None:
+    dead = dead_letter(api, session_id, scripted)
+    url = f"{OPERATIONS}/{dead['id']}"
+    retried = post(api, f"{url}/retry?environment=development")
+    assert retried.status_code == 200, retried.json()
+    assert (retried.json()["state"], retried.json()["attempts"]) == ("queued", 0)
+    scripted.status = [status("stored")]
+    reconcile()
+    assert listed(api)[0]["state"] == "succeeded"
+    again = post(api, f"{url}/discard?environment=development")
+    assert again.status_code == 409
+    assert again.json()["error"]["code"] == "conflict"
+    assert listed(api)[0]["state"] == "succeeded"
+    retry_audit = AuditEntry.objects.get(action="operation.retry")
+    assert (retry_audit.actor.startswith("key:"), retry_audit.detail["operation"]) == (
+        True,
+        dead["id"],
+    )
+
+
+def test_a_dead_letter_discarded_stays_listed_and_is_never_checked_again(
+    api: APIClient, session_id: str, scripted: Any
+) -> None:
+    dead = dead_letter(api, session_id, scripted)
+    discarded = post(api, f"{OPERATIONS}/{dead['id']}/discard?environment=development")
+    assert discarded.status_code == 200
+    assert discarded.json()["state"] == "discarded"
+    checks = len(scripted.requests("status"))
+    reconcile(2)
+    assert len(scripted.requests("status")) == checks
+    assert listed(api, "&state=discarded")[0]["id"] == dead["id"]
+    assert AuditEntry.objects.filter(action="operation.discard").count() == 1
+
+
+def test_operations_are_listed_per_resource_and_per_session(
+    api: APIClient, session_id: str, scripted: Any
+) -> None:
+    scripted.tool = [ACCEPTED]
+    remember(api, session_id, "call-1")
+    remember(api, session_id, "call-2")
+    assert len(listed(api, f"&session={session_id}")) == 2
+    assert len(listed(api, "&resource=ledger")) == 2
+    assert listed(api, "&resource=notes") == []
+    assert listed(api, "&session=ses_other") == []
+    page = api.get(f"{OPERATIONS}?environment=development&state=open")
+    assert [o["callId"] for o in page.json()["operations"]] == ["call-2", "call-1"]
+
+
+def test_bad_listing_queries_are_400_and_change_nothing(api: APIClient, session_id: str) -> None:
+    assert api.get(OPERATIONS).status_code == 400
+    bad_state = api.get(f"{OPERATIONS}?environment=development&state=done")
+    assert bad_state.status_code == 400
+    assert "state must be one of" in bad_state.json()["error"]["message"]
+    assert api.get(f"{OPERATIONS}?environment=development&cursor=forged").status_code == 400
+    assert api.get(f"{OPERATIONS}?environment=development&state=a%00b").status_code == 400
+
+
+def test_operations_belong_to_their_project_and_writes_need_a_write_key(
+    client_for: Any, keys: Keys, session_id: str, scripted: Any, api: APIClient
+) -> None:
+    dead = dead_letter(api, session_id, scripted)
+    other = client_for(keys.other).get(f"{OPERATIONS}?environment=development")
+    assert other.status_code in {403, 404}
+    read_only = client_for(keys.read_only)
+    assert len(read_only.get(f"{OPERATIONS}?environment=development").json()["operations"]) == 1
+    refused = post(read_only, f"{OPERATIONS}/{dead['id']}/retry?environment=development")
+    assert refused.status_code == 403
+    missing = post(api, f"{OPERATIONS}/mop_nothing/retry?environment=development")
+    assert missing.status_code == 404
+    assert listed(api)[0]["state"] == "dead"
+
+
+# The Memory page.
+
+PAGE = "/projects/acme/development"
+
+
+def test_the_resource_and_session_pages_list_dead_letters_with_kind_attempts_and_error(
+    api: APIClient, session_id: str, scripted: Any, web: Any
+) -> None:
+    dead = dead_letter(api, session_id, scripted)
+    support = web("support")
+    for url in (f"{PAGE}/resources/ledger/", f"{PAGE}/sessions/{session_id}/"):
+        page = html_of(support.get(url))
+        assert dead["id"] in page
+        assert "Accepted Write" in page
+        assert "3 / 3" in page
+        assert f"{PAGE}/operations/{dead['id']}/retry/" in page
+    viewer = html_of(web("viewer").get(f"{PAGE}/resources/ledger/"))
+    assert dead["id"] in viewer
+    assert "/retry/" not in viewer
+
+
+def test_support_retries_and_discards_dead_letters_from_the_page_audited(
+    api: APIClient, session_id: str, scripted: Any, web: Any
+) -> None:
+    dead = dead_letter(api, session_id, scripted)
+    support = web("support")
+    back = f"{PAGE}/sessions/{session_id}/"
+    retried = support.post(f"{PAGE}/operations/{dead['id']}/retry/", {"next": back})
+    assert (retried.status_code, retried["Location"]) == (302, back)
+    assert ProviderOperation.objects.get(pk=dead["id"]).state == "queued"
+    assert AuditEntry.objects.get(action="operation.retry").actor == "user:sam"
+    reconcile(4)
+    discarded = support.post(f"{PAGE}/operations/{dead['id']}/discard/", {"next": "//evil.example"})
+    assert (discarded.status_code, discarded["Location"]) == (302, f"{PAGE}/")
+    assert ProviderOperation.objects.get(pk=dead["id"]).state == "discarded"
+    assert AuditEntry.objects.get(action="operation.discard").actor == "user:sam"
+
+
+def test_viewers_may_not_retry_or_discard(
+    api: APIClient, session_id: str, scripted: Any, web: Any
+) -> None:
+    dead = dead_letter(api, session_id, scripted)
+    viewer = web("viewer")
+    for action in ("retry", "discard"):
+        refused = viewer.post(f"{PAGE}/operations/{dead['id']}/{action}/")
+        assert refused.status_code == 403
+    assert ProviderOperation.objects.get(pk=dead["id"]).state == "dead"
+    assert not AuditEntry.objects.filter(action__in=["operation.retry", "operation.discard"])
+
+
+@pytest.mark.django_db
+def test_the_schema_declares_the_operation_and_cancel_routes(api: APIClient) -> None:
+    schema = api.get("/api/schema/?format=json").json()
+    paths = schema["paths"]
+    assert "get" in paths["/api/managed-agents/projects/{p}/memory/operations"]
+    assert "post" in paths["/api/managed-agents/projects/{p}/memory/operations/{o}/retry"]
+    assert "post" in paths["/api/managed-agents/sessions/{session_id}/memory/cancel"]
