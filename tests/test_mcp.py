@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import subprocess
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from contextlib import asynccontextmanager, closing
 from typing import Any
 
@@ -23,7 +23,8 @@ from memoryadmin.agents import mcp
 from memoryadmin.agents.models import Session
 from memoryadmin.agents.services import runtime
 from memoryadmin.agents.services.sessions import session_end
-from memoryadmin.memory.models import Document
+from memoryadmin.memory.models import Document, Project
+from memoryadmin.memory.services.keys import api_key_create
 from tests.helpers import ROOT, Keys, clean_env, freeze, manage, uvicorn_thread
 
 QUERY = "agent=support-bot@development&memory=notes=workshop:read-write&memory=kb"
@@ -43,6 +44,15 @@ async def connected(url: str, key: str | None) -> AsyncIterator[Client]:
         Client(streamable_http_client(url, http_client=http)) as client,
     ):
         yield client
+
+
+async def refusal(call: Awaitable[Any]) -> MCPError | None:
+    """The error a request is answered with, or None when it succeeds."""
+    try:
+        await call
+    except MCPError as exc:
+        return exc
+    return None
 
 
 def text_of(result: Any) -> Any:
@@ -149,6 +159,33 @@ def test_one_session_per_mcp_session_and_a_named_one_rejoins(
     assert "mcp/topic-7" in found
 
 
+def test_an_mcp_session_answers_only_the_key_that_opened_it(
+    endpoint: str, keys: Keys, project: Project, workshop: Document
+) -> None:
+    second = api_key_create(project_id=project.id)[1]
+
+    async def scenario() -> MCPError | None:
+        async with (
+            httpx2.AsyncClient(headers={"x-api-key": keys.owner}) as http,
+            Client(streamable_http_client(f"{endpoint}?{QUERY}", http_client=http)) as client,
+        ):
+            await client.list_tools()
+            http.headers["x-api-key"] = second
+            return await refusal(client.call_tool("memory_save", {"memory": "notes", "text": "x"}))
+
+    refused = run(scenario)
+    assert refused is not None
+    assert "another API key" in str(refused)
+    assert Document.objects.get(pk=workshop.pk).text == workshop.text
+
+
+def test_bodies_over_the_api_limit_are_refused(endpoint: str, keys: Keys) -> None:
+    body = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"x": "a" * 70_000}}
+    response = httpx.post(f"{endpoint}?{QUERY}", json=body, headers={"x-api-key": keys.owner})
+    assert response.status_code == 413
+    assert not Session.objects.exists()
+
+
 @pytest.mark.parametrize(
     ("who", "query", "status", "code"),
     [
@@ -182,11 +219,7 @@ def test_a_binding_refused_at_admission_fails_the_mcp_request(
     async def scenario() -> MCPError | None:
         url = f"{endpoint}?agent=support-bot@development&memory=notes=missing"
         async with connected(url, keys.owner) as client:
-            try:
-                await client.list_tools()
-            except MCPError as exc:
-                return exc
-        return None
+            return await refusal(client.list_tools())
 
     refused = run(scenario)
     assert refused is not None

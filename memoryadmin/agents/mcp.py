@@ -44,6 +44,7 @@ from memoryadmin.agents.models import Session
 from memoryadmin.agents.services import runtime
 from memoryadmin.agents.services.sessions import session_create, session_get
 from memoryadmin.memory.errors import DomainError, InvalidRequest, Unauthorized
+from memoryadmin.memory.limits import BODY_MAX_BYTES
 from memoryadmin.memory.models import ApiKey, Project
 from memoryadmin.memory.services.keys import api_key_authenticate
 from memoryadmin.memory.services.projects import project_for_key
@@ -362,16 +363,24 @@ class HttpDoors:
     """The doors of the HTTP endpoint's MCP sessions (at most HTTP_SESSIONS_MAX)."""
 
     def __init__(self) -> None:
-        self._doors: OrderedDict[str, MemoryDoor] = OrderedDict()
+        # MCP session id -> the door and who opened it with what.
+        self._doors: OrderedDict[str, tuple[MemoryDoor, tuple[Any, ...]]] = OrderedDict()
 
     async def door_for(self, ctx: ServerRequestContext[Any, Any]) -> MemoryDoor:
         request = ctx.request
         if not isinstance(request, Request):
             raise MCPError(code=types.INTERNAL_ERROR, message="No HTTP request.")
         mcp_session = request.headers.get("mcp-session-id", "")
-        door = self._doors.get(mcp_session)
+        config: HttpConfig = request.state.memoryadmin
+        opened_by = (config.key.pk, config.project.id, config.agent_id, config.memory)
+        found = self._doors.get(mcp_session)
+        if found is not None and found[1] != opened_by:
+            raise MCPError(
+                code=types.INVALID_REQUEST,
+                message="This MCP session was opened with another API key or URL.",
+            )
+        door = found[0] if found is not None else None
         if door is None:
-            config: HttpConfig = request.state.memoryadmin
             try:
                 door = await in_thread(
                     door_open,
@@ -383,7 +392,7 @@ class HttpDoors:
                 )
             except DomainError as exc:
                 raise _mcp_error(exc) from exc
-            self._doors[mcp_session] = door
+            self._doors[mcp_session] = (door, opened_by)
             while len(self._doors) > HTTP_SESSIONS_MAX:
                 self._doors.popitem(last=False)
         self._doors.move_to_end(mcp_session)
@@ -393,7 +402,9 @@ class HttpDoors:
 def http_app() -> Starlette:
     """The streamable-HTTP endpoint at /mcp/, behind the API key check."""
     doors = HttpDoors()
-    manager = StreamableHTTPSessionManager(app=build_server(doors.door_for, sessions=True))
+    manager = StreamableHTTPSessionManager(
+        app=build_server(doors.door_for, sessions=True), max_request_body_size=BODY_MAX_BYTES
+    )
 
     async def endpoint(scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope)
