@@ -11,6 +11,7 @@ import json
 import os
 import re
 import secrets
+import select
 import signal
 import socket
 import subprocess
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -502,6 +504,8 @@ class ScriptedProvider(ThreadingHTTPServer):
         self.status: list[Answer] = [(200, {"result": {"status": "stored"}})]
         self.seen: list[dict[str, Any]] = []
         self.release = threading.Event()
+        # Held requests whose connection the host closed before the answer.
+        self.abandoned = 0
 
     @property
     def origin(self) -> str:
@@ -539,7 +543,8 @@ class _ScriptedHandler(BaseHTTPRequestHandler):
         script = scripts.get(body["operation"], self.server.status)
         answer = script.pop(0) if len(script) > 1 else script[0]
         if answer == "hold":
-            self.server.release.wait(60)
+            if not self._hold():
+                return
             answer = script.pop(0) if len(script) > 1 else script[0]
         if answer is None or answer == "hold":
             self.close_connection = True
@@ -552,6 +557,17 @@ class _ScriptedHandler(BaseHTTPRequestHandler):
         self.end_headers()
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             self.wfile.write(data)
+
+    def _hold(self) -> bool:
+        """Waits for `release`; False (counted in `abandoned`) when the host closes the
+        connection first."""
+        while not self.server.release.wait(0.05):
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            if readable and self.connection.recv(1, socket.MSG_PEEK) == b"":
+                self.server.abandoned += 1
+                self.close_connection = True
+                return False
+        return True
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -579,3 +595,12 @@ def scripted_session(
     )
     assert response.status_code == 201, response.json()
     return str(response.json()["session"]["id"])
+
+
+def suite_database_url() -> str:
+    """The URL of the suite's PostgreSQL test database (test_<name>[_gwN]), for servers
+    and workers started as subprocesses to see the test's committed rows."""
+    db = connection.settings_dict
+    password = f":{quote(db['PASSWORD'])}" if db["PASSWORD"] else ""
+    host, port = db["HOST"] or "127.0.0.1", db["PORT"] or "5432"
+    return f"postgres://{quote(db['USER'] or '')}{password}@{host}:{port}/{quote(db['NAME'])}"

@@ -5,15 +5,17 @@ as an open operation."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 from typing import Any
 
+import httpx
 import pytest
 from rest_framework.test import APIClient
 
 from memoryadmin.agents.models import ProviderOperation, Recall
 from memoryadmin.memory.models import Project
-from tests.helpers import scripted_session
+from tests.helpers import gunicorn, scripted_session, suite_database_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -52,13 +54,17 @@ def in_thread(work: Any) -> tuple[threading.Thread, list[Any]]:
     return thread, out
 
 
-def wait_for_request(scripted: Any, operation: str) -> None:
+def wait_until(condition: Any, what: str) -> None:
     event = threading.Event()
     for _ in range(300):
-        if scripted.requests(operation):
+        if condition():
             return
         event.wait(0.05)
-    raise AssertionError(f"the provider never received the {operation}")
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def wait_for_request(scripted: Any, operation: str) -> None:
+    wait_until(lambda: scripted.requests(operation), f"the provider to receive the {operation}")
 
 
 def call_held(
@@ -136,3 +142,38 @@ def test_cancel_needs_a_write_key_of_the_sessions_project(
 ) -> None:
     assert cancel(client_for(keys.read_only), session_id, callId="c").status_code == 403
     assert cancel(client_for(keys.other), session_id, callId="c").status_code in {403, 404}
+
+
+@pytest.mark.postgres
+def test_a_client_that_goes_away_cancels_its_call_where_the_server_sees_it(
+    api: APIClient, session_id: str, scripted: Any, keys: Any, tmp_path: Any
+) -> None:
+    """Through gunicorn, which hands the app its client's socket: the host gives up on a
+    held write, the server stops the provider call and records the open operation."""
+    recall = post(api, f"{SESSIONS}/{session_id}/memory/recall", {"use": ["ledger"]})
+    scripted.tool = ["hold", (200, {"result": {"status": "stored"}})]
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "DATABASE_URL": suite_database_url(),
+        "DATABASE_POOL": "0",
+        "MEMORYADMIN_PROVIDER_DEADLINE_SECONDS": "30",
+    }
+    body = {
+        "recallId": recall.json()["recallId"],
+        "callId": "call-gone",
+        "name": "memory_remember",
+        "arguments": {"fact": "Tabs."},
+    }
+    with gunicorn(env) as base:
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(
+                f"{base}{SESSIONS}/{session_id}/memory/tool-calls",
+                json=body,
+                headers={"x-api-key": keys.owner},
+                timeout=httpx.Timeout(30, read=1.0),
+            )
+        wait_until(lambda: scripted.abandoned == 1, "the server to stop the provider call")
+        wait_until(ProviderOperation.objects.exists, "the open operation")
+    operation = ProviderOperation.objects.get()
+    assert (operation.kind, operation.call_id) == ("cancelled_write", "call-gone")

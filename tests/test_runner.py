@@ -13,17 +13,16 @@ from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import pytest
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from memoryadmin.memory.models import AuditEntry
 from memoryadmin.runner import jobs
 from memoryadmin.runner.jobs import durable, enqueue, job_run, jobs_due, jobs_run_due
 from memoryadmin.runner.models import Job, JobState
-from tests.helpers import is_postgres, manage
+from tests.helpers import is_postgres, manage, suite_database_url
 
 ROOT = Path(__file__).resolve().parent.parent
 CALLS: list[dict[str, Any]] = []
@@ -143,11 +142,7 @@ def test_only_durable_functions_run() -> None:
 
 def _database_url(tmp_path: Path) -> str:
     if is_postgres():
-        db = connection.settings_dict
-        password = f":{quote(db['PASSWORD'])}" if db["PASSWORD"] else ""
-        host, port = db["HOST"] or "127.0.0.1", db["PORT"] or "5432"
-        # The suite's test database, where this test's committed rows are.
-        return f"postgres://{quote(db['USER'] or '')}{password}@{host}:{port}/{quote(db['NAME'])}"
+        return suite_database_url()
     return f"sqlite:///{tmp_path}/worker.sqlite3"
 
 

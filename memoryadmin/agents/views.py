@@ -15,7 +15,9 @@ from memoryadmin.agents.representations import event_dict, sessions_dicts
 from memoryadmin.agents.services import runtime
 from memoryadmin.agents.services import sessions as session_services
 from memoryadmin.api.base import CURSOR, ENVIRONMENT, ERRORS, ApiView
+from memoryadmin.api.connections import client_gone_probe
 from memoryadmin.api.serializers import ErrorOutput, require_query_string, validated
+from memoryadmin.memory.cancellation import caller_connection
 from memoryadmin.memory.errors import InvalidRequest
 from memoryadmin.memory.models import Project
 from memoryadmin.memory.representations import deployments_dicts
@@ -192,12 +194,14 @@ class RecallView(SessionApiView):
     def post(self, request: Request, session_id: str) -> Response:
         session = self.session(request, session_id, write=True)
         data = validated(s.RecallInput, request)
-        body = runtime.recall_create(
-            session=session,
-            use=data.get("use", []),
-            input_text=(data.get("input") or {}).get("text"),
-            request_id=data.get("requestId"),
-        )
+        # A client that goes away cancels its provider calls, where the server can see it.
+        with caller_connection(client_gone_probe(request)):
+            body = runtime.recall_create(
+                session=session,
+                use=data.get("use", []),
+                input_text=(data.get("input") or {}).get("text"),
+                request_id=data.get("requestId"),
+            )
         return Response(body)
 
 
@@ -241,11 +245,12 @@ class ToolCallView(SessionApiView):
     def post(self, request: Request, session_id: str) -> Response:
         session = self.session(request, session_id, write=True)
         data = validated(s.ToolCallInput, request)
-        result = runtime.tool_call(
-            session=session,
-            recall_id=data["recallId"],
-            call_id=data["callId"],
-            name=data["name"],
-            arguments=data.get("arguments", {}),
-        )
+        with caller_connection(client_gone_probe(request)):
+            result = runtime.tool_call(
+                session=session,
+                recall_id=data["recallId"],
+                call_id=data["callId"],
+                name=data["name"],
+                arguments=data.get("arguments", {}),
+            )
         return Response({"result": result})

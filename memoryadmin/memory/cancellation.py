@@ -42,13 +42,19 @@ def cancel_request(*, session_id: str, ref: str) -> None:
 
 @dataclass
 class Cancellation:
-    """The cancellation of one caller's provider calls."""
+    """The cancellation of one caller's provider calls: by name through the shared cache
+    (`key`), or because the caller's connection closed (`gone`)."""
 
-    key: str
+    key: str | None
+    gone: Callable[[], bool] | None = None
     event: threading.Event = field(default_factory=threading.Event)
 
     def poll(self) -> bool:
-        if not self.event.is_set() and cache.get(self.key):
+        if self.event.is_set():
+            return True
+        if (self.key is not None and cache.get(self.key)) or (
+            self.gone is not None and self.gone()
+        ):
             self.event.set()
         return self.event.is_set()
 
@@ -80,14 +86,33 @@ def current_cancellation() -> Cancellation | None:
     return _current.get()
 
 
+_caller_gone: contextvars.ContextVar[Callable[[], bool] | None] = contextvars.ContextVar(
+    "caller_gone", default=None
+)
+
+
+@contextmanager
+def caller_connection(gone: Callable[[], bool] | None) -> Iterator[None]:
+    """Inside the block, calls also stop when `gone()` says the caller went away (a door
+    that can see its client's connection passes a probe of it)."""
+    token = _caller_gone.set(gone)
+    try:
+        yield
+    finally:
+        _caller_gone.reset(token)
+
+
 @contextmanager
 def cancellation_scope(*, session_id: str, ref: str | None) -> Iterator[Cancellation | None]:
-    """The cancellation of the calls made inside the block (none without a `ref`)."""
-    if not ref:
+    """The cancellation of the calls made inside the block: by `ref` through the cancel
+    endpoint, and by the caller's connection closing where the door can see it."""
+    gone = _caller_gone.get()
+    if not ref and gone is None:
         yield None
         return
-    token = _current.set(Cancellation(key=_key(session_id, ref)))
+    cancellation = Cancellation(key=_key(session_id, ref) if ref else None, gone=gone)
+    token = _current.set(cancellation)
     try:
-        yield _current.get()
+        yield cancellation
     finally:
         _current.reset(token)

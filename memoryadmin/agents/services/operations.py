@@ -30,7 +30,7 @@ from memoryadmin.agents.models import (
 from memoryadmin.memory.cursors import keyset_page
 from memoryadmin.memory.environments import check_environment
 from memoryadmin.memory.errors import Conflict, InvalidRequest, NotFound
-from memoryadmin.memory.models import Project
+from memoryadmin.memory.models import Project, Resource
 from memoryadmin.memory.providers import provider_for, provider_kinds
 from memoryadmin.memory.representations import iso_ms
 from memoryadmin.memory.services.audit import audit_record
@@ -70,17 +70,45 @@ def operation_record(
     call_id: str = "",
 ) -> ProviderOperation:
     """Records an open operation of a session's binding and schedules its reconciliation."""
+    return operation_open(
+        resource=binding.resource,
+        namespace=binding.target_id,
+        session=session,
+        principal=f"session:{session.id} agent:{session.agent}",
+        deployment_id=session.deployment_id,
+        kind=kind,
+        provider_operation=provider_operation,
+        tool=tool,
+        call_id=call_id,
+    )
+
+
+def operation_open(
+    *,
+    resource: Resource,
+    namespace: str,
+    principal: str,
+    kind: str,
+    provider_operation: str,
+    session: Session | None = None,
+    deployment_id: str = "",
+    tool: str = "",
+    call_id: str = "",
+) -> ProviderOperation:
+    """Records an open operation on a resource's records (a session's write, or an owner's
+    update or delete of records that live with the provider, `principal` naming who) and
+    schedules its reconciliation, in the caller's transaction."""
     now = _now()
     with transaction.atomic():
         operation = ProviderOperation.objects.create(
             id="mop_" + secrets.token_hex(12),
-            project_id=session.project_id,
-            environment=session.environment,
-            resource=binding.resource,
-            namespace=binding.target_id,
+            project_id=resource.project_id,
+            environment=resource.environment,
+            resource=resource,
+            namespace=namespace,
             session=session,
-            principal=f"session:{session.id} agent:{session.agent}",
-            deployment_id=session.deployment_id,
+            principal=principal,
+            deployment_id=deployment_id,
             kind=kind,
             provider_operation=provider_operation,
             tool=tool,
