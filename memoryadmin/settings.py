@@ -467,3 +467,6 @@ AXES_VERBOSE = False
 # (see memoryadmin.web.services.lockouts.client_address).
 MEMORYADMIN_PROXY_COUNT = env_int("MEMORYADMIN_PROXY_COUNT", 0)
 AXES_CLIENT_IP_CALLABLE = "memoryadmin.web.services.lockouts.client_address"
+
+# How long an agent's proposal waits for a decision before it expires.
+MEMORYADMIN_PROPOSAL_TTL_HOURS = env_int("MEMORYADMIN_PROPOSAL_TTL_HOURS", 24 * 7, minimum=1)

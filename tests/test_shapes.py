@@ -139,6 +139,8 @@ PAIRS = [
     (agent_shapes.RecallOutput, sdk.Recall),
     (api_shapes.OperationOutput, sdk.Operation),
     (api_shapes.OperationPageOutput, sdk.OperationPage),
+    (api_shapes.ProposalOutput, sdk.Proposal),
+    (api_shapes.ProposalPageOutput, sdk.ProposalPage),
 ]
 
 
@@ -214,6 +216,21 @@ def responses(api: APIClient, project: Project) -> dict[str, Any]:
     keep("versions", api.get(f"{DOCS}/workshop/versions{DEV}"))
     keep("versions_with_text", api.get(f"{DOCS}/workshop/versions{DEV}&include=text"))
     keep("session", api.get(session))
+    # A save under review: a proposal, listed, then rejected.
+    revision = api.get(f"{DOCS}/workshop{DEV}").json()["revision"]
+    api.patch(
+        f"{DOCS}/workshop{DEV}",
+        data=json.dumps({"agentWrites": "review"}),
+        content_type="application/json",
+        HTTP_IF_MATCH=f'"{revision}"',
+    )
+    recall = post(api, f"{session}/memory/recall", {"use": ["notes"]}).json()
+    call = {**call, "recallId": recall["recallId"], "callId": "c2"}
+    proposed = post(api, f"{session}/memory/tool-calls", call).json()["result"]
+    assert proposed["status"] == "proposed"
+    keep("proposals", api.get(f"{PROJECT}/memory/proposals{DEV}"))
+    rejected = f"{PROJECT}/memory/proposals/{proposed['proposalId']}/reject{DEV}"
+    keep("proposal_reject", post(api, rejected, {"reason": "No."}))
     # A namespace binding (never recalled here: its provider is not running).
     body = {
         "agentId": "support-bot@development",
@@ -262,6 +279,8 @@ SCHEMA = {
     "deployments": api_shapes.DeploymentListOutput,
     "deployment": api_shapes.DeploymentOutput,
     "inventory": api_shapes.InventoryOutput,
+    "proposals": api_shapes.ProposalPageOutput,
+    "proposal_reject": api_shapes.ProposalOutput,
     "secrets": provider_views.SecretListOutput,
     "error_with_details": api_shapes.ErrorOutput,
     "error": api_shapes.ErrorOutput,
@@ -277,6 +296,8 @@ CLIENT = {
     "events": sdk.EventPage,
     "recall": sdk.Recall,
     "deployment": sdk.Deployment,
+    "proposals": sdk.ProposalPage,
+    "proposal_reject": sdk.Proposal,
 }
 
 

@@ -26,12 +26,13 @@ from memoryadmin.memory.errors import InvalidRequest, LimitExceeded, NotFound, P
 from memoryadmin.memory.limits import (
     DOCUMENT_ID_RE,
     MAX_BYTES_DEFAULT,
+    MAX_BYTES_MAX,
     OVERVIEW_MAX_BYTES,
     OVERVIEW_MAX_ENTRIES,
     check_max_bytes,
     utf8_len,
 )
-from memoryadmin.memory.models import Document, Resource, WriterKind
+from memoryadmin.memory.models import Document, Proposal, Resource, WriterKind
 from memoryadmin.memory.providers import (
     MemoryProvider,
     Projection,
@@ -44,10 +45,11 @@ from memoryadmin.memory.services.documents import (
     Writer,
     document_get,
     document_list,
-    document_replace,
 )
+from memoryadmin.memory.services.proposals import document_agent_save
 
 KIND = "document"
+REVIEW_PREFIXES_MAX = 20
 
 
 def rejected(reason: str, **extra: Any) -> Result:
@@ -195,9 +197,13 @@ def _arguments(tool: Tool, raw: dict[str, Any]) -> None:
             raise InvalidToolArguments(f"{tool.name}: '{name}' must be a string.")
 
 
-def _save(*, session: Session, recall: Recall, binding: Binding, args: dict[str, Any]) -> Result:
+def _save(
+    *, session: Session, recall: Recall, binding: Binding, args: dict[str, Any], call_id: str
+) -> Result:
     resource = binding.resource
-    writer = Writer(kind=WriterKind.AGENT, session_id=session.id)
+    writer = Writer(
+        kind=WriterKind.AGENT, session_id=session.id, recall_id=recall.id, call_id=call_id
+    )
     with transaction.atomic():
         # The session lock orders this save against session end: an end that
         # committed first is seen here, and an end that comes later waits.
@@ -205,15 +211,15 @@ def _save(*, session: Session, recall: Recall, binding: Binding, args: dict[str,
         if not locked.is_active:
             return rejected("session_closed")
         try:
-            document = document_replace(
+            # Under review this records a proposal and leaves the document as it is.
+            document = document_agent_save(
                 resource=resource,
                 doc_id=binding.target_id,
                 expected_revision=recall.revisions.get(resource.resource_id, ""),
                 text=args["text"],
                 summary=args.get("summary"),
-                actor=f"agent:{session.id}",
                 writer=writer,
-                action="save",
+                agent=session.agent,
             )
         except AgentWritesDisabled:
             return rejected("agent_writes_disabled")
@@ -227,6 +233,8 @@ def _save(*, session: Session, recall: Recall, binding: Binding, args: dict[str,
             if found is None:
                 return rejected("not_found")
             return {"status": "conflict", "text": found.text, "summary": found.summary}
+        if isinstance(document, Proposal):
+            return {"status": "proposed", "proposalId": document.id}
         event_append(
             session=locked,
             type=EventType.MEMORY_SAVED,
@@ -240,7 +248,9 @@ def _save(*, session: Session, recall: Recall, binding: Binding, args: dict[str,
     return {"status": "saved", "revision": document.revision, "bytes": document.bytes}
 
 
-def _read(*, session: Session, recall: Recall, binding: Binding, args: dict[str, Any]) -> Result:
+def _read(
+    *, session: Session, recall: Recall, binding: Binding, args: dict[str, Any], **_: str
+) -> Result:
     if not Session.objects.active().filter(pk=session.pk).exists():
         return rejected("session_closed")
     doc_id = args["id"]
@@ -253,7 +263,9 @@ def _read(*, session: Session, recall: Recall, binding: Binding, args: dict[str,
     return tool_document_dict(document, include_text=True)
 
 
-def _list(*, session: Session, recall: Recall, binding: Binding, args: dict[str, Any]) -> Result:
+def _list(
+    *, session: Session, recall: Recall, binding: Binding, args: dict[str, Any], **_: str
+) -> Result:
     if not Session.objects.active().filter(pk=session.pk).exists():
         return rejected("session_closed")
     try:
@@ -306,13 +318,57 @@ TOOLS: dict[str, Tool] = {
 }
 
 
+def _review_policy(raw: object, where: str) -> dict[str, Any]:
+    """Which agent writes review catches: changes over N bytes, ids with a prefix."""
+    if not isinstance(raw, dict) or set(raw) - {"overBytes", "idPrefixes"}:
+        raise InvalidRequest(f"{where} must be an object with overBytes and/or idPrefixes.")
+    policy: dict[str, Any] = {}
+    if "overBytes" in raw:
+        over = raw["overBytes"]
+        if not isinstance(over, int) or isinstance(over, bool) or not 0 <= over <= MAX_BYTES_MAX:
+            raise InvalidRequest(f"{where}.overBytes must be an integer 0-{MAX_BYTES_MAX}.")
+        policy["overBytes"] = over
+    if "idPrefixes" in raw:
+        prefixes = raw["idPrefixes"]
+        if (
+            not isinstance(prefixes, list)
+            or not 1 <= len(prefixes) <= REVIEW_PREFIXES_MAX
+            or not all(isinstance(p, str) and DOCUMENT_ID_RE.fullmatch(p) for p in prefixes)
+        ):
+            raise InvalidRequest(
+                f"{where}.idPrefixes must be 1-{REVIEW_PREFIXES_MAX} document id prefixes."
+            )
+        policy["idPrefixes"] = sorted(set(prefixes))
+    if not policy:
+        raise InvalidRequest(f"{where} needs overBytes, idPrefixes or both.")
+    return policy
+
+
+def _review_settings(provider: dict[str, Any], where: str) -> dict[str, Any]:
+    """A resource's default write mode for agents (`review` or the default `enabled`) and
+    the policy that narrows review."""
+    agent_writes = provider.get("agentWrites", "enabled")
+    if agent_writes not in ("enabled", "review"):
+        raise InvalidRequest(f"{where}.provider.agentWrites must be 'enabled' or 'review'.")
+    if agent_writes != "review":
+        if "reviewPolicy" in provider:
+            raise InvalidRequest(f"{where}.provider.reviewPolicy needs agentWrites 'review'.")
+        return {}
+    settings: dict[str, Any] = {"agentWrites": "review"}
+    if "reviewPolicy" in provider:
+        settings["reviewPolicy"] = _review_policy(
+            provider["reviewPolicy"], f"{where}.provider.reviewPolicy"
+        )
+    return settings
+
+
 class DocumentProvider(MemoryProvider):
     kind = KIND
     keeps_documents = True
     reserved_tools = tuple(TOOLS)
 
     def normalize(self, provider: dict[str, Any], where: str) -> dict[str, Any]:
-        unknown = set(provider) - {"kind", "maxBytes"}
+        unknown = set(provider) - {"kind", "maxBytes", "agentWrites", "reviewPolicy"}
         if unknown:
             raise InvalidRequest(
                 f"{where}.provider has unknown fields: {', '.join(sorted(unknown))}."
@@ -322,7 +378,7 @@ class DocumentProvider(MemoryProvider):
             check_max_bytes(max_bytes)
         except InvalidRequest as exc:
             raise InvalidRequest(f"{where}.provider.{exc.message}") from exc
-        return {"kind": KIND, "maxBytes": max_bytes}
+        return {"kind": KIND, "maxBytes": max_bytes, **_review_settings(provider, where)}
 
     def admit(self, *, spec: BindingSpec, resource: Resource) -> None:
         if spec.scope == Scope.NAMESPACE:
@@ -384,4 +440,10 @@ class DocumentProvider(MemoryProvider):
         arguments: dict[str, Any],
     ) -> Result:
         tool: Tool = target.offer.spec
-        return tool.run(session=session, recall=recall, binding=target.binding, args=arguments)
+        return tool.run(
+            session=session,
+            recall=recall,
+            binding=target.binding,
+            args=arguments,
+            call_id=call_id,
+        )

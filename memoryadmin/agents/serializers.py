@@ -157,6 +157,6 @@ class CancelOutput(serializers.Serializer):
 
 class ToolCallOutput(serializers.Serializer):
     result = serializers.DictField(
-        help_text="The tool's result, passed to the model unchanged: saved, conflict, "
-        "rejected, a document, or a page of documents."
+        help_text="The tool's result, passed to the model unchanged: saved, proposed "
+        "(a document under review), conflict, rejected, a document, or a page of documents."
     )

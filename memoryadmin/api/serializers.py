@@ -49,7 +49,7 @@ def validated(serializer_class: type[StrictSerializer], request: Request) -> dic
 
 class AgentWritesField(serializers.ChoiceField):
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(choices=["enabled", "disabled"], **kwargs)
+        super().__init__(choices=["enabled", "disabled", "review"], **kwargs)
 
 
 class DocumentCreateInput(StrictSerializer):
@@ -126,9 +126,22 @@ class DocumentPageOutput(serializers.Serializer):
     nextCursor = serializers.CharField(allow_null=True)
 
 
+class OriginOutput(serializers.Serializer):
+    actor = serializers.CharField(
+        required=False,
+        help_text="Absent on versions written before provenance was recorded. "
+        'Who wrote: "user:<name>", "key:<prefix>", "cli:<os user>" or "agent:<session>".',
+    )
+    sessionId = serializers.CharField(required=False)
+    recallId = serializers.CharField(required=False)
+    callId = serializers.CharField(required=False)
+    proposalId = serializers.CharField(required=False, help_text="The approved proposal.")
+
+
 class VersionOutput(serializers.Serializer):
     revision = serializers.CharField()
     writer = WriterOutput()
+    origin = OriginOutput()
     bytes = serializers.IntegerField()
     title = serializers.CharField()
     summary = serializers.CharField()
@@ -140,6 +153,46 @@ class VersionOutput(serializers.Serializer):
 
 class VersionPageOutput(serializers.Serializer):
     versions = VersionOutput(many=True)
+    nextCursor = serializers.CharField(allow_null=True)
+
+
+class ProposalApproveInput(StrictSerializer):
+    text = StrictCharField(required=False, help_text="The approver's edit of the proposed text.")
+    summary = StrictCharField(required=False)
+
+
+class ProposalRejectInput(StrictSerializer):
+    reason = StrictCharField(allow_blank=False)
+
+
+class ProposalOutput(serializers.Serializer):
+    id = serializers.CharField()
+    resource = serializers.CharField()
+    documentId = serializers.CharField()
+    state = serializers.ChoiceField(choices=["pending", "approved", "rejected", "expired"])
+    text = serializers.CharField()
+    summary = serializers.CharField(allow_null=True, help_text="null: the summary is kept.")
+    bytes = serializers.IntegerField()
+    baseRevision = serializers.CharField(help_text="The revision the agent read.")
+    currentRevision = serializers.CharField(
+        allow_null=True, help_text="The document's revision now; null once it is deleted."
+    )
+    sessionId = serializers.CharField()
+    agent = serializers.CharField()
+    recallId = serializers.CharField()
+    callId = serializers.CharField()
+    createdAt = serializers.DateTimeField()
+    expiresAt = serializers.DateTimeField()
+    decidedAt = serializers.DateTimeField(allow_null=True)
+    decidedBy = serializers.CharField()
+    reason = serializers.CharField()
+    appliedRevision = serializers.CharField(
+        allow_null=True, help_text="The document revision an approval wrote."
+    )
+
+
+class ProposalPageOutput(serializers.Serializer):
+    proposals = ProposalOutput(many=True)
     nextCursor = serializers.CharField(allow_null=True)
 
 

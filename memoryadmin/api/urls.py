@@ -7,6 +7,7 @@ from memoryadmin.api import key_views, operation_views, views
 DOCUMENTS = "projects/<str:p>/memory/<str:r>/documents"
 KEYS = "projects/<str:p>/api-keys"
 OPERATIONS = "projects/<str:p>/memory/operations"
+PROPOSALS = "projects/<str:p>/memory/proposals"
 
 urlpatterns = [
     path("projects", views.ProjectListView.as_view(), name="api-projects"),
@@ -46,6 +47,19 @@ urlpatterns = [
         f"{OPERATIONS}/<str:o>/discard",
         operation_views.OperationDiscardView.as_view(),
         name="api-operation-discard",
+    ),
+    # After the document routes: a resource may be called "proposals".
+    path(PROPOSALS, views.ProposalListView.as_view(), name="api-proposals"),
+    path(f"{PROPOSALS}/<str:proposal_id>", views.ProposalDetailView.as_view(), name="api-proposal"),
+    path(
+        f"{PROPOSALS}/<str:proposal_id>/approve",
+        views.ProposalApproveView.as_view(),
+        name="api-proposal-approve",
+    ),
+    path(
+        f"{PROPOSALS}/<str:proposal_id>/reject",
+        views.ProposalRejectView.as_view(),
+        name="api-proposal-reject",
     ),
     path(KEYS, key_views.ApiKeyListView.as_view(), name="api-keys"),
     path(f"{KEYS}/<str:k>/revoke", key_views.ApiKeyRevokeView.as_view(), name="api-key-revoke"),

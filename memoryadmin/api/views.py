@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
@@ -17,16 +18,18 @@ from memoryadmin.api import serializers as s
 from memoryadmin.api.base import CURSOR, ENVIRONMENT, ERRORS, WRITE_ERRORS, ApiView
 from memoryadmin.api.conditions import etag, put_mode, required_if_match
 from memoryadmin.memory.errors import InvalidRequest
-from memoryadmin.memory.limits import check_agent_writes
-from memoryadmin.memory.models import Deployment, Document, Resource
+from memoryadmin.memory.limits import agent_write_fields, check_agent_writes
+from memoryadmin.memory.models import Deployment, Document, Proposal, Resource
 from memoryadmin.memory.representations import (
     deployments_dicts,
     document_dict,
     project_dict,
+    proposal_dict,
     version_dict,
 )
 from memoryadmin.memory.services import deployments as deployment_services
 from memoryadmin.memory.services import documents as document_services
+from memoryadmin.memory.services import proposals as proposal_services
 from memoryadmin.memory.services.projects import projects_for_key
 
 IF_MATCH = OpenApiParameter(
@@ -149,14 +152,27 @@ class DocumentListView(ApiView):
             resource=resource, cursor=self.cursor(request)
         )
         documents = [
-            document_dict(row, max_bytes=resource.max_bytes, include_text=False) for row in rows
+            document_dict(
+                row,
+                max_bytes=resource.max_bytes,
+                include_text=False,
+                review_default=resource.review_default,
+            )
+            for row in rows
         ]
         return Response({"documents": documents, "nextCursor": next_cursor})
 
 
+def _write_mode(value: object) -> dict[str, bool]:
+    """No agentWrites: the document follows its resource's default."""
+    return {} if value is None else agent_write_fields(check_agent_writes(value))
+
+
 def _document_response(document: Document, resource: Resource, status: int = 200) -> Response:
     return Response(
-        document_dict(document, max_bytes=resource.max_bytes),
+        document_dict(
+            document, max_bytes=resource.max_bytes, review_default=resource.review_default
+        ),
         status=status,
         headers={"ETag": etag(document.revision)},
     )
@@ -195,7 +211,7 @@ class DocumentDetailView(ApiView):
                 title=data["title"],
                 text=data.get("text", ""),
                 summary=data.get("summary", ""),
-                agent_writes=check_agent_writes(data.get("agentWrites", "enabled")),
+                **_write_mode(data.get("agentWrites")),
                 actor=self.actor(request),
             )
             return _document_response(document, resource, status=201)
@@ -221,13 +237,12 @@ class DocumentDetailView(ApiView):
         resource = self.resource(request, p, r, write=True)
         revision = required_if_match(request)
         data = s.validated(s.DocumentPatchInput, request)
-        agent_writes = data.get("agentWrites")
         document = document_services.document_patch(
             resource=resource,
             doc_id=doc_id,
             expected_revision=revision,
             title=data.get("title"),
-            agent_writes=None if agent_writes is None else check_agent_writes(agent_writes),
+            **_write_mode(data.get("agentWrites")),
             actor=self.actor(request),
         )
         return _document_response(document, resource)
@@ -271,3 +286,114 @@ class DocumentVersionsView(ApiView):
                 "nextCursor": next_cursor,
             }
         )
+
+
+PROPOSAL_STATE = OpenApiParameter(
+    "state",
+    OpenApiTypes.STR,
+    OpenApiParameter.QUERY,
+    enum=["pending", "approved", "rejected", "expired"],
+    description="Default pending.",
+)
+IF_MATCH_CURRENT = OpenApiParameter(
+    "If-Match",
+    OpenApiTypes.STR,
+    OpenApiParameter.HEADER,
+    required=True,
+    description='The current revision of the document, quoted: "<revision>".',
+)
+
+
+def _proposal_body(proposal: Proposal) -> dict[str, Any]:
+    return proposal_dict(proposal, now=timezone.now())
+
+
+class ProposalListView(ApiView):
+    @extend_schema(
+        parameters=[
+            ENVIRONMENT,
+            PROPOSAL_STATE,
+            CURSOR,
+            OpenApiParameter("resource", OpenApiTypes.STR, OpenApiParameter.QUERY),
+        ],
+        responses={200: s.ProposalPageOutput, **ERRORS},
+        operation_id="proposals_list",
+    )
+    def get(self, request: Request, p: str) -> Response:
+        project = self.project(request, p)
+        proposals, next_cursor = proposal_services.proposal_list(
+            project=project,
+            environment=self.environment(request),
+            state=s.require_query_string(request, "state") or "pending",
+            resource_id=s.require_query_string(request, "resource") or "",
+            cursor=self.cursor(request),
+        )
+        return Response(
+            {"proposals": [_proposal_body(x) for x in proposals], "nextCursor": next_cursor}
+        )
+
+
+class ProposalDetailView(ApiView):
+    @extend_schema(
+        parameters=[ENVIRONMENT],
+        responses={200: s.ProposalOutput, **ERRORS},
+        operation_id="proposals_retrieve",
+    )
+    def get(self, request: Request, p: str, proposal_id: str) -> Response:
+        proposal = proposal_services.proposal_get(
+            project=self.project(request, p),
+            environment=self.environment(request),
+            proposal_id=proposal_id,
+        )
+        return Response(_proposal_body(proposal))
+
+
+class ProposalApproveView(ApiView):
+    @extend_schema(
+        parameters=[ENVIRONMENT, IF_MATCH_CURRENT],
+        request=s.ProposalApproveInput,
+        responses={200: s.DocumentOutput, 409: s.ErrorOutput, **WRITE_ERRORS},
+        operation_id="proposals_approve",
+        description="Writes the proposal (or `text`, the approver's edit of it) on top of "
+        "the current revision named by If-Match. 412 when the document moved: details "
+        "carry currentRevision and, when the changes do not overlap, the merged text. "
+        "409 proposal_decided when it is no longer pending.",
+    )
+    def post(self, request: Request, p: str, proposal_id: str) -> Response:
+        project = self.project(request, p, write=True)
+        environment = self.environment(request)
+        revision = required_if_match(request)
+        data = s.validated(s.ProposalApproveInput, request)
+        document = proposal_services.proposal_approve(
+            project=project,
+            environment=environment,
+            proposal_id=proposal_id,
+            expected_revision=revision,
+            text=data.get("text"),
+            summary=data.get("summary"),
+            actor=self.actor(request),
+        )
+        resource = deployment_services.resource_get(
+            project=project, environment=environment, resource_id=document.resource.resource_id
+        )
+        return _document_response(document, resource)
+
+
+class ProposalRejectView(ApiView):
+    @extend_schema(
+        parameters=[ENVIRONMENT],
+        request=s.ProposalRejectInput,
+        responses={200: s.ProposalOutput, 409: s.ErrorOutput, **ERRORS},
+        operation_id="proposals_reject",
+    )
+    def post(self, request: Request, p: str, proposal_id: str) -> Response:
+        project = self.project(request, p, write=True)
+        data = s.validated(s.ProposalRejectInput, request)
+        proposal = proposal_services.proposal_reject(
+            project=project,
+            environment=self.environment(request),
+            proposal_id=proposal_id,
+            reason=data["reason"],
+            actor=self.actor(request),
+        )
+        return Response(_proposal_body(proposal))

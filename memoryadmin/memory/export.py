@@ -33,7 +33,7 @@ from memoryadmin.memory.errors import (
     PreconditionFailed,
 )
 from memoryadmin.memory.jsonbody import json_parse
-from memoryadmin.memory.limits import check_agent_writes, check_resource_id
+from memoryadmin.memory.limits import agent_write_fields, check_agent_writes, check_resource_id
 from memoryadmin.memory.models import Document, Project, Resource
 from memoryadmin.memory.providers import keeps_documents, kinds_keeping_documents
 from memoryadmin.memory.representations import document_dict, iso_ms
@@ -67,7 +67,14 @@ class ExportSnapshot:
         """(resource id, document object) for every live document, resource by resource."""
         for resource in self.resource_rows:
             for document in _documents_of(resource, self):
-                yield resource.resource_id, document_dict(document, max_bytes=resource.max_bytes)
+                yield (
+                    resource.resource_id,
+                    document_dict(
+                        document,
+                        max_bytes=resource.max_bytes,
+                        review_default=resource.review_default,
+                    ),
+                )
 
     def manifest(self) -> dict[str, Any]:
         return {
@@ -296,5 +303,7 @@ def _document_fields(data: object, doc_id: str) -> dict[str, Any]:
         if not isinstance(value, str):
             raise InvalidRequest(f"{name} must be a string.")
         fields[name] = value
-    fields["agent_writes"] = check_agent_writes(data.get("agentWrites", "enabled"))
+    # An exported document states its mode as it was shown: it is kept as the
+    # document's own setting.
+    fields.update(agent_write_fields(check_agent_writes(data.get("agentWrites", "enabled"))))
     return fields

@@ -120,10 +120,30 @@ def check_summary(value: str) -> str:
     return value
 
 
-def check_agent_writes(value: object) -> bool:
-    """Returns True when agent writes are enabled."""
-    if value == "enabled":
-        return True
-    if value == "disabled":
-        return False
-    raise InvalidRequest("agentWrites must be 'enabled' or 'disabled'.")
+AGENT_WRITE_MODES = ("enabled", "disabled", "review")
+
+
+def check_agent_writes(value: object) -> str:
+    """One of enabled, disabled or review."""
+    if isinstance(value, str) and value in AGENT_WRITE_MODES:
+        return value
+    raise InvalidRequest("agentWrites must be 'enabled', 'disabled' or 'review'.")
+
+
+def agent_write_fields(mode: str) -> dict[str, bool]:
+    """The document fields that say a write mode set on the document itself.
+
+    Disabled is a freeze: it keeps whether the document is reviewed, so an
+    unfreeze returns to it.
+    """
+    if mode == "disabled":
+        return {"agent_writes": False}
+    return {"agent_writes": True, "agent_review": mode == "review"}
+
+
+def agent_writes_shown(*, agent_writes: bool, agent_review: bool | None, default: bool) -> str:
+    """The mode a document is in: its own setting, else its resource's default."""
+    if not agent_writes:
+        return "disabled"
+    reviewed = default if agent_review is None else agent_review
+    return "review" if reviewed else "enabled"

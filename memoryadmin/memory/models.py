@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.db import models
 from django.db.models import Q
 
@@ -113,6 +115,17 @@ class Resource(models.Model):
         """Whether its provider kind keeps documents here (see memory/providers.py)."""
         return keeps_documents(self)
 
+    @property
+    def review_default(self) -> bool:
+        """Whether the manifest sends agent writes of this resource's documents to review."""
+        return bool(self.config.get("agentWrites") == "review")
+
+    @property
+    def review_policy(self) -> dict[str, object]:
+        """Which writes review catches when it is the resource default (empty: all of them)."""
+        policy = self.config.get("reviewPolicy") or {}
+        return dict(policy)
+
 
 class DocumentQuerySet(models.QuerySet["Document"]):
     def live(self) -> DocumentQuerySet:
@@ -126,6 +139,9 @@ class Document(models.Model):
     text = models.TextField(blank=True)
     summary = models.CharField(max_length=240, blank=True)
     agent_writes = models.BooleanField(default=True)
+    # Agent saves become proposals: True on this document, False never, None as
+    # the resource's manifest says. A freeze (agent_writes False) wins over both.
+    agent_review = models.BooleanField(null=True, blank=True, default=None)
     revision = models.CharField(max_length=40)
     bytes = models.PositiveIntegerField(default=0)
     updated_at = models.DateTimeField()
@@ -168,8 +184,11 @@ class DocumentVersion(models.Model):
     text = models.TextField(blank=True)
     bytes = models.PositiveIntegerField(default=0)
     agent_writes = models.BooleanField(default=True)
-    # What the write did: create, replace, patch, restore or save (agent).
+    # What the write did: create, replace, patch, restore, save (agent) or approve.
     action = models.CharField(max_length=16)
+    # Where the write came from: the acting user, key or operating-system user,
+    # and for agents their session, recall, tool call and approved proposal.
+    origin = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField()
 
     class Meta:
@@ -180,6 +199,67 @@ class DocumentVersion(models.Model):
 
     def __str__(self) -> str:
         return f"{self.document_id}@{self.revision}"
+
+
+class ProposalState(models.TextChoices):
+    PENDING = "pending"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    EXPIRED = "expired"
+
+
+class ProposalQuerySet(models.QuerySet["Proposal"]):
+    def in_state(self, state: str, *, now: datetime) -> ProposalQuerySet:
+        """Expiry is a matter of time, not of a job: a pending proposal past its
+        expiry is expired for every reader and can no longer be decided."""
+        if state == ProposalState.PENDING:
+            return self.filter(state=state, expires_at__gt=now)
+        if state == ProposalState.EXPIRED:
+            return self.filter(Q(state=state) | Q(state=ProposalState.PENDING, expires_at__lte=now))
+        return self.filter(state=state)
+
+
+class Proposal(models.Model):
+    """An agent save held for an owner's decision instead of being written."""
+
+    id = models.CharField(primary_key=True, max_length=40)
+    document = models.ForeignKey(Document, on_delete=models.CASCADE, related_name="proposals")
+    state = models.CharField(
+        max_length=8, choices=ProposalState.choices, default=ProposalState.PENDING
+    )
+    text = models.TextField(blank=True)
+    # None: the save left the summary as it was; "" clears it, so the two differ.
+    summary = models.CharField(max_length=240, null=True, blank=True)  # noqa: DJ001
+    bytes = models.PositiveIntegerField(default=0)
+    # The revision the agent read (from its recall).
+    base_revision = models.CharField(max_length=40)
+    session_id = models.CharField(max_length=40)
+    agent = models.CharField(max_length=64, blank=True)
+    recall_id = models.CharField(max_length=40, blank=True)
+    call_id = models.CharField(max_length=256, blank=True)
+    created_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decided_by = models.CharField(max_length=200, blank=True)
+    reason = models.CharField(max_length=500, blank=True)
+    # The document revision the approval wrote.
+    applied_revision = models.CharField(max_length=40, blank=True)
+
+    objects = ProposalQuerySet.as_manager()
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["document", "state", "-created_at"], name="proposal_by_document"),
+            models.Index(fields=["state", "-created_at"], name="proposal_by_state"),
+        ]
+
+    def __str__(self) -> str:
+        return self.id
+
+    def state_at(self, now: datetime) -> str:
+        if self.state == ProposalState.PENDING and self.expires_at <= now:
+            return ProposalState.EXPIRED
+        return self.state
 
 
 class AuditEntry(models.Model):

@@ -8,7 +8,15 @@ from typing import Any
 
 from django.db.models import Model
 
-from memoryadmin.memory.models import ApiKey, Deployment, Document, DocumentVersion, Project
+from memoryadmin.memory.limits import agent_writes_shown
+from memoryadmin.memory.models import (
+    ApiKey,
+    Deployment,
+    Document,
+    DocumentVersion,
+    Project,
+    Proposal,
+)
 from memoryadmin.memory.services.deployments import declarations_public, deployment_active_in
 
 
@@ -29,7 +37,11 @@ def field_of(obj: Model | Mapping[str, Any], name: str) -> Any:
 
 
 def document_dict(
-    document: Document | Mapping[str, Any], *, max_bytes: int, include_text: bool = True
+    document: Document | Mapping[str, Any],
+    *,
+    max_bytes: int,
+    include_text: bool = True,
+    review_default: bool = False,
 ) -> dict[str, Any]:
     """The document object; a list entry (`include_text=False`) leaves out its text, so
     a `.values()` row of the list fields will do."""
@@ -41,7 +53,11 @@ def document_dict(
         data["text"] = field_of(document, "text")
     return data | {
         "summary": field_of(document, "summary"),
-        "agentWrites": "enabled" if field_of(document, "agent_writes") else "disabled",
+        "agentWrites": agent_writes_shown(
+            agent_writes=field_of(document, "agent_writes"),
+            agent_review=field_of(document, "agent_review"),
+            default=review_default,
+        ),
         "revision": field_of(document, "revision"),
         "bytes": field_of(document, "bytes"),
         "maxBytes": max_bytes,
@@ -56,6 +72,7 @@ def version_dict(version: DocumentVersion, *, include_text: bool) -> dict[str, A
     data: dict[str, Any] = {
         "revision": version.revision,
         "writer": writer_dict(version.writer_kind, version.writer_session_id),
+        "origin": version.origin,
         "bytes": version.bytes,
         "title": version.title,
         "summary": version.summary,
@@ -66,6 +83,31 @@ def version_dict(version: DocumentVersion, *, include_text: bool) -> dict[str, A
     if include_text:
         data["text"] = version.text
     return data
+
+
+def proposal_dict(proposal: Proposal, *, now: datetime) -> dict[str, Any]:
+    document = proposal.document
+    return {
+        "id": proposal.id,
+        "resource": document.resource.resource_id,
+        "documentId": document.doc_id,
+        "state": proposal.state_at(now),
+        "text": proposal.text,
+        "summary": proposal.summary,
+        "bytes": proposal.bytes,
+        "baseRevision": proposal.base_revision,
+        "currentRevision": None if document.deleted else document.revision,
+        "sessionId": proposal.session_id,
+        "agent": proposal.agent,
+        "recallId": proposal.recall_id,
+        "callId": proposal.call_id,
+        "createdAt": iso_ms(proposal.created_at),
+        "expiresAt": iso_ms(proposal.expires_at),
+        "decidedAt": iso_ms(proposal.decided_at) if proposal.decided_at else None,
+        "decidedBy": proposal.decided_by,
+        "reason": proposal.reason,
+        "appliedRevision": proposal.applied_revision or None,
+    }
 
 
 def project_dict(project: Project) -> dict[str, Any]:

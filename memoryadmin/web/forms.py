@@ -139,6 +139,21 @@ class DeleteForm(RevisionForm):
         return value
 
 
+class ProposalApproveForm(DocumentFieldsForm):
+    """Approves over the current revision the page showed; text and summary only when the
+    approver edited them (the inbox's one-click approval sends neither)."""
+
+    title = None  # type: ignore[assignment]  # an approval never changes the title
+    revision = forms.CharField(widget=forms.HiddenInput, max_length=40)
+    field_order = ["revision", "summary", "text"]
+
+
+class ProposalRejectForm(StrictForm):
+    reason = forms.CharField(
+        max_length=500, widget=forms.Textarea(attrs={"rows": 2}), label="Reason"
+    )
+
+
 class ExportForm(StrictForm):
     resources = forms.MultipleChoiceField(
         widget=forms.CheckboxSelectMultiple, label="Resources to export"

@@ -21,6 +21,7 @@ from memoryadmin.memory.errors import InvalidRequest, NotFound, PreconditionFail
 from memoryadmin.memory.limits import (
     LIST_PAGE_SIZE,
     VERSION_PAGE_SIZE,
+    agent_writes_shown,
     check_document_id,
     check_summary,
     check_text,
@@ -34,6 +35,7 @@ LIST_FIELDS = (
     "title",
     "summary",
     "agent_writes",
+    "agent_review",
     "revision",
     "bytes",
     "updated_at",
@@ -44,10 +46,26 @@ LIST_FIELDS = (
 
 @dataclass(frozen=True)
 class Writer:
-    """Who commits a write: the owner (through any door) or an agent session."""
+    """Who commits a write: the owner (through any door) or an agent session,
+    with where an agent's write came from."""
 
     kind: str = WriterKind.OWNER
     session_id: str = ""
+    recall_id: str = ""
+    call_id: str = ""
+    proposal_id: str = ""
+
+    def origin(self, actor: str) -> dict[str, str]:
+        """A version's provenance: the actor ("user:", "key:", "cli:" or "agent:")
+        and whatever the agent's write is traced by."""
+        traced = {
+            "actor": actor,
+            "sessionId": self.session_id,
+            "recallId": self.recall_id,
+            "callId": self.call_id,
+            "proposalId": self.proposal_id,
+        }
+        return {name: value for name, value in traced.items() if value}
 
 
 OWNER = Writer()
@@ -86,7 +104,7 @@ def document_get(*, resource: Resource, doc_id: str) -> Document:
     return document
 
 
-def _record_version(document: Document, *, action: str, writer: Writer) -> None:
+def _record_version(document: Document, *, action: str, writer: Writer, actor: str) -> None:
     DocumentVersion.objects.create(
         document=document,
         revision=document.revision,
@@ -98,6 +116,7 @@ def _record_version(document: Document, *, action: str, writer: Writer) -> None:
         bytes=document.bytes,
         agent_writes=document.agent_writes,
         action=action,
+        origin=writer.origin(actor),
         created_at=document.updated_at,
     )
 
@@ -126,6 +145,7 @@ def document_create(
     text: str = "",
     summary: str = "",
     agent_writes: bool = True,
+    agent_review: bool | None = None,
     actor: str,
 ) -> Document:
     check_document_id(doc_id)
@@ -144,6 +164,7 @@ def document_create(
                 text=text,
                 summary=summary,
                 agent_writes=agent_writes,
+                agent_review=agent_review,
                 revision=new_revision(),
                 bytes=size,
                 updated_at=now,
@@ -154,7 +175,7 @@ def document_create(
         raise PreconditionFailed(
             f"Document id '{doc_id}' is already in use or was deleted; ids are never reused."
         ) from exc
-    _record_version(document, action="create", writer=OWNER)
+    _record_version(document, action="create", writer=OWNER, actor=actor)
     _audit(resource, document, actor=actor, action="document.create", bytes=size)
     return document
 
@@ -166,12 +187,15 @@ def _conditional_update(
     fields: dict[str, Any],
     *,
     require_agent_writes: bool = False,
+    guard: dict[str, Any] | None = None,
 ) -> Document:
     rows = Document.objects.filter(
         resource=resource, doc_id=doc_id, revision=expected_revision, deleted=False
     )
     if require_agent_writes:
         rows = rows.filter(agent_writes=True)
+    if guard:
+        rows = rows.filter(**guard)
     fields = {**fields, "revision": new_revision(), "updated_at": timezone.now()}
     if rows.update(**fields) == 0:
         raise _explain_no_rows(resource, doc_id)
@@ -190,11 +214,14 @@ def document_replace(
     actor: str,
     writer: Writer = OWNER,
     action: str = "replace",
+    guard: dict[str, Any] | None = None,
 ) -> Document:
     """Replaces text (and summary when given) if the revision still matches.
 
     Agent writers also need agent writes enabled, checked in the same
-    statement, so a freeze that committed first always wins.
+    statement, so a freeze that committed first always wins. `guard` adds
+    conditions of the same kind (the review setting an agent save was
+    judged under).
     """
     check_document_id(doc_id)
     size = check_text(text, max_bytes=resource.max_bytes)
@@ -206,10 +233,11 @@ def document_replace(
     }
     if summary is not None:
         fields["summary"] = check_summary(summary)
-    is_agent = writer.kind == WriterKind.AGENT
+    # An approved proposal is the owner's decision, not an agent save.
+    is_agent = writer.kind == WriterKind.AGENT and not writer.proposal_id
     try:
         document = _conditional_update(
-            resource, doc_id, expected_revision, fields, require_agent_writes=is_agent
+            resource, doc_id, expected_revision, fields, require_agent_writes=is_agent, guard=guard
         )
     except PreconditionFailed:
         if (
@@ -220,7 +248,7 @@ def document_replace(
         ):
             raise AgentWritesDisabled(doc_id) from None
         raise
-    _record_version(document, action=action, writer=writer)
+    _record_version(document, action=action, writer=writer, actor=actor)
     _audit(resource, document, actor=actor, action=f"document.{action}", bytes=size)
     return document
 
@@ -233,28 +261,38 @@ def document_patch(
     expected_revision: str,
     title: str | None = None,
     agent_writes: bool | None = None,
+    agent_review: bool | None = None,
     actor: str,
 ) -> Document:
+    """Changes title and write mode; `agent_review` None leaves review as it is."""
     check_document_id(doc_id)
     fields: dict[str, Any] = {}
     if title is not None:
         fields["title"] = check_title(title)
     if agent_writes is not None:
         fields["agent_writes"] = agent_writes
+    if agent_review is not None:
+        fields["agent_review"] = agent_review
     if not fields:
         raise InvalidRequest("A patch needs title, agentWrites or both.")
     # A patch is an owner write: it changes the revision and the last writer.
     fields.update(writer_kind=WriterKind.OWNER, writer_session_id="")
     document = _conditional_update(resource, doc_id, expected_revision, fields)
-    _record_version(document, action="patch", writer=OWNER)
+    _record_version(document, action="patch", writer=OWNER, actor=actor)
     changes: dict[str, Any] = {}
     if title is not None:
         changes["title"] = title
     if agent_writes is not None:
-        changes["agentWrites"] = "enabled" if agent_writes else "disabled"
+        changes["agentWrites"] = agent_writes_shown(
+            agent_writes=document.agent_writes,
+            agent_review=document.agent_review,
+            default=resource.review_default,
+        )
     action = "document.patch"
     if set(changes) == {"agentWrites"}:
-        action = "document.unfreeze" if agent_writes else "document.freeze"
+        action = {"enabled": "document.unfreeze", "disabled": "document.freeze"}.get(
+            changes["agentWrites"], "document.review"
+        )
     _audit(resource, document, actor=actor, action=action, **changes)
     return document
 
@@ -284,9 +322,43 @@ def document_set_agent_writes(
     )
     document = document_get(resource=resource, doc_id=doc_id)
     if changed:
-        _record_version(document, action="patch", writer=OWNER)
+        _record_version(document, action="patch", writer=OWNER, actor=actor)
         action = "document.unfreeze" if enabled else "document.freeze"
         _audit(resource, document, actor=actor, action=action)
+    return document, bool(changed)
+
+
+@transaction.atomic
+def document_set_review(
+    *, resource: Resource, doc_id: str, review: bool | None, actor: str
+) -> tuple[Document, bool]:
+    """Sends this document's agent saves to review (True), lets them through (False)
+    or lets the resource's manifest decide (None), whatever its revision; says
+    whether it changed. Like a freeze, one UPDATE: a save that commits after it
+    returned is judged under the new setting."""
+    check_document_id(doc_id)
+    rows = Document.objects.filter(resource=resource, doc_id=doc_id, deleted=False)
+    rows = (
+        rows.exclude(agent_review__isnull=True)
+        if review is None
+        else rows.filter(Q(agent_review__isnull=True) | ~Q(agent_review=review))
+    )
+    changed = rows.update(
+        agent_review=review,
+        revision=new_revision(),
+        updated_at=timezone.now(),
+        writer_kind=WriterKind.OWNER,
+        writer_session_id="",
+    )
+    document = document_get(resource=resource, doc_id=doc_id)
+    if changed:
+        _record_version(document, action="review", writer=OWNER, actor=actor)
+        shown = agent_writes_shown(
+            agent_writes=document.agent_writes,
+            agent_review=document.agent_review,
+            default=resource.review_default,
+        )
+        _audit(resource, document, actor=actor, action="document.review", agentWrites=shown)
     return document, bool(changed)
 
 

@@ -50,6 +50,10 @@ def _label(version: DocumentVersion, previous: DocumentVersion | None) -> str:
         return _patch_label(version, previous)
     if version.action == "restore":
         return _restore_label(version)
+    if version.action == "approve":
+        return "approved a proposal"
+    if version.action == "review":
+        return "changed the review of agent saves"
     if version.writer_kind == WriterKind.AGENT:
         return "agent save"
     return "edited"

@@ -38,6 +38,7 @@ KEYS = "keys"
 PEOPLE = "people"
 DEPLOY = "deploy"
 SECRETS = "secrets"
+REVIEW = "review"
 
 # Support staff find, read, freeze and export, and never change text.
 PERMISSIONS: dict[str, frozenset[str]] = {
@@ -52,6 +53,8 @@ PERMISSIONS: dict[str, frozenset[str]] = {
     PEOPLE: frozenset({Role.OWNER}),
     DEPLOY: frozenset({Role.OWNER}),
     SECRETS: frozenset({Role.OWNER}),
+    # Support see the review inbox and may reject; approving writes text: owners only.
+    REVIEW: frozenset({Role.OWNER, Role.SUPPORT}),
 }
 
 DESCRIPTIONS = {
@@ -66,6 +69,7 @@ DESCRIPTIONS = {
     PEOPLE: "manage people and roles",
     DEPLOY: "promote deployments",
     SECRETS: "manage provider secrets",
+    REVIEW: "review agent proposals",
 }
 
 User = AbstractBaseUser | AnonymousUser

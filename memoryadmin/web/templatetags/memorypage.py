@@ -57,7 +57,17 @@ def ago(value: datetime) -> str:
 # Project-wide pages keep their section when the environment changes; pages of one
 # document, resource or session (which exist per environment) go to the memory list.
 ENV_SECTIONS = frozenset(
-    {"inventory", "overview", "audit", "export", "sessions", "deployments", "keys", "people"}
+    {
+        "inventory",
+        "overview",
+        "audit",
+        "export",
+        "sessions",
+        "deployments",
+        "keys",
+        "people",
+        "review",
+    }
 )
 
 
@@ -107,6 +117,8 @@ SECTION_OF = {
     "person-grant": "people",
     "person-invite": "people",
     "person-revoke": "people",
+    "review": "review",
+    "proposal": "review",
 }
 
 

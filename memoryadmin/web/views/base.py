@@ -27,6 +27,7 @@ from memoryadmin.web.services.roles import (
     KEYS,
     OPERATIONS,
     PEOPLE,
+    REVIEW,
     SECRETS,
     SESSION_END,
     Membership,
@@ -91,6 +92,10 @@ class Page:
     @property
     def can_manage_secrets(self) -> bool:
         return self.membership.can(SECRETS)
+
+    @property
+    def can_review(self) -> bool:
+        return self.membership.can(REVIEW)
 
     @property
     def production(self) -> bool:

@@ -10,6 +10,7 @@ from django.views.decorators.http import require_GET
 
 from memoryadmin.memory.environments import DEFAULT_ENVIRONMENT, Environment
 from memoryadmin.memory.errors import DomainError, InvalidRequest
+from memoryadmin.memory.limits import agent_writes_shown
 from memoryadmin.memory.models import Resource
 from memoryadmin.memory.services.audit import (
     audit_actions,
@@ -119,6 +120,11 @@ def document_detail(request: HttpRequest, page: Page, r: str, d: str) -> HttpRes
     context = {
         "resource": resource,
         "document": document,
+        "agent_writes": agent_writes_shown(
+            agent_writes=document.agent_writes,
+            agent_review=document.agent_review,
+            default=resource.review_default,
+        ),
         "versions": history_rows(versions),
         "next_versions": next_cursor,
         "versions_cursor": cursor,

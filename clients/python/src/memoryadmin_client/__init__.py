@@ -28,6 +28,7 @@ from memoryadmin_client._ops import (
     topic_session_key,
 )
 from memoryadmin_client._types import (
+    AgentWrites,
     ApiKey,
     Binding,
     Deployment,
@@ -41,6 +42,9 @@ from memoryadmin_client._types import (
     Operation,
     OperationPage,
     Projection,
+    Proposal,
+    ProposalPage,
+    ProposalState,
     Recall,
     Session,
     SessionPage,
@@ -61,6 +65,7 @@ from memoryadmin_client.adapters import (
 
 __all__ = [
     "AgentSession",
+    "AgentWrites",
     "ApiError",
     "ApiKey",
     "AsyncAgentSession",
@@ -81,6 +86,9 @@ __all__ = [
     "Operation",
     "OperationPage",
     "Projection",
+    "Proposal",
+    "ProposalPage",
+    "ProposalState",
     "Recall",
     "Session",
     "SessionPage",

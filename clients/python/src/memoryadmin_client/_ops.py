@@ -16,6 +16,7 @@ from typing import Any, Literal, cast
 import httpx
 
 from memoryadmin_client._types import (
+    AgentWrites,
     ApiKey,
     Deployment,
     Document,
@@ -25,6 +26,9 @@ from memoryadmin_client._types import (
     NewApiKey,
     Operation,
     OperationPage,
+    Proposal,
+    ProposalPage,
+    ProposalState,
     Recall,
     Session,
     SessionPage,
@@ -194,7 +198,7 @@ def create_document(
     title: str,
     text: str | None = None,
     summary: str | None = None,
-    agent_writes: Literal["enabled", "disabled"] | None = None,
+    agent_writes: AgentWrites | None = None,
     project: str | None = None,
     environment: Environment | None = None,
 ) -> Op[Document]:
@@ -241,7 +245,7 @@ def patch_document(
     *,
     revision: Revision,
     title: str | None = None,
-    agent_writes: Literal["enabled", "disabled"] | None = None,
+    agent_writes: AgentWrites | None = None,
     project: str | None = None,
     environment: Environment | None = None,
 ) -> Op[Document]:
@@ -283,6 +287,69 @@ def list_documents(
     params = _drop_none({**c._env(environment), "cursor": cursor})
     response = yield Request("GET", c._docs(project, resource), params)
     return cast(DocumentPage, response.json())
+
+
+# Review of agent writes (deciding needs a read-write key).
+
+
+def _proposals(c: Defaults, project: str | None, proposal_id: str | None = None) -> str:
+    path = f"projects/{c._project(project)}/memory/proposals"
+    return path if proposal_id is None else f"{path}/{proposal_id}"
+
+
+def list_proposals(
+    c: Defaults,
+    *,
+    state: ProposalState = "pending",
+    resource: str | None = None,
+    cursor: str | None = None,
+    project: str | None = None,
+    environment: Environment | None = None,
+) -> Op[ProposalPage]:
+    params = _drop_none(
+        {**c._env(environment), "state": state, "resource": resource, "cursor": cursor}
+    )
+    response = yield Request("GET", _proposals(c, project), params)
+    return cast(ProposalPage, response.json())
+
+
+def approve_proposal(
+    c: Defaults,
+    proposal_id: str,
+    *,
+    revision: Revision,
+    text: str | None = None,
+    summary: str | None = None,
+    project: str | None = None,
+    environment: Environment | None = None,
+) -> Op[Document]:
+    """Writes the proposal (or `text`, your edit of it) over the document's current
+    `revision`; ApiError 412 (details: currentRevision, merged) when it moved."""
+    response = yield Request(
+        "POST",
+        _proposals(c, project, proposal_id) + "/approve",
+        c._env(environment),
+        _drop_none({"text": text, "summary": summary}),
+        {"If-Match": if_match(revision)},
+    )
+    return cast(Document, response.json())
+
+
+def reject_proposal(
+    c: Defaults,
+    proposal_id: str,
+    *,
+    reason: str,
+    project: str | None = None,
+    environment: Environment | None = None,
+) -> Op[Proposal]:
+    response = yield Request(
+        "POST",
+        _proposals(c, project, proposal_id) + "/reject",
+        c._env(environment),
+        {"reason": reason},
+    )
+    return cast(Proposal, response.json())
 
 
 # Deployments.

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any, Literal, NotRequired, TypedDict
 
 Environment = Literal["development", "production"]
+AgentWrites = Literal["enabled", "disabled", "review"]
+ProposalState = Literal["pending", "approved", "rejected", "expired"]
 
 
 class Writer(TypedDict):
@@ -16,7 +18,7 @@ class DocumentEntry(TypedDict):
     id: str
     title: str
     summary: str
-    agentWrites: Literal["enabled", "disabled"]
+    agentWrites: AgentWrites
     revision: str
     bytes: int
     maxBytes: int
@@ -30,6 +32,33 @@ class Document(DocumentEntry):
 
 class DocumentPage(TypedDict):
     documents: list[DocumentEntry]
+    nextCursor: str | None
+
+
+class Proposal(TypedDict):
+    id: str
+    resource: str
+    documentId: str
+    state: ProposalState
+    text: str
+    summary: str | None
+    bytes: int
+    baseRevision: str
+    currentRevision: str | None
+    sessionId: str
+    agent: str
+    recallId: str
+    callId: str
+    createdAt: str
+    expiresAt: str
+    decidedAt: str | None
+    decidedBy: str
+    reason: str
+    appliedRevision: str | None
+
+
+class ProposalPage(TypedDict):
+    proposals: list[Proposal]
     nextCursor: str | None
 
 

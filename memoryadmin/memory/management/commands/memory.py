@@ -16,6 +16,8 @@ from typing import Any, TextIO
 from django.core.management.base import CommandParser
 
 from memoryadmin.memory import cli
+from memoryadmin.memory.cli_proposals import SUBCOMMANDS as PROPOSAL_SUBCOMMANDS
+from memoryadmin.memory.cli_proposals import ProposalCommands
 from memoryadmin.memory.environments import DEFAULT_ENVIRONMENT, Environment
 from memoryadmin.memory.errors import DomainError
 from memoryadmin.memory.export import (
@@ -57,10 +59,11 @@ SUBCOMMANDS = {
     "export": "Write every document to <out>/<resource>/<id>.json plus a manifest.",
     "import": "Create the documents of an export directory; never overwrites.",
     "remove": "Delete a document; its id stays reserved.",
+    **PROPOSAL_SUBCOMMANDS,
 }
 
 
-class Command(cli.Command):
+class Command(ProposalCommands, cli.Command):
     help = "Owner access to document memory: list, show, create, edit, freeze, export, remove."
     requires_system_checks: list[str] = []
     # Tests hand the command a stdin of their own.
@@ -170,7 +173,11 @@ class Command(cli.Command):
 
     def report(self, document: Document, resource: Resource, what: str) -> None:
         if self.options["json"]:
-            self.out_json(document_dict(document, max_bytes=resource.max_bytes))
+            self.out_json(
+                document_dict(
+                    document, max_bytes=resource.max_bytes, review_default=resource.review_default
+                )
+            )
         elif self.verbose():
             self.out(
                 f"{what} {resource.resource_id}/{document.doc_id} "
@@ -189,7 +196,13 @@ class Command(cli.Command):
         while True:
             rows, cursor = document_list(resource=resource, cursor=cursor)
             entries.extend(
-                document_dict(row, max_bytes=resource.max_bytes, include_text=False) for row in rows
+                document_dict(
+                    row,
+                    max_bytes=resource.max_bytes,
+                    include_text=False,
+                    review_default=resource.review_default,
+                )
+                for row in rows
             )
             if cursor is None:
                 break
@@ -238,7 +251,9 @@ class Command(cli.Command):
         resource = self.resource(project, options["resource"])
         # A deleted document: who deleted it and when, as on the Memory page.
         document = document_get_or_tombstone(resource=resource, doc_id=options["document"])
-        data = document_dict(document, max_bytes=resource.max_bytes)
+        data = document_dict(
+            document, max_bytes=resource.max_bytes, review_default=resource.review_default
+        )
         if options["json"]:
             self.out_json(data)
             return
@@ -311,7 +326,11 @@ class Command(cli.Command):
         )
         name = f"{resource.resource_id}/{document.doc_id}"
         if options["json"]:
-            self.out_json(document_dict(document, max_bytes=resource.max_bytes))
+            self.out_json(
+                document_dict(
+                    document, max_bytes=resource.max_bytes, review_default=resource.review_default
+                )
+            )
         elif not self.verbose():
             pass
         elif not changed:
