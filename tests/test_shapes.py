@@ -140,6 +140,8 @@ PAIRS = [
     (api_shapes.OperationOutput, sdk.Operation),
     (api_shapes.OperationPageOutput, sdk.OperationPage),
     (api_shapes.ProposalOutput, sdk.Proposal),
+    (agent_shapes.RecallRecordOutput, sdk.RecallRecord),
+    (agent_shapes.RecallPageOutput, sdk.RecallPage),
     (api_shapes.ProposalPageOutput, sdk.ProposalPage),
 ]
 
@@ -216,6 +218,7 @@ def responses(api: APIClient, project: Project) -> dict[str, Any]:
     keep("versions", api.get(f"{DOCS}/workshop/versions{DEV}"))
     keep("versions_with_text", api.get(f"{DOCS}/workshop/versions{DEV}&include=text"))
     keep("session", api.get(session))
+    keep("recalls", api.get(f"{session}/recalls"))
     # A save under review: a proposal, listed, then rejected.
     revision = api.get(f"{DOCS}/workshop{DEV}").json()["revision"]
     api.patch(
@@ -280,6 +283,7 @@ SCHEMA = {
     "deployment": api_shapes.DeploymentOutput,
     "inventory": api_shapes.InventoryOutput,
     "proposals": api_shapes.ProposalPageOutput,
+    "recalls": agent_shapes.RecallPageOutput,
     "proposal_reject": api_shapes.ProposalOutput,
     "secrets": provider_views.SecretListOutput,
     "error_with_details": api_shapes.ErrorOutput,
@@ -297,6 +301,7 @@ CLIENT = {
     "recall": sdk.Recall,
     "deployment": sdk.Deployment,
     "proposals": sdk.ProposalPage,
+    "recalls": sdk.RecallPage,
     "proposal_reject": sdk.Proposal,
 }
 

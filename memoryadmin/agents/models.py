@@ -128,6 +128,26 @@ class Recall(models.Model):
         return self.id
 
 
+class RecallSource(models.Model):
+    """A document revision a recall put in front of the model: which sessions read a
+    version is a look-up by (resource, document, revision)."""
+
+    recall = models.ForeignKey(Recall, on_delete=models.CASCADE, related_name="sources")
+    resource = models.ForeignKey(Resource, on_delete=models.CASCADE, related_name="+")
+    doc_id = models.CharField(max_length=128)
+    revision = models.CharField(max_length=40)
+
+    class Meta:
+        indexes = [
+            models.Index(
+                fields=["resource", "doc_id", "revision"], name="recall_source_by_revision"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.recall_id}: {self.doc_id}@{self.revision}"
+
+
 class EventType(models.TextChoices):
     SESSION_CREATED = "session.created"
     MEMORY_SAVED = "memory.saved"

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from memoryadmin.agents.bindings import sessions_memory
-from memoryadmin.agents.models import Session, SessionEvent
+from memoryadmin.agents.models import Recall, Session, SessionEvent
 from memoryadmin.memory.models import Document
 from memoryadmin.memory.representations import document_dict, iso_ms
 
@@ -39,6 +39,16 @@ def event_dict(event: SessionEvent) -> dict[str, Any]:
         "type": event.type,
         "createdAt": iso_ms(event.created_at),
         "data": event.data,
+    }
+
+
+def recall_record_dict(recall: Recall) -> dict[str, Any]:
+    """A recall as it was given to the model."""
+    return {
+        "id": recall.id,
+        "createdAt": iso_ms(recall.created_at),
+        "use": recall.use,
+        "memory": recall.memory,
     }
 
 

@@ -155,6 +155,20 @@ class CancelOutput(serializers.Serializer):
     status = serializers.ChoiceField(choices=["requested"])
 
 
+class RecallRecordOutput(serializers.Serializer):
+    id = serializers.CharField()
+    createdAt = serializers.DateTimeField()
+    use = serializers.ListField(child=serializers.CharField())
+    memory = serializers.DictField(
+        child=ProjectionOutput(), help_text="What the model was given, keyed by resource id."
+    )
+
+
+class RecallPageOutput(serializers.Serializer):
+    recalls = RecallRecordOutput(many=True)
+    nextCursor = serializers.CharField(allow_null=True)
+
+
 class ToolCallOutput(serializers.Serializer):
     result = serializers.DictField(
         help_text="The tool's result, passed to the model unchanged: saved, proposed "

@@ -11,9 +11,10 @@ from rest_framework.response import Response
 
 from memoryadmin.agents import serializers as s
 from memoryadmin.agents.models import Session
-from memoryadmin.agents.representations import event_dict, sessions_dicts
+from memoryadmin.agents.representations import event_dict, recall_record_dict, sessions_dicts
 from memoryadmin.agents.services import runtime
 from memoryadmin.agents.services import sessions as session_services
+from memoryadmin.agents.services.provenance import recall_list
 from memoryadmin.api.base import CURSOR, ENVIRONMENT, ERRORS, ApiView
 from memoryadmin.api.connections import client_gone_probe
 from memoryadmin.api.serializers import ErrorOutput, require_query_string, validated
@@ -169,6 +170,22 @@ class SessionEventsView(SessionApiView):
         events = session_services.session_events(session=session, after=int(raw), limit=limit)
         next_after = events[-1].seq if len(events) == limit else None
         return Response({"events": [event_dict(e) for e in events], "nextAfter": next_after})
+
+
+class SessionRecallsView(SessionApiView):
+    @extend_schema(
+        parameters=[CURSOR],
+        responses={200: s.RecallPageOutput, **ERRORS},
+        operation_id="sessions_recalls",
+        description="What the model was given: the session's recalls, newest first, each "
+        "with the projection of every bound resource and the revisions it showed.",
+    )
+    def get(self, request: Request, session_id: str) -> Response:
+        session = self.session(request, session_id)
+        recalls, next_cursor = recall_list(session=session, cursor=self.cursor(request))
+        return Response(
+            {"recalls": [recall_record_dict(r) for r in recalls], "nextCursor": next_cursor}
+        )
 
 
 class RecallView(SessionApiView):

@@ -27,6 +27,7 @@ from memoryadmin.agents.errors import (
     SessionClosed,
 )
 from memoryadmin.agents.models import Binding, Recall, Session
+from memoryadmin.agents.services.provenance import recall_sources_record
 from memoryadmin.memory.cancellation import cancel_request, cancellation_scope
 from memoryadmin.memory.errors import InvalidRequest, NotFound
 from memoryadmin.memory.providers import (
@@ -174,6 +175,9 @@ def recall_create(
         # A concurrent retry of the same request was accepted first: use its recall.
         accepted = Recall.objects.get(session=session, request_id=request)
         return _reused(session, accepted, fingerprint, bindings)
+    recall_sources_record(
+        recall=recall, bindings=bindings, sources={r: p.sources for r, p in projections.items()}
+    )
     return {
         "recallId": recall.id,
         "memory": memory,

@@ -8,6 +8,7 @@ from django.shortcuts import redirect
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
+from memoryadmin.agents.services.provenance import version_readers
 from memoryadmin.memory.environments import DEFAULT_ENVIRONMENT, Environment
 from memoryadmin.memory.errors import DomainError, InvalidRequest
 from memoryadmin.memory.limits import agent_writes_shown
@@ -151,6 +152,7 @@ def version_detail(
         "document": document,
         "version": version,
         "row": history_rows([version])[0],
+        "readers": version_readers(document=document, revision=version.revision),
         "diff": text_diff(version.text, document.text),
         "is_current": version.revision == document.revision,
     }

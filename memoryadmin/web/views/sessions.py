@@ -10,6 +10,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 from memoryadmin.agents.models import SessionStatus
 from memoryadmin.agents.representations import event_dict, sessions_dicts
 from memoryadmin.agents.services.operations import operations_unsettled
+from memoryadmin.agents.services.provenance import recall_list
 from memoryadmin.agents.services.sessions import session_end, session_events
 from memoryadmin.agents.services.sessions import session_list as sessions_page
 from memoryadmin.web.services.roles import READ, SESSION_END
@@ -65,6 +66,8 @@ def session_detail(request: HttpRequest, page: Page, s: str) -> HttpResponseBase
             project=page.project, environment=page.environment, session_id=session.id
         ),
         "events": [(event, event_dict(event)) for event in events],
+        # What the model was given: the newest recalls (the API pages through all of them).
+        "recalls": recall_list(session=session)[0] if not after else [],
         "next_after": next_after,
         "after": after,
     }

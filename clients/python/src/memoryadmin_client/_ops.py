@@ -30,6 +30,7 @@ from memoryadmin_client._types import (
     ProposalPage,
     ProposalState,
     Recall,
+    RecallPage,
     Session,
     SessionPage,
 )
@@ -466,6 +467,14 @@ def session_events(c: Defaults, session_id: str, *, after: int = 0) -> Op[EventP
 
 
 # The runtime, as an agent host uses it.
+
+
+def list_recalls(c: Defaults, session_id: str, *, cursor: str | None = None) -> Op[RecallPage]:
+    """What the model was given: the session's recalls, newest first."""
+    response = yield Request(
+        "GET", f"sessions/{session_id}/recalls", _drop_none({"cursor": cursor})
+    )
+    return cast(RecallPage, response.json())
 
 
 def recall(

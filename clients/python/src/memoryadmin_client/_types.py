@@ -145,6 +145,18 @@ class ToolDefinition(TypedDict):
     inputSchema: dict[str, Any]
 
 
+class RecallRecord(TypedDict):
+    id: str
+    createdAt: str
+    use: list[str]
+    memory: dict[str, Projection]
+
+
+class RecallPage(TypedDict):
+    recalls: list[RecallRecord]
+    nextCursor: str | None
+
+
 class Recall(TypedDict):
     recallId: str
     memory: dict[str, Projection]

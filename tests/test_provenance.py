@@ -1,0 +1,120 @@
+"""Provenance: where each version came from, what each recall showed the model, and
+which sessions read a version."""
+
+from __future__ import annotations
+
+import json
+from io import StringIO
+from typing import Any
+
+from django.core.management import call_command
+from rest_framework.test import APIClient
+
+from memoryadmin.agents.models import Recall, RecallSource, Session
+from memoryadmin.agents.services.runtime import recall_create, tool_call
+from memoryadmin.memory.models import ApiKey, Document, DocumentVersion, Resource
+from tests.helpers import DEV, DOCS, Keys, html_of
+
+SESSIONS = "/api/managed-agents/sessions"
+WORKSHOP_PAGE = "/projects/acme/development/resources/notes/documents/workshop/"
+
+
+def newest_version(document: Document) -> DocumentVersion:
+    return DocumentVersion.objects.filter(document=document).latest("id")
+
+
+def test_every_door_records_its_origin_on_the_version(
+    api: APIClient, keys: Keys, workshop: Document, owner: Any, session: Session
+) -> None:
+    assert newest_version(workshop).origin == {"actor": "test"}
+    response = api.put(
+        f"{DOCS}/workshop{DEV}",
+        data=json.dumps({"text": "By key."}),
+        content_type="application/json",
+        HTTP_IF_MATCH=f'"{workshop.revision}"',
+    )
+    assert response.status_code == 200
+    prefix = ApiKey.objects.get(prefix=keys.owner[:12]).prefix
+    assert newest_version(workshop).origin == {"actor": f"key:{prefix}"}
+    revision = response.json()["revision"]
+    page = owner.post(
+        WORKSHOP_PAGE + "edit/",
+        {"revision": revision, "title": "Workshop", "summary": "Runtime.", "text": "By page."},
+    )
+    assert page.status_code == 302
+    assert newest_version(workshop).origin == {"actor": "user:olivia"}
+    call_command(
+        "memory",
+        "--project",
+        "acme",
+        "edit",
+        "notes",
+        "workshop",
+        "--text-stdin",
+        stdin=StringIO("By CLI."),
+        stdout=StringIO(),
+    )
+    assert newest_version(workshop).origin["actor"].startswith("cli:")
+    recall = recall_create(session=session, use=["notes"])
+    result = tool_call(
+        session=session,
+        recall_id=recall["recallId"],
+        call_id="call-1",
+        name="memory_save",
+        arguments={"memory": "notes", "text": "By agent."},
+    )
+    assert result["status"] == "saved"
+    assert newest_version(workshop).origin == {
+        "actor": f"agent:{session.id}",
+        "sessionId": session.id,
+        "recallId": recall["recallId"],
+        "callId": "call-1",
+    }
+    html = html_of(owner.get(WORKSHOP_PAGE))
+    assert "user:olivia" in html
+    assert f"key:{prefix}" in html
+    assert "call-1" in html
+
+
+def test_a_recall_records_the_revisions_it_showed(
+    session: Session, workshop: Document, make_document: Any
+) -> None:
+    kb = Resource.objects.get(resource_id="kb", environment="development")
+    refunds = make_document("refunds", resource=kb, title="Refunds", text="30 days.")
+    recall = recall_create(session=session, use=["notes", "kb"])
+    rows = set(
+        RecallSource.objects.filter(recall_id=recall["recallId"]).values_list(
+            "resource__resource_id", "doc_id", "revision"
+        )
+    )
+    assert rows == {("notes", "workshop", workshop.revision), ("kb", "refunds", refunds.revision)}
+
+
+def test_sessions_api_lists_what_the_model_was_given(
+    api: APIClient, client_for: Any, keys: Keys, session: Session, workshop: Document
+) -> None:
+    first = recall_create(session=session, use=["notes"])
+    second = recall_create(session=session, use=["notes"])
+    response = api.get(f"{SESSIONS}/{session.id}/recalls")
+    assert response.status_code == 200
+    body = response.json()
+    assert [r["id"] for r in body["recalls"]] == [second["recallId"], first["recallId"]]
+    assert body["recalls"][0]["memory"] == second["memory"]
+    assert body["recalls"][0]["use"] == ["notes"]
+    assert body["nextCursor"] is None
+    assert client_for(keys.other).get(f"{SESSIONS}/{session.id}/recalls").status_code == 404
+    assert api.get(f"{SESSIONS}/{session.id}/recalls?cursor=bad").status_code == 400
+    assert Recall.objects.filter(session=session).count() == 2
+
+
+def test_pages_show_the_recalls_and_the_readers_of_a_version(
+    owner: Any, session: Session, workshop: Document
+) -> None:
+    recall = recall_create(session=session, use=["notes"])
+    html = html_of(owner.get(f"/projects/acme/development/sessions/{session.id}/"))
+    assert "What the model was given" in html
+    assert recall["recallId"] in html
+    assert "Exercises must run on Node.js 22." in html
+    version = html_of(owner.get(f"{WORKSHOP_PAGE}versions/{workshop.revision}/"))
+    assert recall["recallId"] in version
+    assert session.id in version
