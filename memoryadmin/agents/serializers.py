@@ -8,7 +8,12 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from memoryadmin.agents.services.sessions import AGENT_REFS
-from memoryadmin.api.serializers import DeploymentOutput, StrictCharField, StrictSerializer
+from memoryadmin.api.serializers import (
+    DeploymentOutput,
+    StrictBooleanField,
+    StrictCharField,
+    StrictSerializer,
+)
 from memoryadmin.memory.environments import Environment
 
 
@@ -167,6 +172,35 @@ class RecallRecordOutput(serializers.Serializer):
 class RecallPageOutput(serializers.Serializer):
     recalls = RecallRecordOutput(many=True)
     nextCursor = serializers.CharField(allow_null=True)
+
+
+class RevertInput(StrictSerializer):
+    dryRun = StrictBooleanField(required=False, default=False)
+
+
+class RevertDocumentOutput(serializers.Serializer):
+    resource = serializers.CharField()
+    documentId = serializers.CharField()
+    action = serializers.ChoiceField(
+        choices=["restore", "conflict", "unchanged", "deleted"],
+        help_text="restore: the version before the session's first write is (or, in a dry "
+        "run, would be) made current; conflict: others changed the document since, nothing "
+        "is overwritten; unchanged: already as before; deleted: the document is gone.",
+    )
+    currentRevision = serializers.CharField(allow_null=True)
+    restoreRevision = serializers.CharField(allow_null=True)
+    revision = serializers.CharField(allow_null=True, help_text="The revision a restore wrote.")
+    merged = serializers.CharField(
+        allow_null=True,
+        help_text="conflict: the session's changes undone on top of the current text, when "
+        "they do not overlap what others changed.",
+    )
+
+
+class RevertOutput(serializers.Serializer):
+    sessionId = serializers.CharField()
+    dryRun = serializers.BooleanField()
+    documents = RevertDocumentOutput(many=True)
 
 
 class ToolCallOutput(serializers.Serializer):

@@ -11,6 +11,7 @@ urlpatterns = [
     path(SESSION, views.SessionDetailView.as_view(), name="api-session"),
     path(f"{SESSION}/end", views.SessionEndView.as_view(), name="api-session-end"),
     path(f"{SESSION}/events", views.SessionEventsView.as_view(), name="api-session-events"),
+    path(f"{SESSION}/revert", views.SessionRevertView.as_view(), name="api-session-revert"),
     path(f"{SESSION}/recalls", views.SessionRecallsView.as_view(), name="api-session-recalls"),
     path(f"{SESSION}/memory/recall", views.RecallView.as_view(), name="api-session-recall"),
     path(f"{SESSION}/memory/cancel", views.CancelView.as_view(), name="api-session-cancel"),

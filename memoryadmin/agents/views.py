@@ -15,6 +15,7 @@ from memoryadmin.agents.representations import event_dict, recall_record_dict, s
 from memoryadmin.agents.services import runtime
 from memoryadmin.agents.services import sessions as session_services
 from memoryadmin.agents.services.provenance import recall_list
+from memoryadmin.agents.services.reverts import session_revert
 from memoryadmin.api.base import CURSOR, ENVIRONMENT, ERRORS, ApiView
 from memoryadmin.api.connections import client_gone_probe
 from memoryadmin.api.serializers import ErrorOutput, require_query_string, validated
@@ -170,6 +171,24 @@ class SessionEventsView(SessionApiView):
         events = session_services.session_events(session=session, after=int(raw), limit=limit)
         next_after = events[-1].seq if len(events) == limit else None
         return Response({"events": [event_dict(e) for e in events], "nextAfter": next_after})
+
+
+class SessionRevertView(SessionApiView):
+    @extend_schema(
+        request=s.RevertInput,
+        responses={200: s.RevertOutput, **ERRORS},
+        operation_id="sessions_revert",
+        description="Undoes everything the session wrote: for each document it changed, the "
+        "version before its first write becomes current again (a new conditional version) "
+        "unless others changed the document since; those are listed as conflicts with the "
+        "merged text instead. `dryRun` shows the plan and writes nothing.",
+    )
+    def post(self, request: Request, session_id: str) -> Response:
+        data = validated(s.RevertInput, request)
+        dry_run = bool(data["dryRun"])
+        session = self.session(request, session_id, write=not dry_run)
+        plan = session_revert(session=session, dry_run=dry_run, actor=self.actor(request))
+        return Response(plan.as_dict())
 
 
 class SessionRecallsView(SessionApiView):

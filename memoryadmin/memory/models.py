@@ -184,7 +184,7 @@ class DocumentVersion(models.Model):
     text = models.TextField(blank=True)
     bytes = models.PositiveIntegerField(default=0)
     agent_writes = models.BooleanField(default=True)
-    # What the write did: create, replace, patch, restore, save (agent) or approve.
+    # What the write did: create, replace, patch, restore, save (agent), approve or review.
     action = models.CharField(max_length=16)
     # Where the write came from: the acting user, key or operating-system user,
     # and for agents their session, recall, tool call and approved proposal.
@@ -192,7 +192,15 @@ class DocumentVersion(models.Model):
     created_at = models.DateTimeField()
 
     class Meta:
-        indexes = [models.Index(fields=["document", "-id"], name="version_newest_first")]
+        indexes = [
+            models.Index(fields=["document", "-id"], name="version_newest_first"),
+            # What one agent session wrote (a session revert starts here).
+            models.Index(
+                fields=["writer_session_id"],
+                name="version_by_session",
+                condition=~Q(writer_session_id=""),
+            ),
+        ]
         constraints = [
             models.UniqueConstraint(fields=["document", "revision"], name="unique_version_revision")
         ]

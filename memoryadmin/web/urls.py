@@ -93,6 +93,7 @@ urlpatterns = [
     path(PROJECT + "sessions/<str:s>/end/", sessions.session_end_confirm, name="session-end"),
     path(PROJECT + "operations/<str:o>/retry/", operations.retry, name="operation-retry"),
     path(PROJECT + "operations/<str:o>/discard/", operations.discard, name="operation-discard"),
+    path(PROJECT + "sessions/<str:s>/revert/", sessions.session_revert_page, name="session-revert"),
     path(PROJECT + "review/", review.inbox, name="review"),
     path(PROJECT + "review/count/", review.inbox_count, name="review-count"),
     path(PROJECT + "review/<str:proposal>/", review.proposal_detail, name="proposal"),

@@ -11,9 +11,11 @@ from memoryadmin.agents.models import SessionStatus
 from memoryadmin.agents.representations import event_dict, sessions_dicts
 from memoryadmin.agents.services.operations import operations_unsettled
 from memoryadmin.agents.services.provenance import recall_list
+from memoryadmin.agents.services.reverts import CONFLICT, session_revert
 from memoryadmin.agents.services.sessions import session_end, session_events
 from memoryadmin.agents.services.sessions import session_list as sessions_page
-from memoryadmin.web.services.roles import READ, SESSION_END
+from memoryadmin.web.services.diff import text_diff
+from memoryadmin.web.services.roles import EDIT, READ, SESSION_END
 from memoryadmin.web.services.sessions import session_agents, session_in_environment
 from memoryadmin.web.views.base import Page, actor, page_render, project_view
 
@@ -105,3 +107,21 @@ def _seq(value: str | None) -> int:
     if value is None or not value.isdigit() or len(value) > 9:
         return 0
     return int(value)
+
+
+@require_http_methods(["GET", "POST"])
+@project_view(EDIT)
+def session_revert_page(request: HttpRequest, page: Page, s: str) -> HttpResponseBase:
+    """GET: the plan (a dry run). POST: apply it, then show what happened."""
+    session = session_in_environment(
+        project=page.project, environment=page.environment, session_id=s
+    )
+    plan = session_revert(session=session, dry_run=request.method == "GET", actor=actor(request))
+    items = [
+        (item, text_diff(item.document.text, item.merged or item.before_text))
+        if item.action == CONFLICT
+        else (item, None)
+        for item in plan.items
+    ]
+    context = {"session": session, "plan": plan, "items": items}
+    return page_render(request, "memoryadmin/session_revert.html", page, context)

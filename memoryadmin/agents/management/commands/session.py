@@ -12,6 +12,7 @@ from memoryadmin.agents.bindings import bindings_parse
 from memoryadmin.agents.models import Session
 from memoryadmin.agents.representations import event_dict, sessions_dicts
 from memoryadmin.agents.services import sessions as services
+from memoryadmin.agents.services.reverts import session_revert
 from memoryadmin.agents.services.sessions import AGENT_REFS
 from memoryadmin.agents.topics import topic_session_key
 from memoryadmin.memory import cli
@@ -92,6 +93,14 @@ class Command(cli.Command):
             sub = commands.add_parser(name, help=text)
             sub.add_argument("session_id")
             sub.add_argument("--json", action="store_true")
+        revert = commands.add_parser(
+            "revert",
+            help="Undo what a session wrote: each document it changed gets back the version "
+            "before its first write, unless others changed it since.",
+        )
+        revert.add_argument("session_id")
+        revert.add_argument("--dry-run", action="store_true", help="show the plan only")
+        revert.add_argument("--json", action="store_true")
         events = commands.add_parser("events", help="A session's events, in order.")
         events.add_argument("session_id")
         events.add_argument("--after", type=int, default=0)
@@ -197,6 +206,20 @@ class Command(cli.Command):
         body = sessions_dicts([ended])[0]
         note = "ended" if was_active else "was already ended"
         self.emit(options, body, [f"session {ended.id}: {note}"])
+
+    def handle_revert(self, options: dict[str, Any]) -> None:
+        plan = session_revert(
+            session=self.session(options), dry_run=options["dry_run"], actor=self.actor()
+        )
+        body = plan.as_dict()
+        verb = "would" if plan.dry_run else "did"
+        lines = [
+            f"{d['resource']}/{d['documentId']}  {d['action']}"
+            + (f"  -> {d['revision']}" if d["revision"] else "")
+            for d in body["documents"]
+        ]
+        lines.append(f"({verb} restore {sum(d['action'] == 'restore' for d in body['documents'])})")
+        self.emit(options, body, lines)
 
     def handle_events(self, options: dict[str, Any]) -> None:
         session = self.session(options)

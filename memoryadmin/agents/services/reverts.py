@@ -1,0 +1,150 @@
+"""Undo everything one agent session wrote, without overwriting anybody else.
+
+For each document the session changed, the version before its first write is
+restored (through the one restore rule, as a new conditional version) when
+nobody else changed the text or summary since that first write. Documents
+that others changed are listed with the merge of the undo into the current
+text instead. A dry run computes the same plan and writes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import transaction
+
+from memoryadmin.agents.models import Session
+from memoryadmin.memory.errors import NotFound, PreconditionFailed
+from memoryadmin.memory.models import Document, DocumentVersion
+from memoryadmin.memory.services.audit import audit_record
+from memoryadmin.web.services.diff import text_merge
+from memoryadmin.web.services.edits import document_restore
+
+RESTORE = "restore"
+CONFLICT = "conflict"
+UNCHANGED = "unchanged"
+DELETED = "deleted"
+
+
+@dataclass
+class RevertItem:
+    document: Document
+    action: str
+    # The version the revert restores (the one before the session's first write).
+    restore_revision: str = ""
+    merged: str | None = None
+    written_revision: str = ""
+    before_text: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "resource": self.document.resource.resource_id,
+            "documentId": self.document.doc_id,
+            "action": self.action,
+            "currentRevision": None if self.document.deleted else self.document.revision,
+            "restoreRevision": self.restore_revision or None,
+            "revision": self.written_revision or None,
+            "merged": self.merged,
+        }
+
+
+@dataclass
+class RevertPlan:
+    session: Session
+    dry_run: bool
+    items: list[RevertItem] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "sessionId": self.session.id,
+            "dryRun": self.dry_run,
+            "documents": [item.as_dict() for item in self.items],
+        }
+
+
+def _content(version: DocumentVersion | Document) -> tuple[str, str]:
+    return version.text, version.summary
+
+
+def _plan_document(
+    document: Document, versions: list[DocumentVersion], session_id: str
+) -> RevertItem:
+    """`versions`: the document's versions, oldest first."""
+    if document.deleted:
+        return RevertItem(document, DELETED)
+    first = next(i for i, v in enumerate(versions) if v.writer_session_id == session_id)
+    if first == 0:
+        return RevertItem(document, UNCHANGED)
+    before = versions[first - 1]
+    last_own = max(i for i, v in enumerate(versions) if v.writer_session_id == session_id)
+    # Somebody else changed the content after the session's first write (a freeze
+    # or a retitle changes no content and does not count).
+    touched = any(
+        versions[i].writer_session_id != session_id
+        and _content(versions[i]) != _content(versions[i - 1])
+        for i in range(first + 1, len(versions))
+    )
+    if _content(document) == _content(before):
+        return RevertItem(document, UNCHANGED, restore_revision=before.revision)
+    if not touched:
+        return RevertItem(document, RESTORE, restore_revision=before.revision)
+    merged = text_merge(base=versions[last_own].text, mine=before.text, theirs=document.text)
+    return RevertItem(
+        document, CONFLICT, restore_revision=before.revision, merged=merged, before_text=before.text
+    )
+
+
+def session_revert_plan(*, session: Session) -> RevertPlan:
+    written = (
+        DocumentVersion.objects.filter(
+            writer_session_id=session.id,
+            document__resource__project_id=session.project_id,
+            document__resource__environment=session.environment,
+        )
+        .values_list("document_id", flat=True)
+        .distinct()
+    )
+    documents = Document.objects.select_related("resource").filter(pk__in=list(written))
+    plan = RevertPlan(session=session, dry_run=True)
+    for document in documents.order_by("resource__resource_id", "doc_id"):
+        versions = list(DocumentVersion.objects.filter(document=document).order_by("id"))
+        plan.items.append(_plan_document(document, versions, session.id))
+    return plan
+
+
+def session_revert(*, session: Session, dry_run: bool, actor: str) -> RevertPlan:
+    """Applies the plan: each restore is its own conditional write over the revision
+    the plan saw, so a write that lands meanwhile turns that document into a conflict."""
+    plan = session_revert_plan(session=session)
+    if dry_run:
+        return plan
+    plan.dry_run = False
+    for item in plan.items:
+        if item.action != RESTORE:
+            continue
+        try:
+            restored = document_restore(
+                resource=item.document.resource,
+                document=item.document,
+                revision=item.restore_revision,
+                expected_revision=item.document.revision,
+                actor=actor,
+            )
+        except (PreconditionFailed, NotFound):
+            item.action = CONFLICT
+            continue
+        item.written_revision = restored.revision
+    with transaction.atomic():
+        audit_record(
+            project_id=session.project_id,
+            environment=session.environment,
+            actor=actor,
+            action="session.revert",
+            detail={
+                "sessionId": session.id,
+                "restored": [i.document.doc_id for i in plan.items if i.action == RESTORE],
+                "conflicts": [i.document.doc_id for i in plan.items if i.action == CONFLICT],
+            },
+        )
+    return plan
