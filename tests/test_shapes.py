@@ -141,6 +141,8 @@ PAIRS = [
     (api_shapes.OperationPageOutput, sdk.OperationPage),
     (api_shapes.ProposalOutput, sdk.Proposal),
     (agent_shapes.RecallRecordOutput, sdk.RecallRecord),
+    (api_shapes.RestoreAsOfOutput, sdk.RestoreAsOf),
+    (api_shapes.RestoreAsOfItemOutput, sdk.RestoreAsOfItem),
     (agent_shapes.RecallPageOutput, sdk.RecallPage),
     (api_shapes.ProposalPageOutput, sdk.ProposalPage),
 ]
@@ -215,6 +217,10 @@ def responses(api: APIClient, project: Project) -> dict[str, Any]:
     keep("tool_call", post(api, f"{session}/memory/tool-calls", call))
     keep("document_by_agent", api.get(f"{DOCS}/workshop{DEV}"))
     keep("document_list", api.get(f"{DOCS}{DEV}"))
+    now = {"environment": "development", "asOf": "2999-01-01T00:00:00Z"}
+    keep("document_list_as_of", api.get(DOCS, now))
+    restore = f"{PROJECT}/memory/notes/restore{DEV}"
+    keep("restore_as_of", post(api, restore, {"asOf": "2000-01-01T00:00:00Z", "dryRun": True}))
     keep("versions", api.get(f"{DOCS}/workshop/versions{DEV}"))
     keep("versions_with_text", api.get(f"{DOCS}/workshop/versions{DEV}&include=text"))
     keep("session", api.get(session))
@@ -267,6 +273,8 @@ SCHEMA = {
     "document": api_shapes.DocumentOutput,
     "document_by_agent": api_shapes.DocumentOutput,
     "document_list": api_shapes.DocumentPageOutput,
+    "document_list_as_of": api_shapes.DocumentPageOutput,
+    "restore_as_of": api_shapes.RestoreAsOfOutput,
     "versions": api_shapes.VersionPageOutput,
     "versions_with_text": api_shapes.VersionPageOutput,
     "session_create": agent_shapes.SessionCreateOutput,
@@ -294,6 +302,8 @@ CLIENT = {
     "document": sdk.Document,
     "document_by_agent": sdk.Document,
     "document_list": sdk.DocumentPage,
+    "document_list_as_of": sdk.DocumentPage,
+    "restore_as_of": sdk.RestoreAsOf,
     "session": sdk.Session,
     "session_list": sdk.SessionPage,
     "session_end": sdk.Session,

@@ -115,6 +115,14 @@ class DocumentEntryOutput(serializers.Serializer):
     maxBytes = serializers.IntegerField()
     updatedAt = serializers.DateTimeField()
     writer = WriterOutput()
+    deleted = serializers.BooleanField(
+        required=False, help_text="asOf lists only: the document was deleted since."
+    )
+    currentRevision = serializers.CharField(
+        required=False,
+        allow_null=True,
+        help_text="asOf lists only: the revision now (null when deleted since).",
+    )
 
 
 class DocumentOutput(DocumentEntryOutput):
@@ -333,3 +341,30 @@ class OperationOutput(serializers.Serializer):
 class OperationPageOutput(serializers.Serializer):
     operations = OperationOutput(many=True)
     nextCursor = serializers.CharField(allow_null=True)
+
+
+class RestoreAsOfInput(StrictSerializer):
+    asOf = StrictCharField(allow_blank=False, help_text="ISO 8601 time.")
+    documents = serializers.ListField(
+        child=StrictCharField(allow_blank=False),
+        required=False,
+        max_length=1000,
+        help_text="Document ids (default: every document of the resource).",
+    )
+    dryRun = StrictBooleanField(required=False, default=False)
+
+
+class RestoreAsOfItemOutput(serializers.Serializer):
+    documentId = serializers.CharField()
+    action = serializers.ChoiceField(
+        choices=["restore", "unchanged", "deleted", "created_since", "conflict", "absent"]
+    )
+    restoreRevision = serializers.CharField(allow_null=True)
+    currentRevision = serializers.CharField(allow_null=True)
+    revision = serializers.CharField(allow_null=True, help_text="The revision a restore wrote.")
+
+
+class RestoreAsOfOutput(serializers.Serializer):
+    asOf = serializers.DateTimeField()
+    dryRun = serializers.BooleanField()
+    documents = RestoreAsOfItemOutput(many=True)

@@ -48,6 +48,11 @@ urlpatterns = [
         operation_views.OperationDiscardView.as_view(),
         name="api-operation-discard",
     ),
+    path(
+        "projects/<str:p>/memory/<str:r>/restore",
+        views.ResourceRestoreView.as_view(),
+        name="api-resource-restore",
+    ),
     # After the document routes: a resource may be called "proposals".
     path(PROPOSALS, views.ProposalListView.as_view(), name="api-proposals"),
     path(f"{PROPOSALS}/<str:proposal_id>", views.ProposalDetailView.as_view(), name="api-proposal"),

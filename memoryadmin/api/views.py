@@ -27,6 +27,7 @@ from memoryadmin.memory.representations import (
     proposal_dict,
     version_dict,
 )
+from memoryadmin.memory.services import asof as asof_services
 from memoryadmin.memory.services import deployments as deployment_services
 from memoryadmin.memory.services import documents as document_services
 from memoryadmin.memory.services import proposals as proposal_services
@@ -142,12 +143,36 @@ class MemoryInventoryView(ApiView):
 
 class DocumentListView(ApiView):
     @extend_schema(
-        parameters=[ENVIRONMENT, CURSOR],
+        parameters=[
+            ENVIRONMENT,
+            CURSOR,
+            OpenApiParameter(
+                "asOf",
+                OpenApiTypes.DATETIME,
+                OpenApiParameter.QUERY,
+                description="List the resource as it was at this time (ISO 8601), by id: "
+                "each document with its version then; documents deleted since are listed "
+                "with deleted: true and no content.",
+            ),
+        ],
         responses={200: s.DocumentPageOutput, **ERRORS},
         operation_id="documents_list",
     )
     def get(self, request: Request, p: str, r: str) -> Response:
         resource = self.resource(request, p, r)
+        as_of = s.require_query_string(request, "asOf")
+        if as_of is not None:
+            entries, next_cursor = asof_services.document_list_as_of(
+                resource=resource,
+                as_of=asof_services.parse_as_of(as_of),
+                cursor=self.cursor(request),
+            )
+            return Response(
+                {
+                    "documents": [e.as_dict(max_bytes=resource.max_bytes) for e in entries],
+                    "nextCursor": next_cursor,
+                }
+            )
         rows, next_cursor = document_services.document_list(
             resource=resource, cursor=self.cursor(request)
         )
@@ -397,3 +422,28 @@ class ProposalRejectView(ApiView):
             actor=self.actor(request),
         )
         return Response(_proposal_body(proposal))
+
+
+class ResourceRestoreView(ApiView):
+    @extend_schema(
+        parameters=[ENVIRONMENT],
+        request=s.RestoreAsOfInput,
+        responses={200: s.RestoreAsOfOutput, **ERRORS},
+        operation_id="documents_restore_as_of",
+        description="Restores the chosen documents (default: every document of the "
+        "resource) to their text and summary at `asOf`, each as a new conditional version. "
+        "Deleted documents stay deleted and documents created since stay as they are. "
+        "`dryRun` shows the plan and writes nothing.",
+    )
+    def post(self, request: Request, p: str, r: str) -> Response:
+        data = s.validated(s.RestoreAsOfInput, request)
+        dry_run = bool(data["dryRun"])
+        resource = self.resource(request, p, r, write=not dry_run)
+        plan = asof_services.resource_restore_as_of(
+            resource=resource,
+            as_of=asof_services.parse_as_of(data["asOf"]),
+            doc_ids=data.get("documents"),
+            dry_run=dry_run,
+            actor=self.actor(request),
+        )
+        return Response(plan.as_dict())

@@ -13,6 +13,7 @@ from memoryadmin.memory.environments import DEFAULT_ENVIRONMENT, Environment
 from memoryadmin.memory.errors import DomainError, InvalidRequest
 from memoryadmin.memory.limits import agent_writes_shown
 from memoryadmin.memory.models import Resource
+from memoryadmin.memory.services.asof import document_list_as_of, parse_as_of
 from memoryadmin.memory.services.audit import (
     audit_actions,
     audit_entries,
@@ -209,3 +210,23 @@ def audit_download(request: HttpRequest, page: Page) -> HttpResponseBase:
     response["Content-Disposition"] = f'attachment; filename="{name}"'
     response["Cache-Control"] = "no-store"
     return response
+
+
+@require_GET
+@project_view(READ)
+def documents_as_of(request: HttpRequest, page: Page, r: str) -> HttpResponseBase:
+    """The resource as it was at a moment, each document with its version then."""
+    resource = page.resource(r)
+    raw = request.GET.get("asOf", "")
+    as_of = parse_as_of(raw)
+    entries, next_cursor = document_list_as_of(
+        resource=resource, as_of=as_of, cursor=request.GET.get("cursor") or None
+    )
+    context = {
+        "resource": resource,
+        "as_of": as_of,
+        "as_of_value": raw,
+        "entries": entries,
+        "next_cursor": next_cursor,
+    }
+    return page_render(request, "memoryadmin/asof.html", page, context)

@@ -31,6 +31,7 @@ from memoryadmin_client._types import (
     ProposalState,
     Recall,
     RecallPage,
+    RestoreAsOf,
     Session,
     SessionPage,
 )
@@ -282,12 +283,31 @@ def list_documents(
     resource: str,
     *,
     cursor: str | None = None,
+    as_of: str | None = None,
     project: str | None = None,
     environment: Environment | None = None,
 ) -> Op[DocumentPage]:
-    params = _drop_none({**c._env(environment), "cursor": cursor})
+    """A page of documents; `as_of` (ISO 8601) lists the resource as it was then."""
+    params = _drop_none({**c._env(environment), "cursor": cursor, "asOf": as_of})
     response = yield Request("GET", c._docs(project, resource), params)
     return cast(DocumentPage, response.json())
+
+
+def restore_as_of(
+    c: Defaults,
+    resource: str,
+    *,
+    as_of: str,
+    documents: list[str] | None = None,
+    dry_run: bool = False,
+    project: str | None = None,
+    environment: Environment | None = None,
+) -> Op[RestoreAsOf]:
+    """Restores documents (default: all of the resource) to their text at `as_of`."""
+    body = _drop_none({"asOf": as_of, "documents": documents, "dryRun": dry_run})
+    path = f"projects/{c._project(project)}/memory/{resource}/restore"
+    response = yield Request("POST", path, c._env(environment), body)
+    return cast(RestoreAsOf, response.json())
 
 
 # Review of agent writes (deciding needs a read-write key).

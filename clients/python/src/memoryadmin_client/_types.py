@@ -24,6 +24,8 @@ class DocumentEntry(TypedDict):
     maxBytes: int
     updatedAt: str
     writer: Writer
+    deleted: NotRequired[bool]  # asOf lists only
+    currentRevision: NotRequired[str | None]  # asOf lists only
 
 
 class Document(DocumentEntry):
@@ -33,6 +35,20 @@ class Document(DocumentEntry):
 class DocumentPage(TypedDict):
     documents: list[DocumentEntry]
     nextCursor: str | None
+
+
+class RestoreAsOfItem(TypedDict):
+    documentId: str
+    action: Literal["restore", "unchanged", "deleted", "created_since", "conflict", "absent"]
+    restoreRevision: str | None
+    currentRevision: str | None
+    revision: str | None
+
+
+class RestoreAsOf(TypedDict):
+    asOf: str
+    dryRun: bool
+    documents: list[RestoreAsOfItem]
 
 
 class Proposal(TypedDict):

@@ -16,6 +16,8 @@ from typing import Any, TextIO
 from django.core.management.base import CommandParser
 
 from memoryadmin.memory import cli
+from memoryadmin.memory.cli_history import SUBCOMMANDS as HISTORY_SUBCOMMANDS
+from memoryadmin.memory.cli_history import HistoryCommands
 from memoryadmin.memory.cli_proposals import SUBCOMMANDS as PROPOSAL_SUBCOMMANDS
 from memoryadmin.memory.cli_proposals import ProposalCommands
 from memoryadmin.memory.environments import DEFAULT_ENVIRONMENT, Environment
@@ -60,10 +62,11 @@ SUBCOMMANDS = {
     "import": "Create the documents of an export directory; never overwrites.",
     "remove": "Delete a document; its id stays reserved.",
     **PROPOSAL_SUBCOMMANDS,
+    **HISTORY_SUBCOMMANDS,
 }
 
 
-class Command(ProposalCommands, cli.Command):
+class Command(HistoryCommands, ProposalCommands, cli.Command):
     help = "Owner access to document memory: list, show, create, edit, freeze, export, remove."
     requires_system_checks: list[str] = []
     # Tests hand the command a stdin of their own.
@@ -77,7 +80,7 @@ class Command(ProposalCommands, cli.Command):
         for name, help_text in SUBCOMMANDS.items():
             sub = subcommands.add_parser(name, help=help_text, description=help_text)
             self._add_common(sub, sub=True)
-            getattr(self, f"_args_{name}")(sub)
+            getattr(self, f"_args_{name.replace('-', '_')}")(sub)
 
     def _add_common(self, parser: CommandParser, *, sub: bool) -> None:
         # Accepted before or after the subcommand; the subcommand's copy
@@ -95,6 +98,7 @@ class Command(ProposalCommands, cli.Command):
 
     def _args_list(self, parser: CommandParser) -> None:
         parser.add_argument("resource", nargs="?")
+        parser.add_argument("--as-of", default=None, help="the resource as it was then (ISO 8601)")
 
     def _args_show(self, parser: CommandParser) -> None:
         parser.add_argument("resource")
@@ -147,7 +151,7 @@ class Command(ProposalCommands, cli.Command):
         self.actor = cli.cli_actor()
         self.stdin: TextIO = options.get("stdin") or sys.stdin
         project = project_get(project_id=options["project"])
-        getattr(self, f"do_{options['subcommand']}")(project, options)
+        getattr(self, "do_" + options["subcommand"].replace("-", "_"))(project, options)
 
     def resource(self, project: Project, resource_id: str) -> Resource:
         resource = resource_get(
@@ -189,6 +193,9 @@ class Command(ProposalCommands, cli.Command):
     def do_list(self, project: Project, options: dict[str, Any]) -> None:
         if options["resource"] is None:
             self.list_resources(project)
+            return
+        if options["as_of"] is not None:
+            self.list_as_of(project, options)
             return
         resource = self.resource(project, options["resource"])
         entries: list[dict[str, Any]] = []

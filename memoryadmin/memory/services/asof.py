@@ -1,0 +1,202 @@
+"""A resource as it was at a moment T, read from the version history, and restoring
+documents (or the whole resource) to T as new conditional versions.
+
+Each document that existed at T shows the newest version written at or before T.
+A document deleted after T is listed as deleted: its id stays reserved and its
+content is gone (deletion wipes the versions too). A document deleted before T
+did not exist at T and is left out, as is one created after T.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db.models import OuterRef, Q, Subquery
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from memoryadmin.memory.cursors import keyset_page
+from memoryadmin.memory.errors import InvalidRequest, NotFound, PreconditionFailed
+from memoryadmin.memory.limits import LIST_PAGE_SIZE
+from memoryadmin.memory.models import Document, DocumentVersion, Resource
+from memoryadmin.memory.representations import iso_ms, writer_dict
+from memoryadmin.memory.services.audit import audit_record
+from memoryadmin.web.services.edits import document_restore
+
+RESTORE = "restore"
+UNCHANGED = "unchanged"
+DELETED = "deleted"
+CREATED_SINCE = "created_since"
+CONFLICT = "conflict"
+ABSENT = "absent"
+
+
+def parse_as_of(value: object) -> datetime:
+    """An ISO 8601 time with a zone (or Z); a time without one is taken as UTC."""
+    parsed = parse_datetime(value) if isinstance(value, str) and len(value) <= 64 else None
+    if parsed is None:
+        raise InvalidRequest("asOf must be an ISO 8601 time, e.g. 2026-09-10T12:00:00Z.")
+    if timezone.is_naive(parsed):
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed
+
+
+def _existing_at(resource: Resource, as_of: datetime) -> Any:
+    """Documents that existed at T, each with the id of its version at T."""
+    at_t = DocumentVersion.objects.filter(document=OuterRef("pk"), created_at__lte=as_of)
+    return (
+        Document.objects.filter(resource=resource, created_at__lte=as_of)
+        .exclude(Q(deleted=True) & Q(updated_at__lte=as_of))
+        .annotate(version_at=Subquery(at_t.order_by("-id").values("id")[:1]))
+        .filter(version_at__isnull=False)
+    )
+
+
+@dataclass(frozen=True)
+class AsOfEntry:
+    document: Document
+    version: DocumentVersion
+
+    @property
+    def changed_since(self) -> bool:
+        return self.document.deleted or self.document.revision != self.version.revision
+
+    def as_dict(self, *, max_bytes: int) -> dict[str, Any]:
+        v = self.version
+        return {
+            "id": self.document.doc_id,
+            "title": v.title,
+            "summary": v.summary,
+            "agentWrites": "enabled" if v.agent_writes else "disabled",
+            "revision": v.revision,
+            "bytes": v.bytes,
+            "maxBytes": max_bytes,
+            "updatedAt": iso_ms(v.created_at),
+            "writer": writer_dict(v.writer_kind, v.writer_session_id),
+            "deleted": self.document.deleted,
+            "currentRevision": None if self.document.deleted else self.document.revision,
+        }
+
+
+def document_list_as_of(
+    *, resource: Resource, as_of: datetime, cursor: str | None = None, limit: int = LIST_PAGE_SIZE
+) -> tuple[list[AsOfEntry], str | None]:
+    """One page of the resource as it was at `as_of`, by document id."""
+    documents, next_cursor = keyset_page(
+        _existing_at(resource, as_of),
+        order=("doc_id",),
+        cursor=cursor,
+        scope=f"asof:{resource.pk}:{as_of.isoformat()}",
+        limit=limit,
+    )
+    versions = DocumentVersion.objects.in_bulk([d.version_at for d in documents])
+    return [AsOfEntry(d, versions[d.version_at]) for d in documents], next_cursor
+
+
+@dataclass
+class AsOfRestoreItem:
+    doc_id: str
+    action: str
+    restore_revision: str | None = None
+    current_revision: str | None = None
+    revision: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "documentId": self.doc_id,
+            "action": self.action,
+            "restoreRevision": self.restore_revision,
+            "currentRevision": self.current_revision,
+            "revision": self.revision,
+        }
+
+
+@dataclass
+class AsOfRestorePlan:
+    as_of: datetime
+    dry_run: bool
+    items: list[AsOfRestoreItem] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "asOf": iso_ms(self.as_of),
+            "dryRun": self.dry_run,
+            "documents": [item.as_dict() for item in self.items],
+        }
+
+
+def _plan(resource: Resource, as_of: datetime, doc_ids: list[str] | None) -> AsOfRestorePlan:
+    plan = AsOfRestorePlan(as_of=as_of, dry_run=True)
+    then = {d.doc_id: d for d in _existing_at(resource, as_of)}
+    versions = DocumentVersion.objects.in_bulk([d.version_at for d in then.values()])
+    wanted = sorted(set(doc_ids)) if doc_ids is not None else None
+    current = Document.objects.filter(resource=resource)
+    if wanted is not None:
+        current = current.filter(doc_id__in=wanted)
+    now = {d.doc_id: d for d in current}
+    for doc_id in wanted if wanted is not None else sorted(set(then) | set(now)):
+        document = now.get(doc_id)
+        if document is None or (doc_id not in then and document.deleted):
+            plan.items.append(AsOfRestoreItem(doc_id, ABSENT))
+            continue
+        if doc_id not in then:
+            plan.items.append(AsOfRestoreItem(doc_id, CREATED_SINCE, None, document.revision))
+            continue
+        version = versions[then[doc_id].version_at]
+        if document.deleted:
+            # Never a resurrection: a deleted id stays reserved.
+            plan.items.append(AsOfRestoreItem(doc_id, DELETED, version.revision))
+            continue
+        same = (document.text, document.summary) == (version.text, version.summary)
+        action = UNCHANGED if same else RESTORE
+        plan.items.append(AsOfRestoreItem(doc_id, action, version.revision, document.revision))
+    return plan
+
+
+def resource_restore_as_of(
+    *,
+    resource: Resource,
+    as_of: datetime,
+    doc_ids: list[str] | None,
+    dry_run: bool,
+    actor: str,
+) -> AsOfRestorePlan:
+    """Makes each chosen document's text and summary at T current again, through the one
+    restore rule, over the revision the plan read (a write meanwhile: conflict)."""
+    if as_of > timezone.now():
+        raise InvalidRequest("asOf is in the future; nothing was written after now.")
+    plan = _plan(resource, as_of, doc_ids)
+    if dry_run:
+        return plan
+    plan.dry_run = False
+    for item in plan.items:
+        if item.action != RESTORE or item.restore_revision is None:
+            continue
+        try:
+            document = Document.objects.get(resource=resource, doc_id=item.doc_id)
+            restored = document_restore(
+                resource=resource,
+                document=document,
+                revision=item.restore_revision,
+                expected_revision=item.current_revision or "",
+                actor=actor,
+            )
+        except (PreconditionFailed, NotFound):
+            item.action = CONFLICT
+            continue
+        item.revision = restored.revision
+    audit_record(
+        project_id=resource.project_id,
+        environment=resource.environment,
+        actor=actor,
+        action="resource.restore_as_of",
+        resource_id=resource.resource_id,
+        detail={
+            "asOf": iso_ms(as_of),
+            "restored": [i.doc_id for i in plan.items if i.action == RESTORE],
+            "conflicts": [i.doc_id for i in plan.items if i.action == CONFLICT],
+        },
+    )
+    return plan

@@ -1,0 +1,232 @@
+"""A store as it was: ?asOf= listings from the version history, and restoring documents
+or a whole resource to a moment as new conditional versions."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from io import StringIO
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from rest_framework.test import APIClient
+
+from memoryadmin.memory.models import AuditEntry, Document, Project, Resource
+from memoryadmin.memory.services.asof import document_list_as_of
+from memoryadmin.memory.services.documents import (
+    document_create,
+    document_delete,
+    document_patch,
+    document_replace,
+)
+from tests.helpers import DEV, DOCS, Keys, html_of
+
+RESTORE = "/api/managed-agents/projects/acme/memory/notes/restore"
+
+
+def moment() -> datetime:
+    """Now, and a clock that has moved on, so the next write is strictly later."""
+    now = timezone.now()
+    while timezone.now() <= now:
+        pass
+    return now
+
+
+def current(document: Document) -> Document:
+    return Document.objects.get(pk=document.pk)
+
+
+def restore(api: APIClient, body: Any) -> Any:
+    return api.post(f"{RESTORE}{DEV}", data=json.dumps(body), content_type="application/json")
+
+
+@pytest.fixture
+def history(notes: Resource, make_document: Any) -> dict[str, Any]:
+    """Three documents at T: one changed since, one deleted since, one left alone;
+    and one created after T."""
+    changed = make_document("changed", text="then")
+    gone = make_document("gone", text="soon gone")
+    kept = make_document("kept", text="as it was")
+    t = moment()
+    document_replace(
+        resource=notes, doc_id="changed", expected_revision=changed.revision, text="now", actor="t"
+    )
+    document_delete(resource=notes, doc_id="gone", expected_revision=gone.revision, actor="t")
+    make_document("later", text="new")
+    return {"t": t, "changed": changed, "gone": gone, "kept": kept}
+
+
+def test_as_of_lists_each_document_with_its_version_then(
+    api: APIClient, history: dict[str, Any]
+) -> None:
+    response = api.get(DOCS, {"environment": "development", "asOf": history["t"].isoformat()})
+    assert response.status_code == 200, response.json()
+    entries = {d["id"]: d for d in response.json()["documents"]}
+    assert list(entries) == ["changed", "gone", "kept"]
+    assert entries["changed"]["revision"] == history["changed"].revision
+    assert entries["changed"]["currentRevision"] != history["changed"].revision
+    assert entries["gone"]["deleted"] is True
+    assert entries["gone"]["currentRevision"] is None
+    assert entries["gone"]["title"] == ""
+    assert entries["kept"]["currentRevision"] == history["kept"].revision
+    assert "text" not in entries["kept"]
+    assert api.get(f"{DOCS}{DEV}&asOf=yesterday").status_code == 400
+    early = api.get(f"{DOCS}{DEV}&asOf=2000-01-01T00:00:00Z").json()
+    assert early == {"documents": [], "nextCursor": None}
+
+
+def test_restore_to_a_moment_never_resurrects_and_leaves_newer_documents(
+    api: APIClient, history: dict[str, Any], client_for: Any, keys: Keys
+) -> None:
+    t = history["t"].isoformat()
+    dry = restore(api, {"asOf": t, "dryRun": True})
+    assert dry.status_code == 200, dry.json()
+    actions = {d["documentId"]: d["action"] for d in dry.json()["documents"]}
+    assert actions == {
+        "changed": "restore",
+        "gone": "deleted",
+        "kept": "unchanged",
+        "later": "created_since",
+    }
+    assert current(history["changed"]).text == "now"
+    assert restore(client_for(keys.read_only), {"asOf": t}).status_code == 403
+    applied = restore(api, {"asOf": t})
+    assert applied.status_code == 200
+    written = {d["documentId"]: d["revision"] for d in applied.json()["documents"]}
+    restored = current(history["changed"])
+    assert restored.text == "then"
+    assert written["changed"] == restored.revision
+    assert written["gone"] is None
+    assert Document.objects.get(doc_id="gone").deleted
+    assert Document.objects.get(doc_id="later").text == "new"
+    entry = AuditEntry.objects.get(action="resource.restore_as_of")
+    assert entry.detail["restored"] == ["changed"]
+
+
+def test_restore_chosen_documents_only(api: APIClient, notes: Resource, make_document: Any) -> None:
+    one = make_document("one", text="1")
+    two = make_document("two", text="2")
+    t = moment()
+    for doc in (one, two):
+        document_replace(
+            resource=notes, doc_id=doc.doc_id, expected_revision=doc.revision, text="x", actor="t"
+        )
+    body = restore(api, {"asOf": t.isoformat(), "documents": ["two", "nope"]}).json()
+    assert {d["documentId"]: d["action"] for d in body["documents"]} == {
+        "nope": "absent",
+        "two": "restore",
+    }
+    assert (current(one).text, current(two).text) == ("x", "2")
+    assert restore(api, {"asOf": "soon"}).status_code == 400
+    future = (timezone.now() + timedelta(days=1)).isoformat()
+    assert restore(api, {"asOf": future}).status_code == 400
+    assert restore(api, {"asOf": t.isoformat(), "documents": "two"}).status_code == 400
+
+
+def test_page_and_cli_show_and_restore_a_moment(
+    owner: Any, web: Any, history: dict[str, Any]
+) -> None:
+    t = history["t"].strftime("%Y-%m-%dT%H:%M:%S.%f")
+    base = "/projects/acme/development/resources/notes/as-of/"
+    html = html_of(owner.get(base, {"asOf": t}))
+    assert "deleted since" in html
+    assert "changed: compare with now" in html
+    assert "later" not in html
+    plan = html_of(owner.get(base + "restore/", {"asOf": t, "documents": ["changed"]}))
+    assert "Restore plan" in plan
+    assert current(history["changed"]).text == "now"
+    assert web("support").post(base + "restore/", {"asOf": t}).status_code == 403
+    done = owner.post(base + "restore/", {"asOf": t, "documents": ["changed"]})
+    assert done.status_code == 200
+    assert current(history["changed"]).text == "then"
+    assert owner.get(base, {"asOf": "nonsense"}).status_code == 400
+    out = StringIO()
+    call_command("memory", "--project", "acme", "list", "notes", "--as-of", t, "--json", stdout=out)
+    assert [d["id"] for d in json.loads(out.getvalue())["documents"]] == ["changed", "gone", "kept"]
+    out = StringIO()
+    call_command(
+        "memory",
+        "--project",
+        "acme",
+        "restore-as-of",
+        "notes",
+        "--as-of",
+        t,
+        "--dry-run",
+        stdout=out,
+    )
+    assert "later  created_since" in out.getvalue()
+
+
+# The property: at any instant, the as-of listing is what the version history says.
+
+OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["create", "replace", "patch", "delete"]),
+        st.integers(min_value=0, max_value=3),
+        st.text(alphabet="ab\n", max_size=6),
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(ops=OPS, probe=st.integers(min_value=0, max_value=12))
+def test_as_of_listings_agree_with_the_history_at_every_instant(
+    project: Project, ops: list[tuple[str, int, str]], probe: int
+) -> None:
+    # Examples share the test's transaction: each gets a resource of its own.
+    resource = Resource.objects.create(
+        project=project,
+        environment="development",
+        resource_id=f"r{Resource.objects.count()}",
+        kind="document",
+        max_bytes=100,
+    )
+    # The model: after each op, each id -> the revision it had (None: did not exist).
+    live: dict[str, str] = {}
+    deleted: set[str] = set()
+    snapshots: list[tuple[datetime, dict[str, str]]] = [(moment(), {})]
+    for action, number, text in ops:
+        doc_id = f"d{number}"
+        if action == "create" and doc_id not in live and doc_id not in deleted:
+            live[doc_id] = document_create(
+                resource=resource, doc_id=doc_id, title="t", text=text, actor="p"
+            ).revision
+        elif action == "replace" and doc_id in live:
+            live[doc_id] = document_replace(
+                resource=resource,
+                doc_id=doc_id,
+                expected_revision=live[doc_id],
+                text=text,
+                actor="p",
+            ).revision
+        elif action == "patch" and doc_id in live:
+            live[doc_id] = document_patch(
+                resource=resource,
+                doc_id=doc_id,
+                expected_revision=live[doc_id],
+                title=text.replace("\n", "") or "t",
+                actor="p",
+            ).revision
+        elif action == "delete" and doc_id in live:
+            document_delete(
+                resource=resource, doc_id=doc_id, expected_revision=live[doc_id], actor="p"
+            )
+            del live[doc_id]
+            deleted.add(doc_id)
+        snapshots.append((moment(), dict(live)))
+    at, expected = snapshots[min(probe, len(snapshots) - 1)]
+    entries, _ = document_list_as_of(resource=resource, as_of=at, limit=100)
+    assert {e.document.doc_id: e.version.revision for e in entries} == expected
+    for entry in entries:
+        assert entry.document.deleted == (entry.document.doc_id in deleted)
+        if entry.document.deleted:
+            assert entry.version.text == ""
