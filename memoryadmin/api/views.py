@@ -23,6 +23,7 @@ from memoryadmin.memory.models import Deployment, Document, Proposal, Resource
 from memoryadmin.memory.representations import (
     deployments_dicts,
     document_dict,
+    document_entries,
     project_dict,
     proposal_dict,
     version_dict,
@@ -176,16 +177,7 @@ class DocumentListView(ApiView):
         rows, next_cursor = document_services.document_list(
             resource=resource, cursor=self.cursor(request)
         )
-        documents = [
-            document_dict(
-                row,
-                max_bytes=resource.max_bytes,
-                include_text=False,
-                review_default=resource.review_default,
-            )
-            for row in rows
-        ]
-        return Response({"documents": documents, "nextCursor": next_cursor})
+        return Response({"documents": document_entries(rows, resource), "nextCursor": next_cursor})
 
 
 def _write_mode(value: object) -> dict[str, bool]:

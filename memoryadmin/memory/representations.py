@@ -16,6 +16,7 @@ from memoryadmin.memory.models import (
     DocumentVersion,
     Project,
     Proposal,
+    Resource,
 )
 from memoryadmin.memory.services.deployments import declarations_public, deployment_active_in
 
@@ -66,6 +67,19 @@ def document_dict(
             field_of(document, "writer_kind"), field_of(document, "writer_session_id")
         ),
     }
+
+
+def document_entries(rows: list[Any], resource: Resource) -> list[dict[str, Any]]:
+    """List entries (no text) of `.values()` rows of one resource."""
+    return [
+        document_dict(
+            row,
+            max_bytes=resource.max_bytes,
+            include_text=False,
+            review_default=resource.review_default,
+        )
+        for row in rows
+    ]
 
 
 def version_dict(version: DocumentVersion, *, include_text: bool) -> dict[str, Any]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponseBase, StreamingHttpResponse
 from django.shortcuts import redirect
@@ -212,21 +214,24 @@ def audit_download(request: HttpRequest, page: Page) -> HttpResponseBase:
     return response
 
 
-@require_GET
-@project_view(READ)
-def documents_as_of(request: HttpRequest, page: Page, r: str) -> HttpResponseBase:
-    """The resource as it was at a moment, each document with its version then."""
-    resource = page.resource(r)
-    raw = request.GET.get("asOf", "")
+def as_of_context(request: HttpRequest, resource: Resource, raw: str) -> dict[str, Any]:
+    """What the as-of page shows: the resource at the moment `raw` names."""
     as_of = parse_as_of(raw)
     entries, next_cursor = document_list_as_of(
         resource=resource, as_of=as_of, cursor=request.GET.get("cursor") or None
     )
-    context = {
+    return {
         "resource": resource,
         "as_of": as_of,
         "as_of_value": raw,
         "entries": entries,
         "next_cursor": next_cursor,
     }
+
+
+@require_GET
+@project_view(READ)
+def documents_as_of(request: HttpRequest, page: Page, r: str) -> HttpResponseBase:
+    """The resource as it was at a moment, each document with its version then."""
+    context = as_of_context(request, page.resource(r), request.GET.get("asOf", ""))
     return page_render(request, "memoryadmin/asof.html", page, context)

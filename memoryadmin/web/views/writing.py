@@ -13,11 +13,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from memoryadmin.memory.errors import DomainError, PreconditionFailed
 from memoryadmin.memory.models import Document, Resource
-from memoryadmin.memory.services.asof import (
-    document_list_as_of,
-    parse_as_of,
-    resource_restore_as_of,
-)
+from memoryadmin.memory.services.asof import resource_restore_as_of
 from memoryadmin.memory.services.documents import (
     document_create,
     document_delete,
@@ -29,6 +25,7 @@ from memoryadmin.web.services.diff import text_diff
 from memoryadmin.web.services.edits import document_edit, document_restore, edit_reapply
 from memoryadmin.web.services.roles import DELETE, EDIT, FREEZE
 from memoryadmin.web.views.base import Page, actor, page_render, project_view
+from memoryadmin.web.views.reading import as_of_context
 
 INVALID = 422
 CONFLICT = 409
@@ -287,25 +284,15 @@ def restore_as_of(request: HttpRequest, page: Page, r: str) -> HttpResponseBase:
     """GET: the plan (a dry run) for the chosen documents or the whole resource. POST: apply."""
     resource = page.resource(r)
     data = request.POST if request.method == "POST" else request.GET
-    raw = data.get("asOf", "")
-    as_of = parse_as_of(raw)
+    context = as_of_context(request, resource, data.get("asOf", ""))
     chosen = data.getlist("documents")
     whole = data.get("scope") == "all" or (request.method == "POST" and not chosen)
-    plan = resource_restore_as_of(
+    context["plan"] = resource_restore_as_of(
         resource=resource,
-        as_of=as_of,
+        as_of=context["as_of"],
         doc_ids=None if whole else chosen,
         dry_run=request.method == "GET",
         actor=actor(request),
     )
-    entries, next_cursor = document_list_as_of(resource=resource, as_of=as_of)
-    context = {
-        "resource": resource,
-        "as_of": as_of,
-        "as_of_value": raw,
-        "entries": entries,
-        "next_cursor": next_cursor,
-        "plan": plan,
-        "chosen": [] if whole else chosen,
-    }
+    context["chosen"] = [] if whole else chosen
     return page_render(request, "memoryadmin/asof.html", page, context)

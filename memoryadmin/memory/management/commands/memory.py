@@ -34,7 +34,7 @@ from memoryadmin.memory.export import (
     export_snapshot,
 )
 from memoryadmin.memory.models import Document, Project, Resource
-from memoryadmin.memory.representations import document_dict
+from memoryadmin.memory.representations import document_dict, document_entries
 from memoryadmin.memory.services.deployments import (
     resource_documents_check,
     resource_get,
@@ -202,15 +202,7 @@ class Command(HistoryCommands, ProposalCommands, cli.Command):
         cursor: str | None = None
         while True:
             rows, cursor = document_list(resource=resource, cursor=cursor)
-            entries.extend(
-                document_dict(
-                    row,
-                    max_bytes=resource.max_bytes,
-                    include_text=False,
-                    review_default=resource.review_default,
-                )
-                for row in rows
-            )
+            entries.extend(document_entries(rows, resource))
             if cursor is None:
                 break
         if options["json"]:
