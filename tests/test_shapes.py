@@ -142,6 +142,8 @@ PAIRS = [
     (api_shapes.ProposalOutput, sdk.Proposal),
     (agent_shapes.RecallRecordOutput, sdk.RecallRecord),
     (api_shapes.RestoreAsOfOutput, sdk.RestoreAsOf),
+    (agent_shapes.RevertOutput, sdk.SessionRevert),
+    (agent_shapes.RevertDocumentOutput, sdk.RevertItem),
     (api_shapes.RestoreAsOfItemOutput, sdk.RestoreAsOfItem),
     (agent_shapes.RecallPageOutput, sdk.RecallPage),
     (api_shapes.ProposalPageOutput, sdk.ProposalPage),
@@ -225,6 +227,7 @@ def responses(api: APIClient, project: Project) -> dict[str, Any]:
     keep("versions_with_text", api.get(f"{DOCS}/workshop/versions{DEV}&include=text"))
     keep("session", api.get(session))
     keep("recalls", api.get(f"{session}/recalls"))
+    keep("revert", post(api, f"{session}/revert", {"dryRun": True}))
     # A save under review: a proposal, listed, then rejected.
     revision = api.get(f"{DOCS}/workshop{DEV}").json()["revision"]
     api.patch(
@@ -292,6 +295,7 @@ SCHEMA = {
     "inventory": api_shapes.InventoryOutput,
     "proposals": api_shapes.ProposalPageOutput,
     "recalls": agent_shapes.RecallPageOutput,
+    "revert": agent_shapes.RevertOutput,
     "proposal_reject": api_shapes.ProposalOutput,
     "secrets": provider_views.SecretListOutput,
     "error_with_details": api_shapes.ErrorOutput,
@@ -312,6 +316,7 @@ CLIENT = {
     "deployment": sdk.Deployment,
     "proposals": sdk.ProposalPage,
     "recalls": sdk.RecallPage,
+    "revert": sdk.SessionRevert,
     "proposal_reject": sdk.Proposal,
 }
 

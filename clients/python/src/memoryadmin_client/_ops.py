@@ -34,6 +34,7 @@ from memoryadmin_client._types import (
     RestoreAsOf,
     Session,
     SessionPage,
+    SessionRevert,
 )
 
 TOPIC_KEY_MAX = 248
@@ -487,6 +488,13 @@ def session_events(c: Defaults, session_id: str, *, after: int = 0) -> Op[EventP
 
 
 # The runtime, as an agent host uses it.
+
+
+def revert_session(c: Defaults, session_id: str, *, dry_run: bool = False) -> Op[SessionRevert]:
+    """Undoes what the session wrote where nobody wrote after it; `dry_run` only plans."""
+    body = {"dryRun": dry_run}
+    response = yield Request("POST", f"sessions/{session_id}/revert", json=body)
+    return cast(SessionRevert, response.json())
 
 
 def list_recalls(c: Defaults, session_id: str, *, cursor: str | None = None) -> Op[RecallPage]:

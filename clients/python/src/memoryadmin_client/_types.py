@@ -51,6 +51,22 @@ class RestoreAsOf(TypedDict):
     documents: list[RestoreAsOfItem]
 
 
+class RevertItem(TypedDict):
+    resource: str
+    documentId: str
+    action: Literal["restore", "conflict", "unchanged", "deleted"]
+    currentRevision: str | None
+    restoreRevision: str | None
+    revision: str | None
+    merged: str | None
+
+
+class SessionRevert(TypedDict):
+    sessionId: str
+    dryRun: bool
+    documents: list[RevertItem]
+
+
 class Proposal(TypedDict):
     id: str
     resource: str
