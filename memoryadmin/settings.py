@@ -194,6 +194,7 @@ INSTALLED_APPS = [
     "memoryadmin.agents",
     "memoryadmin.web",
     "memoryadmin.providers",
+    "memoryadmin.external",
     "memoryadmin.refprovider",
     "memoryadmin.demo",
     "memoryadmin.runner",
@@ -356,6 +357,9 @@ MEMORYADMIN_PROVIDER_CONCURRENCY_PER_PROJECT = env_int(
 # Provider origins must reach public addresses only; these non-public ranges
 # are allowed as well (`make run` allows loopback for the demo's provider).
 MEMORYADMIN_PROVIDER_ALLOW = env_networks("MEMORYADMIN_PROVIDER_ALLOW")
+# A PEM file of extra certificate authorities trusted for external providers
+# (a Mem0 or Hindsight server behind a private CA); public roots stay trusted.
+MEMORYADMIN_PROVIDER_CA_FILE = os.environ.get("MEMORYADMIN_PROVIDER_CA_FILE", "").strip()
 
 # One JSON object per line on standard output (memoryadmin/logs.py). Requests are
 # logged once, when they finish; `request_started` is debug-level.

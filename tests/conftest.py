@@ -74,6 +74,59 @@ def scripted() -> Iterator[Any]:
 
 
 @pytest.fixture
+def mem0_oss() -> Iterator[Any]:
+    """A fake self-hosted Mem0 server on loopback, expecting the X-API-Key mem0-test-key."""
+    from tests.fake_providers import FakeMem0Oss, running
+
+    with running(FakeMem0Oss(api_key="mem0-test-key")) as server:
+        yield server
+
+
+@pytest.fixture
+def hindsight() -> Iterator[Any]:
+    """A fake Hindsight 0.8 server on loopback, expecting the bearer token hindsight-test."""
+    from tests.fake_providers import FakeHindsight, running
+
+    with running(FakeHindsight(token="hindsight-test")) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def provider_certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any]:
+    """A self-signed certificate for 127.0.0.1: the TLS of the https-only fake providers."""
+    from tests.fake_providers import test_certificate
+
+    return test_certificate(tmp_path_factory.mktemp("tls"))
+
+
+@pytest.fixture
+def provider_tls(provider_certificate: tuple[Any, Any], settings: Any) -> Any:
+    """Server-side TLS for a fake provider, its certificate trusted as a private CA."""
+    from tests.fake_providers import server_tls
+
+    settings.MEMORYADMIN_PROVIDER_CA_FILE = str(provider_certificate[0])
+    return server_tls(*provider_certificate)
+
+
+@pytest.fixture
+def mem0_platform(provider_tls: Any) -> Iterator[Any]:
+    """A fake api.mem0.ai on https://127.0.0.1, expecting the API key mem0-platform-key."""
+    from tests.fake_providers import FakeMem0Platform, running
+
+    with running(FakeMem0Platform(api_key="mem0-platform-key", tls=provider_tls)) as server:
+        yield server
+
+
+@pytest.fixture
+def vertex(provider_tls: Any) -> Iterator[Any]:
+    """A fake Vertex AI Memory Bank (and its token endpoint) on https://127.0.0.1."""
+    from tests.fake_providers import FakeVertexMemoryBank, running
+
+    with running(FakeVertexMemoryBank(tls=provider_tls)) as server:
+        yield server
+
+
+@pytest.fixture
 def project(db: None) -> Project:
     project = project_create(project_id="acme", name="Acme")
     deployment_create(

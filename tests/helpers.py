@@ -604,3 +604,44 @@ def suite_database_url() -> str:
     password = f":{quote(db['PASSWORD'])}" if db["PASSWORD"] else ""
     host, port = db["HOST"] or "127.0.0.1", db["PORT"] or "5432"
     return f"postgres://{quote(db['USER'] or '')}{password}@{host}:{port}/{quote(db['NAME'])}"
+
+
+# External providers (tests/fake_providers.py): a resource declared against a fake server.
+
+
+def deploy_external(
+    project: Project,
+    provider: dict[str, Any],
+    *,
+    resource_id: str = "mem",
+    secrets_by_origin: dict[str, dict[str, str]] | None = None,
+) -> Resource:
+    """Deploys agent "archivist" with one external resource in development, after setting
+    the secrets its declaration names (bound to the origins given)."""
+    for origin, values in (secrets_by_origin or {}).items():
+        for name, value in values.items():
+            secret_set(
+                project=project,
+                environment="development",
+                name=name,
+                value=value,
+                origins=[origin],
+                actor="t",
+            )
+    declaration = {"id": resource_id, "description": "External memory.", "provider": provider}
+    deployment_create(
+        project=project, agent="archivist", memory=[declaration], promote="development", actor="t"
+    )
+    return resource_get(project=project, environment="development", resource_id=resource_id)
+
+
+def external_session(project: Project, namespace: str, *, resource_id: str = "mem") -> Session:
+    session, _ = session_create(
+        project=project,
+        agent_id="archivist@development",
+        memory={resource_id: {"scope": "namespace", "id": namespace, "access": "read-write"}},
+        labels={},
+        idempotency_key=f"external-{namespace}",
+        actor="test",
+    )
+    return session

@@ -49,7 +49,9 @@ def test_a_kind_nobody_registered_is_refused(api: APIClient) -> None:
     assert "echo" not in provider_kinds()
     response = deploy_echo(api)
     assert response.status_code == 400
-    assert "provider.kind must be one of: document, http" in response.json()["error"]["message"]
+    message = response.json()["error"]["message"]
+    assert "provider.kind must be one of: document, hindsight, http, mem0-oss" in message
+    assert "echo" not in message
     assert not Resource.objects.filter(resource_id="scratch").exists()
 
 

@@ -70,7 +70,10 @@ class DocumentPatchInput(StrictSerializer):
 
 
 class ProviderSchema(serializers.Serializer):
-    kind = serializers.ChoiceField(choices=["document", "http"])
+    kind = serializers.CharField(
+        help_text="A registered kind: document, http, mem0-oss, mem0-platform, "
+        "vertex-memory-bank, hindsight (docs/providers.md)."
+    )
     maxBytes = serializers.IntegerField(min_value=1, max_value=16384, required=False)
     connection = serializers.JSONField(
         required=False, help_text="http: origin, methods, pathPrefix, headers (secret refs)."
@@ -78,6 +81,13 @@ class ProviderSchema(serializers.Serializer):
     path = serializers.CharField(required=False, help_text="http: the endpoint path.")
     tools = serializers.JSONField(
         required=False, help_text="http: up to 8 tools {name, description, access, input}."
+    )
+    baseUrl = serializers.CharField(required=False, help_text="External providers: the API.")
+    headers = serializers.JSONField(
+        required=False, help_text="External providers: headers (secret references)."
+    )
+    scope = serializers.JSONField(
+        required=False, help_text='mem0-*, vertex: {"user_id": "{namespace}"} and fixed values.'
     )
 
 
@@ -368,3 +378,41 @@ class RestoreAsOfOutput(serializers.Serializer):
     asOf = serializers.DateTimeField()
     dryRun = serializers.BooleanField()
     documents = RestoreAsOfItemOutput(many=True)
+
+
+class RecordInput(StrictSerializer):
+    text = StrictCharField()
+
+
+class RecordOutput(serializers.Serializer):
+    id = serializers.CharField()
+    text = serializers.CharField()
+    createdAt = serializers.CharField(allow_null=True)
+    updatedAt = serializers.CharField(allow_null=True)
+    metadata = serializers.JSONField(help_text="Holds providerExternalId, the provider's own id.")
+
+
+class RecordPageOutput(serializers.Serializer):
+    records = RecordOutput(many=True)
+    nextCursor = serializers.CharField(allow_null=True)
+
+
+class RecordWriteOutput(serializers.Serializer):
+    status = serializers.ChoiceField(choices=["stored", "queued", "deleted"])
+    record = RecordOutput(required=False)
+    records = RecordOutput(many=True, required=False)
+    id = serializers.CharField(required=False)
+    operation = serializers.CharField(
+        required=False, help_text="The provider's operation, while it is queued."
+    )
+
+
+class RecordChangeOutput(serializers.Serializer):
+    action = serializers.CharField()
+    text = serializers.CharField(allow_null=True)
+    previousText = serializers.CharField(allow_null=True, required=False)
+    at = serializers.CharField(allow_null=True)
+
+
+class RecordHistoryOutput(serializers.Serializer):
+    history = RecordChangeOutput(many=True)

@@ -2,12 +2,13 @@ from __future__ import annotations
 
 from django.urls import path
 
-from memoryadmin.api import key_views, operation_views, views
+from memoryadmin.api import key_views, operation_views, record_views, views
 
 DOCUMENTS = "projects/<str:p>/memory/<str:r>/documents"
 KEYS = "projects/<str:p>/api-keys"
 OPERATIONS = "projects/<str:p>/memory/operations"
 PROPOSALS = "projects/<str:p>/memory/proposals"
+RECORDS = "projects/<str:p>/memory/<str:r>/records"
 
 urlpatterns = [
     path("projects", views.ProjectListView.as_view(), name="api-projects"),
@@ -65,6 +66,13 @@ urlpatterns = [
         f"{PROPOSALS}/<str:proposal_id>/reject",
         views.ProposalRejectView.as_view(),
         name="api-proposal-reject",
+    ),
+    path(RECORDS, record_views.RecordListView.as_view(), name="api-records"),
+    path(f"{RECORDS}/<str:rec>", record_views.RecordDetailView.as_view(), name="api-record"),
+    path(
+        f"{RECORDS}/<str:rec>/history",
+        record_views.RecordHistoryView.as_view(),
+        name="api-record-history",
     ),
     path(KEYS, key_views.ApiKeyListView.as_view(), name="api-keys"),
     path(f"{KEYS}/<str:k>/revoke", key_views.ApiKeyRevokeView.as_view(), name="api-key-revoke"),

@@ -180,6 +180,14 @@ class MemoryProvider(ABC):
     ) -> tuple[list[Result], str | None]:
         raise self._unsupported("list")
 
+    def records_search(
+        self, *, resource: Resource, namespace: str, query: str, limit: int = 10
+    ) -> list[Result]:
+        raise self._unsupported("search")
+
+    def record_create(self, *, resource: Resource, namespace: str, text: str) -> Result:
+        raise self._unsupported("create")
+
     def record_get(self, *, resource: Resource, namespace: str, record_id: str) -> Result:
         raise self._unsupported("get")
 

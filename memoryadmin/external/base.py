@@ -1,0 +1,673 @@
+"""What the external provider kinds share: declarations, recall, tools and record management.
+
+Each kind (mem0_oss.py, mem0_platform.py, vertex.py, hindsight.py) is one
+module with a `RemoteStore` (the provider's REST API for one namespace) and
+a small `ExternalProvider` subclass (its declaration and credentials).
+Everything here speaks of records in our terms: a stable id of ours
+(ids.py), the text, times, and `metadata.providerExternalId`.
+
+A namespace (a session's binding id, or the `namespace` the management API
+names) selects the provider's own partition through the declaration's
+`scope` templates (`{"user_id": "{namespace}"}`), so a team's existing
+memory (a Mem0 user, a Vertex scope, a Hindsight bank) is what the
+namespace reaches.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, ClassVar
+
+from memoryadmin.agents.bindings import BindingSpec
+from memoryadmin.agents.errors import InvalidMemoryBinding, RecallBusy, RecallFailed
+from memoryadmin.agents.models import Access, Binding, Recall, Scope, Session
+from memoryadmin.external.ids import external_id_of, record_forget, records_map
+from memoryadmin.external.transport import (
+    Cancelled,
+    Connection,
+    ExternalFailure,
+    Reply,
+    connection_open,
+    describe,
+)
+from memoryadmin.external.urls import base_url_check
+from memoryadmin.memory.cursors import cursor_dump, cursor_load
+from memoryadmin.memory.errors import InvalidRequest, NotFound
+from memoryadmin.memory.limits import MAX_BYTES_DEFAULT, check_max_bytes, utf8_len
+from memoryadmin.memory.models import Project, Resource
+from memoryadmin.memory.providers import (
+    MemoryProvider,
+    NotSupported,
+    Projection,
+    Result,
+    ToolOffer,
+    ToolTarget,
+)
+from memoryadmin.providers.concurrency import Deadline, ProviderCalls, provider_call
+from memoryadmin.providers.declarations import (
+    REDACTED,
+    _check_fields,
+    _headers_normalize,
+)
+from memoryadmin.providers.errors import ProviderBusy
+from memoryadmin.providers.services.secrets import secret_bindings_check
+from memoryadmin.providers.tools import (
+    http_tool_definition,
+    tool_arguments_validate,
+    tool_permits,
+)
+
+PAGE_SIZE = 50
+SEARCH_LIMIT_DEFAULT = 10
+SEARCH_LIMIT_MAX = 50
+TEXT_MAX = 4000
+TEMPLATE_RE = re.compile(r"[A-Za-z0-9_.:@/{}-]{1,256}")
+NAMESPACE_TOKEN = "{namespace}"
+
+ADD_INPUT = {
+    "type": "object",
+    "properties": {"text": {"type": "string", "minLength": 1, "maxLength": TEXT_MAX}},
+    "required": ["text"],
+    "additionalProperties": False,
+}
+SEARCH_INPUT = {
+    "type": "object",
+    "properties": {
+        "query": {"type": "string", "minLength": 1, "maxLength": 1000},
+        "limit": {"type": "integer", "minimum": 1, "maximum": SEARCH_LIMIT_MAX},
+    },
+    "required": ["query"],
+    "additionalProperties": False,
+}
+FORGET_INPUT = {
+    "type": "object",
+    "properties": {"id": {"type": "string", "minLength": 1, "maxLength": 64}},
+    "required": ["id"],
+    "additionalProperties": False,
+}
+
+
+@dataclass
+class Remote:
+    """One record as the provider has it."""
+
+    external_id: str
+    text: str
+    created_at: str | None = None
+    updated_at: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A write the provider accepted and finishes later (a queued add, a long-running
+    operation): a provider fact until reconciled, never a success."""
+
+    operation: str
+    kind: str
+
+
+@dataclass(frozen=True)
+class OperationState:
+    done: bool
+    failed: bool = False
+    error: str = ""
+    # Records a finished operation produced (a queued add's memories).
+    records: list[Remote] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class OperationCheck:
+    """One check of an operation: `queued` while the provider works on it, then
+    `succeeded` or `failed` (with the provider's detail)."""
+
+    state: str
+    detail: str = ""
+
+
+class RemoteStore(ABC):
+    """One namespace of one provider, over one connection."""
+
+    def __init__(self, connection: Connection, config: dict[str, Any], namespace: str) -> None:
+        self.connection = connection
+        self.config = config
+        self.namespace = namespace
+
+    # Helpers for the kinds.
+
+    def scope(self, template: dict[str, str]) -> dict[str, str]:
+        return {k: v.replace(NAMESPACE_TOKEN, self.namespace) for k, v in template.items()}
+
+    def send(
+        self,
+        method: str,
+        path: str,
+        *,
+        operation: str,
+        retryable: bool,
+        params: dict[str, str] | None = None,
+        body: Any = None,
+        missing_ok: bool = False,
+        origin: str | None = None,
+    ) -> Any:
+        """The JSON answer of a 2xx reply; None for a 404 when `missing_ok`.
+
+        Raises Cancelled when the caller cancelled, ExternalFailure otherwise.
+        """
+        reply = self.connection.call(
+            method,
+            path,
+            operation=operation,
+            params=params,
+            body=body,
+            retryable=retryable,
+            origin=origin,
+        )
+        return self.answer(reply, operation=operation, missing_ok=missing_ok)
+
+    def answer(self, reply: Reply, *, operation: str, missing_ok: bool = False) -> Any:
+        unusable = describe(reply)
+        if unusable is not None:
+            if reply.failure == "cancelled":
+                raise Cancelled("The call was cancelled before the provider answered.")
+            raise self.connection.failure(*unusable, operation=operation, reply=reply)
+        assert reply.status is not None
+        if reply.status == 404 and missing_ok:
+            return None
+        if not 200 <= reply.status <= 299:
+            raise self.connection.failure(
+                "http_error", f"answered HTTP {reply.status}", operation=operation, reply=reply
+            )
+        if not reply.body:
+            return {}
+        try:
+            return reply.json()
+        except ValueError as exc:
+            raise self.connection.failure(
+                "invalid_response",
+                f"sent an invalid answer: {exc}",
+                operation=operation,
+                reply=reply,
+            ) from None
+
+    def invalid(self, operation: str, what: str) -> ExternalFailure:
+        return self.connection.failure(
+            "invalid_response", f"sent an invalid answer: {what}", operation=operation
+        )
+
+    # The operations.
+
+    @abstractmethod
+    def add(self, text: str) -> list[Remote] | Pending: ...
+
+    @abstractmethod
+    def search(self, query: str, limit: int) -> list[Remote]: ...
+
+    @abstractmethod
+    def page(self, token: str | None) -> tuple[list[Remote], str | None]: ...
+
+    @abstractmethod
+    def get(self, external_id: str) -> Remote | None: ...
+
+    def update(self, external_id: str, text: str) -> Remote | Pending:
+        raise NotSupported(f"{self.kind_name()} does not support updating a record.")
+
+    @abstractmethod
+    def delete(self, external_id: str) -> Pending | None:
+        """None once deleted (also when it was already gone)."""
+
+    def history(self, external_id: str) -> list[Result]:
+        raise NotSupported(f"{self.kind_name()} keeps no history of its records.")
+
+    def poll(self, operation: str) -> OperationState:
+        raise NotSupported(f"{self.kind_name()} has no asynchronous operations.")
+
+    def kind_name(self) -> str:
+        return type(self).__name__.removesuffix("Store")
+
+
+def fit_text(remotes: list[Remote], max_bytes: int) -> list[Remote]:
+    """Whole records, best first, while their lines fit in `max_bytes` (never cut)."""
+    kept: list[Remote] = []
+    used = 0
+    for remote in remotes:
+        line = " ".join(remote.text.split())
+        size = utf8_len(line) + (1 if kept else 0)
+        if used + size > max_bytes:
+            continue
+        kept.append(Remote(remote.external_id, line, remote.created_at, remote.updated_at))
+        used += size
+    return kept
+
+
+def _scope_normalize(raw: object, where: str, *, allowed: set[str] | None) -> dict[str, str]:
+    if not isinstance(raw, dict) or not raw:
+        raise InvalidRequest(f'{where} must be an object such as {{"user_id": "{{namespace}}"}}.')
+    if allowed is not None and set(raw) - allowed:
+        raise InvalidRequest(f"{where} may only name {', '.join(sorted(allowed))}.")
+    for key, value in raw.items():
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,63}", key):
+            raise InvalidRequest(f"{where} has an invalid key.")
+        if not isinstance(value, str) or not TEMPLATE_RE.fullmatch(value):
+            raise InvalidRequest(
+                f"{where}.{key} must be 1-256 letters, digits or _.:@/- , "
+                f"optionally holding {NAMESPACE_TOKEN}."
+            )
+    return dict(raw)
+
+
+class ExternalProvider(MemoryProvider):
+    """An external provider kind: records live with the provider, managed through it."""
+
+    url_rule: ClassVar[str]
+    store_class: ClassVar[type[RemoteStore]]
+    # Fields of the declaration beyond kind, maxBytes, baseUrl and headers.
+    fields: ClassVar[set[str]] = set()
+    default_base_url: ClassVar[str | None] = None
+    # Whether `add` may be retried (the provider deduplicates): otherwise a lost
+    # answer makes it uncertain.
+    add_idempotent: ClassVar[bool] = False
+    # What the model is told about a write's visibility.
+    add_visibility: ClassVar[str] = "Saved facts appear in the next recall."
+
+    # Declarations.
+
+    @abstractmethod
+    def settings_normalize(self, provider: dict[str, Any], at: str) -> dict[str, Any]:
+        """The kind's own fields, checked (the base URL and headers are checked already)."""
+
+    def normalize(self, provider: dict[str, Any], where: str) -> dict[str, Any]:
+        at = f"{where}.provider"
+        _check_fields(provider, {"kind", "maxBytes", "baseUrl", "headers", *self.fields}, at)
+        raw_url = provider.get("baseUrl", self.default_base_url)
+        # The URL first: nothing else matters, and no secret is looked at, if it is refused.
+        base_url_check(raw_url, where=f"{at}.baseUrl", rule=self.url_rule, resolve_names=True)
+        headers = _headers_normalize(provider.get("headers"), f"{at}.headers")
+        max_bytes = provider.get("maxBytes", MAX_BYTES_DEFAULT)
+        try:
+            check_max_bytes(max_bytes)
+        except InvalidRequest as exc:
+            raise InvalidRequest(f"{at}.{exc.message}") from exc
+        return {
+            "kind": self.kind,
+            "maxBytes": max_bytes,
+            "baseUrl": str(raw_url).rstrip("/"),
+            "headers": headers,
+            **self.settings_normalize(provider, at),
+        }
+
+    def promote_check(
+        self, *, project: Project, environment: str, provider: dict[str, Any], where: str
+    ) -> None:
+        origin, path = base_url_check(provider["baseUrl"], where="baseUrl", rule=self.url_rule)
+        secret_bindings_check(
+            project=project,
+            environment=environment,
+            provider={
+                "connection": {"origin": origin, "headers": self.secret_headers(provider)},
+                "path": path or "/",
+            },
+            where=where,
+        )
+
+    def secret_headers(self, provider: dict[str, Any]) -> dict[str, Any]:
+        """Every header that will carry a secret, as declaration references."""
+        return dict(provider.get("headers", {}))
+
+    def public(self, provider: dict[str, Any]) -> dict[str, Any]:
+        headers = {
+            name: value if isinstance(value, dict) else dict(REDACTED)
+            for name, value in provider.get("headers", {}).items()
+        }
+        return {**provider, "headers": headers}
+
+    def declared_tools(self, resource: Resource) -> list[dict[str, Any]]:
+        return [{"name": t["name"], "input": t["input"]} for t in self.tool_specs()]
+
+    # Connections.
+
+    def open(
+        self,
+        resource: Resource,
+        namespace: str,
+        *,
+        deadline: Deadline | None = None,
+        cancelled: threading.Event | None = None,
+    ) -> RemoteStore:
+        """The namespace's store; the URL is checked again before any secret is read."""
+        config = resource.config
+        try:
+            origin, path = base_url_check(
+                config.get("baseUrl"), where="baseUrl", rule=self.url_rule
+            )
+        except InvalidRequest as exc:
+            probe = Connection(resource=resource, origin="", base_path="", headers={})
+            raise probe.failure("invalid_configuration", exc.message, operation="connect") from None
+        connection = connection_open(
+            resource=resource,
+            origin=origin,
+            base_path=path,
+            headers=config.get("headers", {}),
+            deadline=deadline,
+            cancelled=cancelled,
+        )
+        self.authorize(connection)
+        return self.store_class(connection, config, namespace)
+
+    def authorize(self, connection: Connection) -> None:
+        """Adds the kind's own credentials (beyond the declared headers)."""
+        return None
+
+    # Bindings.
+
+    def admit(self, *, spec: BindingSpec, resource: Resource) -> None:
+        if spec.scope != Scope.NAMESPACE:
+            raise InvalidMemoryBinding(
+                spec.resource, f"a {resource.kind} provider takes namespace bindings only."
+            )
+
+    # Recall: the provider's search with the input, whole records within maxBytes.
+
+    def recall(
+        self,
+        *,
+        session: Session,
+        bindings: list[Binding],
+        recall_id: str,
+        input_text: str | None,
+    ) -> dict[str, Projection]:
+        deadline = Deadline.after()
+        stores: list[RemoteStore] = []
+        for binding in bindings:
+            try:
+                stores.append(self.open(binding.resource, binding.target_id, deadline=deadline))
+            except ExternalFailure as exc:
+                raise _recall_failed(binding, exc) from exc
+        try:
+            calls = ProviderCalls[list[Remote] | BaseException](
+                project_id=session.project_id, count=len(stores), deadline=deadline
+            )
+        except ProviderBusy as exc:
+            raise RecallBusy(
+                exc.message, resource=bindings[0].resource.resource_id, retry_after=exc.retry_after
+            ) from exc
+        found: dict[int, list[Remote]] = {}
+        with calls:
+            sends = [partial(_recall_one, store, input_text) for store in stores]
+            for index, outcome in calls.run(sends):
+                if isinstance(outcome, BaseException):
+                    raise _recall_failed(bindings[index], outcome) from outcome
+                found[index] = outcome
+        projections: dict[str, Projection] = {}
+        for index, binding in enumerate(bindings):
+            resource = binding.resource
+            kept = fit_text(found[index], resource.max_bytes)
+            ids = records_map(
+                resource=resource,
+                namespace=binding.target_id,
+                external_ids=[r.external_id for r in kept],
+            )
+            sources = []
+            for remote in kept:
+                source = {"id": ids[remote.external_id]}
+                if remote.updated_at or remote.created_at:
+                    source["updatedAt"] = str(remote.updated_at or remote.created_at)
+                sources.append(source)
+            projections[resource.resource_id] = Projection(
+                text="\n".join(r.text for r in kept),
+                sources=sources,
+                writable=session.is_active and binding.access == Access.READ_WRITE,
+            )
+        return projections
+
+    # Tools: add, search and forget, as the model sees them.
+
+    def tool_specs(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "name": "add",
+                "description": f"Remember a fact in this memory. {self.add_visibility}",
+                "access": "write",
+                "input": ADD_INPUT,
+            },
+            {
+                "name": "search",
+                "description": "Search this memory; returns matching records with their ids.",
+                "access": "read",
+                "input": SEARCH_INPUT,
+            },
+            {
+                "name": "forget",
+                "description": "Delete one record of this memory by the id a recall or "
+                "search gave.",
+                "access": "write",
+                "input": FORGET_INPUT,
+            },
+        ]
+
+    def tools(self, *, binding: Binding) -> list[ToolOffer]:
+        return [
+            ToolOffer(
+                name="memory_" + spec["name"],
+                schema=spec["input"],
+                permitted=tool_permits(tool=spec, access=binding.access),
+                spec=spec,
+            )
+            for spec in self.tool_specs()
+        ]
+
+    def tool_definition(self, *, name: str, targets: list[ToolTarget]) -> Result:
+        return http_tool_definition(
+            name=name, targets=[(target.resource_id, target.offer.spec) for target in targets]
+        )
+
+    def tool_execute(
+        self,
+        *,
+        session: Session,
+        recall: Recall,
+        target: ToolTarget,
+        call_id: str,
+        arguments: dict[str, Any],
+    ) -> Result:
+        if not Session.objects.active().filter(pk=session.pk).exists():
+            return {"status": "rejected", "reason": "session_closed"}
+        spec = target.offer.spec
+        args = tool_arguments_validate(tool=spec, arguments=arguments)
+        binding = target.binding
+        resource, namespace = binding.resource, binding.target_id
+        deadline = Deadline.after()
+        try:
+            store = self.open(resource, namespace, deadline=deadline)
+            if spec["name"] == "add":
+                return self._tool_add(store, resource, namespace, args["text"], deadline)
+            if spec["name"] == "search":
+                remotes = provider_call(
+                    project_id=resource.project_id,
+                    deadline=deadline,
+                    call=lambda cancelled: _with_cancel(
+                        store, cancelled, lambda: store.search(args["query"], _limit(args))
+                    ),
+                )
+                return {"results": self._shapes(resource, namespace, remotes)}
+            return self._tool_forget(store, resource, namespace, args["id"], deadline)
+        except Cancelled:
+            return {"status": "cancelled"}
+        except ProviderBusy as exc:
+            return {"error": {"code": exc.code, "message": exc.message, "details": exc.details}}
+        except ExternalFailure as exc:
+            if spec["access"] == "write" and exc.reason in {"timeout", "transport_error"}:
+                return {"status": "uncertain"}
+            return {
+                "error": {"code": "provider_failed", "message": exc.message, "details": exc.details}
+            }
+        except NotFound as exc:
+            return {"error": {"code": "not_found", "message": exc.message}}
+
+    def _tool_add(
+        self, store: RemoteStore, resource: Resource, namespace: str, text: str, deadline: Deadline
+    ) -> Result:
+        outcome = provider_call(
+            project_id=resource.project_id,
+            deadline=deadline,
+            call=lambda cancelled: _with_cancel(store, cancelled, lambda: store.add(text)),
+        )
+        if isinstance(outcome, Pending):
+            return {"status": "accepted", "operation": outcome.operation}
+        ids = records_map(
+            resource=resource, namespace=namespace, external_ids=[r.external_id for r in outcome]
+        )
+        return {"status": "stored", "ids": [ids[r.external_id] for r in outcome]}
+
+    def _tool_forget(
+        self,
+        store: RemoteStore,
+        resource: Resource,
+        namespace: str,
+        record_id: str,
+        deadline: Deadline,
+    ) -> Result:
+        external_id = external_id_of(resource=resource, namespace=namespace, record_id=record_id)
+        outcome = provider_call(
+            project_id=resource.project_id,
+            deadline=deadline,
+            call=lambda cancelled: _with_cancel(
+                store, cancelled, lambda: store.delete(external_id)
+            ),
+        )
+        if isinstance(outcome, Pending):
+            return {"status": "accepted", "operation": outcome.operation}
+        record_forget(resource=resource, record_id=record_id)
+        return {"status": "deleted", "id": record_id}
+
+    # Records that live with the provider.
+
+    def record_shape(self, record_id: str, remote: Remote) -> Result:
+        return {
+            "id": record_id,
+            "text": remote.text,
+            "createdAt": remote.created_at,
+            "updatedAt": remote.updated_at,
+            "metadata": {**remote.metadata, "providerExternalId": remote.external_id},
+        }
+
+    def _shapes(self, resource: Resource, namespace: str, remotes: list[Remote]) -> list[Result]:
+        ids = records_map(
+            resource=resource, namespace=namespace, external_ids=[r.external_id for r in remotes]
+        )
+        return [self.record_shape(ids[r.external_id], r) for r in remotes]
+
+    def records_list(
+        self, *, resource: Resource, namespace: str, cursor: str | None = None
+    ) -> tuple[list[Result], str | None]:
+        scope = f"external:{resource.pk}:{namespace}"
+        token = None
+        if cursor is not None:
+            position = cursor_load(cursor, scope=scope)
+            if len(position) != 1 or not isinstance(position[0], str):
+                raise InvalidRequest("cursor is not valid here.")
+            token = position[0]
+        remotes, next_token = self.open(resource, namespace).page(token)
+        records = self._shapes(resource, namespace, remotes)
+        return records, (cursor_dump([next_token], scope=scope) if next_token else None)
+
+    def records_search(
+        self, *, resource: Resource, namespace: str, query: str, limit: int = SEARCH_LIMIT_DEFAULT
+    ) -> list[Result]:
+        remotes = self.open(resource, namespace).search(query, limit)
+        return self._shapes(resource, namespace, remotes)
+
+    def record_create(self, *, resource: Resource, namespace: str, text: str) -> Result:
+        outcome = self.open(resource, namespace).add(text)
+        if isinstance(outcome, Pending):
+            return {"status": "queued", "operation": outcome.operation}
+        return {"status": "stored", "records": self._shapes(resource, namespace, outcome)}
+
+    def record_get(self, *, resource: Resource, namespace: str, record_id: str) -> Result:
+        external_id = external_id_of(resource=resource, namespace=namespace, record_id=record_id)
+        remote = self.open(resource, namespace).get(external_id)
+        if remote is None:
+            raise NotFound(f"Record '{record_id}' no longer exists at the provider.")
+        return self.record_shape(record_id, remote)
+
+    def record_update(
+        self, *, resource: Resource, namespace: str, record_id: str, changes: dict[str, Any]
+    ) -> Result:
+        if set(changes) != {"text"} or not isinstance(changes["text"], str) or not changes["text"]:
+            raise InvalidRequest("An update takes exactly one field: text (a nonempty string).")
+        if len(changes["text"]) > TEXT_MAX:
+            raise InvalidRequest(f"text is over {TEXT_MAX} characters.")
+        external_id = external_id_of(resource=resource, namespace=namespace, record_id=record_id)
+        outcome = self.open(resource, namespace).update(external_id, changes["text"])
+        if isinstance(outcome, Pending):
+            return {"status": "queued", "operation": outcome.operation}
+        return {"status": "stored", "record": self.record_shape(record_id, outcome)}
+
+    def record_delete(self, *, resource: Resource, namespace: str, record_id: str) -> Result:
+        external_id = external_id_of(resource=resource, namespace=namespace, record_id=record_id)
+        outcome = self.open(resource, namespace).delete(external_id)
+        if isinstance(outcome, Pending):
+            return {"status": "queued", "operation": outcome.operation}
+        record_forget(resource=resource, record_id=record_id)
+        return {"status": "deleted", "id": record_id}
+
+    def operation_check(self, *, operation: Any) -> OperationCheck:
+        """Where a provider operation stands, for the reconciliation of the operation store.
+
+        `operation` has `resource`, `namespace` and `provider_operation`. A
+        finished write's records are mapped to our ids, so they can be managed
+        at once; a failure keeps the provider's words for the owners.
+        """
+        resource, namespace = operation.resource, operation.namespace
+        state = self.open(resource, namespace).poll(operation.provider_operation)
+        if not state.done:
+            return OperationCheck(state="queued")
+        if state.failed:
+            return OperationCheck(state="failed", detail=state.error or "the provider failed it")
+        ids = records_map(
+            resource=resource,
+            namespace=namespace,
+            external_ids=[r.external_id for r in state.records],
+        )
+        return OperationCheck(state="succeeded", detail=", ".join(ids.values()))
+
+    def record_history(self, *, resource: Resource, namespace: str, record_id: str) -> list[Result]:
+        external_id = external_id_of(resource=resource, namespace=namespace, record_id=record_id)
+        return self.open(resource, namespace).history(external_id)
+
+
+def _limit(args: dict[str, Any]) -> int:
+    return int(args.get("limit", SEARCH_LIMIT_DEFAULT))
+
+
+def _with_cancel[T](store: RemoteStore, cancelled: threading.Event, work: Callable[[], T]) -> T:
+    """Runs `work` with the calling slot's cancellation as the connection's."""
+    store.connection.cancelled = cancelled
+    return work()
+
+
+def _recall_one(store: RemoteStore, input_text: str | None, cancelled: threading.Event) -> Any:
+    store.connection.cancelled = cancelled
+    try:
+        query = (input_text or "").strip()
+        if query:
+            return store.search(query, SEARCH_LIMIT_MAX)
+        return store.page(None)[0]
+    except (ExternalFailure, Cancelled) as exc:
+        return exc
+
+
+def _recall_failed(binding: Binding, exc: BaseException) -> RecallFailed:
+    resource_id = binding.resource.resource_id
+    if isinstance(exc, ExternalFailure):
+        return RecallFailed(
+            exc.message, resource=resource_id, reason="provider_failed", retryable=exc.retryable
+        )
+    return RecallFailed(
+        f"The recall of '{resource_id}' was cancelled.", resource=resource_id, reason="cancelled"
+    )

@@ -1,0 +1,180 @@
+"""Hindsight: the self-hosted Hindsight HTTP API, in the 0.8 dialect spec 004 pins.
+
+Followed: vectorize-io/hindsight tag v0.8.0,
+`hindsight-api-slim/hindsight_api/api/http.py` and the engine's
+`list_memory_units` / `get_memory_unit` / `get_observation_history`. Every
+route lives under `/v1/default/banks/{bank_id}`:
+
+- retain: `POST .../memories` `{"items": [{"content", "document_id"}], "async": false}`,
+  answering `{"success", "bank_id", "items_count", "async"}` (no memory ids: the
+  facts are extracted from the content);
+- recall: `POST .../memories/recall` `{"query", "max_tokens"}`, answering
+  `{"results": [{"id", "text", "type", "mentioned_at", "document_id", ...}]}`;
+- list: `GET .../memories/list?limit=&offset=`, answering `{"items", "total", "limit",
+  "offset"}`, most recent first;
+- get: `GET .../memories/{id}` (404 `{"detail"}` when unknown), with `document_id`;
+- history: `GET .../memories/{id}/history` (observations have one; facts answer `[]`);
+- delete: 0.8 deletes memories only with their document,
+  `DELETE .../documents/{document_id}` (`{"memory_units_deleted"}`; 404 when unknown).
+
+Memory units are the records. Each text saved through memoryadmin is retained
+as its own document, so forgetting one of its facts forgets that text's facts
+together. 0.8.0 cannot edit a memory: update is not supported.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+from urllib.parse import quote
+
+from memoryadmin.external.base import (
+    PAGE_SIZE,
+    ExternalProvider,
+    Remote,
+    RemoteStore,
+    _scope_normalize,
+)
+from memoryadmin.external.urls import LOOPBACK_CLEARTEXT
+from memoryadmin.memory.errors import NotFound
+from memoryadmin.memory.providers import NotSupported, Result
+
+KIND = "hindsight"
+RECALL_MAX_TOKENS = 4096
+DOCUMENT_PREFIX = "memoryadmin-"
+
+
+def remote_of(item: Any) -> Remote | None:
+    if not isinstance(item, dict) or not isinstance(item.get("id"), str):
+        return None
+    metadata: dict[str, Any] = {}
+    for source, name in (
+        ("fact_type", "factType"),
+        ("type", "factType"),
+        ("document_id", "documentId"),
+    ):
+        if item.get(source):
+            metadata[name] = item[source]
+    when = item.get("mentioned_at") or item.get("date") or None
+    text = item.get("text")
+    return Remote(
+        external_id=item["id"],
+        text=text if isinstance(text, str) else "",
+        created_at=when,
+        updated_at=when,
+        metadata=metadata,
+    )
+
+
+class HindsightStore(RemoteStore):
+    @property
+    def bank(self) -> str:
+        bank = self.scope({"bank": self.config["bankId"]})["bank"]
+        return f"/v1/default/banks/{quote(bank, safe='')}"
+
+    def _remotes(self, items: Any, operation: str) -> list[Remote]:
+        if not isinstance(items, list):
+            raise self.invalid(operation, "no list of memories")
+        return [remote for remote in map(remote_of, items) if remote is not None]
+
+    def add(self, text: str) -> list[Remote]:
+        body = {
+            "items": [{"content": text, "document_id": DOCUMENT_PREFIX + uuid.uuid4().hex}],
+            "async": False,
+        }
+        data = self.send(
+            "POST", f"{self.bank}/memories", operation="retain", retryable=False, body=body
+        )
+        if not isinstance(data, dict) or data.get("success") is not True:
+            raise self.invalid("retain", "the retain did not succeed")
+        # Retain reports no memory ids: the facts it extracted appear in the list.
+        return []
+
+    def search(self, query: str, limit: int) -> list[Remote]:
+        body = {"query": query, "max_tokens": RECALL_MAX_TOKENS}
+        data = self.send(
+            "POST", f"{self.bank}/memories/recall", operation="recall", retryable=True, body=body
+        )
+        results = data.get("results") if isinstance(data, dict) else None
+        return self._remotes(results, "recall")[:limit]
+
+    def page(self, token: str | None) -> tuple[list[Remote], str | None]:
+        offset = int(token) if token and token.isdigit() else 0
+        params = {"limit": str(PAGE_SIZE), "offset": str(offset)}
+        data = self.send(
+            "GET", f"{self.bank}/memories/list", operation="list", retryable=True, params=params
+        )
+        if not isinstance(data, dict) or not isinstance(data.get("total"), int):
+            raise self.invalid("list", "no total")
+        remotes = self._remotes(data.get("items"), "list")
+        end = offset + len(remotes)
+        return remotes, (str(end) if remotes and end < data["total"] else None)
+
+    def get(self, external_id: str) -> Remote | None:
+        data = self.send(
+            "GET",
+            f"{self.bank}/memories/{quote(external_id, safe='')}",
+            operation="get",
+            retryable=True,
+            missing_ok=True,
+        )
+        return remote_of(data)
+
+    def delete(self, external_id: str) -> None:
+        remote = self.get(external_id)
+        if remote is None:
+            return None
+        document = remote.metadata.get("documentId")
+        if not document:
+            raise NotSupported(
+                "Hindsight 0.8 deletes memories only together with their document; this one "
+                "has none."
+            )
+        self.send(
+            "DELETE",
+            f"{self.bank}/documents/{quote(str(document), safe='')}",
+            operation="delete_document",
+            retryable=True,
+            missing_ok=True,
+        )
+        return None
+
+    def history(self, external_id: str) -> list[Result]:
+        data = self.send(
+            "GET",
+            f"{self.bank}/memories/{quote(external_id, safe='')}/history",
+            operation="history",
+            retryable=True,
+            missing_ok=True,
+        )
+        if data is None:
+            raise NotFound("The record no longer exists at the provider.")
+        if not isinstance(data, list):
+            raise self.invalid("history", "not a list")
+        return [
+            {
+                "action": "update",
+                "text": None,
+                "previousText": item.get("previous_text"),
+                "at": item.get("changed_at"),
+            }
+            for item in data
+            if isinstance(item, dict)
+        ]
+
+    def update(self, external_id: str, text: str) -> Remote:
+        raise NotSupported("Hindsight 0.8 cannot edit a memory; forget it and add the new text.")
+
+
+class HindsightProvider(ExternalProvider):
+    kind = KIND
+    url_rule = LOOPBACK_CLEARTEXT
+    store_class = HindsightStore
+    fields = {"bankId"}
+    add_visibility = "The provider extracts facts from the text before they appear in recall."
+
+    def settings_normalize(self, provider: dict[str, Any], at: str) -> dict[str, Any]:
+        scope = _scope_normalize(
+            {"bankId": provider.get("bankId", "{namespace}")}, at, allowed={"bankId"}
+        )
+        return {"bankId": scope["bankId"]}

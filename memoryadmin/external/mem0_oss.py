@@ -1,0 +1,171 @@
+"""Mem0 OSS: the self-hosted Mem0 REST server's unprefixed routes.
+
+Followed: mem0ai/mem0 `server/main.py` (FastAPI "Mem0 REST APIs" 1.0.0, the
+snapshot of 2026-08-22) and `mem0/memory/main.py`:
+
+- add: `POST /memories` `{messages, user_id|agent_id|run_id, metadata, infer}`,
+  answering `{"results": [{"id", "memory", "event"}]}`;
+- search: `POST /search` `{query, filters, top_k}`, answering `{"results": [...]}`;
+- list: `GET /memories?user_id=..&top_k=..`, answering `{"results": [...]}`;
+- get: `GET /memories/{id}`, the memory or `null`;
+- update: `PUT /memories/{id}` `{"text"}`, 404 when unknown;
+- history: `GET /memories/{id}/history`, `[{"old_memory", "new_memory", "event", ...}]`;
+- delete: `DELETE /memories/{id}`, 404 when unknown.
+
+Authentication is the server's `X-API-Key` (or a bearer token): a declared
+header referencing a secret. Errors are FastAPI's `{"detail": ...}`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memoryadmin.external.base import (
+    PAGE_SIZE,
+    ExternalProvider,
+    Pending,
+    Remote,
+    RemoteStore,
+    _scope_normalize,
+)
+from memoryadmin.external.urls import LOOPBACK_CLEARTEXT
+from memoryadmin.memory.errors import InvalidRequest, NotFound
+from memoryadmin.memory.providers import Result
+
+KIND = "mem0-oss"
+ENTITY_FIELDS = {"user_id", "agent_id", "run_id"}
+# The server lists at most this many memories of one scope (ALL_MEMORIES_LIMIT).
+LIST_LIMIT = 1000
+ADDED = {"ADD", "UPDATE"}
+HISTORY_ACTIONS = {"ADD": "create", "UPDATE": "update", "DELETE": "delete"}
+
+
+def remote_of(item: Any) -> Remote | None:
+    if not isinstance(item, dict) or not isinstance(item.get("id"), str):
+        return None
+    text = item.get("memory")
+    raw = item.get("metadata")
+    metadata: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    return Remote(
+        external_id=item["id"],
+        text=text if isinstance(text, str) else "",
+        created_at=item.get("created_at"),
+        updated_at=item.get("updated_at"),
+        metadata=dict(metadata),
+    )
+
+
+class Mem0OssStore(RemoteStore):
+    @property
+    def entities(self) -> dict[str, str]:
+        return self.scope(self.config["scope"])
+
+    def _results(self, data: Any, operation: str) -> list[Remote]:
+        items = data.get("results") if isinstance(data, dict) else data
+        if not isinstance(items, list):
+            raise self.invalid(operation, "no results list")
+        return [remote for remote in map(remote_of, items) if remote is not None]
+
+    def add(self, text: str) -> list[Remote]:
+        body = {
+            "messages": [{"role": "user", "content": text}],
+            **self.entities,
+            "infer": self.config["infer"],
+        }
+        data = self.send("POST", "/memories", operation="add", retryable=False, body=body)
+        items = data.get("results") if isinstance(data, dict) else None
+        if not isinstance(items, list):
+            raise self.invalid("add", "no results list")
+        # With inference on, the server may also report memories it deleted or left alone.
+        kept = [i for i in items if isinstance(i, dict) and i.get("event", "ADD") in ADDED]
+        return [remote for remote in map(remote_of, kept) if remote is not None]
+
+    def search(self, query: str, limit: int) -> list[Remote]:
+        body = {"query": query, "filters": self.entities, "top_k": limit}
+        data = self.send("POST", "/search", operation="search", retryable=True, body=body)
+        return self._results(data, "search")
+
+    def page(self, token: str | None) -> tuple[list[Remote], str | None]:
+        # The server has no pages: it answers up to its limit at once; ours are slices.
+        offset = int(token) if token and token.isdigit() else 0
+        params = {**self.entities, "top_k": str(LIST_LIMIT)}
+        data = self.send("GET", "/memories", operation="list", retryable=True, params=params)
+        remotes = self._results(data, "list")
+        end = offset + PAGE_SIZE
+        return remotes[offset:end], (str(end) if end < len(remotes) else None)
+
+    def get(self, external_id: str) -> Remote | None:
+        data = self.send(
+            "GET", f"/memories/{external_id}", operation="get", retryable=True, missing_ok=True
+        )
+        remote = remote_of(data)
+        if remote is None or not self._in_scope(data):
+            return None
+        return remote
+
+    def _in_scope(self, item: dict[str, Any]) -> bool:
+        # A record of another user or agent is not this namespace's, whatever its id.
+        return all(item.get(key) in (None, value) for key, value in self.entities.items())
+
+    def update(self, external_id: str, text: str) -> Remote | Pending:
+        if self.get(external_id) is None:
+            raise self._missing(external_id)
+        self.send(
+            "PUT",
+            f"/memories/{external_id}",
+            operation="update",
+            retryable=True,
+            body={"text": text},
+        )
+        remote = self.get(external_id)
+        if remote is None:
+            raise self._missing(external_id)
+        return remote
+
+    def delete(self, external_id: str) -> None:
+        if self.get(external_id) is None:
+            return None
+        self.send(
+            "DELETE",
+            f"/memories/{external_id}",
+            operation="delete",
+            retryable=True,
+            missing_ok=True,
+        )
+        return None
+
+    def history(self, external_id: str) -> list[Result]:
+        data = self.send(
+            "GET", f"/memories/{external_id}/history", operation="history", retryable=True
+        )
+        if not isinstance(data, list):
+            raise self.invalid("history", "not a list")
+        return [
+            {
+                "action": HISTORY_ACTIONS.get(str(item.get("event")), str(item.get("event"))),
+                "text": item.get("new_memory"),
+                "previousText": item.get("old_memory"),
+                "at": item.get("created_at"),
+            }
+            for item in data
+            if isinstance(item, dict)
+        ]
+
+    def _missing(self, external_id: str) -> Exception:
+        return NotFound("The record no longer exists at the provider.")
+
+
+class Mem0OssProvider(ExternalProvider):
+    kind = KIND
+    url_rule = LOOPBACK_CLEARTEXT
+    store_class = Mem0OssStore
+    fields = {"scope", "infer"}
+
+    def settings_normalize(self, provider: dict[str, Any], at: str) -> dict[str, Any]:
+        scope = _scope_normalize(
+            provider.get("scope", {"user_id": "{namespace}"}), f"{at}.scope", allowed=ENTITY_FIELDS
+        )
+        infer = provider.get("infer", False)
+        if not isinstance(infer, bool):
+            raise InvalidRequest(f"{at}.infer must be true or false.")
+        return {"scope": scope, "infer": infer}

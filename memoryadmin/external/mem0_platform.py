@@ -1,0 +1,231 @@
+"""Mem0 Platform: the hosted Mem0 API, with the v3 add/search/list pipeline spec 004 names.
+
+Followed: mem0ai/mem0 `mem0/client/main.py` (MemoryClient) and `docs/openapi.json`
+with `docs/api-reference/` (memory, events) and `docs/migration/platform-v2-to-v3.mdx`,
+the snapshot of 2026-08-22. Authentication is `Authorization: Token <api key>`.
+
+- add: `POST /v3/memories/add/` `{messages, user_id|agent_id|app_id|run_id, infer}` is
+  asynchronous: `{"event_id", "status": "PENDING"}`; the event
+  (`GET /v1/event/{event_id}/`) goes PENDING, RUNNING, then SUCCEEDED (with
+  `results: [{"id", "data": {"memory"}, "event"}]`) or FAILED (with `error`);
+- search: `POST /v3/memories/search/` `{query, filters, top_k}`: `{"results": [...]}`
+  (entity ids only inside `filters`);
+- list: `POST /v3/memories/?page=&page_size=` `{filters}`: `{count, next, previous, results}`;
+- get, update, delete: `GET|PUT|DELETE /v1/memories/{id}/` (update body `{"text"}`;
+  404 `{"error": ...}` when unknown);
+- history: `GET /v1/memories/{id}/history/`: `[{"old_memory", "new_memory", "event", ...}]`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+from urllib.parse import quote
+
+from memoryadmin.external.base import (
+    PAGE_SIZE,
+    ExternalProvider,
+    OperationState,
+    Pending,
+    Remote,
+    RemoteStore,
+    _scope_normalize,
+)
+from memoryadmin.external.mem0_oss import HISTORY_ACTIONS, remote_of
+from memoryadmin.external.transport import Connection, secret_value
+from memoryadmin.external.urls import HTTPS_ONLY
+from memoryadmin.memory.errors import InvalidRequest, NotFound
+from memoryadmin.memory.providers import Result
+from memoryadmin.providers.declarations import SECRET_NAME_RE
+
+KIND = "mem0-platform"
+ENTITY_FIELDS = {"user_id", "agent_id", "app_id", "run_id"}
+# The platform reports a memory's run as `session_id`.
+ANSWER_FIELDS = {
+    "user_id": "user_id",
+    "agent_id": "agent_id",
+    "app_id": "app_id",
+    "run_id": "session_id",
+}
+ID_RE = r"[A-Za-z0-9_-]{1,128}"
+
+
+class Mem0PlatformStore(RemoteStore):
+    @property
+    def entities(self) -> dict[str, str]:
+        return self.scope(self.config["scope"])
+
+    @property
+    def filters(self) -> dict[str, Any]:
+        entities = [{key: value} for key, value in self.entities.items()]
+        return entities[0] if len(entities) == 1 else {"AND": entities}
+
+    def _memory(self, external_id: str) -> str:
+        return f"/v1/memories/{quote(external_id, safe='')}/"
+
+    def _results(self, data: Any, operation: str) -> list[Remote]:
+        items = data.get("results") if isinstance(data, dict) else data
+        if not isinstance(items, list):
+            raise self.invalid(operation, "no results list")
+        return [remote for remote in map(remote_of, items) if remote is not None]
+
+    def add(self, text: str) -> Pending:
+        body = {"messages": [{"role": "user", "content": text}], **self.entities, "infer": False}
+        data = self.send("POST", "/v3/memories/add/", operation="add", retryable=False, body=body)
+        event = data.get("event_id") if isinstance(data, dict) else None
+        if not isinstance(event, str) or not event:
+            raise self.invalid("add", "no event_id")
+        return Pending(operation=event, kind="add")
+
+    def poll(self, operation: str) -> OperationState:
+        data = self.send(
+            "GET", f"/v1/event/{quote(operation, safe='')}/", operation="event", retryable=True
+        )
+        status = data.get("status") if isinstance(data, dict) else None
+        if status in {"PENDING", "RUNNING"}:
+            return OperationState(done=False)
+        if status == "FAILED":
+            return OperationState(done=True, failed=True, error=str(data.get("error") or ""))
+        if status != "SUCCEEDED":
+            raise self.invalid("event", f"unknown status {status!r}")
+        made = [
+            Remote(external_id=item["id"], text=str((item.get("data") or {}).get("memory", "")))
+            for item in data.get("results") or []
+            if isinstance(item, dict) and isinstance(item.get("id"), str)
+        ]
+        return OperationState(done=True, records=made)
+
+    def search(self, query: str, limit: int) -> list[Remote]:
+        body = {"query": query, "filters": self.filters, "top_k": limit}
+        data = self.send(
+            "POST", "/v3/memories/search/", operation="search", retryable=True, body=body
+        )
+        return self._results(data, "search")
+
+    def page(self, token: str | None) -> tuple[list[Remote], str | None]:
+        page = int(token) if token and token.isdigit() else 1
+        params = {"page": str(page), "page_size": str(PAGE_SIZE)}
+        data = self.send(
+            "POST",
+            "/v3/memories/",
+            operation="list",
+            retryable=True,
+            params=params,
+            body={"filters": self.filters},
+        )
+        remotes = self._results(data, "list")
+        more = isinstance(data, dict) and bool(data.get("next"))
+        return remotes, (str(page + 1) if more else None)
+
+    def get(self, external_id: str) -> Remote | None:
+        data = self.send(
+            "GET", self._memory(external_id), operation="get", retryable=True, missing_ok=True
+        )
+        if not isinstance(data, dict) or not self._in_scope(data):
+            return None
+        return remote_of(data)
+
+    def _in_scope(self, item: dict[str, Any]) -> bool:
+        return all(
+            item.get(ANSWER_FIELDS[key]) in (None, value) for key, value in self.entities.items()
+        )
+
+    def update(self, external_id: str, text: str) -> Remote:
+        if self.get(external_id) is None:
+            raise NotFound("The record no longer exists at the provider.")
+        data = self.send(
+            "PUT",
+            self._memory(external_id),
+            operation="update",
+            retryable=True,
+            body={"text": text},
+        )
+        remote = remote_of(data)
+        if remote is None:
+            raise self.invalid("update", "no memory in the answer")
+        return remote
+
+    def delete(self, external_id: str) -> None:
+        if self.get(external_id) is None:
+            return None
+        self.send(
+            "DELETE", self._memory(external_id), operation="delete", retryable=True, missing_ok=True
+        )
+        return None
+
+    def history(self, external_id: str) -> list[Result]:
+        data = self.send(
+            "GET",
+            self._memory(external_id) + "history/",
+            operation="history",
+            retryable=True,
+            missing_ok=True,
+        )
+        if data is None:
+            raise NotFound("The record no longer exists at the provider.")
+        if not isinstance(data, list):
+            raise self.invalid("history", "not a list")
+        return [
+            {
+                "action": HISTORY_ACTIONS.get(str(item.get("event")), str(item.get("event"))),
+                "text": item.get("new_memory"),
+                "previousText": item.get("old_memory"),
+                "at": item.get("created_at"),
+            }
+            for item in data
+            if isinstance(item, dict)
+        ]
+
+
+class Mem0PlatformProvider(ExternalProvider):
+    kind = KIND
+    url_rule = HTTPS_ONLY
+    store_class = Mem0PlatformStore
+    fields = {"apiKey", "orgId", "projectId", "scope"}
+    default_base_url = "https://api.mem0.ai"
+    add_visibility = (
+        "The platform queues the write (status accepted); it appears in recall once processed."
+    )
+
+    def settings_normalize(self, provider: dict[str, Any], at: str) -> dict[str, Any]:
+        api_key = provider.get("apiKey")
+        if (
+            not isinstance(api_key, dict)
+            or set(api_key) != {"secret"}
+            or not isinstance(api_key["secret"], str)
+            or not SECRET_NAME_RE.fullmatch(api_key["secret"])
+        ):
+            raise InvalidRequest(
+                f'{at}.apiKey is required: a managed secret reference {{"secret": "NAME"}}.'
+            )
+        settings: dict[str, Any] = {
+            "apiKey": {"secret": api_key["secret"]},
+            "scope": _scope_normalize(
+                provider.get("scope", {"user_id": "{namespace}"}),
+                f"{at}.scope",
+                allowed=ENTITY_FIELDS,
+            ),
+        }
+        for name in ("orgId", "projectId"):
+            value = provider.get(name)
+            if value is None:
+                continue
+            if not isinstance(value, str) or not re.fullmatch(ID_RE, value):
+                raise InvalidRequest(f"{at}.{name} must be 1-128 letters, digits, - or _.")
+            settings[name] = value
+        return settings
+
+    def secret_headers(self, provider: dict[str, Any]) -> dict[str, Any]:
+        return {**provider.get("headers", {}), "Authorization": provider["apiKey"]}
+
+    def authorize(self, connection: Connection) -> None:
+        config = connection.resource.config
+        key = secret_value(
+            connection,
+            config["apiKey"]["secret"],
+            origin=connection.origin,
+            path=connection.base_path or "/",
+        )
+        connection.headers["Authorization"] = f"Token {key}"
+        scoping = {"org_id": config.get("orgId"), "project_id": config.get("projectId")}
+        connection.params = {k: v for k, v in scoping.items() if v}

@@ -1,0 +1,31 @@
+"""The durable association of memoryadmin record ids with provider record ids (spec 004).
+
+A record of an external provider has two identifiers: the stable id our API,
+page and events use (derived from the provider and its external id, see
+ids.py) and the provider's own (`metadata.providerExternalId`). The
+association lives here, so get, update, history and delete resolve after a
+restart.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+from memoryadmin.memory.models import Resource
+
+
+class ExternalRecord(models.Model):
+    resource = models.ForeignKey(Resource, on_delete=models.CASCADE, related_name="+")
+    namespace = models.CharField(max_length=128)
+    record_id = models.CharField(max_length=64)
+    external_id = models.CharField(max_length=1024)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["resource", "record_id"], name="external_record_id"),
+        ]
+        indexes = [models.Index(fields=["resource", "namespace", "external_id"])]
+
+    def __str__(self) -> str:
+        return f"{self.resource}:{self.record_id}->{self.external_id}"

@@ -1,0 +1,239 @@
+"""Vertex AI Memory Bank as an external provider, against a fake aiplatform on
+https://127.0.0.1: service-account credentials exchanged for tokens, memories written through
+long-running operations that finish after several polls (or fail), retrieval by scope."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from rest_framework.test import APIClient
+
+from memoryadmin.agents.services.runtime import recall_create, tool_call
+from memoryadmin.external.ids import external_memory_id, provider_id
+from memoryadmin.memory.models import AuditEntry, Project, Resource
+from memoryadmin.memory.providers import provider_for
+from memoryadmin.memory.services.deployments import deployment_create
+from tests.fake_providers import FakeVertexMemoryBank
+from tests.helpers import DEV, deploy_external, external_session
+
+RECORDS = "/api/managed-agents/projects/acme/memory/mem/records"
+ALICE = DEV + "&namespace=alice"
+SCOPE = {"user_id": "alice", "app": "support"}
+
+
+def declaration(server: FakeVertexMemoryBank, **extra: Any) -> dict[str, Any]:
+    return {
+        "kind": "vertex-memory-bank",
+        "baseUrl": server.origin,
+        "project": "acme-prod",
+        "location": "us-central1",
+        "reasoningEngine": "4242",
+        "credentials": {"secret": "VERTEX_SA", "type": "service-account"},
+        "scope": {"user_id": "{namespace}", "app": "support"},
+        **extra,
+    }
+
+
+def _deploy(project: Project, server: FakeVertexMemoryBank, **extra: Any) -> Resource:
+    return deploy_external(
+        project,
+        declaration(server, **extra),
+        secrets_by_origin={server.origin: {"VERTEX_SA": server.account_json()}},
+    )
+
+
+@pytest.fixture
+def mem(project: Project, vertex: FakeVertexMemoryBank) -> Resource:
+    return _deploy(project, vertex)
+
+
+def _check(resource: Resource, name: str) -> Any:
+    operation = SimpleNamespace(resource=resource, namespace="alice", provider_operation=name)
+    return provider_for("vertex-memory-bank").operation_check(operation=operation)
+
+
+def test_required_settings_and_https(project: Project) -> None:
+    base = {"kind": "vertex-memory-bank", "baseUrl": "https://127.0.0.1:9"}
+    cases = [
+        ({**base, "project": "p", "location": "l"}, "reasoningEngine is required"),
+        (
+            {**base, "project": "p", "location": "l", "reasoningEngine": "1"},
+            "credentials is required",
+        ),
+        (
+            {
+                **base,
+                "baseUrl": "http://127.0.0.1:9",
+                "project": "p",
+                "location": "l",
+                "reasoningEngine": "1",
+                "credentials": {"secret": "S", "type": "bearer-token"},
+            },
+            "must use https://",
+        ),
+    ]
+    for provider, message in cases:
+        with pytest.raises(Exception, match=message):
+            deployment_create(
+                project=project,
+                agent="archivist",
+                memory=[{"id": "mem", "description": "E.", "provider": provider}],
+                actor="t",
+            )
+
+
+def test_create_is_queued_until_its_operation_is_done(
+    api: APIClient, mem: Resource, vertex: FakeVertexMemoryBank
+) -> None:
+    created = api.post(RECORDS + ALICE, {"text": "Alice is vegetarian."}, format="json")
+    assert created.status_code == 202, created.json()
+    name = created.json()["operation"]
+    assert name.startswith(FakeVertexMemoryBank.PARENT + "/memories/")
+    assert vertex.memories == {}
+    create = vertex.seen("POST", r"/v1beta1/.*/reasoningEngines/4242/memories")[0]
+    assert create.body == {"fact": "Alice is vegetarian.", "scope": SCOPE}
+    assert create.headers["Authorization"].startswith("Bearer ya29.")
+
+    assert _check(mem, name).state == "queued"
+    done = _check(mem, name)
+    assert done.state == "succeeded"
+    memory_id = next(iter(vertex.memories))
+    assert done.detail == external_memory_id(provider_id(mem), memory_id)
+    # One token for all of it: cached until it nears its expiry.
+    assert len(vertex.seen("POST", "/token")) == 1
+
+    records = api.get(RECORDS + ALICE).json()["records"]
+    assert [r["text"] for r in records] == ["Alice is vegetarian."]
+    assert records[0]["metadata"]["scope"] == SCOPE
+
+
+def test_update_and_delete_are_queued_then_applied_with_history(
+    api: APIClient, mem: Resource, vertex: FakeVertexMemoryBank
+) -> None:
+    memory_id = vertex.seed("Alice likes tea.", SCOPE)
+    record_id = api.get(RECORDS + ALICE).json()["records"][0]["id"]
+
+    patched = api.patch(
+        f"{RECORDS}/{record_id}{ALICE}", {"text": "Alice likes coffee."}, format="json"
+    )
+    assert patched.status_code == 202, patched.json()
+    assert vertex.memories[memory_id]["fact"] == "Alice likes tea."  # not yet
+    assert vertex.seen("PATCH", r".*/memories/" + memory_id)[0].query == {"updateMask": "fact"}
+    for _ in range(2):
+        check = _check(mem, patched.json()["operation"])
+    assert check.state == "succeeded"
+    assert api.get(f"{RECORDS}/{record_id}{ALICE}").json()["text"] == "Alice likes coffee."
+    history = api.get(f"{RECORDS}/{record_id}/history{ALICE}").json()["history"]
+    assert [(h["action"], h["text"]) for h in history] == [
+        ("create", "Alice likes tea."),
+        ("update", "Alice likes coffee."),
+    ]
+
+    deleted = api.delete(f"{RECORDS}/{record_id}{ALICE}")
+    assert deleted.status_code == 202
+    assert memory_id in vertex.memories
+    for _ in range(2):
+        check = _check(mem, deleted.json()["operation"])
+    assert check.state == "succeeded"
+    assert memory_id not in vertex.memories
+    assert api.get(f"{RECORDS}/{record_id}{ALICE}").status_code == 404
+    assert {e.action for e in AuditEntry.objects.filter(action__startswith="record.")} == {
+        "record.update",
+        "record.delete",
+    }
+
+
+def test_a_failed_operation_is_failed_never_a_success(
+    api: APIClient, mem: Resource, vertex: FakeVertexMemoryBank
+) -> None:
+    vertex.fail_operations = True
+    name = api.post(RECORDS + ALICE, {"text": "Lost."}, format="json").json()["operation"]
+    assert _check(mem, name).state == "queued"
+    failed = _check(mem, name)
+    assert (failed.state, failed.detail) == ("failed", "Memory Bank is not configured.")
+    assert vertex.memories == {}
+
+
+def test_generate_extracts_through_an_engine_operation(
+    project: Project, vertex: FakeVertexMemoryBank, api: APIClient
+) -> None:
+    mem = _deploy(project, vertex, add="generate")
+    name = api.post(RECORDS + ALICE, {"text": "I moved to Lyon."}, format="json").json()[
+        "operation"
+    ]
+    assert name.startswith(FakeVertexMemoryBank.PARENT + "/operations/")
+    generate = vertex.seen("POST", r".*/memories:generate")[0].body
+    assert generate["directContentsSource"]["events"][0]["content"]["parts"] == [
+        {"text": "I moved to Lyon."}
+    ]
+    _check(mem, name)
+    assert _check(mem, name).state == "succeeded"
+    assert [m["fact"] for m in vertex.memories.values()] == ["I moved to Lyon."]
+
+
+def test_other_scopes_and_pages(
+    api: APIClient, mem: Resource, vertex: FakeVertexMemoryBank
+) -> None:
+    for i in range(53):
+        vertex.seed(f"Fact {i}.", SCOPE)
+    other = vertex.seed("Bob's fact.", {"user_id": "bob", "app": "support"})
+    first = api.get(RECORDS + ALICE).json()
+    second = api.get(RECORDS + ALICE + "&cursor=" + first["nextCursor"]).json()
+    assert (len(first["records"]), len(second["records"]), second["nextCursor"]) == (50, 3, None)
+    bob = api.get(RECORDS + DEV + "&namespace=bob").json()["records"]
+    assert [r["metadata"]["providerExternalId"] for r in bob] == [other]
+    assert api.get(f"{RECORDS}/{bob[0]['id']}{ALICE}").status_code == 404
+
+
+def test_bearer_tokens_are_sent_as_they_are(
+    project: Project, vertex: FakeVertexMemoryBank, api: APIClient
+) -> None:
+    vertex.tokens.add("static-token")
+    deploy_external(
+        project,
+        declaration(vertex, credentials={"secret": "VERTEX_TOKEN", "type": "bearer-token"}),
+        secrets_by_origin={vertex.origin: {"VERTEX_TOKEN": "static-token"}},
+    )
+    assert api.get(RECORDS + ALICE).status_code == 200
+    assert vertex.calls[-1].headers["Authorization"] == "Bearer static-token"
+    assert not vertex.seen("POST", "/token")
+
+
+def test_recall_retrieves_by_similarity_and_add_is_accepted(
+    project: Project, mem: Resource, vertex: FakeVertexMemoryBank
+) -> None:
+    vertex.seed("Alice's manager is Priya.", SCOPE)
+    vertex.seed("Alice's desk is by the window.", SCOPE)
+    session = external_session(project, "alice")
+    recall = recall_create(session=session, use=["mem"], input_text="Who is Alice's manager?")
+    assert recall["memory"]["mem"]["text"].splitlines()[0] == "Alice's manager is Priya."
+    retrieve = vertex.seen("POST", r".*/memories:retrieve")[-1].body
+    assert retrieve["similaritySearchParams"]["searchQuery"] == "Who is Alice's manager?"
+    added = tool_call(
+        session=session,
+        recall_id=recall["recallId"],
+        call_id="c1",
+        name="memory_add",
+        arguments={"text": "Alice prefers mornings."},
+    )
+    assert added["status"] == "accepted"
+    assert added["operation"] in vertex.operations
+
+
+def test_the_service_account_key_never_reaches_responses_or_the_audit_log(
+    api: APIClient, mem: Resource, vertex: FakeVertexMemoryBank
+) -> None:
+    private = vertex.account["private_key"].splitlines()[1]
+    # The token endpoint no longer knows this account: the grant is refused.
+    vertex.account["client_email"] = "someone-else@acme-prod.iam.gserviceaccount.com"
+    failed = api.get(RECORDS + ALICE)
+    assert failed.status_code == 502
+    assert private not in failed.content.decode()
+    assert "ya29" not in failed.content.decode()
+    entry = AuditEntry.objects.get(action="provider.failed")
+    assert entry.detail["operation"] == "token"
+    assert entry.detail["status"] == 400
+    for entry in AuditEntry.objects.all():
+        assert private not in str(entry.detail)
