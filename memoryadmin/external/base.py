@@ -264,6 +264,7 @@ def _scope_normalize(raw: object, where: str, *, allowed: set[str] | None) -> di
 class ExternalProvider(MemoryProvider):
     """An external provider kind: records live with the provider, managed through it."""
 
+    manages_records = True
     url_rule: ClassVar[str]
     store_class: ClassVar[type[RemoteStore]]
     # Fields of the declaration beyond kind, maxBytes, baseUrl and headers.

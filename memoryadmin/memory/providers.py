@@ -94,6 +94,9 @@ class MemoryProvider(ABC):
     # Whether the resource's records are documents stored here (the document
     # API, the Memory page's editor, export and the CLI work on them).
     keeps_documents: ClassVar[bool] = False
+    # Whether its records can be listed, read and changed here through the provider
+    # (the records API, the Memory page and the CLI's records commands).
+    manages_records: ClassVar[bool] = False
     # Tool names this kind may offer; known to the runtime even where no
     # binding offers them, and no declared tool may take one of them.
     reserved_tools: ClassVar[tuple[str, ...]] = ()
@@ -245,6 +248,11 @@ def kinds_keeping_documents() -> list[str]:
 
 def reserved_tool_names() -> set[str]:
     return {name for p in _REGISTRY.values() for name in p.reserved_tools}
+
+
+def manages_records(resource: Resource) -> bool:
+    provider = _REGISTRY.get(resource.kind)
+    return provider is not None and provider.manages_records
 
 
 def keeps_documents(resource: Resource) -> bool:

@@ -13,6 +13,7 @@ from memoryadmin.web.views import (
     overview,
     people,
     reading,
+    records,
     review,
     sessions,
     writing,
@@ -36,6 +37,7 @@ app_name = "web"
 PROJECT = "projects/<slug:p>/<env:e>/"
 RESOURCE = PROJECT + "resources/<slug:r>/"
 DOCUMENT = RESOURCE + "documents/<str:d>/"
+RECORD = RESOURCE + "records/<str:rec>/"
 
 urlpatterns = [
     path("", reading.home, name="home"),
@@ -105,6 +107,11 @@ urlpatterns = [
     path(RESOURCE + "bulk/", bulk.documents_bulk_view, name="documents-bulk"),
     path(RESOURCE + "as-of/", reading.documents_as_of, name="documents-as-of"),
     path(RESOURCE + "as-of/restore/", writing.restore_as_of, name="documents-restore"),
+    path(RESOURCE + "records/", records.records, name="records"),
+    path(RESOURCE + "records/new/", records.record_create, name="record-create"),
+    path(RECORD, records.record_detail, name="record"),
+    path(RECORD + "edit/", records.record_edit, name="record-edit"),
+    path(RECORD + "delete/", records.record_delete, name="record-delete"),
     path(DOCUMENT, reading.document_detail, name="document"),
     path(DOCUMENT + "edit/", writing.edit, name="document-edit"),
     path(DOCUMENT + "freeze/", writing.freeze, name="document-freeze"),

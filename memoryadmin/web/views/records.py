@@ -1,0 +1,137 @@
+"""The Memory page for resources whose records live with their provider (external providers):
+a namespace's records, search, a record with its history, add, edit and delete, all through
+memoryadmin/memory/services/records.py."""
+
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponseBase, HttpResponseRedirect
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+
+from memoryadmin.memory.errors import InvalidRequest
+from memoryadmin.memory.providers import NotSupported
+from memoryadmin.memory.services import records as record_services
+from memoryadmin.web.services.roles import DELETE, EDIT, READ
+from memoryadmin.web.views.base import Page, actor, page_render, project_view
+
+QUERY_MAX = 200
+
+
+def _records_url(page: Page, resource_id: str, namespace: str) -> str:
+    base = reverse("web:records", args=[page.project.id, page.environment, resource_id])
+    return f"{base}?{urlencode({'namespace': namespace})}"
+
+
+def _record_url(page: Page, resource_id: str, namespace: str, record_id: str) -> str:
+    args = [page.project.id, page.environment, resource_id, record_id]
+    return f"{reverse('web:record', args=args)}?{urlencode({'namespace': namespace})}"
+
+
+def _written(request: HttpRequest, result: dict[str, object], done: str) -> None:
+    if result["status"] == "queued":
+        messages.info(
+            request,
+            f"The provider queued it (operation {result['operation']}): it is not done yet.",
+        )
+    else:
+        messages.success(request, done)
+
+
+@require_GET
+@project_view(READ)
+def records(request: HttpRequest, page: Page, r: str) -> HttpResponseBase:
+    resource = page.resource(r, documents=False)
+    namespace = request.GET.get("namespace", "").strip()
+    query = request.GET.get("q", "").strip()[:QUERY_MAX]
+    cursor = request.GET.get("cursor") or None
+    context: dict[str, object] = {
+        "resource": resource,
+        "namespace": namespace,
+        "query": query,
+        "rows": [],
+        "next_cursor": None,
+    }
+    if namespace:
+        if query:
+            context["rows"] = record_services.record_search(
+                resource=resource, namespace=namespace, query=query
+            )
+        else:
+            rows, next_cursor = record_services.record_list(
+                resource=resource, namespace=namespace, cursor=cursor
+            )
+            context.update(rows=rows, next_cursor=next_cursor)
+    return page_render(request, "memoryadmin/records.html", page, context)
+
+
+@require_GET
+@project_view(READ)
+def record_detail(request: HttpRequest, page: Page, r: str, rec: str) -> HttpResponseBase:
+    resource = page.resource(r, documents=False)
+    namespace = record_services.check_namespace(request.GET.get("namespace"))
+    record = record_services.record_get(resource=resource, namespace=namespace, record_id=rec)
+    history, unsupported = [], ""
+    try:
+        history = record_services.record_history(
+            resource=resource, namespace=namespace, record_id=rec
+        )
+    except NotSupported as exc:
+        unsupported = exc.message
+    context = {
+        "resource": resource,
+        "namespace": namespace,
+        "record": record,
+        "history": history,
+        "history_unsupported": unsupported,
+    }
+    return page_render(request, "memoryadmin/record.html", page, context)
+
+
+def _text(request: HttpRequest) -> str:
+    text = request.POST.get("text", "")
+    if not text.strip():
+        raise InvalidRequest("The text is required.")
+    return text
+
+
+@require_POST
+@project_view(EDIT)
+def record_create(request: HttpRequest, page: Page, r: str) -> HttpResponseBase:
+    resource = page.resource(r, documents=False)
+    namespace = record_services.check_namespace(request.POST.get("namespace"))
+    result = record_services.record_create(
+        resource=resource, namespace=namespace, text=_text(request), actor=actor(request)
+    )
+    _written(request, result, "Added to the provider.")
+    return HttpResponseRedirect(_records_url(page, resource.resource_id, namespace))
+
+
+@require_POST
+@project_view(EDIT)
+def record_edit(request: HttpRequest, page: Page, r: str, rec: str) -> HttpResponseBase:
+    resource = page.resource(r, documents=False)
+    namespace = record_services.check_namespace(request.POST.get("namespace"))
+    result = record_services.record_update(
+        resource=resource,
+        namespace=namespace,
+        record_id=rec,
+        text=_text(request),
+        actor=actor(request),
+    )
+    _written(request, result, "Saved at the provider.")
+    return HttpResponseRedirect(_record_url(page, resource.resource_id, namespace, rec))
+
+
+@require_POST
+@project_view(DELETE)
+def record_delete(request: HttpRequest, page: Page, r: str, rec: str) -> HttpResponseBase:
+    resource = page.resource(r, documents=False)
+    namespace = record_services.check_namespace(request.POST.get("namespace"))
+    result = record_services.record_delete(
+        resource=resource, namespace=namespace, record_id=rec, actor=actor(request)
+    )
+    _written(request, result, f"Deleted {rec} at the provider.")
+    return HttpResponseRedirect(_records_url(page, resource.resource_id, namespace))
