@@ -439,3 +439,23 @@ def test_record_ids_resolve_after_a_server_restart(tmp_path: Any, mem0_oss: Fake
         assert deleted.status_code == 200, deleted.text
     assert mem0_oss.memories == {}
     assert mem0_oss.seen("DELETE", f"/memories/{external}")
+
+
+def test_the_egress_rule_applies_on_every_call(
+    api: APIClient, project: Project, mem0_oss: FakeMem0Oss, settings: Any
+) -> None:
+    by_name = mem0_oss.origin.replace("127.0.0.1", "localhost")
+    deploy_external(
+        project,
+        declaration(mem0_oss, baseUrl=by_name),
+        secrets_by_origin={by_name: {"MEM0_KEY": KEY_SECRET}},
+    )
+    assert api.get(RECORDS + ALICE).status_code == 200
+    settings.MEMORYADMIN_PROVIDER_ALLOW = []  # loopback is no longer allowed
+    calls = len(mem0_oss.calls)
+    response = api.get(RECORDS + ALICE)
+    assert response.status_code == 502
+    assert len(mem0_oss.calls) == calls
+    entry = AuditEntry.objects.get(action="provider.failed")
+    assert entry.detail["reason"] == "egress_refused"
+    assert "loopback" in entry.detail["description"]
