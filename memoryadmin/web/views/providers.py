@@ -7,6 +7,7 @@ from django.http import HttpRequest, HttpResponseBase
 
 from memoryadmin.agents.services.operations import operations_unsettled
 from memoryadmin.memory.models import Resource
+from memoryadmin.memory.providers import manages_records
 from memoryadmin.memory.services.deployments import declarations_public, declared_resource_ids
 from memoryadmin.web.views.base import Page, page_render
 
@@ -28,6 +29,7 @@ def provider_resource(request: HttpRequest, page: Page, resource: Resource) -> H
         "provider": provider,
         "connection": connection,
         "tools": provider.get("tools") or [],
+        "manages_records": manages_records(resource),
         "declared": resource.resource_id
         in declared_resource_ids(project=page.project, environment=page.environment),
         "other_settings": {

@@ -15,7 +15,6 @@ from memoryadmin.memory.environments import DEFAULT_ENVIRONMENT, Environment
 from memoryadmin.memory.errors import DomainError, InvalidRequest
 from memoryadmin.memory.limits import agent_writes_shown
 from memoryadmin.memory.models import Resource
-from memoryadmin.memory.providers import manages_records
 from memoryadmin.memory.services.asof import document_list_as_of, parse_as_of
 from memoryadmin.memory.services.audit import (
     audit_actions,
@@ -99,7 +98,6 @@ def documents(request: HttpRequest, page: Page, r: str) -> HttpResponseBase:
         "next_cursor": next_cursor,
         "query": query,
         "cursor": cursor,
-        "manages_records": manages_records(resource),
     }
     # htmx: the filter swaps the table body, "load more" swaps itself for the next rows.
     partial = "more" if cursor else "results"
