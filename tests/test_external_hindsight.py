@@ -136,3 +136,18 @@ def test_recall_and_tools_in_a_session(
     )
     assert forgotten["status"] == "deleted"
     assert [u["text"] for u in hindsight.units("team-alice")] == ["Alice's office is in Porto."]
+
+
+def test_a_failed_recall_is_audited_by_the_requests_thread(
+    project: Project, mem: Resource, hindsight: FakeHindsight
+) -> None:
+    from memoryadmin.agents.errors import RecallFailed
+    from memoryadmin.memory.models import AuditEntry
+
+    session = external_session(project, "alice")
+    hindsight.fail_next = [400]
+    with pytest.raises(RecallFailed):
+        recall_create(session=session, use=["mem"], input_text="anything")
+    entry = AuditEntry.objects.get(action="provider.failed")
+    assert entry.detail["operation"] == "recall"
+    assert entry.detail["status"] == 400

@@ -398,12 +398,19 @@ class ExternalProvider(MemoryProvider):
                 exc.message, resource=bindings[0].resource.resource_id, retry_after=exc.retry_after
             ) from exc
         found: dict[int, list[Remote]] = {}
-        with calls:
-            sends = [partial(_recall_one, store, input_text) for store in stores]
-            for index, outcome in calls.run(sends):
-                if isinstance(outcome, BaseException):
-                    raise _recall_failed(bindings[index], outcome) from outcome
-                found[index] = outcome
+        for store in stores:
+            store.connection.deferred = []
+        try:
+            with calls:
+                sends = [partial(_recall_one, store, input_text) for store in stores]
+                for index, outcome in calls.run(sends):
+                    if isinstance(outcome, BaseException):
+                        raise _recall_failed(bindings[index], outcome) from outcome
+                    found[index] = outcome
+        finally:
+            # Calls abandoned after a failure may still fail later; theirs are not kept.
+            for store in stores:
+                store.connection.flush()
         projections: dict[str, Projection] = {}
         for index, binding in enumerate(bindings):
             resource = binding.resource

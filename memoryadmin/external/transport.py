@@ -193,6 +193,9 @@ class Connection:
     retry_delays: Sequence[float] = RETRY_DELAYS
     # Query parameters every request carries (an account's scoping ids).
     params: dict[str, str] = field(default_factory=dict)
+    # While calls run in worker threads (which never touch the database), failures
+    # wait here for the caller's thread to audit them (`flush`).
+    deferred: list[dict[str, Any]] | None = None
 
     def call(
         self,
@@ -251,14 +254,10 @@ class Connection:
         }
         if status is not None:
             detail["status"] = status
-        audit_record(
-            project_id=resource.project_id,
-            environment=resource.environment,
-            actor=AUDIT_ACTOR,
-            action="provider.failed",
-            resource_id=resource.resource_id,
-            detail=detail,
-        )
+        if self.deferred is not None:
+            self.deferred.append(detail)
+        else:
+            self._audit(detail)
         retryable = reply is not None and reply.retryable
         return ExternalFailure(
             failure_message(resource.resource_id, retryable=retryable),
@@ -268,6 +267,24 @@ class Connection:
             attempts=attempts,
             http_status=status,
         )
+
+    def _audit(self, detail: dict[str, Any]) -> None:
+        resource = self.resource
+        audit_record(
+            project_id=resource.project_id,
+            environment=resource.environment,
+            actor=AUDIT_ACTOR,
+            action="provider.failed",
+            resource_id=resource.resource_id,
+            detail=detail,
+        )
+
+    def flush(self) -> None:
+        """Audits the failures deferred while calls ran in other threads. A call
+        abandoned after a failure that fails later is logged, not audited."""
+        pending, self.deferred = self.deferred or [], []
+        for detail in pending:
+            self._audit(detail)
 
 
 @sensitive_variables("headers", "value")
