@@ -459,3 +459,41 @@ def test_the_egress_rule_applies_on_every_call(
     entry = AuditEntry.objects.get(action="provider.failed")
     assert entry.detail["reason"] == "egress_refused"
     assert "loopback" in entry.detail["description"]
+
+
+def test_the_runtime_cancel_stops_an_add_in_flight_and_leaves_it_open(
+    project: Project, mem: Resource, mem0_oss: FakeMem0Oss
+) -> None:
+    from memoryadmin.agents.models import ProviderOperation
+    from memoryadmin.agents.services.runtime import call_cancel
+
+    session = external_session(project, "alice")
+    recall = recall_create(session=session, use=["mem"], input_text=None)
+    stall = mem0_oss.stall("/memories")
+
+    def cancel_when_sent() -> None:
+        assert stall.arrived.wait(10)
+        call_cancel(session=session, call_id="c-slow")
+
+    canceller = threading.Thread(target=cancel_when_sent)
+    canceller.start()
+    started = time.monotonic()
+    result = tool_call(
+        session=session,
+        recall_id=recall["recallId"],
+        call_id="c-slow",
+        name="memory_add",
+        arguments={"text": "Maybe stored."},
+    )
+    elapsed = time.monotonic() - started
+    canceller.join()
+    stall.release.set()
+    assert result == {"status": "cancelled"}
+    assert elapsed < 5  # not the 10 s deadline
+    assert len(mem0_oss.seen("POST", "/memories")) == 1  # never retried
+    operation = ProviderOperation.objects.get(session=session)
+    assert (operation.kind, operation.state, operation.call_id) == (
+        "cancelled_write",
+        "queued",
+        "c-slow",
+    )

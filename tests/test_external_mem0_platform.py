@@ -4,17 +4,17 @@ their event (or fail), and the v1 memory routes for the rest."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from rest_framework.test import APIClient
 
+from memoryadmin.agents.models import ProviderOperation
 from memoryadmin.agents.services.runtime import recall_create, tool_call
 from memoryadmin.external.ids import external_memory_id, provider_id
-from memoryadmin.memory.models import Project, Resource
-from memoryadmin.memory.providers import provider_for
+from memoryadmin.memory.models import AuditEntry, Project, Resource
 from memoryadmin.memory.services.deployments import deployment_create
+from memoryadmin.runner.jobs import jobs_run_due
 from tests.fake_providers import FakeMem0Platform
 from tests.helpers import DEV, deploy_external, external_session
 
@@ -43,11 +43,17 @@ def mem(project: Project, mem0_platform: FakeMem0Platform) -> Resource:
     )
 
 
-def _check(resource: Resource, event_id: str, namespace: str = "alice") -> Any:
-    operation = SimpleNamespace(
-        resource=resource, namespace=namespace, provider_operation=event_id, kind="accepted_write"
-    )
-    return provider_for("mem0-platform").operation_check(operation=operation)
+@pytest.fixture(autouse=True)
+def _quick(settings: Any) -> None:
+    settings.MEMORYADMIN_OPERATION_BACKOFF_SECONDS = 0
+    settings.MEMORYADMIN_OPERATION_MAX_ATTEMPTS = 3
+    settings.MEMORYADMIN_JOB_BACKOFF_SECONDS = 0
+
+
+def reconciled(operation_id: str) -> ProviderOperation:
+    """One round of due background jobs, then the operation as the store has it."""
+    jobs_run_due()
+    return ProviderOperation.objects.get(pk=operation_id)
 
 
 def test_plain_http_is_refused_even_on_loopback(project: Project) -> None:
@@ -93,7 +99,11 @@ def test_a_queued_add_is_queued_until_its_event_succeeds(
     assert created.status_code == 202, created.json()
     body = created.json()
     assert body["status"] == "queued"
-    event_id = body["operation"]
+    event_id = body["providerOperation"]
+    operation = ProviderOperation.objects.get(pk=body["operation"])
+    assert (operation.provider_operation, operation.state) == (event_id, "queued")
+    assert operation.principal.startswith("key:")
+    assert operation.session is None
     assert mem0_platform.memories == {}  # nothing is claimed before the platform has it
     add = mem0_platform.seen("POST", "/v3/memories/add/")[0]
     assert add.body["user_id"] == "alice"
@@ -101,12 +111,12 @@ def test_a_queued_add_is_queued_until_its_event_succeeds(
     assert add.query == {"org_id": "org-1", "project_id": "proj-1"}
     assert add.headers["Authorization"] == f"Token {API_KEY}"
 
-    assert _check(mem, event_id).state == "queued"  # RUNNING
-    done = _check(mem, event_id)
-    assert done.state == "succeeded"
+    assert reconciled(operation.id).state == "queued"  # the event is RUNNING
+    assert mem0_platform.memories == {}
+    assert reconciled(operation.id).state == "succeeded"
+    assert len(mem0_platform.seen("GET", f"/v1/event/{event_id}/")) == 2
     external = next(iter(mem0_platform.memories))
     record_id = external_memory_id(provider_id(mem), external)
-    assert done.detail == record_id
 
     one = api.get(f"{RECORDS}/{record_id}{ALICE}").json()
     assert one["text"] == "Alice lives in Austin."
@@ -117,11 +127,26 @@ def test_a_failed_event_is_failed_never_a_success(
     mem: Resource, mem0_platform: FakeMem0Platform, api: APIClient
 ) -> None:
     mem0_platform.fail_events = True
-    event_id = api.post(RECORDS + ALICE, {"text": "Lost."}, format="json").json()["operation"]
-    assert _check(mem, event_id).state == "queued"
-    failed = _check(mem, event_id)
+    operation_id = api.post(RECORDS + ALICE, {"text": "Lost."}, format="json").json()["operation"]
+    assert reconciled(operation_id).state == "queued"
+    failed = reconciled(operation_id)
     assert failed.state == "failed"
-    assert failed.detail == "Extraction failed: model unavailable"
+    assert failed.last_error == "Extraction failed: model unavailable"
+    assert mem0_platform.memories == {}
+
+
+def test_an_event_that_never_finishes_becomes_a_visible_dead_letter(
+    mem: Resource, mem0_platform: FakeMem0Platform, api: APIClient
+) -> None:
+    mem0_platform.polls_to_finish = 100
+    operation_id = api.post(RECORDS + ALICE, {"text": "Slow."}, format="json").json()["operation"]
+    states = [reconciled(operation_id).state for _ in range(4)]
+    assert states == ["queued", "queued", "dead", "dead"]
+    listed = api.get(
+        "/api/managed-agents/projects/acme/memory/operations?environment=development&state=dead"
+    ).json()["operations"]
+    assert [o["id"] for o in listed] == [operation_id]
+    assert AuditEntry.objects.filter(action="operation.dead_letter").count() == 1
     assert mem0_platform.memories == {}
 
 
@@ -180,7 +205,16 @@ def test_tools_add_is_accepted_and_recall_searches(
         arguments={"text": "Alice adopted a second cat."},
     )
     assert result["status"] == "accepted"
-    assert result["operation"] in mem0_platform.events
+    operation = ProviderOperation.objects.get(pk=result["operation"])
+    assert operation.provider_operation in mem0_platform.events
+    assert (operation.session_id, operation.tool, operation.call_id) == (
+        session.id,
+        "memory_add",
+        "c1",
+    )
+    assert reconciled(operation.id).state == "queued"
+    assert reconciled(operation.id).state == "succeeded"
+    assert "Alice adopted a second cat." in [m["memory"] for m in mem0_platform.memories.values()]
     description = next(t for t in recall["tools"] if t["name"] == "memory_add")["description"]
     assert "queues" in description
 

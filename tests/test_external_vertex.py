@@ -4,17 +4,17 @@ long-running operations that finish after several polls (or fail), retrieval by 
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from rest_framework.test import APIClient
 
+from memoryadmin.agents.models import ProviderOperation
 from memoryadmin.agents.services.runtime import recall_create, tool_call
 from memoryadmin.external.ids import external_memory_id, provider_id
 from memoryadmin.memory.models import AuditEntry, Project, Resource
-from memoryadmin.memory.providers import provider_for
 from memoryadmin.memory.services.deployments import deployment_create
+from memoryadmin.runner.jobs import jobs_run_due
 from tests.fake_providers import FakeVertexMemoryBank
 from tests.helpers import DEV, deploy_external, external_session
 
@@ -49,9 +49,17 @@ def mem(project: Project, vertex: FakeVertexMemoryBank) -> Resource:
     return _deploy(project, vertex)
 
 
-def _check(resource: Resource, name: str) -> Any:
-    operation = SimpleNamespace(resource=resource, namespace="alice", provider_operation=name)
-    return provider_for("vertex-memory-bank").operation_check(operation=operation)
+@pytest.fixture(autouse=True)
+def _quick(settings: Any) -> None:
+    settings.MEMORYADMIN_OPERATION_BACKOFF_SECONDS = 0
+    settings.MEMORYADMIN_OPERATION_MAX_ATTEMPTS = 3
+    settings.MEMORYADMIN_JOB_BACKOFF_SECONDS = 0
+
+
+def reconciled(operation_id: str) -> ProviderOperation:
+    """One round of due background jobs, then the operation as the store has it."""
+    jobs_run_due()
+    return ProviderOperation.objects.get(pk=operation_id)
 
 
 def test_required_settings_and_https(project: Project) -> None:
@@ -89,18 +97,20 @@ def test_create_is_queued_until_its_operation_is_done(
 ) -> None:
     created = api.post(RECORDS + ALICE, {"text": "Alice is vegetarian."}, format="json")
     assert created.status_code == 202, created.json()
-    name = created.json()["operation"]
+    name = created.json()["providerOperation"]
+    operation_id = created.json()["operation"]
     assert name.startswith(FakeVertexMemoryBank.PARENT + "/memories/")
     assert vertex.memories == {}
     create = vertex.seen("POST", r"/v1beta1/.*/reasoningEngines/4242/memories")[0]
     assert create.body == {"fact": "Alice is vegetarian.", "scope": SCOPE}
     assert create.headers["Authorization"].startswith("Bearer ya29.")
 
-    assert _check(mem, name).state == "queued"
-    done = _check(mem, name)
-    assert done.state == "succeeded"
+    assert reconciled(operation_id).state == "queued"
+    assert reconciled(operation_id).state == "succeeded"
     memory_id = next(iter(vertex.memories))
-    assert done.detail == external_memory_id(provider_id(mem), memory_id)
+    assert external_memory_id(provider_id(mem), memory_id) in {
+        r["id"] for r in api.get(RECORDS + ALICE).json()["records"]
+    }
     # One token for all of it: cached until it nears its expiry.
     assert len(vertex.seen("POST", "/token")) == 1
 
@@ -121,9 +131,10 @@ def test_update_and_delete_are_queued_then_applied_with_history(
     assert patched.status_code == 202, patched.json()
     assert vertex.memories[memory_id]["fact"] == "Alice likes tea."  # not yet
     assert vertex.seen("PATCH", r".*/memories/" + memory_id)[0].query == {"updateMask": "fact"}
-    for _ in range(2):
-        check = _check(mem, patched.json()["operation"])
-    assert check.state == "succeeded"
+    assert [reconciled(patched.json()["operation"]).state for _ in range(2)] == [
+        "queued",
+        "succeeded",
+    ]
     assert api.get(f"{RECORDS}/{record_id}{ALICE}").json()["text"] == "Alice likes coffee."
     history = api.get(f"{RECORDS}/{record_id}/history{ALICE}").json()["history"]
     assert [(h["action"], h["text"]) for h in history] == [
@@ -134,9 +145,10 @@ def test_update_and_delete_are_queued_then_applied_with_history(
     deleted = api.delete(f"{RECORDS}/{record_id}{ALICE}")
     assert deleted.status_code == 202
     assert memory_id in vertex.memories
-    for _ in range(2):
-        check = _check(mem, deleted.json()["operation"])
-    assert check.state == "succeeded"
+    assert [reconciled(deleted.json()["operation"]).state for _ in range(2)] == [
+        "queued",
+        "succeeded",
+    ]
     assert memory_id not in vertex.memories
     assert api.get(f"{RECORDS}/{record_id}{ALICE}").status_code == 404
     assert {e.action for e in AuditEntry.objects.filter(action__startswith="record.")} == {
@@ -149,27 +161,25 @@ def test_a_failed_operation_is_failed_never_a_success(
     api: APIClient, mem: Resource, vertex: FakeVertexMemoryBank
 ) -> None:
     vertex.fail_operations = True
-    name = api.post(RECORDS + ALICE, {"text": "Lost."}, format="json").json()["operation"]
-    assert _check(mem, name).state == "queued"
-    failed = _check(mem, name)
-    assert (failed.state, failed.detail) == ("failed", "Memory Bank is not configured.")
+    operation_id = api.post(RECORDS + ALICE, {"text": "Lost."}, format="json").json()["operation"]
+    assert reconciled(operation_id).state == "queued"
+    failed = reconciled(operation_id)
+    assert (failed.state, failed.last_error) == ("failed", "Memory Bank is not configured.")
     assert vertex.memories == {}
 
 
 def test_generate_extracts_through_an_engine_operation(
     project: Project, vertex: FakeVertexMemoryBank, api: APIClient
 ) -> None:
-    mem = _deploy(project, vertex, add="generate")
-    name = api.post(RECORDS + ALICE, {"text": "I moved to Lyon."}, format="json").json()[
-        "operation"
-    ]
-    assert name.startswith(FakeVertexMemoryBank.PARENT + "/operations/")
+    _deploy(project, vertex, add="generate")
+    created = api.post(RECORDS + ALICE, {"text": "I moved to Lyon."}, format="json").json()
+    assert created["providerOperation"].startswith(FakeVertexMemoryBank.PARENT + "/operations/")
     generate = vertex.seen("POST", r".*/memories:generate")[0].body
     assert generate["directContentsSource"]["events"][0]["content"]["parts"] == [
         {"text": "I moved to Lyon."}
     ]
-    _check(mem, name)
-    assert _check(mem, name).state == "succeeded"
+    reconciled(created["operation"])
+    assert reconciled(created["operation"]).state == "succeeded"
     assert [m["fact"] for m in vertex.memories.values()] == ["I moved to Lyon."]
 
 
@@ -219,7 +229,9 @@ def test_recall_retrieves_by_similarity_and_add_is_accepted(
         arguments={"text": "Alice prefers mornings."},
     )
     assert added["status"] == "accepted"
-    assert added["operation"] in vertex.operations
+    operation = ProviderOperation.objects.get(pk=added["operation"])
+    assert operation.provider_operation in vertex.operations
+    assert operation.session_id == session.id
 
 
 def test_the_service_account_key_never_reaches_responses_or_the_audit_log(

@@ -403,7 +403,10 @@ class RecordWriteOutput(serializers.Serializer):
     records = RecordOutput(many=True, required=False)
     id = serializers.CharField(required=False)
     operation = serializers.CharField(
-        required=False, help_text="The provider's operation, while it is queued."
+        required=False, help_text="The open operation (memory/operations) while it is queued."
+    )
+    providerOperation = serializers.CharField(
+        required=False, help_text="The provider's name for it: an event id, an LRO name."
     )
 
 

@@ -25,7 +25,16 @@ from typing import Any, ClassVar
 
 from memoryadmin.agents.bindings import BindingSpec
 from memoryadmin.agents.errors import InvalidMemoryBinding, RecallBusy, RecallFailed
-from memoryadmin.agents.models import Access, Binding, Recall, Scope, Session
+from memoryadmin.agents.models import (
+    Access,
+    Binding,
+    OperationKind,
+    ProviderOperation,
+    Recall,
+    Scope,
+    Session,
+)
+from memoryadmin.agents.services.operations import operation_record
 from memoryadmin.external.ids import external_id_of, record_forget, records_map
 from memoryadmin.external.transport import (
     Cancelled,
@@ -43,6 +52,7 @@ from memoryadmin.memory.models import Project, Resource
 from memoryadmin.memory.providers import (
     MemoryProvider,
     NotSupported,
+    OperationCheck,
     Projection,
     Result,
     ToolOffer,
@@ -119,15 +129,6 @@ class OperationState:
     error: str = ""
     # Records a finished operation produced (a queued add's memories).
     records: list[Remote] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class OperationCheck:
-    """One check of an operation: `queued` while the provider works on it, then
-    `succeeded` or `failed` (with the provider's detail)."""
-
-    state: str
-    detail: str = ""
 
 
 class RemoteStore(ABC):
@@ -259,6 +260,47 @@ def _scope_normalize(raw: object, where: str, *, allowed: set[str] | None) -> di
                 f"optionally holding {NAMESPACE_TOKEN}."
             )
     return dict(raw)
+
+
+@dataclass
+class _ToolCall:
+    """One model tool call: its deadline, its slot against the project's cap, and the
+    operations it leaves open in the durable operation store."""
+
+    session: Session
+    binding: Binding
+    name: str
+    call_id: str
+    deadline: Deadline = field(default_factory=Deadline.after)
+
+    def run[T](self, store: RemoteStore, work: Callable[[], T]) -> T:
+        return provider_call(
+            project_id=self.session.project_id,
+            deadline=self.deadline,
+            call=lambda cancelled: _with_cancel(store, cancelled, work),
+        )
+
+    def _record(self, kind: str, provider_operation: str) -> ProviderOperation:
+        return operation_record(
+            session=self.session,
+            binding=self.binding,
+            kind=kind,
+            provider_operation=provider_operation,
+            tool=self.name,
+            call_id=self.call_id,
+        )
+
+    def accepted(self, pending: Pending) -> Result:
+        """A write the provider queued: open until reconciliation sees it finish."""
+        operation = self._record(OperationKind.ACCEPTED_WRITE, pending.operation)
+        return {"status": "accepted", "operation": operation.id}
+
+    def unsettled(self, spec: dict[str, Any], kind: str, result: Result) -> Result:
+        """A write whose outcome nobody knows (cancelled, or its answer lost): recorded
+        as an open operation, never as a success or a failure. Reads just say so."""
+        if spec["access"] == "write":
+            self._record(kind, f"{self.call_id}:{self.binding.resource.resource_id}")
+        return result
 
 
 class ExternalProvider(MemoryProvider):
@@ -488,68 +530,44 @@ class ExternalProvider(MemoryProvider):
         spec = target.offer.spec
         args = tool_arguments_validate(tool=spec, arguments=arguments)
         binding = target.binding
-        resource, namespace = binding.resource, binding.target_id
-        deadline = Deadline.after()
+        call = _ToolCall(session=session, binding=binding, name=target.offer.name, call_id=call_id)
         try:
-            store = self.open(resource, namespace, deadline=deadline)
+            store = self.open(binding.resource, binding.target_id, deadline=call.deadline)
             if spec["name"] == "add":
-                return self._tool_add(store, resource, namespace, args["text"], deadline)
+                return self._tool_add(store, call, args["text"])
             if spec["name"] == "search":
-                remotes = provider_call(
-                    project_id=resource.project_id,
-                    deadline=deadline,
-                    call=lambda cancelled: _with_cancel(
-                        store, cancelled, lambda: store.search(args["query"], _limit(args))
-                    ),
-                )
-                return {"results": self._shapes(resource, namespace, remotes)}
-            return self._tool_forget(store, resource, namespace, args["id"], deadline)
+                remotes = call.run(store, lambda: store.search(args["query"], _limit(args)))
+                return {"results": self._shapes(binding.resource, binding.target_id, remotes)}
+            return self._tool_forget(store, call, args["id"])
         except Cancelled:
-            return {"status": "cancelled"}
+            return call.unsettled(spec, OperationKind.CANCELLED_WRITE, {"status": "cancelled"})
         except ProviderBusy as exc:
             return {"error": {"code": exc.code, "message": exc.message, "details": exc.details}}
         except ExternalFailure as exc:
             if spec["access"] == "write" and exc.reason in {"timeout", "transport_error"}:
-                return {"status": "uncertain"}
+                return call.unsettled(spec, OperationKind.UNCERTAIN_WRITE, {"status": "uncertain"})
             return {
                 "error": {"code": "provider_failed", "message": exc.message, "details": exc.details}
             }
         except NotFound as exc:
             return {"error": {"code": "not_found", "message": exc.message}}
 
-    def _tool_add(
-        self, store: RemoteStore, resource: Resource, namespace: str, text: str, deadline: Deadline
-    ) -> Result:
-        outcome = provider_call(
-            project_id=resource.project_id,
-            deadline=deadline,
-            call=lambda cancelled: _with_cancel(store, cancelled, lambda: store.add(text)),
-        )
+    def _tool_add(self, store: RemoteStore, call: _ToolCall, text: str) -> Result:
+        outcome = call.run(store, lambda: store.add(text))
         if isinstance(outcome, Pending):
-            return {"status": "accepted", "operation": outcome.operation}
+            return call.accepted(outcome)
+        resource, namespace = call.binding.resource, call.binding.target_id
         ids = records_map(
             resource=resource, namespace=namespace, external_ids=[r.external_id for r in outcome]
         )
         return {"status": "stored", "ids": [ids[r.external_id] for r in outcome]}
 
-    def _tool_forget(
-        self,
-        store: RemoteStore,
-        resource: Resource,
-        namespace: str,
-        record_id: str,
-        deadline: Deadline,
-    ) -> Result:
+    def _tool_forget(self, store: RemoteStore, call: _ToolCall, record_id: str) -> Result:
+        resource, namespace = call.binding.resource, call.binding.target_id
         external_id = external_id_of(resource=resource, namespace=namespace, record_id=record_id)
-        outcome = provider_call(
-            project_id=resource.project_id,
-            deadline=deadline,
-            call=lambda cancelled: _with_cancel(
-                store, cancelled, lambda: store.delete(external_id)
-            ),
-        )
+        outcome = call.run(store, lambda: store.delete(external_id))
         if isinstance(outcome, Pending):
-            return {"status": "accepted", "operation": outcome.operation}
+            return call.accepted(outcome)
         record_forget(resource=resource, record_id=record_id)
         return {"status": "deleted", "id": record_id}
 
@@ -624,13 +642,18 @@ class ExternalProvider(MemoryProvider):
         record_forget(resource=resource, record_id=record_id)
         return {"status": "deleted", "id": record_id}
 
-    def operation_check(self, *, operation: Any) -> OperationCheck:
+    def operation_check(self, *, operation: ProviderOperation) -> OperationCheck:
         """Where a provider operation stands, for the reconciliation of the operation store.
 
         `operation` has `resource`, `namespace` and `provider_operation`. A
         finished write's records are mapped to our ids, so they can be managed
         at once; a failure keeps the provider's words for the owners.
         """
+        if operation.kind != OperationKind.ACCEPTED_WRITE:
+            # A write whose answer was lost or cancelled left no provider operation to
+            # ask about: it stays open until its attempts run out, then a dead letter
+            # an owner settles after looking at the records.
+            raise NotSupported("The provider keeps no operation for this write; check its records.")
         resource, namespace = operation.resource, operation.namespace
         state = self.open(resource, namespace).poll(operation.provider_operation)
         if not state.done:

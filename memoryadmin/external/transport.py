@@ -20,24 +20,21 @@ and the audit log (`provider.failed`), never a header value.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import logging
-import socket
 import ssl
 import threading
 import time
-import typing
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpcore
 import httpx
 from django.conf import settings
 from django.views.decorators.debug import sensitive_variables
 
+from memoryadmin.memory.cancellation import Cancellation, current_cancellation
 from memoryadmin.memory.errors import DomainError, InvalidRequest
 from memoryadmin.memory.limits import BODY_MAX_BYTES
 from memoryadmin.memory.models import Resource
@@ -45,7 +42,7 @@ from memoryadmin.memory.services.audit import audit_record
 from memoryadmin.providers.client import AUDIT_ACTOR, RETRY_DELAYS, failure_message
 from memoryadmin.providers.concurrency import Deadline
 from memoryadmin.providers.declarations import credential_header
-from memoryadmin.providers.egress import EgressBackend, egress_refusal
+from memoryadmin.providers.egress import EgressTransport, egress_refusal
 from memoryadmin.providers.errors import SecretNotBound, SecretNotFound
 from memoryadmin.providers.services.secrets import secret_for_request
 
@@ -56,8 +53,10 @@ RETRYABLE_STATUSES = {408, 429}
 # Largest provider answer read (list pages of hosted providers run larger
 # than the protocol's 64 KiB bodies).
 REPLY_MAX_BYTES = 4 * 1024 * 1024
-# How often an attempt's watcher looks at the caller's cancellation.
+# How often an attempt's watcher looks at the calling slot's cancellation, and how often
+# at the runtime's (a shared-cache read).
 WATCH_INTERVAL = 0.02
+POLL_SECONDS = 0.1
 
 
 class ExternalFailure(DomainError):
@@ -126,44 +125,9 @@ def _ssl_context(extra_ca_file: str) -> ssl.SSLContext:
     return context
 
 
-class _AbortableBackend(EgressBackend):
-    """The egress backend, remembering its sockets so an attempt can be aborted."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.sockets: list[socket.socket] = []
-        self.aborted = threading.Event()
-
-    def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: typing.Iterable[httpcore.SOCKET_OPTION] | None = None,
-    ) -> httpcore.NetworkStream:
-        if self.aborted.is_set():
-            raise httpcore.ConnectError("cancelled")
-        stream = super().connect_tcp(host, port, timeout, local_address, socket_options)
-        sock = stream.get_extra_info("socket")
-        if isinstance(sock, socket.socket):
-            self.sockets.append(sock)
-        return stream
-
-    def abort(self) -> None:
-        self.aborted.set()
-        for sock in self.sockets:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-
-
-def _client() -> tuple[httpx.Client, _AbortableBackend]:
-    context = _ssl_context(str(getattr(settings, "MEMORYADMIN_PROVIDER_CA_FILE", "") or ""))
-    backend = _AbortableBackend()
-    transport = httpx.HTTPTransport(verify=context, trust_env=False)
-    transport._pool = httpcore.ConnectionPool(ssl_context=context, network_backend=backend)
-    client = httpx.Client(transport=transport, follow_redirects=False, trust_env=False)
-    return client, backend
+def _transport() -> EgressTransport:
+    extra = str(getattr(settings, "MEMORYADMIN_PROVIDER_CA_FILE", "") or "")
+    return EgressTransport(verify=_ssl_context(extra))
 
 
 @dataclass(frozen=True)
@@ -193,6 +157,9 @@ class Connection:
     retry_delays: Sequence[float] = RETRY_DELAYS
     # Query parameters every request carries (an account's scoping ids).
     params: dict[str, str] = field(default_factory=dict)
+    # The caller's cancellation (the runtime's cancel endpoint), taken in the caller's
+    # thread: calls may run in worker threads, which do not see its context.
+    cancellation: Cancellation | None = None
     # While calls run in worker threads (which never touch the database), failures
     # wait here for the caller's thread to audit them (`flush`).
     deferred: list[dict[str, Any]] | None = None
@@ -324,6 +291,7 @@ def connection_open(
         connection.deadline = deadline
     if cancelled is not None:
         connection.cancelled = cancelled
+    connection.cancellation = current_cancellation()
     return connection
 
 
@@ -373,37 +341,43 @@ def _retry_delay(reply: Reply, default: float, deadline: float) -> float | None:
 
 
 def _watch(
-    backend: _AbortableBackend,
+    transport: EgressTransport,
     done: threading.Event,
-    cancelled: threading.Event,
+    connection: Connection,
     deadline: float,
     why: list[str],
 ) -> None:
-    """The attempt's child cancellation: aborts it on the caller's cancel or at the deadline."""
+    """The attempt's child cancellation: aborts it when the caller cancels (the calling
+    slot's event, or the runtime's cancellation) or when the deadline passes."""
+    polled = 0.0
     while not done.is_set():
-        if cancelled.is_set():
-            why.append("cancelled")
-            backend.abort()
-            return
-        if time.monotonic() >= deadline:
-            why.append("timeout")
-            backend.abort()
+        now = time.monotonic()
+        cancelled = connection.cancelled.is_set()
+        if not cancelled and connection.cancellation is not None and now - polled >= POLL_SECONDS:
+            polled = now
+            cancelled = connection.cancellation.poll()
+        if cancelled or now >= deadline:
+            why.append("cancelled" if cancelled else "timeout")
+            transport.abort()
             return
         done.wait(WATCH_INTERVAL)
 
 
 def _attempt(connection: Connection, request: Request, deadline: float) -> Reply:
-    if connection.cancelled.is_set():
+    if connection.cancelled.is_set() or (
+        connection.cancellation is not None and connection.cancellation.poll()
+    ):
         return Reply(failure="cancelled")
     remaining = deadline - time.monotonic()
     if remaining <= 0:
         return Reply(failure="timeout")
-    client, backend = _client()
+    transport = _transport()
+    client = httpx.Client(transport=transport, follow_redirects=False, trust_env=False)
     done = threading.Event()
     why: list[str] = []
     watcher = threading.Thread(
         target=_watch,
-        args=(backend, done, connection.cancelled, deadline, why),
+        args=(transport, done, connection, deadline, why),
         name="provider-attempt-watch",
         daemon=True,
     )

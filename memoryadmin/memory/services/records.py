@@ -11,8 +11,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from memoryadmin.agents.models import OperationKind
+from memoryadmin.agents.services.operations import operation_open
 from memoryadmin.memory.errors import InvalidRequest
-from memoryadmin.memory.models import Resource
+from memoryadmin.memory.models import ActiveDeployment, Resource
 from memoryadmin.memory.providers import MemoryProvider, NotSupported, provider_for
 from memoryadmin.memory.services.audit import audit_record
 
@@ -76,6 +78,33 @@ def record_search(
     )
 
 
+def _queued(resource: Resource, namespace: str, actor: str, result: Result) -> Result:
+    """A write the provider only accepted becomes an open operation of the durable store,
+    reconciled in the background; the caller sees `queued` until the provider confirms."""
+    if result["status"] != "queued":
+        return result
+    operation = operation_open(
+        resource=resource,
+        namespace=namespace,
+        principal=actor,
+        kind=OperationKind.ACCEPTED_WRITE,
+        provider_operation=result["operation"],
+        deployment_id=_declaring_deployment(resource),
+    )
+    return {"status": "queued", "operation": operation.id, "providerOperation": result["operation"]}
+
+
+def _declaring_deployment(resource: Resource) -> str:
+    """The active deployment that declares the resource now (the revision a write ran under)."""
+    active = ActiveDeployment.objects.filter(
+        project_id=resource.project_id, environment=resource.environment
+    ).values_list("deployment_id", "deployment__memory")
+    for deployment_id, memory in active:
+        if any(item.get("id") == resource.resource_id for item in memory):
+            return str(deployment_id)
+    return ""
+
+
 def record_create(*, resource: Resource, namespace: str, text: str, actor: str) -> Result:
     if not isinstance(text, str) or not text.strip():
         raise InvalidRequest("text is required: a nonempty string.")
@@ -83,6 +112,7 @@ def record_create(*, resource: Resource, namespace: str, text: str, actor: str) 
     result = provider.record_create(
         resource=resource, namespace=check_namespace(namespace), text=text
     )
+    result = _queued(resource, namespace, actor, result)
     ids = [record["id"] for record in result.get("records", [])]
     _audit(resource, actor, "record.create", namespace, {"status": result["status"], "ids": ids})
     return result
@@ -106,6 +136,7 @@ def record_update(
         record_id=_check_record_id(record_id),
         changes={"text": text},
     )
+    result = _queued(resource, namespace, actor, result)
     _audit(
         resource, actor, "record.update", namespace, {"id": record_id, "status": result["status"]}
     )
@@ -119,6 +150,7 @@ def record_delete(*, resource: Resource, namespace: str, record_id: str, actor: 
         namespace=check_namespace(namespace),
         record_id=_check_record_id(record_id),
     )
+    result = _queued(resource, namespace, actor, result)
     _audit(
         resource, actor, "record.delete", namespace, {"id": record_id, "status": result["status"]}
     )
