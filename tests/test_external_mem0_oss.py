@@ -497,3 +497,23 @@ def test_the_runtime_cancel_stops_an_add_in_flight_and_leaves_it_open(
         "queued",
         "c-slow",
     )
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_first_sightings_map_a_record_once(
+    project: Project, mem0_oss: FakeMem0Oss
+) -> None:
+    from memoryadmin.external.ids import record_id_for
+    from tests.helpers import run_threads
+
+    mem = deploy_external(
+        project,
+        declaration(mem0_oss),
+        secrets_by_origin={mem0_oss.origin: {"MEM0_KEY": KEY_SECRET}},
+    )
+    ids = run_threads(
+        6, lambda _: record_id_for(resource=mem, namespace="alice", external_id="mem-1")
+    )
+    assert len(set(ids)) == 1
+    assert ExternalRecord.objects.filter(resource=mem, external_id="mem-1").count() == 1
