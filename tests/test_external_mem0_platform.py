@@ -158,7 +158,7 @@ def test_records_read_update_history_and_delete(
     listed = api.get(RECORDS + ALICE).json()
     assert [r["metadata"]["providerExternalId"] for r in listed["records"]] == [external]
     listing = mem0_platform.seen("POST", "/v3/memories/")[0]
-    assert listing.body == {"filters": {"AND": [{"user_id": "alice"}, {"app_id": "support"}]}}
+    assert listing.body == {"filters": {"AND": [{"app_id": "support"}, {"user_id": "alice"}]}}
     assert listing.query["page"] == "1"
     record_id = listed["records"][0]["id"]
 

@@ -57,7 +57,8 @@ class Mem0PlatformStore(RemoteStore):
 
     @property
     def filters(self) -> dict[str, Any]:
-        entities = [{key: value} for key, value in self.entities.items()]
+        # In key order: the same filters whichever database stored the declaration.
+        entities = [{key: value} for key, value in sorted(self.entities.items())]
         return entities[0] if len(entities) == 1 else {"AND": entities}
 
     def _memory(self, external_id: str) -> str:
