@@ -76,8 +76,9 @@ format: $(VENV)/.installed
 schema: $(VENV)/.installed
 	$(VPY) manage.py spectacular --validate --fail-on-warn --file var/openapi.yaml
 
+# BENCH_ARGS="--documents 100000" sizes the run (bench/api.py --help).
 bench: $(VENV)/.installed
-	$(VPY) bench/api.py
+	$(VPY) bench/api.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache

@@ -1,85 +1,199 @@
-"""Management API latency, as ratios against floors measured in the same run.
+"""The hot paths as ratios against floors measured in the same run.
 
-    .venv/bin/python bench/api.py [--documents 5000] [--requests 300]
+    .venv/bin/python bench/api.py [--documents 10000] [--seconds 2] [--pairs 3] [--json PATH]
 
-Starts the real WSGI application on a loopback port (a throwaway test
-database: SQLite in memory, or test_<name> on PostgreSQL with DATABASE_URL),
-seeds one resource with many documents and times each endpoint over
-keep-alive HTTP. The floor is a bare Django view on the same server; on
-PostgreSQL a raw psycopg statement doing the list query is a second floor.
-Query counts come from the same requests made in-process.
+Seeds a throwaway database (bench_<name> on PostgreSQL with DATABASE_URL, a
+SQLite file under var/ otherwise) and serves it with gunicorn (2 sync
+workers) with the floor views of memoryadmin/benchfloors.py switched on by
+MEMORYADMIN_BENCH_FLOORS. A Python load generator drives both over real
+loopback sockets. Each row of the table is measured in interleaved pairs
+(floor, then measure, then measure, then floor, ...) and reports the median
+of the pairs' ratios. Database round trips per request come from the same
+requests made in-process. The table is printed and written as JSON.
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
+import json
 import os
+import platform
+import shutil
+import socket
 import statistics
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memoryadmin.settings")
 # The bench measures request cost, not the per-key rate limit, and one log line
 # per request would be part of what it times.
 os.environ.setdefault("MEMORYADMIN_API_RATE", "1000000/second")
 os.environ.setdefault("LOG_LEVEL", "WARNING")
 
-import django
+import django  # noqa: E402
 
 django.setup()
 
-import httpx  # noqa: E402
 from django.conf import settings  # noqa: E402
-from django.core.handlers.wsgi import WSGIHandler  # noqa: E402
-from django.core.servers.basehttp import ThreadedWSGIServer, WSGIRequestHandler  # noqa: E402
 from django.db import connection  # noqa: E402
-from django.http import HttpRequest, JsonResponse  # noqa: E402
 from django.test import Client  # noqa: E402
 from django.test.utils import CaptureQueriesContext  # noqa: E402
-from django.urls import include, path  # noqa: E402
+from django.urls import reverse  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
-
-def floor_view(request: HttpRequest) -> JsonResponse:
-    return JsonResponse({"ok": True})
-
-
-urlpatterns = [path("bench/floor", floor_view), path("", include("memoryadmin.urls"))]
-
-
-class QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
+PROJECT = "bench"
+ENV = "development"
+BOUND = 8  # document bindings of the recall session
+SMALL = 1000  # documents of the small resource (list @1k)
+DEEP_PAGE = 500
+API = "/api/managed-agents"
 
 
-def seed(documents: int) -> tuple[str, str]:
-    from memoryadmin.memory.models import Document, Resource
-    from memoryadmin.memory.services.deployments import deployment_create
+# Load generation: one new connection per request, as gunicorn's sync workers close them.
+
+
+@dataclass
+class Call:
+    method: str
+    path: str
+    headers: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
+
+
+def send(port: int, call: Call) -> tuple[int, dict[str, str], bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        conn.request(call.method, call.path, body=call.body or None, headers=call.headers)
+        response = conn.getresponse()
+        body = response.read()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, body
+    finally:
+        conn.close()
+
+
+def checked(port: int, call: Call) -> tuple[dict[str, str], bytes]:
+    status, headers, body = send(port, call)
+    if status != 200:
+        raise SystemExit(f"{call.method} {call.path}: {status} {body[:300]!r}")
+    return headers, body
+
+
+# A load client: make(i) returns client i's next-request function.
+Client_ = Callable[[int], Callable[[], object]]
+
+
+def throughput(port: int, make: Client_, seconds: float, c: int) -> float:
+    """Requests per second of `c` concurrent clients for `seconds`; make(i) is client i."""
+    done = [0] * c
+    stop = time.perf_counter() + seconds
+    errors: list[BaseException] = []
+
+    def client(i: int) -> None:
+        next_call = make(i)
+        try:
+            while time.perf_counter() < stop:
+                next_call()
+                done[i] += 1
+        except BaseException as exc:
+            errors.append(exc)
+
+    start = time.perf_counter()
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(c)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    return sum(done) / (time.perf_counter() - start)
+
+
+def latency(port: int, call: Call, seconds: float) -> float:
+    """Median seconds of one request, one at a time, for about `seconds` (at least 15)."""
+    samples: list[float] = []
+    stop = time.perf_counter() + seconds
+    while time.perf_counter() < stop or len(samples) < 15:
+        start = time.perf_counter()
+        checked(port, call)
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+# The measurements: each a pair of (floor, measure) runs returning numbers.
+
+
+@dataclass
+class Row:
+    name: str
+    goal: str
+    check: Callable[[float], bool]
+    pairs: list[tuple[float, float]] = field(default_factory=list)
+    ratio: float = 0.0
+    detail: str = ""
+
+    def result(self, pairs: list[tuple[float, float]], ratio: Callable[[float, float], float]):
+        self.pairs = pairs
+        self.ratio = statistics.median(ratio(floor, measured) for floor, measured in pairs)
+        return self
+
+    @property
+    def met(self) -> bool:
+        return self.check(self.ratio)
+
+
+def interleaved(n: int, floor: Callable[[], float], measure: Callable[[], float]):
+    """n pairs, alternating which side runs first, so drift hits both sides alike."""
+    pairs = []
+    for i in range(n):
+        if i % 2 == 0:
+            f = floor()
+            m = measure()
+        else:
+            m = measure()
+            f = floor()
+        pairs.append((f, m))
+    return pairs
+
+
+# The data.
+
+
+@dataclass
+class Setup:
+    key: str
+    notes_pk: int
+    small_pk: int
+    doc_id: str
+    session_id: str
+    cookie: str
+    deep_cursor: str
+    deep_page: int
+
+
+def _bulk(resource: Any, count: int, prefix: str = "doc") -> None:
+    from memoryadmin.memory.models import Document
     from memoryadmin.memory.services.documents import new_revision
-    from memoryadmin.memory.services.keys import api_key_create
-    from memoryadmin.memory.services.projects import project_create
 
-    project = project_create(project_id="bench")
-    memory = [{"id": "notes", "description": "Bench notes.", "provider": {"maxBytes": 16384}}]
-    deployment_create(
-        project=project, agent="bench", memory=memory, promote="development", actor="bench"
-    )
-    resource = Resource.objects.get(resource_id="notes")
     now = timezone.now()
     batch = []
-    for i in range(documents):
+    for i in range(count):
         stamp = now - timedelta(seconds=i)
         batch.append(
             Document(
                 resource=resource,
-                doc_id=f"doc-{i:06d}",
-                title=f"Document {i}",
+                doc_id=f"{prefix}-{i:06d}",
+                title=f"Document {i} about topic {i % 97}",
                 text="x" * 2000,
                 summary="A benchmark document.",
                 revision=new_revision(),
@@ -92,139 +206,481 @@ def seed(documents: int) -> tuple[str, str]:
         if len(batch) == 1000:
             Document.objects.bulk_create(batch)
             batch = []
-            print(f"\rseeding {i + 1}/{documents}", end="", file=sys.stderr, flush=True)
+            print(f"\rseeding {resource.resource_id} {i + 1}/{count}", end="", file=sys.stderr)
     Document.objects.bulk_create(batch)
     print(file=sys.stderr)
+
+
+def seed(documents: int, concurrency: int) -> Setup:
+    from django.contrib.auth import get_user_model
+
+    from memoryadmin.agents.services.sessions import session_create
+    from memoryadmin.memory.cursors import cursor_dump
+    from memoryadmin.memory.models import Document, Resource
+    from memoryadmin.memory.services.deployments import deployment_create
+    from memoryadmin.memory.services.documents import document_create
+    from memoryadmin.memory.services.keys import api_key_create
+    from memoryadmin.memory.services.projects import project_create
+    from memoryadmin.web.services.roles import role_grant
+
+    project = project_create(project_id=PROJECT)
+    bound = [f"bound-{i}" for i in range(BOUND)]
+    memory = [
+        {"id": rid, "description": "Bench memory.", "provider": {"maxBytes": 16384}}
+        for rid in ["notes", "small", *bound]
+    ]
+    deployment_create(project=project, agent="bench", memory=memory, promote=ENV, actor="bench")
+    resources = {r.resource_id: r for r in Resource.objects.filter(project=project)}
+    _bulk(resources["notes"], documents)
+    _bulk(resources["small"], SMALL)
+    for rid in bound:
+        document_create(
+            resource=resources[rid], doc_id="card", title="Card", text="y" * 2000, actor="bench"
+        )
+    # Each load client writes a document of its own, through the API and the floor.
+    for i in range(concurrency):
+        for prefix in ("put", "floor-put"):
+            document_create(
+                resource=resources["notes"], doc_id=f"{prefix}-{i}", title="Written", actor="bench"
+            )
+    session, _ = session_create(
+        project=project,
+        agent_id=f"bench@{ENV}",
+        memory={rid: {"scope": "document", "id": "card"} for rid in bound},
+        idempotency_key="bench",
+        actor="bench",
+    )
+    user = get_user_model().objects.create_user("bench", password=None)
+    role_grant(username="bench", project_id=PROJECT, role="owner", actor="bench")
+    web = Client()
+    web.force_login(user)
+    notes = resources["notes"]
+    deep_page = min(DEEP_PAGE, max(1, documents // 50 - 1))
+    last = (
+        Document.objects.live()
+        .filter(resource=notes)
+        .order_by("-updated_at", "doc_id")
+        .values("updated_at", "doc_id")[deep_page * 50 - 1]
+    )
+    deep_cursor = cursor_dump(
+        [last["updated_at"].isoformat(), last["doc_id"]], scope=f"documents:{notes.pk}"
+    )
     if connection.vendor == "postgresql":
         # What autovacuum does soon after a bulk load in production.
         with connection.cursor() as cursor:
-            cursor.execute("ANALYZE")
-    return api_key_create(project_id="bench")[1], "doc-000100"
-
-
-def timed(requests: int, call: Callable[[], Any]) -> list[float]:
-    for _ in range(min(20, requests)):
-        call()
-    samples = []
-    for _ in range(requests):
-        start = time.perf_counter()
-        call()
-        samples.append(time.perf_counter() - start)
-    return samples
-
-
-def ms(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
-
-
-def raw_list_floor(requests: int) -> list[float] | None:
-    if connection.vendor != "postgresql":
-        return None
-    import psycopg
-
-    params = connection.get_connection_params()
-    params.pop("cursor_factory", None)
-    params.pop("context", None)
-    from memoryadmin.memory.models import Resource
-
-    resource_pk = Resource.objects.get(resource_id="notes").pk
-    sql = (
-        "SELECT doc_id, title, summary, agent_writes, revision, bytes, updated_at,"
-        " writer_kind, writer_session_id FROM memory_document"
-        f" WHERE resource_id = {resource_pk} AND NOT deleted"
-        " ORDER BY updated_at DESC, doc_id LIMIT 51"
+            cursor.execute("VACUUM ANALYZE")
+    return Setup(
+        key=api_key_create(project_id=PROJECT)[1],
+        notes_pk=notes.pk,
+        small_pk=resources["small"].pk,
+        doc_id=f"doc-{documents // 2:06d}",
+        session_id=session.id,
+        cookie=f"{settings.SESSION_COOKIE_NAME}={web.cookies[settings.SESSION_COOKIE_NAME].value}",
+        deep_cursor=deep_cursor,
+        deep_page=deep_page,
     )
-    with psycopg.connect(**{k: v for k, v in params.items() if k != "pool"}) as raw:
-        plan = raw.execute("EXPLAIN " + sql).fetchall()
-        print("list plan:", " / ".join(row[0].strip() for row in plan[:3]), file=sys.stderr)
-        return timed(requests, lambda: raw.execute(sql).fetchall())
+
+
+# The server.
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def database_url() -> str:
+    db = connection.settings_dict
+    if connection.vendor == "postgresql":
+        user = db.get("USER") or ""
+        auth = f"{user}:{db['PASSWORD']}@" if db.get("PASSWORD") else f"{user}@" if user else ""
+        host = f"{db.get('HOST') or '127.0.0.1'}:{db.get('PORT') or 5432}"
+        return f"postgres://{auth}{host}/{db['NAME']}"
+    return f"sqlite:///{db['NAME']}"
+
+
+def server_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        DATABASE_URL=database_url(),
+        MEMORYADMIN_BENCH_FLOORS="1",
+        GUNICORN_MAX_REQUESTS="0",
+        GUNICORN_LOG_LEVEL="warning",
+        DJANGO_DEBUG="0",
+    )
+    return env
+
+
+def gunicorn(port: int) -> subprocess.Popen[bytes]:
+    # As `make serve` does: the production static files storage needs its manifest.
+    manage = [sys.executable, "manage.py", "collectstatic", "--noinput", "-v0"]
+    subprocess.run(manage, cwd=ROOT, env=server_env(), check=True)
+    server = subprocess.Popen(
+        [
+            str(ROOT / ".venv/bin/gunicorn"),
+            "--config",
+            str(ROOT / "gunicorn.conf.py"),
+            "--workers",
+            "2",
+            "--worker-class",
+            "sync",
+            "--bind",
+            f"127.0.0.1:{port}",
+        ],
+        cwd=ROOT,
+        env=server_env(),
+    )
+    for _ in range(300):
+        try:
+            if send(port, Call("GET", "/healthz"))[0] == 200:
+                return server
+        except OSError:
+            pass
+        if server.poll() is not None:
+            raise SystemExit("gunicorn did not start")
+        time.sleep(0.1)
+    server.terminate()
+    raise SystemExit("gunicorn did not answer /healthz")
+
+
+# Export: the CLI against the database's own bulk copy of the same rows.
+
+
+def run_measured(cmd: list[str], env: dict[str, str]) -> tuple[float, int]:
+    """Wall seconds and peak RSS (bytes) of a command."""
+    start = time.perf_counter()
+    child = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(child.pid, 0)
+    wall = time.perf_counter() - start
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} exited with {child.returncode}")
+    return wall, usage.ru_maxrss * 1024
+
+
+EXPORT_COLUMNS = (
+    "doc_id, title, summary, text, agent_writes, revision, bytes, updated_at,"
+    " writer_kind, writer_session_id"
+)
+
+
+def copy_command(out: Path, resource_pk: int) -> list[str] | None:
+    query = (
+        f"SELECT {EXPORT_COLUMNS} FROM memory_document"
+        f" WHERE resource_id = {resource_pk} AND NOT deleted ORDER BY doc_id"
+    )
+    if connection.vendor == "postgresql":
+        psql = shutil.which("psql")
+        if psql is None:
+            return None
+        return [psql, "-q", database_url(), "-c", f"\\copy ({query}) TO '{out}'"]
+    # SQLite has no \copy: its own shell's CSV output of the same query.
+    sqlite = shutil.which("sqlite3")
+    if sqlite is None:
+        return None
+    return [sqlite, "-csv", connection.settings_dict["NAME"], f".once {out}", query]
+
+
+def export_command(out: Path) -> list[str]:
+    return [
+        sys.executable,
+        "manage.py",
+        "memory",
+        "export",
+        "--project",
+        PROJECT,
+        "--environment",
+        ENV,
+        "--resource",
+        "notes",
+        "--format",
+        "jsonl",
+        "--out",
+        str(out),
+    ]
+
+
+# Round trips: the same requests made in-process.
+
+
+def round_trips(setup: Setup, calls: dict[str, Call]) -> dict[str, int]:
+    counts = {}
+    api = Client(HTTP_X_API_KEY=setup.key)
+    web = Client(HTTP_COOKIE=setup.cookie)
+    for name, call in calls.items():
+        client = web if "Cookie" in call.headers else api
+        extra = {f"HTTP_{k.upper().replace('-', '_')}": v for k, v in call.headers.items()}
+        extra.pop("HTTP_X_API_KEY", None)
+        extra.pop("HTTP_COOKIE", None)
+        if name == "PUT document":
+            got = api.get(call.path)
+            extra["HTTP_IF_MATCH"] = got.headers["ETag"]
+        with CaptureQueriesContext(connection) as captured:
+            response = client.generic(
+                call.method, call.path, call.body, content_type="application/json", **extra
+            )
+        assert response.status_code == 200, (name, response.status_code, response.content[:300])
+        counts[name] = len(captured)
+    return counts
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--documents", type=int, default=5000)
-    parser.add_argument("--requests", type=int, default=300)
+    parser.add_argument("--documents", type=int, default=10000)
+    parser.add_argument("--seconds", type=float, default=2.0, help="per run")
+    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--json", default=str(ROOT / "var" / "bench.json"))
     args = parser.parse_args()
+    if args.documents < 200:
+        parser.error("--documents must be at least 200")
 
-    settings.ROOT_URLCONF = __name__
     settings.ALLOWED_HOSTS = ["*"]
     settings.DEBUG = False
+    test = connection.settings_dict.setdefault("TEST", {})
+    if connection.vendor == "postgresql":
+        test["NAME"] = f"bench_{connection.settings_dict['NAME']}"
+    else:
+        (ROOT / "var").mkdir(exist_ok=True)
+        test["NAME"] = str(ROOT / "var" / "bench.sqlite3")
     old_name = connection.creation.create_test_db(verbosity=0, autoclobber=True)
     try:
-        run(args.documents, args.requests)
+        run(args)
     finally:
+        connection.close()
         connection.creation.destroy_test_db(old_name, verbosity=0)
 
 
-def run(documents: int, requests: int) -> None:
-    key, doc_id = seed(documents)
-    server = ThreadedWSGIServer(("127.0.0.1", 0), QuietHandler)
-    server.set_app(WSGIHandler())
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    base = f"http://127.0.0.1:{server.server_port}"
-    docs = "/api/managed-agents/projects/bench/memory/notes/documents"
-    env = "?environment=development"
-    headers = {"x-api-key": key}
-    # One connection per request: the development server answers keep-alive
-    # requests only after a delayed ACK, which would swamp every number.
-    no_keepalive = httpx.Limits(max_keepalive_connections=0)
-    client = httpx.Client(base_url=base, headers=headers, timeout=30, limits=no_keepalive)
-    first_page = client.get(f"{docs}{env}").json()
-    deep_cursor = first_page["nextCursor"]
-    for _ in range(documents // 100):
-        deep_cursor = client.get(f"{docs}{env}&cursor={deep_cursor}").json()["nextCursor"]
-    etag = {"value": client.get(f"{docs}/{doc_id}{env}").headers["ETag"]}
+def run(args: argparse.Namespace) -> None:
+    started = time.perf_counter()
+    setup = seed(args.documents, args.concurrency)
+    seeded = time.perf_counter() - started
+    port = free_port()
+    server = gunicorn(port)
+    try:
+        rows, trips = measure(args, setup, port)
+    finally:
+        server.terminate()
+        server.wait()
+    report(args, rows, trips, seeded, time.perf_counter() - started)
 
-    def replace() -> Any:
-        response = client.put(
-            f"{docs}/{doc_id}{env}", json={"text": "y" * 2000}, headers={"If-Match": etag["value"]}
-        )
-        assert response.status_code == 200, response.text
-        etag["value"] = response.headers["ETag"]
 
-    def get(url: str) -> Callable[[], Any]:
-        return lambda: client.get(url)
+def measure(args: argparse.Namespace, setup: Setup, port: int) -> tuple[list[Row], dict[str, int]]:
+    key = {"x-api-key": setup.key}
+    docs = f"{API}/projects/{PROJECT}/memory/notes/documents"
+    small = f"{API}/projects/{PROJECT}/memory/small/documents"
+    q = f"?environment={ENV}"
+    page_url = reverse("web:documents", args=[PROJECT, ENV, "notes"])
+    cookie = {"Cookie": setup.cookie}
+    calls = {
+        "GET document": Call("GET", f"{docs}/{setup.doc_id}{q}", key),
+        "PUT document": Call("PUT", f"{docs}/put-0{q}", key, b'{"text": "z"}'),
+        "list first page": Call("GET", f"{docs}{q}", key),
+        "list deep page": Call("GET", f"{docs}{q}&cursor={setup.deep_cursor}", key),
+        "list @1k first page": Call("GET", f"{small}{q}", key),
+        "recall (8 documents)": Call(
+            "POST", f"{API}/sessions/{setup.session_id}/memory/recall", key, b"{}"
+        ),
+        "page document list": Call("GET", page_url, cookie),
+        "page filter, no match": Call("GET", f"{page_url}?q=zzzqqqzzz", cookie),
+        "page filter, matches": Call("GET", f"{page_url}?q=topic+42", cookie),
+    }
+    for call in calls.values():
+        if call.body:
+            call.headers = {**call.headers, "Content-Type": "application/json"}
+    floor_get = Call("GET", f"/bench/floor/{setup.notes_pk}/{setup.doc_id}")
+    s, n, c = args.seconds, args.pairs, args.concurrency
+    text = json.dumps({"text": "w" * 2000}).encode()
 
-    cases: list[tuple[str, str, Callable[[], Any]]] = [
-        (name, url, get(url))
-        for name, url in [
-            ("floor: bare Django view", "/bench/floor"),
-            ("inventory", f"/api/managed-agents/projects/bench/memory{env}"),
-            ("list, first page", f"{docs}{env}"),
-            ("list, page deep in", f"{docs}{env}&cursor={deep_cursor}"),
-            ("read one document", f"{docs}/{doc_id}{env}"),
-        ]
-    ]
-    cases.append(("replace (If-Match)", "", replace))
-    in_process = Client(HTTP_X_API_KEY=key)
-    rows = []
-    for name, url, call in cases:
-        samples = timed(requests, call)
-        queries = "-"
-        if url:
-            with CaptureQueriesContext(connection) as captured:
-                in_process.get(url)
-            queries = str(len(captured))
-        rows.append((name, statistics.median(samples) * 1000, ms(samples, 0.95), queries))
-    floor = rows[0][1]
-    raw = raw_list_floor(requests)
+    def writer(read: Callable[[int], str], write: Callable[[int], str]) -> Client_:
+        """Client i replaces its own document, always with the revision it last saw."""
 
-    print(f"\nmanagement API, {documents} documents, {requests} requests each, {connection.vendor}")
-    print(f"{'case':28} {'p50 ms':>8} {'p95 ms':>8} {'x floor':>8} {'queries':>8}")
-    for name, p50, p95, queries in rows:
-        print(f"{name:28} {p50:8.2f} {p95:8.2f} {p50 / floor:8.2f} {queries:>8}")
-    if raw is not None:
-        raw_p50 = statistics.median(raw) * 1000
-        print(f"{'floor: raw psycopg list':28} {raw_p50:8.2f} {ms(raw, 0.95):8.2f}")
-    worst = max(rows[1:], key=lambda r: r[1])
-    first, deep = rows[2][1], rows[3][1]
-    print(
-        f"\nsummary: slowest endpoint {worst[0]!r} at {worst[1] / floor:.1f}x the bare view; "
-        f"deep page / first page = {deep / first:.2f}"
+        def make(i: int) -> Callable[[], object]:
+            etag = checked(port, Call("GET", read(i), key))[0]["etag"]
+
+            def one() -> object:
+                nonlocal etag
+                headers = {**key, "If-Match": etag, "Content-Type": "application/json"}
+                etag = checked(port, Call("PUT", write(i), headers, text))[0]["etag"]
+                return None
+
+            return one
+
+        return make
+
+    def reader(call: Call) -> Client_:
+        return lambda i: lambda: checked(port, call)
+
+    api_put = writer(lambda i: f"{docs}/put-{i}{q}", lambda i: f"{docs}/put-{i}{q}")
+    floor_put = writer(
+        lambda i: f"/bench/floor/{setup.notes_pk}/floor-put-{i}",
+        lambda i: f"/bench/floor-put/{setup.notes_pk}/floor-put-{i}",
     )
-    client.close()
-    server.shutdown()
+    lat = {name: (lambda call=call: latency(port, call, s)) for name, call in calls.items()}
+    rows: list[Row] = []
+
+    def row(name: str, goal: str, check: Callable[[float], bool], pairs: Any, ratio: Any) -> Row:
+        print(f"measuring: {name}", file=sys.stderr, flush=True)
+        result = Row(name, goal, check).result(pairs(), ratio)
+        rows.append(result)
+        return result
+
+    per_second = lambda f, m: m / f  # noqa: E731 - the measure's share of the floor's rate
+    slower = lambda f, m: m / f  # noqa: E731 - the measure's latency over the floor's
+    row(
+        "GET one document req/s ÷ bare view, one SELECT by key",
+        ">= 0.7",
+        lambda r: r >= 0.7,
+        lambda: interleaved(
+            n,
+            lambda: throughput(port, reader(floor_get), s, c),
+            lambda: throughput(port, reader(calls["GET document"]), s, c),
+        ),
+        per_second,
+    )
+    row(
+        "conditional PUT req/s ÷ bare view, one UPDATE ... WHERE revision=",
+        ">= 0.6",
+        lambda r: r >= 0.6,
+        lambda: interleaved(
+            n,
+            lambda: throughput(port, floor_put, s, c),
+            lambda: throughput(port, api_put, s, c),
+        ),
+        per_second,
+    )
+    row(
+        f"recall with {BOUND} document bindings ÷ one document GET (latency)",
+        "<= 2.0",
+        lambda r: r <= 2.0,
+        lambda: interleaved(n, lat["GET document"], lat["recall (8 documents)"]),
+        slower,
+    )
+    row(
+        f"Memory page document list @{args.documents} ÷ API list first page (latency)",
+        "<= 1.5",
+        lambda r: r <= 1.5,
+        lambda: interleaved(n, lat["list first page"], lat["page document list"]),
+        slower,
+    )
+    row(
+        f"Memory page filter matching nothing @{args.documents} ÷ API list first page",
+        "<= 2",
+        lambda r: r <= 2.0,
+        lambda: interleaved(n, lat["list first page"], lat["page filter, no match"]),
+        slower,
+    )
+    row(
+        "Memory page filter matching ÷ API list first page",
+        "(context)",
+        lambda r: True,
+        lambda: interleaved(n, lat["list first page"], lat["page filter, matches"]),
+        slower,
+    )
+    export_row(args, setup, rows)
+    row(
+        f"list first page @{args.documents} ÷ @{SMALL}",
+        "<= 1.2",
+        lambda r: r <= 1.2,
+        lambda: interleaved(n, lat["list @1k first page"], lat["list first page"]),
+        slower,
+    )
+    row(
+        f"list page {setup.deep_page} ÷ page 1",
+        "<= 1.2",
+        lambda r: r <= 1.2,
+        lambda: interleaved(n, lat["list first page"], lat["list deep page"]),
+        slower,
+    )
+    trips = round_trips(setup, calls)
+    trips["floor GET (bench)"] = 1
+    trips["floor PUT (bench)"] = 1
+    return rows, trips
+
+
+def export_row(args: argparse.Namespace, setup: Setup, rows: list[Row]) -> None:
+    print("measuring: export", file=sys.stderr, flush=True)
+    work = Path(tempfile.mkdtemp(prefix="memoryadmin-bench-"))
+    env = server_env()
+    env.pop("MEMORYADMIN_BENCH_FLOORS")
+    copy = copy_command(work / "copy.out", setup.notes_pk)
+    peaks: list[int] = []
+    try:
+
+        def cli() -> float:
+            out = work / "export.jsonl"
+            out.unlink(missing_ok=True)
+            wall, peak = run_measured(export_command(out), env)
+            peaks.append(peak)
+            return wall
+
+        def floor() -> float:
+            assert copy is not None
+            return run_measured(copy, env)[0]
+
+        name = f"export {args.documents} documents via CLI ÷ raw \\copy of the same rows (wall)"
+        if copy is None:
+            rows.append(Row(name, "<= 5", lambda r: True, detail="no psql/sqlite3 on PATH"))
+        else:
+            result = Row(name, "<= 5", lambda r: r <= 5).result(
+                interleaved(args.pairs, floor, cli), lambda f, m: m / f
+            )
+            rows.append(result)
+        if not peaks:
+            cli()
+        peak = Row(f"export peak RSS @{args.documents} (MiB)", "< 100", lambda r: r < 100)
+        peak.ratio = max(peaks) / 2**20
+        rows.append(peak)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def report(
+    args: argparse.Namespace, rows: list[Row], trips: dict[str, int], seeded: float, total: float
+) -> None:
+    where = f"{connection.vendor}, {args.documents} documents, gunicorn 2 sync workers"
+    print(f"\n{where}; median of {args.pairs} interleaved pairs, {args.seconds:g} s runs\n")
+    print("| measure | now | goal | met |")
+    print("| --- | --- | --- | --- |")
+    for r in rows:
+        value = r.detail or f"{r.ratio:.2f}"
+        print(f"| {r.name} | {value} | {r.goal} | {'yes' if r.met else 'NO'} |")
+    print("\n| endpoint | database round trips per request |")
+    print("| --- | --- |")
+    for name, count in trips.items():
+        print(f"| {name} | {count} |")
+    print(f"\nseeding {seeded:.0f} s, whole run {total:.0f} s")
+    out = Path(args.json)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(
+        json.dumps(
+            {
+                "database": connection.vendor,
+                "documents": args.documents,
+                "pairs": args.pairs,
+                "seconds": args.seconds,
+                "concurrency": args.concurrency,
+                "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+                "rows": [
+                    {
+                        "measure": r.name,
+                        "ratio": r.ratio,
+                        "goal": r.goal,
+                        "met": r.met,
+                        "pairs": r.pairs,
+                        "detail": r.detail,
+                    }
+                    for r in rows
+                ],
+                "roundTrips": trips,
+            },
+            indent=2,
+            ensure_ascii=False,
+        )
+        + "\n"
+    )
+    print(f"written to {out}")
 
 
 if __name__ == "__main__":

@@ -456,6 +456,8 @@ MEMORYADMIN_API_KEY_CACHE_SECONDS = env_int(
 )
 if not 0 <= MEMORYADMIN_API_KEY_CACHE_SECONDS <= 5:
     raise ImproperlyConfigured("MEMORYADMIN_API_KEY_CACHE_SECONDS must be between 0 and 5")
+# `make bench` only: serves floor views (one bare SQL statement) beside the API.
+MEMORYADMIN_BENCH_FLOORS = env_bool("MEMORYADMIN_BENCH_FLOORS", False)
 # Requests per API key, counted in the shared cache (so across instances).
 MEMORYADMIN_API_RATE = env_rate("MEMORYADMIN_API_RATE", "1200/minute")
 

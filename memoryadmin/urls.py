@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from django.conf import settings
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
@@ -19,6 +20,10 @@ urlpatterns = [
     path("metrics", metrics_view, name="metrics"),
     path("", include("memoryadmin.web.urls")),
 ]
+
+if settings.MEMORYADMIN_BENCH_FLOORS:
+    # `make bench` only: the floors its ratios are measured against.
+    urlpatterns.insert(0, path("", include("memoryadmin.benchfloors")))
 
 handler403 = permission_denied_view
 handler404 = not_found_view

@@ -400,6 +400,35 @@ def test_export_writes_documents_and_manifest(
     assert AuditEntry.objects.get(action="memory.export").actor == ACTOR
 
 
+def test_export_as_json_lines_is_one_file_manifest_first(
+    project: Project, make_document: Any, kb: Resource, tmp_path: Path
+) -> None:
+    make_document("workshop", text="Node 22.\nLine two.")
+    make_document("faq", resource=kb, text="short")
+    make_document("gone")
+    memory("remove", "notes", "gone", "--yes")
+    target = tmp_path / "memory.jsonl"
+    out, _ = memory("export", "--format", "jsonl", "--out", str(target))
+    assert out == f"Exported 2 documents from 2 resources to {target} (JSON Lines).\n"
+    lines = target.read_bytes().split(b"\n")
+    assert lines[-1] == b""
+    manifest, *documents = [json.loads(line) for line in lines[:-1]]
+    assert (manifest["layout"], manifest["resources"], manifest["documents"]) == (
+        "jsonl", ["kb", "notes"], 2
+    )  # fmt: skip
+    assert [(d["resource"], d["id"], d["text"]) for d in documents] == [
+        ("kb", "faq", "short"),
+        ("notes", "workshop", "Node 22.\nLine two."),
+    ]
+    notes = resource_get(project=project, environment="development", resource_id="notes")
+    assert documents[1]["revision"] == stored(notes).revision
+    assert AuditEntry.objects.filter(action="memory.export").count() == 1
+    # Never over an existing file.
+    error = memory_fails("export", "--format", "jsonl", "--out", str(target))
+    assert error.returncode == cli.EXIT_INVALID
+    assert AuditEntry.objects.filter(action="memory.export").count() == 1
+
+
 def test_export_of_named_resources_only(make_document: Any, kb: Resource, tmp_path: Path) -> None:
     make_document("workshop")
     make_document("faq", resource=kb)

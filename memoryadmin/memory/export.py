@@ -1,7 +1,8 @@
 """Exports: every live document of some resources, streamed, as one snapshot where possible.
 
-The CLI writes the documents to files and the Memory page to a zip download;
-both open an export with `export_snapshot` and consume it while it is open.
+The CLI writes the documents to files (or one JSON Lines stream, `jsonl_lines`)
+and the Memory page to a zip download; all open an export with
+`export_snapshot` and consume it while it is open.
 An export written as files (`<dir>/manifest.json`, `<dir>/<resource>/<id>.json`)
 loads into another project or environment with `export_import`, which only
 ever creates documents.
@@ -22,6 +23,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import orjson
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
@@ -44,9 +46,24 @@ from memoryadmin.memory.services.documents import document_create, document_get
 FORMAT = "memoryadmin.export"
 FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
-# Documents read per query: memory stays bounded by one chunk of texts
-# (at most 16 KiB each), whatever the number of documents.
+# Documents read per query (or per fetch of a server-side cursor): memory
+# stays bounded by one chunk of texts (at most 16 KiB each), whatever the
+# number of documents.
 CHUNK_SIZE = 200
+STREAM_CHUNK_SIZE = 2000
+# Fields of a document object in an export.
+EXPORT_FIELDS = (
+    "doc_id",
+    "title",
+    "text",
+    "summary",
+    "agent_writes",
+    "revision",
+    "bytes",
+    "updated_at",
+    "writer_kind",
+    "writer_session_id",
+)
 
 
 @dataclass
@@ -89,22 +106,37 @@ class ExportSnapshot:
         }
 
 
-def _documents_of(resource: Resource, snapshot: ExportSnapshot) -> Iterator[Document]:
-    # Keyset chunks on the unique (resource, id) key, rather than one
-    # server-side cursor, so that the same code streams on every database.
+def jsonl_lines(snapshot: ExportSnapshot) -> Iterator[bytes]:
+    """The export as JSON Lines: the manifest, then one line per document.
+
+    A document line is the document object with its resource id added
+    (`{"resource": ..., "id": ..., ...}`); every line ends with a newline.
+    """
+    yield orjson.dumps({**snapshot.manifest(), "layout": "jsonl"}) + b"\n"
+    for resource_id, document in snapshot.documents():
+        yield orjson.dumps({"resource": resource_id, **document}) + b"\n"
+
+
+def _documents_of(resource: Resource, snapshot: ExportSnapshot) -> Iterator[dict[str, Any]]:
+    rows = Document.objects.live().filter(resource=resource).values(*EXPORT_FIELDS)
+    if snapshot.consistent:
+        # Inside the snapshot's transaction: one server-side cursor, fetched
+        # in batches, so memory stays bounded by one batch.
+        if not snapshot.open:
+            raise RuntimeError("The export snapshot is closed; read documents inside its block.")
+        yield from rows.order_by("doc_id").iterator(chunk_size=STREAM_CHUNK_SIZE)
+        return
+    # Keyset chunks on the unique (resource, id) key: no read stays open
+    # across chunks, so SQLite writers are never held up by an export.
     after = ""
     while True:
         if not snapshot.open:
             raise RuntimeError("The export snapshot is closed; read documents inside its block.")
-        chunk = list(
-            Document.objects.live()
-            .filter(resource=resource, doc_id__gt=after)
-            .order_by("doc_id")[:CHUNK_SIZE]
-        )
+        chunk = list(rows.filter(doc_id__gt=after).order_by("doc_id")[:CHUNK_SIZE])
         yield from chunk
         if len(chunk) < CHUNK_SIZE:
             return
-        after = chunk[-1].doc_id
+        after = chunk[-1]["doc_id"]
 
 
 def _export_resources(

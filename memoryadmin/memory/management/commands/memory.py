@@ -32,6 +32,7 @@ from memoryadmin.memory.export import (
     export_import,
     export_read_manifest,
     export_snapshot,
+    jsonl_lines,
 )
 from memoryadmin.memory.models import Document, Project, Resource
 from memoryadmin.memory.representations import document_dict, document_entries
@@ -128,7 +129,17 @@ class Command(HistoryCommands, ProposalCommands, cli.Command):
     _args_unfreeze = _args_freeze
 
     def _args_export(self, parser: CommandParser) -> None:
-        parser.add_argument("--out", required=True, help="a new or empty directory")
+        parser.add_argument(
+            "--out",
+            required=True,
+            help="dir: a new or empty directory; jsonl: a new file, or - for stdout",
+        )
+        parser.add_argument(
+            "--format",
+            choices=["dir", "jsonl"],
+            default="dir",
+            help="dir: one file per document (importable); jsonl: one JSON Lines stream",
+        )
         parser.add_argument(
             "--resource", action="append", default=None, help="export only this resource"
         )
@@ -375,6 +386,9 @@ class Command(HistoryCommands, ProposalCommands, cli.Command):
             )
 
     def do_export(self, project: Project, options: dict[str, Any]) -> None:
+        if options["format"] == "jsonl":
+            self.export_jsonl(project, options)
+            return
         out = Path(options["out"])
         if out.exists() and (not out.is_dir() or any(out.iterdir())):
             raise cli.invalid(f"{out} exists and is not an empty directory.")
@@ -401,6 +415,32 @@ class Command(HistoryCommands, ProposalCommands, cli.Command):
                 f"Exported {_count(written, 'document')} from "
                 f"{_count(len(manifest['resources']), 'resource')} "
                 f"to {out} ({how})."
+            )
+
+    def export_jsonl(self, project: Project, options: dict[str, Any]) -> None:
+        to_stdout = options["out"] == "-"
+        out = Path(options["out"])
+        if not to_stdout and out.exists():
+            raise cli.invalid(f"{out} exists; a JSON Lines export goes to a new file.")
+        with export_snapshot(
+            project=project,
+            environment=options["environment"],
+            resource_ids=options["resource"],
+            actor=self.actor,
+        ) as snapshot:
+            target = sys.stdout.buffer if to_stdout else out.open("xb")
+            try:
+                target.writelines(jsonl_lines(snapshot))
+            finally:
+                if not to_stdout:
+                    target.close()
+            manifest = snapshot.manifest()
+        if options["json"] and not to_stdout:
+            self.out_json(manifest)
+        elif self.verbose() and not to_stdout:
+            self.out(
+                f"Exported {_count(manifest['documents'], 'document')} from "
+                f"{_count(len(manifest['resources']), 'resource')} to {out} (JSON Lines)."
             )
 
     def do_import(self, project: Project, options: dict[str, Any]) -> None:

@@ -1,0 +1,57 @@
+"""Floor views for `make bench`: one SQL statement behind a bare Django view.
+
+Routed only when `MEMORYADMIN_BENCH_FLOORS` is on (never in production), so the
+bench measures the API and its floor in the same server processes, through the
+same middleware, and reports the API's numbers as ratios of these.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+
+from django.db import connection
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.urls import path
+from django.utils import timezone
+from django.views.decorators.csrf import csrf_exempt
+
+COLUMNS = ("doc_id", "title", "summary", "text", "revision", "bytes", "updated_at")
+
+
+def document_read(request: HttpRequest, resource_pk: int, doc_id: str) -> HttpResponse:
+    """One SELECT by the document's unique key."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {', '.join(COLUMNS)} FROM memory_document"
+            " WHERE resource_id = %s AND doc_id = %s AND NOT deleted",
+            [resource_pk, doc_id],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return JsonResponse({}, status=404)
+    return JsonResponse(dict(zip(COLUMNS, row, strict=True)), headers={"ETag": f'"{row[4]}"'})
+
+
+@csrf_exempt
+def document_update(request: HttpRequest, resource_pk: int, doc_id: str) -> HttpResponse:
+    """One `UPDATE ... WHERE revision = ...` (autocommit), as a conditional PUT does."""
+    text = json.loads(request.body)["text"]
+    expected = request.headers.get("If-Match", "").strip('"')
+    revision = secrets.token_hex(10)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE memory_document SET text = %s, bytes = %s, revision = %s, updated_at = %s"
+            " WHERE resource_id = %s AND doc_id = %s AND revision = %s AND NOT deleted",
+            [text, len(text.encode()), revision, timezone.now(), resource_pk, doc_id, expected],
+        )
+        changed = cursor.rowcount
+    if not changed:
+        return JsonResponse({}, status=412)
+    return JsonResponse({"revision": revision}, headers={"ETag": f'"{revision}"'})
+
+
+urlpatterns = [
+    path("bench/floor/<int:resource_pk>/<str:doc_id>", document_read),
+    path("bench/floor-put/<int:resource_pk>/<str:doc_id>", document_update),
+]
