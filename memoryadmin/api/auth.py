@@ -9,8 +9,9 @@ from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
+from memoryadmin.memory.environments import Environment
 from memoryadmin.memory.models import ApiKey
-from memoryadmin.memory.services.keys import api_key_authenticate
+from memoryadmin.memory.services.keys import api_key_authenticate, api_key_authenticate_at
 
 
 class KeyHolder:
@@ -31,7 +32,23 @@ class ApiKeyAuthentication(BaseAuthentication):
         raw = request.META.get("HTTP_X_API_KEY")
         if raw is None:
             return None
-        key = api_key_authenticate(raw=raw.strip())
+        # A route to one memory resource (`p`, `r` and a valid environment)
+        # resolves the resource with the key, in the same round trip; the
+        # view decides whether the key may reach it.
+        kwargs = (request.parser_context or {}).get("kwargs") or {}
+        project_id, resource_id = kwargs.get("p"), kwargs.get("r")
+        environment = request._request.GET.get("environment")
+        if project_id and resource_id and environment in Environment.values:
+            key, lookup = api_key_authenticate_at(
+                raw=raw.strip(),
+                project_id=project_id,
+                environment=environment,
+                resource_id=resource_id,
+            )
+            # Read by ApiView.resource.
+            request.resource_lookup = lookup  # type: ignore[attr-defined]
+        else:
+            key = api_key_authenticate(raw=raw.strip())
         if key is None:
             raise AuthenticationFailed("The API key is not valid.")
         return KeyHolder(key), key

@@ -11,6 +11,7 @@ from memoryadmin.api import serializers as s
 from memoryadmin.memory.environments import Environment, check_environment
 from memoryadmin.memory.models import ApiKey, Project, Resource
 from memoryadmin.memory.services import deployments as deployment_services
+from memoryadmin.memory.services.keys import ResourceLookup
 from memoryadmin.memory.services.projects import project_for_key
 
 ENVIRONMENT = OpenApiParameter(
@@ -56,11 +57,17 @@ class ApiView(APIView):
         return check_environment(request.query_params.get("environment"))
 
     def resource(self, request: Request, p: str, r: str, *, write: bool = False) -> Resource:
-        project = self.project(request, p, write=write)
-        environment = self.environment(request)
-        resource = deployment_services.resource_get(
-            project=project, environment=environment, resource_id=r
-        )
+        lookup = getattr(request, "resource_lookup", None)
+        if isinstance(lookup, ResourceLookup) and (lookup.project_id, lookup.resource_id) == (p, r):
+            resource = deployment_services.resource_for_key(
+                key=self.key(request), lookup=lookup, write=write
+            )
+        else:
+            project = self.project(request, p, write=write)
+            environment = self.environment(request)
+            resource = deployment_services.resource_get(
+                project=project, environment=environment, resource_id=r
+            )
         return deployment_services.resource_documents_check(resource)
 
     def cursor(self, request: Request) -> str | None:

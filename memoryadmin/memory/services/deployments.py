@@ -16,7 +16,7 @@ from memoryadmin.memory.limits import (
     check_resource_id,
     utf8_len,
 )
-from memoryadmin.memory.models import ActiveDeployment, Deployment, Project, Resource
+from memoryadmin.memory.models import ActiveDeployment, ApiKey, Deployment, Project, Resource
 from memoryadmin.memory.providers import (
     keeps_documents,
     kinds_keeping_documents,
@@ -24,6 +24,8 @@ from memoryadmin.memory.providers import (
     provider_kinds,
 )
 from memoryadmin.memory.services.audit import audit_record
+from memoryadmin.memory.services.keys import ResourceLookup
+from memoryadmin.memory.services.projects import key_may_act, project_get
 from memoryadmin.memory.strings import strings_check
 
 Declaration = dict[str, Any]
@@ -247,6 +249,20 @@ def resource_documents_check(
             f"Resource '{resource.resource_id}' is a {resource.kind} provider; {hint}"
         )
     return resource
+
+
+def resource_for_key(*, key: ApiKey, lookup: ResourceLookup, write: bool) -> Resource:
+    """The resource a key looked up with `api_key_authenticate_at`, if the key may act on it.
+
+    The same answers in the same order as `project_for_key` then `resource_get`.
+    """
+    key_may_act(key=key, project_id=lookup.project_id, write=write)
+    if lookup.resource is not None:
+        return lookup.resource
+    project = project_get(project_id=lookup.project_id)
+    return resource_get(
+        project=project, environment=lookup.environment, resource_id=lookup.resource_id
+    )
 
 
 def resource_ids(*, project: Project, environment: str, documents_only: bool = False) -> list[str]:

@@ -4,6 +4,11 @@ Every conditional write is one UPDATE whose WHERE clause carries the
 expected revision (and, for agents, the write policy), so the check and the
 write cannot be separated by another writer. A row count of zero is then
 explained by a second read: missing or deleted is 404, anything else 412.
+
+The UPDATE returns the row it wrote (`RETURNING`). On PostgreSQL a replace's
+version row and audit entry are inserted by the same statement
+(data-modifying `WITH` clauses reading the updated row), so a replace is one
+statement in its transaction; elsewhere they follow as two INSERTs.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -27,7 +32,8 @@ from memoryadmin.memory.limits import (
     check_text,
     check_title,
 )
-from memoryadmin.memory.models import Document, DocumentVersion, Resource, WriterKind
+from memoryadmin.memory.models import AuditEntry, Document, DocumentVersion, Resource, WriterKind
+from memoryadmin.memory.rows import column, columns, instance
 from memoryadmin.memory.services.audit import audit_record
 
 LIST_FIELDS = (
@@ -180,6 +186,100 @@ def document_create(
     return document
 
 
+@dataclass(frozen=True)
+class Record:
+    """What a conditional write records besides the row: a version and an audit entry."""
+
+    actor: str
+    action: str  # the audit action, e.g. "document.replace"
+    detail: dict[str, Any]
+    version: str | None = None  # the version's action, or None: no version row
+    writer: Writer = OWNER
+
+
+def _sql_value(model: type[Any], name: str, value: Any) -> tuple[str, Any]:
+    """A field's quoted column and `value` as the database takes it."""
+    return column(model, name), model._meta.get_field(name).get_db_prep_save(value, connection)
+
+
+def _update_sql(
+    resource: Resource,
+    doc_id: str,
+    expected_revision: str,
+    fields: dict[str, Any],
+    *,
+    require_agent_writes: bool,
+    guard: dict[str, Any] | None,
+) -> tuple[str, list[Any]]:
+    """`UPDATE ... WHERE <key, revision, live[, agent writes]> RETURNING <row>`."""
+    sets: list[str] = []
+    params: list[Any] = []
+    for name, value in fields.items():
+        target, prepared = _sql_value(Document, name, value)
+        sets.append(f"{target} = %s")
+        params.append(prepared)
+    quote = connection.ops.quote_name
+    where = f"{quote('resource_id')} = %s AND {quote('doc_id')} = %s AND {quote('revision')} = %s"
+    where += f" AND {quote('deleted')} = %s"
+    params += [resource.pk, doc_id, expected_revision, False]
+    conditions = {"agent_writes": True} if require_agent_writes else {}
+    for name, value in {**conditions, **(guard or {})}.items():
+        target, prepared = _sql_value(Document, name, value)
+        where += f" AND {target} = %s"
+        params.append(prepared)
+    sql = (
+        f"UPDATE {quote(Document._meta.db_table)} SET {', '.join(sets)} WHERE {where}"
+        f" RETURNING {columns(Document)}"
+    )
+    return sql, params
+
+
+def _with_records(
+    update: tuple[str, list[Any]], resource: Resource, revision: str, record: Record
+) -> tuple[str, list[Any]]:
+    """The UPDATE, plus its version row and audit entry, as one PostgreSQL statement."""
+    sql, params = update
+    quote = connection.ops.quote_name
+    parts = [f"WITH updated AS ({sql})"]
+    if record.version is not None:
+        copied = ["revision", "writer_kind", "writer_session_id", "title", "summary", "text"]
+        copied += ["bytes", "agent_writes"]
+        names = ["document_id", *copied, "action", "origin", "created_at"]
+        targets = ", ".join(column(DocumentVersion, n) for n in names)
+        sources = ", ".join(
+            [quote("id"), *(quote(c) for c in copied), "%s", "%s", quote("updated_at")]
+        )
+        parts.append(
+            f", version AS (INSERT INTO {quote(DocumentVersion._meta.db_table)} ({targets})"
+            f" SELECT {sources} FROM updated)"
+        )
+        origin = _sql_value(DocumentVersion, "origin", record.writer.origin(record.actor))[1]
+        params += [record.version, origin]
+    entry = {
+        "project": resource.project_id,
+        "environment": resource.environment,
+        "actor": record.actor,
+        "action": record.action,
+        "resource_id": resource.resource_id,
+        "revision": revision,
+        "detail": record.detail,
+        "created_at": timezone.now(),
+    }
+    columns_, values = [], []
+    for name, value in entry.items():
+        target, prepared = _sql_value(AuditEntry, name, value)
+        columns_.append(target)
+        values.append(prepared)
+    params += values
+    parts.append(
+        f", audit AS (INSERT INTO {quote(AuditEntry._meta.db_table)}"
+        f" ({', '.join(columns_)}, {column(AuditEntry, 'document_id')})"
+        f" SELECT {', '.join(['%s'] * len(values))}, {quote('doc_id')} FROM updated)"
+    )
+    parts.append(f" SELECT {columns(Document)} FROM updated")
+    return "".join(parts), params
+
+
 def _conditional_update(
     resource: Resource,
     doc_id: str,
@@ -188,19 +288,36 @@ def _conditional_update(
     *,
     require_agent_writes: bool = False,
     guard: dict[str, Any] | None = None,
+    record: Record | None = None,
 ) -> Document:
-    rows = Document.objects.filter(
-        resource=resource, doc_id=doc_id, revision=expected_revision, deleted=False
+    """Writes `fields` if the revision still matches; with `record`, records the write
+    (its version and audit entry) too."""
+    revision = new_revision()
+    fields = {**fields, "revision": revision, "updated_at": timezone.now()}
+    update = _update_sql(
+        resource,
+        doc_id,
+        expected_revision,
+        fields,
+        require_agent_writes=require_agent_writes,
+        guard=guard,
     )
-    if require_agent_writes:
-        rows = rows.filter(agent_writes=True)
-    if guard:
-        rows = rows.filter(**guard)
-    fields = {**fields, "revision": new_revision(), "updated_at": timezone.now()}
-    if rows.update(**fields) == 0:
+    together = record is not None and connection.vendor == "postgresql"
+    sql, params = _with_records(update, resource, revision, record) if together else update
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    if row is None:
         raise _explain_no_rows(resource, doc_id)
     # The row is ours until commit (locked on PostgreSQL, the database on SQLite).
-    return Document.objects.get(resource=resource, doc_id=doc_id)
+    document = instance(Document, row)
+    if record is not None and not together:
+        if record.version is not None:
+            _record_version(
+                document, action=record.version, writer=record.writer, actor=record.actor
+            )
+        _audit(resource, document, actor=record.actor, action=record.action, **record.detail)
+    return document
 
 
 @transaction.atomic
@@ -235,9 +352,22 @@ def document_replace(
         fields["summary"] = check_summary(summary)
     # An approved proposal is the owner's decision, not an agent save.
     is_agent = writer.kind == WriterKind.AGENT and not writer.proposal_id
+    record = Record(
+        actor=actor,
+        action=f"document.{action}",
+        detail={"bytes": size},
+        version=action,
+        writer=writer,
+    )
     try:
         document = _conditional_update(
-            resource, doc_id, expected_revision, fields, require_agent_writes=is_agent, guard=guard
+            resource,
+            doc_id,
+            expected_revision,
+            fields,
+            require_agent_writes=is_agent,
+            guard=guard,
+            record=record,
         )
     except PreconditionFailed:
         if (
@@ -248,8 +378,6 @@ def document_replace(
         ):
             raise AgentWritesDisabled(doc_id) from None
         raise
-    _record_version(document, action=action, writer=writer, actor=actor)
-    _audit(resource, document, actor=actor, action=f"document.{action}", bytes=size)
     return document
 
 

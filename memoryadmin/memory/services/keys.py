@@ -5,6 +5,10 @@ key revoked on one instance stops working on every other instance within that
 bound; the instance that revokes it drops its cache entry at once (and with
 Redis as the shared cache, every instance does). `last_used_at` is written at
 most once a minute per key, not on every request.
+
+A request to a memory resource resolves its key and the resource in one
+query (`api_key_authenticate_at`): that look-up is never cached, so the key
+is checked against its row on every such request.
 """
 
 from __future__ import annotations
@@ -17,12 +21,13 @@ from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from memoryadmin.memory.errors import Conflict, InvalidRequest, NotFound
-from memoryadmin.memory.models import ApiKey
+from memoryadmin.memory.models import ApiKey, Resource
+from memoryadmin.memory.rows import column, columns, instance
 from memoryadmin.memory.services.audit import audit_record
 from memoryadmin.memory.services.projects import project_get
 from memoryadmin.memory.sharedcache import tolerant
@@ -203,12 +208,64 @@ def _touch(key: ApiKey, now: datetime) -> None:
         ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)
 
 
-def api_key_authenticate(*, raw: str) -> ApiKey | None:
-    if not raw.startswith(API_KEY_PREFIX) or len(raw) > 200:
-        return None
-    key = _load(_hash(raw))
+def _usable(key: ApiKey | None) -> ApiKey | None:
     now = timezone.now()
     if key is None or (key.revoked_at is not None and key.revoked_at <= now):
         return None
     _touch(key, now)
     return key
+
+
+def _well_formed(raw: str) -> bool:
+    return raw.startswith(API_KEY_PREFIX) and len(raw) <= 200
+
+
+def api_key_authenticate(*, raw: str) -> ApiKey | None:
+    if not _well_formed(raw):
+        return None
+    return _usable(_load(_hash(raw)))
+
+
+@dataclass(frozen=True)
+class ResourceLookup:
+    """A resource named by a request, resolved with the request's key."""
+
+    project_id: str
+    environment: str
+    resource_id: str
+    # The resource, or None when there is no such resource (or project).
+    resource: Resource | None
+
+
+def api_key_authenticate_at(
+    *, raw: str, project_id: str, environment: str, resource_id: str
+) -> tuple[ApiKey | None, ResourceLookup]:
+    """The key, and the resource a request names, in one round trip.
+
+    The resource is only looked up here; whether the key may reach it is
+    decided by `resource_for_key`.
+    """
+    lookup = ResourceLookup(project_id, environment, resource_id, None)
+    if not _well_formed(raw):
+        return None, lookup
+    quote = connection.ops.quote_name
+    sql = (
+        f"SELECT {columns(ApiKey, 'k')}, {columns(Resource, 'r')}"
+        f" FROM {quote(ApiKey._meta.db_table)} k LEFT JOIN {quote(Resource._meta.db_table)} r"
+        f" ON r.{column(Resource, 'project')} = %s"
+        f" AND r.{column(Resource, 'environment')} = %s"
+        f" AND r.{column(Resource, 'resource_id')} = %s"
+        f" WHERE k.{column(ApiKey, 'hashed')} = %s"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [project_id, environment, resource_id, _hash(raw)])
+        row = cursor.fetchone()
+    if row is None:
+        return None, lookup
+    width = len(ApiKey._meta.concrete_fields)
+    key = instance(ApiKey, row[:width])
+    if row[width] is not None:
+        lookup = ResourceLookup(
+            project_id, environment, resource_id, instance(Resource, row[width:])
+        )
+    return _usable(key), lookup

@@ -30,12 +30,17 @@ def projects_for_key(*, key: ApiKey) -> QuerySet[Project]:
     return Project.objects.filter(id=key.project_id)
 
 
-def project_for_key(*, key: ApiKey, project_id: str, write: bool) -> Project:
-    """The project a key may act on, or the reason it may not."""
+def key_may_act(*, key: ApiKey, project_id: str, write: bool) -> None:
+    """Raises Forbidden unless the key may act (read or `write`) on the project."""
     if not key.can_reach(project_id):
         # Answered before looking the project up, so a key learns nothing
         # about projects outside its scope.
         raise Forbidden("This API key does not reach that project.")
     if write and key.read_only:
         raise Forbidden("This API key is read-only.")
+
+
+def project_for_key(*, key: ApiKey, project_id: str, write: bool) -> Project:
+    """The project a key may act on, or the reason it may not."""
+    key_may_act(key=key, project_id=project_id, write=write)
     return project_get(project_id=project_id)

@@ -1,0 +1,89 @@
+"""The hot paths' database budget: round trips per request, counted, so it cannot creep up.
+
+The budget (docs/performance.md): a document read in at most 2 round trips,
+a conditional write in at most 4 statements (transaction statements count).
+Transactions are real here (not the test's savepoints), and the per-minute
+`last_used_at` write is done before counting.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from rest_framework.test import APIClient
+
+from memoryadmin.memory.models import AuditEntry, Document, DocumentVersion
+from tests.helpers import Keys, is_postgres
+
+DOCS = "/api/managed-agents/projects/acme/memory/notes/documents"
+ENV = "?environment=development"
+
+
+def counted(call: Any) -> tuple[Any, list[str]]:
+    with CaptureQueriesContext(connection) as captured:
+        response = call()
+    return response, [q["sql"] for q in captured.captured_queries]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_get_document_costs_at_most_two_round_trips(
+    api: APIClient, keys: Keys, make_document: Any
+) -> None:
+    make_document("workshop", text="Node 22.")
+    api.get(f"{DOCS}/workshop{ENV}")  # the key's last use is recorded once a minute
+    response, queries = counted(lambda: api.get(f"{DOCS}/workshop{ENV}"))
+    assert response.status_code == 200
+    assert response.json()["text"] == "Node 22."
+    assert len(queries) <= 2, queries
+
+
+@pytest.mark.django_db(transaction=True)
+def test_conditional_put_costs_at_most_four_statements_on_postgresql(
+    api: APIClient, keys: Keys, make_document: Any
+) -> None:
+    document = make_document("workshop", text="Node 22.")
+    api.get(f"{DOCS}/workshop{ENV}")
+    response, queries = counted(
+        lambda: api.put(
+            f"{DOCS}/workshop{ENV}",
+            {"text": "Node 24."},
+            format="json",
+            HTTP_IF_MATCH=f'"{document.revision}"',
+        )
+    )
+    assert response.status_code == 200
+    revision = response.json()["revision"]
+    assert response.headers["ETag"] == f'"{revision}"'
+    stored = Document.objects.get(doc_id="workshop")
+    assert (stored.text, stored.revision) == ("Node 24.", revision)
+    version = DocumentVersion.objects.get(document=stored, revision=revision)
+    assert (version.action, version.text, version.created_at) == (
+        "replace", "Node 24.", stored.updated_at
+    )  # fmt: skip
+    entry = AuditEntry.objects.get(action="document.replace")
+    assert (entry.document_id, entry.revision, entry.detail) == ("workshop", revision, {"bytes": 8})
+    assert entry.actor.startswith("key:mak_")
+    # Key and resource, then BEGIN, one UPDATE ... RETURNING that also writes the
+    # version and the audit entry, COMMIT. Other databases add the two INSERTs.
+    assert len(queries) <= (4 if is_postgres() else 6), queries
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_stale_put_writes_nothing_within_the_budget(
+    api: APIClient, keys: Keys, make_document: Any
+) -> None:
+    make_document("workshop", text="Node 22.")
+    api.get(f"{DOCS}/workshop{ENV}")
+    response, queries = counted(
+        lambda: api.put(
+            f"{DOCS}/workshop{ENV}", {"text": "x"}, format="json", HTTP_IF_MATCH='"stale"'
+        )
+    )
+    assert response.status_code == 412
+    assert Document.objects.get(doc_id="workshop").text == "Node 22."
+    assert not AuditEntry.objects.filter(action="document.replace").exists()
+    assert DocumentVersion.objects.count() == 1
+    assert len(queries) <= 6, queries
