@@ -13,10 +13,11 @@ from typing import Any
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
 from rest_framework.test import APIClient
 
 from memoryadmin.memory.models import AuditEntry, Document, DocumentVersion
-from tests.helpers import Keys, is_postgres
+from tests.helpers import Keys, html_of, is_postgres
 
 DOCS = "/api/managed-agents/projects/acme/memory/notes/documents"
 ENV = "?environment=development"
@@ -87,3 +88,40 @@ def test_a_stale_put_writes_nothing_within_the_budget(
     assert not AuditEntry.objects.filter(action="document.replace").exists()
     assert DocumentVersion.objects.count() == 1
     assert len(queries) <= 6, queries
+
+
+def test_memory_page_document_list_reads_the_role_once(
+    owner: Any, make_document: Any, notes: Any
+) -> None:
+    for index in range(3):
+        make_document(f"doc-{index}", text="x" * 10)
+    url = reverse("web:documents", args=["acme", "development", "notes"])
+    response, queries = counted(lambda: owner.get(url))
+    html = html_of(response)
+    for index in range(3):
+        href = reverse("web:document", args=["acme", "development", "notes", f"doc-{index}"])
+        assert f'<a href="{href}"' in html
+    assert "10 / " in html
+    roles = [q for q in queries if "memory_projectrole" in q or "web_projectrole" in q]
+    assert len(roles) == 1, queries
+    # Session, user, roles (with the project switcher), resource, one keyset page.
+    assert len(queries) <= 5, queries
+    # The same fragment for htmx filters, without the page around it.
+    response, queries = counted(lambda: owner.get(url, {"q": "doc-1"}, HTTP_HX_REQUEST="true"))
+    html = html_of(response)
+    assert "doc-1" in html
+    assert "doc-2" not in html
+    assert "<html" not in html
+    assert len(queries) <= 5, queries
+
+
+@pytest.mark.postgres
+def test_the_document_filter_has_trigram_indexes_on_postgresql(db: None) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'memory_document'"
+        )
+        indexes = dict(cursor.fetchall())
+    assert "gin_trgm_ops" in indexes["document_title_trgm"]
+    assert "upper((title)::text)" in indexes["document_title_trgm"]
+    assert "upper((doc_id)::text)" in indexes["document_id_trgm"]

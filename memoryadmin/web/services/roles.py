@@ -88,6 +88,12 @@ class Membership:
         return self.role in PERMISSIONS[permission]
 
 
+def _no_role(project_id: str) -> ProjectNotFound:
+    # The same answer as for a project that does not exist, so that
+    # nobody learns which projects exist outside their own.
+    return ProjectNotFound(f"No project '{project_id}'.")
+
+
 def membership_get(*, user: User, project_id: str) -> Membership:
     """The user's role on a project; a project without one is reported missing."""
     row = None
@@ -98,10 +104,16 @@ def membership_get(*, user: User, project_id: str) -> Membership:
             .first()
         )
     if row is None:
-        # The same answer as for a project that does not exist, so that
-        # nobody learns which projects exist outside their own.
-        raise ProjectNotFound(f"No project '{project_id}'.")
+        raise _no_role(project_id)
     return Membership(project=row.project, role=row.role)
+
+
+def membership_in(*, memberships: list[Membership], project_id: str) -> Membership:
+    """The role on a project among `memberships_for_user`'s, as `membership_get` answers."""
+    for membership in memberships:
+        if membership.project.id == project_id:
+            return membership
+    raise _no_role(project_id)
 
 
 def membership_require(*, membership: Membership, permission: str) -> None:

@@ -7,6 +7,8 @@ from typing import Any
 from django import template
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
+from django.utils.html import escape
+from django.utils.safestring import SafeString, mark_safe
 from django.utils.timesince import timesince
 
 from memoryadmin.memory.limits import utf8_len
@@ -152,3 +154,55 @@ def index(sequence: Any, position: int) -> Any:
         return sequence[int(position)]
     except (IndexError, TypeError, ValueError):
         return ""
+
+
+@register.simple_tag
+def document_rows(
+    rows: list[dict[str, Any]],
+    *,
+    document_url: str,
+    max_bytes: int,
+    project_id: str,
+    environment: str,
+    autofocus_first: bool = False,
+) -> SafeString:
+    """The document list's rows (the page's hot path), built in one pass.
+
+    The same markup the row templates would give (_writer.html, _time.html,
+    _size.html), without a template render per cell: a page of 50 rows costs
+    a fraction of a millisecond.
+    """
+    html: list[str] = []
+    for index, row in enumerate(rows):
+        doc_id = escape(row["doc_id"])
+        focus = " autofocus" if autofocus_first and index == 0 else ""
+        session_id = row["writer_session_id"]
+        if row["writer_kind"] == "agent":
+            writer = "agent"
+            if session_id:
+                url = session_url(project_id, environment, session_id)
+                code = f"<code>{escape(session_id)}</code>"
+                writer += f' · <a href="{escape(url)}">{code}</a>' if url else f" · {code}"
+            writer = f'<span class="writer writer-agent">{writer}</span>'
+        else:
+            writer = '<span class="writer writer-owner">owner</span>'
+        updated = timezone.localtime(row["updated_at"])
+        when = escape(ago(row["updated_at"]))
+        size = row["bytes"]
+        over = ' <span class="badge over">over limit</span>' if size > max_bytes else ""
+        frozen = "" if row["agent_writes"] else '<span class="badge frozen">frozen</span>'
+        html.append(
+            "<tr>\n"
+            f'  <th scope="row"><a href="{escape(document_url)}{doc_id}/"{focus}>'
+            f"<code>{doc_id}</code></a></th>\n"
+            f"  <td>{escape(row['title'])}</td>\n"
+            f'  <td class="summary">{escape(row["summary"])}</td>\n'
+            f"  <td>{writer}</td>\n"
+            f'  <td><time datetime="{updated.isoformat()}"'
+            f' title="{updated:%Y-%m-%d %H:%M:%S} UTC">{when}</time></td>\n'
+            f'  <td><span class="size"><meter min="0" max="{max_bytes}" value="{size}"'
+            f' aria-hidden="true"></meter> {size} / {max_bytes} bytes{over}</span></td>\n'
+            f"  <td>{frozen}</td>\n"
+            "</tr>\n"
+        )
+    return mark_safe("".join(html))

@@ -31,7 +31,7 @@ from memoryadmin.web.services.roles import (
     SECRETS,
     SESSION_END,
     Membership,
-    membership_get,
+    membership_in,
     membership_require,
     memberships_for_user,
 )
@@ -43,6 +43,8 @@ class Page:
 
     membership: Membership
     environment: Environment
+    # Every project of the user (the project switcher), read with the role.
+    memberships: tuple[Membership, ...] = ()
 
     @property
     def project(self) -> Project:
@@ -149,9 +151,11 @@ def project_view(permission: str) -> Callable[[ProjectView], Callable[..., HttpR
                 return login_redirect(request)
             page: Page | None = None
             try:
-                membership = membership_get(user=request.user, project_id=p)
+                # One query for the role here and the project switcher of the page.
+                memberships = memberships_for_user(user=request.user)
+                membership = membership_in(memberships=memberships, project_id=p)
                 # Known from here on: error pages keep the project's navigation and role.
-                page = Page(membership=membership, environment=e)
+                page = Page(membership=membership, environment=e, memberships=tuple(memberships))
                 membership_require(membership=membership, permission=permission)
                 response = view(request, page, **kwargs)
             except DomainError as exc:
@@ -181,7 +185,10 @@ def page_render(
     if partial is not None and is_partial(request):
         return render(request, f"{template}#{partial}", context, status=status)
     # The project switcher: only full pages need it.
-    context["memberships"] = memberships_for_user(user=request.user)
+    if page is not None and page.memberships:
+        context["memberships"] = list(page.memberships)
+    else:
+        context["memberships"] = memberships_for_user(user=request.user)
     return render(request, template, context, status=status)
 
 

@@ -7,6 +7,7 @@ from typing import Any
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponseBase, StreamingHttpResponse
 from django.shortcuts import redirect
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
@@ -93,6 +94,9 @@ def documents(request: HttpRequest, page: Page, r: str) -> HttpResponseBase:
     cursor = request.GET.get("cursor") or None
     rows, next_cursor = document_list(resource=resource, cursor=cursor, query=query)
     context = {
+        # A document's page is this list's URL plus documents/<id>/: reversed once, not per row.
+        "document_url": reverse("web:documents", args=[page.project.id, page.environment, r])
+        + "documents/",
         "resource": resource,
         "rows": rows,
         "next_cursor": next_cursor,
