@@ -58,6 +58,7 @@ EXPORT_FIELDS = (
     "text",
     "summary",
     "agent_writes",
+    "agent_review",
     "revision",
     "bytes",
     "updated_at",

@@ -224,6 +224,10 @@ def _update_sql(
     params += [resource.pk, doc_id, expected_revision, False]
     conditions = {"agent_writes": True} if require_agent_writes else {}
     for name, value in {**conditions, **(guard or {})}.items():
+        if name.endswith("__isnull"):
+            null = "IS NULL" if value else "IS NOT NULL"
+            where += f" AND {column(Document, name.removesuffix('__isnull'))} {null}"
+            continue
         target, prepared = _sql_value(Document, name, value)
         where += f" AND {target} = %s"
         params.append(prepared)
@@ -303,7 +307,9 @@ def _conditional_update(
         guard=guard,
     )
     together = record is not None and connection.vendor == "postgresql"
-    sql, params = _with_records(update, resource, revision, record) if together else update
+    sql, params = update
+    if record is not None and together:
+        sql, params = _with_records(update, resource, revision, record)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()

@@ -38,6 +38,6 @@ def backwards(apps: Any, schema_editor: Any) -> None:
 
 
 class Migration(migrations.Migration):
-    dependencies = [("memory", "0003_resource_kind_open")]
+    dependencies = [("memory", "0005_version_by_session")]
 
     operations = [migrations.RunPython(forwards, backwards)]
