@@ -238,3 +238,33 @@ def test_api_keys_list_create_rotate_revoke(live_server: Any, client: Client, ap
         with pytest.raises(ApiError) as caught:
             gone.list_documents("notes")
         assert caught.value.code == "unauthorized"
+
+
+def test_client_restores_reads_the_audit_log_exports_and_imports(
+    client: Client, project: Project, notes: Resource
+) -> None:
+    first = client.create_document("notes", "workshop", title="Workshop", text="Node 22.")
+    second = client.replace_document(
+        "notes", "workshop", revision=first["revision"], text="Node 24."
+    )
+    restored = client.restore_version(
+        "notes", "workshop", first["revision"], revision=second["revision"]
+    )
+    assert restored["text"] == "Node 22."
+    with pytest.raises(ApiError) as stale:
+        client.restore_version("notes", "workshop", first["revision"], revision=second["revision"])
+    assert stale.value.status == 412
+    actions = [e["action"] for e in client.iter_audit(resource="notes", document="workshop")]
+    assert actions == ["document.restore", "document.replace", "document.create"]
+    page = client.list_audit(action="document.create")
+    assert [e["document"] for e in page["entries"]] == ["workshop"]
+
+    archive = client.export_memory(resources=["notes"])
+    assert archive.startswith(b"PK")
+    report = client.import_memory(archive)
+    assert (report["created"], report["skipped"], report["failed"]) == (0, 1, 0)
+    assert report["documents"][0]["reason"] == "exists"
+    with pytest.raises(ApiError) as missing:
+        client.export_memory(resources=["nope"])
+    assert missing.value.status == 404
+    assert Document.objects.get(doc_id="workshop").text == "Node 22."

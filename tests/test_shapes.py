@@ -147,6 +147,10 @@ PAIRS = [
     (api_shapes.RestoreAsOfItemOutput, sdk.RestoreAsOfItem),
     (agent_shapes.RecallPageOutput, sdk.RecallPage),
     (api_shapes.ProposalPageOutput, sdk.ProposalPage),
+    (api_shapes.AuditEntryOutput, sdk.AuditEntry),
+    (api_shapes.AuditPageOutput, sdk.AuditPage),
+    (api_shapes.ImportedDocumentOutput, sdk.ImportedDocument),
+    (api_shapes.ImportReportOutput, sdk.ImportReport),
 ]
 
 
@@ -258,6 +262,12 @@ def responses(api: APIClient, project: Project) -> dict[str, Any]:
     keep("deployment", api.get(f"{PROJECT}/deployments/{started['deployment']['id']}"))
     keep("inventory", api.get(f"{PROJECT}/memory{DEV}"))
     keep("secrets", api.get(f"{PROJECT}/secrets{DEV}"))
+    keep("audit", api.get(f"{PROJECT}/audit{DEV}"))
+    exported = b"".join(api.post(f"{PROJECT}/memory/export{DEV}").streaming_content)
+    imported = api.post(
+        f"{PROJECT}/memory/import{DEV}", data=exported, content_type="application/zip"
+    )
+    keep("import", imported)
     too_big = {"text": "a" * 9000}
     revision = api.get(f"{DOCS}/workshop{DEV}").json()["revision"]
     put = api.put(
@@ -300,6 +310,8 @@ SCHEMA = {
     "secrets": provider_views.SecretListOutput,
     "error_with_details": api_shapes.ErrorOutput,
     "error": api_shapes.ErrorOutput,
+    "audit": api_shapes.AuditPageOutput,
+    "import": api_shapes.ImportReportOutput,
 }
 
 CLIENT = {
@@ -318,6 +330,8 @@ CLIENT = {
     "recalls": sdk.RecallPage,
     "revert": sdk.SessionRevert,
     "proposal_reject": sdk.Proposal,
+    "audit": sdk.AuditPage,
+    "import": sdk.ImportReport,
 }
 
 

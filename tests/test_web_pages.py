@@ -678,9 +678,9 @@ def test_history_names_every_kind_of_change_in_words(
     from memoryadmin.memory.services.documents import (
         Writer,
         document_patch,
+        document_restore,
         document_set_agent_writes,
     )
-    from memoryadmin.web.services.edits import document_restore
 
     first = make_document("workshop", text="one")
     document = document_replace(
@@ -709,7 +709,7 @@ def test_history_names_every_kind_of_change_in_words(
     )
     document_restore(
         resource=notes,
-        document=document,
+        doc_id="workshop",
         revision=first.revision,
         expected_revision=document.revision,
         actor="t",

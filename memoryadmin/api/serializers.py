@@ -214,6 +214,40 @@ class ProposalPageOutput(serializers.Serializer):
     nextCursor = serializers.CharField(allow_null=True)
 
 
+class AuditEntryOutput(serializers.Serializer):
+    id = serializers.IntegerField()
+    createdAt = serializers.DateTimeField()
+    actor = serializers.CharField(help_text="`key:<prefix>`, `user:<name>` or `cli:<os user>`.")
+    action = serializers.CharField()
+    environment = serializers.CharField(allow_null=True)
+    resource = serializers.CharField(allow_null=True)
+    document = serializers.CharField(allow_null=True)
+    revision = serializers.CharField(allow_null=True)
+    detail = serializers.DictField()
+
+
+class AuditPageOutput(serializers.Serializer):
+    entries = AuditEntryOutput(many=True)
+    nextCursor = serializers.CharField(allow_null=True)
+
+
+class ImportedDocumentOutput(serializers.Serializer):
+    resource = serializers.CharField()
+    id = serializers.CharField()
+    status = serializers.ChoiceField(choices=["created", "skipped", "failed"])
+    reason = serializers.ChoiceField(
+        choices=["exists", "deleted", "missing-resource", "invalid"], allow_null=True
+    )
+    message = serializers.CharField()
+
+
+class ImportReportOutput(serializers.Serializer):
+    created = serializers.IntegerField()
+    skipped = serializers.IntegerField()
+    failed = serializers.IntegerField()
+    documents = ImportedDocumentOutput(many=True)
+
+
 class ResourceOutput(serializers.Serializer):
     id = serializers.CharField()
     provider = ProviderSchema()

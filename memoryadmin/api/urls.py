@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from memoryadmin.api import key_views, operation_views, record_views, views
+from memoryadmin.api import key_views, memory_views, operation_views, record_views, views
 
 DOCUMENTS = "projects/<str:p>/memory/<str:r>/documents"
 KEYS = "projects/<str:p>/api-keys"
@@ -73,6 +73,22 @@ urlpatterns = [
         f"{RECORDS}/<str:rec>/history",
         record_views.RecordHistoryView.as_view(),
         name="api-record-history",
+    ),
+    path(
+        f"{DOCUMENTS}/<str:doc_id>/versions/<str:revision>/restore",
+        memory_views.DocumentRestoreView.as_view(),
+        name="api-document-version-restore",
+    ),
+    path("projects/<str:p>/audit", memory_views.AuditListView.as_view(), name="api-audit"),
+    path(
+        "projects/<str:p>/memory/export",
+        memory_views.MemoryExportView.as_view(),
+        name="api-memory-export",
+    ),
+    path(
+        "projects/<str:p>/memory/import",
+        memory_views.MemoryImportView.as_view(),
+        name="api-memory-import",
     ),
     path(KEYS, key_views.ApiKeyListView.as_view(), name="api-keys"),
     path(f"{KEYS}/<str:k>/revoke", key_views.ApiKeyRevokeView.as_view(), name="api-key-revoke"),

@@ -185,7 +185,7 @@ def _write_mode(value: object) -> dict[str, bool]:
     return {} if value is None else agent_write_fields(check_agent_writes(value))
 
 
-def _document_response(document: Document, resource: Resource, status: int = 200) -> Response:
+def document_response(document: Document, resource: Resource, status: int = 200) -> Response:
     return Response(
         document_dict(
             document, max_bytes=resource.max_bytes, review_default=resource.review_default
@@ -204,7 +204,7 @@ class DocumentDetailView(ApiView):
     def get(self, request: Request, p: str, r: str, doc_id: str) -> Response:
         resource = self.resource(request, p, r)
         document = document_services.document_get(resource=resource, doc_id=doc_id)
-        return _document_response(document, resource)
+        return document_response(document, resource)
 
     @extend_schema(
         parameters=[ENVIRONMENT, IF_NONE_MATCH, IF_MATCH_OPTIONAL],
@@ -231,7 +231,7 @@ class DocumentDetailView(ApiView):
                 **_write_mode(data.get("agentWrites")),
                 actor=self.actor(request),
             )
-            return _document_response(document, resource, status=201)
+            return document_response(document, resource, status=201)
         revision = required_if_match(request)
         data = s.validated(s.DocumentReplaceInput, request)
         document = document_services.document_replace(
@@ -242,7 +242,7 @@ class DocumentDetailView(ApiView):
             summary=data.get("summary"),
             actor=self.actor(request),
         )
-        return _document_response(document, resource)
+        return document_response(document, resource)
 
     @extend_schema(
         parameters=[ENVIRONMENT, IF_MATCH],
@@ -262,7 +262,7 @@ class DocumentDetailView(ApiView):
             **_write_mode(data.get("agentWrites")),
             actor=self.actor(request),
         )
-        return _document_response(document, resource)
+        return document_response(document, resource)
 
     @extend_schema(
         parameters=[ENVIRONMENT, IF_MATCH],

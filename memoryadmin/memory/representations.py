@@ -11,6 +11,7 @@ from django.db.models import Model
 from memoryadmin.memory.limits import agent_writes_shown
 from memoryadmin.memory.models import (
     ApiKey,
+    AuditEntry,
     Deployment,
     Document,
     DocumentVersion,
@@ -121,6 +122,20 @@ def proposal_dict(proposal: Proposal, *, now: datetime) -> dict[str, Any]:
         "decidedBy": proposal.decided_by,
         "reason": proposal.reason,
         "appliedRevision": proposal.applied_revision or None,
+    }
+
+
+def audit_dict(entry: AuditEntry) -> dict[str, Any]:
+    return {
+        "id": entry.pk,
+        "createdAt": iso_ms(entry.created_at),
+        "actor": entry.actor,
+        "action": entry.action,
+        "environment": entry.environment or None,
+        "resource": entry.resource_id or None,
+        "document": entry.document_id or None,
+        "revision": entry.revision or None,
+        "detail": entry.detail,
     }
 
 

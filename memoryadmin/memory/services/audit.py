@@ -54,8 +54,10 @@ class AuditFilter:
     action: str = ""  # exact, or every action of a kind ("document.*")
     actor: str = ""  # any part of the actor, ignoring case
     actor_kind: str = ""  # one of ACTOR_KINDS
-    since: date | None = None  # from the start of this day (UTC)
-    until: date | None = None  # to the end of this day (UTC)
+    # A date: from the start of that day / to the end of that day (UTC). A datetime
+    # (the API's since/until): from that instant (inclusive) / up to it (exclusive).
+    since: date | None = None
+    until: date | None = None
 
     @property
     def narrowed(self) -> bool:
@@ -66,7 +68,10 @@ class AuditFilter:
         return ":".join(str(value or "") for value in astuple(self))
 
 
-def _day_start(day: date) -> datetime:
+def _instant(value: date, *, end_of_day: bool = False) -> datetime:
+    if isinstance(value, datetime):
+        return value
+    day = value + timedelta(days=1) if end_of_day else value
     return datetime.combine(day, time.min, tzinfo=UTC)
 
 
@@ -100,9 +105,9 @@ def audit_entries(
             raise InvalidRequest(f"by must be one of: {', '.join(ACTOR_KINDS)}.")
         entries = entries.filter(ACTOR_KIND_FILTERS[where.actor_kind])
     if where.since:
-        entries = entries.filter(created_at__gte=_day_start(where.since))
+        entries = entries.filter(created_at__gte=_instant(where.since))
     if where.until:
-        entries = entries.filter(created_at__lt=_day_start(where.until + timedelta(days=1)))
+        entries = entries.filter(created_at__lt=_instant(where.until, end_of_day=True))
     return entries.order_by("-id")
 
 

@@ -531,6 +531,25 @@ def document_list(
     )
 
 
+@transaction.atomic
+def document_restore(
+    *, resource: Resource, doc_id: str, revision: str, expected_revision: str, actor: str
+) -> Document:
+    """Makes an old version's text and summary current again (a replace under
+    `expected_revision`)."""
+    document = document_get(resource=resource, doc_id=doc_id)
+    version = version_get(document=document, revision=revision)
+    return document_replace(
+        resource=resource,
+        doc_id=doc_id,
+        expected_revision=expected_revision,
+        text=version.text,
+        summary=version.summary,
+        actor=actor,
+        action="restore",
+    )
+
+
 def version_get(*, document: Document, revision: str) -> DocumentVersion:
     version = DocumentVersion.objects.filter(document=document, revision=revision).first()
     if version is None:

@@ -1,4 +1,4 @@
-"""Owner edits composed from the document services: edit, restore and reapply after a conflict."""
+"""Owner edits composed from the document services: edit and reapply after a conflict."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from memoryadmin.memory.services.documents import (
     document_get,
     document_patch,
     document_replace,
-    version_get,
 )
 from memoryadmin.web.services.diff import text_merge
 
@@ -57,23 +56,6 @@ def document_edit(
             resource=resource, doc_id=doc_id, expected_revision=revision, title=title, actor=actor
         )
     return document
-
-
-@transaction.atomic
-def document_restore(
-    *, resource: Resource, document: Document, revision: str, expected_revision: str, actor: str
-) -> Document:
-    """Makes an old version's text and summary current again, as an owner edit."""
-    version = version_get(document=document, revision=revision)
-    return document_replace(
-        resource=resource,
-        doc_id=document.doc_id,
-        expected_revision=expected_revision,
-        text=version.text,
-        summary=version.summary,
-        actor=actor,
-        action="restore",
-    )
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""The export download: an open export snapshot streamed as a zip, one document at a time."""
+"""The export download (page and API): an open export snapshot streamed as a zip, one
+document at a time."""
 
 from __future__ import annotations
 
@@ -7,7 +8,11 @@ import zipfile
 from collections.abc import Iterator
 from typing import Any
 
-from memoryadmin.memory.export import MANIFEST_NAME, ExportSnapshot
+from django.http import StreamingHttpResponse
+from django.utils import timezone
+
+from memoryadmin.memory.export import MANIFEST_NAME, ExportSnapshot, export_snapshot
+from memoryadmin.memory.models import Project
 
 
 class _Sink:
@@ -57,3 +62,22 @@ def export_zip(snapshot: ExportSnapshot) -> Iterator[bytes]:
         # Last, as in the CLI's directories: an archive with a manifest is complete.
         archive.writestr(MANIFEST_NAME, _json({**snapshot.manifest(), "documents": written}))
     yield sink.take()
+
+
+def export_download(
+    project: Project, environment: str, wanted: list[str] | None, who: str
+) -> StreamingHttpResponse:
+    def stream() -> Iterator[bytes]:
+        # The snapshot stays open while the response streams: on PostgreSQL
+        # every file comes from the same REPEATABLE READ transaction.
+        with export_snapshot(
+            project=project, environment=environment, resource_ids=wanted, actor=who
+        ) as snapshot:
+            yield from export_zip(snapshot)
+
+    stamp = timezone.now().strftime("%Y%m%dT%H%M%SZ")
+    name = f"memory-{project.id}-{environment}-{stamp}.zip"
+    response = StreamingHttpResponse(stream(), content_type="application/zip")
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    response["Cache-Control"] = "no-store"
+    return response

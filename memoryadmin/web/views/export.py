@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-from django.http import HttpRequest, HttpResponseBase, StreamingHttpResponse
-from django.utils import timezone
+from django.http import HttpRequest, HttpResponseBase
 from django.views.decorators.http import require_http_methods
 
-from memoryadmin.memory.export import export_snapshot
 from memoryadmin.memory.providers import kinds_keeping_documents
 from memoryadmin.memory.services.deployments import resource_inventory
 from memoryadmin.web.forms import ExportForm
-from memoryadmin.web.services.exports import export_zip
+from memoryadmin.web.services.exports import export_download
 from memoryadmin.web.services.roles import EXPORT
 from memoryadmin.web.views.base import Page, actor, page_render, project_view
 
@@ -35,7 +31,7 @@ def export(request: HttpRequest, page: Page) -> HttpResponseBase:
         chosen = list(form.cleaned_data["resources"])
         # Everything chosen is the whole environment, which is how the manifest says it.
         wanted = None if set(chosen) == set(choices) else chosen
-        return _download(page, wanted, actor(request))
+        return export_download(page.project, page.environment, wanted, actor(request))
     status = 422 if request.method == "POST" else 200
     counts = {row["id"]: row["documents"] for row in inventory}
     picked = set(request.POST.getlist("resources") if form.is_bound else initial)
@@ -47,20 +43,3 @@ def export(request: HttpRequest, page: Page) -> HttpResponseBase:
         "chosen_documents": sum(counts[r] for r in picked if r in counts),
     }
     return page_render(request, "memoryadmin/export.html", page, context, status=status)
-
-
-def _download(page: Page, wanted: list[str] | None, who: str) -> StreamingHttpResponse:
-    def stream() -> Iterator[bytes]:
-        # The snapshot stays open while the response streams: on PostgreSQL
-        # every file comes from the same REPEATABLE READ transaction.
-        with export_snapshot(
-            project=page.project, environment=page.environment, resource_ids=wanted, actor=who
-        ) as snapshot:
-            yield from export_zip(snapshot)
-
-    stamp = timezone.now().strftime("%Y%m%dT%H%M%SZ")
-    name = f"memory-{page.project.id}-{page.environment}-{stamp}.zip"
-    response = StreamingHttpResponse(stream(), content_type="application/zip")
-    response["Content-Disposition"] = f'attachment; filename="{name}"'
-    response["Cache-Control"] = "no-store"
-    return response

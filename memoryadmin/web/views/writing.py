@@ -18,11 +18,12 @@ from memoryadmin.memory.services.documents import (
     document_create,
     document_delete,
     document_get,
+    document_restore,
     document_set_agent_writes,
 )
 from memoryadmin.web.forms import DeleteForm, DocumentCreateForm, DocumentEditForm, RevisionForm
 from memoryadmin.web.services.diff import text_diff
-from memoryadmin.web.services.edits import document_edit, document_restore, edit_reapply
+from memoryadmin.web.services.edits import document_edit, edit_reapply
 from memoryadmin.web.services.roles import DELETE, EDIT, FREEZE
 from memoryadmin.web.views.base import Page, actor, page_render, project_view
 from memoryadmin.web.views.reading import as_of_context
@@ -260,7 +261,7 @@ def restore(request: HttpRequest, page: Page, r: str, d: str, revision: str) -> 
             raise PreconditionFailed("The form did not say which revision it restores over.")
         restored = document_restore(
             resource=resource,
-            document=document,
+            doc_id=document.doc_id,
             revision=revision,
             expected_revision=form.cleaned_data["revision"],
             actor=actor(request),

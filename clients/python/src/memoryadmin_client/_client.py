@@ -20,7 +20,7 @@ import httpx
 
 from memoryadmin_client import _ops as ops
 from memoryadmin_client._ops import ApiError, Defaults, Op, Request
-from memoryadmin_client._types import DocumentEntry, Environment, Event
+from memoryadmin_client._types import AuditEntry, DocumentEntry, Environment, Event
 
 RETRY_STATUSES = (429, 503)
 
@@ -44,6 +44,7 @@ def _send_args(request: Request) -> dict[str, Any]:
     return {
         "params": request.params,
         "json": request.json,
+        "content": request.content,
         "headers": request.headers,
     }
 
@@ -165,6 +166,10 @@ class Client(_Base[httpx.Client]):
     list_proposals = _sync(ops.list_proposals)
     approve_proposal = _sync(ops.approve_proposal)
     reject_proposal = _sync(ops.reject_proposal)
+    restore_version = _sync(ops.restore_version)
+    list_audit = _sync(ops.list_audit)
+    export_memory = _sync(ops.export_memory)
+    import_memory = _sync(ops.import_memory)
     ensure_document = _sync(ops.ensure_document)
     create_deployment = _sync(ops.create_deployment)
     list_deployments = _sync(ops.list_deployments)
@@ -194,6 +199,16 @@ class Client(_Base[httpx.Client]):
                 resource, cursor=cursor, project=project, environment=environment
             )
             yield from page["documents"]
+            cursor = page["nextCursor"]
+            if cursor is None:
+                return
+
+    def iter_audit(self, **filters: Any) -> Iterator[AuditEntry]:
+        """Every audit entry matching `filters` (those of `list_audit`), newest first."""
+        cursor: str | None = None
+        while True:
+            page = self.list_audit(**filters, cursor=cursor)
+            yield from page["entries"]
             cursor = page["nextCursor"]
             if cursor is None:
                 return
@@ -270,6 +285,10 @@ class AsyncClient(_Base[httpx.AsyncClient]):
     list_proposals = _async(ops.list_proposals)
     approve_proposal = _async(ops.approve_proposal)
     reject_proposal = _async(ops.reject_proposal)
+    restore_version = _async(ops.restore_version)
+    list_audit = _async(ops.list_audit)
+    export_memory = _async(ops.export_memory)
+    import_memory = _async(ops.import_memory)
     ensure_document = _async(ops.ensure_document)
     create_deployment = _async(ops.create_deployment)
     list_deployments = _async(ops.list_deployments)
@@ -299,6 +318,17 @@ class AsyncClient(_Base[httpx.AsyncClient]):
                 resource, cursor=cursor, project=project, environment=environment
             )
             for entry in page["documents"]:
+                yield entry
+            cursor = page["nextCursor"]
+            if cursor is None:
+                return
+
+    async def iter_audit(self, **filters: Any) -> AsyncIterator[AuditEntry]:
+        """Every audit entry matching `filters` (those of `list_audit`), newest first."""
+        cursor: str | None = None
+        while True:
+            page = await self.list_audit(**filters, cursor=cursor)
+            for entry in page["entries"]:
                 yield entry
             cursor = page["nextCursor"]
             if cursor is None:

@@ -18,11 +18,13 @@ import httpx
 from memoryadmin_client._types import (
     AgentWrites,
     ApiKey,
+    AuditPage,
     Deployment,
     Document,
     DocumentPage,
     Environment,
     EventPage,
+    ImportReport,
     NewApiKey,
     Operation,
     OperationPage,
@@ -47,6 +49,7 @@ class Request:
     params: dict[str, Any] = field(default_factory=dict)
     json: Any = None
     headers: dict[str, str] = field(default_factory=dict)
+    content: bytes | None = None
 
 
 type Op[T] = Generator[Request, httpx.Response, T]
@@ -357,6 +360,27 @@ def approve_proposal(
     return cast(Document, response.json())
 
 
+def restore_version(
+    c: Defaults,
+    resource: str,
+    doc_id: str,
+    version: str,
+    *,
+    revision: Revision,
+    project: str | None = None,
+    environment: Environment | None = None,
+) -> Op[Document]:
+    """Makes version `version` (a revision from the history) current again, as a new
+    version, if `revision` is still current (a stale one raises ApiError 412)."""
+    response = yield Request(
+        "POST",
+        f"{c._docs(project, resource, doc_id)}/versions/{version}/restore",
+        c._env(environment),
+        headers={"If-Match": if_match(revision)},
+    )
+    return cast(Document, response.json())
+
+
 def reject_proposal(
     c: Defaults,
     proposal_id: str,
@@ -372,6 +396,69 @@ def reject_proposal(
         {"reason": reason},
     )
     return cast(Proposal, response.json())
+
+
+# The audit log, export and import.
+
+
+def list_audit(
+    c: Defaults,
+    *,
+    resource: str | None = None,
+    document: str | None = None,
+    actor: str | None = None,
+    action: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
+    cursor: str | None = None,
+    project: str | None = None,
+    environment: Environment | None = None,
+) -> Op[AuditPage]:
+    """One page of the audit log, newest first; `since`/`until` are ISO 8601 times."""
+    params = {
+        **c._env(environment),
+        "resource": resource,
+        "document": document,
+        "actor": actor,
+        "action": action,
+        "since": since,
+        "until": until,
+        "cursor": cursor,
+    }
+    path = f"projects/{c._project(project)}/audit"
+    response = yield Request("GET", path, _drop_none(params))
+    return cast(AuditPage, response.json())
+
+
+def export_memory(
+    c: Defaults,
+    *,
+    resources: list[str] | None = None,
+    project: str | None = None,
+    environment: Environment | None = None,
+) -> Op[bytes]:
+    """The export zip (the Memory page's download) of every or the chosen resources."""
+    params = _drop_none({**c._env(environment), "resource": resources})
+    response = yield Request("POST", f"projects/{c._project(project)}/memory/export", params)
+    return response.content
+
+
+def import_memory(
+    c: Defaults,
+    archive: bytes,
+    *,
+    project: str | None = None,
+    environment: Environment | None = None,
+) -> Op[ImportReport]:
+    """Creates the documents of an export zip whose ids are free; never overwrites."""
+    response = yield Request(
+        "POST",
+        f"projects/{c._project(project)}/memory/import",
+        c._env(environment),
+        headers={"Content-Type": "application/zip"},
+        content=archive,
+    )
+    return cast(ImportReport, response.json())
 
 
 # Deployments.

@@ -222,3 +222,35 @@ class Operation(TypedDict):
 class OperationPage(TypedDict):
     operations: list[Operation]
     nextCursor: str | None
+
+
+class AuditEntry(TypedDict):
+    id: int
+    createdAt: str
+    actor: str
+    action: str
+    environment: str | None
+    resource: str | None
+    document: str | None
+    revision: str | None
+    detail: dict[str, Any]
+
+
+class AuditPage(TypedDict):
+    entries: list[AuditEntry]
+    nextCursor: str | None
+
+
+class ImportedDocument(TypedDict):
+    resource: str
+    id: str
+    status: Literal["created", "skipped", "failed"]
+    reason: Literal["exists", "deleted", "missing-resource", "invalid"] | None
+    message: str
+
+
+class ImportReport(TypedDict):
+    created: int
+    skipped: int
+    failed: int
+    documents: list[ImportedDocument]
