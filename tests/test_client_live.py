@@ -268,3 +268,12 @@ def test_client_restores_reads_the_audit_log_exports_and_imports(
         client.export_memory(resources=["nope"])
     assert missing.value.status == 404
     assert Document.objects.get(doc_id="workshop").text == "Node 22."
+    hits = client.search_memory("node")["documents"]
+    assert [(h["resource"], h["id"]) for h in hits] == [("notes", "workshop")]
+    assert "<mark>Node</mark>" in hits[0]["snippet"]
+    assert client.list_documents("notes", q="nothing")["documents"] == []
+    redacted = client.redact_version("notes", "workshop", second["revision"], reason="Leak.")
+    assert (redacted["text"], redacted["redacted"]["reason"]) == ("[redacted]", "Leak.")
+    with pytest.raises(ApiError) as current:
+        client.redact_version("notes", "workshop", restored["revision"], reason="Leak.")
+    assert current.value.status == 409

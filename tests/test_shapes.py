@@ -148,6 +148,10 @@ PAIRS = [
     (agent_shapes.RecallPageOutput, sdk.RecallPage),
     (api_shapes.ProposalPageOutput, sdk.ProposalPage),
     (api_shapes.AuditEntryOutput, sdk.AuditEntry),
+    (api_shapes.SearchHitOutput, sdk.SearchHit),
+    (api_shapes.VersionOutput, sdk.Version),
+    (api_shapes.RedactionOutput, sdk.Redaction),
+    (api_shapes.SearchPageOutput, sdk.SearchPage),
     (api_shapes.AuditPageOutput, sdk.AuditPage),
     (api_shapes.ImportedDocumentOutput, sdk.ImportedDocument),
     (api_shapes.ImportReportOutput, sdk.ImportReport),
@@ -263,6 +267,8 @@ def responses(api: APIClient, project: Project) -> dict[str, Any]:
     keep("inventory", api.get(f"{PROJECT}/memory{DEV}"))
     keep("secrets", api.get(f"{PROJECT}/secrets{DEV}"))
     keep("audit", api.get(f"{PROJECT}/audit{DEV}"))
+    keep("document_search", api.get(f"{DOCS}{DEV}&q=node"))
+    keep("search", api.get(f"{PROJECT}/memory/search{DEV}&q=node"))
     exported = b"".join(api.post(f"{PROJECT}/memory/export{DEV}").streaming_content)
     imported = api.post(
         f"{PROJECT}/memory/import{DEV}", data=exported, content_type="application/zip"
@@ -312,6 +318,8 @@ SCHEMA = {
     "error": api_shapes.ErrorOutput,
     "audit": api_shapes.AuditPageOutput,
     "import": api_shapes.ImportReportOutput,
+    "document_search": api_shapes.DocumentPageOutput,
+    "search": api_shapes.SearchPageOutput,
 }
 
 CLIENT = {
@@ -332,6 +340,8 @@ CLIENT = {
     "proposal_reject": sdk.Proposal,
     "audit": sdk.AuditPage,
     "import": sdk.ImportReport,
+    "document_search": sdk.DocumentPage,
+    "search": sdk.SearchPage,
 }
 
 
@@ -362,6 +372,8 @@ def test_the_samples_reach_every_optional_key(responses: dict[str, Any]) -> None
     assert "text" in responses["versions_with_text"]["versions"][0]
     assert "text" not in responses["versions"]["versions"][0]
     assert "details" in responses["error_with_details"]["error"]
+    assert "snippet" in responses["document_search"]["documents"][0]
+    assert "snippet" not in responses["document_list"]["documents"][0]
     assert "details" not in responses["error"]["error"]
     assert responses["session_end"]["endedAt"] is not None
 

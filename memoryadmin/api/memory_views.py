@@ -18,12 +18,14 @@ from memoryadmin.api import serializers as s
 from memoryadmin.api.base import CURSOR, ENVIRONMENT, ERRORS, WRITE_ERRORS, ApiView
 from memoryadmin.api.conditions import required_if_match
 from memoryadmin.api.parsers import ZipUploadParser
-from memoryadmin.api.views import IF_MATCH, document_response
+from memoryadmin.api.views import IF_MATCH, SEARCH_Q, document_response
 from memoryadmin.memory.errors import InvalidRequest
 from memoryadmin.memory.limits import check_document_id, check_resource_id
-from memoryadmin.memory.representations import audit_dict
+from memoryadmin.memory.representations import audit_dict, search_hit_dict, version_dict
 from memoryadmin.memory.services import documents as document_services
 from memoryadmin.memory.services.audit import AuditFilter, audit_list
+from memoryadmin.memory.services.redaction import version_redact
+from memoryadmin.memory.services.search import document_resources, document_search
 from memoryadmin.memory.services.transfer import export_resources_check, import_zip
 from memoryadmin.web.services.exports import export_download
 
@@ -48,6 +50,29 @@ class DocumentRestoreView(ApiView):
             actor=self.actor(request),
         )
         return document_response(document, resource)
+
+
+class VersionRedactView(ApiView):
+    @extend_schema(
+        parameters=[ENVIRONMENT],
+        request=s.RedactInput,
+        responses={200: s.VersionOutput, 409: s.ErrorOutput, **ERRORS},
+        operation_id="documents_version_redact",
+        description="Irreversibly replaces an old version's title, summary and text with "
+        "`[redacted]`, keeping its metadata; audited with the reason. The current version "
+        "is 409: edit the document first.",
+    )
+    def post(self, request: Request, p: str, r: str, doc_id: str, revision: str) -> Response:
+        resource = self.resource(request, p, r, write=True)
+        data = s.validated(s.RedactInput, request)
+        version = version_redact(
+            resource=resource,
+            doc_id=doc_id,
+            revision=revision,
+            reason=data["reason"],
+            actor=self.actor(request),
+        )
+        return Response(version_dict(version, include_text=True))
 
 
 def _query(request: Request, name: str) -> str:
@@ -170,3 +195,41 @@ class MemoryImportView(ApiView):
                 project=project, environment=environment, upload=upload, actor=self.actor(request)
             )
         return Response(report.as_dict())
+
+
+class MemorySearchView(ApiView):
+    @extend_schema(
+        parameters=[
+            ENVIRONMENT,
+            OpenApiParameter(
+                "q",
+                OpenApiTypes.STR,
+                OpenApiParameter.QUERY,
+                required=True,
+                description=SEARCH_Q.description,
+            ),
+            CURSOR,
+        ],
+        responses={200: s.SearchPageOutput, **ERRORS},
+        operation_id="memory_search",
+        description="Every document resource of the environment, ranked, 50 hits a page.",
+    )
+    def get(self, request: Request, p: str) -> Response:
+        project = self.project(request, p)
+        environment = self.environment(request)
+        q = s.require_query_string(request, "q")
+        if q is None:
+            raise InvalidRequest("q is required.")
+        resources = document_resources(project=project, environment=environment)
+        rows, next_cursor = document_search(
+            resources=resources,
+            q=q,
+            cursor=self.cursor(request),
+            scope=f"{project.id}:{environment}",
+        )
+        by_id = {r.resource_id: r for r in resources}
+        hits = [
+            search_hit_dict(row, resource=by_id[row["resource"]], with_resource=True)
+            for row in rows
+        ]
+        return Response({"documents": hits, "nextCursor": next_cursor})

@@ -133,6 +133,20 @@ class DocumentEntryOutput(serializers.Serializer):
         allow_null=True,
         help_text="asOf lists only: the revision now (null when deleted since).",
     )
+    snippet = serializers.CharField(
+        required=False,
+        help_text="Search results only: where the document matched, as escaped HTML with "
+        "the matching words in <mark>.",
+    )
+
+
+class SearchHitOutput(DocumentEntryOutput):
+    resource = serializers.CharField()
+
+
+class SearchPageOutput(serializers.Serializer):
+    documents = SearchHitOutput(many=True)
+    nextCursor = serializers.CharField(allow_null=True)
 
 
 class DocumentOutput(DocumentEntryOutput):
@@ -156,6 +170,16 @@ class OriginOutput(serializers.Serializer):
     proposalId = serializers.CharField(required=False, help_text="The approved proposal.")
 
 
+class RedactionOutput(serializers.Serializer):
+    at = serializers.DateTimeField()
+    by = serializers.CharField()
+    reason = serializers.CharField()
+
+
+class RedactInput(StrictSerializer):
+    reason = StrictCharField(help_text="Why; kept in the audit log. 1-500 characters.")
+
+
 class VersionOutput(serializers.Serializer):
     revision = serializers.CharField()
     writer = WriterOutput()
@@ -166,6 +190,10 @@ class VersionOutput(serializers.Serializer):
     agentWrites = AgentWritesField()
     action = serializers.CharField()
     createdAt = serializers.DateTimeField()
+    redacted = RedactionOutput(
+        allow_null=True,
+        help_text="Set when the version was redacted: its title, summary and text are a marker.",
+    )
     text = serializers.CharField(required=False)
 
 

@@ -79,11 +79,21 @@ urlpatterns = [
         memory_views.DocumentRestoreView.as_view(),
         name="api-document-version-restore",
     ),
+    path(
+        f"{DOCUMENTS}/<str:doc_id>/versions/<str:revision>/redact",
+        memory_views.VersionRedactView.as_view(),
+        name="api-document-version-redact",
+    ),
     path("projects/<str:p>/audit", memory_views.AuditListView.as_view(), name="api-audit"),
     path(
         "projects/<str:p>/memory/export",
         memory_views.MemoryExportView.as_view(),
         name="api-memory-export",
+    ),
+    path(
+        "projects/<str:p>/memory/search",
+        memory_views.MemorySearchView.as_view(),
+        name="api-memory-search",
     ),
     path(
         "projects/<str:p>/memory/import",

@@ -26,6 +26,7 @@ from memoryadmin.memory.representations import (
     document_entries,
     project_dict,
     proposal_dict,
+    search_hit_dict,
     version_dict,
 )
 from memoryadmin.memory.services import asof as asof_services
@@ -33,6 +34,7 @@ from memoryadmin.memory.services import deployments as deployment_services
 from memoryadmin.memory.services import documents as document_services
 from memoryadmin.memory.services import proposals as proposal_services
 from memoryadmin.memory.services.projects import projects_for_key
+from memoryadmin.memory.services.search import document_search
 
 IF_MATCH = OpenApiParameter(
     "If-Match",
@@ -142,10 +144,21 @@ class MemoryInventoryView(ApiView):
         return Response({"resources": resources})
 
 
+SEARCH_Q = OpenApiParameter(
+    "q",
+    OpenApiTypes.STR,
+    OpenApiParameter.QUERY,
+    description='Search: words (all must occur), "a phrase", pre* (a prefix); see docs/api.md. '
+    "With q the documents come ranked, each with a `snippet` (escaped HTML, matches in "
+    "<mark>).",
+)
+
+
 class DocumentListView(ApiView):
     @extend_schema(
         parameters=[
             ENVIRONMENT,
+            SEARCH_Q,
             CURSOR,
             OpenApiParameter(
                 "asOf",
@@ -174,6 +187,13 @@ class DocumentListView(ApiView):
                     "nextCursor": next_cursor,
                 }
             )
+        q = s.require_query_string(request, "q")
+        if q is not None:
+            hits, next_cursor = document_search(
+                resources=[resource], q=q, cursor=self.cursor(request), scope=str(resource.pk)
+            )
+            documents = [search_hit_dict(hit, resource=resource) for hit in hits]
+            return Response({"documents": documents, "nextCursor": next_cursor})
         rows, next_cursor = document_services.document_list(
             resource=resource, cursor=self.cursor(request)
         )

@@ -190,6 +190,10 @@ class DocumentVersion(models.Model):
     # and for agents their session, recall, tool call and approved proposal.
     origin = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField()
+    # Set once by a redaction, which replaced title, summary and text with a marker.
+    redacted_at = models.DateTimeField(null=True, blank=True)
+    redacted_by = models.CharField(max_length=200, blank=True)
+    redaction_reason = models.CharField(max_length=500, blank=True)
 
     class Meta:
         indexes = [

@@ -83,6 +83,24 @@ def document_entries(rows: list[Any], resource: Resource) -> list[dict[str, Any]
     ]
 
 
+def search_hit_dict(
+    row: Mapping[str, Any], *, resource: Resource, with_resource: bool = False
+) -> dict[str, Any]:
+    """A list entry of `resource`; a search hit (a row with a `snippet`) adds its
+    snippet, and its resource id when the search spans resources."""
+    data = document_dict(
+        row,
+        max_bytes=resource.max_bytes,
+        include_text=False,
+        review_default=resource.review_default,
+    )
+    if with_resource:
+        data = {"resource": row["resource"], **data}
+    if "snippet" in row:
+        data["snippet"] = row["snippet"]
+    return data
+
+
 def version_dict(version: DocumentVersion, *, include_text: bool) -> dict[str, Any]:
     data: dict[str, Any] = {
         "revision": version.revision,
@@ -94,7 +112,14 @@ def version_dict(version: DocumentVersion, *, include_text: bool) -> dict[str, A
         "agentWrites": "enabled" if version.agent_writes else "disabled",
         "action": version.action,
         "createdAt": iso_ms(version.created_at),
+        "redacted": None,
     }
+    if version.redacted_at is not None:
+        data["redacted"] = {
+            "at": iso_ms(version.redacted_at),
+            "by": version.redacted_by,
+            "reason": version.redaction_reason,
+        }
     if include_text:
         data["text"] = version.text
     return data

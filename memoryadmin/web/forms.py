@@ -252,3 +252,16 @@ class SecretForm(StrictForm):
     def clean_origins(self) -> list[str]:
         text = str(self.cleaned_data.get("origins") or "")
         return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+class RedactForm(StrictForm):
+    reason = forms.CharField(
+        label="Reason (kept in the audit log)", max_length=500, widget=forms.Textarea
+    )
+    confirm = forms.CharField(label="Type REDACT to confirm", max_length=16)
+
+    def clean_confirm(self) -> str:
+        value = str(self.cleaned_data["confirm"])
+        if value != "REDACT":
+            raise forms.ValidationError("Type REDACT exactly to redact this version.")
+        return value

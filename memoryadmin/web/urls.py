@@ -14,7 +14,9 @@ from memoryadmin.web.views import (
     people,
     reading,
     records,
+    redaction,
     review,
+    search,
     sessions,
     writing,
 )
@@ -68,6 +70,7 @@ urlpatterns = [
     path("projects/<slug:p>/", reading.project_home, name="project"),
     path(PROJECT, reading.inventory, name="inventory"),
     path(PROJECT + "audit/", reading.audit, name="audit"),
+    path(PROJECT + "search/", search.search, name="search"),
     path(PROJECT + "audit/download/", reading.audit_download, name="audit-download"),
     path(PROJECT + "export/", export.export, name="export"),
     path(PROJECT + "keys/", keys.key_list, name="keys"),
@@ -119,4 +122,5 @@ urlpatterns = [
     path(DOCUMENT + "delete/", writing.delete, name="document-delete"),
     path(DOCUMENT + "versions/<str:revision>/", reading.version_detail, name="version"),
     path(DOCUMENT + "versions/<str:revision>/restore/", writing.restore, name="version-restore"),
+    path(DOCUMENT + "versions/<str:revision>/redact/", redaction.redact, name="version-redact"),
 ]

@@ -237,7 +237,8 @@
       return;
     }
     if (event.key === "/") {
-      const search = document.querySelector('input[type="search"]');
+      // The header's search box (every project page has one), else a page's filter.
+      const search = document.getElementById("site-search") || document.querySelector('input[type="search"]');
       if (search) {
         event.preventDefault();
         search.focus();

@@ -22,7 +22,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from memoryadmin.memory.cursors import keyset_page
-from memoryadmin.memory.errors import InvalidRequest, NotFound, PreconditionFailed
+from memoryadmin.memory.errors import Conflict, InvalidRequest, NotFound, PreconditionFailed
 from memoryadmin.memory.limits import (
     LIST_PAGE_SIZE,
     VERSION_PAGE_SIZE,
@@ -539,6 +539,8 @@ def document_restore(
     `expected_revision`)."""
     document = document_get(resource=resource, doc_id=doc_id)
     version = version_get(document=document, revision=revision)
+    if version.redacted_at is not None:
+        raise Conflict(f"Version {revision} was redacted; there is nothing to restore.")
     return document_replace(
         resource=resource,
         doc_id=doc_id,

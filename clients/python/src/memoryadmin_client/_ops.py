@@ -34,9 +34,11 @@ from memoryadmin_client._types import (
     Recall,
     RecallPage,
     RestoreAsOf,
+    SearchPage,
     Session,
     SessionPage,
     SessionRevert,
+    Version,
 )
 
 TOPIC_KEY_MAX = 248
@@ -288,11 +290,13 @@ def list_documents(
     *,
     cursor: str | None = None,
     as_of: str | None = None,
+    q: str | None = None,
     project: str | None = None,
     environment: Environment | None = None,
 ) -> Op[DocumentPage]:
-    """A page of documents; `as_of` (ISO 8601) lists the resource as it was then."""
-    params = _drop_none({**c._env(environment), "cursor": cursor, "asOf": as_of})
+    """A page of documents, newest first; `as_of` (ISO 8601) lists the resource as it was
+    then; `q` searches it (ranked hits with snippets)."""
+    params = _drop_none({**c._env(environment), "cursor": cursor, "asOf": as_of, "q": q})
     response = yield Request("GET", c._docs(project, resource), params)
     return cast(DocumentPage, response.json())
 
@@ -396,6 +400,41 @@ def reject_proposal(
         {"reason": reason},
     )
     return cast(Proposal, response.json())
+
+
+def redact_version(
+    c: Defaults,
+    resource: str,
+    doc_id: str,
+    version: str,
+    *,
+    reason: str,
+    project: str | None = None,
+    environment: Environment | None = None,
+) -> Op[Version]:
+    """Replaces an old version's title, summary and text with a marker, for good (409
+    for the current version); `reason` goes into the audit log."""
+    response = yield Request(
+        "POST",
+        f"{c._docs(project, resource, doc_id)}/versions/{version}/redact",
+        c._env(environment),
+        json={"reason": reason},
+    )
+    return cast(Version, response.json())
+
+
+def search_memory(
+    c: Defaults,
+    q: str,
+    *,
+    cursor: str | None = None,
+    project: str | None = None,
+    environment: Environment | None = None,
+) -> Op[SearchPage]:
+    """Ranked hits over every document resource of the environment, 50 a page."""
+    params = _drop_none({**c._env(environment), "q": q, "cursor": cursor})
+    response = yield Request("GET", f"projects/{c._project(project)}/memory/search", params)
+    return cast(SearchPage, response.json())
 
 
 # The audit log, export and import.

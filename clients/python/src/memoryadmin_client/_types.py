@@ -26,6 +26,17 @@ class DocumentEntry(TypedDict):
     writer: Writer
     deleted: NotRequired[bool]  # asOf lists only
     currentRevision: NotRequired[str | None]  # asOf lists only
+    # Search results only: escaped HTML with the matching words in <mark>.
+    snippet: NotRequired[str]
+
+
+class SearchHit(DocumentEntry):
+    resource: str
+
+
+class SearchPage(TypedDict):
+    documents: list[SearchHit]
+    nextCursor: str | None
 
 
 class Document(DocumentEntry):
@@ -254,3 +265,22 @@ class ImportReport(TypedDict):
     skipped: int
     failed: int
     documents: list[ImportedDocument]
+
+
+class Redaction(TypedDict):
+    at: str
+    by: str
+    reason: str
+
+
+class Version(TypedDict):
+    revision: str
+    writer: Writer
+    bytes: int
+    title: str
+    summary: str
+    agentWrites: Literal["enabled", "disabled"]
+    action: str
+    createdAt: str
+    redacted: Redaction | None
+    text: NotRequired[str]

@@ -35,7 +35,7 @@ from memoryadmin.memory.export import (
     jsonl_lines,
 )
 from memoryadmin.memory.models import Document, Project, Resource
-from memoryadmin.memory.representations import document_dict, document_entries
+from memoryadmin.memory.representations import document_dict, document_entries, version_dict
 from memoryadmin.memory.services.deployments import (
     resource_documents_check,
     resource_get,
@@ -50,6 +50,7 @@ from memoryadmin.memory.services.documents import (
     document_set_agent_writes,
 )
 from memoryadmin.memory.services.projects import project_get
+from memoryadmin.memory.services.redaction import version_redact
 from memoryadmin.memory.services.tombstones import document_get_or_tombstone
 
 SUBCOMMANDS = {
@@ -62,6 +63,7 @@ SUBCOMMANDS = {
     "export": "Write every document to <out>/<resource>/<id>.json plus a manifest.",
     "import": "Create the documents of an export directory; never overwrites.",
     "remove": "Delete a document; its id stays reserved.",
+    "redact": "Replace an old version's title, summary and text with a marker, for good.",
     **PROPOSAL_SUBCOMMANDS,
     **HISTORY_SUBCOMMANDS,
 }
@@ -151,6 +153,16 @@ class Command(HistoryCommands, ProposalCommands, cli.Command):
         self._args_show(parser)
         parser.add_argument("--yes", action="store_true", help="do not ask for confirmation")
 
+    def _args_redact(self, parser: CommandParser) -> None:
+        self._args_show(parser)
+        parser.add_argument(
+            "revision",
+            help="the version's revision (memory show lists none; "
+            "see the page's history or the API's versions)",
+        )
+        parser.add_argument("--reason", required=True, help="kept in the audit log")
+        parser.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+
     def _text_options(self, parser: CommandParser) -> None:
         text = parser.add_mutually_exclusive_group()
         text.add_argument("--text-file", default=None, help="read the text from this file")
@@ -178,6 +190,13 @@ class Command(HistoryCommands, ProposalCommands, cli.Command):
 
     def out_json(self, data: Any) -> None:
         self.stdout.write(json.dumps(data, ensure_ascii=False, indent=2))
+
+    def confirm_or_stop(self, question: str, *, doing: str, done: str) -> None:
+        """Asks on a terminal; without one, a destructive command needs --yes."""
+        if not self.stdin.isatty():
+            raise cli.invalid(f"Not {doing} without confirmation: pass --yes.")
+        if not cli.confirm(question, stdin=self.stdin, stderr=self.stderr):
+            raise cli.Error(f"Cancelled; nothing {done}.")
 
     def verbose(self) -> bool:
         return int(self.options["verbosity"]) > 0
@@ -362,14 +381,12 @@ class Command(HistoryCommands, ProposalCommands, cli.Command):
         document = document_get(resource=resource, doc_id=options["document"])
         name = f"{resource.resource_id}/{document.doc_id}"
         if not options["yes"]:
-            if not self.stdin.isatty():
-                raise cli.invalid(f"Not deleting {name} without confirmation: pass --yes.")
-            question = (
+            self.confirm_or_stop(
                 f"Delete {name} ({document.title})? Its title, text and summary are wiped "
-                "and the id stays reserved."
+                "and the id stays reserved.",
+                doing=f"deleting {name}",
+                done="deleted",
             )
-            if not cli.confirm(question, stdin=self.stdin, stderr=self.stderr):
-                raise cli.Error("Cancelled; nothing deleted.")
         # The revision shown at the prompt: a change since then is not deleted unseen.
         document_delete(
             resource=resource,
@@ -384,6 +401,29 @@ class Command(HistoryCommands, ProposalCommands, cli.Command):
                 f"Deleted {name}. The id '{document.doc_id}' stays reserved and cannot be "
                 "created again; use a new id for new notes."
             )
+
+    def do_redact(self, project: Project, options: dict[str, Any]) -> None:
+        resource = self.resource(project, options["resource"])
+        revision = options["revision"]
+        name = f"{resource.resource_id}/{options['document']}"
+        if not options["yes"]:
+            self.confirm_or_stop(
+                f"Redact version {revision} of {name} for good? Its title, summary and text "
+                "cannot be read or restored afterwards.",
+                doing=f"redacting {name}",
+                done="redacted",
+            )
+        version = version_redact(
+            resource=resource,
+            doc_id=options["document"],
+            revision=revision,
+            reason=options["reason"],
+            actor=self.actor,
+        )
+        if options["json"]:
+            self.out_json(version_dict(version, include_text=True))
+        elif self.verbose():
+            self.out(f"Redacted version {revision} of {name}.")
 
     def do_export(self, project: Project, options: dict[str, Any]) -> None:
         if options["format"] == "jsonl":

@@ -1,0 +1,74 @@
+"""What recalls keep of a document version, and how a redaction takes it out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import TextField
+from django.db.models.functions import Cast
+
+from memoryadmin.agents.models import Binding, Recall, Scope
+from memoryadmin.memory.models import Resource
+
+
+def recalls_scrub(*, resource: Resource, doc_id: str, revision: str, marker: str) -> int:
+    """Replaces what recalls showed of `revision` of a document with `marker`; returns
+    how many recalls changed.
+
+    A document binding's projection is that document's text; a collection's is
+    one `id | title | summary | day` line per document. Either way the source
+    names the revision it was built from.
+    """
+    recalls = (
+        Recall.objects.filter(
+            session__project_id=resource.project_id, session__environment=resource.environment
+        )
+        .annotate(raw=Cast("memory", TextField()))
+        .filter(raw__contains=revision)
+    )
+    changed = 0
+    for recall in recalls:
+        projection = recall.memory.get(resource.resource_id)
+        if not isinstance(projection, dict):
+            continue
+        if not _scrub_projection(projection, recall, resource, doc_id, revision, marker):
+            continue
+        Recall.objects.filter(pk=recall.pk).update(memory=recall.memory)
+        changed += 1
+    return changed
+
+
+def _scrub_projection(
+    projection: dict[str, Any],
+    recall: Recall,
+    resource: Resource,
+    doc_id: str,
+    revision: str,
+    marker: str,
+) -> bool:
+    sources = [
+        s
+        for s in projection.get("sources", [])
+        if s.get("id") == doc_id and s.get("revision") == revision
+    ]
+    if not sources:
+        return False
+    for source in sources:
+        source["title"] = marker
+    scope = (
+        Binding.objects.filter(session_id=recall.session_id, resource=resource)
+        .values_list("scope", flat=True)
+        .first()
+    )
+    if scope == Scope.DOCUMENT:
+        projection["text"] = marker
+    else:
+        lines = projection.get("text", "").split("\n")
+        prefix = f"{doc_id} | "
+        projection["text"] = "\n".join(
+            f"{prefix}{marker} | {marker} | {line.rsplit(' | ', 1)[-1]}"
+            if line.startswith(prefix)
+            else line
+            for line in lines
+        )
+    return True

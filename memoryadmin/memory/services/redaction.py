@@ -1,0 +1,113 @@
+"""Redaction: an old version's title, summary and text replaced for good by a marker.
+
+The version keeps its metadata (writer, time, revision, action, size before);
+the audit log gets the reason. Every other copy the database holds goes in
+the same transaction: titles in the audit details of that revision, the
+recalls that showed that revision to a model (agents.services.recalls), and
+the search index (on SQLite, FTS5 keeps deleted terms in its segments until
+they are merged, so the index is merged at once).
+"""
+
+from __future__ import annotations
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from memoryadmin.memory.errors import Conflict, InvalidRequest, NotFound
+from memoryadmin.memory.models import AuditEntry, Document, DocumentVersion, Resource
+from memoryadmin.memory.services.audit import audit_record
+from memoryadmin.memory.services.documents import document_get
+
+REDACTED = "[redacted]"
+REASON_MAX_CHARS = 500
+
+
+def check_reason(reason: object) -> str:
+    if not isinstance(reason, str) or not reason.strip():
+        raise InvalidRequest("A redaction needs a reason.")
+    if len(reason) > REASON_MAX_CHARS:
+        raise InvalidRequest(f"The reason is at most {REASON_MAX_CHARS} characters.")
+    return reason
+
+
+def _refusal(document: Document, version: DocumentVersion) -> str | None:
+    if version.redacted_at is not None:
+        return f"Version {version.revision} is already redacted."
+    if version.revision == document.revision:
+        return (
+            "The current version cannot be redacted: edit the document first, "
+            "then redact this version."
+        )
+    return None
+
+
+@transaction.atomic
+def version_redact(
+    *, resource: Resource, doc_id: str, revision: str, reason: str, actor: str
+) -> DocumentVersion:
+    """Redacts one old version of a live document; 409 for the current or a redacted one.
+
+    Only this version: another version with the same content keeps it (the
+    current one included), as the history says.
+    """
+    reason = check_reason(reason)
+    found = document_get(resource=resource, doc_id=doc_id)
+    # Locked: no write may make this version current while it is redacted.
+    document = Document.objects.select_for_update().get(pk=found.pk)
+    version = DocumentVersion.objects.filter(document=document, revision=revision).first()
+    if version is None:
+        raise NotFound(f"Document '{doc_id}' has no version '{revision}'.")
+    refusal = _refusal(document, version)
+    if refusal is not None:
+        raise Conflict(refusal)
+    secrets = [value for value in (version.title, version.summary, version.text) if value]
+    now = timezone.now()
+    DocumentVersion.objects.filter(pk=version.pk).update(
+        title=REDACTED,
+        summary=REDACTED,
+        text=REDACTED,
+        redacted_at=now,
+        redacted_by=actor,
+        redaction_reason=reason,
+    )
+    _scrub_audit(resource, doc_id, revision)
+    from memoryadmin.agents.services.recalls import recalls_scrub
+
+    recalls_scrub(resource=resource, doc_id=doc_id, revision=revision, marker=REDACTED)
+    _merge_search_index()
+    audit_record(
+        project_id=resource.project_id,
+        environment=resource.environment,
+        actor=actor,
+        action="version.redact",
+        resource_id=resource.resource_id,
+        document_id=doc_id,
+        revision=revision,
+        detail={"reason": reason, "bytes": version.bytes, "fields": len(secrets)},
+    )
+    version.refresh_from_db()
+    return version
+
+
+def _scrub_audit(resource: Resource, doc_id: str, revision: str) -> None:
+    """A patch's audit entry names the title it set: that title goes too."""
+    entries = AuditEntry.objects.filter(
+        project_id=resource.project_id,
+        environment=resource.environment,
+        resource_id=resource.resource_id,
+        document_id=doc_id,
+        revision=revision,
+    )
+    for entry in entries:
+        if "title" in entry.detail:
+            AuditEntry.objects.filter(pk=entry.pk).update(
+                detail={**entry.detail, "title": REDACTED}
+            )
+
+
+def _merge_search_index() -> None:
+    if connection.vendor != "sqlite":
+        return  # PostgreSQL's index is a column of the live row: old text is not in it.
+    with connection.cursor() as cursor:
+        for table in ("memory_document_fts", "memory_document_trigram"):
+            cursor.execute(f"INSERT INTO {table} ({table}) VALUES ('optimize')")

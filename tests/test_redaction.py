@@ -1,0 +1,252 @@
+"""Redaction: an old version's content gone for good, from every row the database keeps,
+through the API, the Memory page and the CLI."""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+from rest_framework.test import APIClient
+
+from memoryadmin.agents.services.runtime import recall_create
+from memoryadmin.agents.services.sessions import session_create
+from memoryadmin.memory.models import AuditEntry, Document, DocumentVersion, Project, Resource
+from memoryadmin.memory.services.documents import document_patch, document_replace
+from memoryadmin.memory.services.redaction import version_redact
+from tests.helpers import DEV, DOCS, Keys, html_of, support_session
+
+pytestmark = pytest.mark.django_db
+
+SECRETS = ("hunter2zebra", "zebrasummary", "Zebracorn")
+
+
+def _holds(cell: object, needle: str) -> bool:
+    if isinstance(cell, bytes):  # FTS5 keeps its index in blobs
+        return needle.lower().encode() in cell.lower()
+    return isinstance(cell, str) and needle.lower() in cell.lower()
+
+
+def raw_rows_with(needle: str) -> list[str]:
+    """Every table of the database, read raw (search index tables included): the tables
+    where `needle` occurs."""
+    found = []
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            cursor.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            for (table,) in cursor.fetchall():
+                cursor.execute(f'SELECT * FROM "{table}"')
+                if any(_holds(cell, needle) for row in cursor.fetchall() for cell in row):
+                    found.append(table)
+        else:
+            cursor.execute(
+                "SELECT table_name FROM information_schema.tables "
+                "WHERE table_schema = 'public' AND table_type = 'BASE TABLE'"
+            )
+            for (table,) in cursor.fetchall():
+                cursor.execute(
+                    f'SELECT t::text FROM "{table}" t WHERE t::text ILIKE %s', [f"%{needle}%"]
+                )
+                found += [table for _ in cursor.fetchall()]
+    return sorted(set(found))
+
+
+@pytest.fixture
+def history(project: Project, notes: Resource, make_document: Callable[..., Any]) -> list[str]:
+    """workshop: v1 to v3 hold the secrets (v2's title was set by a patch and kept by v3),
+    v4 is clean; agents recalled v1 through a document and a collection binding."""
+    v1 = make_document(
+        "workshop", title="Plan", text="password hunter2zebra", summary="zebrasummary"
+    )
+    recall_create(session=support_session(project), use=["notes"])
+    collection, _ = session_create(
+        project=project,
+        agent_id="support-bot@development",
+        memory={"notes": {"scope": "collection"}},
+        idempotency_key="c1",
+        actor="t",
+    )
+    recall_create(session=collection, use=["notes"])
+    v2 = document_patch(
+        resource=notes,
+        doc_id="workshop",
+        expected_revision=v1.revision,
+        title="Zebracorn",
+        actor="t",
+    )
+    v3 = document_replace(
+        resource=notes,
+        doc_id="workshop",
+        expected_revision=v2.revision,
+        text="clean",
+        summary="clean",
+        actor="t",
+    )
+    v4 = document_patch(
+        resource=notes, doc_id="workshop", expected_revision=v3.revision, title="Plan", actor="t"
+    )
+    return [v1.revision, v2.revision, v3.revision, v4.revision]
+
+
+def redact_url(revision: str) -> str:
+    return f"{DOCS}/workshop/versions/{revision}/redact{DEV}"
+
+
+def redact(api: APIClient, revision: str, reason: Any = "Leaked credentials.") -> Any:
+    return api.post(redact_url(revision), {"reason": reason}, format="json")
+
+
+def test_redaction_leaves_no_trace_in_any_table(api: APIClient, history: list[str]) -> None:
+    for secret in SECRETS:
+        assert raw_rows_with(secret) != [], secret  # the scan can see them before
+    for revision in history[:3]:
+        response = redact(api, revision)
+        assert response.status_code == 200, response.content
+    assert {secret: raw_rows_with(secret) for secret in SECRETS} == {
+        secret: [] for secret in SECRETS
+    }
+
+
+def test_a_redacted_version_keeps_its_metadata_and_shows_the_marker(
+    api: APIClient, history: list[str]
+) -> None:
+    before = DocumentVersion.objects.get(revision=history[0])
+    body = redact(api, history[0]).json()
+    assert (body["title"], body["summary"], body["text"]) == ("[redacted]",) * 3
+    assert body["revision"] == history[0]
+    assert body["bytes"] == before.bytes == len("password hunter2zebra")
+    assert body["writer"] == {"kind": "owner"}
+    assert body["redacted"]["reason"] == "Leaked credentials."
+    assert body["redacted"]["by"].startswith("key:mak_")
+    listed = api.get(f"{DOCS}/workshop/versions{DEV}&include=text").json()["versions"]
+    assert [v["redacted"] is not None for v in listed] == [False, False, False, True]
+    entry = AuditEntry.objects.get(action="version.redact")
+    assert (entry.revision, entry.detail["reason"]) == (history[0], "Leaked credentials.")
+    assert Document.objects.get(doc_id="workshop").title == "Plan"
+
+
+def test_the_current_version_and_its_text_cannot_be_redacted(
+    api: APIClient, notes: Resource, history: list[str]
+) -> None:
+    response = redact(api, history[3])
+    assert response.status_code == 409
+    assert "edit the document first" in response.json()["error"]["message"]
+    assert redact(api, history[0]).status_code == 200
+    again = redact(api, history[0])
+    assert again.status_code == 409
+    assert "already redacted" in again.json()["error"]["message"]
+    assert DocumentVersion.objects.filter(redacted_at__isnull=False).count() == 1
+
+
+def test_a_redacted_version_cannot_be_restored(api: APIClient, history: list[str]) -> None:
+    redact(api, history[0])
+    current = Document.objects.get(doc_id="workshop").revision
+    response = api.post(
+        f"{DOCS}/workshop/versions/{history[0]}/restore{DEV}", HTTP_IF_MATCH=f'"{current}"'
+    )
+    assert response.status_code == 409
+    assert Document.objects.get(doc_id="workshop").revision == current
+
+
+@pytest.mark.parametrize("reason", ["", "   ", None, 5, "x" * 501])
+def test_a_redaction_needs_a_reason(api: APIClient, history: list[str], reason: Any) -> None:
+    assert redact(api, history[0], reason).status_code == 400
+    assert not DocumentVersion.objects.filter(redacted_at__isnull=False).exists()
+
+
+def test_redaction_needs_a_read_write_key_of_the_project(
+    client_for: Callable[[str | None], APIClient], keys: Keys, history: list[str]
+) -> None:
+    assert redact(client_for(keys.read_only), history[0]).status_code == 403
+    assert redact(client_for(keys.other), history[0]).status_code == 403
+    assert redact(client_for(keys.owner), "f" * 20).status_code == 404
+    assert not DocumentVersion.objects.filter(redacted_at__isnull=False).exists()
+
+
+def test_exports_never_hold_redacted_text(api: APIClient, history: list[str]) -> None:
+    redact(api, history[0])
+    redact(api, history[1])
+    body = b"".join(
+        api.post(f"/api/managed-agents/projects/acme/memory/export{DEV}").streaming_content
+    )
+    archive = zipfile.ZipFile(io.BytesIO(body))
+    everything = b"".join(archive.read(name) for name in archive.namelist())
+    assert b"workshop" in everything
+    assert not any(secret.encode() in everything for secret in SECRETS)
+
+
+# The Memory page and the CLI
+
+
+def page_url(revision: str) -> str:
+    return (
+        f"/projects/acme/development/resources/notes/documents/workshop/versions/{revision}/redact/"
+    )
+
+
+def test_page_redacts_after_a_typed_confirmation(
+    web: Callable[[str], Any], history: list[str]
+) -> None:
+    owner = web("owner")
+    html = html_of(owner.get(page_url(history[0])))
+    assert "Type <code>REDACT</code> to confirm" in html
+    refused = owner.post(page_url(history[0]), {"reason": "Leak.", "confirm": "redact"})
+    assert refused.status_code == 422
+    assert not DocumentVersion.objects.filter(redacted_at__isnull=False).exists()
+    done = owner.post(page_url(history[0]), {"reason": "Leak.", "confirm": "REDACT"})
+    assert done.status_code == 302
+    version = DocumentVersion.objects.get(revision=history[0])
+    assert (version.text, version.redaction_reason, version.redacted_by) == (
+        "[redacted]",
+        "Leak.",
+        "user:olivia",
+    )
+    page = html_of(owner.get(done["Location"]))
+    assert "Redacted" in page
+    assert "Leak." in page
+
+
+def test_page_redaction_is_for_owners_only(web: Callable[[str], Any], history: list[str]) -> None:
+    response = web("support").post(page_url(history[0]), {"reason": "Leak.", "confirm": "REDACT"})
+    assert response.status_code == 403
+    assert not DocumentVersion.objects.filter(redacted_at__isnull=False).exists()
+
+
+def test_cli_redacts_with_a_reason(history: list[str], capsys: Any) -> None:
+    call_command(
+        "memory", "--project", "acme", "redact", "notes", "workshop", history[0],
+        "--reason", "Leak.", "--yes", "--json",
+    )  # fmt: skip
+    out = json.loads(capsys.readouterr().out)
+    assert (out["redacted"]["reason"], out["text"]) == ("Leak.", "[redacted]")
+    assert DocumentVersion.objects.get(revision=history[0]).redacted_by.startswith("cli:")
+
+
+def test_cli_refuses_the_current_version(history: list[str]) -> None:
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError) as refused:
+        call_command(
+            "memory", "--project", "acme", "redact", "notes", "workshop", history[3],
+            "--reason", "Leak.", "--yes",
+        )  # fmt: skip
+    assert refused.value.returncode == 7
+    assert not DocumentVersion.objects.filter(redacted_at__isnull=False).exists()
+
+
+def test_service_redaction_of_a_deleted_document_is_404(
+    notes: Resource, history: list[str]
+) -> None:
+    from memoryadmin.memory.errors import NotFound
+    from memoryadmin.memory.services.documents import document_delete
+
+    document_delete(resource=notes, doc_id="workshop", expected_revision=history[3], actor="t")
+    with pytest.raises(NotFound):
+        version_redact(
+            resource=notes, doc_id="workshop", revision=history[0], reason="x", actor="t"
+        )

@@ -1,0 +1,249 @@
+"""Search: ranked hits with escaped snippets, phrases and prefixes, keyset pages, and an
+index that follows every write (create, replace, patch, delete, restore, agent save)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from rest_framework.test import APIClient
+
+from memoryadmin.agents.models import Session
+from memoryadmin.memory.models import Document, Project, Resource
+from memoryadmin.memory.services.documents import (
+    Writer,
+    document_delete,
+    document_patch,
+    document_replace,
+    document_restore,
+)
+from memoryadmin.memory.services.search import document_search
+from tests.helpers import DEV, DOCS, Keys, html_of
+
+pytestmark = pytest.mark.django_db
+
+SEARCH = "/api/managed-agents/projects/acme/memory/search"
+
+
+def ids(api: APIClient, q: str, url: str = DOCS) -> list[str]:
+    response = api.get(url, {"environment": "development", "q": q})
+    assert response.status_code == 200, response.content
+    return [d["id"] for d in response.json()["documents"]]
+
+
+def found(notes: Resource, q: str) -> list[str]:
+    hits, _ = document_search(resources=[notes], q=q, scope="t")
+    return [h["doc_id"] for h in hits]
+
+
+@pytest.fixture
+def library(make_document: Callable[..., Any]) -> None:
+    make_document("runtime", title="Runtime notes", text="Exercises must run on Node.js 22.")
+    make_document("refunds", title="Refund policy", summary="Refunds within 30 days.")
+    make_document("payments-team", title="Payments", text="The refund desk answers in a day.")
+    make_document("greeting", title="Hello", text="Say hello to every new customer first.")
+
+
+def test_words_match_in_id_title_summary_and_text_ranked_title_first(
+    api: APIClient, library: None
+) -> None:
+    assert ids(api, "refund") == ["refunds", "payments-team"] or ids(api, "refund")[0] == "refunds"
+    assert ids(api, "customer") == ["greeting"]
+    assert ids(api, "exercises node") == ["runtime"]
+    assert ids(api, "exercises python") == []
+
+
+def test_phrases_and_prefixes(api: APIClient, library: None) -> None:
+    assert ids(api, '"new customer"') == ["greeting"]
+    assert ids(api, '"customer new"') == []
+    assert ids(api, "exer*") == ["runtime"]
+    assert ids(api, "exer") == []
+    assert ids(api, "node.js") == ["runtime"]
+
+
+def test_id_and_title_substrings_match(api: APIClient, library: None) -> None:
+    assert ids(api, "ments-te") == ["payments-team"]
+    assert ids(api, "untime no") == ["runtime"]
+
+
+def test_snippets_are_escaped_with_the_matches_marked(
+    api: APIClient, make_document: Callable[..., Any]
+) -> None:
+    make_document("xss", title="Markup", text="Beware <script>alert(1)</script> & the beware sign.")
+    document = api.get(DOCS, {"environment": "development", "q": "beware"}).json()["documents"][0]
+    assert "<script>" not in document["snippet"]
+    assert "&lt;script&gt;" in document["snippet"]
+    assert "<mark>Beware</mark>" in document["snippet"]
+    assert "text" not in document
+
+
+def test_search_pages_by_keyset_without_repeats(
+    api: APIClient, make_document: Callable[..., Any]
+) -> None:
+    for n in range(60):
+        make_document(f"doc-{n:02d}", text="common " * (n % 5 + 1))
+    first = api.get(DOCS, {"environment": "development", "q": "common"}).json()
+    assert len(first["documents"]) == 50
+    second = api.get(
+        DOCS, {"environment": "development", "q": "common", "cursor": first["nextCursor"]}
+    ).json()
+    assert len(second["documents"]) == 10
+    assert second["nextCursor"] is None
+    seen = [d["id"] for d in first["documents"] + second["documents"]]
+    assert sorted(seen) == [f"doc-{n:02d}" for n in range(60)]
+    other = api.get(
+        DOCS, {"environment": "development", "q": "other", "cursor": first["nextCursor"]}
+    )
+    assert other.status_code == 400
+
+
+def test_the_index_follows_every_write(
+    notes: Resource, make_document: Callable[..., Any], session: Session
+) -> None:
+    first = make_document("log", text="alpha")
+    assert found(notes, "alpha") == ["log"]
+    second = document_replace(
+        resource=notes, doc_id="log", expected_revision=first.revision, text="beta", actor="t"
+    )
+    assert (found(notes, "alpha"), found(notes, "beta")) == ([], ["log"])
+    third = document_patch(
+        resource=notes, doc_id="log", expected_revision=second.revision, title="Gamma", actor="t"
+    )
+    assert found(notes, "gamma") == ["log"]
+    fourth = document_restore(
+        resource=notes,
+        doc_id="log",
+        revision=first.revision,
+        expected_revision=third.revision,
+        actor="t",
+    )
+    assert (found(notes, "alpha"), found(notes, "beta")) == (["log"], [])
+    fifth = document_replace(
+        resource=notes,
+        doc_id="log",
+        expected_revision=fourth.revision,
+        text="delta",
+        actor="agent",
+        writer=Writer(kind="agent", session_id=session.id),
+        action="save",
+    )
+    assert (found(notes, "alpha"), found(notes, "delta")) == ([], ["log"])
+    document_delete(resource=notes, doc_id="log", expected_revision=fifth.revision, actor="t")
+    assert found(notes, "delta") == found(notes, "gamma") == found(notes, "log") == []
+
+
+def test_a_rolled_back_write_leaves_the_index_as_it_was(
+    notes: Resource, make_document: Callable[..., Any]
+) -> None:
+    from django.db import transaction
+
+    first = make_document("log", text="alpha")
+
+    def replace_then_fail() -> None:
+        with transaction.atomic():
+            document_replace(
+                resource=notes,
+                doc_id="log",
+                expected_revision=first.revision,
+                text="beta",
+                actor="t",
+            )
+            raise RuntimeError
+
+    with pytest.raises(RuntimeError):
+        replace_then_fail()
+    assert (found(notes, "alpha"), found(notes, "beta")) == (["log"], [])
+
+
+def test_environment_search_spans_resources_and_never_others(
+    api: APIClient, make_document: Callable[..., Any], other_project: Project, keys: Keys
+) -> None:
+    kb = Resource.objects.get(resource_id="kb", environment="development")
+    make_document("workshop", text="Node 22 everywhere.")
+    make_document("node-faq", resource=kb, title="Node questions")
+    body = api.get(SEARCH, {"environment": "development", "q": "node"}).json()
+    assert {(d["resource"], d["id"]) for d in body["documents"]} == {
+        ("notes", "workshop"),
+        ("kb", "node-faq"),
+    }
+    assert body["documents"][0]["id"] == "node-faq"  # a title match ranks first
+    assert api.get(SEARCH, {"environment": "production", "q": "node"}).json()["documents"] == []
+    assert Document.objects.count() == 2
+
+
+@pytest.mark.parametrize("q", ["", '""', "***", "x" * 257])
+def test_a_query_without_words_is_400(api: APIClient, notes: Resource, q: str) -> None:
+    for url in (DOCS, SEARCH):
+        response = api.get(url, {"environment": "development", "q": q})
+        assert response.status_code == 400
+        assert response.json()["error"]["code"] == "invalid_request"
+    assert api.get(SEARCH + DEV).status_code == 400
+
+
+def test_search_needs_a_key_of_the_project(
+    client_for: Callable[[str | None], APIClient], keys: Keys, library: None
+) -> None:
+    assert ids(client_for(keys.read_only), "refund", SEARCH)[0] == "refunds"
+    assert (
+        client_for(keys.other)
+        .get(SEARCH, {"environment": "development", "q": "refund"})
+        .status_code
+        == 403
+    )
+    assert (
+        client_for(None).get(SEARCH, {"environment": "development", "q": "refund"}).status_code
+        == 401
+    )
+
+
+# The Memory page
+
+PAGE = "/projects/acme/development/search/"
+
+
+def test_page_groups_hits_by_resource_with_safe_snippets(
+    web: Callable[[str], Any], make_document: Callable[..., Any]
+) -> None:
+    kb = Resource.objects.get(resource_id="kb", environment="development")
+    make_document("workshop", text="Node <b>22</b> everywhere.")
+    make_document("node-faq", resource=kb, title="Node questions")
+    html = html_of(web("viewer").get(PAGE, {"q": "node"}))
+    assert html.index('id="group-kb"') < html.index('id="group-notes"')
+    assert "Node &lt;b&gt;22&lt;/b&gt; everywhere." in html.replace("<mark>Node</mark>", "Node")
+    assert "<b>22</b>" not in html
+    assert 'href="/projects/acme/development/resources/notes/documents/workshop/"' in html
+    assert 'id="site-search"' in html
+    assert 'value="node"' in html
+
+
+def test_page_reports_a_bad_query_and_empty_results(
+    web: Callable[[str], Any], notes: Resource
+) -> None:
+    response = web("owner").get(PAGE, {"q": '"'})
+    assert response.status_code == 422
+    assert "q needs at least one word" in response.content.decode()
+    assert "No documents match" in html_of(web("owner").get(PAGE, {"q": "nothing"}))
+
+
+def test_page_search_is_for_members_only(web: Callable[[str], Any], notes: Resource) -> None:
+    assert web("outsider").get(PAGE, {"q": "x"}).status_code == 404
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_slash_focuses_the_search_box_and_results_show_marked_snippets(
+    open_page: Any, used_memory: Resource
+) -> None:
+    from playwright.sync_api import expect
+
+    page = open_page("olivia")
+    page.locator("body").click()
+    page.keyboard.press("/")
+    box = page.get_by_label("Search development memory")
+    expect(box).to_be_focused()
+    box.fill("node")
+    box.press("Enter")
+    expect(page).to_have_url("/projects/acme/development/search/?q=node")
+    expect(page.locator(".search-hits mark").first).to_have_text("Node", ignore_case=True)
+    assert page.js_errors == []
