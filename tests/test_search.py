@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from django.db import connection
 from rest_framework.test import APIClient
 
 from memoryadmin.agents.models import Session
@@ -247,3 +248,26 @@ def test_slash_focuses_the_search_box_and_results_show_marked_snippets(
     expect(page).to_have_url("/projects/acme/development/search/?q=node")
     expect(page.locator(".search-hits mark").first).to_have_text("Node", ignore_case=True)
     assert page.js_errors == []
+
+
+def test_a_deleted_document_leaves_no_words_in_the_index(
+    notes: Resource, make_document: Callable[..., Any]
+) -> None:
+    for n in range(20):
+        make_document(f"filler-{n}", text=f"filler words {n}")
+    doomed = make_document("doomed", title="Quixotic", text="xylophonist")
+    document_delete(resource=notes, doc_id="doomed", expected_revision=doomed.revision, actor="t")
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            blobs: list[Any] = []
+            for table in ("memory_document_fts", "memory_document_trigram"):
+                for shadow in ("data", "content"):
+                    cursor.execute(f"SELECT * FROM {table}_{shadow}")
+                    blobs += [cell for row in cursor.fetchall() for cell in row]
+            raw = b"".join(c if isinstance(c, bytes) else str(c).encode() for c in blobs)
+        else:
+            cursor.execute("SELECT string_agg(search_vector::text, ' ') FROM memory_document")
+            raw = (cursor.fetchone()[0] or "").encode()
+    assert b"filler" in raw
+    assert b"xylophonist" not in raw.lower()
+    assert b"quixotic" not in raw.lower()

@@ -50,6 +50,14 @@ _DELETE = """
     DELETE FROM memory_document_fts WHERE rowid = old.id;
     DELETE FROM memory_document_trigram WHERE rowid = old.id;
 """
+# FTS5 keeps a removed row's terms in its segments until they are merged: a
+# deleted document's words leave the index file at once only after a merge.
+_PURGE = """
+    INSERT INTO memory_document_fts (memory_document_fts)
+        SELECT 'optimize' WHERE new.deleted AND NOT old.deleted;
+    INSERT INTO memory_document_trigram (memory_document_trigram)
+        SELECT 'optimize' WHERE new.deleted AND NOT old.deleted;
+"""
 SQLITE_FORWARD = [
     """
     CREATE VIRTUAL TABLE memory_document_fts USING fts5(
@@ -67,7 +75,7 @@ SQLITE_FORWARD = [
     f"""
     CREATE TRIGGER memory_document_search_au
     AFTER UPDATE OF resource_id, doc_id, title, summary, text, deleted ON memory_document
-    BEGIN {_DELETE} {_INSERT} END
+    BEGIN {_DELETE} {_INSERT} {_PURGE} END
     """,
     f"""
     INSERT INTO memory_document_fts (rowid, scope, doc_id, title, summary, text)
