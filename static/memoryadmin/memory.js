@@ -237,8 +237,8 @@
       return;
     }
     if (event.key === "/") {
-      // The header's search box (every project page has one), else a page's filter.
-      const search = document.getElementById("site-search") || document.querySelector('input[type="search"]');
+      // A page's own filter box where it has one, else the header's search box.
+      const search = document.querySelector('main input[type="search"]') || document.getElementById("site-search");
       if (search) {
         event.preventDefault();
         search.focus();
