@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from memoryadmin.agents.models import Recall
+from memoryadmin.agents.search_tool import SEARCH_TOOL
 from memoryadmin.agents.services.runtime import TOOLS
 from memoryadmin.memory.models import Project
 from memoryadmin.memory.providers import reserved_tool_names
@@ -115,7 +116,7 @@ def start(host: Host, namespace: str = "owner", access: str = "read-write") -> s
 
 
 def test_ordinary_tool_names_match_the_runtime() -> None:
-    assert reserved_tool_names() == set(TOOLS)
+    assert reserved_tool_names() | {SEARCH_TOOL} == set(TOOLS)
 
 
 def test_remember_then_recall_sees_the_fact(host: Host) -> None:

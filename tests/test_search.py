@@ -271,3 +271,120 @@ def test_a_deleted_document_leaves_no_words_in_the_index(
     assert b"filler" in raw
     assert b"xylophonist" not in raw.lower()
     assert b"quixotic" not in raw.lower()
+
+
+# The agent tool
+
+
+SESSIONS = "/api/managed-agents/sessions"
+
+
+def start(api: APIClient, memory: dict[str, Any], key: str) -> tuple[str, dict[str, Any]]:
+    body = {"agentId": "support-bot@development", "memory": memory}
+    created = api.post(SESSIONS, body, format="json", HTTP_IDEMPOTENCY_KEY=key)
+    assert created.status_code == 201, created.content
+    session = created.json()["session"]["id"]
+    recall = api.post(f"{SESSIONS}/{session}/memory/recall", {"use": list(memory)}, format="json")
+    assert recall.status_code == 200, recall.content
+    return session, recall.json()
+
+
+def call(api: APIClient, session: str, recall: dict[str, Any], arguments: Any) -> Any:
+    body = {
+        "recallId": recall["recallId"],
+        "callId": "c1",
+        "name": "memory_search",
+        "arguments": arguments,
+    }
+    return api.post(f"{SESSIONS}/{session}/memory/tool-calls", body, format="json")
+
+
+def test_memory_search_is_offered_only_where_the_binding_allows_it(
+    api: APIClient, library: None
+) -> None:
+    _, plain = start(api, {"notes": {"scope": "collection"}}, "s1")
+    assert "memory_search" not in [t["name"] for t in plain["tools"]]
+    session, allowed = start(api, {"notes": {"scope": "collection", "search": True}}, "s2")
+    tool = next(t for t in allowed["tools"] if t["name"] == "memory_search")
+    assert tool["inputSchema"]["required"] == ["query"]
+    assert tool["inputSchema"]["properties"]["limit"]["type"] == "integer"
+    inspected = api.get(f"{SESSIONS}/{session}").json()["memory"]
+    assert inspected == [
+        {
+            "resource": "notes",
+            "scope": "collection",
+            "access": "read",
+            "search": True,
+            "writable": False,
+        }
+    ]
+
+
+def test_memory_search_returns_ids_titles_and_plain_snippets_in_pages(
+    api: APIClient, make_document: Callable[..., Any]
+) -> None:
+    for n in range(7):
+        make_document(f"note-{n}", title=f"Note {n}", text=f"A & B <refund> case {n}.")
+    session, recall = start(api, {"notes": {"scope": "collection", "search": True}}, "s1")
+    first = call(api, session, recall, {"query": "refund", "limit": 5})
+    assert first.status_code == 200, first.content
+    page = first.json()["result"]
+    assert len(page["documents"]) == 5
+    assert set(page["documents"][0]) == {"id", "title", "snippet"}
+    assert page["documents"][0]["snippet"].startswith("A & B <refund> case")
+    rest = call(api, session, recall, {"query": "refund", "cursor": page["nextCursor"]})
+    ids = [d["id"] for d in page["documents"] + rest.json()["result"]["documents"]]
+    assert sorted(ids) == [f"note-{n}" for n in range(7)]
+    assert rest.json()["result"]["nextCursor"] is None
+
+
+@pytest.mark.parametrize(
+    ("arguments", "outcome"),
+    [
+        ({"query": "***"}, "invalid_query"),
+        ({"query": "refund", "cursor": "forged"}, "invalid_cursor"),
+    ],
+)
+def test_memory_search_rejects_what_the_model_can_fix(
+    api: APIClient, library: None, arguments: dict[str, Any], outcome: str
+) -> None:
+    session, recall = start(api, {"notes": {"scope": "collection", "search": True}}, "s1")
+    response = call(api, session, recall, arguments)
+    assert response.status_code == 200
+    assert response.json()["result"]["reason"] == outcome
+
+
+@pytest.mark.parametrize(
+    "arguments", [{}, {"query": 5}, {"query": "a", "limit": 0}, {"query": "a", "limit": True}]
+)
+def test_memory_search_with_malformed_arguments_is_a_tool_error(
+    api: APIClient, library: None, arguments: dict[str, Any]
+) -> None:
+    session, recall = start(api, {"notes": {"scope": "collection", "search": True}}, "s1")
+    response = call(api, session, recall, arguments)
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid_tool_arguments"
+
+
+def test_memory_search_through_a_binding_without_it_is_not_bound(
+    api: APIClient, library: None
+) -> None:
+    session, recall = start(api, {"notes": {"scope": "collection"}}, "s1")
+    result = call(api, session, recall, {"query": "refund"}).json()["result"]
+    assert (result["status"], result["reason"]) == ("rejected", "not_bound")
+
+
+@pytest.mark.parametrize(
+    "binding",
+    [
+        {"scope": "document", "id": "runtime", "search": True},
+        {"scope": "collection", "search": "yes"},
+    ],
+)
+def test_search_is_a_collection_binding_option(
+    api: APIClient, library: None, binding: dict[str, Any]
+) -> None:
+    body = {"agentId": "support-bot@development", "memory": {"notes": binding}}
+    response = api.post(SESSIONS, body, format="json", HTTP_IDEMPOTENCY_KEY="s1")
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid_memory_binding"

@@ -8,6 +8,7 @@ from typing import Any
 
 from memoryadmin.agents.errors import InvalidMemoryBinding
 from memoryadmin.agents.models import Access, Binding, Scope, Session
+from memoryadmin.agents.search_tool import SEARCH_TOOL
 from memoryadmin.memory.errors import InvalidRequest
 from memoryadmin.memory.limits import (
     BINDINGS_MAX,
@@ -25,7 +26,7 @@ from memoryadmin.providers.partitions import partition_key
 from memoryadmin.providers.tools import http_tools_merge
 
 NAMESPACE_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")
-BINDING_FIELDS = {"scope", "id", "access"}
+BINDING_FIELDS = {"scope", "id", "access", "search"}
 
 
 @dataclass(frozen=True)
@@ -36,12 +37,16 @@ class BindingSpec:
     scope: str
     target_id: str
     access: str
+    # A collection binding may offer memory_search as well (off unless asked for).
+    search: bool = False
 
-    def as_dict(self) -> dict[str, str]:
-        data = {"resource": self.resource, "scope": self.scope}
+    def as_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"resource": self.resource, "scope": self.scope}
         if self.scope != Scope.COLLECTION:
             data["id"] = self.target_id
         data["access"] = self.access
+        if self.search:
+            data["search"] = True
         return data
 
 
@@ -62,12 +67,17 @@ def _spec_parse(resource: str, raw: object) -> BindingSpec:
     if access not in Access.values:
         raise InvalidMemoryBinding(resource, "access must be 'read' or 'read-write'.")
     target = raw.get("id")
+    search = raw.get("search", False)
+    if not isinstance(search, bool):
+        raise InvalidMemoryBinding(resource, "search must be true or false.")
+    if search and scope != Scope.COLLECTION:
+        raise InvalidMemoryBinding(resource, "only a collection binding offers search.")
     if scope == Scope.COLLECTION:
         if "id" in raw:
             raise InvalidMemoryBinding(resource, "a collection binding takes no id.")
         if access != Access.READ:
             raise InvalidMemoryBinding(resource, "collection bindings are read-only.")
-        return BindingSpec(resource, scope, "", access)
+        return BindingSpec(resource, scope, "", access, search)
     pattern = DOCUMENT_ID_RE if scope == Scope.DOCUMENT else NAMESPACE_ID_RE
     if not isinstance(target, str) or not pattern.fullmatch(target):
         what = "Document" if scope == Scope.DOCUMENT else "Namespace"
@@ -125,7 +135,9 @@ def bindings_admit(
             )
             for spec in specs
         ],
-        reserved=reserved_tool_names(),
+        # memory_search is taken only where a collection is bound with search: the
+        # reference provider's own memory_search works in every other session.
+        reserved=reserved_tool_names() | ({SEARCH_TOOL} if any(s.search for s in specs) else set()),
     )
     return resources
 
@@ -154,7 +166,11 @@ def binding_partition(*, session: Session, binding: Binding) -> str:
 
 def binding_spec(binding: Binding) -> BindingSpec:
     return BindingSpec(
-        binding.resource.resource_id, binding.scope, binding.target_id, binding.access
+        binding.resource.resource_id,
+        binding.scope,
+        binding.target_id,
+        binding.access,
+        binding.search,
     )
 
 

@@ -17,6 +17,7 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Q
 
+from memoryadmin.agents import search_tool
 from memoryadmin.agents.bindings import BindingSpec
 from memoryadmin.agents.errors import InvalidMemoryBinding, InvalidToolArguments, RecallFailed
 from memoryadmin.agents.models import Access, Binding, EventType, Recall, Scope, Session
@@ -193,7 +194,11 @@ def _arguments(tool: Tool, raw: dict[str, Any]) -> None:
         if required and name not in raw:
             raise InvalidToolArguments(f"{tool.name} needs '{name}'.")
     for name, value in raw.items():
-        if not isinstance(value, str) and not (name == "cursor" and value is None):
+        json_type = tool.arguments[name][0] if name in tool.arguments else "string"
+        if json_type == "integer":
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise InvalidToolArguments(f"{tool.name}: '{name}' must be an integer.")
+        elif not isinstance(value, str) and not (name == "cursor" and value is None):
             raise InvalidToolArguments(f"{tool.name}: '{name}' must be a string.")
 
 
@@ -314,6 +319,13 @@ TOOLS: dict[str, Tool] = {
             arguments={"id": ("string", True, "The document id.")},
             run=_read,
         ),
+        Tool(
+            name=search_tool.SEARCH_TOOL,
+            summary=search_tool.SUMMARY,
+            offered_by=search_tool.offers_search,
+            arguments=search_tool.ARGUMENTS,
+            run=search_tool.search_run,
+        ),
     )
 }
 
@@ -365,7 +377,9 @@ def _review_settings(provider: dict[str, Any], where: str) -> dict[str, Any]:
 class DocumentProvider(MemoryProvider):
     kind = KIND
     keeps_documents = True
-    reserved_tools = tuple(TOOLS)
+    # memory_search is not reserved: only collections bound with search offer it,
+    # and an http provider may declare a tool of that name for other sessions.
+    reserved_tools = tuple(name for name in TOOLS if name != search_tool.SEARCH_TOOL)
 
     def normalize(self, provider: dict[str, Any], where: str) -> dict[str, Any]:
         unknown = set(provider) - {"kind", "maxBytes", "agentWrites", "reviewPolicy"}

@@ -84,6 +84,8 @@ class Binding(models.Model):
     # The document id (document scope) or the namespace id (namespace scope).
     target_id = models.CharField(max_length=128, blank=True)
     access = models.CharField(max_length=16, choices=Access.choices, default=Access.READ)
+    # Collections only: whether the binding offers memory_search.
+    search = models.BooleanField(default=False)
 
     class Meta:
         constraints = [

@@ -58,6 +58,9 @@ class BindingSchema(serializers.Serializer):
     scope = serializers.ChoiceField(choices=["document", "collection", "namespace"])
     id = serializers.CharField(required=False, help_text="Document or namespace id.")
     access = serializers.ChoiceField(choices=["read", "read-write"], required=False)
+    search = serializers.BooleanField(
+        required=False, help_text="Collections only: offer the memory_search tool too."
+    )
 
 
 class SessionCreateSchema(serializers.Serializer):
@@ -81,6 +84,9 @@ class BindingOutput(serializers.Serializer):
     access = serializers.ChoiceField(choices=["read", "read-write"])
     partition = serializers.CharField(
         required=False, help_text="Namespace bindings: the partition key at the provider."
+    )
+    search = serializers.BooleanField(
+        required=False, help_text="Collections: true when the binding offers memory_search."
     )
     writable = serializers.BooleanField()
 

@@ -199,6 +199,7 @@ def session_create(
             scope=spec.scope,
             target_id=spec.target_id,
             access=spec.access,
+            search=spec.search,
         )
         for spec in specs
     )

@@ -135,6 +135,7 @@ class Binding(TypedDict):
     id: NotRequired[str]
     access: Literal["read", "read-write"]
     partition: NotRequired[str]
+    search: NotRequired[bool]
     writable: bool
 
 

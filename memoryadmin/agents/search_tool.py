@@ -1,0 +1,75 @@
+"""memory_search: the model searches a collection it is bound to, when the binding allows it.
+
+The same search as the API (memoryadmin.memory.services.search): ranked hits,
+keyset pages with an opaque cursor. The model gets ids, titles and plain-text
+snippets, in the shape of memory_list's pages.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from typing import Any
+
+from memoryadmin.agents.errors import InvalidToolArguments
+from memoryadmin.agents.models import Binding, Recall, Scope, Session
+from memoryadmin.memory.errors import InvalidRequest
+from memoryadmin.memory.services.search import document_search, search_parse
+
+SEARCH_TOOL = "memory_search"
+SEARCH_LIMIT_DEFAULT = 10
+SEARCH_LIMIT_MAX = 50
+_MARK = re.compile(r"</?mark>")
+
+SUMMARY = (
+    "Search a memory collection by what its documents say: words (all must occur), "
+    '"a phrase", or pre* for a word start. Returns the best matches first, each with id, '
+    "title and a snippet; read one with memory_read. Pass nextCursor back as cursor for "
+    "more; null means no more."
+)
+ARGUMENTS: dict[str, tuple[str, bool, str]] = {
+    "query": ("string", True, "What to look for."),
+    "limit": (
+        "integer",
+        False,
+        f"Hits per page, 1-{SEARCH_LIMIT_MAX} (default {SEARCH_LIMIT_DEFAULT}).",
+    ),
+    "cursor": ("string", False, "nextCursor from the previous page."),
+}
+
+
+def offers_search(binding: Binding) -> bool:
+    return binding.scope == Scope.COLLECTION and binding.search
+
+
+def _plain(snippet: str) -> str:
+    return html.unescape(_MARK.sub("", snippet))
+
+
+def search_run(
+    *, session: Session, recall: Recall, binding: Binding, args: dict[str, Any]
+) -> dict[str, Any]:
+    if not Session.objects.active().filter(pk=session.pk).exists():
+        return {"status": "rejected", "reason": "session_closed"}
+    limit = args.get("limit", SEARCH_LIMIT_DEFAULT)
+    if not 1 <= limit <= SEARCH_LIMIT_MAX:
+        raise InvalidToolArguments(f"memory_search: 'limit' is 1-{SEARCH_LIMIT_MAX}.")
+    try:
+        search_parse(args["query"])
+    except InvalidRequest as exc:
+        return {"status": "rejected", "reason": "invalid_query", "message": exc.message}
+    try:
+        hits, next_cursor = document_search(
+            resources=[binding.resource],
+            q=args["query"],
+            cursor=args.get("cursor"),
+            limit=limit,
+            scope=f"tool:{binding.resource_id}",
+        )
+    except InvalidRequest:
+        return {"status": "rejected", "reason": "invalid_cursor"}
+    documents = [
+        {"id": hit["doc_id"], "title": hit["title"], "snippet": _plain(hit["snippet"])}
+        for hit in hits
+    ]
+    return {"documents": documents, "nextCursor": next_cursor}
