@@ -3,6 +3,7 @@ index that follows every write (create, replace, patch, delete, restore, agent s
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -388,3 +389,31 @@ def test_search_is_a_collection_binding_option(
     response = api.post(SESSIONS, body, format="json", HTTP_IDEMPOTENCY_KEY="s1")
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "invalid_memory_binding"
+
+
+# The CLI
+
+
+def test_cli_search_prints_hits_of_every_resource(library: None, capsys: Any) -> None:
+    from django.core.management import call_command
+
+    call_command("memory", "--project", "acme", "search", "refund")
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].split() == ["RESOURCE", "ID", "TITLE", "SNIPPET"]
+    assert "refunds" in out
+    assert "<mark>" not in out
+    call_command(
+        "memory", "--project", "acme", "search", "refund*", "--resource", "notes", "--json"
+    )
+    body = json.loads(capsys.readouterr().out)
+    assert [d["id"] for d in body["documents"]][0] == "refunds"
+    assert body["documents"][0]["resource"] == "notes"
+
+
+def test_cli_search_refuses_a_query_without_words(notes: Resource) -> None:
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError) as refused:
+        call_command("memory", "--project", "acme", "search", "***")
+    assert refused.value.returncode == 6

@@ -7,19 +7,16 @@ snippets, in the shape of memory_list's pages.
 
 from __future__ import annotations
 
-import html
-import re
 from typing import Any
 
 from memoryadmin.agents.errors import InvalidToolArguments
 from memoryadmin.agents.models import Binding, Recall, Scope, Session
 from memoryadmin.memory.errors import InvalidRequest
-from memoryadmin.memory.services.search import document_search, search_parse
+from memoryadmin.memory.services.search import document_search, plain_snippet, search_parse
 
 SEARCH_TOOL = "memory_search"
 SEARCH_LIMIT_DEFAULT = 10
 SEARCH_LIMIT_MAX = 50
-_MARK = re.compile(r"</?mark>")
 
 SUMMARY = (
     "Search a memory collection by what its documents say: words (all must occur), "
@@ -40,10 +37,6 @@ ARGUMENTS: dict[str, tuple[str, bool, str]] = {
 
 def offers_search(binding: Binding) -> bool:
     return binding.scope == Scope.COLLECTION and binding.search
-
-
-def _plain(snippet: str) -> str:
-    return html.unescape(_MARK.sub("", snippet))
 
 
 def search_run(
@@ -69,7 +62,7 @@ def search_run(
     except InvalidRequest:
         return {"status": "rejected", "reason": "invalid_cursor"}
     documents = [
-        {"id": hit["doc_id"], "title": hit["title"], "snippet": _plain(hit["snippet"])}
+        {"id": hit["doc_id"], "title": hit["title"], "snippet": plain_snippet(hit["snippet"])}
         for hit in hits
     ]
     return {"documents": documents, "nextCursor": next_cursor}

@@ -40,6 +40,7 @@ SEARCH_WINDOW = 500
 QUERY_MAX_CHARS = 256
 SUBSTRING_MIN_CHARS = 3
 SNIPPET_CHARS = 200
+_MARK = re.compile(r"</?mark>")
 _TERM = re.compile(r'"([^"]*)"?|(\S+)')
 # Words as both indexes see them: letters and digits; "_" and punctuation separate.
 _WORD = re.compile(r"[^\W_]+")
@@ -236,6 +237,11 @@ def search_snippet(row: dict[str, Any], query: Query) -> str:
         done = match.end()
     parts += [html.escape(piece[done:]), "…" if end < len(text) else ""]
     return "".join(parts).strip()
+
+
+def plain_snippet(snippet: str) -> str:
+    """A snippet as plain text (for a model or a terminal): no marks, no escapes."""
+    return html.unescape(_MARK.sub("", snippet))
 
 
 def document_search(

@@ -34,8 +34,14 @@ from memoryadmin.memory.export import (
     export_snapshot,
     jsonl_lines,
 )
+from memoryadmin.memory.limits import LIST_PAGE_SIZE
 from memoryadmin.memory.models import Document, Project, Resource
-from memoryadmin.memory.representations import document_dict, document_entries, version_dict
+from memoryadmin.memory.representations import (
+    document_dict,
+    document_entries,
+    search_hit_dict,
+    version_dict,
+)
 from memoryadmin.memory.services.deployments import (
     resource_documents_check,
     resource_get,
@@ -51,6 +57,7 @@ from memoryadmin.memory.services.documents import (
 )
 from memoryadmin.memory.services.projects import project_get
 from memoryadmin.memory.services.redaction import version_redact
+from memoryadmin.memory.services.search import document_resources, document_search, plain_snippet
 from memoryadmin.memory.services.tombstones import document_get_or_tombstone
 
 SUBCOMMANDS = {
@@ -64,6 +71,7 @@ SUBCOMMANDS = {
     "import": "Create the documents of an export directory; never overwrites.",
     "remove": "Delete a document; its id stays reserved.",
     "redact": "Replace an old version's title, summary and text with a marker, for good.",
+    "search": "Search the documents of the environment (or of one resource), best first.",
     **PROPOSAL_SUBCOMMANDS,
     **HISTORY_SUBCOMMANDS,
 }
@@ -162,6 +170,11 @@ class Command(HistoryCommands, ProposalCommands, cli.Command):
         )
         parser.add_argument("--reason", required=True, help="kept in the audit log")
         parser.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+
+    def _args_search(self, parser: CommandParser) -> None:
+        parser.add_argument("query", help='words, "a phrase" or pre* (see docs/api.md)')
+        parser.add_argument("--resource", default=None, help="only this resource")
+        parser.add_argument("--limit", type=int, default=20, help="at most this many hits (1-50)")
 
     def _text_options(self, parser: CommandParser) -> None:
         text = parser.add_mutually_exclusive_group()
@@ -424,6 +437,41 @@ class Command(HistoryCommands, ProposalCommands, cli.Command):
             self.out_json(version_dict(version, include_text=True))
         elif self.verbose():
             self.out(f"Redacted version {revision} of {name}.")
+
+    def do_search(self, project: Project, options: dict[str, Any]) -> None:
+        if options["resource"] is not None:
+            resources = [self.resource(project, options["resource"])]
+        else:
+            resources = document_resources(project=project, environment=options["environment"])
+        if not 1 <= options["limit"] <= LIST_PAGE_SIZE:
+            raise cli.invalid(f"--limit is 1-{LIST_PAGE_SIZE}.")
+        hits, _ = document_search(
+            resources=resources,
+            q=options["query"],
+            limit=options["limit"],
+            scope=f"{project.id}:{options['environment']}",
+        )
+        by_id = {r.resource_id: r for r in resources}
+        entries = [
+            search_hit_dict(hit, resource=by_id[hit["resource"]], with_resource=True)
+            for hit in hits
+        ]
+        if options["json"]:
+            self.out_json({"documents": entries})
+        elif not entries:
+            self.out(f"No documents match {options['query']!r}.")
+        else:
+            rows = [["RESOURCE", "ID", "TITLE", "SNIPPET"]]
+            rows += [
+                [
+                    e["resource"],
+                    e["id"],
+                    _clip(e["title"], 30),
+                    _clip(plain_snippet(e["snippet"]), 60),
+                ]
+                for e in entries
+            ]
+            self.out(_table(rows))
 
     def do_export(self, project: Project, options: dict[str, Any]) -> None:
         if options["format"] == "jsonl":
