@@ -406,7 +406,7 @@ def test_cli_search_prints_hits_of_every_resource(library: None, capsys: Any) ->
         "memory", "--project", "acme", "search", "refund*", "--resource", "notes", "--json"
     )
     body = json.loads(capsys.readouterr().out)
-    assert [d["id"] for d in body["documents"]][0] == "refunds"
+    assert body["documents"][0]["id"] == "refunds"
     assert body["documents"][0]["resource"] == "notes"
 
 
