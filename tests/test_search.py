@@ -367,12 +367,13 @@ def test_memory_search_with_malformed_arguments_is_a_tool_error(
     assert response.json()["error"]["code"] == "invalid_tool_arguments"
 
 
-def test_memory_search_through_a_binding_without_it_is_not_bound(
+def test_memory_search_in_a_session_that_was_never_offered_it_is_unknown(
     api: APIClient, library: None
 ) -> None:
     session, recall = start(api, {"notes": {"scope": "collection"}}, "s1")
-    result = call(api, session, recall, {"query": "refund"}).json()["result"]
-    assert (result["status"], result["reason"]) == ("rejected", "not_bound")
+    response = call(api, session, recall, {"query": "refund"})
+    assert response.status_code == 400
+    assert "Unknown tool 'memory_search'" in response.json()["error"]["message"]
 
 
 @pytest.mark.parametrize(
@@ -417,3 +418,57 @@ def test_cli_search_refuses_a_query_without_words(notes: Resource) -> None:
     with pytest.raises(CommandError) as refused:
         call_command("memory", "--project", "acme", "search", "***")
     assert refused.value.returncode == 6
+
+
+def test_the_index_is_in_place_after_every_migration(db: None) -> None:
+    """A migration that rebuilds memory_document (SQLite remakes a table to alter it)
+    drops its triggers: this fails until that migration puts them back."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            cursor.execute(
+                "SELECT name FROM sqlite_master "
+                "WHERE type = 'trigger' AND tbl_name = 'memory_document'"
+            )
+            names = {row[0] for row in cursor.fetchall()}
+            assert names >= {
+                "memory_document_search_ai",
+                "memory_document_search_ad",
+                "memory_document_search_au",
+            }
+        else:
+            cursor.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'memory_document'")
+            names = {row[0] for row in cursor.fetchall()}
+            assert names >= {
+                "memory_document_search",
+                "memory_document_id_trgm",
+                "memory_document_title_trgm",
+            }
+
+
+def test_a_search_binding_and_a_provider_tool_of_that_name_collide(
+    api: APIClient, project: Project, library: None
+) -> None:
+    from memoryadmin.memory.services.deployments import deployment_create
+    from memoryadmin.refprovider.declaration import reference_declaration
+    from tests.helpers import MANIFEST_MEMORY
+
+    facts = reference_declaration(
+        resource_id="facts", base_url="http://127.0.0.1:9", description="Facts."
+    )
+    deployment_create(
+        project=project,
+        agent="support-bot",
+        memory=[*MANIFEST_MEMORY, facts],
+        promote="development",
+        actor="t",
+    )
+    namespace = {"scope": "namespace", "id": "team", "access": "read-write"}
+    body = {
+        "agentId": "support-bot@development",
+        "memory": {"notes": {"scope": "collection", "search": True}, "facts": namespace},
+    }
+    response = api.post(SESSIONS, body, format="json", HTTP_IDEMPOTENCY_KEY="s1")
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "tool_collision"
+    body["memory"]["notes"] = {"scope": "collection"}
+    assert api.post(SESSIONS, body, format="json", HTTP_IDEMPOTENCY_KEY="s2").status_code == 201

@@ -33,7 +33,8 @@ from memoryadmin.memory.cursors import cursor_dump, cursor_load
 from memoryadmin.memory.environments import check_environment
 from memoryadmin.memory.errors import InvalidRequest
 from memoryadmin.memory.limits import LIST_PAGE_SIZE
-from memoryadmin.memory.models import Document, Project, ProviderKind, Resource
+from memoryadmin.memory.models import Document, Project, Resource
+from memoryadmin.memory.providers import kinds_keeping_documents
 from memoryadmin.memory.services.documents import LIST_FIELDS
 
 SEARCH_WINDOW = 500
@@ -202,7 +203,7 @@ def document_resources(*, project: Project, environment: str) -> list[Resource]:
     """The resources a search of a whole environment reads: every document resource."""
     check_environment(environment)
     rows = Resource.objects.filter(
-        project=project, environment=environment, kind=ProviderKind.DOCUMENT
+        project=project, environment=environment, kind__in=kinds_keeping_documents()
     )
     return list(rows.order_by("resource_id"))
 

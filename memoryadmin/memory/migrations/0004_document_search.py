@@ -105,7 +105,7 @@ def _run(statements: dict[str, list[str]]) -> Any:
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("memory", "0002_api_key_life"),
+        ("memory", "0003_resource_kind_open"),
     ]
 
     operations = [
