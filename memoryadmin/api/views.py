@@ -413,7 +413,7 @@ class ProposalApproveView(ApiView):
         resource = deployment_services.resource_get(
             project=project, environment=environment, resource_id=document.resource.resource_id
         )
-        return _document_response(document, resource)
+        return document_response(document, resource)
 
 
 class ProposalRejectView(ApiView):

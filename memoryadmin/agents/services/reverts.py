@@ -15,11 +15,11 @@ from typing import Any
 from django.db import transaction
 
 from memoryadmin.agents.models import Session
-from memoryadmin.memory.errors import NotFound, PreconditionFailed
+from memoryadmin.memory.errors import Conflict, NotFound, PreconditionFailed
 from memoryadmin.memory.models import Document, DocumentVersion
 from memoryadmin.memory.services.audit import audit_record
+from memoryadmin.memory.services.documents import document_restore
 from memoryadmin.web.services.diff import text_merge
-from memoryadmin.web.services.edits import document_restore
 
 RESTORE = "restore"
 CONFLICT = "conflict"
@@ -126,12 +126,12 @@ def session_revert(*, session: Session, dry_run: bool, actor: str) -> RevertPlan
         try:
             restored = document_restore(
                 resource=item.document.resource,
-                document=item.document,
+                doc_id=item.document.doc_id,
                 revision=item.restore_revision,
                 expected_revision=item.document.revision,
                 actor=actor,
             )
-        except (PreconditionFailed, NotFound):
+        except (PreconditionFailed, NotFound, Conflict):
             item.action = CONFLICT
             continue
         item.written_revision = restored.revision

@@ -18,12 +18,12 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from memoryadmin.memory.cursors import keyset_page
-from memoryadmin.memory.errors import InvalidRequest, NotFound, PreconditionFailed
+from memoryadmin.memory.errors import Conflict, InvalidRequest, NotFound, PreconditionFailed
 from memoryadmin.memory.limits import LIST_PAGE_SIZE
 from memoryadmin.memory.models import Document, DocumentVersion, Resource
 from memoryadmin.memory.representations import iso_ms, writer_dict
 from memoryadmin.memory.services.audit import audit_record
-from memoryadmin.web.services.edits import document_restore
+from memoryadmin.memory.services.documents import document_restore
 
 RESTORE = "restore"
 UNCHANGED = "unchanged"
@@ -178,12 +178,12 @@ def resource_restore_as_of(
             document = Document.objects.get(resource=resource, doc_id=item.doc_id)
             restored = document_restore(
                 resource=resource,
-                document=document,
+                doc_id=document.doc_id,
                 revision=item.restore_revision,
                 expected_revision=item.current_revision or "",
                 actor=actor,
             )
-        except (PreconditionFailed, NotFound):
+        except (PreconditionFailed, NotFound, Conflict):
             item.action = CONFLICT
             continue
         item.revision = restored.revision

@@ -3,6 +3,7 @@
 The version keeps its metadata (writer, time, revision, action, size before);
 the audit log gets the reason. Every other copy the database holds goes in
 the same transaction: titles in the audit details of that revision, the
+approved proposal that wrote it, the
 recalls that showed that revision to a model (agents.services.recalls), and
 the search index (on SQLite, FTS5 keeps deleted terms in its segments until
 they are merged, so the index is merged at once).
@@ -14,7 +15,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from memoryadmin.memory.errors import Conflict, InvalidRequest, NotFound
-from memoryadmin.memory.models import AuditEntry, Document, DocumentVersion, Resource
+from memoryadmin.memory.models import AuditEntry, Document, DocumentVersion, Proposal, Resource
 from memoryadmin.memory.services.audit import audit_record
 from memoryadmin.memory.services.documents import document_get
 
@@ -71,6 +72,10 @@ def version_redact(
         redaction_reason=reason,
     )
     _scrub_audit(resource, doc_id, revision)
+    # The approved proposal that wrote this version holds its text too.
+    Proposal.objects.filter(document=document, applied_revision=revision).update(
+        text=REDACTED, summary=None
+    )
     from memoryadmin.agents.services.recalls import recalls_scrub
 
     recalls_scrub(resource=resource, doc_id=doc_id, revision=revision, marker=REDACTED)

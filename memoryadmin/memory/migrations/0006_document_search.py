@@ -105,7 +105,7 @@ def _run(statements: dict[str, list[str]]) -> Any:
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("memory", "0003_resource_kind_open"),
+        ("memory", "0005_version_by_session"),
     ]
 
     operations = [

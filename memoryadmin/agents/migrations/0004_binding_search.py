@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('agents', '0002_provider_operations'),
+        ('agents', '0003_recall_sources'),
     ]
 
     operations = [
