@@ -40,7 +40,7 @@ def offers_search(binding: Binding) -> bool:
 
 
 def search_run(
-    *, session: Session, recall: Recall, binding: Binding, args: dict[str, Any]
+    *, session: Session, recall: Recall, binding: Binding, args: dict[str, Any], **_: Any
 ) -> dict[str, Any]:
     if not Session.objects.active().filter(pk=session.pk).exists():
         return {"status": "rejected", "reason": "session_closed"}

@@ -274,9 +274,18 @@ class Redaction(TypedDict):
     reason: str
 
 
+class Origin(TypedDict):
+    actor: NotRequired[str]
+    sessionId: NotRequired[str]
+    recallId: NotRequired[str]
+    callId: NotRequired[str]
+    proposalId: NotRequired[str]
+
+
 class Version(TypedDict):
     revision: str
     writer: Writer
+    origin: Origin
     bytes: int
     title: str
     summary: str
