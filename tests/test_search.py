@@ -438,11 +438,7 @@ def test_the_index_is_in_place_after_every_migration(db: None) -> None:
         else:
             cursor.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'memory_document'")
             names = {row[0] for row in cursor.fetchall()}
-            assert names >= {
-                "memory_document_search",
-                "memory_document_id_trgm",
-                "memory_document_title_trgm",
-            }
+            assert names >= {"memory_document_search", "document_id_trgm", "document_title_trgm"}
 
 
 def test_a_search_binding_and_a_provider_tool_of_that_name_collide(

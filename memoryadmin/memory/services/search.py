@@ -116,7 +116,7 @@ def _pg_ranked(
     if query.substring:
         substring = f"""
             SELECT d.id, 0.0::float8 AS score, 1 AS sub FROM memory_document d
-            WHERE {live} AND (d.doc_id ILIKE %s OR d.title ILIKE %s)
+            WHERE {live} AND (UPPER(d.doc_id) LIKE UPPER(%s) OR UPPER(d.title) LIKE UPPER(%s))
             ORDER BY d.id DESC LIMIT {SEARCH_WINDOW}
         """
         sub_params = [resources, _like(query.substring), _like(query.substring)]

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('memory', '0006_document_search'),
+        ('memory', '0007_document_search'),
     ]
 
     operations = [

@@ -1,8 +1,9 @@
 """Full-text search over live documents, kept by the database itself.
 
 PostgreSQL: a generated tsvector column (id and title weighted A, summary B,
-text C; punctuation separates words, as in FTS5's unicode61) with a GIN index, and pg_trgm indexes for substrings of ids and
-titles. SQLite: two FTS5 tables (words; trigrams of ids and titles) that
+text C; punctuation separates words, as in FTS5's unicode61) with a GIN index;
+substrings of ids and titles use the trigram indexes of 0006 (UPPER(doc_id),
+UPPER(title)). SQLite: two FTS5 tables (words; trigrams of ids and titles) that
 triggers keep in step with memory_document inside the writing statement, so
 no write path can leave them stale and a deleted document leaves them at once.
 The Document model does not know about any of it; only the search service
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.postgres.operations import TrigramExtension
 from django.db import migrations
 
 POSTGRES_FORWARD = [
@@ -26,12 +26,8 @@ POSTGRES_FORWARD = [
     ) STORED
     """,
     "CREATE INDEX memory_document_search ON memory_document USING gin (search_vector)",
-    "CREATE INDEX memory_document_id_trgm ON memory_document USING gin (doc_id gin_trgm_ops)",
-    "CREATE INDEX memory_document_title_trgm ON memory_document USING gin (title gin_trgm_ops)",
 ]
 POSTGRES_BACKWARD = [
-    "DROP INDEX IF EXISTS memory_document_title_trgm",
-    "DROP INDEX IF EXISTS memory_document_id_trgm",
     "DROP INDEX IF EXISTS memory_document_search",
     "ALTER TABLE memory_document DROP COLUMN IF EXISTS search_vector",
 ]
@@ -105,11 +101,10 @@ def _run(statements: dict[str, list[str]]) -> Any:
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("memory", "0005_version_by_session"),
+        ("memory", "0006_document_filter_trigram"),
     ]
 
     operations = [
-        TrigramExtension(),
         migrations.RunPython(
             _run({"postgresql": POSTGRES_FORWARD, "sqlite": SQLITE_FORWARD}),
             _run({"postgresql": POSTGRES_BACKWARD, "sqlite": SQLITE_BACKWARD}),
