@@ -192,8 +192,10 @@ class DocumentVersion(models.Model):
     created_at = models.DateTimeField()
     # Set once by a redaction, which replaced title, summary and text with a marker.
     redacted_at = models.DateTimeField(null=True, blank=True)
-    redacted_by = models.CharField(max_length=200, blank=True)
-    redaction_reason = models.CharField(max_length=500, blank=True)
+    # Database defaults: the version row is also written by raw INSERTs that name
+    # only the columns they know (memoryadmin.memory.services.documents).
+    redacted_by = models.CharField(max_length=200, blank=True, db_default="")
+    redaction_reason = models.CharField(max_length=500, blank=True, db_default="")
 
     class Meta:
         indexes = [
