@@ -53,6 +53,8 @@ def test_client_reviews_reads_provenance_reverts_and_restores(
     assert document["text"] == "Node.js 24."
     reverted = client.revert_session(session_id, dry_run=True)
     assert [d["action"] for d in reverted["documents"]] == ["restore"]
+    readers = client.version_readers("notes", "workshop", workshop.revision)
+    assert [r["recallId"] for r in readers["readers"]] == [recall["recallId"]]
     recalls = client.list_recalls(session_id)
     assert recalls["recalls"][0]["id"] == recall["recallId"]
     plan = client.restore_as_of("notes", as_of=workshop.updated_at.isoformat(), dry_run=True)

@@ -118,3 +118,36 @@ def test_pages_show_the_recalls_and_the_readers_of_a_version(
     version = html_of(owner.get(f"{WORKSHOP_PAGE}versions/{workshop.revision}/"))
     assert recall["recallId"] in version
     assert session.id in version
+
+
+def test_api_and_cli_name_the_sessions_that_read_a_version(
+    api: APIClient, client_for: Any, keys: Keys, session: Session, workshop: Document
+) -> None:
+    recall = recall_create(session=session, use=["notes"])
+    url = f"{DOCS}/workshop/versions/{workshop.revision}/readers{DEV}"
+    response = api.get(url)
+    assert response.status_code == 200
+    assert response.json()["readers"] == [
+        {
+            "recallId": recall["recallId"],
+            "sessionId": session.id,
+            "agent": "support-bot",
+            "createdAt": response.json()["readers"][0]["createdAt"],
+        }
+    ]
+    assert api.get(f"{DOCS}/workshop/versions/nope/readers{DEV}").status_code == 404
+    assert client_for(keys.other).get(url).status_code == 403
+    out = StringIO()
+    call_command(
+        "memory", "--project", "acme", "history", "notes", "workshop", "--json", stdout=out
+    )
+    versions = json.loads(out.getvalue())["versions"]
+    assert versions[0]["readBy"][0]["sessionId"] == session.id
+    assert versions[0]["origin"] == {"actor": "test"}
+    out = StringIO()
+    call_command("memory", "--project", "acme", "history", "notes", "workshop", stdout=out)
+    assert session.id in out.getvalue()
+    out = StringIO()
+    call_command("session", "recalls", session.id, stdout=out)
+    assert recall["recallId"] in out.getvalue()
+    assert f"workshop@{workshop.revision}" in out.getvalue()

@@ -142,6 +142,8 @@ PAIRS = [
     (api_shapes.ProposalOutput, sdk.Proposal),
     (agent_shapes.RecallRecordOutput, sdk.RecallRecord),
     (api_shapes.RestoreAsOfOutput, sdk.RestoreAsOf),
+    (api_shapes.VersionReadersOutput, sdk.VersionReaders),
+    (api_shapes.VersionReaderOutput, sdk.VersionReader),
     (agent_shapes.RevertOutput, sdk.SessionRevert),
     (agent_shapes.RevertDocumentOutput, sdk.RevertItem),
     (api_shapes.RestoreAsOfItemOutput, sdk.RestoreAsOfItem),
@@ -235,6 +237,8 @@ def responses(api: APIClient, project: Project) -> dict[str, Any]:
     keep("versions_with_text", api.get(f"{DOCS}/workshop/versions{DEV}&include=text"))
     keep("session", api.get(session))
     keep("recalls", api.get(f"{session}/recalls"))
+    read = api.get(f"{DOCS}/workshop{DEV}").json()["revision"]
+    keep("readers", api.get(f"{DOCS}/workshop/versions/{read}/readers{DEV}"))
     keep("revert", post(api, f"{session}/revert", {"dryRun": True}))
     # A save under review: a proposal, listed, then rejected.
     revision = api.get(f"{DOCS}/workshop{DEV}").json()["revision"]
@@ -311,6 +315,7 @@ SCHEMA = {
     "inventory": api_shapes.InventoryOutput,
     "proposals": api_shapes.ProposalPageOutput,
     "recalls": agent_shapes.RecallPageOutput,
+    "readers": api_shapes.VersionReadersOutput,
     "revert": agent_shapes.RevertOutput,
     "proposal_reject": api_shapes.ProposalOutput,
     "secrets": provider_views.SecretListOutput,
@@ -336,6 +341,7 @@ CLIENT = {
     "deployment": sdk.Deployment,
     "proposals": sdk.ProposalPage,
     "recalls": sdk.RecallPage,
+    "readers": sdk.VersionReaders,
     "revert": sdk.SessionRevert,
     "proposal_reject": sdk.Proposal,
     "audit": sdk.AuditPage,

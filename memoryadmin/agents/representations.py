@@ -52,6 +52,16 @@ def recall_record_dict(recall: Recall) -> dict[str, Any]:
     }
 
 
+def reader_dict(recall: Recall) -> dict[str, Any]:
+    """A recall that showed a version to a model: which session, agent and when."""
+    return {
+        "recallId": recall.id,
+        "sessionId": recall.session_id,
+        "agent": recall.session.agent,
+        "createdAt": iso_ms(recall.created_at),
+    }
+
+
 # Documents as the model sees them: parts of the document object, by key.
 SOURCE_KEYS = ("id", "title", "revision", "updatedAt")
 TOOL_DOCUMENT_KEYS = ("id", "title", "text", "summary", "revision", "updatedAt")

@@ -481,3 +481,14 @@ class RecordChangeOutput(serializers.Serializer):
 
 class RecordHistoryOutput(serializers.Serializer):
     history = RecordChangeOutput(many=True)
+
+
+class VersionReaderOutput(serializers.Serializer):
+    recallId = serializers.CharField()
+    sessionId = serializers.CharField()
+    agent = serializers.CharField()
+    createdAt = serializers.DateTimeField()
+
+
+class VersionReadersOutput(serializers.Serializer):
+    readers = VersionReaderOutput(many=True)

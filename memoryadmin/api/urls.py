@@ -36,6 +36,11 @@ urlpatterns = [
         views.DocumentVersionsView.as_view(),
         name="api-document-versions",
     ),
+    path(
+        f"{DOCUMENTS}/<str:doc_id>/versions/<str:revision>/readers",
+        views.VersionReadersView.as_view(),
+        name="api-version-readers",
+    ),
     # After the document routes: a resource may be called "operations", and no
     # operation id is "documents".
     path(OPERATIONS, operation_views.OperationListView.as_view(), name="api-operations"),

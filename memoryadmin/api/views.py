@@ -14,6 +14,8 @@ from drf_spectacular.utils import (
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from memoryadmin.agents.representations import reader_dict
+from memoryadmin.agents.services.provenance import version_readers
 from memoryadmin.api import serializers as s
 from memoryadmin.api.base import CURSOR, ENVIRONMENT, ERRORS, WRITE_ERRORS, ApiView
 from memoryadmin.api.conditions import etag, put_mode, required_if_match
@@ -459,3 +461,19 @@ class ResourceRestoreView(ApiView):
             actor=self.actor(request),
         )
         return Response(plan.as_dict())
+
+
+class VersionReadersView(ApiView):
+    @extend_schema(
+        parameters=[ENVIRONMENT],
+        responses={200: s.VersionReadersOutput, **ERRORS},
+        operation_id="documents_version_readers",
+        description="The sessions whose recalls showed this version to a model, newest "
+        "first (at most 50).",
+    )
+    def get(self, request: Request, p: str, r: str, doc_id: str, revision: str) -> Response:
+        resource = self.resource(request, p, r)
+        document = document_services.document_get(resource=resource, doc_id=doc_id)
+        version = document_services.version_get(document=document, revision=revision)
+        recalls = version_readers(document=document, revision=version.revision)
+        return Response({"readers": [reader_dict(recall) for recall in recalls]})

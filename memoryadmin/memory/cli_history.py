@@ -6,14 +6,20 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
+from memoryadmin.agents.representations import reader_dict
+from memoryadmin.agents.services.provenance import version_readers
 from memoryadmin.memory.models import Project
+from memoryadmin.memory.representations import version_dict
 from memoryadmin.memory.services.asof import (
     document_list_as_of,
     parse_as_of,
     resource_restore_as_of,
 )
+from memoryadmin.memory.services.documents import document_get, version_list
 
 SUBCOMMANDS = {
+    "history": "A document's versions, newest first, with where each came from and the "
+    "sessions that read it.",
     "restore-as-of": "Restore documents (default: the whole resource) to their text at a "
     "moment, each as a new version.",
 }
@@ -27,6 +33,39 @@ class HistoryCommands:
     out_json: Any
     verbose: Any
     resource: Any
+
+    def _args_history(self, parser: CommandParser) -> None:
+        parser.add_argument("resource")
+        parser.add_argument("document")
+
+    def do_history(self, project: Project, options: dict[str, Any]) -> None:
+        resource = self.resource(project, options["resource"])
+        document = document_get(resource=resource, doc_id=options["document"])
+        versions, _ = version_list(document=document)
+        rows = [
+            {
+                **version_dict(v, include_text=False),
+                "readBy": [
+                    reader_dict(r) for r in version_readers(document=document, revision=v.revision)
+                ],
+            }
+            for v in versions
+        ]
+        if options["json"]:
+            self.out_json({"versions": rows})
+            return
+        for row in rows:
+            origin = row["origin"]
+            traced = " ".join(
+                f"{name}={origin[name]}"
+                for name in ("recallId", "callId", "proposalId")
+                if name in origin
+            )
+            readers = ", ".join(sorted({r["sessionId"] for r in row["readBy"]})) or "-"
+            self.out(
+                f"{row['createdAt']}  {row['revision']}  {row['action']:<8} "
+                f"{origin.get('actor', '?')} {traced}  read by: {readers}"
+            )
 
     def _args_restore_as_of(self, parser: CommandParser) -> None:
         parser.add_argument("resource")

@@ -64,6 +64,8 @@ from memoryadmin_client._types import (
     Source,
     ToolDefinition,
     Version,
+    VersionReader,
+    VersionReaders,
     Writer,
 )
 from memoryadmin_client.adapters import (
@@ -124,6 +126,8 @@ __all__ = [
     "ToolCall",
     "ToolDefinition",
     "Version",
+    "VersionReader",
+    "VersionReaders",
     "Writer",
     "adispatch",
     "dispatch",

@@ -39,6 +39,7 @@ from memoryadmin_client._types import (
     SessionPage,
     SessionRevert,
     Version,
+    VersionReaders,
 )
 
 TOPIC_KEY_MAX = 248
@@ -299,6 +300,21 @@ def list_documents(
     params = _drop_none({**c._env(environment), "cursor": cursor, "asOf": as_of, "q": q})
     response = yield Request("GET", c._docs(project, resource), params)
     return cast(DocumentPage, response.json())
+
+
+def version_readers(
+    c: Defaults,
+    resource: str,
+    doc_id: str,
+    revision: str,
+    *,
+    project: str | None = None,
+    environment: Environment | None = None,
+) -> Op[VersionReaders]:
+    """The sessions whose recalls showed this version to a model, newest first."""
+    path = f"{c._docs(project, resource, doc_id)}/versions/{revision}/readers"
+    response = yield Request("GET", path, c._env(environment))
+    return cast(VersionReaders, response.json())
 
 
 def restore_as_of(

@@ -78,6 +78,17 @@ class SessionRevert(TypedDict):
     documents: list[RevertItem]
 
 
+class VersionReader(TypedDict):
+    recallId: str
+    sessionId: str
+    agent: str
+    createdAt: str
+
+
+class VersionReaders(TypedDict):
+    readers: list[VersionReader]
+
+
 class Proposal(TypedDict):
     id: str
     resource: str

@@ -10,8 +10,9 @@ from django.core.management.base import CommandParser
 
 from memoryadmin.agents.bindings import bindings_parse
 from memoryadmin.agents.models import Session
-from memoryadmin.agents.representations import event_dict, sessions_dicts
+from memoryadmin.agents.representations import event_dict, recall_record_dict, sessions_dicts
 from memoryadmin.agents.services import sessions as services
+from memoryadmin.agents.services.provenance import recall_list
 from memoryadmin.agents.services.reverts import session_revert
 from memoryadmin.agents.services.sessions import AGENT_REFS
 from memoryadmin.agents.topics import topic_session_key
@@ -101,6 +102,11 @@ class Command(cli.Command):
         revert.add_argument("session_id")
         revert.add_argument("--dry-run", action="store_true", help="show the plan only")
         revert.add_argument("--json", action="store_true")
+        recalls = commands.add_parser(
+            "recalls", help="What the model was given: a session's newest recalls."
+        )
+        recalls.add_argument("session_id")
+        recalls.add_argument("--json", action="store_true")
         events = commands.add_parser("events", help="A session's events, in order.")
         events.add_argument("session_id")
         events.add_argument("--after", type=int, default=0)
@@ -206,6 +212,20 @@ class Command(cli.Command):
         body = sessions_dicts([ended])[0]
         note = "ended" if was_active else "was already ended"
         self.emit(options, body, [f"session {ended.id}: {note}"])
+
+    def handle_recalls(self, options: dict[str, Any]) -> None:
+        recalls, _ = recall_list(session=self.session(options))
+        body = {"recalls": [recall_record_dict(r) for r in recalls]}
+        lines = []
+        for recall in body["recalls"]:
+            lines.append(f"{recall['id']}  {recall['createdAt']}")
+            for resource, projection in recall["memory"].items():
+                sources = ", ".join(
+                    f"{s['id']}@{s['revision']}" if "revision" in s else str(s.get("id"))
+                    for s in projection["sources"]
+                )
+                lines.append(f"  {resource}: {len(projection['text'])} chars from {sources or '-'}")
+        self.emit(options, body, lines or ["(no recalls)"])
 
     def handle_revert(self, options: dict[str, Any]) -> None:
         plan = session_revert(
