@@ -8,12 +8,13 @@ from __future__ import annotations
 import csv
 import io
 import re
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from memoryadmin.memory.models import Resource
+from memoryadmin.memory.models import Document, Resource
 from tests.helpers import BROWSER_TESTS, shoot
 
 pytestmark = BROWSER_TESTS
@@ -421,4 +422,73 @@ def test_a_provider_resource_shows_connection_and_tools(
     expect(page.locator("dl.meta")).to_contain_text("MEMORY_TOKEN")
     expect(page.get_by_role("row", name="remember")).to_contain_text("write")
     fits(page)
+    assert page.js_errors == []
+
+
+# Row heights and header widths of the document list, to compare before and after "Load more".
+ROW_HEIGHTS = """() => Array.from(document.querySelectorAll('#document-rows tr:not(.load-more)'))
+  .map(r => Math.round(r.getBoundingClientRect().height))"""
+COLUMN_WIDTHS = """() => Array.from(document.querySelectorAll('table.documents thead tr > *'))
+  .map(c => Math.round(c.getBoundingClientRect().width))"""
+
+
+@VIEWPORTS
+def test_documents_list_sorts_loads_more_in_place_and_freezes_a_selection(
+    open_page: Any, used_memory: Resource, viewport: dict[str, int]
+) -> None:
+    from django.utils import timezone
+    from playwright.sync_api import expect
+
+    now = timezone.now()
+    used_memory.documents.bulk_create(
+        Document(
+            resource=used_memory,
+            doc_id=f"bulk-{i:03d}",
+            title=f"A long title that would wrap onto a second line, number {i}, " * 3,
+            text="x",
+            bytes=1000 + i * 10,
+            revision=f"r{i}",
+            updated_at=now - timedelta(days=1, seconds=i),
+            created_at=now,
+            writer_kind="owner",
+        )
+        for i in range(60)
+    )
+    live = used_memory.documents.filter(deleted=False)
+    by_size = list(live.order_by("-bytes", "doc_id").values_list("doc_id", flat=True))
+    page = open_page("olivia", viewport=viewport)
+    page.goto(NOTES)
+    expect(page.locator("[data-total]")).to_have_text(f"{len(by_size)} documents")
+    page.get_by_role("navigation", name="Sort documents").get_by_role("link", name="Size").click()
+    expect(page).to_have_url(re.compile(r"sort=size"))
+    rows = page.locator("#document-rows tr:not(.load-more) th[scope=row]")
+    expect(rows).to_have_count(50)
+    expect(rows.first).to_have_text("bulk-059")
+    expect(page.locator("#document-rows tr").first).to_contain_text("1.6 KiB")
+    widths = page.evaluate(COLUMN_WIDTHS)
+    page.get_by_role("link", name="Load more documents").click()
+    expect(rows).to_have_count(len(by_size))
+    assert rows.all_inner_texts() == by_size  # the same order across pages
+    assert page.evaluate(COLUMN_WIDTHS) == widths
+    heights = page.evaluate(ROW_HEIGHTS)
+    assert max(heights) - min(heights) <= 1, heights  # one line per row, long titles cut
+    fits(page)
+
+    # Select all on the page, then none, then two documents to freeze.
+    select_all = page.get_by_role("checkbox", name="Select all documents on the page")
+    select_all.check()
+    expect(page.locator('input[name="doc"]:checked')).to_have_count(len(by_size))
+    select_all.uncheck()
+    expect(page.locator('input[name="doc"]:checked')).to_have_count(0)
+    page.get_by_role("checkbox", name="Select bulk-059").check()
+    page.get_by_role("checkbox", name="Select bulk-058").check()
+    expect(page.locator("[data-bulk-count]")).to_have_text("2 selected:")
+    page.get_by_role("button", name="Freeze selected", exact=True).click()
+    expect(page.get_by_role("heading", name="Freeze 2 documents in notes?")).to_be_visible()
+    page.get_by_role("button", name="Freeze 2 documents", exact=True).click()
+    expect(page.locator(".messages")).to_contain_text("Froze 2 documents.")
+    frozen = set(
+        live.filter(agent_writes=False, doc_id__startswith="bulk-").values_list("doc_id", flat=True)
+    )
+    assert frozen == {"bulk-059", "bulk-058"}
     assert page.js_errors == []

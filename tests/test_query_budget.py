@@ -101,17 +101,21 @@ def test_memory_page_document_list_reads_the_role_once(
     for index in range(3):
         href = reverse("web:document", args=["acme", "development", "notes", f"doc-{index}"])
         assert f'<a href="{href}"' in html
-    assert "10 / " in html
+    assert "10 B / " in html
+    assert '<p class="total" data-total>3 documents</p>' in html
     roles = [q for q in queries if "memory_projectrole" in q or "web_projectrole" in q]
     assert len(roles) == 1, queries
-    # Session, user, roles (with the project switcher), resource, one keyset page.
-    assert len(queries) <= 5, queries
+    # Session, user, roles (with the project switcher), resource, one keyset page,
+    # and one COUNT for the total above the list (full pages only).
+    assert len(queries) <= 6, queries
+    assert sum("COUNT(" in q.upper() for q in queries) == 1, queries
     # The same fragment for htmx filters, without the page around it.
     response, queries = counted(lambda: owner.get(url, {"q": "doc-1"}, HTTP_HX_REQUEST="true"))
     html = html_of(response)
     assert "doc-1" in html
     assert "doc-2" not in html
     assert "<html" not in html
+    assert not any("COUNT(" in q.upper() for q in queries), queries
     assert len(queries) <= 5, queries
 
 

@@ -153,7 +153,7 @@ def test_document_list_shows_writer_time_size_and_frozen_badge(
     workshop = row_of(html, "workshop")
     assert "Workshop notes" in workshop
     assert "Runtime." in workshop
-    assert "5 / 8192 bytes" in workshop
+    assert "5 B / 8.0 KiB" in workshop
     assert 'value="5"' in workshop
     assert 'max="8192"' in workshop
     assert "writer-owner" in workshop
@@ -238,7 +238,7 @@ def test_load_more_without_javascript_shows_the_next_page(owner: Client, notes: 
     html = html_of(owner.get(link.group(1).replace("&amp;", "&")))
     assert "<html" in html
     assert ids_in(html) == expected[50:]
-    assert "Back to the most recent documents" in html
+    assert "Back to the first page" in html
 
 
 def test_load_more_keeps_the_filter(owner: Client, notes: Resource) -> None:
@@ -252,6 +252,86 @@ def test_load_more_keeps_the_filter(owner: Client, notes: Resource) -> None:
     ids = ids_in(first) + ids_in(second)
     assert len(ids) == 70
     assert all(i.startswith("beta-") for i in ids)
+
+
+def _walk(client: Client, first_html: str) -> list[str]:
+    """Every id of a list, following "Load more" (htmx) to the end."""
+    html, seen = first_html, ids_in(first_html)
+    while "Load more documents" in html:
+        link = re.search(r'hx-get="([^"]+)"\s+hx-target="closest tr"', html)
+        assert link is not None
+        html = fragment_of(client.get(link.group(1).replace("&amp;", "&"), **HX))
+        seen += ids_in(html)
+    return seen
+
+
+def test_the_list_sorts_by_updated_id_or_size_and_pages_in_that_order(
+    owner: Client, notes: Resource
+) -> None:
+    ids = many_documents(notes, 120)  # newest first: doc-0000 ... doc-0119
+    # Sizes: three of each, so ties are broken by id.
+    Document.objects.filter(doc_id__in=ids).update(bytes=1)
+    for index, doc_id in enumerate(ids):
+        Document.objects.filter(doc_id=doc_id).update(bytes=(index % 40) * 100)
+    Document.objects.filter(doc_id="doc-0005").update(deleted=True)
+    live = [i for i in ids if i != "doc-0005"]
+    by_size = sorted(live, key=lambda i: (-((ids.index(i) % 40) * 100), i))
+
+    default = owner.get(NOTES).content.decode()
+    assert 'aria-current="true">Updated<' in default
+    assert _walk(owner, default) == live
+    by_id = owner.get(NOTES, {"sort": "id"}).content.decode()
+    assert 'aria-current="true">Id<' in by_id
+    assert "sort=id&amp;" in by_id  # "Load more" stays in the order
+    assert _walk(owner, by_id) == sorted(live)
+    size_html = owner.get(NOTES, {"sort": "size"}).content.decode()
+    assert _walk(owner, size_html) == by_size
+    assert by_size[:3] == ["doc-0039", "doc-0079", "doc-0119"]
+    # The filter keeps the order.
+    filtered = owner.get(NOTES, {"sort": "id", "q": "doc-01"}, **HX).content.decode()
+    assert ids_in(filtered) == [f"doc-01{i:02d}" for i in range(20)]
+
+
+def test_the_list_counts_the_live_documents_of_the_resource(owner: Client, notes: Resource) -> None:
+    many_documents(notes, 60)
+    Document.objects.filter(doc_id="doc-0001").update(deleted=True)
+    html = owner.get(NOTES, {"q": "doc-000"}).content.decode()
+    assert '<p class="total" data-total>59 documents</p>' in html
+    # Swapped rows (filter, "Load more") carry no total: it stays as the page showed it.
+    assert "data-total" not in owner.get(NOTES, {"q": "doc"}, **HX).content.decode()
+
+
+def test_an_unknown_order_or_a_cursor_of_another_order_is_a_400_page(
+    owner: Client, notes: Resource
+) -> None:
+    many_documents(notes, 60)
+    response = owner.get(NOTES, {"sort": "title"})
+    assert response.status_code == 400
+    assert b"sort must be one of: updated, id, size." in response.content
+    html = owner.get(NOTES, {"sort": "size"}).content.decode()
+    cursor = re.search(r"cursor=([^\"&]+)", html)
+    assert cursor is not None
+    response = owner.get(NOTES, {"sort": "id", "cursor": cursor.group(1)})
+    assert response.status_code == 400
+    assert b"cursor is not valid" in response.content
+
+
+def test_owners_select_rows_for_the_bulk_form_and_viewers_do_not(
+    owner: Client, support: Client, web: Callable[[str], Any], make_document: Any
+) -> None:
+    document = make_document("workshop", text="x")
+    html = owner.get(NOTES).content.decode()
+    assert '<form id="bulk"' in html
+    assert f'name="doc" form="bulk" value="workshop:{document.revision}"' in html
+    assert "data-select-page" in html
+    assert 'value="delete"' in html
+    html = support.get(NOTES).content.decode()
+    assert 'name="doc" form="bulk"' in html
+    assert 'value="freeze"' in html
+    assert 'value="delete"' not in html  # support staff freeze, owners delete
+    html = web("viewer").get(NOTES).content.decode()
+    assert 'id="bulk"' not in html
+    assert 'name="doc"' not in html
 
 
 def test_a_tampered_cursor_is_a_400_page(owner: Client, notes: Resource) -> None:

@@ -278,3 +278,38 @@
     }
   });
 })();
+
+(function () {
+  "use strict";
+  // The document list's bulk selection: row boxes belong to the bulk form by their
+  // form="..." attribute; the header box selects every row on the page.
+  function rowBoxes(formId) {
+    return document.querySelectorAll('input[type="checkbox"][name="doc"][form="' + formId + '"]');
+  }
+  function updateBulk(formId) {
+    const form = document.getElementById(formId);
+    const count = form && form.querySelector("[data-bulk-count]");
+    if (!count) {
+      return;
+    }
+    let chosen = 0;
+    rowBoxes(formId).forEach(function (box) {
+      chosen += box.checked ? 1 : 0;
+    });
+    count.textContent = chosen + " selected:";
+  }
+  document.addEventListener("change", function (event) {
+    const target = event.target;
+    if (!target.matches) {
+      return;
+    }
+    if (target.matches("[data-select-page]")) {
+      rowBoxes(target.dataset.selectPage).forEach(function (box) {
+        box.checked = target.checked;
+      });
+      updateBulk(target.dataset.selectPage);
+    } else if (target.matches('input[name="doc"][form]')) {
+      updateBulk(target.getAttribute("form"));
+    }
+  });
+})();

@@ -506,29 +506,45 @@ def document_delete(*, resource: Resource, doc_id: str, expected_revision: str, 
     _audit(resource, document, actor=actor, action="document.delete")
 
 
+# The list's orders: each a keyset order ending in a unique tie-breaker (the id).
+DOCUMENT_SORTS: dict[str, tuple[str] | tuple[str, str]] = {
+    "updated": ("-updated_at", "doc_id"),
+    "id": ("doc_id",),
+    "size": ("-bytes", "doc_id"),
+}
+
+
 def document_list(
     *,
     resource: Resource,
     cursor: str | None = None,
     limit: int = LIST_PAGE_SIZE,
     query: str = "",
+    sort: str = "updated",
 ) -> tuple[list[dict[str, Any]], str | None]:
-    """One keyset page of live documents (without text): updatedAt desc, id asc.
+    """One keyset page of live documents (without text) in `sort` order: "updated"
+    (newest first, the default), "id" (ascending) or "size" (largest first); ties by id.
 
     A `query` keeps the documents whose id starts with it or whose title
     contains it, ignoring case. The filter rides on the keyset walk, so a
     page stops reading at its 50th match instead of counting every match.
+    A cursor belongs to its order: one from another order is refused.
     """
+    order = DOCUMENT_SORTS.get(sort)
+    if order is None:
+        raise InvalidRequest(f"sort must be one of: {', '.join(DOCUMENT_SORTS)}.")
     rows = Document.objects.live().filter(resource=resource)
     if query:
         rows = rows.filter(Q(doc_id__istartswith=query) | Q(title__icontains=query))
+    scope = f"documents:{resource.pk}" + ("" if sort == "updated" else f":{sort}")
     return keyset_page(
-        rows.values(*LIST_FIELDS),
-        order=("-updated_at", "doc_id"),
-        cursor=cursor,
-        scope=f"documents:{resource.pk}",
-        limit=limit,
+        rows.values(*LIST_FIELDS), order=order, cursor=cursor, scope=scope, limit=limit
     )
+
+
+def document_count(*, resource: Resource) -> int:
+    """How many live documents `resource` holds (one COUNT)."""
+    return Document.objects.live().filter(resource=resource).count()
 
 
 @transaction.atomic

@@ -165,6 +165,7 @@ def document_rows(
     project_id: str,
     environment: str,
     autofocus_first: bool = False,
+    selectable: bool = False,
 ) -> SafeString:
     """The document list's rows (the page's hot path), built in one pass.
 
@@ -191,17 +192,28 @@ def document_rows(
         size = row["bytes"]
         over = ' <span class="badge over">over limit</span>' if size > max_bytes else ""
         frozen = "" if row["agent_writes"] else '<span class="badge frozen">frozen</span>'
+        pick = ""
+        if selectable:  # the bulk form's checkbox: "<id>:<revision>", as bulk_selection reads
+            pick = (
+                f'  <td class="pick"><input type="checkbox" name="doc" form="bulk"'
+                f' value="{doc_id}:{escape(row["revision"])}"'
+                f' aria-label="Select {doc_id}"></td>\n'
+            )
+        title = escape(row["title"])
+        summary = escape(row["summary"])
         html.append(
             "<tr>\n"
+            f"{pick}"
             f'  <th scope="row"><a href="{escape(document_url)}{doc_id}/"{focus}>'
             f"<code>{doc_id}</code></a></th>\n"
-            f"  <td>{escape(row['title'])}</td>\n"
-            f'  <td class="summary">{escape(row["summary"])}</td>\n'
+            f'  <td title="{title}">{title}</td>\n'
+            f'  <td class="summary" title="{summary}">{summary}</td>\n'
             f"  <td>{writer}</td>\n"
             f'  <td><time datetime="{updated.isoformat()}"'
             f' title="{updated:%Y-%m-%d %H:%M:%S} UTC">{when}</time></td>\n'
-            f'  <td><span class="size"><meter min="0" max="{max_bytes}" value="{size}"'
-            f' aria-hidden="true"></meter> {size} / {max_bytes} bytes{over}</span></td>\n'
+            f'  <td><span class="size" title="{size} of {max_bytes} bytes">'
+            f'<meter min="0" max="{max_bytes}" value="{size}"'
+            f' aria-hidden="true"></meter> {kib(size)} / {kib(max_bytes)}{over}</span></td>\n'
             f"  <td>{frozen}</td>\n"
             "</tr>\n"
         )

@@ -25,6 +25,7 @@ from memoryadmin.memory.services.audit import (
 )
 from memoryadmin.memory.services.deployments import resource_ids, resource_inventory
 from memoryadmin.memory.services.documents import (
+    document_count,
     document_get,
     document_list,
     version_get,
@@ -36,10 +37,12 @@ from memoryadmin.web.services.audit_files import DOWNLOADS
 from memoryadmin.web.services.diff import text_diff
 from memoryadmin.web.services.history import history_rows
 from memoryadmin.web.services.roles import READ, membership_get, memberships_for_user
-from memoryadmin.web.views.base import Page, error_page, page_render, project_view
+from memoryadmin.web.views.base import Page, error_page, is_partial, page_render, project_view
 from memoryadmin.web.views.providers import provider_resource
 
 QUERY_MAX = 128
+# The document list's orders (document_list's `sort`), as the page names them.
+SORT_LABELS = {"updated": "Updated", "id": "Id", "size": "Size"}
 
 
 @require_GET
@@ -92,7 +95,8 @@ def documents(request: HttpRequest, page: Page, r: str) -> HttpResponseBase:
         return provider_resource(request, page, resource)
     query = request.GET.get("q", "").strip()[:QUERY_MAX]
     cursor = request.GET.get("cursor") or None
-    rows, next_cursor = document_list(resource=resource, cursor=cursor, query=query)
+    sort = request.GET.get("sort") or "updated"
+    rows, next_cursor = document_list(resource=resource, cursor=cursor, query=query, sort=sort)
     context = {
         # A document's page is this list's URL plus documents/<id>/: reversed once, not per row.
         "document_url": reverse("web:documents", args=[page.project.id, page.environment, r])
@@ -102,6 +106,10 @@ def documents(request: HttpRequest, page: Page, r: str) -> HttpResponseBase:
         "next_cursor": next_cursor,
         "query": query,
         "cursor": cursor,
+        "sort": sort,
+        "sorts": SORT_LABELS,
+        # The total shows outside the rows: full pages only, not htmx swaps of rows.
+        "total": None if is_partial(request) else document_count(resource=resource),
     }
     # htmx: the filter swaps the table body, "load more" swaps itself for the next rows.
     partial = "more" if cursor else "results"
