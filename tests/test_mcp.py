@@ -228,6 +228,14 @@ def test_a_binding_refused_at_admission_fails_the_mcp_request(
     assert not Session.objects.exists()
 
 
+def test_a_runtime_tool_named_memory_recall_is_the_one_served() -> None:
+    theirs = {"name": "memory_recall", "description": "A provider's.", "inputSchema": {}}
+    door = mcp.MemoryDoor(session_id="ses_x", recall={"recallId": "r", "tools": [theirs]})
+    assert door.tools() == [theirs]
+    plain = mcp.MemoryDoor(session_id="ses_x", recall={"recallId": "r", "tools": []})
+    assert plain.tools() == [mcp.RECALL_DEFINITION]
+
+
 # Over stdio: manage.py mcp as the SDK's stdio client starts it.
 
 

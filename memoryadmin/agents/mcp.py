@@ -121,14 +121,20 @@ class MemoryDoor:
         )
         return self.recall
 
+    def _runtime_recall_tool(self) -> bool:
+        """Whether the runtime itself offers a tool named memory_recall (a provider's
+        `recall`): then the runtime's tool is the one served, as every other tool."""
+        return any(t["name"] == RECALL_TOOL for t in (self.recall or {}).get("tools", []))
+
     def tools(self) -> list[dict[str, Any]]:
         recall = self.recall or self.recall_now()
-        return [*recall["tools"], RECALL_DEFINITION]
+        own = [] if self._runtime_recall_tool() else [RECALL_DEFINITION]
+        return [*recall["tools"], *own]
 
     def call(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         """The runtime's result of one tool call; a DomainError for a refused call."""
         strings_check(arguments, field="arguments")
-        if name == RECALL_TOOL:
+        if name == RECALL_TOOL and not self._runtime_recall_tool():
             unknown = set(arguments) - {"input"}
             text = arguments.get("input")
             if unknown or not isinstance(text, str | None):
