@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import io
 import re
+import zipfile
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -491,4 +492,13 @@ def test_documents_list_sorts_loads_more_in_place_and_freezes_a_selection(
         live.filter(agent_writes=False, doc_id__startswith="bulk-").values_list("doc_id", flat=True)
     )
     assert frozen == {"bulk-059", "bulk-058"}
+
+    # Export two selected documents: a download of just those, nothing changed.
+    page.get_by_role("checkbox", name="Select bulk-001").check()
+    page.get_by_role("checkbox", name="Select bulk-000").check()
+    with page.expect_download() as download:
+        page.get_by_role("button", name="Export selected", exact=True).click()
+    with zipfile.ZipFile(download.value.path()) as archive:
+        files = sorted(name for name in archive.namelist() if name.endswith(".json"))
+    assert files == ["manifest.json", "notes/bulk-000.json", "notes/bulk-001.json"]
     assert page.js_errors == []

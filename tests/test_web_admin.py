@@ -375,6 +375,49 @@ def test_bulk_delete_is_for_owners_only(
     assert Document.objects.get(doc_id="c1").deleted is False
 
 
+def test_bulk_export_downloads_exactly_the_selected_documents_without_a_confirmation(
+    support: Client, make_document: Any, notes: Resource
+) -> None:
+    import io
+    import json
+    import zipfile
+
+    from memoryadmin.memory.models import Document
+    from memoryadmin.memory.services.documents import document_delete
+
+    docs = [make_document(name) for name in ("b1", "b2", "b3")]
+    gone = make_document("b4")
+    picked = [f"{d.doc_id}:{d.revision}" for d in (docs[0], docs[2], gone)]
+    document_delete(resource=notes, doc_id="b4", expected_revision=gone.revision, actor="user:x")
+    before = Document.objects.values_list("doc_id", "revision", "agent_writes")
+    snapshot = sorted(before)
+    response = support.post(f"{BASE}/resources/notes/bulk/", {"action": "export", "doc": picked})
+    assert response.status_code == 200
+    assert response["Content-Type"] == "application/zip"
+    archive = zipfile.ZipFile(io.BytesIO(b"".join(response.streaming_content)))
+    names = sorted(name for name in archive.namelist() if not name.endswith("/"))
+    assert names == ["manifest.json", "notes/b1.json", "notes/b3.json"]
+    manifest = json.loads(archive.read("manifest.json"))
+    assert manifest["resources"] == ["notes"]
+    assert manifest["documents"] == 2
+    assert json.loads(archive.read("notes/b3.json"))["id"] == "b3"
+    entry = AuditEntry.objects.get(action="memory.export")
+    assert entry.detail["selected"] == ["b1", "b3", "b4"]
+    assert entry.detail["documents"] == 2
+    assert sorted(Document.objects.values_list("doc_id", "revision", "agent_writes")) == snapshot
+
+
+def test_bulk_export_is_refused_to_viewers(
+    web: Callable[[str], Any], make_document: Any, notes: Resource
+) -> None:
+    doc = make_document("c1")
+    response = web("viewer").post(
+        f"{BASE}/resources/notes/bulk/", {"action": "export", "doc": [f"c1:{doc.revision}"]}
+    )
+    assert response.status_code == 403
+    assert not AuditEntry.objects.filter(action="memory.export").exists()
+
+
 def test_bulk_refuses_an_empty_or_oversized_selection(owner: Client, notes: Resource) -> None:
     url = f"{BASE}/resources/notes/bulk/"
     assert "Select at least one document." in html_of(owner.post(url, {"action": "freeze"}), 400)

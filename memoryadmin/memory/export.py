@@ -75,6 +75,8 @@ class ExportSnapshot:
     exported_at: datetime
     count: int = 0
     resource_rows: list[Resource] = field(default_factory=list)
+    # Only these documents (of the one resource exported), when a selection is exported.
+    doc_ids: list[str] | None = None
     open: bool = True
 
     @property
@@ -120,6 +122,8 @@ def jsonl_lines(snapshot: ExportSnapshot) -> Iterator[bytes]:
 
 def _documents_of(resource: Resource, snapshot: ExportSnapshot) -> Iterator[dict[str, Any]]:
     rows = Document.objects.live().filter(resource=resource).values(*EXPORT_FIELDS)
+    if snapshot.doc_ids is not None:
+        rows = rows.filter(doc_id__in=snapshot.doc_ids)
     if snapshot.consistent:
         # Inside the snapshot's transaction: one server-side cursor, fetched
         # in batches, so memory stays bounded by one batch.
@@ -177,15 +181,21 @@ def export_snapshot(
     project: Project,
     environment: str,
     resource_ids: list[str] | None = None,
+    doc_ids: list[str] | None = None,
     actor: str,
 ) -> Iterator[ExportSnapshot]:
     """Opens an export; read `documents()` inside the block.
+
+    `doc_ids` exports only those documents of a single resource (a selection on
+    the Memory page); ids that are not live documents are left out.
 
     Unknown resource ids raise NotFound before anything is read. One audit
     entry "memory.export" is recorded; it stays even when the consumer fails
     part way, since some documents may already have left.
     """
     check_environment(environment)
+    if doc_ids is not None and (resource_ids is None or len(set(resource_ids)) != 1):
+        raise InvalidRequest("A selection of documents is exported from one resource.")
     on_postgres = connection.vendor == "postgresql"
     nested = connection.in_atomic_block
     # Only PostgreSQL gets a transaction (see the module docstring).
@@ -195,9 +205,13 @@ def export_snapshot(
             environment=environment,
             consistent=_start_snapshot(nested=nested),
             exported_at=timezone.now(),
+            doc_ids=None if doc_ids is None else list(dict.fromkeys(doc_ids)),
         )
         snapshot.resource_rows = _export_resources(project, environment, resource_ids)
-        snapshot.count = Document.objects.live().filter(resource__in=snapshot.resource_rows).count()
+        counted = Document.objects.live().filter(resource__in=snapshot.resource_rows)
+        if snapshot.doc_ids is not None:
+            counted = counted.filter(doc_id__in=snapshot.doc_ids)
+        snapshot.count = counted.count()
         audit_record(
             project_id=project.id,
             environment=environment,
@@ -207,6 +221,7 @@ def export_snapshot(
                 "resources": snapshot.resources,
                 "documents": snapshot.count,
                 "consistentSnapshot": snapshot.consistent,
+                **({"selected": snapshot.doc_ids} if snapshot.doc_ids is not None else {}),
             },
         )
         failure = yield from _hand_out(snapshot)

@@ -11,7 +11,9 @@ from memoryadmin.memory.models import Resource
 from memoryadmin.memory.services.documents import document_delete, document_set_agent_writes
 
 BULK_MAX = 100
-BULK_ACTIONS = {"freeze": "Freeze", "unfreeze": "Unfreeze", "delete": "Delete"}
+BULK_ACTIONS = {"freeze": "Freeze", "unfreeze": "Unfreeze", "delete": "Delete", "export": "Export"}
+# Actions that change nothing: no confirmation, no revision check.
+BULK_READS = frozenset({"export"})
 
 
 @dataclass(frozen=True)
@@ -45,8 +47,8 @@ def bulk_selection(values: list[str]) -> list[Selected]:
 def documents_bulk(
     *, resource: Resource, action: str, selected: list[Selected], actor: str
 ) -> BulkResult:
-    if action not in BULK_ACTIONS:
-        raise InvalidRequest(f"action must be one of: {', '.join(BULK_ACTIONS)}.")
+    if action not in BULK_ACTIONS or action in BULK_READS:
+        raise InvalidRequest(f"action must be one of: freeze, unfreeze, delete, not {action!r}.")
     result = BulkResult()
     for item in selected:
         try:

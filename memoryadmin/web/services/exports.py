@@ -65,13 +65,21 @@ def export_zip(snapshot: ExportSnapshot) -> Iterator[bytes]:
 
 
 def export_download(
-    project: Project, environment: str, wanted: list[str] | None, who: str
+    project: Project,
+    environment: str,
+    wanted: list[str] | None,
+    who: str,
+    doc_ids: list[str] | None = None,
 ) -> StreamingHttpResponse:
     def stream() -> Iterator[bytes]:
         # The snapshot stays open while the response streams: on PostgreSQL
         # every file comes from the same REPEATABLE READ transaction.
         with export_snapshot(
-            project=project, environment=environment, resource_ids=wanted, actor=who
+            project=project,
+            environment=environment,
+            resource_ids=wanted,
+            doc_ids=doc_ids,
+            actor=who,
         ) as snapshot:
             yield from export_zip(snapshot)
 

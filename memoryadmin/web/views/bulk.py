@@ -11,11 +11,13 @@ from django.views.decorators.http import require_POST
 from memoryadmin.memory.errors import InvalidRequest
 from memoryadmin.web.services.bulk import (
     BULK_ACTIONS,
+    BULK_READS,
     BulkResult,
     bulk_selection,
     documents_bulk,
 )
-from memoryadmin.web.services.roles import DELETE, FREEZE, membership_require
+from memoryadmin.web.services.exports import export_download
+from memoryadmin.web.services.roles import DELETE, EXPORT, FREEZE, membership_require
 from memoryadmin.web.views.base import Page, actor, page_render, project_view
 
 PAST = {"freeze": "Froze", "unfreeze": "Unfroze", "delete": "Deleted"}
@@ -47,10 +49,19 @@ def documents_bulk_view(request: HttpRequest, page: Page, r: str) -> HttpRespons
     action = request.POST.get("action", "")
     if action not in BULK_ACTIONS:
         raise InvalidRequest(f"Choose an action: {', '.join(BULK_ACTIONS)}.")
-    membership_require(
-        membership=page.membership, permission=DELETE if action == "delete" else FREEZE
-    )
+    permission = {"delete": DELETE, "export": EXPORT}.get(action, FREEZE)
+    membership_require(membership=page.membership, permission=permission)
     selected = bulk_selection(request.POST.getlist("doc"))
+    if action in BULK_READS:
+        # A download changes nothing: no confirmation; the zip holds the selected
+        # documents as they are now (one deleted meanwhile is left out).
+        return export_download(
+            page.project,
+            page.environment,
+            [resource.resource_id],
+            actor(request),
+            doc_ids=[item.doc_id for item in selected],
+        )
     if request.POST.get("confirm") != "yes":
         context = {"resource": resource, "action": action, "selected": selected}
         return page_render(request, "memoryadmin/bulk_confirm.html", page, context)
