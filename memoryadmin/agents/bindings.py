@@ -154,6 +154,14 @@ def _admit_one(spec: BindingSpec, resource: Resource) -> None:
     _provider(resource).admit(spec=spec, resource=resource)
 
 
+def admit_namespace_only(spec: BindingSpec, resource: Resource) -> None:
+    """The admission rule of providers whose records live elsewhere: namespace bindings only."""
+    if spec.scope != Scope.NAMESPACE:
+        raise InvalidMemoryBinding(
+            spec.resource, f"a {resource.kind} provider takes namespace bindings only."
+        )
+
+
 def binding_partition(*, session: Session, binding: Binding) -> str:
     """The partition a namespace binding reads and writes at its provider."""
     return partition_key(

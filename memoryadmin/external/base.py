@@ -23,15 +23,14 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, ClassVar
 
-from memoryadmin.agents.bindings import BindingSpec
-from memoryadmin.agents.errors import InvalidMemoryBinding, RecallBusy, RecallFailed
+from memoryadmin.agents.bindings import BindingSpec, admit_namespace_only
+from memoryadmin.agents.errors import RecallBusy, RecallFailed
 from memoryadmin.agents.models import (
     Access,
     Binding,
     OperationKind,
     ProviderOperation,
     Recall,
-    Scope,
     Session,
 )
 from memoryadmin.agents.services.operations import operation_record
@@ -409,10 +408,7 @@ class ExternalProvider(MemoryProvider):
     # Bindings.
 
     def admit(self, *, spec: BindingSpec, resource: Resource) -> None:
-        if spec.scope != Scope.NAMESPACE:
-            raise InvalidMemoryBinding(
-                spec.resource, f"a {resource.kind} provider takes namespace bindings only."
-            )
+        admit_namespace_only(spec, resource)
 
     # Recall: the provider's search with the input, whole records within maxBytes.
 

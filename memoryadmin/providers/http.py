@@ -10,15 +10,14 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from memoryadmin.agents.bindings import BindingSpec, binding_partition
-from memoryadmin.agents.errors import InvalidMemoryBinding, RecallBusy, RecallFailed
+from memoryadmin.agents.bindings import BindingSpec, admit_namespace_only, binding_partition
+from memoryadmin.agents.errors import RecallBusy, RecallFailed
 from memoryadmin.agents.models import (
     Access,
     Binding,
     OperationKind,
     ProviderOperation,
     Recall,
-    Scope,
     Session,
 )
 from memoryadmin.agents.services.operations import operation_record
@@ -144,10 +143,7 @@ class HttpProvider(MemoryProvider):
         return http_tools(resource)
 
     def admit(self, *, spec: BindingSpec, resource: Resource) -> None:
-        if spec.scope != Scope.NAMESPACE:
-            raise InvalidMemoryBinding(
-                spec.resource, f"a {resource.kind} provider takes namespace bindings only."
-            )
+        admit_namespace_only(spec, resource)
 
     def recall(
         self,
