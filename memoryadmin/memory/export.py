@@ -41,7 +41,7 @@ from memoryadmin.memory.providers import keeps_documents, kinds_keeping_document
 from memoryadmin.memory.representations import document_dict, iso_ms
 from memoryadmin.memory.services.audit import audit_record
 from memoryadmin.memory.services.deployments import resource_get
-from memoryadmin.memory.services.documents import document_create, document_get
+from memoryadmin.memory.services.documents import LIST_FIELDS, document_create, document_get
 
 FORMAT = "memoryadmin.export"
 FORMAT_VERSION = 1
@@ -51,20 +51,8 @@ MANIFEST_NAME = "manifest.json"
 # number of documents.
 CHUNK_SIZE = 200
 STREAM_CHUNK_SIZE = 2000
-# Fields of a document object in an export.
-EXPORT_FIELDS = (
-    "doc_id",
-    "title",
-    "text",
-    "summary",
-    "agent_writes",
-    "agent_review",
-    "revision",
-    "bytes",
-    "updated_at",
-    "writer_kind",
-    "writer_session_id",
-)
+# Fields of a document object in an export: a list entry's, and its text.
+EXPORT_FIELDS = (*LIST_FIELDS, "text")
 
 
 @dataclass
