@@ -198,6 +198,7 @@ INSTALLED_APPS = [
     "memoryadmin.refprovider",
     "memoryadmin.demo",
     "memoryadmin.runner",
+    "memoryadmin.webhooks",
     "django_tasks_db",
 ]
 
@@ -436,6 +437,12 @@ MEMORYADMIN_OPERATION_DEADLINE_SECONDS = env_int(
 MEMORYADMIN_JOB_LEASE_SECONDS = env_int("MEMORYADMIN_JOB_LEASE_SECONDS", 300, minimum=1)
 # The pause before a failed job's next attempt doubles from this, up to an hour.
 MEMORYADMIN_JOB_BACKOFF_SECONDS = env_float("MEMORYADMIN_JOB_BACKOFF_SECONDS", 5.0)
+# Webhook deliveries (docs/webhooks.md): how long a receiver has to answer, the
+# pause before a failed delivery's next attempt (doubling, up to an hour), and
+# how many attempts it gets before it is kept as failed.
+MEMORYADMIN_WEBHOOK_TIMEOUT_SECONDS = env_float("MEMORYADMIN_WEBHOOK_TIMEOUT_SECONDS", 10.0)
+MEMORYADMIN_WEBHOOK_BACKOFF_SECONDS = env_float("MEMORYADMIN_WEBHOOK_BACKOFF_SECONDS", 10.0)
+MEMORYADMIN_WEBHOOK_MAX_ATTEMPTS = env_int("MEMORYADMIN_WEBHOOK_MAX_ATTEMPTS", 8, minimum=1)
 
 
 def env_rate(name: str, default: str) -> str:

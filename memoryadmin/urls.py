@@ -12,6 +12,7 @@ urlpatterns = [
     path("api/managed-agents/", include("memoryadmin.api.urls")),
     path("api/managed-agents/", include("memoryadmin.agents.urls")),
     path("api/managed-agents/", include("memoryadmin.providers.urls")),
+    path("api/managed-agents/", include("memoryadmin.webhooks.urls")),
     path("reference-provider/", include("memoryadmin.refprovider.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="api-docs"),

@@ -20,10 +20,8 @@ and the audit log (`provider.failed`), never a header value.
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
-import ssl
 import threading
 import time
 from collections.abc import Sequence
@@ -31,7 +29,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-from django.conf import settings
 from django.views.decorators.debug import sensitive_variables
 
 from memoryadmin.memory.cancellation import Cancellation, current_cancellation
@@ -42,7 +39,7 @@ from memoryadmin.memory.services.audit import audit_record
 from memoryadmin.providers.client import AUDIT_ACTOR, RETRY_DELAYS, failure_message
 from memoryadmin.providers.concurrency import Deadline
 from memoryadmin.providers.declarations import credential_header
-from memoryadmin.providers.egress import EgressTransport, egress_refusal
+from memoryadmin.providers.egress import EgressTransport, egress_refusal, egress_transport
 from memoryadmin.providers.errors import SecretNotBound, SecretNotFound
 from memoryadmin.providers.services.secrets import secret_for_request
 
@@ -114,20 +111,6 @@ class Reply:
         if media != "application/json" and not media.endswith("+json"):
             raise ValueError(f"the content type is {media or 'missing'}, not application/json")
         return json.loads(self.body.decode("utf-8"))
-
-
-@functools.cache
-def _ssl_context(extra_ca_file: str) -> ssl.SSLContext:
-    """Public roots (certifi), plus the operator's private CA when one is configured."""
-    context = httpx.create_ssl_context(trust_env=False)
-    if extra_ca_file:
-        context.load_verify_locations(cafile=extra_ca_file)
-    return context
-
-
-def _transport() -> EgressTransport:
-    extra = str(getattr(settings, "MEMORYADMIN_PROVIDER_CA_FILE", "") or "")
-    return EgressTransport(verify=_ssl_context(extra))
 
 
 @dataclass(frozen=True)
@@ -371,7 +354,7 @@ def _attempt(connection: Connection, request: Request, deadline: float) -> Reply
     remaining = deadline - time.monotonic()
     if remaining <= 0:
         return Reply(failure="timeout")
-    transport = _transport()
+    transport = egress_transport()
     client = httpx.Client(transport=transport, follow_redirects=False, trust_env=False)
     done = threading.Event()
     why: list[str] = []

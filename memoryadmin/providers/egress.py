@@ -266,6 +266,22 @@ class EgressTransport(httpx.HTTPTransport):
         self._backend.abort()
 
 
+@functools.cache
+def _ssl_context(extra_ca_file: str) -> ssl.SSLContext:
+    """Public roots (certifi), plus the operator's private CA when one is configured."""
+    context = httpx.create_ssl_context(trust_env=False)
+    if extra_ca_file:
+        context.load_verify_locations(cafile=extra_ca_file)
+    return context
+
+
+def egress_transport() -> EgressTransport:
+    """A transport trusting public roots and `MEMORYADMIN_PROVIDER_CA_FILE`, if set
+    (external providers, webhook endpoints)."""
+    extra = str(getattr(settings, "MEMORYADMIN_PROVIDER_CA_FILE", "") or "")
+    return EgressTransport(verify=_ssl_context(extra))
+
+
 def egress_refusal(exc: BaseException) -> EgressRefused | None:
     """The EgressRefused behind an HTTP client error, if that is what it was."""
     seen: BaseException | None = exc

@@ -25,7 +25,10 @@ def audit_record(
     revision: str = "",
     detail: dict[str, Any] | None = None,
 ) -> AuditEntry:
-    return AuditEntry.objects.create(
+    """Records what happened, and the webhook deliveries it raises (same transaction)."""
+    from memoryadmin.webhooks.outbox import Change, outbox_write  # it imports this module
+
+    entry = AuditEntry.objects.create(
         project_id=project_id,
         environment=environment,
         actor=actor,
@@ -35,6 +38,19 @@ def audit_record(
         revision=revision,
         detail=detail or {},
     )
+    outbox_write(
+        Change(
+            project_id=project_id,
+            environment=environment,
+            actor=actor,
+            action=action,
+            resource_id=resource_id,
+            document_id=document_id,
+            revision=revision,
+            detail=entry.detail,
+        )
+    )
+    return entry
 
 
 # Who acted, by kind: agents save as "agent:<session>", API keys act as "key:<prefix>";

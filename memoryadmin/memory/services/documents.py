@@ -35,6 +35,8 @@ from memoryadmin.memory.limits import (
 from memoryadmin.memory.models import AuditEntry, Document, DocumentVersion, Resource, WriterKind
 from memoryadmin.memory.rows import column, columns, instance
 from memoryadmin.memory.services.audit import audit_record
+from memoryadmin.webhooks.models import Delivery
+from memoryadmin.webhooks.outbox import Change, outbox_enqueue, outbox_statement
 
 LIST_FIELDS = (
     "doc_id",
@@ -239,9 +241,11 @@ def _update_sql(
 
 
 def _with_records(
-    update: tuple[str, list[Any]], resource: Resource, revision: str, record: Record
-) -> tuple[str, list[Any]]:
-    """The UPDATE, plus its version row and audit entry, as one PostgreSQL statement."""
+    update: tuple[str, list[Any]], resource: Resource, doc_id: str, revision: str, record: Record
+) -> tuple[str, list[Any], bool]:
+    """The UPDATE, plus its version row, audit entry and webhook deliveries, as one
+    PostgreSQL statement; says whether the row it returns ends with the ids of the
+    endpoints that got deliveries."""
     sql, params = update
     quote = connection.ops.quote_name
     parts = [f"WITH updated AS ({sql})"]
@@ -280,8 +284,24 @@ def _with_records(
         f" ({', '.join(columns_)}, {column(AuditEntry, 'document_id')})"
         f" SELECT {', '.join(['%s'] * len(values))}, {quote('doc_id')} FROM updated)"
     )
-    parts.append(f" SELECT {columns(Document)} FROM updated")
-    return "".join(parts), params
+    change = Change(
+        project_id=resource.project_id,
+        environment=resource.environment,
+        actor=record.actor,
+        action=record.action,
+        resource_id=resource.resource_id,
+        document_id=doc_id,
+        revision=revision,
+        detail=record.detail,
+    )
+    hooks = outbox_statement(change, source="updated")
+    endpoints = ""
+    if hooks is not None:
+        parts.append(f", hooks AS ({hooks[0]})")
+        params += hooks[1]
+        endpoints = f", (SELECT array_agg(DISTINCT {column(Delivery, 'endpoint')}) FROM hooks)"
+    parts.append(f" SELECT {columns(Document)}{endpoints} FROM updated")
+    return "".join(parts), params, hooks is not None
 
 
 def _conditional_update(
@@ -308,13 +328,17 @@ def _conditional_update(
     )
     together = record is not None and connection.vendor == "postgresql"
     sql, params = update
+    hooked = False
     if record is not None and together:
-        sql, params = _with_records(update, resource, revision, record)
+        sql, params, hooked = _with_records(update, resource, doc_id, revision, record)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
     if row is None:
         raise _explain_no_rows(resource, doc_id)
+    if hooked:
+        outbox_enqueue(row[-1] or [])
+        row = row[:-1]
     # The row is ours until commit (locked on PostgreSQL, the database on SQLite).
     document = instance(Document, row)
     if record is not None and not together:

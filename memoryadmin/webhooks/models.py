@@ -1,0 +1,80 @@
+"""Webhook endpoints of a project, and their deliveries: the outbox of events.
+
+A delivery row is written in the transaction of the change it reports, so a
+rolled-back change sends nothing and a committed one is never lost; the
+background runner sends it (see memoryadmin/webhooks/delivery.py).
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+from memoryadmin.memory.models import Project
+
+
+class Endpoint(models.Model):
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="webhook_endpoints")
+    url = models.CharField(max_length=2048)
+    # The event types wanted, as ",type,type," so that one LIKE selects the
+    # endpoints of an event inside the statement that writes the change.
+    events = models.CharField(max_length=1000)
+    # Signs every delivery (HMAC-SHA256); shown once, when the endpoint is made.
+    secret = models.CharField(max_length=100)
+    description = models.CharField(max_length=200, blank=True, default="")
+    active = models.BooleanField(default=True)
+    created_at = models.DateTimeField()
+    created_by = models.CharField(max_length=200, blank=True, default="")
+
+    class Meta:
+        indexes = [models.Index(fields=["project", "active"], name="webhook_endpoint_project")]
+
+    def __str__(self) -> str:
+        return f"webhook {self.pk} {self.url}"
+
+    @property
+    def event_list(self) -> list[str]:
+        return [event for event in self.events.split(",") if event]
+
+
+class DeliveryState(models.TextChoices):
+    PENDING = "pending"
+    # Claimed by a sender until lease_until; past it, the sender is taken to have died.
+    SENDING = "sending"
+    DELIVERED = "delivered"
+    # Attempts ran out; kept for owners, who can redeliver it.
+    FAILED = "failed"
+
+
+OPEN_DELIVERY_STATES = (DeliveryState.PENDING, DeliveryState.SENDING)
+
+
+class Delivery(models.Model):
+    endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="deliveries")
+    # The same for every endpoint an event goes to; receivers deduplicate by it.
+    event_id = models.CharField(max_length=40)
+    event = models.CharField(max_length=40)
+    # The exact JSON sent (and signed), fixed when the event happened.
+    body = models.TextField()
+    state = models.CharField(
+        max_length=16, choices=DeliveryState.choices, default=DeliveryState.PENDING
+    )
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField()
+    lease_until = models.DateTimeField(null=True, blank=True)
+    response_code = models.PositiveIntegerField(null=True, blank=True)
+    last_error = models.CharField(max_length=500, blank=True, default="")
+    created_at = models.DateTimeField()
+    last_attempt_at = models.DateTimeField(null=True, blank=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            # One delivery per event and endpoint: a redelivery reuses the row.
+            models.UniqueConstraint(fields=["endpoint", "event_id"], name="one_delivery_per_event")
+        ]
+        indexes = [
+            models.Index(fields=["endpoint", "state", "id"], name="webhook_delivery_queue"),
+        ]
+
+    def __str__(self) -> str:
+        return f"delivery {self.pk} {self.event} ({self.state})"

@@ -1,0 +1,178 @@
+"""Events, and the outbox rows that carry them to webhook endpoints.
+
+Every change an endpoint can hear of is audited, so the audit entry is where
+events come from: `events_for` names the events of an audit action, and the
+delivery rows are written next to the audit entry, in the same transaction.
+Where the audit entry is written by its own INSERT (`audit_record`), the
+deliveries follow in one more statement; where a replace writes its version
+and audit entry inside the UPDATE's statement (PostgreSQL), the deliveries
+are one more `WITH` clause of that statement (`outbox_statement(source=...)`).
+
+The statement selects the project's active endpoints that want the event
+itself, so a project without endpoints pays no extra query on the
+statement path, and an endpoint registered a moment before a change always
+hears of it: nothing is cached.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import connection
+from django.db.models import Field
+from django.utils import timezone
+
+from memoryadmin.memory.representations import iso_ms
+from memoryadmin.memory.rows import column
+from memoryadmin.webhooks.models import Delivery, DeliveryState, Endpoint
+
+EVENT_TYPES = (
+    "document.created",
+    "document.updated",
+    "document.deleted",
+    "document.frozen",
+    "document.unfrozen",
+    "memory.saved",
+    "proposal.created",
+    "session.created",
+    "session.ended",
+)
+
+_EVENTS_OF_ACTION: dict[str, tuple[str, ...]] = {
+    "document.create": ("document.created",),
+    "document.delete": ("document.deleted",),
+    "document.freeze": ("document.frozen",),
+    "document.unfreeze": ("document.unfrozen",),
+    # An agent's save changes the document like any other write, and is a save.
+    "document.save": ("document.updated", "memory.saved"),
+    "proposal.create": ("proposal.created",),
+    "session.create": ("session.created",),
+    "session.end": ("session.ended",),
+}
+# Audit detail an event repeats (the rest, such as sizes, stays in the audit log).
+_DETAIL_SHOWN = {"session": "session", "agent": "agent", "proposalId": "proposalId"}
+
+
+def events_for(action: str) -> tuple[str, ...]:
+    """The events an audit action raises: every other change of a document's
+    content, title or write mode is `document.updated`."""
+    events = _EVENTS_OF_ACTION.get(action)
+    if events is not None:
+        return events
+    if action.startswith("document."):
+        return ("document.updated",)
+    return ()
+
+
+def new_event_id() -> str:
+    return "evt_" + secrets.token_hex(12)
+
+
+@dataclass(frozen=True)
+class Change:
+    """What an audit entry records, as far as events are concerned."""
+
+    project_id: str | None
+    environment: str
+    actor: str
+    action: str
+    resource_id: str = ""
+    document_id: str = ""
+    revision: str = ""
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def data(self) -> dict[str, Any]:
+        shown: dict[str, Any] = {
+            "resource": self.resource_id,
+            "document": self.document_id,
+            "revision": self.revision,
+            "actor": self.actor,
+        }
+        if self.actor.startswith("agent:"):
+            shown["session"] = self.actor.removeprefix("agent:")
+        for name, as_name in _DETAIL_SHOWN.items():
+            if name in self.detail:
+                shown[as_name] = self.detail[name]
+        return {name: value for name, value in shown.items() if value not in ("", None)}
+
+
+def event_body(change: Change, *, event: str, event_id: str, at: str) -> str:
+    """The JSON an endpoint receives (and the signature covers), byte for byte."""
+    body = {
+        "id": event_id,
+        "type": event,
+        "createdAt": at,
+        "project": change.project_id,
+        "environment": change.environment,
+        "data": change.data(),
+    }
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+
+
+def events_column_value(events: Iterable[str]) -> str:
+    return "," + ",".join(sorted(set(events))) + ","
+
+
+def _prep(name: str, value: Any) -> Any:
+    model_field = Delivery._meta.get_field(name)
+    assert isinstance(model_field, Field)
+    return model_field.get_db_prep_save(value, connection)
+
+
+def outbox_statement(change: Change, *, source: str = "") -> tuple[str, list[Any]] | None:
+    """`INSERT INTO <deliveries> SELECT ... RETURNING endpoint_id`: one row per event
+    of `change` and active endpoint of its project that wants it; None when the
+    change raises no event. With `source` (a `WITH` clause's name), a row only if
+    that clause returned one: the write happened."""
+    events = events_for(change.action)
+    if not events or change.project_id is None:
+        return None
+    now = timezone.now()
+    at = iso_ms(now)
+    event_rows: list[Any] = []
+    for event in events:
+        event_id = new_event_id()
+        event_rows += [event_id, event, event_body(change, event=event, event_id=event_id, at=at)]
+    quote = connection.ops.quote_name
+    names = ["endpoint", "event_id", "event", "body", "state", "attempts", "next_attempt_at"]
+    names += ["created_at", "last_error"]
+    targets = ", ".join(column(Delivery, name) for name in names)
+    values = ", ".join(["(%s, %s, %s)"] * len(events))
+    joined = f"{source} CROSS JOIN " if source else ""
+    sql = (
+        f"INSERT INTO {quote(Delivery._meta.db_table)} ({targets})"
+        " SELECT e.id, ev.column1, ev.column2, ev.column3, %s, 0, %s, %s, ''"
+        f" FROM {joined}{quote(Endpoint._meta.db_table)} e"
+        f" CROSS JOIN (VALUES {values}) AS ev"
+        f" WHERE e.{column(Endpoint, 'project')} = %s AND e.{column(Endpoint, 'active')} = %s"
+        f" AND e.{column(Endpoint, 'events')} LIKE ('%%,' || ev.column2 || ',%%')"
+        f" RETURNING {column(Delivery, 'endpoint')}"
+    )
+    params = [DeliveryState.PENDING, _prep("next_attempt_at", now), _prep("created_at", now)]
+    params += event_rows
+    params += [change.project_id, True]
+    return sql, params
+
+
+def outbox_write(change: Change) -> None:
+    """Writes the deliveries of `change` (the caller's transaction) and their jobs."""
+    statement = outbox_statement(change)
+    if statement is None:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(*statement)
+        endpoint_ids = [row[0] for row in cursor.fetchall()]
+    outbox_enqueue(endpoint_ids)
+
+
+def outbox_enqueue(endpoint_ids: Iterable[int]) -> None:
+    """Queues a delivery run for each endpoint that got deliveries (none: no statement)."""
+    from memoryadmin.runner.jobs import enqueue
+    from memoryadmin.webhooks.delivery import webhook_drain
+
+    for endpoint_id in sorted(set(endpoint_ids)):
+        enqueue(webhook_drain, endpoint=endpoint_id)

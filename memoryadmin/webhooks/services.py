@@ -1,0 +1,221 @@
+"""Webhook endpoints (owners register them per project) and their deliveries.
+
+An endpoint is a URL (https; http only on loopback; its host must reach
+addresses the server may reach, as provider origins must), the events it
+wants, and a signing secret shown once. Every change to endpoints is audited
+(project-level entries, like API keys).
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.db import transaction
+from django.utils import timezone
+
+from memoryadmin.memory.cursors import keyset_page
+from memoryadmin.memory.errors import InvalidRequest, NotFound
+from memoryadmin.memory.models import Project
+from memoryadmin.memory.services.audit import audit_record
+from memoryadmin.memory.strings import string_check
+from memoryadmin.providers.declarations import origin_check
+from memoryadmin.runner.jobs import enqueue
+from memoryadmin.webhooks.delivery import webhook_drain
+from memoryadmin.webhooks.models import Delivery, DeliveryState, Endpoint
+from memoryadmin.webhooks.outbox import EVENT_TYPES, events_column_value
+
+URL_MAX = 2048
+DESCRIPTION_MAX = 200
+ENDPOINTS_MAX = 20
+DELIVERY_PAGE_SIZE = 50
+SECRET_PREFIX = "whsec_"
+
+
+class WebhookNotFound(NotFound):
+    code = "webhook_not_found"
+
+
+class DeliveryNotFound(NotFound):
+    code = "delivery_not_found"
+
+
+def check_url(value: object) -> str:
+    """An endpoint URL: an origin as providers have (https, or http on loopback;
+    public addresses unless the server allows more), then a path and query."""
+    if not isinstance(value, str) or not value:
+        raise InvalidRequest("url is required: an https:// URL such as https://example.com/hooks.")
+    string_check(value, field="url")
+    if len(value) > URL_MAX:
+        raise InvalidRequest(f"url is over {URL_MAX} characters.")
+    if any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+        raise InvalidRequest("url must not contain whitespace or control characters.")
+    parts = urlsplit(value)
+    if parts.fragment or "#" in value:
+        raise InvalidRequest("url must not contain a fragment.")
+    origin = origin_check(f"{parts.scheme}://{parts.netloc}", where="url", resolve_names=True)
+    path = parts.path or "/"
+    return origin + path + (f"?{parts.query}" if parts.query else "")
+
+
+def check_events(value: object) -> list[str]:
+    if not isinstance(value, list) or not value:
+        raise InvalidRequest(f"events is required: one or more of {', '.join(EVENT_TYPES)}.")
+    unknown = [item for item in value if item not in EVENT_TYPES]
+    if unknown:
+        raise InvalidRequest(f"Unknown event {unknown[0]!r}; events are: {', '.join(EVENT_TYPES)}.")
+    return sorted(set(value))
+
+
+def check_description(value: object) -> str:
+    if not isinstance(value, str):
+        raise InvalidRequest("description must be a string.")
+    string_check(value, field="description")
+    if len(value) > DESCRIPTION_MAX:
+        raise InvalidRequest(f"description is over {DESCRIPTION_MAX} characters.")
+    return value
+
+
+def _new_secret() -> str:
+    return SECRET_PREFIX + secrets.token_urlsafe(32)
+
+
+def _audit(endpoint: Endpoint, *, actor: str, action: str, **detail: Any) -> None:
+    audit_record(
+        project_id=endpoint.project_id,
+        environment="",
+        actor=actor,
+        action=action,
+        detail={"webhook": endpoint.pk, "url": endpoint.url, **detail},
+    )
+
+
+@transaction.atomic
+def endpoint_create(
+    *, project: Project, url: object, events: object, description: object = "", actor: str
+) -> tuple[Endpoint, str]:
+    """A new endpoint and its signing secret (returned this once)."""
+    checked_url = check_url(url)
+    wanted = check_events(events)
+    text = check_description(description)
+    # Counted under the project's row lock, so racing creates cannot pass the cap.
+    Project.objects.select_for_update().filter(pk=project.pk).first()
+    if Endpoint.objects.filter(project=project).count() >= ENDPOINTS_MAX:
+        raise InvalidRequest(f"A project has at most {ENDPOINTS_MAX} webhook endpoints.")
+    secret = _new_secret()
+    endpoint = Endpoint.objects.create(
+        project=project,
+        url=checked_url,
+        events=events_column_value(wanted),
+        secret=secret,
+        description=text,
+        created_at=timezone.now(),
+        created_by=actor,
+    )
+    _audit(endpoint, actor=actor, action="webhook.create", events=wanted)
+    return endpoint, secret
+
+
+def endpoint_list(*, project: Project) -> list[Endpoint]:
+    return list(Endpoint.objects.filter(project=project).order_by("id"))
+
+
+def endpoint_get(*, project: Project, endpoint_id: object) -> Endpoint:
+    if not isinstance(endpoint_id, int | str) or not str(endpoint_id).isdigit():
+        raise WebhookNotFound(f"No webhook endpoint '{endpoint_id}'.")
+    endpoint = Endpoint.objects.filter(project=project, pk=int(endpoint_id)).first()
+    if endpoint is None:
+        raise WebhookNotFound(f"No webhook endpoint '{endpoint_id}' in project '{project.id}'.")
+    return endpoint
+
+
+@transaction.atomic
+def endpoint_update(
+    *,
+    endpoint: Endpoint,
+    actor: str,
+    url: object = None,
+    events: object = None,
+    description: object = None,
+    active: object = None,
+) -> Endpoint:
+    """Changes what is given; reactivating an endpoint sends what waited meanwhile."""
+    changes: dict[str, Any] = {}
+    if url is not None:
+        endpoint.url = changes["url"] = check_url(url)
+    if events is not None:
+        changes["events"] = check_events(events)
+        endpoint.events = events_column_value(changes["events"])
+    if description is not None:
+        endpoint.description = changes["description"] = check_description(description)
+    if active is not None:
+        if not isinstance(active, bool):
+            raise InvalidRequest("active must be true or false.")
+        changes["active"] = active
+        resumed = active and not endpoint.active
+        endpoint.active = active
+        if resumed:
+            enqueue(webhook_drain, endpoint=endpoint.pk)
+    if not changes:
+        raise InvalidRequest("Give at least one of url, events, description, active.")
+    endpoint.save(update_fields=[name for name in ("url", "events", "description", "active")])
+    _audit(endpoint, actor=actor, action="webhook.update", **changes)
+    return endpoint
+
+
+@transaction.atomic
+def endpoint_rotate_secret(*, endpoint: Endpoint, actor: str) -> tuple[Endpoint, str]:
+    """A new signing secret (returned this once); deliveries sent from now on use it."""
+    endpoint.secret = _new_secret()
+    endpoint.save(update_fields=["secret"])
+    _audit(endpoint, actor=actor, action="webhook.rotate")
+    return endpoint, endpoint.secret
+
+
+@transaction.atomic
+def endpoint_delete(*, endpoint: Endpoint, actor: str) -> None:
+    """Deletes the endpoint and its deliveries, sent or not."""
+    _audit(endpoint, actor=actor, action="webhook.delete")
+    endpoint.delete()
+
+
+def delivery_list(
+    *,
+    endpoint: Endpoint,
+    state: str | None = None,
+    cursor: str | None = None,
+    limit: int = DELIVERY_PAGE_SIZE,
+) -> tuple[list[Delivery], str | None]:
+    """The endpoint's deliveries, newest first, in keyset pages."""
+    rows = Delivery.objects.filter(endpoint=endpoint)
+    if state is not None:
+        if state not in DeliveryState.values:
+            raise InvalidRequest(f"state must be one of: {', '.join(DeliveryState.values)}.")
+        rows = rows.filter(state=state)
+    return keyset_page(
+        rows, order=("-id",), cursor=cursor, scope=f"deliveries:{endpoint.pk}:{state}", limit=limit
+    )
+
+
+@transaction.atomic
+def delivery_redeliver(*, endpoint: Endpoint, delivery_id: object, actor: str) -> Delivery:
+    """Sends a finished delivery (delivered or failed) again: the same event id and
+    body, a fresh count of attempts, in its place in the endpoint's queue."""
+    if not isinstance(delivery_id, int | str) or not str(delivery_id).isdigit():
+        raise DeliveryNotFound(f"No delivery '{delivery_id}'.")
+    rows = Delivery.objects.filter(endpoint=endpoint, pk=int(delivery_id))
+    current = rows.values_list("state", flat=True).first()
+    if current is None:
+        raise DeliveryNotFound(f"No delivery '{delivery_id}' for webhook endpoint {endpoint.pk}.")
+    finished = rows.filter(state__in=[DeliveryState.DELIVERED, DeliveryState.FAILED]).update(
+        state=DeliveryState.PENDING,
+        attempts=0,
+        next_attempt_at=timezone.now(),
+        lease_until=None,
+    )
+    delivery = rows.get()
+    if finished:
+        _audit(endpoint, actor=actor, action="webhook.redeliver", event=delivery.event_id)
+        enqueue(webhook_drain, endpoint=endpoint.pk)
+    return delivery

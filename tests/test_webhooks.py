@@ -1,0 +1,474 @@
+"""Webhooks: endpoints through the API, deliveries written with the change (outbox)
+and sent by the background runner to a real receiving HTTP server."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from django.db import transaction
+from rest_framework.test import APIClient
+
+from memoryadmin.agents.services.sessions import session_end
+from memoryadmin.memory.models import AuditEntry, Document, Project, Resource
+from memoryadmin.memory.services.documents import document_replace
+from memoryadmin.runner.jobs import jobs_run_due
+from memoryadmin.runner.models import Job
+from memoryadmin.webhooks.delivery import webhook_drain
+from memoryadmin.webhooks.models import Delivery, Endpoint
+from memoryadmin_client.webhooks import InvalidSignature, verify
+from tests.helpers import Keys, is_postgres, run_threads, serve, support_session
+
+pytestmark = pytest.mark.django_db
+
+HOOKS = "/api/managed-agents/projects/acme/webhooks"
+DOCS = "/api/managed-agents/projects/acme/memory/notes/documents"
+ENV = "?environment=development"
+DRAIN = f"{webhook_drain.__module__}.{webhook_drain.__qualname__}"
+
+
+class Receiver(ThreadingHTTPServer):
+    """Records every POST (headers, body) and answers with the next status of
+    `statuses` (the last one repeats)."""
+
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _ReceiverHandler)
+        self.statuses = [200]
+        self.received: list[tuple[dict[str, str], bytes, int]] = []
+        self.lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/hooks?team=ops"
+
+    def events(self, *, status: int | None = 200) -> list[dict[str, Any]]:
+        return [
+            json.loads(body)
+            for _, body, answered in self.received
+            if status is None or answered == status
+        ]
+
+
+class _ReceiverHandler(BaseHTTPRequestHandler):
+    server: Receiver
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        with self.server.lock:
+            statuses = self.server.statuses
+            status = statuses.pop(0) if len(statuses) > 1 else statuses[0]
+            self.server.received.append(({**self.headers, "path": self.path}, body, status))
+        self.send_response(status)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    yield from serve(Receiver())
+
+
+@pytest.fixture
+def fast_retries(settings: Any) -> None:
+    settings.MEMORYADMIN_WEBHOOK_BACKOFF_SECONDS = 0.2
+    settings.MEMORYADMIN_WEBHOOK_TIMEOUT_SECONDS = 5.0
+
+
+def register(api: APIClient, url: str, events: list[str]) -> dict[str, Any]:
+    response = api.post(HOOKS, {"url": url, "events": events}, format="json")
+    assert response.status_code == 201, response.json()
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def run_jobs(rounds: int = 1) -> None:
+    for _ in range(rounds):
+        jobs_run_due()
+
+
+def run_until(condition: Any, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "the deliveries did not settle in time"
+        jobs_run_due()
+        time.sleep(0.05)
+
+
+def test_document_events_reach_the_endpoint_in_order_signed(
+    api: APIClient, receiver: Receiver, notes: Resource
+) -> None:
+    every = [
+        "document.created",
+        "document.updated",
+        "document.deleted",
+        "document.frozen",
+        "document.unfrozen",
+    ]
+    hook = register(api, receiver.url, every)
+    assert hook["secret"].startswith("whsec_")
+    assert hook["events"] == sorted(every)
+    assert hook["url"] == receiver.url
+    listed = api.get(HOOKS).json()["webhooks"]
+    assert listed == [{key: value for key, value in hook.items() if key != "secret"}]
+
+    created = api.put(
+        f"{DOCS}/plan{ENV}", {"title": "Plan", "text": "one"}, format="json", HTTP_IF_NONE_MATCH="*"
+    )
+    assert created.status_code == 201
+    revision = created.json()["revision"]
+    revisions = [revision]
+    for text in ["two", "three"]:
+        response = api.put(
+            f"{DOCS}/plan{ENV}", {"text": text}, format="json", HTTP_IF_MATCH=f'"{revision}"'
+        )
+        assert response.status_code == 200
+        revision = response.json()["revision"]
+        revisions.append(revision)
+    for agent_writes in ["disabled", "enabled"]:
+        response = api.patch(
+            f"{DOCS}/plan{ENV}",
+            {"agentWrites": agent_writes},
+            format="json",
+            HTTP_IF_MATCH=f'"{revision}"',
+        )
+        assert response.status_code == 200
+        revision = response.json()["revision"]
+        revisions.append(revision)
+    deleted = api.delete(f"{DOCS}/plan{ENV}", HTTP_IF_MATCH=f'"{revision}"')
+    assert deleted.status_code == 204
+    assert receiver.received == []  # nothing is sent by the request itself
+
+    run_jobs()
+    events = receiver.events()
+    assert [event["type"] for event in events] == [
+        "document.created",
+        "document.updated",
+        "document.updated",
+        "document.frozen",
+        "document.unfrozen",
+        "document.deleted",
+    ]
+    assert [event["data"]["revision"] for event in events[:5]] == revisions
+    for event in events:
+        assert event["project"] == "acme"
+        assert event["environment"] == "development"
+        assert event["data"]["resource"] == "notes"
+        assert event["data"]["document"] == "plan"
+        assert event["data"]["actor"].startswith("key:mak_")
+    assert len({event["id"] for event in events}) == 6
+    for headers, body, _ in receiver.received:
+        assert headers["path"] == "/hooks?team=ops"
+        assert headers["Content-Type"] == "application/json"
+        event = verify(hook["secret"], headers, body)
+        assert headers["Memoryadmin-Event-Id"] == event["id"]
+        assert headers["Memoryadmin-Event-Type"] == event["type"]
+        assert headers["Memoryadmin-Delivery-Attempt"] == "1"
+        with pytest.raises(InvalidSignature):
+            verify("whsec_not-the-secret", headers, body)
+        with pytest.raises(InvalidSignature):
+            verify(hook["secret"], headers, body.replace(b"acme", b"evil"))
+        with pytest.raises(InvalidSignature):
+            verify(hook["secret"], headers, body, now=time.time() + 3600)
+    rows = Delivery.objects.order_by("id")
+    assert [row.state for row in rows] == ["delivered"] * 6
+    assert {(row.attempts, row.response_code) for row in rows} == {(1, 200)}
+
+    page = api.get(f"{HOOKS}/{hook['id']}/deliveries").json()
+    assert page["deliveries"][0]["event"] == "document.deleted"
+    assert page["deliveries"][0]["state"] == "delivered"
+    assert page["deliveries"][0]["responseCode"] == 200
+    assert page["nextCursor"] is None
+
+
+def test_an_endpoint_hears_only_the_events_it_wants_of_its_own_project(
+    api: APIClient,
+    client_for: Any,
+    keys: Keys,
+    receiver: Receiver,
+    make_document: Any,
+    project: Project,
+    other_project: Project,
+) -> None:
+    register(api, receiver.url, ["document.deleted"])
+    other = client_for(keys.other).post(
+        "/api/managed-agents/projects/globex/webhooks",
+        {"url": receiver.url, "events": ["document.created"]},
+        format="json",
+    )
+    assert other.status_code == 201
+    document = make_document("plan", text="one")
+    assert not Delivery.objects.exists()  # no endpoint of acme wants document.created
+    assert not Job.objects.filter(name=DRAIN).exists()
+    response = api.delete(f"{DOCS}/plan{ENV}", HTTP_IF_MATCH=f'"{document.revision}"')
+    assert response.status_code == 204
+    run_jobs()
+    assert [event["type"] for event in receiver.events()] == ["document.deleted"]
+
+
+def test_a_failed_attempt_is_retried_and_later_events_wait_for_it(
+    api: APIClient, receiver: Receiver, make_document: Any, fast_retries: None
+) -> None:
+    hook = register(api, receiver.url, ["document.created"])
+    receiver.statuses = [500, 503, 200]
+    make_document("first")
+    run_jobs()
+    first = Delivery.objects.get()
+    assert (first.state, first.attempts, first.response_code) == ("pending", 1, 500)
+    assert first.last_attempt_at is not None
+    assert first.next_attempt_at > first.last_attempt_at
+    make_document("second")
+    run_jobs()
+    # The second event waits behind the first, which is not due yet.
+    assert [json.loads(body)["data"]["document"] for _, body, _ in receiver.received] == ["first"]
+    run_until(lambda: not Delivery.objects.exclude(state="delivered").exists())
+    sent = [(json.loads(body)["data"]["document"], status) for _, body, status in receiver.received]
+    assert sent == [("first", 500), ("first", 503), ("first", 200), ("second", 200)]
+    attempts = [h["Memoryadmin-Delivery-Attempt"] for h, body, _ in receiver.received[:3]]
+    assert attempts == ["1", "2", "3"]
+    # One event id for every attempt of the first delivery, each signed.
+    ids = {verify(hook["secret"], h, body)["id"] for h, body, _ in receiver.received[:3]}
+    assert len(ids) == 1
+    assert Delivery.objects.get(pk=first.pk).attempts == 3
+
+
+def test_exhausted_deliveries_are_kept_as_failed_and_can_be_redelivered(
+    api: APIClient, receiver: Receiver, make_document: Any, fast_retries: None, settings: Any
+) -> None:
+    settings.MEMORYADMIN_WEBHOOK_MAX_ATTEMPTS = 2
+    hook = register(api, receiver.url, ["document.created"])
+    receiver.statuses = [500, 500, 200]
+    make_document("first")
+    make_document("second")
+    run_until(lambda: not Delivery.objects.filter(state__in=["pending", "sending"]).exists())
+    first, second = Delivery.objects.order_by("id")
+    assert (first.state, first.attempts, first.response_code) == ("failed", 2, 500)
+    assert first.last_error == "HTTP 500"
+    assert (second.state, second.attempts) == ("delivered", 1)  # the queue moved on
+
+    url = f"{HOOKS}/{hook['id']}/deliveries/{first.pk}/redeliver"
+    response = api.post(url)
+    assert response.status_code == 202
+    assert response.json()["state"] == "pending"
+    assert response.json()["attempts"] == 0
+    run_until(lambda: Delivery.objects.get(pk=first.pk).state == "delivered")
+    resent = receiver.received[-1]
+    assert verify(hook["secret"], resent[0], resent[1])["id"] == first.event_id
+    assert AuditEntry.objects.filter(action="webhook.redeliver").count() == 1
+    # Redelivering an open delivery changes nothing; an unknown one is 404.
+    assert api.post(f"{HOOKS}/{hook['id']}/deliveries/999999/redeliver").status_code == 404
+    failed = api.get(f"{HOOKS}/{hook['id']}/deliveries?state=failed").json()
+    assert failed["deliveries"] == []
+
+
+def test_nothing_is_delivered_for_a_rolled_back_change(
+    api: APIClient, receiver: Receiver, make_document: Any, notes: Resource
+) -> None:
+    register(api, receiver.url, ["document.updated", "document.created"])
+    document = make_document("plan", text="one")
+    Delivery.objects.all().delete()
+    Job.objects.all().delete()
+
+    class Abort(Exception):
+        pass
+
+    written = []
+
+    def change_then_fail() -> None:
+        with transaction.atomic():
+            document_replace(
+                resource=notes,
+                doc_id="plan",
+                expected_revision=document.revision,
+                text="two",
+                actor="test",
+            )
+            written.append(Delivery.objects.count())
+            raise Abort
+
+    with pytest.raises(Abort):
+        change_then_fail()
+    assert written == [1]  # written with the change...
+    assert not Delivery.objects.exists()  # ...and gone with it
+    assert not Job.objects.filter(name=DRAIN).exists()
+    run_jobs()
+    assert receiver.received == []
+    assert Document.objects.get(pk=document.pk).text == "one"
+
+
+def test_agent_saves_and_sessions_raise_their_events(
+    api: APIClient, receiver: Receiver, project: Project, workshop: Document
+) -> None:
+    register(
+        api,
+        receiver.url,
+        ["memory.saved", "document.updated", "session.created", "session.ended"],
+    )
+    session = support_session(project)
+    sessions = "/api/managed-agents/sessions"
+    recall = api.post(
+        f"{sessions}/{session.id}/memory/recall",
+        {"use": ["notes"], "input": {"text": "hi"}},
+        format="json",
+    )
+    assert recall.status_code == 200
+    call = {
+        "recallId": recall.json()["recallId"],
+        "callId": "c1",
+        "name": "memory_save",
+        "arguments": {"text": "Node.js 24 now."},
+    }
+    saved = api.post(f"{sessions}/{session.id}/memory/tool-calls", call, format="json")
+    assert saved.status_code == 200
+    assert saved.json()["result"]["status"] == "saved"
+    session_end(session=session, actor="test")
+    run_jobs()
+    events = receiver.events()
+    assert [event["type"] for event in events] == [
+        "session.created",
+        "document.updated",
+        "memory.saved",
+        "session.ended",
+    ]
+    assert events[0]["data"]["session"] == session.id
+    assert events[0]["data"]["agent"] == "support-bot"
+    for event in events[1:3]:
+        assert event["data"]["session"] == session.id
+        assert event["data"]["document"] == "workshop"
+        assert event["data"]["revision"] == saved.json()["result"]["revision"]
+    # One event, one id per endpoint: the two events of the save are distinct.
+    assert events[1]["id"] != events[2]["id"]
+
+
+def test_an_inactive_endpoint_keeps_its_deliveries_until_reactivated(
+    api: APIClient, receiver: Receiver, make_document: Any
+) -> None:
+    hook = register(api, receiver.url, ["document.created"])
+    paused = api.patch(f"{HOOKS}/{hook['id']}", {"active": False}, format="json")
+    assert paused.status_code == 200
+    assert paused.json()["active"] is False
+    make_document("plan")
+    # An inactive endpoint hears of nothing new...
+    assert not Delivery.objects.exists()
+    api.patch(f"{HOOKS}/{hook['id']}", {"active": True}, format="json")
+    make_document("plan-2")
+    api.patch(f"{HOOKS}/{hook['id']}", {"active": False}, format="json")
+    run_jobs()
+    # ...and sends nothing while paused; what was queued is sent once it is back.
+    assert receiver.received == []
+    assert Delivery.objects.get().state == "pending"
+    api.patch(f"{HOOKS}/{hook['id']}", {"active": True}, format="json")
+    run_jobs()
+    assert [event["data"]["document"] for event in receiver.events()] == ["plan-2"]
+
+
+def test_bad_endpoints_are_refused_and_change_nothing(
+    api: APIClient, client_for: Any, keys: Keys, settings: Any
+) -> None:
+    cases: list[tuple[Any, dict[str, Any], int]] = [
+        (api, {"url": "http://example.com/hooks", "events": ["document.created"]}, 400),
+        (api, {"url": "https://example.com/h#frag", "events": ["document.created"]}, 400),
+        (api, {"url": "https://user:pw@example.com/h", "events": ["document.created"]}, 400),
+        (api, {"url": "ftp://example.com/h", "events": ["document.created"]}, 400),
+        (api, {"url": "https://example.com/h", "events": ["document.exploded"]}, 400),
+        (api, {"url": "https://example.com/h", "events": []}, 400),
+        (api, {"url": "https://example.com/h\u0000", "events": ["document.created"]}, 400),
+        (api, {"url": "https://example.com/h", "events": ["document.created"], "x": 1}, 400),
+        (
+            client_for(keys.read_only),
+            {"url": "https://example.com/h", "events": ["document.created"]},
+            403,
+        ),
+    ]
+    settings.MEMORYADMIN_PROVIDER_ALLOW = []
+    cases.append((api, {"url": "https://10.1.2.3/h", "events": ["document.created"]}, 400))
+    cases.append((api, {"url": "http://127.0.0.1:9/h", "events": ["document.created"]}, 400))
+    for client, body, status in cases:
+        response = client.post(HOOKS, body, format="json")
+        assert response.status_code == status, (body, response.json())
+        assert set(response.json()) == {"error"}
+    outsider = client_for(keys.other).get(HOOKS)
+    assert outsider.status_code == 403
+    assert api.get(f"{HOOKS}/12345").status_code == 404
+    assert api.get(f"{HOOKS}/abc").status_code == 404
+    assert not Endpoint.objects.exists()
+    assert not AuditEntry.objects.filter(action__startswith="webhook.").exists()
+
+
+def test_delivery_is_refused_when_the_address_is_no_longer_allowed(
+    api: APIClient, receiver: Receiver, make_document: Any, settings: Any
+) -> None:
+    register(api, receiver.url, ["document.created"])
+    settings.MEMORYADMIN_PROVIDER_ALLOW = []
+    make_document("plan")
+    run_jobs()
+    assert receiver.received == []
+    delivery = Delivery.objects.get()
+    assert delivery.state == "pending"
+    assert delivery.last_error.startswith("refused:")
+    assert delivery.response_code is None
+
+
+def test_endpoint_changes_are_audited_and_the_secret_is_shown_once(
+    api: APIClient, receiver: Receiver
+) -> None:
+    hook = register(api, receiver.url, ["document.created"])
+    assert "secret" not in api.get(f"{HOOKS}/{hook['id']}").json()
+    rotated = api.post(f"{HOOKS}/{hook['id']}/rotate-secret")
+    assert rotated.status_code == 200
+    assert rotated.json()["secret"] not in {hook["secret"], ""}
+    assert Endpoint.objects.get().secret == rotated.json()["secret"]
+    changed = api.patch(
+        f"{HOOKS}/{hook['id']}",
+        {"events": ["session.created"], "description": "Ops"},
+        format="json",
+    )
+    assert changed.json()["events"] == ["session.created"]
+    assert changed.json()["description"] == "Ops"
+    assert api.patch(f"{HOOKS}/{hook['id']}", {}, format="json").status_code == 400
+    assert api.delete(f"{HOOKS}/{hook['id']}").status_code == 204
+    assert not Endpoint.objects.exists()
+    entries = AuditEntry.objects.filter(action__startswith="webhook.").order_by("id")
+    actions = [entry.action for entry in entries]
+    assert actions == ["webhook.create", "webhook.rotate", "webhook.update", "webhook.delete"]
+    for entry in entries:
+        assert hook["secret"] not in json.dumps(entry.detail)
+        assert rotated.json()["secret"] not in json.dumps(entry.detail)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(not is_postgres(), reason="racing senders need PostgreSQL")
+def test_racing_senders_deliver_each_event_exactly_once_in_order(
+    api: APIClient, receiver: Receiver, make_document: Any
+) -> None:
+    hook = register(api, receiver.url, ["document.created"])
+    for index in range(20):
+        make_document(f"doc-{index:02d}")
+    Job.objects.filter(name=DRAIN).delete()
+
+    def drain(_: int) -> None:
+        from django.db import connection
+
+        try:
+            webhook_drain(endpoint=hook["id"])
+        finally:
+            connection.close()
+
+    run_threads(4, drain)
+    ids = [json.loads(body)["id"] for _, body, _ in receiver.received]
+    assert len(ids) == 20
+    assert len(set(ids)) == 20
+    documents = [json.loads(body)["data"]["document"] for _, body, _ in receiver.received]
+    assert documents == [f"doc-{index:02d}" for index in range(20)]
+    assert set(Delivery.objects.values_list("state", "attempts")) == {("delivered", 1)}
