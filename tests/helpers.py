@@ -645,3 +645,49 @@ def external_session(project: Project, namespace: str, *, resource_id: str = "me
         actor="test",
     )
     return session
+
+
+# A webhook receiver: a real server on 127.0.0.1 (tests/test_webhooks.py).
+
+
+class Receiver(ThreadingHTTPServer):
+    """Records every POST (headers, body) and answers with the next status of
+    `statuses` (the last one repeats)."""
+
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _ReceiverHandler)
+        self.statuses = [200]
+        self.received: list[tuple[dict[str, str], bytes, int]] = []
+        self.lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/hooks?team=ops"
+
+    def events(self, *, status: int | None = 200) -> list[dict[str, Any]]:
+        return [
+            json.loads(body)
+            for _, body, answered in self.received
+            if status is None or answered == status
+        ]
+
+
+class _ReceiverHandler(BaseHTTPRequestHandler):
+    server: Receiver
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        with self.server.lock:
+            statuses = self.server.statuses
+            status = statuses.pop(0) if len(statuses) > 1 else statuses[0]
+            self.server.received.append(({**self.headers, "path": self.path}, body, status))
+        self.send_response(status)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass

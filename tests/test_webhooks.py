@@ -4,10 +4,8 @@ and sent by the background runner to a real receiving HTTP server."""
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -22,7 +20,7 @@ from memoryadmin.runner.models import Job
 from memoryadmin.webhooks.delivery import webhook_drain
 from memoryadmin.webhooks.models import Delivery, Endpoint
 from memoryadmin_client.webhooks import InvalidSignature, verify
-from tests.helpers import Keys, is_postgres, run_threads, serve, support_session
+from tests.helpers import Keys, Receiver, is_postgres, run_threads, serve, support_session
 
 pytestmark = pytest.mark.django_db
 
@@ -30,49 +28,6 @@ HOOKS = "/api/managed-agents/projects/acme/webhooks"
 DOCS = "/api/managed-agents/projects/acme/memory/notes/documents"
 ENV = "?environment=development"
 DRAIN = f"{webhook_drain.__module__}.{webhook_drain.__qualname__}"
-
-
-class Receiver(ThreadingHTTPServer):
-    """Records every POST (headers, body) and answers with the next status of
-    `statuses` (the last one repeats)."""
-
-    daemon_threads = True
-    block_on_close = False
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _ReceiverHandler)
-        self.statuses = [200]
-        self.received: list[tuple[dict[str, str], bytes, int]] = []
-        self.lock = threading.Lock()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/hooks?team=ops"
-
-    def events(self, *, status: int | None = 200) -> list[dict[str, Any]]:
-        return [
-            json.loads(body)
-            for _, body, answered in self.received
-            if status is None or answered == status
-        ]
-
-
-class _ReceiverHandler(BaseHTTPRequestHandler):
-    server: Receiver
-    protocol_version = "HTTP/1.1"
-
-    def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-        with self.server.lock:
-            statuses = self.server.statuses
-            status = statuses.pop(0) if len(statuses) > 1 else statuses[0]
-            self.server.received.append(({**self.headers, "path": self.path}, body, status))
-        self.send_response(status)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ from memoryadmin.memory.models import Resource
 from memoryadmin.memory.services.audit import ACTOR_KINDS, AuditFilter
 from memoryadmin.memory.services.tombstones import document_id_check_free
 from memoryadmin.memory.strings import strings_check
+from memoryadmin.webhooks.outbox import EVENT_TYPES
 
 FIELD_NAMES = ("text ", "title ", "summary ")
 
@@ -171,6 +172,17 @@ class ExportForm(StrictForm):
 class ApiKeyForm(forms.Form):
     name = forms.CharField(required=False, max_length=200, strip=True)
     read_only = forms.BooleanField(required=False, label="Read-only")
+
+
+class WebhookForm(StrictForm):
+    """A webhook endpoint's settings; the URL and events are checked by the service."""
+
+    url = forms.CharField(max_length=2048, label="URL", strip=True)
+    description = forms.CharField(required=False, max_length=200, strip=True)
+    events = forms.MultipleChoiceField(
+        choices=[(event, event) for event in EVENT_TYPES], widget=forms.CheckboxSelectMultiple
+    )
+    active = forms.BooleanField(required=False, initial=True, label="Active")
 
 
 class AuditFilterForm(StrictForm):

@@ -18,6 +18,7 @@ from memoryadmin.web.views import (
     review,
     search,
     sessions,
+    webhooks,
     writing,
 )
 
@@ -73,6 +74,17 @@ urlpatterns = [
     path(PROJECT + "search/", search.search, name="search"),
     path(PROJECT + "audit/download/", reading.audit_download, name="audit-download"),
     path(PROJECT + "export/", export.export, name="export"),
+    path(PROJECT + "webhooks/", webhooks.webhook_list, name="webhooks"),
+    path(PROJECT + "webhooks/new/", webhooks.webhook_create, name="webhook-create"),
+    path(PROJECT + "webhooks/<int:w>/", webhooks.webhook_detail, name="webhook"),
+    path(PROJECT + "webhooks/<int:w>/edit/", webhooks.webhook_update, name="webhook-update"),
+    path(PROJECT + "webhooks/<int:w>/rotate/", webhooks.webhook_rotate, name="webhook-rotate"),
+    path(PROJECT + "webhooks/<int:w>/delete/", webhooks.webhook_delete, name="webhook-delete"),
+    path(
+        PROJECT + "webhooks/<int:w>/deliveries/<int:d>/redeliver/",
+        webhooks.delivery_redeliver,
+        name="webhook-redeliver",
+    ),
     path(PROJECT + "keys/", keys.key_list, name="keys"),
     path(PROJECT + "keys/new/", keys.key_create, name="key-create"),
     path(PROJECT + "keys/<int:k>/revoke/", keys.key_revoke, name="key-revoke"),

@@ -199,9 +199,12 @@ def delivery_list(
 
 
 @transaction.atomic
-def delivery_redeliver(*, endpoint: Endpoint, delivery_id: object, actor: str) -> Delivery:
+def delivery_redeliver(
+    *, endpoint: Endpoint, delivery_id: object, actor: str
+) -> tuple[Delivery, bool]:
     """Sends a finished delivery (delivered or failed) again: the same event id and
-    body, a fresh count of attempts, in its place in the endpoint's queue."""
+    body, a fresh count of attempts, in its place in the endpoint's queue. Says
+    whether it did (a delivery still open is left as it is)."""
     if not isinstance(delivery_id, int | str) or not str(delivery_id).isdigit():
         raise DeliveryNotFound(f"No delivery '{delivery_id}'.")
     rows = Delivery.objects.filter(endpoint=endpoint, pk=int(delivery_id))
@@ -218,4 +221,4 @@ def delivery_redeliver(*, endpoint: Endpoint, delivery_id: object, actor: str) -
     if finished:
         _audit(endpoint, actor=actor, action="webhook.redeliver", event=delivery.event_id)
         enqueue(webhook_drain, endpoint=endpoint.pk)
-    return delivery
+    return delivery, bool(finished)

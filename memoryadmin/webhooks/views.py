@@ -187,7 +187,7 @@ class RedeliverView(WebhookView):
         "A delivery still open is left as it is.",
     )
     def post(self, request: Request, p: str, w: str, d: str) -> Response:
-        delivery = services.delivery_redeliver(
+        delivery, _ = services.delivery_redeliver(
             endpoint=self.target(request, p, w), delivery_id=d, actor=self.actor(request)
         )
         return Response(delivery_dict(delivery), status=202)

@@ -39,6 +39,7 @@ PEOPLE = "people"
 DEPLOY = "deploy"
 SECRETS = "secrets"
 REVIEW = "review"
+WEBHOOKS = "webhooks"
 
 # Support staff find, read, freeze and export, and never change text.
 PERMISSIONS: dict[str, frozenset[str]] = {
@@ -53,6 +54,7 @@ PERMISSIONS: dict[str, frozenset[str]] = {
     PEOPLE: frozenset({Role.OWNER}),
     DEPLOY: frozenset({Role.OWNER}),
     SECRETS: frozenset({Role.OWNER}),
+    WEBHOOKS: frozenset({Role.OWNER}),
     # Support see the review inbox and may reject; approving writes text: owners only.
     REVIEW: frozenset({Role.OWNER, Role.SUPPORT}),
 }
@@ -70,6 +72,7 @@ DESCRIPTIONS = {
     DEPLOY: "promote deployments",
     SECRETS: "manage provider secrets",
     REVIEW: "review agent proposals",
+    WEBHOOKS: "manage webhooks",
 }
 
 User = AbstractBaseUser | AnonymousUser

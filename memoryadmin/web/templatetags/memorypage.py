@@ -69,6 +69,7 @@ ENV_SECTIONS = frozenset(
         "keys",
         "people",
         "review",
+        "webhooks",
     }
 )
 
@@ -121,6 +122,13 @@ SECTION_OF = {
     "person-revoke": "people",
     "review": "review",
     "proposal": "review",
+    "webhooks": "webhooks",
+    "webhook": "webhooks",
+    "webhook-create": "webhooks",
+    "webhook-update": "webhooks",
+    "webhook-rotate": "webhooks",
+    "webhook-delete": "webhooks",
+    "webhook-redeliver": "webhooks",
 }
 
 

@@ -30,6 +30,7 @@ from memoryadmin.web.services.roles import (
     REVIEW,
     SECRETS,
     SESSION_END,
+    WEBHOOKS,
     Membership,
     membership_in,
     membership_require,
@@ -98,6 +99,10 @@ class Page:
     @property
     def can_review(self) -> bool:
         return self.membership.can(REVIEW)
+
+    @property
+    def can_manage_webhooks(self) -> bool:
+        return self.membership.can(WEBHOOKS)
 
     @property
     def production(self) -> bool:

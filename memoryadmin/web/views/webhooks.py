@@ -1,0 +1,160 @@
+"""The Webhooks page (owners): a project's endpoints, create (the signing secret
+shown once), edit, pause, rotate the secret, delete; each endpoint's recent
+deliveries, and redelivery of one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponseBase
+from django.shortcuts import redirect
+from django.utils.cache import add_never_cache_headers
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from memoryadmin.memory.errors import DomainError
+from memoryadmin.web.forms import WebhookForm, sentence
+from memoryadmin.web.services.roles import WEBHOOKS
+from memoryadmin.web.views.base import Page, actor, page_render, project_view
+from memoryadmin.webhooks import services
+from memoryadmin.webhooks.models import Endpoint
+
+INVALID = 422
+
+
+def _list(
+    request: HttpRequest, page: Page, form: WebhookForm, *, status: int = 200, **extra: Any
+) -> HttpResponseBase:
+    context = {"endpoints": services.endpoint_list(project=page.project), "form": form, **extra}
+    return page_render(request, "memoryadmin/webhooks.html", page, context, status=status)
+
+
+def _detail(
+    request: HttpRequest,
+    page: Page,
+    endpoint: Endpoint,
+    form: WebhookForm | None = None,
+    *,
+    status: int = 200,
+    **extra: Any,
+) -> HttpResponseBase:
+    if form is None:
+        form = WebhookForm(
+            initial={
+                "url": endpoint.url,
+                "description": endpoint.description,
+                "events": endpoint.event_list,
+                "active": endpoint.active,
+            }
+        )
+    deliveries, next_cursor = services.delivery_list(
+        endpoint=endpoint, cursor=request.GET.get("cursor") or None
+    )
+    context = {
+        "endpoint": endpoint,
+        "form": form,
+        "deliveries": deliveries,
+        "next_cursor": next_cursor,
+        **extra,
+    }
+    return page_render(request, "memoryadmin/webhook.html", page, context, status=status)
+
+
+def _refused(form: WebhookForm, exc: DomainError) -> None:
+    message = sentence(exc.message)
+    field = next((name for name in ("url", "events", "description") if name in exc.message), None)
+    form.add_error(field, message)
+
+
+@require_GET
+@project_view(WEBHOOKS)
+def webhook_list(request: HttpRequest, page: Page) -> HttpResponseBase:
+    return _list(request, page, WebhookForm())
+
+
+@require_POST
+@project_view(WEBHOOKS)
+def webhook_create(request: HttpRequest, page: Page) -> HttpResponseBase:
+    form = WebhookForm(request.POST)
+    if not form.is_valid():
+        return _list(request, page, form, status=INVALID)
+    try:
+        endpoint, secret = services.endpoint_create(
+            project=page.project,
+            url=form.cleaned_data["url"],
+            events=form.cleaned_data["events"],
+            description=form.cleaned_data["description"],
+            actor=actor(request),
+        )
+    except DomainError as exc:
+        _refused(form, exc)
+        return _list(request, page, form, status=INVALID)
+    # The secret is in this response only: never cached.
+    response = _list(request, page, WebhookForm(), new_endpoint=endpoint, secret=secret)
+    add_never_cache_headers(response)
+    return response
+
+
+@require_GET
+@project_view(WEBHOOKS)
+def webhook_detail(request: HttpRequest, page: Page, w: int) -> HttpResponseBase:
+    endpoint = services.endpoint_get(project=page.project, endpoint_id=w)
+    return _detail(request, page, endpoint)
+
+
+@require_POST
+@project_view(WEBHOOKS)
+def webhook_update(request: HttpRequest, page: Page, w: int) -> HttpResponseBase:
+    endpoint = services.endpoint_get(project=page.project, endpoint_id=w)
+    form = WebhookForm(request.POST)
+    if not form.is_valid():
+        return _detail(request, page, endpoint, form, status=INVALID)
+    try:
+        services.endpoint_update(endpoint=endpoint, actor=actor(request), **form.cleaned_data)
+    except DomainError as exc:
+        _refused(form, exc)
+        endpoint.refresh_from_db()
+        return _detail(request, page, endpoint, form, status=INVALID)
+    messages.success(request, "Saved the webhook's settings.")
+    return redirect("web:webhook", page.project.id, page.environment, endpoint.pk)
+
+
+@require_POST
+@project_view(WEBHOOKS)
+def webhook_rotate(request: HttpRequest, page: Page, w: int) -> HttpResponseBase:
+    endpoint = services.endpoint_get(project=page.project, endpoint_id=w)
+    endpoint, secret = services.endpoint_rotate_secret(endpoint=endpoint, actor=actor(request))
+    response = _detail(request, page, endpoint, secret=secret)
+    add_never_cache_headers(response)
+    return response
+
+
+@require_http_methods(["GET", "POST"])
+@project_view(WEBHOOKS)
+def webhook_delete(request: HttpRequest, page: Page, w: int) -> HttpResponseBase:
+    endpoint = services.endpoint_get(project=page.project, endpoint_id=w)
+    if request.method == "GET":
+        return page_render(
+            request,
+            "memoryadmin/webhook_delete.html",
+            page,
+            {"endpoint": endpoint},
+            partial="dialog",
+        )
+    services.endpoint_delete(endpoint=endpoint, actor=actor(request))
+    messages.success(request, f"Deleted the webhook to {endpoint.url}.")
+    return redirect("web:webhooks", page.project.id, page.environment)
+
+
+@require_POST
+@project_view(WEBHOOKS)
+def delivery_redeliver(request: HttpRequest, page: Page, w: int, d: int) -> HttpResponseBase:
+    endpoint = services.endpoint_get(project=page.project, endpoint_id=w)
+    delivery, queued = services.delivery_redeliver(
+        endpoint=endpoint, delivery_id=d, actor=actor(request)
+    )
+    if queued:
+        messages.success(request, f"Delivery {delivery.pk} ({delivery.event}) is queued again.")
+    else:
+        messages.info(request, f"Delivery {delivery.pk} is still being sent; nothing changed.")
+    return redirect("web:webhook", page.project.id, page.environment, endpoint.pk)
