@@ -59,3 +59,27 @@ def state(label: str) -> None:
         if entry.detail.get("label") == label
     )
     print(json.dumps({"jobs": jobs, "steps": steps}))
+
+
+def webhook_change(url: str, *doc_ids: str) -> str:
+    """A project with a webhook endpoint to `url`, then documents created: the
+    endpoint's signing secret."""
+    from memoryadmin.memory.services.deployments import deployment_create, resource_get
+    from memoryadmin.memory.services.documents import document_create
+    from memoryadmin.memory.services.projects import project_create
+    from memoryadmin.webhooks.services import endpoint_create
+    from tests.helpers import MANIFEST_MEMORY
+
+    project = project_create(project_id="acme", name="Acme")
+    deployment_create(
+        project=project,
+        agent="support-bot",
+        memory=MANIFEST_MEMORY,
+        promote="development",
+        actor="t",
+    )
+    notes = resource_get(project=project, environment="development", resource_id="notes")
+    _, secret = endpoint_create(project=project, url=url, events=["document.created"], actor="t")
+    for doc_id in doc_ids:
+        document_create(resource=notes, doc_id=doc_id, title=doc_id, actor="t")
+    return secret

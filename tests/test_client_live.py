@@ -277,3 +277,38 @@ def test_client_restores_reads_the_audit_log_exports_and_imports(
     with pytest.raises(ApiError) as current:
         client.redact_version("notes", "workshop", restored["revision"], reason="Leak.")
     assert current.value.status == 409
+
+
+def test_client_manages_webhooks_and_verifies_their_deliveries(
+    client: Client, notes: Resource
+) -> None:
+    from memoryadmin.runner.jobs import job_run
+    from memoryadmin.runner.models import Job
+    from memoryadmin_client.webhooks import verify
+    from tests.helpers import Receiver, serve
+
+    for receiver in serve(Receiver()):
+        made = client.create_webhook(receiver.url, ["document.created"], description="Ops")
+        assert made["secret"].startswith("whsec_")
+        assert client.list_webhooks() == [{k: v for k, v in made.items() if k != "secret"}]
+        client.create_document("notes", "plan", title="Plan", text="One.")
+        # The server handed the job to the task backend; run it here, as a worker would.
+        for job in Job.objects.filter(state="pending"):
+            job_run(job.pk)
+        ((headers, body, _),) = receiver.received
+        event = verify(made["secret"], headers, body)
+        assert (event["type"], event["data"]["document"]) == ("document.created", "plan")
+        page = client.list_webhook_deliveries(made["id"])
+        (delivery,) = page["deliveries"]
+        assert (delivery["eventId"], delivery["state"]) == (event["id"], "delivered")
+        again = client.redeliver_webhook(made["id"], delivery["id"])
+        assert (again["state"], again["attempts"]) == ("pending", 0)
+        paused = client.update_webhook(made["id"], active=False)
+        assert paused["active"] is False
+        assert client.get_webhook(made["id"])["active"] is False
+        rotated = client.rotate_webhook_secret(made["id"])
+        assert rotated["secret"] not in {made["secret"], ""}
+        client.delete_webhook(made["id"])
+        with pytest.raises(ApiError) as gone:
+            client.get_webhook(made["id"])
+        assert (gone.value.status, gone.value.code) == (404, "webhook_not_found")

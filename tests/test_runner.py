@@ -256,3 +256,32 @@ def test_the_same_jobs_run_on_rq_by_configuration_only(
         for name in client.scan_iter(match=f"*{env['MEMORYADMIN_TASKS_QUEUE']}*"):
             client.delete(name)
         client.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_process_delivers_webhooks_signed_in_order(
+    worker_env: dict[str, str], tmp_path: Path
+) -> None:
+    from memoryadmin_client.webhooks import verify
+    from tests.helpers import Receiver, serve
+
+    for receiver in serve(Receiver()):
+        receiver.statuses = [500, 200]
+        env = {
+            **worker_env,
+            "MEMORYADMIN_WEBHOOK_BACKOFF_SECONDS": "0.2",
+            "MEMORYADMIN_PROVIDER_ALLOW": "127.0.0.0/8",
+        }
+        secret = _python(env, f"print(webhook_change({receiver.url!r}, 'plan', 'spec'))")
+        worker = _worker(env, tmp_path / "worker.log")
+        try:
+            _wait_for(lambda: len(receiver.events()) == 2, "two deliveries")  # noqa: B023
+        finally:
+            _stop(worker)
+        sent = [(verify(secret.strip(), h, body), status) for h, body, status in receiver.received]
+        assert [(event["data"]["document"], status) for event, status in sent] == [
+            ("plan", 500),
+            ("plan", 200),
+            ("spec", 200),
+        ]
+        assert sent[0][0]["id"] == sent[1][0]["id"]

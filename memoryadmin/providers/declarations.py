@@ -102,19 +102,25 @@ def _origin_host(host: str | None, where: str) -> str:
     return f"[{address.compressed}]" if address.version == 6 else address.compressed
 
 
-def _refuse_unreachable(host: str, where: str, *, resolve_names: bool) -> None:
+def _refuse_unreachable(host: str, where: str, *, resolve_names: bool, kind: str) -> None:
     literal = literal_address(host)
     if literal is None and not resolve_names:
         return
     refusal = origin_address_check(host)
     if refusal is not None:
         _fail(
-            f"{where} {refusal}; provider origins must reach public addresses "
+            f"{where} {refusal}; {kind} must reach public addresses "
             f"unless the server allows more ({SETTING})."
         )
 
 
-def origin_check(value: object, *, where: str = "origin", resolve_names: bool = False) -> str:
+def origin_check(
+    value: object,
+    *,
+    where: str = "origin",
+    resolve_names: bool = False,
+    kind: str = "provider origins",
+) -> str:
     """An origin `scheme://host[:port]`, normalised; checked before any secret is resolved.
 
     https only, except http on loopback (127.0.0.0/8, ::1, localhost) for
@@ -149,7 +155,7 @@ def origin_check(value: object, *, where: str = "origin", resolve_names: bool = 
             f"{where} must use https://; plain http:// is allowed only on loopback "
             "(127.0.0.0/8, ::1, localhost)."
         )
-    _refuse_unreachable(host, where, resolve_names=resolve_names)
+    _refuse_unreachable(host, where, resolve_names=resolve_names, kind=kind)
     return f"{scheme}://{shown_host}" + (f":{port}" if port is not None else "")
 
 

@@ -54,7 +54,9 @@ def check_url(value: object) -> str:
     parts = urlsplit(value)
     if parts.fragment or "#" in value:
         raise InvalidRequest("url must not contain a fragment.")
-    origin = origin_check(f"{parts.scheme}://{parts.netloc}", where="url", resolve_names=True)
+    origin = origin_check(
+        f"{parts.scheme}://{parts.netloc}", where="url", resolve_names=True, kind="webhook URLs"
+    )
     path = parts.path or "/"
     return origin + path + (f"?{parts.query}" if parts.query else "")
 

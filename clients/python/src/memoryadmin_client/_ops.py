@@ -26,6 +26,7 @@ from memoryadmin_client._types import (
     EventPage,
     ImportReport,
     NewApiKey,
+    NewWebhook,
     Operation,
     OperationPage,
     Proposal,
@@ -40,6 +41,9 @@ from memoryadmin_client._types import (
     SessionRevert,
     Version,
     VersionReaders,
+    Webhook,
+    WebhookDelivery,
+    WebhookDeliveryPage,
 )
 
 TOPIC_KEY_MAX = 248
@@ -514,6 +518,90 @@ def import_memory(
         content=archive,
     )
     return cast(ImportReport, response.json())
+
+
+# Webhooks.
+
+
+def _webhooks(c: Defaults, project: str | None, webhook_id: int | str | None = None) -> str:
+    path = f"projects/{c._project(project)}/webhooks"
+    return path if webhook_id is None else f"{path}/{webhook_id}"
+
+
+def list_webhooks(c: Defaults, *, project: str | None = None) -> Op[list[Webhook]]:
+    response = yield Request("GET", _webhooks(c, project))
+    return cast(list[Webhook], response.json()["webhooks"])
+
+
+def create_webhook(
+    c: Defaults,
+    url: str,
+    events: list[str],
+    *,
+    description: str = "",
+    project: str | None = None,
+) -> Op[NewWebhook]:
+    """Registers an endpoint; the result's `secret` signs its deliveries and is shown once."""
+    body = {"url": url, "events": events, "description": description}
+    response = yield Request("POST", _webhooks(c, project), json=body)
+    return cast(NewWebhook, response.json())
+
+
+def get_webhook(c: Defaults, webhook_id: int | str, *, project: str | None = None) -> Op[Webhook]:
+    response = yield Request("GET", _webhooks(c, project, webhook_id))
+    return cast(Webhook, response.json())
+
+
+def update_webhook(
+    c: Defaults,
+    webhook_id: int | str,
+    *,
+    url: str | None = None,
+    events: list[str] | None = None,
+    description: str | None = None,
+    active: bool | None = None,
+    project: str | None = None,
+) -> Op[Webhook]:
+    """Changes what is given; `active=False` pauses it (deliveries wait), True resumes."""
+    body = _drop_none({"url": url, "events": events, "description": description, "active": active})
+    response = yield Request("PATCH", _webhooks(c, project, webhook_id), json=body)
+    return cast(Webhook, response.json())
+
+
+def rotate_webhook_secret(
+    c: Defaults, webhook_id: int | str, *, project: str | None = None
+) -> Op[NewWebhook]:
+    response = yield Request("POST", f"{_webhooks(c, project, webhook_id)}/rotate-secret")
+    return cast(NewWebhook, response.json())
+
+
+def delete_webhook(c: Defaults, webhook_id: int | str, *, project: str | None = None) -> Op[None]:
+    yield Request("DELETE", _webhooks(c, project, webhook_id))
+    return None
+
+
+def list_webhook_deliveries(
+    c: Defaults,
+    webhook_id: int | str,
+    *,
+    state: str | None = None,
+    cursor: str | None = None,
+    project: str | None = None,
+) -> Op[WebhookDeliveryPage]:
+    """One page of the endpoint's deliveries, newest first."""
+    params = _drop_none({"state": state, "cursor": cursor})
+    path = f"{_webhooks(c, project, webhook_id)}/deliveries"
+    response = yield Request("GET", path, params)
+    return cast(WebhookDeliveryPage, response.json())
+
+
+def redeliver_webhook(
+    c: Defaults, webhook_id: int | str, delivery_id: int | str, *, project: str | None = None
+) -> Op[WebhookDelivery]:
+    """Sends a delivered or failed delivery again (same event id and body)."""
+    path = f"{_webhooks(c, project, webhook_id)}/deliveries/{delivery_id}/redeliver"
+    response = yield Request("POST", path)
+    return cast(WebhookDelivery, response.json())
 
 
 # Deployments.

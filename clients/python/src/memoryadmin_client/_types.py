@@ -140,6 +140,38 @@ class NewApiKey(ApiKey):
     secret: str  # the key itself, shown this once
 
 
+class Webhook(TypedDict):
+    id: int
+    url: str
+    events: list[str]
+    description: str
+    active: bool
+    createdAt: str
+
+
+class NewWebhook(Webhook):
+    secret: str  # the signing secret, shown this once
+
+
+class WebhookDelivery(TypedDict):
+    id: int
+    eventId: str
+    event: str
+    state: Literal["pending", "sending", "delivered", "failed"]
+    attempts: int
+    responseCode: int | None
+    error: str
+    createdAt: str
+    lastAttemptAt: str | None
+    nextAttemptAt: str | None
+    deliveredAt: str | None
+
+
+class WebhookDeliveryPage(TypedDict):
+    deliveries: list[WebhookDelivery]
+    nextCursor: str | None
+
+
 class Binding(TypedDict):
     resource: str
     scope: Literal["document", "collection", "namespace"]
