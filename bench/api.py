@@ -1,6 +1,7 @@
 """The hot paths as ratios against floors measured in the same run.
 
-    .venv/bin/python bench/api.py [--documents 10000] [--seconds 2] [--pairs 3] [--json PATH]
+    .venv/bin/python bench/api.py [--documents 10000] [--seconds 2] [--pairs 3]
+        [--json PATH] [--only TEXT ...]
 
 Seeds a throwaway database (bench_<name> on PostgreSQL with DATABASE_URL, a
 SQLite file under var/ otherwise) and serves it with gunicorn (2 sync
@@ -434,6 +435,12 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--json", default=str(ROOT / "var" / "bench.json"))
+    parser.add_argument(
+        "--only",
+        action="append",
+        metavar="TEXT",
+        help="measure only the rows whose name contains TEXT (repeatable; e.g. GET, export)",
+    )
     args = parser.parse_args()
     if args.documents < 200:
         parser.error("--documents must be at least 200")
@@ -466,6 +473,10 @@ def run(args: argparse.Namespace) -> None:
         server.terminate()
         server.wait()
     report(args, rows, trips, seeded, time.perf_counter() - started)
+
+
+def wanted(args: argparse.Namespace, name: str) -> bool:
+    return not args.only or any(text.lower() in name.lower() for text in args.only)
 
 
 def measure(args: argparse.Namespace, setup: Setup, port: int) -> tuple[list[Row], dict[str, int]]:
@@ -522,7 +533,11 @@ def measure(args: argparse.Namespace, setup: Setup, port: int) -> tuple[list[Row
     lat = {name: (lambda call=call: latency(port, call, s)) for name, call in calls.items()}
     rows: list[Row] = []
 
-    def row(name: str, goal: str, check: Callable[[float], bool], pairs: Any, ratio: Any) -> Row:
+    def row(
+        name: str, goal: str, check: Callable[[float], bool], pairs: Any, ratio: Any
+    ) -> Row | None:
+        if not wanted(args, name):
+            return None
         print(f"measuring: {name}", file=sys.stderr, flush=True)
         result = Row(name, goal, check).result(pairs(), ratio)
         rows.append(result)
@@ -580,7 +595,8 @@ def measure(args: argparse.Namespace, setup: Setup, port: int) -> tuple[list[Row
         lambda: interleaved(n, lat["list first page"], lat["page filter, matches"]),
         slower,
     )
-    export_row(args, setup, rows)
+    if wanted(args, "export"):
+        export_row(args, setup, rows)
     row(
         f"list first page @{args.documents} ÷ @{SMALL}",
         "<= 1.2",
