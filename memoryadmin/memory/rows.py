@@ -1,37 +1,84 @@
-"""Model instances from rows of hand-written SQL, converted as the ORM converts its own."""
+"""Model instances from rows of hand-written SQL, converted as the ORM converts its own.
+
+Hot paths (the key look-up, a document read) build their SQL once per process
+and convert rows with converters looked up once per connection: composing a
+query with the ORM costs more than the round trip it makes.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+import weakref
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.models import Field, Model
 
 
-def column(model: type[Model], name: str) -> str:
-    """A field's column, quoted."""
+@functools.cache
+def _column(model: type[Model], name: str, vendor: str) -> str:
     field = model._meta.get_field(name)
     assert isinstance(field, Field)
     assert field.column is not None
     return connection.ops.quote_name(field.column)
 
 
-def columns(model: type[Model], alias: str = "") -> str:
-    """The model's concrete columns, quoted, in field order (optionally `alias.`-qualified)."""
+def column(model: type[Model], name: str) -> str:
+    """A field's column, quoted."""
+    return _column(model, name, connection.vendor)
+
+
+@functools.cache
+def _columns(model: type[Model], alias: str, vendor: str) -> str:
     prefix = f"{alias}." if alias else ""
     return ", ".join(prefix + column(model, f.name) for f in model._meta.concrete_fields)
 
 
+def columns(model: type[Model], alias: str = "") -> str:
+    """The model's concrete columns, quoted, in field order (optionally `alias.`-qualified)."""
+    return _columns(model, alias, connection.vendor)
+
+
+def table(model: type[Model]) -> str:
+    """A model's table, quoted."""
+    return connection.ops.quote_name(model._meta.db_table)
+
+
+type Converter = Callable[[Any, Any, Any], Any]
+# Per connection (converters may be bound to it), per model: each field's converters.
+_converters: weakref.WeakKeyDictionary[Any, dict[type[Model], list[tuple[Any, list[Converter]]]]]
+_converters = weakref.WeakKeyDictionary()
+
+
+def _field_converters(model: type[Model]) -> list[tuple[Any, list[Converter]]]:
+    wrapper = connections[DEFAULT_DB_ALIAS]
+    by_model = _converters.setdefault(wrapper, {})
+    found = by_model.get(model)
+    if found is None:
+        found = []
+        for field in model._meta.concrete_fields:
+            expression = field.get_col(model._meta.db_table)
+            converters = [
+                *wrapper.ops.get_db_converters(expression),
+                *field.get_db_converters(wrapper),
+            ]
+            found.append((expression, converters))
+        by_model[model] = found
+    return found
+
+
 def instance[M: Model](model: type[M], values: Sequence[Any]) -> M:
     """A model instance from its concrete columns' values, in `columns` order."""
-    fields = model._meta.concrete_fields
     converted = []
-    for field, value in zip(fields, values, strict=True):
+    for (expression, converters), value in zip(_field_converters(model), values, strict=True):
         if value is not None:
-            expression = field.get_col(model._meta.db_table)
-            converters = connection.ops.get_db_converters(expression)
-            for converter in [*converters, *field.get_db_converters(connection)]:
+            for converter in converters:
                 value = converter(value, expression, connection)
         converted.append(value)
-    return model.from_db(connection.alias, [f.attname for f in fields], converted)
+    return model.from_db(connection.alias, _attnames(model), converted)
+
+
+@functools.cache
+def _attnames(model: type[Model]) -> list[str]:
+    return [f.attname for f in model._meta.concrete_fields]

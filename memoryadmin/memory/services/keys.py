@@ -13,6 +13,7 @@ is checked against its row on every such request.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import secrets
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from django.utils import timezone
 
 from memoryadmin.memory.errors import Conflict, InvalidRequest, NotFound
 from memoryadmin.memory.models import ApiKey, Resource
-from memoryadmin.memory.rows import column, columns, instance
+from memoryadmin.memory.rows import column, columns, instance, table
 from memoryadmin.memory.services.audit import audit_record
 from memoryadmin.memory.services.projects import project_get
 from memoryadmin.memory.sharedcache import tolerant
@@ -188,12 +189,20 @@ def _from_cache(value: tuple[Any, ...]) -> ApiKey:
     return ApiKey(**dict(zip(_FIELDS, value, strict=True)))
 
 
+@functools.cache
+def _key_sql(vendor: str) -> str:
+    return f"SELECT {columns(ApiKey)} FROM {table(ApiKey)} WHERE {column(ApiKey, 'hashed')} = %s"
+
+
 def _load(hashed: str) -> ApiKey | None:
     ttl = settings.MEMORYADMIN_API_KEY_CACHE_SECONDS
     cached = tolerant(lambda: cache.get(_cache_key(hashed)), None) if ttl else None
     if cached is not None:
         return _from_cache(cached)
-    key = ApiKey.objects.filter(hashed=hashed).first()
+    with connection.cursor() as cursor:
+        cursor.execute(_key_sql(connection.vendor), [hashed])
+        row = cursor.fetchone()
+    key = None if row is None else instance(ApiKey, row)
     if key is not None and ttl:
         value = tuple(getattr(key, f) for f in _FIELDS)
         tolerant(lambda: cache.set(_cache_key(hashed), value, timeout=ttl), None)
@@ -237,6 +246,18 @@ class ResourceLookup:
     resource: Resource | None
 
 
+@functools.cache
+def _key_and_resource_sql(vendor: str) -> str:
+    return (
+        f"SELECT {columns(ApiKey, 'k')}, {columns(Resource, 'r')}"
+        f" FROM {table(ApiKey)} k LEFT JOIN {table(Resource)} r"
+        f" ON r.{column(Resource, 'project')} = %s"
+        f" AND r.{column(Resource, 'environment')} = %s"
+        f" AND r.{column(Resource, 'resource_id')} = %s"
+        f" WHERE k.{column(ApiKey, 'hashed')} = %s"
+    )
+
+
 def api_key_authenticate_at(
     *, raw: str, project_id: str, environment: str, resource_id: str
 ) -> tuple[ApiKey | None, ResourceLookup]:
@@ -248,17 +269,11 @@ def api_key_authenticate_at(
     lookup = ResourceLookup(project_id, environment, resource_id, None)
     if not _well_formed(raw):
         return None, lookup
-    quote = connection.ops.quote_name
-    sql = (
-        f"SELECT {columns(ApiKey, 'k')}, {columns(Resource, 'r')}"
-        f" FROM {quote(ApiKey._meta.db_table)} k LEFT JOIN {quote(Resource._meta.db_table)} r"
-        f" ON r.{column(Resource, 'project')} = %s"
-        f" AND r.{column(Resource, 'environment')} = %s"
-        f" AND r.{column(Resource, 'resource_id')} = %s"
-        f" WHERE k.{column(ApiKey, 'hashed')} = %s"
-    )
     with connection.cursor() as cursor:
-        cursor.execute(sql, [project_id, environment, resource_id, _hash(raw)])
+        cursor.execute(
+            _key_and_resource_sql(connection.vendor),
+            [project_id, environment, resource_id, _hash(raw)],
+        )
         row = cursor.fetchone()
     if row is None:
         return None, lookup
