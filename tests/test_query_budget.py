@@ -16,7 +16,8 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from rest_framework.test import APIClient
 
-from memoryadmin.memory.models import AuditEntry, Document, DocumentVersion
+from memoryadmin.agents.models import RecallSource, Session
+from memoryadmin.memory.models import AuditEntry, Document, DocumentVersion, Resource
 from tests.helpers import Keys, html_of, is_postgres
 
 DOCS = "/api/managed-agents/projects/acme/memory/notes/documents"
@@ -89,6 +90,30 @@ def test_a_stale_put_writes_nothing_within_the_budget(
     assert not AuditEntry.objects.filter(action="document.replace").exists()
     assert DocumentVersion.objects.count() == 1
     assert len(queries) <= 6, queries
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_recall_costs_one_query_per_step_and_stores_its_sources_with_it(
+    api: APIClient, keys: Keys, session: Session, workshop: Document, make_document: Any
+) -> None:
+    kb = Resource.objects.get(resource_id="kb", environment="development")
+    make_document("refunds", resource=kb, title="Refunds", text="30 days.")
+    url = f"/api/managed-agents/sessions/{session.id}/memory/recall"
+    api.get(f"{DOCS}/workshop{ENV}")
+    response, queries = counted(lambda: api.post(url, {}, format="json"))
+    assert response.status_code == 200, response.content
+    recall_id = response.json()["recallId"]
+    stored = RecallSource.objects.filter(recall_id=recall_id)
+    assert sorted(stored.values_list("doc_id", "revision")) == sorted(
+        [
+            ("workshop", workshop.revision),
+            ("refunds", Document.objects.get(doc_id="refunds").revision),
+        ]
+    )
+    # Key, session (with its deployment), bindings (with their resources), the
+    # bound documents, the collection's overview page, then the recall: its row
+    # and its sources in one statement on PostgreSQL, two elsewhere.
+    assert len(queries) <= (6 if is_postgres() else 7), queries
 
 
 def test_memory_page_document_list_reads_the_role_once(

@@ -10,12 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC
-from functools import reduce
-from operator import or_
 from typing import Any
 
-from django.db import transaction
-from django.db.models import Q
+from django.db import connection, transaction
 
 from memoryadmin.agents import search_tool
 from memoryadmin.agents.bindings import BindingSpec
@@ -41,6 +38,7 @@ from memoryadmin.memory.providers import (
     ToolOffer,
     ToolTarget,
 )
+from memoryadmin.memory.rows import column, columns, instance, table
 from memoryadmin.memory.services.documents import (
     AgentWritesDisabled,
     Writer,
@@ -89,8 +87,16 @@ def _bound_documents(bindings: list[Binding]) -> dict[tuple[int, str], Document]
     wanted = [b for b in bindings if b.scope == Scope.DOCUMENT]
     if not wanted:
         return {}
-    match = reduce(or_, (Q(resource_id=b.resource_id, doc_id=b.target_id) for b in wanted))
-    return {(d.resource_id, d.doc_id): d for d in Document.objects.live().filter(match)}
+    key = f"({column(Document, 'resource')} = %s AND {column(Document, 'doc_id')} = %s)"
+    sql = (
+        f"SELECT {columns(Document)} FROM {table(Document)}"
+        f" WHERE NOT {column(Document, 'deleted')} AND ({' OR '.join([key] * len(wanted))})"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [v for b in wanted for v in (b.resource_id, b.target_id)])
+        rows = cursor.fetchall()
+    documents = (instance(Document, row) for row in rows)
+    return {(d.resource_id, d.doc_id): d for d in documents}
 
 
 def document_projections(*, session: Session, bindings: list[Binding]) -> dict[str, Projection]:

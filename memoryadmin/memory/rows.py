@@ -82,3 +82,30 @@ def instance[M: Model](model: type[M], values: Sequence[Any]) -> M:
 @functools.cache
 def _attnames(model: type[Model]) -> list[str]:
     return [f.attname for f in model._meta.concrete_fields]
+
+
+def insert_sql(model: type[Model], names: Sequence[str], rows: int = 1) -> str:
+    """`INSERT INTO <table> (<names' columns>) VALUES (%s, ...), ...` for `rows` rows."""
+    targets = ", ".join(column(model, name) for name in names)
+    one = "(" + ", ".join(["%s"] * len(names)) + ")"
+    return f"INSERT INTO {table(model)} ({targets}) VALUES {', '.join([one] * rows)}"
+
+
+def prepared(obj: Model, names: Sequence[str]) -> list[Any]:
+    """`obj`'s values of the named fields as the database takes them (as `save` sends them)."""
+    opts = obj._meta
+    values = []
+    for name in names:
+        field = opts.get_field(name)
+        assert isinstance(field, Field)
+        values.append(field.get_db_prep_save(getattr(obj, field.attname), connection))
+    return values
+
+
+def concrete_names(model: type[Model], *, auto: bool = True) -> list[str]:
+    """The model's concrete field names; without `auto`, leaving out an auto primary key."""
+    return [
+        f.name
+        for f in model._meta.concrete_fields
+        if auto or not (f.primary_key and getattr(f, "db_returning", False))
+    ]

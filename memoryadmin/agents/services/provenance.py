@@ -4,20 +4,23 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db import connection
+
 from memoryadmin.agents.models import Binding, Recall, RecallSource, Session
 from memoryadmin.memory.cursors import keyset_page
 from memoryadmin.memory.models import Document
+from memoryadmin.memory.rows import column, concrete_names, insert_sql, prepared, table
 
 RECALL_PAGE_SIZE = 20
 READERS_MAX = 50
 
 
-def recall_sources_record(
+def recall_sources(
     *, recall: Recall, bindings: list[Binding], sources: dict[str, list[dict[str, Any]]]
-) -> None:
+) -> list[RecallSource]:
     """One row per document revision the recall showed (document and collection
-    bindings: their sources carry a revision), in one statement."""
-    rows = [
+    bindings: their sources carry a revision)."""
+    return [
         RecallSource(
             recall=recall,
             resource_id=binding.resource_id,
@@ -29,8 +32,37 @@ def recall_sources_record(
         for source in sources.get(binding.resource.resource_id, [])
         if isinstance(source.get("revision"), str)
     ]
-    if rows:
-        RecallSource.objects.bulk_create(rows)
+
+
+_SOURCE_FIELDS = ("resource", "doc_id", "revision")
+
+
+def recall_store(*, recall: Recall, sources: list[RecallSource]) -> None:
+    """Inserts the recall and its sources: on PostgreSQL in one statement (the
+    sources' INSERT reads the recall row a `WITH` clause inserted), elsewhere two."""
+    names = concrete_names(Recall)
+    sql, params = insert_sql(Recall, names), prepared(recall, names)
+    values = [v for source in sources for v in prepared(source, _SOURCE_FIELDS)]
+    together = bool(sources) and connection.vendor == "postgresql"
+    if together:
+        targets = ", ".join(column(RecallSource, n) for n in ("recall", *_SOURCE_FIELDS))
+        rows = ", ".join(["(%s, %s, %s)"] * len(sources))
+        sql = (
+            f"WITH stored AS ({sql} RETURNING {column(Recall, 'id')})"
+            f" INSERT INTO {table(RecallSource)} ({targets})"
+            f" SELECT stored.{column(Recall, 'id')}, v.resource_id, v.doc_id, v.revision"
+            f" FROM stored, (VALUES {rows}) AS v (resource_id, doc_id, revision)"
+        )
+        params += values
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        if sources and not together:
+            cursor.execute(
+                insert_sql(RecallSource, ("recall", *_SOURCE_FIELDS), len(sources)),
+                [v for source in sources for v in prepared(source, ("recall", *_SOURCE_FIELDS))],
+            )
+    recall._state.adding = False
+    recall._state.db = connection.alias
 
 
 def recall_list(

@@ -9,13 +9,14 @@ target's provider.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import re
 import secrets
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from memoryadmin.agents.document_provider import TOOLS, rejected
@@ -27,9 +28,10 @@ from memoryadmin.agents.errors import (
     SessionClosed,
 )
 from memoryadmin.agents.models import Binding, Recall, Session
-from memoryadmin.agents.services.provenance import recall_sources_record
+from memoryadmin.agents.services.provenance import recall_sources, recall_store
 from memoryadmin.memory.cancellation import cancel_request, cancellation_scope
 from memoryadmin.memory.errors import InvalidRequest, NotFound
+from memoryadmin.memory.models import Resource
 from memoryadmin.memory.providers import (
     MemoryProvider,
     Projection,
@@ -38,6 +40,7 @@ from memoryadmin.memory.providers import (
     provider_kinds,
     providers,
 )
+from memoryadmin.memory.rows import column, columns, instance, table
 
 __all__ = ["TOOLS", "Projection", "recall_create", "tool_call", "tool_definitions"]
 
@@ -51,8 +54,29 @@ def new_recall_id() -> str:
     return "mrq_" + secrets.token_hex(12)
 
 
+@functools.cache
+def _bindings_sql(vendor: str) -> str:
+    return (
+        f"SELECT {columns(Binding, 'b')}, {columns(Resource, 'r')}"
+        f" FROM {table(Binding)} b JOIN {table(Resource)} r"
+        f" ON r.{column(Resource, 'id')} = b.{column(Binding, 'resource')}"
+        f" WHERE b.{column(Binding, 'session')} = %s ORDER BY r.{column(Resource, 'resource_id')}"
+    )
+
+
 def _bindings(session: Session) -> list[Binding]:
-    return list(session.bindings.select_related("resource").order_by("resource__resource_id"))
+    """The session's bindings with their resources, by resource id (one query)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_bindings_sql(connection.vendor), [session.pk])
+        rows = cursor.fetchall()
+    width = len(Binding._meta.concrete_fields)
+    bindings = []
+    for row in rows:
+        binding = instance(Binding, row[:width])
+        binding.resource = instance(Resource, row[width:])
+        binding.session = session
+        bindings.append(binding)
+    return bindings
 
 
 def _selected(bindings: list[Binding], use: list[str]) -> list[Binding]:
@@ -160,7 +184,7 @@ def recall_create(
         # A savepoint only where a concurrent retry can collide: plain recalls keep
         # their single statement.
         with transaction.atomic() if request else contextlib.nullcontext():
-            recall = Recall.objects.create(
+            recall = Recall(
                 id=recall_id,
                 session=session,
                 use=selected_ids,
@@ -171,13 +195,15 @@ def recall_create(
                 fingerprint=fingerprint,
                 created_at=timezone.now(),
             )
+            sources = {r: p.sources for r, p in projections.items()}
+            recall_store(
+                recall=recall,
+                sources=recall_sources(recall=recall, bindings=bindings, sources=sources),
+            )
     except IntegrityError:
         # A concurrent retry of the same request was accepted first: use its recall.
         accepted = Recall.objects.get(session=session, request_id=request)
         return _reused(session, accepted, fingerprint, bindings)
-    recall_sources_record(
-        recall=recall, bindings=bindings, sources={r: p.sources for r, p in projections.items()}
-    )
     return {
         "recallId": recall.id,
         "memory": memory,

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
 import secrets
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from memoryadmin.agents.bindings import BindingSpec, binding_spec, bindings_admit, bindings_parse
@@ -20,6 +21,7 @@ from memoryadmin.memory.errors import Forbidden, InvalidRequest, NotFound, Preco
 from memoryadmin.memory.limits import check_agent_id
 from memoryadmin.memory.models import ApiKey, Deployment, Project
 from memoryadmin.memory.providers import keeps_documents
+from memoryadmin.memory.rows import column, columns, instance, table
 from memoryadmin.memory.services.audit import audit_record
 from memoryadmin.memory.services.deployments import (
     active_deployment,
@@ -228,9 +230,26 @@ def event_append(*, session: Session, type: str, data: dict[str, Any]) -> Sessio
     )
 
 
+@functools.cache
+def _session_sql(vendor: str) -> str:
+    return (
+        f"SELECT {columns(Session, 's')}, {columns(Deployment, 'd')}"
+        f" FROM {table(Session)} s JOIN {table(Deployment)} d"
+        f" ON d.{column(Deployment, 'id')} = s.{column(Session, 'deployment')}"
+        f" WHERE s.{column(Session, 'id')} = %s"
+    )
+
+
 def session_get(*, session_id: str, key: ApiKey | None = None, write: bool = False) -> Session:
     """A session, if it exists and the key (when given) reaches its project."""
-    session = Session.objects.filter(pk=session_id).select_related("deployment").first()
+    with connection.cursor() as cursor:
+        cursor.execute(_session_sql(connection.vendor), [session_id])
+        row = cursor.fetchone()
+    session = None
+    if row is not None:
+        width = len(Session._meta.concrete_fields)
+        session = instance(Session, row[:width])
+        session.deployment = instance(Deployment, row[width:])
     # Sessions outside the key's reach are as missing as unknown ones.
     if session is None or (key is not None and not key.can_reach(session.project_id)):
         raise SessionNotFound(f"No session '{session_id}'.")
