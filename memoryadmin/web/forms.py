@@ -177,8 +177,15 @@ class ApiKeyForm(forms.Form):
 class WebhookForm(StrictForm):
     """A webhook endpoint's settings; the URL and events are checked by the service."""
 
-    url = forms.CharField(max_length=2048, label="URL", strip=True)
-    description = forms.CharField(required=False, max_length=200, strip=True)
+    url = forms.CharField(
+        max_length=2048,
+        label="URL",
+        strip=True,
+        widget=forms.TextInput(attrs={"size": 70, "spellcheck": "false", "class": "mono"}),
+    )
+    description = forms.CharField(
+        required=False, max_length=200, strip=True, widget=forms.TextInput(attrs={"size": 70})
+    )
     events = forms.MultipleChoiceField(
         choices=[(event, event) for event in EVENT_TYPES], widget=forms.CheckboxSelectMultiple
     )
