@@ -427,3 +427,25 @@ def test_racing_senders_deliver_each_event_exactly_once_in_order(
     documents = [json.loads(body)["data"]["document"] for _, body, _ in receiver.received]
     assert documents == [f"doc-{index:02d}" for index in range(20)]
     assert set(Delivery.objects.values_list("state", "attempts")) == {("delivered", 1)}
+
+
+def test_the_documented_signature_check_accepts_a_delivery_and_refuses_a_forgery(
+    api: APIClient, receiver: Receiver, make_document: Any
+) -> None:
+    from pathlib import Path
+
+    guide = (Path(__file__).resolve().parent.parent / "docs" / "webhooks.md").read_text()
+    snippet = next(
+        block.removeprefix("python\n")
+        for block in guide.split("```")
+        if block.startswith("python\n") and "def verified" in block
+    )
+    namespace: dict[str, Any] = {}
+    exec(snippet, namespace)  # the guide's code, as a receiver would paste it
+    hook = register(api, receiver.url, ["document.created"])
+    make_document("plan")
+    run_jobs()
+    ((headers, body, _),) = receiver.received
+    assert namespace["verified"](hook["secret"], headers, body) is True
+    assert namespace["verified"]("whsec_other", headers, body) is False
+    assert namespace["verified"](hook["secret"], headers, body + b" ") is False
