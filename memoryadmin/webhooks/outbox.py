@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connection
@@ -28,6 +27,7 @@ from django.utils import timezone
 
 from memoryadmin.memory.representations import iso_ms
 from memoryadmin.memory.rows import column
+from memoryadmin.memory.services.audit import AuditFacts
 from memoryadmin.webhooks.models import Delivery, DeliveryState, Endpoint
 
 EVENT_TYPES = (
@@ -72,43 +72,31 @@ def new_event_id() -> str:
     return "evt_" + secrets.token_hex(12)
 
 
-@dataclass(frozen=True)
-class Change:
-    """What an audit entry records, as far as events are concerned."""
-
-    project_id: str | None
-    environment: str
-    actor: str
-    action: str
-    resource_id: str = ""
-    document_id: str = ""
-    revision: str = ""
-    detail: dict[str, Any] = field(default_factory=dict)
-
-    def data(self) -> dict[str, Any]:
-        shown: dict[str, Any] = {
-            "resource": self.resource_id,
-            "document": self.document_id,
-            "revision": self.revision,
-            "actor": self.actor,
-        }
-        if self.actor.startswith("agent:"):
-            shown["session"] = self.actor.removeprefix("agent:")
-        for name, as_name in _DETAIL_SHOWN.items():
-            if name in self.detail:
-                shown[as_name] = self.detail[name]
-        return {name: value for name, value in shown.items() if value not in ("", None)}
+def event_data(facts: AuditFacts) -> dict[str, Any]:
+    """What an event says of its change: ids, revision and actor, never content."""
+    shown: dict[str, Any] = {
+        "resource": facts.resource_id,
+        "document": facts.document_id,
+        "revision": facts.revision,
+        "actor": facts.actor,
+    }
+    if facts.actor.startswith("agent:"):
+        shown["session"] = facts.actor.removeprefix("agent:")
+    for name, as_name in _DETAIL_SHOWN.items():
+        if name in facts.detail:
+            shown[as_name] = facts.detail[name]
+    return {name: value for name, value in shown.items() if value not in ("", None)}
 
 
-def event_body(change: Change, *, event: str, event_id: str, at: str) -> str:
+def event_body(facts: AuditFacts, *, event: str, event_id: str, at: str) -> str:
     """The JSON an endpoint receives (and the signature covers), byte for byte."""
     body = {
         "id": event_id,
         "type": event,
         "createdAt": at,
-        "project": change.project_id,
-        "environment": change.environment,
-        "data": change.data(),
+        "project": facts.project_id,
+        "environment": facts.environment,
+        "data": event_data(facts),
     }
     return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
 
@@ -123,20 +111,20 @@ def _prep(name: str, value: Any) -> Any:
     return model_field.get_db_prep_save(value, connection)
 
 
-def outbox_statement(change: Change, *, source: str = "") -> tuple[str, list[Any]] | None:
+def outbox_statement(facts: AuditFacts, *, source: str = "") -> tuple[str, list[Any]] | None:
     """`INSERT INTO <deliveries> SELECT ... RETURNING endpoint_id`: one row per event
-    of `change` and active endpoint of its project that wants it; None when the
-    change raises no event. With `source` (a `WITH` clause's name), a row only if
+    of the audited change and active endpoint of its project that wants it; None
+    when the change raises no event. With `source` (a `WITH` clause's name), a row only if
     that clause returned one: the write happened."""
-    events = events_for(change.action)
-    if not events or change.project_id is None:
+    events = events_for(facts.action)
+    if not events or facts.project_id is None:
         return None
     now = timezone.now()
     at = iso_ms(now)
     event_rows: list[Any] = []
     for event in events:
         event_id = new_event_id()
-        event_rows += [event_id, event, event_body(change, event=event, event_id=event_id, at=at)]
+        event_rows += [event_id, event, event_body(facts, event=event, event_id=event_id, at=at)]
     quote = connection.ops.quote_name
     names = ["endpoint", "event_id", "event", "body", "state", "attempts", "next_attempt_at"]
     names += ["created_at", "last_error"]
@@ -154,13 +142,13 @@ def outbox_statement(change: Change, *, source: str = "") -> tuple[str, list[Any
     )
     params = [DeliveryState.PENDING, _prep("next_attempt_at", now), _prep("created_at", now)]
     params += event_rows
-    params += [change.project_id, True]
+    params += [facts.project_id, True]
     return sql, params
 
 
-def outbox_write(change: Change) -> None:
-    """Writes the deliveries of `change` (the caller's transaction) and their jobs."""
-    statement = outbox_statement(change)
+def outbox_write(facts: AuditFacts) -> None:
+    """Writes the deliveries of an audited change (the caller's transaction) and their jobs."""
+    statement = outbox_statement(facts)
     if statement is None:
         return
     with connection.cursor() as cursor:

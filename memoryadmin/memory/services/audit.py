@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from dataclasses import astuple, dataclass
+from dataclasses import asdict, astuple, dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
@@ -14,6 +14,29 @@ from memoryadmin.memory.models import AuditEntry, Project
 AUDIT_PAGE_SIZE = 50
 
 
+@dataclass(frozen=True)
+class AuditFacts:
+    """What an audit entry records: the fields of its row."""
+
+    project_id: str | None
+    environment: str
+    actor: str
+    action: str
+    resource_id: str = ""
+    document_id: str = ""
+    revision: str = ""
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+def audit_write(facts: AuditFacts) -> AuditEntry:
+    """Records what happened, and the webhook deliveries it raises (same transaction)."""
+    from memoryadmin.webhooks.outbox import outbox_write  # it imports this module
+
+    entry = AuditEntry.objects.create(**asdict(facts))
+    outbox_write(facts)
+    return entry
+
+
 def audit_record(
     *,
     project_id: str | None,
@@ -25,32 +48,11 @@ def audit_record(
     revision: str = "",
     detail: dict[str, Any] | None = None,
 ) -> AuditEntry:
-    """Records what happened, and the webhook deliveries it raises (same transaction)."""
-    from memoryadmin.webhooks.outbox import Change, outbox_write  # it imports this module
-
-    entry = AuditEntry.objects.create(
-        project_id=project_id,
-        environment=environment,
-        actor=actor,
-        action=action,
-        resource_id=resource_id,
-        document_id=document_id,
-        revision=revision,
-        detail=detail or {},
-    )
-    outbox_write(
-        Change(
-            project_id=project_id,
-            environment=environment,
-            actor=actor,
-            action=action,
-            resource_id=resource_id,
-            document_id=document_id,
-            revision=revision,
-            detail=entry.detail,
+    return audit_write(
+        AuditFacts(
+            project_id, environment, actor, action, resource_id, document_id, revision, detail or {}
         )
     )
-    return entry
 
 
 # Who acted, by kind: agents save as "agent:<session>", API keys act as "key:<prefix>";

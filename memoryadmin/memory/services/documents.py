@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import secrets
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
@@ -35,9 +35,9 @@ from memoryadmin.memory.limits import (
 )
 from memoryadmin.memory.models import AuditEntry, Document, DocumentVersion, Resource, WriterKind
 from memoryadmin.memory.rows import column, columns, instance, table
-from memoryadmin.memory.services.audit import audit_record
+from memoryadmin.memory.services.audit import AuditFacts, audit_write
 from memoryadmin.webhooks.models import Delivery
-from memoryadmin.webhooks.outbox import Change, outbox_enqueue, outbox_statement
+from memoryadmin.webhooks.outbox import outbox_enqueue, outbox_statement
 
 LIST_FIELDS = (
     "doc_id",
@@ -146,18 +146,35 @@ def _record_version(document: Document, *, action: str, writer: Writer, actor: s
     )
 
 
-def _audit(
-    resource: Resource, document: Document, *, actor: str, action: str, **detail: Any
-) -> None:
-    audit_record(
+def _facts(
+    resource: Resource,
+    doc_id: str,
+    revision: str,
+    *,
+    actor: str,
+    action: str,
+    detail: dict[str, Any] | None = None,
+) -> AuditFacts:
+    """The audit entry of a write to one document."""
+    return AuditFacts(
         project_id=resource.project_id,
         environment=resource.environment,
         actor=actor,
         action=action,
         resource_id=resource.resource_id,
-        document_id=document.doc_id,
-        revision=document.revision,
-        detail=detail,
+        document_id=doc_id,
+        revision=revision,
+        detail=detail or {},
+    )
+
+
+def _audit(
+    resource: Resource, document: Document, *, actor: str, action: str, **detail: Any
+) -> None:
+    audit_write(
+        _facts(
+            resource, document.doc_id, document.revision, actor=actor, action=action, detail=detail
+        )
     )
 
 
@@ -280,38 +297,21 @@ def _with_records(
         )
         origin = _sql_value(DocumentVersion, "origin", record.writer.origin(record.actor))[1]
         params += [record.version, origin]
-    entry = {
-        "project": resource.project_id,
-        "environment": resource.environment,
-        "actor": record.actor,
-        "action": record.action,
-        "resource_id": resource.resource_id,
-        "revision": revision,
-        "detail": record.detail,
-        "created_at": timezone.now(),
-    }
+    facts = _facts(
+        resource, doc_id, revision, actor=record.actor, action=record.action, detail=record.detail
+    )
     columns_, values = [], []
-    for name, value in entry.items():
+    for name, value in {**asdict(facts), "created_at": timezone.now()}.items():
         target, prepared = _sql_value(AuditEntry, name, value)
         columns_.append(target)
         values.append(prepared)
     params += values
+    # FROM updated: the entry is written only if the UPDATE wrote the row.
     parts.append(
-        f", audit AS (INSERT INTO {quote(AuditEntry._meta.db_table)}"
-        f" ({', '.join(columns_)}, {column(AuditEntry, 'document_id')})"
-        f" SELECT {', '.join(['%s'] * len(values))}, {quote('doc_id')} FROM updated)"
+        f", audit AS (INSERT INTO {quote(AuditEntry._meta.db_table)} ({', '.join(columns_)})"
+        f" SELECT {', '.join(['%s'] * len(values))} FROM updated)"
     )
-    change = Change(
-        project_id=resource.project_id,
-        environment=resource.environment,
-        actor=record.actor,
-        action=record.action,
-        resource_id=resource.resource_id,
-        document_id=doc_id,
-        revision=revision,
-        detail=record.detail,
-    )
-    hooks = outbox_statement(change, source="updated")
+    hooks = outbox_statement(facts, source="updated")
     endpoints = ""
     if hooks is not None:
         parts.append(f", hooks AS ({hooks[0]})")
