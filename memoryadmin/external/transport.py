@@ -40,7 +40,7 @@ from memoryadmin.providers.client import AUDIT_ACTOR, RETRY_DELAYS, failure_mess
 from memoryadmin.providers.concurrency import Deadline
 from memoryadmin.providers.declarations import credential_header
 from memoryadmin.providers.egress import EgressTransport, egress_refusal, egress_transport
-from memoryadmin.providers.errors import SecretNotBound, SecretNotFound
+from memoryadmin.providers.errors import CallFailed, SecretNotBound, SecretNotFound
 from memoryadmin.providers.services.secrets import secret_for_request
 
 logger = logging.getLogger(__name__)
@@ -56,28 +56,11 @@ WATCH_INTERVAL = 0.02
 POLL_SECONDS = 0.1
 
 
-class ExternalFailure(DomainError):
-    """A provider call without a usable answer. What callers see is generic."""
+class ExternalFailure(CallFailed):
+    """An external provider's call failed (502). What callers see is generic."""
 
     status = 502
     code = "provider_failed"
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        resource: str,
-        retryable: bool,
-        reason: str,
-        attempts: int = 0,
-        http_status: int | None = None,
-    ) -> None:
-        super().__init__(message, details={"resource": resource, "retryable": retryable})
-        self.resource = resource
-        self.retryable = retryable
-        self.reason = reason
-        self.attempts = attempts
-        self.http_status = http_status
 
 
 class Cancelled(DomainError):

@@ -35,15 +35,13 @@ class SecretNotBound(DomainError):
     code = "invalid_request"
 
 
-class ProviderFailure(Conflict):
-    """A provider call that produced no usable answer; a recall it belongs to is blocked.
+class CallFailed(DomainError):
+    """A call to a provider (http or external) without a usable answer.
 
     What the caller sees is generic: the resource and whether trying again may
     help. `reason`, `attempts` and `http_status` are for the host's own logs
     and tests; they never reach the response.
     """
-
-    code = "recall_failed"
 
     def __init__(
         self,
@@ -61,6 +59,12 @@ class ProviderFailure(Conflict):
         self.reason = reason
         self.attempts = attempts
         self.http_status = http_status
+
+
+class ProviderFailure(CallFailed, Conflict):
+    """An http provider's call failed; a recall it belongs to is blocked (409)."""
+
+    code = "recall_failed"
 
     def envelope(self) -> dict[str, Any]:
         """The error object a model receives for a failed tool call."""
