@@ -312,3 +312,43 @@ def test_client_manages_webhooks_and_verifies_their_deliveries(
         with pytest.raises(ApiError) as gone:
             client.get_webhook(made["id"])
         assert (gone.value.status, gone.value.code) == (404, "webhook_not_found")
+
+
+def test_client_manages_records_of_an_external_provider(
+    client: Client, project: Project, mem0_oss: Any
+) -> None:
+    from tests.helpers import deploy_external
+
+    deploy_external(
+        project,
+        {
+            "kind": "mem0-oss",
+            "baseUrl": mem0_oss.origin,
+            "scope": {"user_id": "{namespace}", "agent_id": "archivist"},
+            "headers": {"X-API-Key": {"secret": "MEM0_KEY"}},
+        },
+        secrets_by_origin={mem0_oss.origin: {"MEM0_KEY": "mem0-test-key"}},
+    )
+    made = client.create_record("mem", "alice", "Alice prefers tea.")
+    assert made["status"] == "stored"
+    (record,) = made["records"]
+    assert client.get_record("mem", "alice", record["id"])["text"] == "Alice prefers tea."
+    assert [r["id"] for r in client.list_records("mem", "alice")["records"]] == [record["id"]]
+    assert [r["id"] for r in client.list_records("mem", "alice", q="tea")["records"]] == [
+        record["id"]
+    ]
+    assert client.list_records("mem", "bob")["records"] == []
+    changed = client.update_record("mem", "alice", record["id"], "Alice prefers coffee.")
+    assert changed["record"]["text"] == "Alice prefers coffee."
+    history = client.record_history("mem", "alice", record["id"])
+    assert [(h["action"], h["text"]) for h in history] == [
+        ("create", "Alice prefers tea."),
+        ("update", "Alice prefers coffee."),
+    ]
+    assert client.delete_record("mem", "alice", record["id"]) == {
+        "status": "deleted",
+        "id": record["id"],
+    }
+    with pytest.raises(ApiError) as gone:
+        client.get_record("mem", "alice", record["id"])
+    assert gone.value.status == 404

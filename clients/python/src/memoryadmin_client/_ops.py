@@ -32,6 +32,10 @@ from memoryadmin_client._types import (
     Proposal,
     ProposalPage,
     ProposalState,
+    ProviderRecord,
+    ProviderRecordChange,
+    ProviderRecordPage,
+    ProviderRecordWrite,
     Recall,
     RecallPage,
     RestoreAsOf,
@@ -518,6 +522,107 @@ def import_memory(
         content=archive,
     )
     return cast(ImportReport, response.json())
+
+
+# Records of resources whose provider keeps them elsewhere (Mem0, Vertex AI Memory
+# Bank, Hindsight): always within one namespace, the partition a session binds.
+
+
+def _records(c: Defaults, project: str | None, resource: str, record_id: str | None = None) -> str:
+    path = f"projects/{c._project(project)}/memory/{resource}/records"
+    return path if record_id is None else f"{path}/{record_id}"
+
+
+def list_records(
+    c: Defaults,
+    resource: str,
+    namespace: str,
+    *,
+    q: str | None = None,
+    cursor: str | None = None,
+    project: str | None = None,
+    environment: Environment | None = None,
+) -> Op[ProviderRecordPage]:
+    """The namespace's records in the provider's order; with `q`, its search (one page)."""
+    params = _drop_none({**c._env(environment), "namespace": namespace, "q": q, "cursor": cursor})
+    response = yield Request("GET", _records(c, project, resource), params)
+    return cast(ProviderRecordPage, response.json())
+
+
+def create_record(
+    c: Defaults,
+    resource: str,
+    namespace: str,
+    text: str,
+    *,
+    project: str | None = None,
+    environment: Environment | None = None,
+) -> Op[ProviderRecordWrite]:
+    """Adds a record: status "stored", or "queued" while the provider works on it."""
+    params = {**c._env(environment), "namespace": namespace}
+    path = _records(c, project, resource)
+    response = yield Request("POST", path, params, json={"text": text})
+    return cast(ProviderRecordWrite, response.json())
+
+
+def get_record(
+    c: Defaults,
+    resource: str,
+    namespace: str,
+    record_id: str,
+    *,
+    project: str | None = None,
+    environment: Environment | None = None,
+) -> Op[ProviderRecord]:
+    params = {**c._env(environment), "namespace": namespace}
+    response = yield Request("GET", _records(c, project, resource, record_id), params)
+    return cast(ProviderRecord, response.json())
+
+
+def update_record(
+    c: Defaults,
+    resource: str,
+    namespace: str,
+    record_id: str,
+    text: str,
+    *,
+    project: str | None = None,
+    environment: Environment | None = None,
+) -> Op[ProviderRecordWrite]:
+    params = {**c._env(environment), "namespace": namespace}
+    path = _records(c, project, resource, record_id)
+    response = yield Request("PATCH", path, params, json={"text": text})
+    return cast(ProviderRecordWrite, response.json())
+
+
+def delete_record(
+    c: Defaults,
+    resource: str,
+    namespace: str,
+    record_id: str,
+    *,
+    project: str | None = None,
+    environment: Environment | None = None,
+) -> Op[ProviderRecordWrite]:
+    params = {**c._env(environment), "namespace": namespace}
+    response = yield Request("DELETE", _records(c, project, resource, record_id), params)
+    return cast(ProviderRecordWrite, response.json())
+
+
+def record_history(
+    c: Defaults,
+    resource: str,
+    namespace: str,
+    record_id: str,
+    *,
+    project: str | None = None,
+    environment: Environment | None = None,
+) -> Op[list[ProviderRecordChange]]:
+    """The record's changes as the provider keeps them (not_supported where it keeps none)."""
+    params = {**c._env(environment), "namespace": namespace}
+    path = f"{_records(c, project, resource, record_id)}/history"
+    response = yield Request("GET", path, params)
+    return cast(list[ProviderRecordChange], response.json()["history"])
 
 
 # Webhooks.

@@ -140,6 +140,35 @@ class NewApiKey(ApiKey):
     secret: str  # the key itself, shown this once
 
 
+class ProviderRecord(TypedDict):
+    id: str
+    text: str
+    createdAt: str | None
+    updatedAt: str | None
+    metadata: dict[str, Any]  # providerExternalId: the provider's own id
+
+
+class ProviderRecordPage(TypedDict):
+    records: list[ProviderRecord]
+    nextCursor: str | None
+
+
+class ProviderRecordWrite(TypedDict):
+    status: Literal["stored", "queued", "deleted"]
+    record: NotRequired[ProviderRecord]
+    records: NotRequired[list[ProviderRecord]]
+    id: NotRequired[str]
+    operation: NotRequired[str]  # the open operation while the provider has it queued
+    providerOperation: NotRequired[str]
+
+
+class ProviderRecordChange(TypedDict):
+    action: str
+    text: str | None
+    previousText: NotRequired[str | None]
+    at: str | None
+
+
 class Webhook(TypedDict):
     id: int
     url: str
