@@ -32,6 +32,10 @@ def test_the_resource_page_points_to_its_records(owner: Any, mem: Resource) -> N
     page = html_of(owner.get(BASE))
     assert "its records live with the provider" in page
     assert f'href="{BASE}records/"' in page
+    # The tools the kind gives agents, with their access, as for declared http tools.
+    assert "declares no tools" not in page
+    for name, access in [("add", "write"), ("search", "read"), ("forget", "write")]:
+        assert f'<th scope="row"><code>{name}</code></th><td>{access}</td>' in page
 
 
 def test_records_are_listed_searched_and_read_with_history(

@@ -369,7 +369,7 @@ class ExternalProvider(MemoryProvider):
         return {**provider, "headers": headers}
 
     def declared_tools(self, resource: Resource) -> list[dict[str, Any]]:
-        return [{"name": t["name"], "input": t["input"]} for t in self.tool_specs()]
+        return self.tool_specs()
 
     # Connections.
 

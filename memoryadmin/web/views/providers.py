@@ -7,7 +7,7 @@ from django.http import HttpRequest, HttpResponseBase
 
 from memoryadmin.agents.services.operations import operations_unsettled
 from memoryadmin.memory.models import Resource
-from memoryadmin.memory.providers import manages_records
+from memoryadmin.memory.providers import manages_records, provider_for
 from memoryadmin.memory.services.deployments import declarations_public, declared_resource_ids
 from memoryadmin.web.views.base import Page, page_render
 
@@ -28,7 +28,8 @@ def provider_resource(request: HttpRequest, page: Page, resource: Resource) -> H
         ),
         "provider": provider,
         "connection": connection,
-        "tools": provider.get("tools") or [],
+        # Declared (http) or built into the kind (external providers).
+        "tools": provider_for(resource.kind).declared_tools(resource),
         "manages_records": manages_records(resource),
         "declared": resource.resource_id
         in declared_resource_ids(project=page.project, environment=page.environment),
