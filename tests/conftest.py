@@ -258,8 +258,11 @@ def session(project: Project, workshop: Document) -> Session:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
 
+    # Waits long enough for a machine busy with the rest of the suite (CI runs two
+    # workers on two cores): a page that works answers in well under a second.
+    expect.set_options(timeout=15_000)
     # Playwright's sync API keeps an event loop running in this thread while
     # the browser is open; the ORM calls of the tests (and of the database
     # flush between them) are still plain synchronous code.
@@ -288,7 +291,7 @@ def open_page(browser: Any, contexts: list[Any], live_server: Any) -> Any:
     def make(username: str, **options: Any) -> Any:
         options.setdefault("viewport", {"width": 1280, "height": 860})
         context = browser.new_context(base_url=live_server.url, **options)
-        context.set_default_timeout(10_000)
+        context.set_default_timeout(20_000)
         contexts.append(context)
         page = context.new_page()
         # Script errors and console errors such as CSP violations; not the
