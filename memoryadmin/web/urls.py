@@ -118,6 +118,7 @@ urlpatterns = [
     path(PROJECT + "review/<str:proposal>/reject/", review.reject, name="proposal-reject"),
     path(DOCUMENT + "review/", review.document_review, name="document-review"),
     path(RESOURCE, reading.documents, name="documents"),
+    path(RESOURCE + "total/", reading.documents_total, name="documents-total"),
     path(RESOURCE + "new/", writing.create, name="document-create"),
     path(RESOURCE + "bulk/", bulk.documents_bulk_view, name="documents-bulk"),
     path(RESOURCE + "as-of/", reading.documents_as_of, name="documents-as-of"),

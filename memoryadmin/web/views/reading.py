@@ -97,10 +97,10 @@ def documents(request: HttpRequest, page: Page, r: str) -> HttpResponseBase:
     cursor = request.GET.get("cursor") or None
     sort = request.GET.get("sort") or "updated"
     rows, next_cursor = document_list(resource=resource, cursor=cursor, query=query, sort=sort)
+    list_url = reverse("web:documents", args=[page.project.id, page.environment, r])
     context = {
         # A document's page is this list's URL plus documents/<id>/: reversed once, not per row.
-        "document_url": reverse("web:documents", args=[page.project.id, page.environment, r])
-        + "documents/",
+        "document_url": list_url + "documents/",
         "resource": resource,
         "rows": rows,
         "next_cursor": next_cursor,
@@ -108,12 +108,22 @@ def documents(request: HttpRequest, page: Page, r: str) -> HttpResponseBase:
         "cursor": cursor,
         "sort": sort,
         "sorts": SORT_LABELS,
-        # The total shows outside the rows: full pages only, not htmx swaps of rows.
-        "total": None if is_partial(request) else document_count(resource=resource),
+        # The total shows outside the rows, on full pages only (not htmx swaps of
+        # rows), and loads after the page: its COUNT grows with the resource.
+        "total_url": None if is_partial(request) else list_url + "total/",
     }
     # htmx: the filter swaps the table body, "load more" swaps itself for the next rows.
     partial = "more" if cursor else "results"
     return page_render(request, "memoryadmin/documents.html", page, context, partial=partial)
+
+
+@require_GET
+@project_view(READ)
+def documents_total(request: HttpRequest, page: Page, r: str) -> HttpResponseBase:
+    """How many live documents the resource holds: the list's total, loaded after it."""
+    resource = page.resource(r)
+    context = {"total": document_count(resource=resource)}
+    return page_render(request, "memoryadmin/documents.html", page, context, partial="total")
 
 
 def _tombstone_page(
