@@ -2,12 +2,12 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timedelta
+from html import escape as _escape  # as Django's escape, without its lazy wrapper
 from typing import Any
 
 from django import template
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
-from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.timesince import timesince
 
@@ -50,10 +50,11 @@ def detail_items(detail: Any) -> list[tuple[str, str]]:
 
 
 @register.filter
-def ago(value: datetime) -> str:
-    if timezone.now() - value < timedelta(minutes=1):
+def ago(value: datetime, now: datetime | None = None) -> str:
+    now = now or timezone.now()
+    if now - value < timedelta(minutes=1):
         return "just now"
-    return f"{timesince(value)} ago"
+    return f"{timesince(value, now)} ago"
 
 
 # Project-wide pages keep their section when the environment changes; pages of one
@@ -182,21 +183,25 @@ def document_rows(
     a fraction of a millisecond.
     """
     html: list[str] = []
+    # Once per page, not per row: the clock, the time zone, the escaped list URL.
+    now = timezone.now()
+    zone = timezone.get_current_timezone()
+    base = _escape(document_url)
     for index, row in enumerate(rows):
-        doc_id = escape(row["doc_id"])
+        doc_id = _escape(row["doc_id"])
         focus = " autofocus" if autofocus_first and index == 0 else ""
         session_id = row["writer_session_id"]
         if row["writer_kind"] == "agent":
             writer = "agent"
             if session_id:
                 url = session_url(project_id, environment, session_id)
-                code = f"<code>{escape(session_id)}</code>"
-                writer += f' · <a href="{escape(url)}">{code}</a>' if url else f" · {code}"
+                code = f"<code>{_escape(session_id)}</code>"
+                writer += f' · <a href="{_escape(url)}">{code}</a>' if url else f" · {code}"
             writer = f'<span class="writer writer-agent">{writer}</span>'
         else:
             writer = '<span class="writer writer-owner">owner</span>'
-        updated = timezone.localtime(row["updated_at"])
-        when = escape(ago(row["updated_at"]))
+        updated = row["updated_at"].astimezone(zone)
+        when = _escape(ago(row["updated_at"], now))
         size = row["bytes"]
         over = ' <span class="badge over">over limit</span>' if size > max_bytes else ""
         frozen = "" if row["agent_writes"] else '<span class="badge frozen">frozen</span>'
@@ -204,15 +209,15 @@ def document_rows(
         if selectable:  # the bulk form's checkbox: "<id>:<revision>", as bulk_selection reads
             pick = (
                 f'  <td class="pick"><input type="checkbox" name="doc" form="bulk"'
-                f' value="{doc_id}:{escape(row["revision"])}"'
+                f' value="{doc_id}:{_escape(row["revision"])}"'
                 f' aria-label="Select {doc_id}"></td>\n'
             )
-        title = escape(row["title"])
-        summary = escape(row["summary"])
+        title = _escape(row["title"])
+        summary = _escape(row["summary"])
         html.append(
             "<tr>\n"
             f"{pick}"
-            f'  <th scope="row"><a href="{escape(document_url)}{doc_id}/"{focus}>'
+            f'  <th scope="row"><a href="{base}{doc_id}/"{focus}>'
             f"<code>{doc_id}</code></a></th>\n"
             f'  <td title="{title}">{title}</td>\n'
             f'  <td class="summary" title="{summary}">{summary}</td>\n'
