@@ -7,6 +7,6 @@ class ApiConfig(AppConfig):
     name = "memoryadmin.api"
     label = "api"
     verbose_name = "Management API"
-
-    def ready(self) -> None:
-        from memoryadmin.api import schema  # noqa: F401  (registers the auth extension)
+    # The OpenAPI extension (memoryadmin.api.schema) registers with the URLconf
+    # (memoryadmin.api.urls), which every schema generation loads: commands that
+    # never serve the API do not import drf-spectacular.

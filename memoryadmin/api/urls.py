@@ -2,7 +2,14 @@ from __future__ import annotations
 
 from django.urls import path
 
-from memoryadmin.api import key_views, memory_views, operation_views, record_views, views
+from memoryadmin.api import (
+    key_views,
+    memory_views,
+    operation_views,
+    record_views,
+    schema,  # noqa: F401  (registers the x-api-key scheme for the OpenAPI schema)
+    views,
+)
 
 DOCUMENTS = "projects/<str:p>/memory/<str:r>/documents"
 KEYS = "projects/<str:p>/api-keys"

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
-
-from django.db.models import Model
 
 from memoryadmin.memory.limits import agent_writes_shown
 from memoryadmin.memory.models import (
@@ -23,19 +22,14 @@ from memoryadmin.memory.services.deployments import declarations_public, deploym
 
 
 def iso_ms(value: datetime) -> str:
-    value = value.astimezone(UTC)
-    return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+    """UTC, to the millisecond (truncated): 2026-09-10T12:00:00.123Z."""
+    return value.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="milliseconds") + "Z"
 
 
 def writer_dict(kind: str, session_id: str) -> dict[str, Any]:
     if kind == "agent":
         return {"kind": "agent", "sessionId": session_id}
     return {"kind": "owner"}
-
-
-def field_of(obj: Model | Mapping[str, Any], name: str) -> Any:
-    """A field of a model instance, or of a `.values()` row of the same model."""
-    return obj[name] if isinstance(obj, Mapping) else getattr(obj, name)
 
 
 def document_dict(
@@ -47,27 +41,23 @@ def document_dict(
 ) -> dict[str, Any]:
     """The document object; a list entry (`include_text=False`) leaves out its text, so
     a `.values()` row of the list fields will do."""
-    data: dict[str, Any] = {
-        "id": field_of(document, "doc_id"),
-        "title": field_of(document, "title"),
-    }
+    # Lists and exports call this per row: one type test, not one per field.
+    get: Callable[[str], Any] = (
+        document.__getitem__ if isinstance(document, Mapping) else partial(getattr, document)
+    )
+    data: dict[str, Any] = {"id": get("doc_id"), "title": get("title")}
     if include_text:
-        data["text"] = field_of(document, "text")
-    return data | {
-        "summary": field_of(document, "summary"),
-        "agentWrites": agent_writes_shown(
-            agent_writes=field_of(document, "agent_writes"),
-            agent_review=field_of(document, "agent_review"),
-            default=review_default,
-        ),
-        "revision": field_of(document, "revision"),
-        "bytes": field_of(document, "bytes"),
-        "maxBytes": max_bytes,
-        "updatedAt": iso_ms(field_of(document, "updated_at")),
-        "writer": writer_dict(
-            field_of(document, "writer_kind"), field_of(document, "writer_session_id")
-        ),
-    }
+        data["text"] = get("text")
+    data["summary"] = get("summary")
+    data["agentWrites"] = agent_writes_shown(
+        agent_writes=get("agent_writes"), agent_review=get("agent_review"), default=review_default
+    )
+    data["revision"] = get("revision")
+    data["bytes"] = get("bytes")
+    data["maxBytes"] = max_bytes
+    data["updatedAt"] = iso_ms(get("updated_at"))
+    data["writer"] = writer_dict(get("writer_kind"), get("writer_session_id"))
+    return data
 
 
 def document_entries(rows: list[Any], resource: Resource) -> list[dict[str, Any]]:

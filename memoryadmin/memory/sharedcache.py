@@ -8,16 +8,23 @@ be reached, callers get their fallback and the request goes on.
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable
 
-from redis.exceptions import RedisError
-
 logger = logging.getLogger(__name__)
+
+
+def _redis_errors() -> tuple[type[BaseException], ...]:
+    # Only a Redis client raises RedisError, and a process that has one has
+    # imported redis: processes without Redis (the CLI, SQLite set-ups) never
+    # pay for importing it.
+    exceptions = sys.modules.get("redis.exceptions")
+    return (exceptions.RedisError,) if exceptions is not None else ()
 
 
 def tolerant[T](operation: Callable[[], T], fallback: T) -> T:
     try:
         return operation()
-    except RedisError as exc:
+    except _redis_errors() as exc:
         logger.warning("The shared cache is unreachable (%s); going on without it.", exc)
         return fallback
