@@ -5,11 +5,15 @@ tests/test_shapes.py checks these shapes (and the client's TypedDicts) against i
 
 from __future__ import annotations
 
+import functools
+import re
 from typing import Any
 
+from django.core.validators import ProhibitNullCharactersValidator
 from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
+from rest_framework.validators import ProhibitSurrogateCharactersValidator
 
 from memoryadmin.memory.environments import Environment
 from memoryadmin.memory.errors import InvalidRequest
@@ -42,9 +46,61 @@ class StrictSerializer(serializers.Serializer):
 
 
 def validated(serializer_class: type[StrictSerializer], request: Request) -> dict[str, Any]:
-    serializer = serializer_class(data=request.data)
+    data = request.data
+    plain = _plain_fields(serializer_class)
+    if plain is not None and isinstance(data, dict) and _plainly_valid(plain, data):
+        # What the serializer would return, without building one (a hot path:
+        # DRF copies every field per instance). Anything else goes through it,
+        # so every refusal is the serializer's own.
+        return {name: data[name] for name in plain if name in data}
+    serializer = serializer_class(data=data)
     serializer.is_valid(raise_exception=True)
     return dict(serializer.validated_data)
+
+
+# {field: (required, allowed choices or None)} of a serializer whose fields are
+# all strict strings without length limits or plain string choices, and which
+# has no validation of its own; None for any other.
+type PlainFields = dict[str, tuple[bool, frozenset[str] | None]]
+
+
+@functools.cache
+def _plain_fields(serializer_class: type[StrictSerializer]) -> PlainFields | None:
+    if serializer_class.validate is not serializers.Serializer.validate:
+        return None
+    plain: PlainFields = {}
+    for name, field in serializer_class().fields.items():
+        own = [v for v in field.validators if not isinstance(v, _STRING_RULE)]
+        if hasattr(serializer_class, f"validate_{name}") or field.read_only or own:
+            return None
+        if type(field) is StrictCharField and field.max_length is None and not field.min_length:
+            # Its own validators refuse NUL and surrogates: checked below.
+            plain[name] = (field.required, None)
+        elif isinstance(field, AgentWritesField) and not field.allow_blank:
+            plain[name] = (field.required, frozenset(field.choices))
+        else:
+            return None
+    return plain
+
+
+_STRING_RULE = (ProhibitNullCharactersValidator, ProhibitSurrogateCharactersValidator)
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _plainly_valid(plain: PlainFields, data: dict[str, Any]) -> bool:
+    if not data.keys() <= plain.keys():
+        return False
+    for name, (required, choices) in plain.items():
+        if name not in data:
+            if required:
+                return False
+            continue
+        value = data[name]
+        if not isinstance(value, str) or "\x00" in value or _SURROGATE.search(value):
+            return False
+        if choices is not None and value not in choices:
+            return False
+    return True
 
 
 class AgentWritesField(serializers.ChoiceField):
