@@ -7,11 +7,8 @@ Each message names the offending field by its path in the manifest
 from __future__ import annotations
 
 import re
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import unquote, urlsplit
-
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
 
 from memoryadmin.memory.errors import InvalidRequest
 from memoryadmin.memory.limits import (
@@ -23,6 +20,9 @@ from memoryadmin.memory.limits import (
 from memoryadmin.providers.egress import SETTING, literal_address, origin_address_check
 from memoryadmin.refprovider.declaration import ENDPOINT as REFERENCE_ENDPOINT
 from memoryadmin.refprovider.declaration import TOKEN_SECRET_NAME
+
+if TYPE_CHECKING:
+    from jsonschema.exceptions import SchemaError
 
 PATH_DEFAULT = "/memory"
 PATH_MAX = 1024
@@ -328,6 +328,10 @@ def input_schema_check(schema: object, *, where: str) -> dict[str, Any]:
         _fail(f"{where}.$schema must be {SCHEMA_DIALECT} (JSON Schema 2020-12).")
     if schema.get("type") != "object":
         _fail(f'{where}.type must be "object".')
+    # Imported here: jsonschema is only needed when a declaration is checked.
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+
     try:
         Draft202012Validator.check_schema(schema)
     except SchemaError as exc:

@@ -11,9 +11,6 @@ import copy
 from collections.abc import Collection, Iterable
 from typing import Any
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import best_match
-
 from memoryadmin.memory.models import Resource
 from memoryadmin.providers.declarations import HTTP_KIND
 from memoryadmin.providers.errors import InvalidToolArguments, ToolCollision, ToolNotPermitted
@@ -53,6 +50,10 @@ def tool_arguments_validate(*, tool: Tool, arguments: object) -> dict[str, Any]:
     if not isinstance(arguments, dict):
         raise InvalidToolArguments(f"memory_{tool['name']}: arguments must be a JSON object.")
     provider_arguments = {k: v for k, v in arguments.items() if k != "memory"}
+    # Imported here: only tool calls need jsonschema, not every process that starts.
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import best_match
+
     validator = Draft202012Validator(tool["input"])
     error = best_match(validator.iter_errors(provider_arguments))
     if error is not None:
