@@ -56,6 +56,7 @@ from django.utils import timezone  # noqa: E402
 PROJECT = "bench"
 ENV = "development"
 BOUND = 8  # document bindings of the recall session
+TINY = "bound-0"  # a resource of one document (the export's start-up cost)
 SMALL = 1000  # documents of the small resource (list @1k)
 DEEP_PAGE = 500
 API = "/api/managed-agents"
@@ -122,11 +123,16 @@ def throughput(port: int, make: Client_, seconds: float, c: int) -> float:
 
 def latency(port: int, call: Call, seconds: float) -> float:
     """Median seconds of one request, one at a time, for about `seconds` (at least 15)."""
+    return latency_of(lambda: checked(port, call), seconds)
+
+
+def latency_of(request: Callable[[], object], seconds: float) -> float:
+    """Median seconds of `request()`, one at a time, for about `seconds` (at least 15)."""
     samples: list[float] = []
     stop = time.perf_counter() + seconds
     while time.perf_counter() < stop or len(samples) < 15:
         start = time.perf_counter()
-        checked(port, call)
+        request()
         samples.append(time.perf_counter() - start)
     return statistics.median(samples)
 
@@ -175,6 +181,7 @@ class Setup:
     key: str
     notes_pk: int
     small_pk: int
+    tiny_pk: int
     doc_id: str
     session_id: str
     cookie: str
@@ -274,6 +281,7 @@ def seed(documents: int, concurrency: int) -> Setup:
         key=api_key_create(project_id=PROJECT)[1],
         notes_pk=notes.pk,
         small_pk=resources["small"].pk,
+        tiny_pk=resources[TINY].pk,
         doc_id=f"doc-{documents // 2:06d}",
         session_id=session.id,
         cookie=f"{settings.SESSION_COOKIE_NAME}={web.cookies[settings.SESSION_COOKIE_NAME].value}",
@@ -349,7 +357,16 @@ def gunicorn(port: int) -> subprocess.Popen[bytes]:
 
 
 def run_measured(cmd: list[str], env: dict[str, str]) -> tuple[float, int]:
-    """Wall seconds and peak RSS (bytes) of a command."""
+    """Wall seconds and peak RSS (bytes) of a command.
+
+    A child's ru_maxrss also counts the copy of this (large) process it was
+    forked from before it ran the command, so on Linux the peak is the
+    command's own: the high-water mark of its memory after exec (VmHWM),
+    read as it exits by `PEAK_WRAPPER` for Python commands.
+    """
+    peak_file = Path(tempfile.mkstemp(prefix="memoryadmin-bench-peak-")[1])
+    if cmd[0] == sys.executable:
+        cmd = [sys.executable, "-c", PEAK_WRAPPER, str(peak_file), *cmd[1:]]
     start = time.perf_counter()
     child = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
     _, status, usage = os.wait4(child.pid, 0)
@@ -357,7 +374,27 @@ def run_measured(cmd: list[str], env: dict[str, str]) -> tuple[float, int]:
     child.returncode = os.waitstatus_to_exitcode(status)
     if child.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} exited with {child.returncode}")
-    return wall, usage.ru_maxrss * 1024
+    own = peak_file.read_text().strip()
+    peak_file.unlink(missing_ok=True)
+    return wall, int(own) * 1024 if own else usage.ru_maxrss * 1024
+
+
+# Runs a Python script (argv[2:]) and writes its peak RSS in KiB (VmHWM) to argv[1].
+PEAK_WRAPPER = """
+import atexit, runpy, sys
+out, script = sys.argv[1], sys.argv[2]
+def peak():
+    try:
+        with open("/proc/self/status") as status:
+            kib = next((l.split()[1] for l in status if l.startswith("VmHWM:")), "")
+    except OSError:
+        kib = ""
+    with open(out, "w") as f:
+        f.write(kib)
+atexit.register(peak)
+sys.argv = sys.argv[2:]
+runpy.run_path(script, run_name="__main__")
+"""
 
 
 EXPORT_COLUMNS = (
@@ -383,7 +420,7 @@ def copy_command(out: Path, resource_pk: int) -> list[str] | None:
     return [sqlite, "-csv", connection.settings_dict["NAME"], f".once {out}", query]
 
 
-def export_command(out: Path) -> list[str]:
+def export_command(out: Path, resource: str = "notes") -> list[str]:
     return [
         sys.executable,
         "manage.py",
@@ -394,7 +431,7 @@ def export_command(out: Path) -> list[str]:
         "--environment",
         ENV,
         "--resource",
-        "notes",
+        resource,
         "--format",
         "jsonl",
         "--out",
@@ -575,6 +612,13 @@ def measure(args: argparse.Namespace, setup: Setup, port: int) -> tuple[list[Row
         slower,
     )
     row(
+        "recall's floor: bare one-UPDATE view ÷ one document GET (latency)",
+        "(context)",
+        lambda r: True,
+        lambda: interleaved(n, lat["GET document"], lambda: latency_of(floor_put(0), s)),
+        slower,
+    )
+    row(
         f"Memory page document list @{args.documents} ÷ API list first page (latency)",
         "<= 1.5",
         lambda r: r <= 1.5,
@@ -626,16 +670,16 @@ def export_row(args: argparse.Namespace, setup: Setup, rows: list[Row]) -> None:
     peaks: list[int] = []
     try:
 
-        def cli() -> float:
+        def cli(resource: str = "notes") -> float:
             out = work / "export.jsonl"
             out.unlink(missing_ok=True)
-            wall, peak = run_measured(export_command(out), env)
+            wall, peak = run_measured(export_command(out, resource), env)
             peaks.append(peak)
             return wall
 
-        def floor() -> float:
-            assert copy is not None
-            return run_measured(copy, env)[0]
+        def floor(command: list[str] | None = copy) -> float:
+            assert command is not None
+            return run_measured(command, env)[0]
 
         name = f"export {args.documents} documents via CLI ÷ raw \\copy of the same rows (wall)"
         if copy is None:
@@ -645,6 +689,24 @@ def export_row(args: argparse.Namespace, setup: Setup, rows: list[Row]) -> None:
                 interleaved(args.pairs, floor, cli), lambda f, m: m / f
             )
             rows.append(result)
+            # The same, less what exporting one document costs on each side (the
+            # CLI's fixed start-up: Python, Django, every app): how the export
+            # compares as it grows.
+            tiny = copy_command(work / "tiny.out", setup.tiny_pk)
+            rows.append(
+                Row(
+                    f"export {args.documents} documents less export of 1, CLI ÷ \\copy (wall)",
+                    "(context)",
+                    lambda r: True,
+                ).result(
+                    interleaved(
+                        args.pairs,
+                        lambda: floor() - floor(tiny),
+                        lambda: cli() - cli(TINY),
+                    ),
+                    lambda f, m: m / f,
+                )
+            )
         if not peaks:
             cli()
         peak = Row(f"export peak RSS @{args.documents} (MiB)", "< 100", lambda r: r < 100)
