@@ -110,10 +110,10 @@ def test_a_recall_costs_one_query_per_step_and_stores_its_sources_with_it(
             ("refunds", Document.objects.get(doc_id="refunds").revision),
         ]
     )
-    # Key, session (with its deployment), bindings (with their resources), the
-    # bound documents, the collection's overview page, then the recall: its row
-    # and its sources in one statement on PostgreSQL, two elsewhere.
-    assert len(queries) <= (6 if is_postgres() else 7), queries
+    # Key, the session with its deployment and its bindings with their resources,
+    # the bound documents, the collection's overview page, then the recall: its
+    # row and its sources in one statement on PostgreSQL, two elsewhere.
+    assert len(queries) <= (5 if is_postgres() else 6), queries
 
 
 def test_memory_page_document_list_reads_the_role_once(

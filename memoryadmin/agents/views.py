@@ -228,7 +228,9 @@ class RecallView(SessionApiView):
         "resources whose tools the request offers; 400 not_bound for one that is not bound.",
     )
     def post(self, request: Request, session_id: str) -> Response:
-        session = self.session(request, session_id, write=True)
+        session, bindings = session_services.session_get_with_bindings(
+            session_id=session_id, key=self.key(request), write=True
+        )
         data = validated(s.RecallInput, request)
         # A client that goes away cancels its provider calls, where the server can see it.
         with caller_connection(client_gone_probe(request)):
@@ -237,6 +239,7 @@ class RecallView(SessionApiView):
                 use=data.get("use", []),
                 input_text=(data.get("input") or {}).get("text"),
                 request_id=data.get("requestId"),
+                bindings=bindings,
             )
         return Response(body)
 

@@ -9,14 +9,13 @@ target's provider.
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import json
 import re
 import secrets
 from typing import Any
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from memoryadmin.agents.document_provider import TOOLS, rejected
@@ -29,9 +28,9 @@ from memoryadmin.agents.errors import (
 )
 from memoryadmin.agents.models import Binding, Recall, Session
 from memoryadmin.agents.services.provenance import recall_sources, recall_store
+from memoryadmin.agents.services.sessions import session_bindings
 from memoryadmin.memory.cancellation import cancel_request, cancellation_scope
 from memoryadmin.memory.errors import InvalidRequest, NotFound
-from memoryadmin.memory.models import Resource
 from memoryadmin.memory.providers import (
     MemoryProvider,
     Projection,
@@ -40,7 +39,6 @@ from memoryadmin.memory.providers import (
     provider_kinds,
     providers,
 )
-from memoryadmin.memory.rows import column, columns, instance, table
 
 __all__ = ["TOOLS", "Projection", "recall_create", "tool_call", "tool_definitions"]
 
@@ -54,29 +52,8 @@ def new_recall_id() -> str:
     return "mrq_" + secrets.token_hex(12)
 
 
-@functools.cache
-def _bindings_sql(vendor: str) -> str:
-    return (
-        f"SELECT {columns(Binding, 'b')}, {columns(Resource, 'r')}"
-        f" FROM {table(Binding)} b JOIN {table(Resource)} r"
-        f" ON r.{column(Resource, 'id')} = b.{column(Binding, 'resource')}"
-        f" WHERE b.{column(Binding, 'session')} = %s ORDER BY r.{column(Resource, 'resource_id')}"
-    )
-
-
 def _bindings(session: Session) -> list[Binding]:
-    """The session's bindings with their resources, by resource id (one query)."""
-    with connection.cursor() as cursor:
-        cursor.execute(_bindings_sql(connection.vendor), [session.pk])
-        rows = cursor.fetchall()
-    width = len(Binding._meta.concrete_fields)
-    bindings = []
-    for row in rows:
-        binding = instance(Binding, row[:width])
-        binding.resource = instance(Resource, row[width:])
-        binding.session = session
-        bindings.append(binding)
-    return bindings
+    return session_bindings(session=session)
 
 
 def _selected(bindings: list[Binding], use: list[str]) -> list[Binding]:
@@ -133,6 +110,7 @@ def recall_create(
     use: object,
     input_text: str | None = None,
     request_id: object = None,
+    bindings: list[Binding] | None = None,
 ) -> Result:
     """Recalls every bound resource; any failure blocks the recall and stores nothing.
 
@@ -146,7 +124,8 @@ def recall_create(
     selected_ids = _check_use(use)
     request = _check_request_id(request_id)
     fingerprint = _fingerprint(selected_ids, input_text) if request else ""
-    bindings = _bindings(session)
+    if bindings is None:  # read with the session by callers that can (session_get_with_bindings)
+        bindings = _bindings(session)
     if request:
         accepted = Recall.objects.filter(session=session, request_id=request).first()
         if accepted is not None:

@@ -19,7 +19,7 @@ from memoryadmin.memory.cursors import keyset_page
 from memoryadmin.memory.environments import Environment, check_environment
 from memoryadmin.memory.errors import Forbidden, InvalidRequest, NotFound, PreconditionFailed
 from memoryadmin.memory.limits import check_agent_id
-from memoryadmin.memory.models import ApiKey, Deployment, Project
+from memoryadmin.memory.models import ApiKey, Deployment, Project, Resource
 from memoryadmin.memory.providers import keeps_documents
 from memoryadmin.memory.rows import column, columns, instance, table
 from memoryadmin.memory.services.audit import audit_record
@@ -231,31 +231,78 @@ def event_append(*, session: Session, type: str, data: dict[str, Any]) -> Sessio
 
 
 @functools.cache
-def _session_sql(vendor: str) -> str:
-    return (
-        f"SELECT {columns(Session, 's')}, {columns(Deployment, 'd')}"
+def _session_sql(vendor: str, with_bindings: bool) -> str:
+    """The session with its deployment; `with_bindings`: one row per binding, with
+    its resource, by resource id (one row of NULLs when there is none)."""
+    selected = f"{columns(Session, 's')}, {columns(Deployment, 'd')}"
+    joined = (
         f" FROM {table(Session)} s JOIN {table(Deployment)} d"
         f" ON d.{column(Deployment, 'id')} = s.{column(Session, 'deployment')}"
-        f" WHERE s.{column(Session, 'id')} = %s"
     )
+    order = ""
+    if with_bindings:
+        selected += f", {columns(Binding, 'b')}, {columns(Resource, 'r')}"
+        joined += (
+            f" LEFT JOIN {table(Binding)} b"
+            f" ON b.{column(Binding, 'session')} = s.{column(Session, 'id')}"
+            f" LEFT JOIN {table(Resource)} r"
+            f" ON r.{column(Resource, 'id')} = b.{column(Binding, 'resource')}"
+        )
+        order = f" ORDER BY r.{column(Resource, 'resource_id')}"
+    return f"SELECT {selected}{joined} WHERE s.{column(Session, 'id')} = %s{order}"
 
 
-def session_get(*, session_id: str, key: ApiKey | None = None, write: bool = False) -> Session:
-    """A session, if it exists and the key (when given) reaches its project."""
+def _session_rows(session_id: str, *, with_bindings: bool) -> tuple[Session | None, list[Binding]]:
     with connection.cursor() as cursor:
-        cursor.execute(_session_sql(connection.vendor), [session_id])
-        row = cursor.fetchone()
-    session = None
-    if row is not None:
-        width = len(Session._meta.concrete_fields)
-        session = instance(Session, row[:width])
-        session.deployment = instance(Deployment, row[width:])
+        cursor.execute(_session_sql(connection.vendor, with_bindings), [session_id])
+        rows = cursor.fetchall()
+    if not rows:
+        return None, []
+    session_end_at = len(Session._meta.concrete_fields)
+    deployment_end_at = session_end_at + len(Deployment._meta.concrete_fields)
+    binding_end_at = deployment_end_at + len(Binding._meta.concrete_fields)
+    session = instance(Session, rows[0][:session_end_at])
+    session.deployment = instance(Deployment, rows[0][session_end_at:deployment_end_at])
+    bindings = []
+    for row in rows if with_bindings else []:
+        if row[deployment_end_at] is None:  # no binding: the LEFT JOIN's empty row
+            continue
+        binding = instance(Binding, row[deployment_end_at:binding_end_at])
+        binding.resource = instance(Resource, row[binding_end_at:])
+        binding.session = session
+        bindings.append(binding)
+    return session, bindings
+
+
+def _reachable(
+    session: Session | None, session_id: str, key: ApiKey | None, write: bool
+) -> Session:
     # Sessions outside the key's reach are as missing as unknown ones.
     if session is None or (key is not None and not key.can_reach(session.project_id)):
         raise SessionNotFound(f"No session '{session_id}'.")
     if write and key is not None and key.read_only:
         raise Forbidden("This API key is read-only.")
     return session
+
+
+def session_get(*, session_id: str, key: ApiKey | None = None, write: bool = False) -> Session:
+    """A session, if it exists and the key (when given) reaches its project."""
+    session, _ = _session_rows(session_id, with_bindings=False)
+    return _reachable(session, session_id, key, write)
+
+
+def session_get_with_bindings(
+    *, session_id: str, key: ApiKey | None = None, write: bool = False
+) -> tuple[Session, list[Binding]]:
+    """`session_get`, and the session's bindings with their resources by resource id,
+    in the same query (what a recall reads first)."""
+    session, bindings = _session_rows(session_id, with_bindings=True)
+    return _reachable(session, session_id, key, write), bindings
+
+
+def session_bindings(*, session: Session) -> list[Binding]:
+    """The session's bindings with their resources, by resource id (one query)."""
+    return _session_rows(session.pk, with_bindings=True)[1]
 
 
 def session_lock(*, session: Session) -> Session:
