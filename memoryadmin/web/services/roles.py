@@ -6,6 +6,7 @@ happens here, on the server, whatever buttons a page showed.
 
 from __future__ import annotations
 
+import functools
 import secrets
 from dataclasses import dataclass
 
@@ -13,7 +14,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import connection, transaction
 
 from memoryadmin.memory.errors import (
     Conflict,
@@ -22,7 +23,8 @@ from memoryadmin.memory.errors import (
     NotFound,
     ProjectNotFound,
 )
-from memoryadmin.memory.models import Project
+from memoryadmin.memory.models import Project, Resource
+from memoryadmin.memory.rows import column, columns, instance, table
 from memoryadmin.memory.services.audit import audit_record
 from memoryadmin.memory.services.projects import project_get
 from memoryadmin.web.models import ProjectRole, Role
@@ -132,6 +134,44 @@ def memberships_for_user(*, user: User) -> list[Membership]:
         return []
     rows = ProjectRole.objects.filter(user_id=user.pk).select_related("project")
     return [Membership(project=row.project, role=row.role) for row in rows.order_by("project_id")]
+
+
+@functools.cache
+def _memberships_and_resource_sql(vendor: str) -> str:
+    return (
+        f"SELECT pr.{column(ProjectRole, 'role')}, {columns(Project, 'p')},"
+        f" {columns(Resource, 'r')}"
+        f" FROM {table(ProjectRole)} pr JOIN {table(Project)} p"
+        f" ON p.{column(Project, 'id')} = pr.{column(ProjectRole, 'project')}"
+        f" LEFT JOIN {table(Resource)} r"
+        f" ON r.{column(Resource, 'project')} = p.{column(Project, 'id')}"
+        f" AND p.{column(Project, 'id')} = %s AND r.{column(Resource, 'environment')} = %s"
+        f" AND r.{column(Resource, 'resource_id')} = %s"
+        f" WHERE pr.{column(ProjectRole, 'user')} = %s ORDER BY p.{column(Project, 'id')}"
+    )
+
+
+def memberships_and_resource(
+    *, user: User, project_id: str, environment: str, resource_id: str
+) -> tuple[list[Membership], Resource | None]:
+    """`memberships_for_user`, and the resource a page names when the user's project
+    has it, in one query (whether the role may see it is for the caller to decide)."""
+    if not user.is_authenticated or not user.is_active:
+        return [], None
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _memberships_and_resource_sql(connection.vendor),
+            [project_id, environment, resource_id, user.pk],
+        )
+        rows = cursor.fetchall()
+    project_end_at = 1 + len(Project._meta.concrete_fields)
+    memberships, resource = [], None
+    for row in rows:
+        project = instance(Project, row[1:project_end_at])
+        memberships.append(Membership(project=project, role=row[0]))
+        if row[project_end_at] is not None:
+            resource = instance(Resource, row[project_end_at:])
+    return memberships, resource
 
 
 def _user_by_name(username: str) -> AbstractBaseUser:

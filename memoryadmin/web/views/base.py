@@ -34,6 +34,7 @@ from memoryadmin.web.services.roles import (
     Membership,
     membership_in,
     membership_require,
+    memberships_and_resource,
     memberships_for_user,
 )
 
@@ -46,6 +47,8 @@ class Page:
     environment: Environment
     # Every project of the user (the project switcher), read with the role.
     memberships: tuple[Membership, ...] = ()
+    # The resource the URL names, read with the role (None: not read, or none).
+    named: Resource | None = None
 
     @property
     def project(self) -> Project:
@@ -110,9 +113,13 @@ class Page:
 
     def resource(self, resource_id: str, *, documents: bool = True) -> Resource:
         """A resource of this environment; with `documents`, one that keeps documents here."""
-        resource = resource_get(
-            project=self.project, environment=self.environment, resource_id=resource_id
-        )
+        named = self.named
+        if named is not None and named.resource_id == resource_id:
+            resource = named  # of this project and environment: read with the role
+        else:
+            resource = resource_get(
+                project=self.project, environment=self.environment, resource_id=resource_id
+            )
         if documents:
             resource_documents_check(resource, hint="its records live with the provider, not here.")
         return resource
@@ -156,11 +163,23 @@ def project_view(permission: str) -> Callable[[ProjectView], Callable[..., HttpR
                 return login_redirect(request)
             page: Page | None = None
             try:
-                # One query for the role here and the project switcher of the page.
-                memberships = memberships_for_user(user=request.user)
+                # One query for the role here, the project switcher of the page and
+                # the resource the URL names, if it does.
+                named = None
+                if isinstance(kwargs.get("r"), str):
+                    memberships, named = memberships_and_resource(
+                        user=request.user, project_id=p, environment=e, resource_id=kwargs["r"]
+                    )
+                else:
+                    memberships = memberships_for_user(user=request.user)
                 membership = membership_in(memberships=memberships, project_id=p)
                 # Known from here on: error pages keep the project's navigation and role.
-                page = Page(membership=membership, environment=e, memberships=tuple(memberships))
+                page = Page(
+                    membership=membership,
+                    environment=e,
+                    memberships=tuple(memberships),
+                    named=named,
+                )
                 membership_require(membership=membership, permission=permission)
                 response = view(request, page, **kwargs)
             except DomainError as exc:
