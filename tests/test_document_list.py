@@ -102,3 +102,36 @@ def test_updated_document_moves_to_the_front(api: APIClient, make_document: Any)
     assert put.status_code == 200
     ids = [d["id"] for d in api.get(f"{DOCS}{DEV}").json()["documents"]]
     assert ids == ["first", "second"]
+
+
+def test_the_filter_matches_the_same_documents_whatever_the_index(
+    notes: Resource, make_document: Any
+) -> None:
+    """On SQLite a term of three characters or more is looked up in the search's
+    trigram table first; the matches are those of the plain LIKE conditions."""
+    from memoryadmin.memory.services.documents import document_list
+
+    titles = {
+        "cafe": "Café au lait",
+        "quoted": 'She said "hi" twice',
+        "percent": "100% sure",
+        "plain": "100 sure",
+        "under": "under_score",
+        "unders": "underscore",
+        "ab-1": "Short",
+    }
+    for doc_id, title in titles.items():
+        make_document(doc_id, title=title)
+
+    def ids(query: str) -> set[str]:
+        rows, _ = document_list(resource=notes, query=query)
+        return {row["doc_id"] for row in rows}
+
+    assert ids("CAF") == {"cafe"}
+    assert ids('d "hi" t') == {"quoted"}
+    assert ids("0% s") == {"percent"}
+    assert ids("r_s") == {"under"}
+    assert ids("sure") == {"percent", "plain"}
+    assert ids("UNDER") == {"under", "unders"}
+    assert ids("ab") == {"ab-1"}  # too short for trigrams: the plain conditions alone
+    assert ids("zzzqqq") == set()

@@ -20,6 +20,7 @@ from typing import Any
 
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from memoryadmin.memory.cursors import keyset_page
@@ -577,9 +578,25 @@ def document_list(
     rows = Document.objects.live().filter(resource=resource)
     if query:
         rows = rows.filter(Q(doc_id__istartswith=query) | Q(title__icontains=query))
+        if connection.vendor == "sqlite" and len(query) >= 3:
+            rows = rows.filter(pk__in=_sqlite_substring_candidates(resource, query))
     scope = f"documents:{resource.pk}" + ("" if sort == "updated" else f":{sort}")
     return keyset_page(
         rows.values(*LIST_FIELDS), order=order, cursor=cursor, scope=scope, limit=limit
+    )
+
+
+def _sqlite_substring_candidates(resource: Resource, query: str) -> RawSQL:
+    """The resource's live documents whose id or title contains `query` in any case,
+    from the search's FTS5 trigram table (memoryadmin/memory/migrations/0007): a
+    superset of the filter's matches (FTS5 folds case beyond ASCII), which the LIKE
+    conditions then narrow, so a rare term does not read every row of the resource.
+    Trigrams need at least three characters."""
+    phrase = '"' + query.replace('"', '""') + '"'
+    match = f'scope : "<{resource.pk}>" AND {{doc_id title}} : {phrase}'
+    return RawSQL(
+        "SELECT rowid FROM memory_document_trigram WHERE memory_document_trigram MATCH %s",
+        [match],
     )
 
 
