@@ -1,6 +1,6 @@
 """The hot paths as ratios against floors measured in the same run.
 
-    .venv/bin/python bench/api.py [--documents 10000] [--seconds 2] [--pairs 3]
+    .venv/bin/python bench/api.py [--documents 10000] [--seconds 2] [--pairs 5]
         [--json PATH] [--only TEXT ...]
 
 Seeds a throwaway database (bench_<name> on PostgreSQL with DATABASE_URL, a
@@ -469,7 +469,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--documents", type=int, default=10000)
     parser.add_argument("--seconds", type=float, default=2.0, help="per run")
-    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--json", default=str(ROOT / "var" / "bench.json"))
     parser.add_argument(
