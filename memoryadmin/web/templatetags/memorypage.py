@@ -1,12 +1,14 @@
 from __future__ import annotations
 
+import functools
 import json
 from datetime import datetime, timedelta
 from html import escape as _escape  # as Django's escape, without its lazy wrapper
 from typing import Any
 
 from django import template
-from django.urls import NoReverseMatch, reverse
+from django.conf import settings
+from django.urls import NoReverseMatch, get_script_prefix, get_urlconf, reverse
 from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.timesince import timesince
@@ -14,6 +16,24 @@ from django.utils.timesince import timesince
 from memoryadmin.memory.limits import utf8_len
 
 register = template.Library()
+
+
+@functools.lru_cache(maxsize=4096)
+def _reversed(viewname: str, args: tuple[str, ...], prefix: str, urlconf: str) -> str:
+    return reverse(viewname, args=args, urlconf=urlconf)
+
+
+def cached_reverse(viewname: str, *args: Any) -> str:
+    """`reverse`, remembered per process: a page's header, tabs and list link to the
+    same few URLs on every request (the script prefix and URLconf are in the key)."""
+    urlconf = get_urlconf() or settings.ROOT_URLCONF
+    return _reversed(viewname, tuple(str(arg) for arg in args), get_script_prefix(), urlconf)
+
+
+@register.simple_tag
+def link(viewname: str, *args: Any) -> str:
+    """`{% url %}` for the links every page repeats (see `cached_reverse`)."""
+    return cached_reverse(viewname, *args)
 
 
 @register.simple_tag
@@ -83,7 +103,7 @@ def env_url(context: template.Context, environment: str) -> str:
     name = match.url_name if match is not None else None
     section = name if name in ENV_SECTIONS else "inventory"
     project_id = context.get("p") or (page.project.id if page is not None else "")
-    return reverse(f"web:{section}", args=[project_id, environment])
+    return cached_reverse(f"web:{section}", project_id, environment)
 
 
 @register.filter
