@@ -15,7 +15,7 @@ import re
 import secrets
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from memoryadmin.agents.document_provider import TOOLS, rejected
@@ -159,6 +159,8 @@ def recall_create(
                 )
     projections = {b.resource.resource_id: projections[b.resource.resource_id] for b in bindings}
     memory = {resource: p.public() for resource, p in projections.items()}
+    # Its own transaction only (not a caller's): then it need not wait for the disk.
+    relaxed = not connection.in_atomic_block
     try:
         # A savepoint only where a concurrent retry can collide: plain recalls keep
         # their single statement.
@@ -178,6 +180,7 @@ def recall_create(
             recall_store(
                 recall=recall,
                 sources=recall_sources(recall=recall, bindings=bindings, sources=sources),
+                relaxed=relaxed,
             )
     except IntegrityError:
         # A concurrent retry of the same request was accepted first: use its recall.
