@@ -275,6 +275,8 @@ SESSION_COOKIE_SECURE = not DEBUG and env_bool("DJANGO_SECURE_COOKIES", True)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 CSRF_FAILURE_VIEW = "memoryadmin.web.views.errors.csrf_failure"
 SESSION_COOKIE_HTTPONLY = True
+# Django's database sessions, read with SQL built once (memoryadmin/web/sessions.py).
+SESSION_ENGINE = "memoryadmin.web.sessions"
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 # HTTPS: off by default (a fresh checkout serves plain HTTP on loopback); the production

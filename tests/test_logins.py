@@ -110,3 +110,54 @@ def test_behind_a_proxy_each_client_address_locks_out_alone(people: People) -> N
     # Another client behind the same proxy is not locked out.
     client = Client(REMOTE_ADDR="10.9.9.9", HTTP_X_FORWARDED_FOR="2.2.2.2")
     assert password_login(client, "vera", PASSWORD)
+
+
+# Sessions: Django's database rows, read with hand-written SQL (memoryadmin/web/sessions.py).
+
+
+def test_a_login_lasts_until_its_session_expires(people: People) -> None:
+    from django.contrib.sessions.models import Session
+
+    client = Client()
+    assert password_login(client, "olivia", PASSWORD)
+    assert client.get("/projects/acme/development/").status_code == 200
+    Session.objects.update(expire_date=timezone.now() - timedelta(seconds=1))
+    response = client.get("/projects/acme/development/")
+    assert response.status_code == 302
+    assert response.headers["Location"].startswith("/login/")
+
+
+def test_a_session_deleted_elsewhere_logs_out_here(people: People) -> None:
+    """Another instance's logout deletes the row: nothing is kept in this process."""
+    from django.contrib.sessions.models import Session
+
+    client = Client()
+    assert password_login(client, "olivia", PASSWORD)
+    assert client.get("/projects/acme/development/").status_code == 200
+    Session.objects.all().delete()
+    assert client.get("/projects/acme/development/").status_code == 302
+
+
+def test_logout_ends_the_session(people: People) -> None:
+    from django.contrib.sessions.models import Session
+
+    client = Client()
+    assert password_login(client, "olivia", PASSWORD)
+    assert client.post("/logout/").status_code == 302
+    assert not Session.objects.exists()
+    assert client.get("/projects/acme/development/").status_code == 302
+
+
+def test_the_session_store_reads_as_djangos(db: None) -> None:
+    from django.contrib.sessions.backends.db import SessionStore as DjangoStore
+
+    from memoryadmin.web.sessions import SessionStore
+
+    store = SessionStore()
+    store["k"] = {"v": [1, "two"]}
+    store.save()
+    assert SessionStore(store.session_key).load() == DjangoStore(store.session_key).load()
+    assert SessionStore(store.session_key)["k"] == {"v": [1, "two"]}
+    missing = SessionStore("x" * 32)
+    assert missing.load() == {}
+    assert missing.session_key is None

@@ -69,12 +69,40 @@ def detail_items(detail: Any) -> list[tuple[str, str]]:
     return items
 
 
+# Units below a month, as timesince counts them (its strings, spaces kept from wrapping).
+_AGO_UNITS = (
+    (7 * 24 * 60 * 60, "week"),
+    (24 * 60 * 60, "day"),
+    (60 * 60, "hour"),
+    (60, "minute"),
+)
+_MONTH_FREE = timedelta(days=28)
+
+
 @register.filter
 def ago(value: datetime, now: datetime | None = None) -> str:
     now = now or timezone.now()
-    if now - value < timedelta(minutes=1):
+    delta = now - value
+    if delta < timedelta(minutes=1):
         return "just now"
-    return f"{timesince(value, now)} ago"
+    if delta >= _MONTH_FREE or settings.USE_I18N:
+        return f"{timesince(value, now)} ago"
+    # Under 28 days no calendar month has passed: timesince's own arithmetic on
+    # the remaining seconds (two adjacent units at most), without its lazy strings.
+    remaining = delta.total_seconds()
+    counts = []
+    for chunk, _ in _AGO_UNITS:
+        count = int(remaining // chunk)
+        counts.append(count)
+        remaining -= chunk * count
+    first = next(i for i, count in enumerate(counts) if count)
+    parts = []
+    for i in range(first, min(first + 2, len(counts))):
+        count = counts[i]
+        if not count:
+            break
+        parts.append(f"{count}\xa0{_AGO_UNITS[i][1]}" + ("" if count == 1 else "s"))
+    return ", ".join(parts) + " ago"
 
 
 # Project-wide pages keep their section when the environment changes; pages of one
@@ -207,6 +235,7 @@ def document_rows(
     now = timezone.now()
     zone = timezone.get_current_timezone()
     base = _escape(document_url)
+    limit = kib(max_bytes)
     for index, row in enumerate(rows):
         doc_id = _escape(row["doc_id"])
         focus = " autofocus" if autofocus_first and index == 0 else ""
@@ -246,7 +275,7 @@ def document_rows(
             f' title="{updated:%Y-%m-%d %H:%M:%S} UTC">{when}</time></td>\n'
             f'  <td><span class="size" title="{size} of {max_bytes} bytes">'
             f'<meter min="0" max="{max_bytes}" value="{size}"'
-            f' aria-hidden="true"></meter> {kib(size)} / {kib(max_bytes)}{over}</span></td>\n'
+            f' aria-hidden="true"></meter> {kib(size)} / {limit}{over}</span></td>\n'
             f"  <td>{frozen}</td>\n"
             "</tr>\n"
         )

@@ -1,0 +1,49 @@
+"""Django's database sessions (`SESSION_ENGINE`), read with SQL built once per process.
+
+Every Memory page reads its session first; composing that look-up with the
+ORM cost about as much as the database took to answer it. The rows, their
+expiry, writes, logout (`flush`) and `clearsessions` are Django's own: only
+the read differs, and it asks the same question (the key's row, unexpired).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from django.contrib.sessions.backends import db
+from django.db import connections, router
+from django.utils import timezone
+
+
+@functools.cache
+def _select_sql(alias: str, table: str, data: str, key: str, expiry: str) -> str:
+    quote = connections[alias].ops.quote_name
+    return (
+        f"SELECT {quote(data)} FROM {quote(table)} WHERE {quote(key)} = %s AND {quote(expiry)} > %s"
+    )
+
+
+class SessionStore(db.SessionStore):
+    def load(self) -> dict[str, Any]:
+        model = self.model
+        alias = router.db_for_read(model)
+        connection = connections[alias]
+        meta = model._meta
+        sql = _select_sql(
+            alias,
+            meta.db_table,
+            meta.get_field("session_data").column,
+            meta.get_field("session_key").column,
+            meta.get_field("expire_date").column,
+        )
+        now = connection.ops.adapt_datetimefield_value(timezone.now())
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [self.session_key, now])
+            row = cursor.fetchone()
+        if row is None:
+            # As Django's: a missing or expired session forgets its key (a new one
+            # is made if anything is stored).
+            self._session_key = None
+            return {}
+        return self.decode(row[0])
