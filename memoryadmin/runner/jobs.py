@@ -29,6 +29,7 @@ from django.tasks import task
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
+from memoryadmin.memory.rows import column, table
 from memoryadmin.runner.models import Job, JobState
 
 logger = logging.getLogger(__name__)
@@ -85,6 +86,30 @@ def enqueue(function: Callable[..., Any], *, key: str = "", delay: float = 0, **
     if delay <= 0:
         transaction.on_commit(lambda: _dispatch([job.pk]), robust=True)
     return job
+
+
+def enqueue_sql(function: Callable[..., Any], *, rows: str, kwargs: str) -> tuple[str, list[Any]]:
+    """`INSERT INTO <jobs> ... SELECT ... FROM <rows> RETURNING id`: one job per row, for
+    a PostgreSQL statement that also writes the change causing them (a `WITH` clause
+    of it). `kwargs` is the SQL of each job's JSON arguments over `rows`. Hand the
+    ids it returns to `jobs_dispatch_on_commit`."""
+    options = _options(function)
+    names = ["name", "kwargs", "key", "state", "attempts", "max_attempts", "run_after"]
+    names += ["created_at", "last_error"]
+    targets = ", ".join(column(Job, name) for name in names)
+    now = timezone.now()
+    sql = (
+        f"INSERT INTO {table(Job)} ({targets})"
+        f" SELECT %s, {kwargs}, '', %s, 0, %s, %s, %s, '' FROM {rows}"
+        f" RETURNING {column(Job, 'id')}"
+    )
+    return sql, [_path(function), JobState.PENDING, options["max_attempts"], now, now]
+
+
+def jobs_dispatch_on_commit(job_ids: list[int]) -> None:
+    """Hands jobs written by `enqueue_sql` to the backend once their transaction commits."""
+    if job_ids:
+        transaction.on_commit(lambda: _dispatch(list(job_ids)), robust=True)
 
 
 @task(queue_name=settings.MEMORYADMIN_TASKS_QUEUE)

@@ -28,6 +28,7 @@ from django.utils import timezone
 from memoryadmin.memory.representations import iso_ms
 from memoryadmin.memory.rows import column
 from memoryadmin.memory.services.audit import AuditFacts
+from memoryadmin.runner.jobs import enqueue_sql
 from memoryadmin.webhooks.models import Delivery, DeliveryState, Endpoint
 
 EVENT_TYPES = (
@@ -144,6 +145,19 @@ def outbox_statement(facts: AuditFacts, *, source: str = "") -> tuple[str, list[
     params += event_rows
     params += [facts.project_id, True]
     return sql, params
+
+
+def outbox_jobs_statement(*, deliveries: str) -> tuple[str, list[Any]]:
+    """The delivery runs of the endpoints a `WITH` clause named `deliveries` (an
+    outbox_statement) wrote to: one job per endpoint, in the same statement."""
+    from memoryadmin.webhooks.delivery import webhook_drain
+
+    endpoint = column(Delivery, "endpoint")
+    return enqueue_sql(
+        webhook_drain,
+        rows=f"(SELECT DISTINCT {endpoint} FROM {deliveries}) AS d",
+        kwargs=f"jsonb_build_object('endpoint', d.{endpoint})",
+    )
 
 
 def outbox_write(facts: AuditFacts) -> None:

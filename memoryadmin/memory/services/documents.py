@@ -13,6 +13,7 @@ statement in its transaction; elsewhere they follow as two INSERTs.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import secrets
 from dataclasses import asdict, dataclass
@@ -37,8 +38,8 @@ from memoryadmin.memory.limits import (
 from memoryadmin.memory.models import AuditEntry, Document, DocumentVersion, Resource, WriterKind
 from memoryadmin.memory.rows import column, columns, instance, table
 from memoryadmin.memory.services.audit import AuditFacts, audit_write
-from memoryadmin.webhooks.models import Delivery
-from memoryadmin.webhooks.outbox import outbox_enqueue, outbox_statement
+from memoryadmin.runner.jobs import jobs_dispatch_on_commit
+from memoryadmin.webhooks.outbox import outbox_jobs_statement, outbox_statement
 
 LIST_FIELDS = (
     "doc_id",
@@ -278,9 +279,9 @@ def _update_sql(
 def _with_records(
     update: tuple[str, list[Any]], resource: Resource, doc_id: str, revision: str, record: Record
 ) -> tuple[str, list[Any], bool]:
-    """The UPDATE, plus its version row, audit entry and webhook deliveries, as one
-    PostgreSQL statement; says whether the row it returns ends with the ids of the
-    endpoints that got deliveries."""
+    """The UPDATE, plus its version row, audit entry, webhook deliveries and their
+    delivery jobs, as one PostgreSQL statement; says whether the row it returns ends
+    with the ids of those jobs."""
     sql, params = update
     quote = connection.ops.quote_name
     parts = [f"WITH updated AS ({sql})"]
@@ -315,9 +316,10 @@ def _with_records(
     hooks = outbox_statement(facts, source="updated")
     endpoints = ""
     if hooks is not None:
-        parts.append(f", hooks AS ({hooks[0]})")
-        params += hooks[1]
-        endpoints = f", (SELECT array_agg(DISTINCT {column(Delivery, 'endpoint')}) FROM hooks)"
+        jobs = outbox_jobs_statement(deliveries="hooks")
+        parts.append(f", hooks AS ({hooks[0]}), jobs AS ({jobs[0]})")
+        params += hooks[1] + jobs[1]
+        endpoints = ", (SELECT array_agg(id) FROM jobs)"
     parts.append(f" SELECT {columns(Document)}{endpoints} FROM updated")
     return "".join(parts), params, hooks is not None
 
@@ -355,7 +357,7 @@ def _conditional_update(
     if row is None:
         raise _explain_no_rows(resource, doc_id)
     if hooked:
-        outbox_enqueue(row[-1] or [])
+        jobs_dispatch_on_commit(row[-1] or [])
         row = row[:-1]
     # The row is ours until commit (locked on PostgreSQL, the database on SQLite).
     document = instance(Document, row)
@@ -368,7 +370,14 @@ def _conditional_update(
     return document
 
 
-@transaction.atomic
+def _one_statement_or_atomic() -> Any:
+    """What a replace runs in: on PostgreSQL its writes are one statement, atomic by
+    itself (no BEGIN and COMMIT of its own); elsewhere a transaction."""
+    if connection.vendor == "postgresql":
+        return contextlib.nullcontext()
+    return transaction.atomic()
+
+
 def document_replace(
     *,
     resource: Resource,
@@ -408,15 +417,16 @@ def document_replace(
         writer=writer,
     )
     try:
-        document = _conditional_update(
-            resource,
-            doc_id,
-            expected_revision,
-            fields,
-            require_agent_writes=is_agent,
-            guard=guard,
-            record=record,
-        )
+        with _one_statement_or_atomic():
+            document = _conditional_update(
+                resource,
+                doc_id,
+                expected_revision,
+                fields,
+                require_agent_writes=is_agent,
+                guard=guard,
+                record=record,
+            )
     except PreconditionFailed:
         if (
             is_agent
