@@ -79,11 +79,14 @@ _AGO_UNITS = (
 _MONTH_FREE = timedelta(days=28)
 
 
+_MINUTE = timedelta(minutes=1)
+
+
 @register.filter
 def ago(value: datetime, now: datetime | None = None) -> str:
     now = now or timezone.now()
     delta = now - value
-    if delta < timedelta(minutes=1):
+    if delta < _MINUTE:
         return "just now"
     if delta >= _MONTH_FREE or settings.USE_I18N:
         return f"{timesince(value, now)} ago"
@@ -250,6 +253,8 @@ def document_rows(
         else:
             writer = '<span class="writer writer-owner">owner</span>'
         updated = row["updated_at"].astimezone(zone)
+        # "2026-01-31T09:05:00.123456+00:00": its date and time, as strftime writes them.
+        stamp = updated.isoformat()
         when = _escape(ago(row["updated_at"], now))
         size = row["bytes"]
         over = ' <span class="badge over">over limit</span>' if size > max_bytes else ""
@@ -271,8 +276,8 @@ def document_rows(
             f'  <td title="{title}">{title}</td>\n'
             f'  <td class="summary" title="{summary}">{summary}</td>\n'
             f"  <td>{writer}</td>\n"
-            f'  <td><time datetime="{updated.isoformat()}"'
-            f' title="{updated:%Y-%m-%d %H:%M:%S} UTC">{when}</time></td>\n'
+            f'  <td><time datetime="{stamp}"'
+            f' title="{stamp[:10]} {stamp[11:19]} UTC">{when}</time></td>\n'
             f'  <td><span class="size" title="{size} of {max_bytes} bytes">'
             f'<meter min="0" max="{max_bytes}" value="{size}"'
             f' aria-hidden="true"></meter> {kib(size)} / {limit}{over}</span></td>\n'
