@@ -285,3 +285,151 @@ def document_rows(
             "</tr>\n"
         )
     return mark_safe("".join(html))
+
+
+# The header's section tabs: (URL name, label, the permission property that shows
+# it or None, the section that marks it current). Review has its count badge.
+_SECTION_TABS = (
+    ("web:overview", "Overview", None, "overview"),
+    ("web:inventory", "Memory", None, "memory"),
+    ("web:review", "Review", "can_review", "review"),
+    ("web:audit", "Audit log", None, "audit"),
+    ("web:export", "Export", "can_export", "export"),
+    ("web:sessions", "Sessions", None, "sessions"),
+    ("web:deployments", "Deployments", None, "deployments"),
+    ("web:keys", "Keys", "can_manage_keys", "keys"),
+    ("web:webhooks", "Webhooks", "can_manage_webhooks", "webhooks"),
+    ("web:people", "People", "can_manage_people", "people"),
+)
+_CURRENT_PAGE = ' aria-current="page"'
+
+
+def _text(value: Any) -> str:
+    """A value as `{{ value }}` renders it: text, escaped unless already safe."""
+    if value is None:
+        return "None"
+    if isinstance(value, SafeString):
+        return str(value)
+    return _escape(str(value))
+
+
+@register.simple_tag(takes_context=True)
+def page_header(context: template.Context) -> SafeString:
+    """The top bar (project menu, search, account) and a project's tabs, in one pass:
+    every page repeats them, and as template tags they cost more than most pages' own
+    content. The markup is what the template gave (docs/performance.md)."""
+    user = context.get("user")
+    page = context.get("page")
+    memberships = context.get("memberships")
+    e = context.get("e") or ""
+    p = context.get("p") or ""
+    out = [
+        '<header class="topbar">\n  <a class="brand" href="',
+        _escape(cached_reverse("web:home")),
+        '">memoryadmin</a>\n  ',
+    ]
+    if user is not None and user.is_authenticated:
+        out.append("\n  ")
+        if memberships:
+            out.append('\n  \n  <details class="project-menu">\n    <summary>')
+            if page:
+                out += [
+                    _text(page.project.name),
+                    ' <span class="muted-inverse">(',
+                    _text(page.project.id),
+                    ")</span>",
+                ]
+            else:
+                out.append("Projects")
+            out.append(
+                '<span class="visually-hidden">: switch project</span></summary>\n    <ul>\n      '
+            )
+            current_id = page.project.id if page else None
+            for m in memberships:
+                url = cached_reverse("web:inventory", m.project.id, e or "development")
+                current = ' aria-current="true"' if page and m.project.id == current_id else ""
+                out += [
+                    '\n      <li><a href="',
+                    _escape(url),
+                    '"',
+                    current,
+                    ">",
+                    _text(m.project.name),
+                    " <code>",
+                    _text(m.project.id),
+                    "</code></a></li>\n      ",
+                ]
+            out.append("\n    </ul>\n  </details>\n  ")
+        out.append("\n  ")
+        if page:
+            out += [
+                '\n  <form class="site-search" role="search" method="get" action="',
+                _escape(cached_reverse("web:search", p, e)),
+                '">\n    <label class="visually-hidden" for="site-search">Search ',
+                _text(e),
+                ' memory</label>\n    <input id="site-search" type="search" name="q" value="',
+                _text(context.get("search_q", "")),
+                '" maxlength="256" autocomplete="off" placeholder="Search memory ( / )"'
+                ' aria-keyshortcuts="/">\n  </form>\n  ',
+            ]
+        out += [
+            '\n  <div class="account">\n    <button type="button" class="link-button help-button"'
+            ' data-help aria-haspopup="dialog" title="Keyboard shortcuts (?)">Shortcuts'
+            " <kbd>?</kbd></button>\n    <span>",
+            _text(user.get_username()),
+        ]
+        if page:
+            role = _text(page.role)
+            out += [' · <span class="role role-', role, '">', role, "</span>"]
+        out += [
+            '</span>\n    <form method="post" action="',
+            _escape(cached_reverse("web:logout")),
+            '">',
+            _csrf_input(context),
+            '<button type="submit" class="link-button">Log out</button></form>\n  </div>\n  ',
+        ]
+    out.append("\n</header>\n")
+    if page:
+        production = page.production
+        out += [
+            '\n<nav class="tabs" aria-label="Project sections">\n'
+            '  <ul class="env-tabs" aria-label="Environment">\n    <li><a href="',
+            _escape(env_url(context, "development")),
+            '"',
+            "" if production else _CURRENT_PAGE,
+            '>Development</a></li>\n    <li><a class="prod" href="',
+            _escape(env_url(context, "production")),
+            '"',
+            _CURRENT_PAGE if production else "",
+            '>Production</a></li>\n  </ul>\n  \n  <ul class="section-tabs">\n',
+        ]
+        section = nav_section(context)
+        for name, label, permission, tab in _SECTION_TABS:
+            if permission is not None:
+                out.append("    ")
+                if not getattr(page, permission):
+                    out.append("\n")
+                    continue
+            else:
+                out.append("    ")
+            current = _CURRENT_PAGE if section == tab else ""
+            url = _escape(cached_reverse(name, p, e))
+            if tab == "review":
+                count = _escape(cached_reverse("web:review-count", p, e))
+                out.append(
+                    f'<li><a href="{url}"{current}>Review <span id="review-count"'
+                    f' hx-get="{count}" hx-trigger="load" hx-swap="outerHTML"></span></a></li>\n'
+                )
+            else:
+                out.append(f'<li><a href="{url}"{current}>{label}</a></li>\n')
+        out.append("  </ul>\n</nav>\n")
+    out.append("\n")
+    return mark_safe("".join(out))
+
+
+def _csrf_input(context: template.Context) -> str:
+    """`{% csrf_token %}`'s hidden input."""
+    token = context.get("csrf_token")
+    if not token or token == "NOTPROVIDED":
+        return ""
+    return f'<input type="hidden" name="csrfmiddlewaretoken" value="{_escape(str(token))}">'
