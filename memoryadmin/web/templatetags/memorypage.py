@@ -23,17 +23,33 @@ def _reversed(viewname: str, args: tuple[str, ...], prefix: str, urlconf: str) -
     return reverse(viewname, args=args, urlconf=urlconf)
 
 
-def cached_reverse(viewname: str, *args: Any) -> str:
+def cached_reverse(viewname: str, *args: Any, context: template.Context | None = None) -> str:
     """`reverse`, remembered per process: a page's header, tabs and list link to the
     same few URLs on every request (the script prefix and URLconf are in the key)."""
-    urlconf = get_urlconf() or settings.ROOT_URLCONF
-    return _reversed(viewname, tuple(str(arg) for arg in args), get_script_prefix(), urlconf)
+    prefix, urlconf = _url_env(context)
+    return _reversed(viewname, tuple(str(arg) for arg in args), prefix, urlconf)
 
 
-@register.simple_tag
-def link(viewname: str, *args: Any) -> str:
+_URL_ENV = "memoryadmin.url_env"
+
+
+def _url_env(context: template.Context | None) -> tuple[str, str]:
+    """The script prefix and URLconf, read once per template render: both sit in
+    thread-local storage that costs more to read than the cached link itself."""
+    if context is not None:
+        env = context.render_context.get(_URL_ENV)
+        if env is not None:
+            return env
+    env = (get_script_prefix(), get_urlconf() or settings.ROOT_URLCONF)
+    if context is not None:
+        context.render_context[_URL_ENV] = env
+    return env
+
+
+@register.simple_tag(takes_context=True)
+def link(context: template.Context, viewname: str, *args: Any) -> str:
     """`{% url %}` for the links every page repeats (see `cached_reverse`)."""
-    return cached_reverse(viewname, *args)
+    return cached_reverse(viewname, *args, context=context)
 
 
 @register.simple_tag
@@ -134,7 +150,7 @@ def env_url(context: template.Context, environment: str) -> str:
     name = match.url_name if match is not None else None
     section = name if name in ENV_SECTIONS else "inventory"
     project_id = context.get("p") or (page.project.id if page is not None else "")
-    return cached_reverse(f"web:{section}", project_id, environment)
+    return cached_reverse(f"web:{section}", project_id, environment, context=context)
 
 
 @register.filter
@@ -325,7 +341,7 @@ def page_header(context: template.Context) -> SafeString:
     p = context.get("p") or ""
     out = [
         '<header class="topbar">\n  <a class="brand" href="',
-        _escape(cached_reverse("web:home")),
+        _escape(cached_reverse("web:home", context=context)),
         '">memoryadmin</a>\n  ',
     ]
     if user is not None and user.is_authenticated:
@@ -346,7 +362,9 @@ def page_header(context: template.Context) -> SafeString:
             )
             current_id = page.project.id if page else None
             for m in memberships:
-                url = cached_reverse("web:inventory", m.project.id, e or "development")
+                url = cached_reverse(
+                    "web:inventory", m.project.id, e or "development", context=context
+                )
                 current = ' aria-current="true"' if page and m.project.id == current_id else ""
                 out += [
                     '\n      <li><a href="',
@@ -364,7 +382,7 @@ def page_header(context: template.Context) -> SafeString:
         if page:
             out += [
                 '\n  <form class="site-search" role="search" method="get" action="',
-                _escape(cached_reverse("web:search", p, e)),
+                _escape(cached_reverse("web:search", p, e, context=context)),
                 '">\n    <label class="visually-hidden" for="site-search">Search ',
                 _text(e),
                 ' memory</label>\n    <input id="site-search" type="search" name="q" value="',
@@ -383,7 +401,7 @@ def page_header(context: template.Context) -> SafeString:
             out += [' · <span class="role role-', role, '">', role, "</span>"]
         out += [
             '</span>\n    <form method="post" action="',
-            _escape(cached_reverse("web:logout")),
+            _escape(cached_reverse("web:logout", context=context)),
             '">',
             _csrf_input(context),
             '<button type="submit" class="link-button">Log out</button></form>\n  </div>\n  ',
@@ -413,9 +431,9 @@ def page_header(context: template.Context) -> SafeString:
             else:
                 out.append("    ")
             current = _CURRENT_PAGE if section == tab else ""
-            url = _escape(cached_reverse(name, p, e))
+            url = _escape(cached_reverse(name, p, e, context=context))
             if tab == "review":
-                count = _escape(cached_reverse("web:review-count", p, e))
+                count = _escape(cached_reverse("web:review-count", p, e, context=context))
                 out.append(
                     f'<li><a href="{url}"{current}>Review <span id="review-count"'
                     f' hx-get="{count}" hx-trigger="load" hx-swap="outerHTML"></span></a></li>\n'
