@@ -112,10 +112,10 @@ def test_a_recall_costs_one_query_per_step_and_stores_its_sources_with_it(
             ("refunds", Document.objects.get(doc_id="refunds").revision),
         ]
     )
-    # Key, the session with its deployment and its bindings with their resources,
-    # the bound documents, the collection's overview page, then the recall: its
-    # row and its sources in one statement on PostgreSQL, two elsewhere.
-    assert len(queries) <= (5 if is_postgres() else 6), queries
+    # Key, the session with its deployment, its bindings with their resources and the
+    # bound documents, the collection's overview page, then the recall: its row and
+    # its sources in one statement on PostgreSQL, two elsewhere.
+    assert len(queries) <= (4 if is_postgres() else 5), queries
     if is_postgres():
         # Its own transaction commits without waiting for the disk (docs/decisions.md)...
         (store,) = [sql for sql in queries if "INSERT" in sql]

@@ -87,6 +87,9 @@ def _bound_documents(bindings: list[Binding]) -> dict[tuple[int, str], Document]
     wanted = [b for b in bindings if b.scope == Scope.DOCUMENT]
     if not wanted:
         return {}
+    if all(hasattr(b, "bound_document") for b in wanted):  # read with the session
+        read = (b.bound_document for b in wanted)
+        return {(d.resource_id, d.doc_id): d for d in read if d is not None}
     key = f"({column(Document, 'resource')} = %s AND {column(Document, 'doc_id')} = %s)"
     sql = (
         f"SELECT {columns(Document)} FROM {table(Document)}"

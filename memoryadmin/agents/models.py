@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db import models
 
 from memoryadmin.memory.environments import Environment
-from memoryadmin.memory.models import Deployment, Project, Resource
+from memoryadmin.memory.models import Deployment, Document, Project, Resource
 
 
 class SessionStatus(models.TextChoices):
@@ -86,6 +86,9 @@ class Binding(models.Model):
     access = models.CharField(max_length=16, choices=Access.choices, default=Access.READ)
     # Collections only: whether the binding offers memory_search.
     search = models.BooleanField(default=False)
+    # Not a field: a document binding's live document (None: missing), set when read
+    # with the session for a recall; unset otherwise.
+    bound_document: Document | None
 
     class Meta:
         constraints = [

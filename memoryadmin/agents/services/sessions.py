@@ -14,12 +14,19 @@ from django.utils import timezone
 
 from memoryadmin.agents.bindings import BindingSpec, binding_spec, bindings_admit, bindings_parse
 from memoryadmin.agents.errors import IdempotencyConflict, InvalidMemoryBinding, SessionNotFound
-from memoryadmin.agents.models import Binding, EventType, Session, SessionEvent, SessionStatus
+from memoryadmin.agents.models import (
+    Binding,
+    EventType,
+    Scope,
+    Session,
+    SessionEvent,
+    SessionStatus,
+)
 from memoryadmin.memory.cursors import keyset_page
 from memoryadmin.memory.environments import Environment, check_environment
 from memoryadmin.memory.errors import Forbidden, InvalidRequest, NotFound, PreconditionFailed
 from memoryadmin.memory.limits import check_agent_id
-from memoryadmin.memory.models import ApiKey, Deployment, Project, Resource
+from memoryadmin.memory.models import ApiKey, Deployment, Document, Project, Resource
 from memoryadmin.memory.providers import keeps_documents
 from memoryadmin.memory.rows import column, columns, instance, table
 from memoryadmin.memory.services.audit import audit_record
@@ -231,9 +238,10 @@ def event_append(*, session: Session, type: str, data: dict[str, Any]) -> Sessio
 
 
 @functools.cache
-def _session_sql(vendor: str, with_bindings: bool) -> str:
+def _session_sql(vendor: str, with_bindings: bool, with_documents: bool = False) -> str:
     """The session with its deployment; `with_bindings`: one row per binding, with
-    its resource, by resource id (one row of NULLs when there is none)."""
+    its resource, by resource id (one row of NULLs when there is none);
+    `with_documents`: and a document binding's live document (NULLs otherwise)."""
     selected = f"{columns(Session, 's')}, {columns(Deployment, 'd')}"
     joined = (
         f" FROM {table(Session)} s JOIN {table(Deployment)} d"
@@ -249,18 +257,31 @@ def _session_sql(vendor: str, with_bindings: bool) -> str:
             f" ON r.{column(Resource, 'id')} = b.{column(Binding, 'resource')}"
         )
         order = f" ORDER BY r.{column(Resource, 'resource_id')}"
+    if with_documents:
+        selected += f", {columns(Document, 'doc')}"
+        joined += (
+            f" LEFT JOIN {table(Document)} doc"
+            f" ON b.{column(Binding, 'scope')} = '{Scope.DOCUMENT.value}'"
+            f" AND doc.{column(Document, 'resource')} = b.{column(Binding, 'resource')}"
+            f" AND doc.{column(Document, 'doc_id')} = b.{column(Binding, 'target_id')}"
+            f" AND NOT doc.{column(Document, 'deleted')}"
+        )
     return f"SELECT {selected}{joined} WHERE s.{column(Session, 'id')} = %s{order}"
 
 
-def _session_rows(session_id: str, *, with_bindings: bool) -> tuple[Session | None, list[Binding]]:
+def _session_rows(
+    session_id: str, *, with_bindings: bool, with_documents: bool = False
+) -> tuple[Session | None, list[Binding]]:
+    sql = _session_sql(connection.vendor, with_bindings, with_documents)
     with connection.cursor() as cursor:
-        cursor.execute(_session_sql(connection.vendor, with_bindings), [session_id])
+        cursor.execute(sql, [session_id])
         rows = cursor.fetchall()
     if not rows:
         return None, []
     session_end_at = len(Session._meta.concrete_fields)
     deployment_end_at = session_end_at + len(Deployment._meta.concrete_fields)
     binding_end_at = deployment_end_at + len(Binding._meta.concrete_fields)
+    resource_end_at = binding_end_at + len(Resource._meta.concrete_fields)
     session = instance(Session, rows[0][:session_end_at])
     session.deployment = instance(Deployment, rows[0][session_end_at:deployment_end_at])
     bindings = []
@@ -268,8 +289,12 @@ def _session_rows(session_id: str, *, with_bindings: bool) -> tuple[Session | No
         if row[deployment_end_at] is None:  # no binding: the LEFT JOIN's empty row
             continue
         binding = instance(Binding, row[deployment_end_at:binding_end_at])
-        binding.resource = instance(Resource, row[binding_end_at:])
+        binding.resource = instance(Resource, row[binding_end_at:resource_end_at])
         binding.session = session
+        if with_documents:
+            # Read in the same statement: the document provider need not read it again.
+            found = row[resource_end_at:]
+            binding.bound_document = instance(Document, found) if found[0] is not None else None
         bindings.append(binding)
     return session, bindings
 
@@ -294,9 +319,10 @@ def session_get(*, session_id: str, key: ApiKey | None = None, write: bool = Fal
 def session_get_with_bindings(
     *, session_id: str, key: ApiKey | None = None, write: bool = False
 ) -> tuple[Session, list[Binding]]:
-    """`session_get`, and the session's bindings with their resources by resource id,
-    in the same query (what a recall reads first)."""
-    session, bindings = _session_rows(session_id, with_bindings=True)
+    """`session_get`, and the session's bindings with their resources by resource id
+    and the live documents of document bindings, in the same query (what a recall
+    reads first)."""
+    session, bindings = _session_rows(session_id, with_bindings=True, with_documents=True)
     return _reachable(session, session_id, key, write), bindings
 
 
