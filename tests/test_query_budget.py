@@ -197,3 +197,39 @@ def test_the_document_filter_has_trigram_indexes_on_postgresql(db: None) -> None
     assert len(options) == 2, options
     assert "upper((title)::text)" in indexes["document_title_trgm"]
     assert "upper((doc_id)::text)" in indexes["document_id_trgm"]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(not is_postgres(), reason="the one-statement write of PostgreSQL")
+def test_a_put_heard_by_a_webhook_writes_its_delivery_and_job_in_its_statement(
+    api: APIClient, keys: Keys, make_document: Any
+) -> None:
+    from memoryadmin.runner.models import Job
+    from memoryadmin.webhooks.models import Delivery
+
+    hook = api.post(
+        "/api/managed-agents/projects/acme/webhooks",
+        {"url": "http://127.0.0.1:9/hooks", "events": ["document.updated"]},
+        format="json",
+    )
+    assert hook.status_code == 201
+    document = make_document("workshop", text="Node 22.")
+    api.get(f"{DOCS}/workshop{ENV}")
+    response, queries = counted(
+        lambda: api.put(
+            f"{DOCS}/workshop{ENV}",
+            {"text": "Node 24."},
+            format="json",
+            HTTP_IF_MATCH=f'"{document.revision}"',
+        )
+    )
+    assert response.status_code == 200
+    delivery = Delivery.objects.get(event="document.updated")
+    assert delivery.endpoint_id == hook.json()["id"]
+    job = Job.objects.get(kwargs={"endpoint": hook.json()["id"]})
+    # The job was handed to the task backend after the statement committed.
+    assert job.dispatched_at is not None
+    writes = [sql for sql in queries if sql.startswith(("WITH", "BEGIN", "COMMIT"))]
+    assert len(writes) == 1, queries
+    assert "webhooks_delivery" in writes[0]
+    assert "runner_job" in writes[0]
