@@ -5,6 +5,7 @@ import json
 from datetime import datetime, timedelta
 from html import escape as _escape  # as Django's escape, without its lazy wrapper
 from typing import Any
+from urllib.parse import quote
 
 from django import template
 from django.conf import settings
@@ -451,3 +452,110 @@ def _csrf_input(context: template.Context) -> str:
     if not token or token == "NOTPROVIDED":
         return ""
     return f'<input type="hidden" name="csrfmiddlewaretoken" value="{_escape(str(token))}">'
+
+
+@register.simple_tag(takes_context=True)
+def documents_head(context: template.Context, list_url: str) -> SafeString:
+    """The document list's controls and table head (sort links, filter, as-of and bulk
+    forms, caption, column heads), in one pass: the list page is the hot page, and as
+    template tags these cost as much as its fifty rows. The markup is what the
+    template gave (docs/performance.md)."""
+    page = context["page"]
+    resource = context["resource"]
+    query = context.get("query") or ""
+    sort = context.get("sort")
+    sorts = context.get("sorts") or {}
+    total_url = context.get("total_url")
+    p, e = context.get("p"), context.get("e")
+    url = _escape(list_url)
+    rid = resource.resource_id
+    documents_url = _escape(cached_reverse("web:documents", p, e, rid, context=context))
+    q = f"&amp;q={_escape(quote(query, safe='/'))}" if query else ""
+    out = ['<div class="list-head">\n  ']
+    if total_url:
+        out.append(
+            f'<p class="total" data-total hx-get="{_text(total_url)}" hx-trigger="load"'
+            ' hx-swap="outerHTML"></p>'
+        )
+    out.append('\n  <nav class="sort" aria-label="Sort documents">Sort by\n    ')
+    for key, label in sorts.items():
+        current = ' aria-current="true"' if key == sort else ""
+        out.append(f'<a href="{url}?sort={_text(key)}{q}"{current}>{_text(label)}</a>')
+    out.append(
+        "\n  </nav>\n</div>\n"
+        f'<form class="filter" method="get" action="{documents_url}" role="search">\n  '
+    )
+    if sort != "updated":
+        out.append(f'<input type="hidden" name="sort" value="{_text(sort)}">')
+    out.append(
+        '\n  <label for="filter-q">Filter by id or title</label>\n'
+        f'  <input id="filter-q" type="search" name="q" value="{_text(query)}"'
+        ' autocomplete="off" maxlength="128"\n'
+        '         aria-controls="document-rows"\n'
+        f'         hx-get="{documents_url}"\n'
+        '         hx-trigger="input changed delay:300ms, search"\n'
+        '         hx-include="closest form"\n'
+        '         hx-target="#document-rows"\n'
+        '         hx-sync="this:replace"\n'
+        '         hx-push-url="true">\n'
+        '  <button type="submit">Filter</button>\n  '
+    )
+    if query:
+        out.append(f'<a href="{url}?sort={_text(sort)}">Clear</a>')
+    as_of = _escape(cached_reverse("web:documents-as-of", p, e, rid, context=context))
+    out.append(
+        "\n</form>\n"
+        f'<form class="filter" method="get" action="{as_of}">\n'
+        '  <label for="as-of">As it was at (UTC)</label>\n'
+        '  <input id="as-of" type="datetime-local" name="asOf" step="1" required>\n'
+        '  <button type="submit">Show</button>\n'
+        "</form>\n"
+    )
+    selectable = bool(page.can_freeze)
+    if selectable:
+        bulk = _escape(cached_reverse("web:documents-bulk", p, e, rid, context=context))
+        out.append(
+            f'\n<form id="bulk" class="inline-form bulk-bar" method="post" action="{bulk}">\n'
+            f"  {_csrf_input(context)}\n"
+            '  <span data-bulk-count aria-live="polite">Select documents for</span>\n'
+            '  <button type="submit" name="action" value="freeze">Freeze selected</button>\n'
+            '  <button type="submit" name="action" value="unfreeze">Unfreeze selected</button>\n  '
+        )
+        if page.can_export:
+            out.append(
+                '<button type="submit" name="action" value="export">Export selected</button>'
+            )
+        out.append("\n  ")
+        if page.can_delete:
+            out.append(
+                '<button type="submit" name="action" value="delete" class="danger">'
+                "Delete selected</button>"
+            )
+        out.append("\n</form>\n")
+    label = sorts.get(sort) if isinstance(sorts, dict) else None
+    out += [
+        '\n<div class="table-scroll">\n<table class="grid documents',
+        " selectable" if selectable else "",
+        '">\n  <caption class="visually-hidden">Documents of ',
+        _text(rid),
+        ", sorted by ",
+        _text(str(label).lower()),
+        "</caption>\n  <colgroup>",
+        '<col class="c-pick">' if selectable else "",
+        '<col class="c-id"><col class="c-title"><col class="c-summary"><col class="c-writer">'
+        '<col class="c-updated"><col class="c-size"><col class="c-frozen"></colgroup>\n'
+        "  <thead>\n    <tr>\n      ",
+        '<td class="pick"><input type="checkbox" data-select-page="bulk"'
+        ' aria-label="Select all documents on the page"></td>'
+        if selectable
+        else "",
+        '\n      <th scope="col">Id</th>\n'
+        '      <th scope="col">Title</th>\n'
+        '      <th scope="col">Summary</th>\n'
+        '      <th scope="col">Last writer</th>\n'
+        '      <th scope="col">Updated</th>\n'
+        '      <th scope="col">Size</th>\n'
+        '      <th scope="col"><span class="visually-hidden">Agent writes</span></th>\n'
+        '    </tr>\n  </thead>\n  <tbody id="document-rows">',
+    ]
+    return mark_safe("".join(out))
