@@ -101,11 +101,14 @@ _MINUTE = timedelta(minutes=1)
 
 @register.filter
 def ago(value: datetime, now: datetime | None = None) -> str:
-    now = now or timezone.now()
+    return _ago(value, now or timezone.now(), settings.USE_I18N)
+
+
+def _ago(value: datetime, now: datetime, translated: bool) -> str:
     delta = now - value
     if delta < _MINUTE:
         return "just now"
-    if delta >= _MONTH_FREE or settings.USE_I18N:
+    if delta >= _MONTH_FREE or translated:
         return f"{timesince(value, now)} ago"
     # Under 28 days no calendar month has passed: timesince's own arithmetic on
     # the remaining seconds (two adjacent units at most), without its lazy strings.
@@ -155,6 +158,7 @@ def env_url(context: template.Context, environment: str) -> str:
 
 
 @register.filter
+@functools.lru_cache(maxsize=1024)
 def kib(value: int) -> str:
     """A size in bytes for people: "512 B", "3.2 KiB", "1.5 MiB"."""
     size = int(value or 0)
@@ -256,6 +260,7 @@ def document_rows(
     zone = timezone.get_current_timezone()
     base = _escape(document_url)
     limit = kib(max_bytes)
+    translated = settings.USE_I18N
     for index, row in enumerate(rows):
         doc_id = _escape(row["doc_id"])
         focus = " autofocus" if autofocus_first and index == 0 else ""
@@ -272,7 +277,7 @@ def document_rows(
         updated = row["updated_at"].astimezone(zone)
         # "2026-01-31T09:05:00.123456+00:00": its date and time, as strftime writes them.
         stamp = updated.isoformat()
-        when = _escape(ago(row["updated_at"], now))
+        when = _escape(_ago(row["updated_at"], now, translated))
         size = row["bytes"]
         over = ' <span class="badge over">over limit</span>' if size > max_bytes else ""
         frozen = "" if row["agent_writes"] else '<span class="badge frozen">frozen</span>'
