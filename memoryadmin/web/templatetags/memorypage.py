@@ -9,10 +9,14 @@ from urllib.parse import quote
 
 from django import template
 from django.conf import settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+from django.templatetags.static import static
 from django.urls import NoReverseMatch, get_script_prefix, get_urlconf, reverse
 from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.timesince import timesince
+from django_htmx.jinja import htmx_script
 
 from memoryadmin.memory.limits import utf8_len
 
@@ -564,3 +568,30 @@ def documents_head(context: template.Context, list_url: str) -> SafeString:
         '    </tr>\n  </thead>\n  <tbody id="document-rows">',
     ]
     return mark_safe("".join(out))
+
+
+def _assets_markup(nonce: Any) -> str:
+    css = _escape(static("memoryadmin/memory.css"))
+    js = _escape(static("memoryadmin/memory.js"))
+    htmx = htmx_script(version=2, minified=True, extensions="", nonce=nonce)
+    return f'<link rel="stylesheet" href="{css}">\n  {htmx}\n  <script src="{js}" defer></script>'
+
+
+@functools.cache
+def _assets() -> str:
+    return _assets_markup(None)
+
+
+@receiver(setting_changed)
+def _static_settings_changed(*, setting: str, **kwargs: Any) -> None:
+    if setting in {"STATIC_URL", "STATIC_ROOT", "STORAGES", "DEBUG"}:
+        _assets.cache_clear()
+
+
+@register.simple_tag(takes_context=True)
+def page_assets(context: template.Context) -> SafeString:
+    """The stylesheet and scripts of every page (`{% static %}` and `{% htmx_script %}`),
+    built once per process: static URLs are fixed for a deploy (the manifest storage
+    reads its manifest once)."""
+    nonce = context.get("csp_nonce")
+    return mark_safe(_assets() if nonce is None else _assets_markup(nonce))
