@@ -112,10 +112,11 @@ def test_a_recall_costs_one_query_per_step_and_stores_its_sources_with_it(
             ("refunds", Document.objects.get(doc_id="refunds").revision),
         ]
     )
-    # Key, the session with its deployment, its bindings with their resources and the
-    # bound documents, the collection's overview page, then the recall: its row and
-    # its sources in one statement on PostgreSQL, two elsewhere.
-    assert len(queries) <= (4 if is_postgres() else 5), queries
+    # The key with the session, its deployment, its bindings with their resources and
+    # the bound documents (on PostgreSQL one query, elsewhere the key first), the
+    # collection's overview page, then the recall: its row and its sources in one
+    # statement on PostgreSQL, two elsewhere.
+    assert len(queries) <= (3 if is_postgres() else 5), queries
     if is_postgres():
         # Its own transaction commits without waiting for the disk (docs/decisions.md)...
         (store,) = [sql for sql in queries if "INSERT" in sql]
@@ -233,3 +234,23 @@ def test_a_put_heard_by_a_webhook_writes_its_delivery_and_job_in_its_statement(
     assert len(writes) == 1, queries
     assert "webhooks_delivery" in writes[0]
     assert "runner_job" in writes[0]
+
+
+def test_a_recall_read_with_its_key_still_refuses_every_key_it_refused(
+    client_for: Any, keys: Keys, session: Session, workshop: Document
+) -> None:
+    from memoryadmin.memory.models import ApiKey
+    from memoryadmin.memory.services.keys import api_key_revoke
+
+    url = f"/api/managed-agents/sessions/{session.id}/memory/recall"
+    owner = client_for(keys.owner)
+    assert owner.post(url, {}, format="json").status_code == 200
+    unknown = owner.post("/api/managed-agents/sessions/ses_nope/memory/recall", {}, format="json")
+    assert (unknown.status_code, unknown.json()["error"]["code"]) == (404, "not_found")
+    other = client_for(keys.other).post(url, {}, format="json")
+    assert (other.status_code, other.json()["error"]["code"]) == (404, "not_found")
+    assert client_for(keys.read_only).post(url, {}, format="json").status_code == 403
+    assert client_for("mak_not-a-key").post(url, {}, format="json").status_code == 401
+    assert client_for("nonsense").post(url, {}, format="json").status_code == 401
+    api_key_revoke(key=ApiKey.objects.get(prefix=keys.owner[:12]), actor="test")
+    assert owner.post(url, {}, format="json").status_code == 401

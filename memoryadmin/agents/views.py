@@ -208,6 +208,9 @@ class SessionRecallsView(SessionApiView):
 
 
 class RecallView(SessionApiView):
+    # The key, the session, its bindings and documents in one round trip (api/auth.py).
+    reads_session_with_key = True
+
     @extend_schema(
         request=s.RecallInput,
         responses={
@@ -229,7 +232,10 @@ class RecallView(SessionApiView):
     )
     def post(self, request: Request, session_id: str) -> Response:
         session, bindings = session_services.session_get_with_bindings(
-            session_id=session_id, key=self.key(request), write=True
+            session_id=session_id,
+            key=self.key(request),
+            write=True,
+            lookup=getattr(request, "session_lookup", None),
         )
         data = validated(s.RecallInput, request)
         # A client that goes away cancels its provider calls, where the server can see it.

@@ -38,7 +38,18 @@ class ApiKeyAuthentication(BaseAuthentication):
         kwargs = (request.parser_context or {}).get("kwargs") or {}
         project_id, resource_id = kwargs.get("p"), kwargs.get("r")
         environment = request._request.GET.get("environment")
-        if project_id and resource_id and environment in Environment.values:
+        view = (request.parser_context or {}).get("view")
+        session_id = kwargs.get("session_id")
+        if session_id and getattr(view, "reads_session_with_key", False):
+            # A recall reads its session, bindings and documents with the key (one
+            # round trip on PostgreSQL); the view decides whether the key reaches it.
+            from memoryadmin.agents.services.sessions import api_key_authenticate_with_session
+
+            key, session_lookup = api_key_authenticate_with_session(
+                raw=raw.strip(), session_id=session_id
+            )
+            request.session_lookup = session_lookup  # type: ignore[attr-defined]
+        elif project_id and resource_id and environment in Environment.values:
             key, lookup = api_key_authenticate_at(
                 raw=raw.strip(),
                 project_id=project_id,

@@ -7,6 +7,7 @@ import hashlib
 import json
 import re
 import secrets
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
@@ -36,6 +37,11 @@ from memoryadmin.memory.services.deployments import (
     resource_get,
 )
 from memoryadmin.memory.services.documents import document_create, document_get
+from memoryadmin.memory.services.keys import (
+    api_key_authenticate,
+    api_key_hashed,
+    api_key_usable,
+)
 from memoryadmin.memory.strings import strings_check
 
 IDEMPOTENCY_KEY_MAX = 256
@@ -238,13 +244,17 @@ def event_append(*, session: Session, type: str, data: dict[str, Any]) -> Sessio
 
 
 @functools.cache
-def _session_sql(vendor: str, with_bindings: bool, with_documents: bool = False) -> str:
+def _session_sql(
+    vendor: str, with_bindings: bool, with_documents: bool = False, with_key: bool = False
+) -> str:
     """The session with its deployment; `with_bindings`: one row per binding, with
     its resource, by resource id (one row of NULLs when there is none);
-    `with_documents`: and a document binding's live document (NULLs otherwise)."""
+    `with_documents`: and a document binding's live document (NULLs otherwise);
+    `with_key` (PostgreSQL): all of it LEFT JOINed to the API key of the request, whose
+    columns come first (parameters: the session id, then the key's hash)."""
     selected = f"{columns(Session, 's')}, {columns(Deployment, 'd')}"
     joined = (
-        f" FROM {table(Session)} s JOIN {table(Deployment)} d"
+        f" {table(Session)} s JOIN {table(Deployment)} d"
         f" ON d.{column(Deployment, 'id')} = s.{column(Session, 'deployment')}"
     )
     order = ""
@@ -266,17 +276,28 @@ def _session_sql(vendor: str, with_bindings: bool, with_documents: bool = False)
             f" AND doc.{column(Document, 'doc_id')} = b.{column(Binding, 'target_id')}"
             f" AND NOT doc.{column(Document, 'deleted')}"
         )
-    return f"SELECT {selected}{joined} WHERE s.{column(Session, 'id')} = %s{order}"
+    if with_key:
+        return (
+            f"SELECT {columns(ApiKey, 'k')}, {selected} FROM {table(ApiKey)} k"
+            f" LEFT JOIN ({joined}) ON s.{column(Session, 'id')} = %s"
+            f" WHERE k.{column(ApiKey, 'hashed')} = %s{order}"
+        )
+    return f"SELECT {selected} FROM{joined} WHERE s.{column(Session, 'id')} = %s{order}"
 
 
 def _session_rows(
-    session_id: str, *, with_bindings: bool, with_documents: bool = False
+    session_id: str,
+    *,
+    with_bindings: bool,
+    with_documents: bool = False,
+    rows: list[tuple[Any, ...]] | None = None,
 ) -> tuple[Session | None, list[Binding]]:
-    sql = _session_sql(connection.vendor, with_bindings, with_documents)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [session_id])
-        rows = cursor.fetchall()
-    if not rows:
+    if rows is None:
+        sql = _session_sql(connection.vendor, with_bindings, with_documents)
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [session_id])
+            rows = cursor.fetchall()
+    if not rows or rows[0][0] is None:  # no session (with_key: the LEFT JOIN's NULLs)
         return None, []
     session_end_at = len(Session._meta.concrete_fields)
     deployment_end_at = session_end_at + len(Deployment._meta.concrete_fields)
@@ -317,13 +338,56 @@ def session_get(*, session_id: str, key: ApiKey | None = None, write: bool = Fal
 
 
 def session_get_with_bindings(
-    *, session_id: str, key: ApiKey | None = None, write: bool = False
+    *,
+    session_id: str,
+    key: ApiKey | None = None,
+    write: bool = False,
+    lookup: SessionLookup | None = None,
 ) -> tuple[Session, list[Binding]]:
     """`session_get`, and the session's bindings with their resources by resource id
     and the live documents of document bindings, in the same query (what a recall
-    reads first)."""
-    session, bindings = _session_rows(session_id, with_bindings=True, with_documents=True)
+    reads first), or as `lookup` read them with the key."""
+    if lookup is not None and lookup.session_id == session_id:
+        session, bindings = lookup.session, lookup.bindings
+    else:
+        session, bindings = _session_rows(session_id, with_bindings=True, with_documents=True)
     return _reachable(session, session_id, key, write), bindings
+
+
+@dataclass(frozen=True)
+class SessionLookup:
+    """A session a request names, read with the request's key (its bindings, their
+    resources and bound documents); whether the key reaches it is for
+    `session_get_with_bindings` to decide."""
+
+    session_id: str
+    session: Session | None
+    bindings: list[Binding]
+
+
+def api_key_authenticate_with_session(
+    *, raw: str, session_id: str
+) -> tuple[ApiKey | None, SessionLookup | None]:
+    """The key and the session a recall reads, in one round trip (PostgreSQL; elsewhere
+    no lookup: the caller authenticates as usual)."""
+    hashed = api_key_hashed(raw)
+    if connection.vendor != "postgresql" or hashed is None:
+        return (api_key_authenticate(raw=raw) if hashed is not None else None), None
+    sql = _session_sql(connection.vendor, True, True, True)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [session_id, hashed])
+        rows = cursor.fetchall()
+    if not rows:
+        return None, None
+    width = len(ApiKey._meta.concrete_fields)
+    key = api_key_usable(instance(ApiKey, rows[0][:width]))
+    session, bindings = _session_rows(
+        session_id,
+        with_bindings=True,
+        with_documents=True,
+        rows=[row[width:] for row in rows],
+    )
+    return key, SessionLookup(session_id, session, bindings)
 
 
 def session_bindings(*, session: Session) -> list[Binding]:

@@ -229,6 +229,17 @@ def _well_formed(raw: str) -> bool:
     return raw.startswith(API_KEY_PREFIX) and len(raw) <= 200
 
 
+def api_key_hashed(raw: str) -> str | None:
+    """What a key is looked up by, for a query that reads it with more (None: it
+    cannot be a key). Never cached: a revoked key stops at once."""
+    return _hash(raw) if _well_formed(raw) else None
+
+
+def api_key_usable(key: ApiKey | None) -> ApiKey | None:
+    """A key read by such a query, if it may be used now (and its use recorded)."""
+    return _usable(key)
+
+
 def api_key_authenticate(*, raw: str) -> ApiKey | None:
     if not _well_formed(raw):
         return None
