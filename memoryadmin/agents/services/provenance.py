@@ -15,18 +15,18 @@ RECALL_PAGE_SIZE = 20
 READERS_MAX = 50
 
 
+# A recall source as stored: (resource pk, document id, revision). Plain values, not
+# model instances: a recall of many documents would spend longer building those.
+SourceRow = tuple[int, str, str]
+
+
 def recall_sources(
-    *, recall: Recall, bindings: list[Binding], sources: dict[str, list[dict[str, Any]]]
-) -> list[RecallSource]:
+    *, bindings: list[Binding], sources: dict[str, list[dict[str, Any]]]
+) -> list[SourceRow]:
     """One row per document revision the recall showed (document and collection
     bindings: their sources carry a revision)."""
     return [
-        RecallSource(
-            recall=recall,
-            resource_id=binding.resource_id,
-            doc_id=source["id"],
-            revision=source["revision"],
-        )
+        (binding.resource_id, source["id"], source["revision"])
         for binding in bindings
         if binding.resource.keeps_documents
         for source in sources.get(binding.resource.resource_id, [])
@@ -45,7 +45,7 @@ _SOURCE_FIELDS = ("resource", "doc_id", "revision")
 _RELAXED = "relaxed AS (SELECT set_config('synchronous_commit', 'off', true))"
 
 
-def recall_store(*, recall: Recall, sources: list[RecallSource], relaxed: bool = False) -> None:
+def recall_store(*, recall: Recall, sources: list[SourceRow], relaxed: bool = False) -> None:
     """Inserts the recall and its sources: on PostgreSQL in one statement (the
     sources' INSERT reads the recall row a `WITH` clause inserted), elsewhere two.
 
@@ -53,7 +53,7 @@ def recall_store(*, recall: Recall, sources: list[RecallSource], relaxed: bool =
     block), which may then commit without waiting for the disk (see _RELAXED)."""
     names = concrete_names(Recall)
     sql, params = insert_sql(Recall, names), prepared(recall, names)
-    values = [v for source in sources for v in prepared(source, _SOURCE_FIELDS)]
+    values = [v for source in sources for v in source]
     together = bool(sources) and connection.vendor == "postgresql"
     if together:
         targets = ", ".join(column(RecallSource, n) for n in ("recall", *_SOURCE_FIELDS))
@@ -71,7 +71,7 @@ def recall_store(*, recall: Recall, sources: list[RecallSource], relaxed: bool =
         if sources and not together:
             cursor.execute(
                 insert_sql(RecallSource, ("recall", *_SOURCE_FIELDS), len(sources)),
-                [v for source in sources for v in prepared(source, ("recall", *_SOURCE_FIELDS))],
+                [v for source in sources for v in (recall.id, *source)],
             )
     recall._state.adding = False
     recall._state.db = connection.alias

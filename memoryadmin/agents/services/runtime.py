@@ -179,7 +179,7 @@ def recall_create(
             sources = {r: p.sources for r, p in projections.items()}
             recall_store(
                 recall=recall,
-                sources=recall_sources(recall=recall, bindings=bindings, sources=sources),
+                sources=recall_sources(bindings=bindings, sources=sources),
                 relaxed=relaxed,
             )
     except IntegrityError:
