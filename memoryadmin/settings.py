@@ -142,6 +142,13 @@ def database_from_url(url: str | None) -> dict[str, Any]:
         options: dict[str, Any] = dict(parse_qsl(parts.query))
         # An unreachable server fails a request within seconds instead of hanging it.
         options.setdefault("connect_timeout", env_int("DATABASE_CONNECT_TIMEOUT", 3))
+        if env_bool("DATABASE_PREPARED", True):
+            # The server binds parameters and psycopg prepares a statement a connection
+            # runs twice (the hot paths' few queries), so PostgreSQL stops planning it
+            # on every request. Off behind a pooler that cannot keep prepared
+            # statements (PgBouncer in transaction mode).
+            options.setdefault("server_side_binding", True)
+            options.setdefault("prepare_threshold", 2)
         if env_bool("DATABASE_POOL", True):
             options["pool"] = {
                 "min_size": env_int("DATABASE_POOL_MIN", 1),
