@@ -18,8 +18,7 @@ from django.db.models import Field, Model
 
 @functools.cache
 def _column(model: type[Model], name: str, vendor: str) -> str:
-    field = model._meta.get_field(name)
-    assert isinstance(field, Field)
+    field = _field(model, name)
     assert field.column is not None
     return connection.ops.quote_name(field.column)
 
@@ -91,15 +90,21 @@ def insert_sql(model: type[Model], names: Sequence[str], rows: int = 1) -> str:
     return f"INSERT INTO {table(model)} ({targets}) VALUES {', '.join([one] * rows)}"
 
 
+def _field(model: type[Model], name: str) -> Field[Any, Any]:
+    field = model._meta.get_field(name)
+    assert isinstance(field, Field)
+    return field
+
+
+def db_value(model: type[Model], name: str, value: Any) -> Any:
+    """`value` of the named field as the database takes it (as `save` sends it)."""
+    return _field(model, name).get_db_prep_save(value, connection)
+
+
 def prepared(obj: Model, names: Sequence[str]) -> list[Any]:
     """`obj`'s values of the named fields as the database takes them (as `save` sends them)."""
-    opts = obj._meta
-    values = []
-    for name in names:
-        field = opts.get_field(name)
-        assert isinstance(field, Field)
-        values.append(field.get_db_prep_save(getattr(obj, field.attname), connection))
-    return values
+    model = type(obj)
+    return [db_value(model, name, getattr(obj, _field(model, name).attname)) for name in names]
 
 
 def concrete_names(model: type[Model], *, auto: bool = True) -> list[str]:

@@ -22,11 +22,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.db import connection
-from django.db.models import Field
 from django.utils import timezone
 
 from memoryadmin.memory.representations import iso_ms
-from memoryadmin.memory.rows import column
+from memoryadmin.memory.rows import column, db_value
 from memoryadmin.memory.services.audit import AuditFacts
 from memoryadmin.runner.jobs import enqueue_sql
 from memoryadmin.webhooks.models import Delivery, DeliveryState, Endpoint
@@ -106,12 +105,6 @@ def events_column_value(events: Iterable[str]) -> str:
     return "," + ",".join(sorted(set(events))) + ","
 
 
-def _prep(name: str, value: Any) -> Any:
-    model_field = Delivery._meta.get_field(name)
-    assert isinstance(model_field, Field)
-    return model_field.get_db_prep_save(value, connection)
-
-
 def outbox_statement(facts: AuditFacts, *, source: str = "") -> tuple[str, list[Any]] | None:
     """`INSERT INTO <deliveries> SELECT ... RETURNING endpoint_id`: one row per event
     of the audited change and active endpoint of its project that wants it; None
@@ -141,7 +134,8 @@ def outbox_statement(facts: AuditFacts, *, source: str = "") -> tuple[str, list[
         f" AND e.{column(Endpoint, 'events')} LIKE ('%%,' || ev.column2 || ',%%')"
         f" RETURNING {column(Delivery, 'endpoint')}"
     )
-    params = [DeliveryState.PENDING, _prep("next_attempt_at", now), _prep("created_at", now)]
+    at_now = db_value(Delivery, "created_at", now)
+    params = [DeliveryState.PENDING, at_now, at_now]
     params += event_rows
     params += [facts.project_id, True]
     return sql, params

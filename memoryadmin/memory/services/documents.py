@@ -36,7 +36,7 @@ from memoryadmin.memory.limits import (
     check_title,
 )
 from memoryadmin.memory.models import AuditEntry, Document, DocumentVersion, Resource, WriterKind
-from memoryadmin.memory.rows import column, columns, instance, table
+from memoryadmin.memory.rows import column, columns, db_value, instance, table
 from memoryadmin.memory.services.audit import AuditFacts, audit_write
 from memoryadmin.runner.jobs import jobs_dispatch_on_commit
 from memoryadmin.webhooks.outbox import outbox_jobs_statement, outbox_statement
@@ -237,7 +237,7 @@ class Record:
 
 def _sql_value(model: type[Any], name: str, value: Any) -> tuple[str, Any]:
     """A field's quoted column and `value` as the database takes it."""
-    return column(model, name), model._meta.get_field(name).get_db_prep_save(value, connection)
+    return column(model, name), db_value(model, name, value)
 
 
 def _update_sql(
