@@ -27,7 +27,8 @@ from django.utils import timezone
 from memoryadmin.memory.representations import iso_ms
 from memoryadmin.memory.rows import column, db_value
 from memoryadmin.memory.services.audit import AuditFacts
-from memoryadmin.runner.jobs import enqueue_sql
+from memoryadmin.runner.jobs import enqueue, enqueue_sql
+from memoryadmin.webhooks.delivery import webhook_drain
 from memoryadmin.webhooks.models import Delivery, DeliveryState, Endpoint
 
 EVENT_TYPES = (
@@ -144,8 +145,6 @@ def outbox_statement(facts: AuditFacts, *, source: str = "") -> tuple[str, list[
 def outbox_jobs_statement(*, deliveries: str) -> tuple[str, list[Any]]:
     """The delivery runs of the endpoints a `WITH` clause named `deliveries` (an
     outbox_statement) wrote to: one job per endpoint, in the same statement."""
-    from memoryadmin.webhooks.delivery import webhook_drain
-
     endpoint = column(Delivery, "endpoint")
     return enqueue_sql(
         webhook_drain,
@@ -167,8 +166,5 @@ def outbox_write(facts: AuditFacts) -> None:
 
 def outbox_enqueue(endpoint_ids: Iterable[int]) -> None:
     """Queues a delivery run for each endpoint that got deliveries (none: no statement)."""
-    from memoryadmin.runner.jobs import enqueue
-    from memoryadmin.webhooks.delivery import webhook_drain
-
     for endpoint_id in sorted(set(endpoint_ids)):
         enqueue(webhook_drain, endpoint=endpoint_id)

@@ -161,7 +161,7 @@ def endpoint_update(
             enqueue(webhook_drain, endpoint=endpoint.pk)
     if not changes:
         raise InvalidRequest("Give at least one of url, events, description, active.")
-    endpoint.save(update_fields=[name for name in ("url", "events", "description", "active")])
+    endpoint.save(update_fields=["url", "events", "description", "active"])
     _audit(endpoint, actor=actor, action="webhook.update", **changes)
     return endpoint
 

@@ -372,7 +372,7 @@ def api_key_authenticate_with_session(
     no lookup: the caller authenticates as usual)."""
     hashed = api_key_hashed(raw)
     if connection.vendor != "postgresql" or hashed is None:
-        return (api_key_authenticate(raw=raw) if hashed is not None else None), None
+        return api_key_authenticate(raw=raw), None
     sql = _session_sql(connection.vendor, True, True, True)
     with connection.cursor() as cursor:
         cursor.execute(sql, [session_id, hashed])

@@ -276,6 +276,12 @@ def _update_sql(
     return sql, params
 
 
+def _records_in_update_statement() -> bool:
+    """Whether a recorded write's version, audit entry and deliveries ride on its
+    UPDATE as `WITH` clauses (PostgreSQL's data-modifying CTEs)."""
+    return connection.vendor == "postgresql"
+
+
 def _with_records(
     update: tuple[str, list[Any]], resource: Resource, doc_id: str, revision: str, record: Record
 ) -> tuple[str, list[Any], bool]:
@@ -346,7 +352,7 @@ def _conditional_update(
         require_agent_writes=require_agent_writes,
         guard=guard,
     )
-    together = record is not None and connection.vendor == "postgresql"
+    together = record is not None and _records_in_update_statement()
     sql, params = update
     hooked = False
     if record is not None and together:
@@ -371,9 +377,9 @@ def _conditional_update(
 
 
 def _one_statement_or_atomic() -> Any:
-    """What a replace runs in: on PostgreSQL its writes are one statement, atomic by
-    itself (no BEGIN and COMMIT of its own); elsewhere a transaction."""
-    if connection.vendor == "postgresql":
+    """What a replace runs in: where its writes are one statement (`_with_records`),
+    atomic by itself (no BEGIN and COMMIT of its own); elsewhere a transaction."""
+    if _records_in_update_statement():
         return contextlib.nullcontext()
     return transaction.atomic()
 
