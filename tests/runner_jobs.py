@@ -41,9 +41,26 @@ def write_twice(*, label: str, marker: str) -> None:
     _write(label, 2)
 
 
+@durable(max_attempts=1)
+def write_when_told(*, label: str, marker: str) -> None:
+    """Marks that it started, waits (a minute at most) for `<marker>.go`, then writes."""
+    Path(marker).write_text("started")
+    go = Path(marker + ".go")
+    deadline = time.monotonic() + 60
+    while not go.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    _write(label, 1)
+
+
 def enqueue_write_twice(label: str, marker: str) -> None:
     with transaction.atomic():
         job = enqueue(write_twice, label=label, marker=marker)
+    print(job.pk)
+
+
+def enqueue_write_when_told(label: str, marker: str) -> None:
+    with transaction.atomic():
+        job = enqueue(write_when_told, label=label, marker=marker)
     print(job.pk)
 
 

@@ -208,39 +208,15 @@ def _wait_for(condition: Any, what: str, seconds: float = 60) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def _kill_9_mid_job_loses_nothing(env: dict[str, str], tmp_path: Path) -> None:
-    marker = tmp_path / "between-the-writes"
-    _python(env, f"enqueue_write_twice('killed', {str(marker)!r})")
-    first = _worker(env, tmp_path / "worker.log")
-    try:
-        _wait_for(marker.exists, "the job to reach the middle of its work")
-        first.send_signal(signal.SIGKILL)
-        first.wait(timeout=30)
-    finally:
-        first.kill()
-    # Killed between its two writes: neither is there, and the job is not done.
-    assert _state(env, "killed") == {"jobs": [{"state": "running", "attempts": 1}], "steps": []}
-    second = _worker(env, tmp_path / "worker.log")
-    try:
-        _wait_for(lambda: _state(env, "killed")["jobs"][0]["state"] == "done", "the retry")
-    finally:
-        _stop(second)
-    assert second.returncode == 0
-    assert _state(env, "killed") == {"jobs": [{"state": "done", "attempts": 2}], "steps": [1, 2]}
-
-
-@pytest.mark.django_db(transaction=True)
-def test_a_worker_killed_mid_job_leaves_it_to_be_retried_never_half_applied(
-    worker_env: dict[str, str], tmp_path: Path
-) -> None:
-    _kill_9_mid_job_loses_nothing(worker_env, tmp_path)
-
-
-@pytest.mark.redis
-@pytest.mark.django_db(transaction=True)
-def test_the_same_jobs_run_on_rq_by_configuration_only(
-    worker_env: dict[str, str], tmp_path: Path
-) -> None:
+@pytest.fixture(params=["database", pytest.param("rq", marks=pytest.mark.redis)])
+def backend_env(
+    request: pytest.FixtureRequest, worker_env: dict[str, str]
+) -> Iterator[dict[str, str]]:
+    """The worker's environment on each task backend: the same jobs run on RQ by
+    configuration only (tasks in a Redis database of their own)."""
+    if request.param == "database":
+        yield worker_env
+        return
     import redis
 
     url = os.environ.get("MEMORYADMIN_TEST_TASKS_REDIS_URL", "redis://127.0.0.1:6379/6")
@@ -251,11 +227,64 @@ def test_the_same_jobs_run_on_rq_by_configuration_only(
         pytest.skip(f"needs Redis at {url} (redis-server; .ci/run starts one): {exc}")
     env = {**worker_env, "MEMORYADMIN_TASKS": "rq", "MEMORYADMIN_TASKS_REDIS_URL": url}
     try:
-        _kill_9_mid_job_loses_nothing(env, tmp_path)
+        yield env
     finally:
         for name in client.scan_iter(match=f"*{env['MEMORYADMIN_TASKS_QUEUE']}*"):
             client.delete(name)
         client.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_killed_mid_job_leaves_it_to_be_retried_never_half_applied(
+    backend_env: dict[str, str], tmp_path: Path
+) -> None:
+    marker = tmp_path / "between-the-writes"
+    _python(backend_env, f"enqueue_write_twice('killed', {str(marker)!r})")
+    first = _worker(backend_env, tmp_path / "worker.log")
+    try:
+        _wait_for(marker.exists, "the job to reach the middle of its work")
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=30)
+    finally:
+        first.kill()
+    # Killed between its two writes: neither is there, and the job is not done.
+    assert _state(backend_env, "killed") == {
+        "jobs": [{"state": "running", "attempts": 1}],
+        "steps": [],
+    }
+    second = _worker(backend_env, tmp_path / "worker.log")
+    try:
+        _wait_for(lambda: _state(backend_env, "killed")["jobs"][0]["state"] == "done", "the retry")
+    finally:
+        _stop(second)
+    assert second.returncode == 0
+    assert _state(backend_env, "killed") == {
+        "jobs": [{"state": "done", "attempts": 2}],
+        "steps": [1, 2],
+    }
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_stopped_mid_job_finishes_it_then_exits(
+    backend_env: dict[str, str], tmp_path: Path
+) -> None:
+    marker = tmp_path / "started"
+    _python(backend_env, f"enqueue_write_when_told('stopped', {str(marker)!r})")
+    worker = _worker(backend_env, tmp_path / "worker.log")
+    try:
+        _wait_for(marker.exists, "the job to start")
+        worker.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        assert worker.poll() is None, "the worker left its job unfinished"
+        Path(f"{marker}.go").touch()
+        worker.wait(timeout=30)
+    finally:
+        _stop(worker)
+    assert worker.returncode == 0, (tmp_path / "worker.log").read_text()[-3000:]
+    assert _state(backend_env, "stopped") == {
+        "jobs": [{"state": "done", "attempts": 1}],
+        "steps": [1],
+    }
 
 
 @pytest.mark.django_db(transaction=True)

@@ -40,29 +40,61 @@ def _database_batch() -> Callable[[], bool]:
     return run
 
 
+class _RqStop:
+    """A stop asked for (SIGTERM or Ctrl-C) while RQ runs a task: it ends the worker
+    after that task. The handler only sets flags or exits: RQ's own handler talks
+    to Redis from inside the signal, which deadlocks when the signal lands while
+    the client holds its connection pool's lock."""
+
+    running_task = False
+    requested = False
+
+
+def _rq_signal(signum: int, frame: FrameType | None) -> None:
+    _RqStop.requested = True
+    if not _RqStop.running_task:
+        sys.exit(0)
+
+
 def _rq_batch() -> Callable[[], bool]:
     import django_rq
     from django_tasks_rq.backend import Job
-    from rq.exceptions import StopRequested
+    from rq.job import Job as RqJob
+    from rq.queue import Queue
+    from rq.worker import SimpleWorker
 
     # Each burst would announce its start, its queues and its end.
     logging.getLogger("rq.worker").setLevel(logging.WARNING)
 
-    def run() -> bool:
-        # No fork per job: a killed worker is one process, like the database one.
-        worker = django_rq.get_worker(
-            settings.MEMORYADMIN_TASKS_QUEUE, job_class=Job, worker_class="rq.worker.SimpleWorker"
-        )
-        try:
-            worker.work(burst=True, with_scheduler=False)
-        except StopRequested:
-            return False
-        # RQ's signal handlers stay installed after a burst: a stop asked for
-        # now ends the worker, one asked for during the burst ended it already.
-        signal.signal(signal.SIGTERM, _exit)
-        signal.signal(signal.SIGINT, _exit)
-        return not worker._stop_requested
+    class BurstWorker(SimpleWorker):
+        """No fork per task (a killed worker is one process, like the database one);
+        the worker's own signal handling instead of RQ's."""
 
+        def _install_signal_handlers(self) -> None:
+            signal.signal(signal.SIGTERM, _rq_signal)
+            signal.signal(signal.SIGINT, _rq_signal)
+
+        def execute_job(self, job: RqJob, queue: Queue) -> None:
+            _RqStop.running_task = True
+            try:
+                super().execute_job(job, queue)
+            finally:
+                _RqStop.running_task = False
+            if _RqStop.requested:
+                self._stop_requested = True
+
+    def run() -> bool:
+        # django-rq's annotation says Worker; it takes any RQ worker class.
+        worker = django_rq.get_worker(
+            settings.MEMORYADMIN_TASKS_QUEUE,
+            job_class=Job,
+            worker_class=BurstWorker,  # type: ignore[arg-type]
+        )
+        worker.work(burst=True, with_scheduler=False)
+        return not _RqStop.requested
+
+    signal.signal(signal.SIGTERM, _rq_signal)
+    signal.signal(signal.SIGINT, _rq_signal)
     return run
 
 
