@@ -158,6 +158,7 @@ def worker_env(tmp_path: Path) -> dict[str, str]:
         "MEMORYADMIN_JOB_LEASE_SECONDS": "1",
         "MEMORYADMIN_JOB_BACKOFF_SECONDS": "0",
         "MEMORYADMIN_TASKS_QUEUE": "q" + uuid.uuid4().hex[:12],
+        "PYTHONFAULTHANDLER": "1",
     }
     if not is_postgres():
         _manage(env, "migrate", "-v0")
@@ -188,11 +189,21 @@ def _worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     )
 
 
-def _stop(worker: subprocess.Popen[bytes]) -> None:
-    """SIGTERM, as an operator stops a worker; SIGKILL if it does not stop."""
+def _stop(worker: subprocess.Popen[bytes], log: Path) -> None:
+    """SIGTERM, as an operator stops a worker."""
     worker.send_signal(signal.SIGTERM)
+    _stopped(worker, log)
+
+
+def _stopped(worker: subprocess.Popen[bytes], log: Path) -> None:
+    """Waits for the worker to exit. One that does not has its threads' stacks written
+    to its log (faulthandler, on SIGABRT), and the test fails with them."""
     try:
         worker.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        worker.send_signal(signal.SIGABRT)
+        worker.wait(timeout=10)
+        raise AssertionError("the worker did not stop:\n" + log.read_text()[-6000:]) from None
     finally:
         if worker.poll() is None:
             worker.kill()
@@ -256,7 +267,7 @@ def test_a_worker_killed_mid_job_leaves_it_to_be_retried_never_half_applied(
     try:
         _wait_for(lambda: _state(backend_env, "killed")["jobs"][0]["state"] == "done", "the retry")
     finally:
-        _stop(second)
+        _stop(second, tmp_path / "worker.log")
     assert second.returncode == 0
     assert _state(backend_env, "killed") == {
         "jobs": [{"state": "done", "attempts": 2}],
@@ -277,9 +288,8 @@ def test_a_worker_stopped_mid_job_finishes_it_then_exits(
         time.sleep(0.5)
         assert worker.poll() is None, "the worker left its job unfinished"
         Path(f"{marker}.go").touch()
-        worker.wait(timeout=30)
     finally:
-        _stop(worker)
+        _stopped(worker, tmp_path / "worker.log")
     assert worker.returncode == 0, (tmp_path / "worker.log").read_text()[-3000:]
     assert _state(backend_env, "stopped") == {
         "jobs": [{"state": "done", "attempts": 1}],
@@ -306,7 +316,7 @@ def test_a_worker_process_delivers_webhooks_signed_in_order(
         try:
             _wait_for(lambda: len(receiver.events()) == 2, "two deliveries")  # noqa: B023
         finally:
-            _stop(worker)
+            _stop(worker, tmp_path / "worker.log")
         sent = [(verify(secret.strip(), h, body), status) for h, body, status in receiver.received]
         assert [(event["data"]["document"], status) for event, status in sent] == [
             ("plan", 500),
