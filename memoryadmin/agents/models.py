@@ -104,7 +104,10 @@ class Recall(models.Model):
     """What one model request saw: the projection and the revisions behind it."""
 
     id = models.CharField(primary_key=True, max_length=40)
-    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="recalls")
+    # Looked up by recall_newest_first, whose first column it is.
+    session = models.ForeignKey(
+        Session, on_delete=models.CASCADE, related_name="recalls", db_index=False
+    )
     # The resources the render selected: their tools are the ones offered.
     use = models.JSONField(default=list)
     # {resource: {"text", "sources", "writable"}} as returned to the host.
@@ -137,8 +140,17 @@ class RecallSource(models.Model):
     """A document revision a recall put in front of the model: which sessions read a
     version is a look-up by (resource, document, revision)."""
 
-    recall = models.ForeignKey(Recall, on_delete=models.CASCADE, related_name="sources")
-    resource = models.ForeignKey(Resource, on_delete=models.CASCADE, related_name="+")
+    # Written by the statement that writes its recall (recall_store), so no foreign key
+    # check in the database: PostgreSQL plans that check once per connection, and a plan
+    # made while the recalls table was small scans the whole table on every recall
+    # (recall latency grew with every recall stored). Deletes cascade through the ORM.
+    recall = models.ForeignKey(
+        Recall, on_delete=models.CASCADE, related_name="sources", db_constraint=False
+    )
+    # Looked up by recall_source_by_revision, whose first column it is.
+    resource = models.ForeignKey(
+        Resource, on_delete=models.CASCADE, related_name="+", db_index=False
+    )
     doc_id = models.CharField(max_length=128)
     revision = models.CharField(max_length=40)
 

@@ -1,0 +1,63 @@
+"""Model instances built from hand-written SQL rows are the ORM's own."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.db.models.signals import post_init
+
+from memoryadmin.memory.models import Document, Resource
+from memoryadmin.memory.rows import columns, instance, table
+from memoryadmin.memory.services.documents import document_create
+
+
+def _row(document: Document) -> tuple[Any, ...]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {columns(Document)} FROM {table(Document)} WHERE id = %s", [document.pk]
+        )
+        row = cursor.fetchone()
+    assert row is not None
+    return tuple(row)
+
+
+def _fields(document: Document) -> dict[str, Any]:
+    return {f.attname: getattr(document, f.attname) for f in Document._meta.concrete_fields}
+
+
+@pytest.mark.django_db
+def test_an_instance_from_a_row_is_the_one_the_orm_reads(notes: Resource) -> None:
+    created = document_create(resource=notes, doc_id="card", title="Card", text="x", actor="t")
+    read = Document.objects.get(pk=created.pk)
+
+    built = instance(Document, _row(created))
+
+    assert type(built) is Document
+    assert _fields(built) == _fields(read)
+    assert (built._state.adding, built._state.db) == (False, read._state.db)
+    # A foreign key resolves, and the instance saves as an update, not an insert.
+    assert built.resource == notes
+    built.title = "Renamed"
+    built.save(update_fields=["title"])
+    assert Document.objects.get(pk=created.pk).title == "Renamed"
+    assert Document.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_instance_initialisation_receivers_still_see_every_instance(notes: Resource) -> None:
+    created = document_create(resource=notes, doc_id="card", title="Card", text="x", actor="t")
+    seen: list[Document] = []
+
+    def receiver(sender: type[Document], instance: Document, **kwargs: Any) -> None:
+        seen.append(instance)
+
+    post_init.connect(receiver, sender=Document)
+    try:
+        built = instance(Document, _row(created))
+    finally:
+        post_init.disconnect(receiver, sender=Document)
+
+    assert seen == [built]
+    assert built.title == "Card"
