@@ -231,7 +231,8 @@ MIDDLEWARE = [
 # django-axes first: it refuses a locked-out login before a password is hashed.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
-    "django.contrib.auth.backends.ModelBackend",
+    # Django's ModelBackend, reading the signed-in user with SQL built once.
+    "memoryadmin.web.auth.UserBackend",
 ]
 
 ROOT_URLCONF = "memoryadmin.urls"

@@ -4,6 +4,10 @@ Every Memory page reads its session first; composing that look-up with the
 ORM cost about as much as the database took to answer it. The rows, their
 expiry, writes, logout (`flush`) and `clearsessions` are Django's own: only
 the read differs, and it asks the same question (the key's row, unexpired).
+
+The session names the backend of its user as Django's ModelBackend, the name every
+version of the product stores; this one reads it as its subclass UserBackend
+(memoryadmin.web.auth), which reads the user with SQL built once.
 """
 
 from __future__ import annotations
@@ -11,9 +15,12 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from django.contrib.auth import BACKEND_SESSION_KEY
 from django.contrib.sessions.backends import db
 from django.db import connections, router
 from django.utils import timezone
+
+from memoryadmin.web.auth import STORED_BACKEND, USER_BACKEND
 
 
 @functools.cache
@@ -46,4 +53,12 @@ class SessionStore(db.SessionStore):
             # is made if anything is stored).
             self._session_key = None
             return {}
-        return self.decode(row[0])
+        data = self.decode(row[0])
+        if data.get(BACKEND_SESSION_KEY) == STORED_BACKEND:
+            data[BACKEND_SESSION_KEY] = USER_BACKEND
+        return data
+
+    def encode(self, session_dict: dict[str, Any]) -> str:
+        if session_dict.get(BACKEND_SESSION_KEY) == USER_BACKEND:
+            session_dict = {**session_dict, BACKEND_SESSION_KEY: STORED_BACKEND}
+        return super().encode(session_dict)
