@@ -263,6 +263,9 @@ def seed(documents: int, concurrency: int) -> Setup:
     web = Client()
     web.force_login(user)
     notes = resources["notes"]
+    # A browser holds the CSRF cookie after its first page: later pages reuse its secret.
+    web.get(reverse("web:inventory", args=[PROJECT, ENV]))
+    cookies = [settings.SESSION_COOKIE_NAME, settings.CSRF_COOKIE_NAME]
     deep_page = min(DEEP_PAGE, max(1, documents // 50 - 1))
     last = (
         Document.objects.live()
@@ -284,7 +287,7 @@ def seed(documents: int, concurrency: int) -> Setup:
         tiny_pk=resources[TINY].pk,
         doc_id=f"doc-{documents // 2:06d}",
         session_id=session.id,
-        cookie=f"{settings.SESSION_COOKIE_NAME}={web.cookies[settings.SESSION_COOKIE_NAME].value}",
+        cookie="; ".join(f"{name}={web.cookies[name].value}" for name in cookies),
         deep_cursor=deep_cursor,
         deep_page=deep_page,
     )

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable
 from typing import Any
 
-from django.core.validators import ProhibitNullCharactersValidator
+from django.core.validators import MaxLengthValidator, ProhibitNullCharactersValidator
 from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
@@ -48,7 +49,7 @@ class StrictSerializer(serializers.Serializer):
 def validated(serializer_class: type[StrictSerializer], request: Request) -> dict[str, Any]:
     data = request.data
     plain = _plain_fields(serializer_class)
-    if plain is not None and isinstance(data, dict) and _plainly_valid(plain, data):
+    if plain is not None and type(data) is dict and _plainly_valid(plain, data):
         # What the serializer would return, without building one (a hot path:
         # DRF copies every field per instance). Anything else goes through it,
         # so every refusal is the serializer's own.
@@ -58,10 +59,11 @@ def validated(serializer_class: type[StrictSerializer], request: Request) -> dic
     return dict(serializer.validated_data)
 
 
-# {field: (required, allowed choices or None)} of a serializer whose fields are
-# all strict strings without length limits or plain string choices, and which
-# has no validation of its own; None for any other.
-type PlainFields = dict[str, tuple[bool, frozenset[str] | None]]
+# A check of one value: True when the field would take it as it is.
+type Check = Callable[[Any], bool]
+# {field: (required, check)} of a serializer whose every field has such a check and
+# which has no validation of its own; None for any other.
+type PlainFields = dict[str, tuple[bool, Check]]
 
 
 @functools.cache
@@ -70,19 +72,63 @@ def _plain_fields(serializer_class: type[StrictSerializer]) -> PlainFields | Non
         return None
     plain: PlainFields = {}
     for name, field in serializer_class().fields.items():
-        own = [v for v in field.validators if not isinstance(v, _STRING_RULE)]
-        if hasattr(serializer_class, f"validate_{name}") or field.read_only or own:
+        check = _plain_check(field)
+        if check is None or hasattr(serializer_class, f"validate_{name}") or field.read_only:
             return None
-        if type(field) is StrictCharField and field.max_length is None and not field.min_length:
-            # Its own validators refuse NUL and surrogates: checked below.
-            plain[name] = (field.required, None)
-        elif isinstance(field, AgentWritesField) and not field.allow_blank:
-            plain[name] = (field.required, frozenset(field.choices))
-        else:
-            return None
+        plain[name] = (field.required, check)
     return plain
 
 
+def _plain_check(field: serializers.Field[Any, Any, Any, Any]) -> Check | None:
+    """A field's check, for strict strings (their rules: no NUL, no surrogates, the
+    blank, null and maximum length the field allows), plain string choices, lists
+    of such strings, and nested serializers of such fields; None for any other."""
+    rules = [v for v in field.validators if not isinstance(v, _STRING_RULE)]
+    if type(field) is StrictCharField and not field.min_length:
+        if any(
+            not (isinstance(v, MaxLengthValidator) and v.limit_value == field.max_length)
+            for v in rules
+        ):
+            return None
+        blank, null, most = field.allow_blank, field.allow_null, field.max_length
+
+        def string(value: Any) -> bool:
+            if value is None:
+                return null
+            return (
+                isinstance(value, str)
+                and (blank or value != "")
+                and (most is None or len(value) <= most)
+                and "\x00" not in value
+                and not _SURROGATE.search(value)
+            )
+
+        return string
+    if rules:
+        return None
+    if isinstance(field, AgentWritesField) and not (field.allow_blank or field.allow_null):
+        choices = frozenset(field.choices)
+        return lambda value: isinstance(value, str) and value in choices
+    if (
+        type(field) is serializers.ListField
+        and field.allow_empty
+        and not field.allow_null
+        and field.min_length is None
+        and field.max_length is None
+    ):
+        child = _plain_check(field.child)
+        if child is None:
+            return None
+        return lambda value: type(value) is list and all(child(item) for item in value)
+    if isinstance(field, StrictSerializer) and not field.allow_null:
+        nested = _plain_fields(type(field))
+        if nested is None:
+            return None
+        return lambda value: type(value) is dict and _plainly_valid(nested, value)
+    return None
+
+
+# The rules every string field has (a length limit is a validator of its own).
 _STRING_RULE = (ProhibitNullCharactersValidator, ProhibitSurrogateCharactersValidator)
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -90,15 +136,11 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 def _plainly_valid(plain: PlainFields, data: dict[str, Any]) -> bool:
     if not data.keys() <= plain.keys():
         return False
-    for name, (required, choices) in plain.items():
+    for name, (required, check) in plain.items():
         if name not in data:
             if required:
                 return False
-            continue
-        value = data[name]
-        if not isinstance(value, str) or "\x00" in value or _SURROGATE.search(value):
-            return False
-        if choices is not None and value not in choices:
+        elif not check(data[name]):
             return False
     return True
 
