@@ -264,7 +264,8 @@ def seed(documents: int, concurrency: int) -> Setup:
     web.force_login(user)
     notes = resources["notes"]
     # A browser holds the CSRF cookie after its first page: later pages reuse its secret.
-    web.get(reverse("web:inventory", args=[PROJECT, ENV]))
+    first = web.get(reverse("web:inventory", args=[PROJECT, ENV]))
+    assert first.status_code == 200, first.status_code
     cookies = [settings.SESSION_COOKIE_NAME, settings.CSRF_COOKIE_NAME]
     deep_page = min(DEEP_PAGE, max(1, documents // 50 - 1))
     last = (
