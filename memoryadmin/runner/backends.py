@@ -43,8 +43,8 @@ def _database_batch() -> Callable[[], bool]:
 class _RqStop:
     """A stop asked for (SIGTERM or Ctrl-C) while RQ runs a task: it ends the worker
     after that task. The handler only sets flags or exits: RQ's own handler talks
-    to Redis from inside the signal, which deadlocks when the signal lands while
-    the client holds its connection pool's lock."""
+    to Redis from inside the signal, in the middle of whatever Redis call the
+    signal interrupted (a worker using it once did not stop)."""
 
     running_task = False
     requested = False
