@@ -6,7 +6,6 @@ tests/test_shapes.py checks these shapes (and the client's TypedDicts) against i
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +17,7 @@ from rest_framework.validators import ProhibitSurrogateCharactersValidator
 
 from memoryadmin.memory.environments import Environment
 from memoryadmin.memory.errors import InvalidRequest
+from memoryadmin.memory.strings import FORBIDDEN_RE
 
 
 class StrictCharField(serializers.CharField):
@@ -99,8 +99,7 @@ def _plain_check(field: serializers.Field[Any, Any, Any, Any]) -> Check | None:
                 isinstance(value, str)
                 and (blank or value != "")
                 and (most is None or len(value) <= most)
-                and "\x00" not in value
-                and not _SURROGATE.search(value)
+                and not FORBIDDEN_RE.search(value)
             )
 
         return string
@@ -128,9 +127,9 @@ def _plain_check(field: serializers.Field[Any, Any, Any, Any]) -> Check | None:
     return None
 
 
-# The rules every string field has (a length limit is a validator of its own).
+# The rules every string field has (a length limit is a validator of its own): the
+# project's one string rule (memoryadmin.memory.strings), no NUL, no lone surrogate.
 _STRING_RULE = (ProhibitNullCharactersValidator, ProhibitSurrogateCharactersValidator)
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _plainly_valid(plain: PlainFields, data: dict[str, Any]) -> bool:
