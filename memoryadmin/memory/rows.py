@@ -93,6 +93,15 @@ def instance[M: Model](model: type[M], values: Sequence[Any]) -> M:
     return obj
 
 
+def fetch_instance[M: Model](model: type[M], sql: str, params: Sequence[Any]) -> M | None:
+    """The one row `sql` (selecting `columns(model)`) returns, as an instance; None
+    when it returns none."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    return None if row is None else instance(model, row)
+
+
 @functools.cache
 def _attnames(model: type[Model]) -> list[str]:
     return [f.attname for f in model._meta.concrete_fields]

@@ -10,7 +10,7 @@ from django.contrib.auth.backends import ModelBackend
 from django.db import connection
 from django.db.models import Model
 
-from memoryadmin.memory.rows import column, columns, instance, table
+from memoryadmin.memory.rows import column, columns, fetch_instance, table
 
 # The backend sessions name, as every version of the product has stored it. Sessions
 # (memoryadmin.web.sessions) read it as USER_BACKEND and write USER_BACKEND as it, so
@@ -32,10 +32,5 @@ class UserBackend(ModelBackend):
 
     def get_user(self, user_id: Any) -> Any:
         model = get_user_model()
-        with connection.cursor() as cursor:
-            cursor.execute(_user_sql(model, connection.vendor), [user_id])
-            row = cursor.fetchone()
-        if row is None:
-            return None
-        user = instance(model, row)
-        return user if self.user_can_authenticate(user) else None
+        user = fetch_instance(model, _user_sql(model, connection.vendor), [user_id])
+        return user if user is not None and self.user_can_authenticate(user) else None

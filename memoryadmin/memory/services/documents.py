@@ -36,7 +36,7 @@ from memoryadmin.memory.limits import (
     check_title,
 )
 from memoryadmin.memory.models import AuditEntry, Document, DocumentVersion, Resource, WriterKind
-from memoryadmin.memory.rows import column, columns, db_value, instance, table
+from memoryadmin.memory.rows import column, columns, db_value, fetch_instance, instance, table
 from memoryadmin.memory.services.audit import AuditFacts, audit_write
 from memoryadmin.runner.jobs import jobs_dispatch_on_commit
 from memoryadmin.webhooks.outbox import outbox_jobs_statement, outbox_statement
@@ -120,12 +120,11 @@ def document_get(*, resource: Resource, doc_id: str) -> Document:
     check_document_id(doc_id)
     # Hand-written (one row by the unique key): the ORM would spend longer
     # composing this query than the database spends answering it.
-    with connection.cursor() as cursor:
-        cursor.execute(_live_document_sql(connection.vendor), [resource.pk, doc_id])
-        row = cursor.fetchone()
-    if row is None:
+    document = fetch_instance(
+        Document, _live_document_sql(connection.vendor), [resource.pk, doc_id]
+    )
+    if document is None:
         raise _missing(resource, doc_id)
-    document = instance(Document, row)
     # As select_related would: the caller's resource, not a second read.
     document.resource = resource
     return document

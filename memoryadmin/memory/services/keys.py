@@ -28,7 +28,7 @@ from django.utils import timezone
 
 from memoryadmin.memory.errors import Conflict, InvalidRequest, NotFound
 from memoryadmin.memory.models import ApiKey, Resource
-from memoryadmin.memory.rows import column, columns, instance, table
+from memoryadmin.memory.rows import column, columns, fetch_instance, instance, table
 from memoryadmin.memory.services.audit import audit_record
 from memoryadmin.memory.services.projects import project_get
 from memoryadmin.memory.sharedcache import tolerant
@@ -199,10 +199,7 @@ def _load(hashed: str) -> ApiKey | None:
     cached = tolerant(lambda: cache.get(_cache_key(hashed)), None) if ttl else None
     if cached is not None:
         return _from_cache(cached)
-    with connection.cursor() as cursor:
-        cursor.execute(_key_sql(connection.vendor), [hashed])
-        row = cursor.fetchone()
-    key = None if row is None else instance(ApiKey, row)
+    key = fetch_instance(ApiKey, _key_sql(connection.vendor), [hashed])
     if key is not None and ttl:
         value = tuple(getattr(key, f) for f in _FIELDS)
         tolerant(lambda: cache.set(_cache_key(hashed), value, timeout=ttl), None)
