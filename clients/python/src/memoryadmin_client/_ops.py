@@ -533,6 +533,11 @@ def _records(c: Defaults, project: str | None, resource: str, record_id: str | N
     return path if record_id is None else f"{path}/{record_id}"
 
 
+def _in_namespace(c: Defaults, namespace: str, environment: Environment | None) -> dict[str, Any]:
+    """The query parameters naming a record's environment and namespace."""
+    return {**c._env(environment), "namespace": namespace}
+
+
 def list_records(
     c: Defaults,
     resource: str,
@@ -544,7 +549,7 @@ def list_records(
     environment: Environment | None = None,
 ) -> Op[ProviderRecordPage]:
     """The namespace's records in the provider's order; with `q`, its search (one page)."""
-    params = _drop_none({**c._env(environment), "namespace": namespace, "q": q, "cursor": cursor})
+    params = _drop_none({**_in_namespace(c, namespace, environment), "q": q, "cursor": cursor})
     response = yield Request("GET", _records(c, project, resource), params)
     return cast(ProviderRecordPage, response.json())
 
@@ -559,7 +564,7 @@ def create_record(
     environment: Environment | None = None,
 ) -> Op[ProviderRecordWrite]:
     """Adds a record: status "stored", or "queued" while the provider works on it."""
-    params = {**c._env(environment), "namespace": namespace}
+    params = _in_namespace(c, namespace, environment)
     path = _records(c, project, resource)
     response = yield Request("POST", path, params, json={"text": text})
     return cast(ProviderRecordWrite, response.json())
@@ -574,7 +579,7 @@ def get_record(
     project: str | None = None,
     environment: Environment | None = None,
 ) -> Op[ProviderRecord]:
-    params = {**c._env(environment), "namespace": namespace}
+    params = _in_namespace(c, namespace, environment)
     response = yield Request("GET", _records(c, project, resource, record_id), params)
     return cast(ProviderRecord, response.json())
 
@@ -589,7 +594,7 @@ def update_record(
     project: str | None = None,
     environment: Environment | None = None,
 ) -> Op[ProviderRecordWrite]:
-    params = {**c._env(environment), "namespace": namespace}
+    params = _in_namespace(c, namespace, environment)
     path = _records(c, project, resource, record_id)
     response = yield Request("PATCH", path, params, json={"text": text})
     return cast(ProviderRecordWrite, response.json())
@@ -604,7 +609,7 @@ def delete_record(
     project: str | None = None,
     environment: Environment | None = None,
 ) -> Op[ProviderRecordWrite]:
-    params = {**c._env(environment), "namespace": namespace}
+    params = _in_namespace(c, namespace, environment)
     response = yield Request("DELETE", _records(c, project, resource, record_id), params)
     return cast(ProviderRecordWrite, response.json())
 
@@ -619,7 +624,7 @@ def record_history(
     environment: Environment | None = None,
 ) -> Op[list[ProviderRecordChange]]:
     """The record's changes as the provider keeps them (not_supported where it keeps none)."""
-    params = {**c._env(environment), "namespace": namespace}
+    params = _in_namespace(c, namespace, environment)
     path = f"{_records(c, project, resource, record_id)}/history"
     response = yield Request("GET", path, params)
     return cast(list[ProviderRecordChange], response.json()["history"])
