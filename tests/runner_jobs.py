@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from django.db import transaction
@@ -52,15 +53,10 @@ def write_when_told(*, label: str, marker: str) -> None:
     _write(label, 1)
 
 
-def enqueue_write_twice(label: str, marker: str) -> None:
+def enqueue_marked(function: Callable[..., None], label: str, marker: str) -> None:
+    """Enqueues one of the jobs above (write_twice, write_when_told); prints its id."""
     with transaction.atomic():
-        job = enqueue(write_twice, label=label, marker=marker)
-    print(job.pk)
-
-
-def enqueue_write_when_told(label: str, marker: str) -> None:
-    with transaction.atomic():
-        job = enqueue(write_when_told, label=label, marker=marker)
+        job = enqueue(function, label=label, marker=marker)
     print(job.pk)
 
 

@@ -250,7 +250,7 @@ def test_a_worker_killed_mid_job_leaves_it_to_be_retried_never_half_applied(
     backend_env: dict[str, str], tmp_path: Path
 ) -> None:
     marker = tmp_path / "between-the-writes"
-    _python(backend_env, f"enqueue_write_twice('killed', {str(marker)!r})")
+    _python(backend_env, f"enqueue_marked(write_twice, 'killed', {str(marker)!r})")
     first = _worker(backend_env, tmp_path / "worker.log")
     try:
         _wait_for(marker.exists, "the job to reach the middle of its work")
@@ -280,7 +280,7 @@ def test_a_worker_stopped_mid_job_finishes_it_then_exits(
     backend_env: dict[str, str], tmp_path: Path
 ) -> None:
     marker = tmp_path / "started"
-    _python(backend_env, f"enqueue_write_when_told('stopped', {str(marker)!r})")
+    _python(backend_env, f"enqueue_marked(write_when_told, 'stopped', {str(marker)!r})")
     worker = _worker(backend_env, tmp_path / "worker.log")
     try:
         _wait_for(marker.exists, "the job to start")
