@@ -10,6 +10,8 @@ from their source folders, so it needs no `collectstatic`.
 """
 
 import os
+import tempfile
+from pathlib import Path
 
 os.environ.setdefault("MEMORYADMIN_DEV_SECRETS", "1")
 
@@ -26,3 +28,17 @@ WHITENOISE_USE_FINDERS = True
 # servers on 127.0.0.1: the tests allow loopback as `make run` does. Tests of
 # the default (nothing but public addresses) set this back to [].
 MEMORYADMIN_PROVIDER_ALLOW = ["127.0.0.0/8", "::1/128"]
+
+# SQLite tests use a database file (on tmpfs where there is one), not Django's
+# in-memory default: with an in-memory database, the live server's request
+# threads and the test share one connection, and two requests at once (a page
+# and the lazy load it starts) then interleave their transactions on it.
+# With a file, every thread has its own connection and waits for locks as a
+# deployed SQLite instance does. The name carries the process id so that
+# concurrent runs never share a file.
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":  # noqa: F405
+    _shm = Path("/dev/shm")
+    _folder = _shm if _shm.is_dir() and os.access(_shm, os.W_OK) else Path(tempfile.gettempdir())
+    DATABASES["default"]["TEST"] = {  # noqa: F405
+        "NAME": str(_folder / f"memoryadmin-test-{os.getpid()}.sqlite3")
+    }
