@@ -236,7 +236,7 @@ def test_owners_and_support_end_a_session_and_it_is_audited(
     entry = AuditEntry.objects.get(action="session.end")
     assert entry.actor == f"user:{username}"
     assert entry.detail == {"session": session.id, "agent": "support-bot"}
-    assert list(session.events.values_list("seq", "type")) == [
+    assert list(session.events.order_by("seq").values_list("seq", "type")) == [
         (1, "session.created"),
         (2, "session.ended"),
     ]
