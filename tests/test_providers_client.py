@@ -22,7 +22,7 @@ import pytest
 
 from memoryadmin.memory.models import AuditEntry, Project, Resource
 from memoryadmin.memory.services.deployments import deployment_create, resource_get
-from memoryadmin.providers import client
+from memoryadmin.providers import client, wire
 from memoryadmin.providers.client import ProviderFailure, provider_recall, provider_tool
 from memoryadmin.providers.errors import InvalidToolArguments, ToolNotPermitted
 from memoryadmin.providers.services.secrets import secret_set
@@ -229,7 +229,7 @@ def failure(resource: Resource, **kwargs: Any) -> ProviderFailure:
     with pytest.raises(ProviderFailure) as raised:
         recall(resource, **kwargs)
     failed = raised.value
-    assert failed.message == client.failure_message("knowledge", retryable=failed.retryable)
+    assert failed.message == wire.failure_message("knowledge", retryable=failed.retryable)
     assert failed.details == {"resource": "knowledge", "retryable": failed.retryable}
     return failed
 
@@ -240,7 +240,7 @@ def audited(resource: Resource) -> dict[str, Any]:
         project_id=resource.project_id, action="provider.failed", resource_id="knowledge"
     ).first()
     assert entry is not None
-    assert entry.actor == client.AUDIT_ACTOR
+    assert entry.actor == wire.AUDIT_ACTOR
     assert TOKEN not in json.dumps(entry.detail)
     return entry.detail
 
@@ -292,7 +292,7 @@ def test_503_then_200_retries_once_after_250ms_with_the_same_body(
     assert len(server.seen) == 2
     assert server.seen[0].body == server.seen[1].body
     (gap,) = server.gaps()
-    assert client.RETRY_DELAYS[0] <= gap < client.RETRY_DELAYS[1]
+    assert wire.RETRY_DELAYS[0] <= gap < wire.RETRY_DELAYS[1]
 
 
 def test_retries_stop_after_two_spaced_250ms_then_1s(
@@ -611,7 +611,7 @@ def test_tool_responses_without_result_or_envelope_are_host_errors(
         assert outcome.payload == {
             "error": {
                 "code": "provider_failed",
-                "message": client.failure_message("knowledge", retryable=False),
+                "message": wire.failure_message("knowledge", retryable=False),
                 "details": {"resource": "knowledge", "retryable": False},
             }
         }

@@ -186,7 +186,7 @@ class RemoteStore(ABC):
         if not reply.body:
             return {}
         try:
-            return reply.json()
+            return reply.json(suffixed=True)
         except ValueError as exc:
             raise self.connection.failure(
                 "invalid_response",

@@ -9,19 +9,13 @@ may run in worker threads.
 Every attempt gets its own child cancellation, aborted when the caller
 cancels or when the operation's deadline passes: the socket is shut down, so
 a provider that stalls mid-answer is left at once, not at a read timeout.
-Retries follow the http providers' policy (spec 000): transport failures,
-408, 429 and 5xx, at most twice, after 250 ms and 1 s (a Retry-After that
-fits the deadline wins), only for reads and idempotent writes. Redirects are
-never followed and connections go only where the egress rule allows.
-
-Failures reach callers as generic messages; the details go to the server log
-and the audit log (`provider.failed`), never a header value.
+Everything else (retries, reading answers, secrets in headers, what a failure
+tells whom) is the exchange every provider call follows (providers/wire.py).
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import threading
 import time
 from collections.abc import Sequence
@@ -35,18 +29,24 @@ from memoryadmin.memory.cancellation import Cancellation, current_cancellation
 from memoryadmin.memory.errors import DomainError, InvalidRequest
 from memoryadmin.memory.limits import BODY_MAX_BYTES
 from memoryadmin.memory.models import Resource
-from memoryadmin.memory.services.audit import audit_record
-from memoryadmin.providers.client import AUDIT_ACTOR, RETRY_DELAYS, failure_message
+from memoryadmin.providers import wire
 from memoryadmin.providers.concurrency import Deadline
-from memoryadmin.providers.declarations import credential_header
-from memoryadmin.providers.egress import EgressTransport, egress_refusal, egress_transport
-from memoryadmin.providers.errors import CallFailed, SecretNotBound, SecretNotFound
-from memoryadmin.providers.services.secrets import secret_for_request
-
-logger = logging.getLogger(__name__)
+from memoryadmin.providers.egress import EgressTransport, egress_transport
+from memoryadmin.providers.errors import CallFailed
+from memoryadmin.providers.wire import (
+    RETRY_DELAYS,
+    Misconfigured,
+    Reply,
+    exchange,
+    failure_log,
+    failure_message,
+    failure_record,
+    header_value,
+    receive,
+    unusable,
+)
 
 USER_AGENT = "memoryadmin-external-provider/1"
-RETRYABLE_STATUSES = {408, 429}
 # Largest provider answer read (list pages of hosted providers run larger
 # than the protocol's 64 KiB bodies).
 REPLY_MAX_BYTES = 4 * 1024 * 1024
@@ -68,32 +68,6 @@ class Cancelled(DomainError):
 
     status = 409
     code = "cancelled"
-
-
-@dataclass
-class Reply:
-    status: int | None = None
-    headers: httpx.Headers = field(default_factory=httpx.Headers)
-    body: bytes = b""
-    # "timeout", "transport", "refused", "cancelled" or "too_large" when no
-    # usable response arrived.
-    failure: str | None = None
-    failure_kind: str = ""
-    attempts: int = 1
-
-    @property
-    def retryable(self) -> bool:
-        if self.failure is not None:
-            return self.failure in {"timeout", "transport"}
-        assert self.status is not None
-        return self.status in RETRYABLE_STATUSES or 500 <= self.status <= 599
-
-    def json(self) -> Any:
-        """The body as JSON; ValueError when it is not JSON."""
-        media = self.headers.get("content-type", "").split(";")[0].strip().lower()
-        if media != "application/json" and not media.endswith("+json"):
-            raise ValueError(f"the content type is {media or 'missing'}, not application/json")
-        return json.loads(self.body.decode("utf-8"))
 
 
 @dataclass(frozen=True)
@@ -170,15 +144,6 @@ class Connection:
         resource = self.resource
         attempts = reply.attempts if reply is not None else 0
         status = reply.status if reply is not None else None
-        logger.warning(
-            "external memory provider call failed: resource=%s operation=%s reason=%s "
-            "attempts=%d: %s",
-            resource,
-            operation,
-            reason,
-            attempts,
-            description,
-        )
         detail: dict[str, Any] = {
             "operation": operation,
             "reason": reason,
@@ -187,10 +152,11 @@ class Connection:
         }
         if status is not None:
             detail["status"] = status
+        failure_log(resource, detail)
         if self.deferred is not None:
             self.deferred.append(detail)
         else:
-            self._audit(detail)
+            failure_record(resource, detail)
         retryable = reply is not None and reply.retryable
         return ExternalFailure(
             failure_message(resource.resource_id, retryable=retryable),
@@ -201,23 +167,12 @@ class Connection:
             http_status=status,
         )
 
-    def _audit(self, detail: dict[str, Any]) -> None:
-        resource = self.resource
-        audit_record(
-            project_id=resource.project_id,
-            environment=resource.environment,
-            actor=AUDIT_ACTOR,
-            action="provider.failed",
-            resource_id=resource.resource_id,
-            detail=detail,
-        )
-
     def flush(self) -> None:
         """Audits the failures deferred while calls ran in other threads. A call
         abandoned after a failure that fails later is logged, not audited."""
         pending, self.deferred = self.deferred or [], []
         for detail in pending:
-            self._audit(detail)
+            failure_record(self.resource, detail)
 
 
 @sensitive_variables("headers", "value")
@@ -240,18 +195,12 @@ def connection_open(
     resolved = {"Accept": "application/json", "User-Agent": USER_AGENT, **(extra or {})}
     connection = Connection(resource=resource, origin=origin, base_path=base_path, headers={})
     for name, value in headers.items():
-        if isinstance(value, str):
-            if credential_header(name):
-                raise connection.failure(
-                    "invalid_configuration",
-                    f"header {name} is a credential written as a literal",
-                    operation="connect",
-                )
-            resolved[name] = value
-            continue
-        secret = secret_value(connection, value["secret"], origin=origin, path=base_path or "/")
-        scheme = value.get("scheme")
-        resolved[name] = f"{scheme} {secret}" if scheme else secret
+        try:
+            resolved[name] = header_value(
+                resource, name, value, origin=origin, path=base_path or "/"
+            )
+        except Misconfigured as exc:
+            raise connection.failure(exc.reason, exc.description, operation="connect") from None
     connection.headers = resolved
     if deadline is not None:
         connection.deadline = deadline
@@ -263,19 +212,12 @@ def connection_open(
 
 @sensitive_variables("value")
 def secret_value(connection: Connection, name: str, *, origin: str, path: str) -> str:
-    resource = connection.resource
+    """A managed secret for a call of `connection` (an account key the provider's own
+    protocol sends); a failure of the call when it is not set or not bound there."""
     try:
-        value = secret_for_request(
-            project_id=resource.project_id,
-            environment=resource.environment,
-            name=name,
-            origin=origin,
-            path=path,
-        )
-    except SecretNotFound as exc:
-        raise connection.failure("secret_missing", exc.message, operation="connect") from None
-    except SecretNotBound as exc:
-        raise connection.failure("secret_not_bound", exc.message, operation="connect") from None
+        value = wire.secret_value(connection.resource, name, origin=origin, path=path)
+    except Misconfigured as exc:
+        raise connection.failure(exc.reason, exc.description, operation="connect") from None
     return value
 
 
@@ -284,26 +226,20 @@ def secret_value(connection: Connection, name: str, *, origin: str, path: str) -
 
 def _exchange(connection: Connection, request: Request) -> Reply:
     deadline = connection.deadline.at
-    attempts = 0
-    while True:
-        attempts += 1
-        reply = _attempt(connection, request, deadline)
-        reply.attempts = attempts
-        if not request.retryable or not reply.retryable or attempts > len(connection.retry_delays):
-            return reply
-        delay = _retry_delay(reply, connection.retry_delays[attempts - 1], deadline)
-        if delay is None or connection.cancelled.wait(delay):
-            return reply
 
+    def stopped() -> bool:
+        return connection.cancelled.is_set() or (
+            connection.cancellation is not None and connection.cancellation.poll()
+        )
 
-def _retry_delay(reply: Reply, default: float, deadline: float) -> float | None:
-    from memoryadmin.providers.client import _retry_after
-
-    now = time.monotonic()
-    requested = _retry_after(reply.headers) if reply.failure is None else None
-    if requested is not None and now + requested < deadline:
-        return requested
-    return default if now + default < deadline else None
+    return exchange(
+        lambda: _attempt(connection, request, deadline),
+        retryable=request.retryable,
+        deadline=deadline,
+        retry_delays=connection.retry_delays,
+        cancelled=connection.cancelled,
+        stopped=stopped,
+    )
 
 
 def _watch(
@@ -330,15 +266,8 @@ def _watch(
 
 
 def _attempt(connection: Connection, request: Request, deadline: float) -> Reply:
-    if connection.cancelled.is_set() or (
-        connection.cancellation is not None and connection.cancellation.poll()
-    ):
-        return Reply(failure="cancelled")
-    remaining = deadline - time.monotonic()
-    if remaining <= 0:
-        return Reply(failure="timeout")
+    """One attempt, on a connection of its own that its watcher may cut."""
     transport = egress_transport()
-    client = httpx.Client(transport=transport, follow_redirects=False, trust_env=False)
     done = threading.Event()
     why: list[str] = []
     watcher = threading.Thread(
@@ -355,33 +284,17 @@ def _attempt(connection: Connection, request: Request, deadline: float) -> Reply
     if request.body is not None:
         headers["Content-Type"] = request.content_type
     try:
-        with (
-            client,
-            client.stream(
+        with httpx.Client(transport=transport, follow_redirects=False, trust_env=False) as client:
+            reply = receive(
+                client,
                 request.method,
                 request.url,
+                headers=headers,
+                deadline=deadline,
+                limit=REPLY_MAX_BYTES,
                 params=request.params,
                 content=request.body,
-                headers=headers,
-                timeout=remaining,
-            ) as response,
-        ):
-            reply = Reply(status=response.status_code, headers=response.headers)
-            body = bytearray()
-            for chunk in response.iter_bytes():
-                body.extend(chunk)
-                if len(body) > REPLY_MAX_BYTES:
-                    return Reply(failure="too_large")
-            reply.body = bytes(body)
-    except httpx.TimeoutException:
-        reply = Reply(failure="timeout")
-    except (httpx.HTTPError, httpx.InvalidURL) as exc:
-        refused = egress_refusal(exc)
-        if refused is not None:
-            reply = Reply(failure="refused", failure_kind=str(refused))
-        else:
-            # The exception's text may quote the request; only its kind is kept.
-            reply = Reply(failure="transport", failure_kind=type(exc).__name__)
+            )
     finally:
         done.set()
         watcher.join()
@@ -392,21 +305,8 @@ def _attempt(connection: Connection, request: Request, deadline: float) -> Reply
 
 
 def describe(reply: Reply) -> tuple[str, str] | None:
-    """(reason, description) when a reply carries no HTTP answer at all."""
-    if reply.failure == "timeout":
-        return "timeout", "did not answer within the deadline"
-    if reply.failure == "cancelled":
-        return "cancelled", "the call was cancelled while in flight"
-    if reply.failure == "refused":
-        return "egress_refused", f"was not contacted: {reply.failure_kind}"
-    if reply.failure == "too_large":
-        return "response_too_large", f"answered with a body over {REPLY_MAX_BYTES} bytes"
-    if reply.failure is not None:
-        return "transport_error", f"could not be reached ({reply.failure_kind})"
-    assert reply.status is not None
-    if 300 <= reply.status <= 399:
-        return "redirect", f"answered with a redirect (HTTP {reply.status}), which is not followed"
-    return None
+    """(reason, description) when a reply carries no answer that can be read."""
+    return unusable(reply, REPLY_MAX_BYTES)
 
 
 def check_body_size(body: Any, what: str) -> None:

@@ -44,11 +44,12 @@ from memoryadmin.external.base import (
     RemoteStore,
     _scope_normalize,
 )
-from memoryadmin.external.transport import Connection, Reply, describe, secret_value
+from memoryadmin.external.transport import Connection, describe, secret_value
 from memoryadmin.external.urls import HTTPS_ONLY, base_url_check
 from memoryadmin.memory.errors import InvalidRequest, NotFound
 from memoryadmin.memory.providers import Result
 from memoryadmin.providers.declarations import SECRET_NAME_RE
+from memoryadmin.providers.wire import Reply
 
 KIND = "vertex-memory-bank"
 API_VERSION = "v1beta1"
@@ -402,7 +403,7 @@ class VertexMemoryBankProvider(ExternalProvider):
                 reason, f"token endpoint {description}", operation="token", reply=reply
             )
         try:
-            data = reply.json()
+            data = reply.json(suffixed=True)
             token, lifetime = data["access_token"], float(data.get("expires_in", 3600))
         except (ValueError, KeyError, TypeError):
             raise connection.failure(

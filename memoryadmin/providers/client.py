@@ -1,79 +1,71 @@
 """The host side of the HTTP memory provider protocol: recall and tool calls.
 
-One operation is one request body, sent at most three times within one
-deadline: the same operationId, the same bytes. Retries happen only after a
-transport failure, 408, 429 or 5xx, and only for operations without side
-effects or declared idempotent. Redirects are never followed. Connections go
-only to addresses the egress rule allows (see egress.py).
-
-What the caller and the model learn of a failure is generic: which resource
-failed and whether trying again may help. The details (status, exception
-kind, content type, refused address) go to the server log and the audit log,
-where owners read them. Nothing here logs or reports header values.
+One operation is one request body, sent as the exchange every provider call
+follows (wire.py: retries, deadline, size limit, secrets bound to origins,
+failures generic to callers and detailed in the logs); the same operationId,
+the same bytes on every attempt. Retries happen only for operations without
+side effects or declared idempotent. An attempt in flight is stopped by
+closing its connection when the caller cancels.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import threading
-import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
+from datetime import datetime
 from typing import Any
 
 import httpx
 from django.views.decorators.debug import sensitive_variables
 
 from memoryadmin.memory.cancellation import Cancellation, current_cancellation
-from memoryadmin.memory.errors import DomainError, InvalidRequest, LimitExceeded
-from memoryadmin.memory.jsonbody import body_read, json_parse
+from memoryadmin.memory.errors import InvalidRequest
 from memoryadmin.memory.limits import BODY_MAX_BYTES, utf8_len
 from memoryadmin.memory.models import Resource
 from memoryadmin.memory.representations import iso_ms
-from memoryadmin.memory.services.audit import audit_record
 from memoryadmin.metrics import provider_metered
 from memoryadmin.providers.concurrency import Deadline, provider_call
 from memoryadmin.providers.declarations import (
     HTTP_KIND,
-    credential_header,
     origin_check,
     path_check,
     path_within,
 )
-from memoryadmin.providers.egress import EgressTransport, egress_refusal
+from memoryadmin.providers.egress import EgressTransport
 from memoryadmin.providers.errors import (
     InvalidToolArguments,
     ProviderFailure,
-    SecretNotBound,
-    SecretNotFound,
     ToolNotPermitted,
 )
-from memoryadmin.providers.services.secrets import secret_for_request
 from memoryadmin.providers.tools import (
     http_tool_get,
     tool_arguments_validate,
     tool_permits,
     tool_retryable,
 )
-
-logger = logging.getLogger(__name__)
+from memoryadmin.providers.wire import (
+    RETRY_DELAYS,
+    Misconfigured,
+    Reply,
+    exchange,
+    failure_log,
+    failure_message,
+    failure_record,
+    header_value,
+    receive,
+    unusable,
+)
 
 PROTOCOL_VERSION = 1
-# The pause before the first and the second retry.
-RETRY_DELAYS: tuple[float, ...] = (0.25, 1.0)
 SOURCES_MAX = 100
 ID_MAX_BYTES = 1024
-RETRYABLE_STATUSES = {408, 429}
 ACCESS_LEVELS = {"read", "read-write"}
 USER_AGENT = "memoryadmin-memory-host/1"
 UNCERTAIN: dict[str, Any] = {"status": "uncertain"}
 CANCELLED: dict[str, Any] = {"status": "cancelled"}
-# Who the audit log names for what the host's provider client records.
-AUDIT_ACTOR = "system:providers"
 
 
 @dataclass(frozen=True)
@@ -101,25 +93,6 @@ class ToolOutcome:
     http_status: int | None = None
 
 
-@dataclass
-class _Reply:
-    status: int | None = None
-    headers: httpx.Headers = field(default_factory=httpx.Headers)
-    body: bytes = b""
-    # "timeout" or "transport" when no complete response arrived; "refused"
-    # when the egress rule stopped the connection before it was attempted.
-    failure: str | None = None
-    failure_kind: str = ""
-    oversize: bool = False
-
-    @property
-    def retryable(self) -> bool:
-        if self.failure is not None:
-            return self.failure != "refused"
-        assert self.status is not None
-        return self.status in RETRYABLE_STATUSES or 500 <= self.status <= 599
-
-
 @dataclass(frozen=True)
 class _Target:
     url: str
@@ -130,31 +103,22 @@ class _Target:
 # Connection.
 
 
-class _Misconfigured(Exception):
-    """The declaration cannot be used as it stands; nothing was sent."""
-
-    def __init__(self, reason: str, description: str) -> None:
-        super().__init__(description)
-        self.reason = reason
-        self.description = description
-
-
 @sensitive_variables("headers")
 def _target(resource: Resource) -> _Target:
     """The URL and headers of a provider; the origin is checked before any secret is read."""
     if resource.kind != HTTP_KIND:
-        raise _Misconfigured("invalid_configuration", "it is not an http provider")
+        raise Misconfigured("invalid_configuration", "it is not an http provider")
     config = resource.config
     connection = config.get("connection") or {}
     try:
         origin = origin_check(connection.get("origin"), where="connection.origin")
         path = path_check(config.get("path"), where="path")
     except InvalidRequest as exc:
-        raise _Misconfigured("invalid_configuration", exc.message) from None
+        raise Misconfigured("invalid_configuration", exc.message) from None
     if not path_within(path, connection.get("pathPrefix", "/")) or "POST" not in connection.get(
         "methods", []
     ):
-        raise _Misconfigured(
+        raise Misconfigured(
             "invalid_configuration", f"the connection does not permit POST to {path}"
         )
     headers = {
@@ -163,106 +127,8 @@ def _target(resource: Resource) -> _Target:
         "User-Agent": USER_AGENT,
     }
     for name, value in connection.get("headers", {}).items():
-        headers[name] = _header_value(resource, name, value, origin=origin, path=path)
+        headers[name] = header_value(resource, name, value, origin=origin, path=path)
     return _Target(url=origin + path, headers=headers)
-
-
-@sensitive_variables("secret")
-def _header_value(
-    resource: Resource, name: str, value: str | dict[str, str], *, origin: str, path: str
-) -> str:
-    if isinstance(value, str):
-        if credential_header(name):
-            # Declared before credentials had to be secrets: not sent.
-            raise _Misconfigured(
-                "invalid_configuration", f"header {name} is a credential written as a literal"
-            )
-        return value
-    try:
-        secret = secret_for_request(
-            project_id=resource.project_id,
-            environment=resource.environment,
-            name=value["secret"],
-            origin=origin,
-            path=path,
-        )
-    except SecretNotFound as exc:
-        raise _Misconfigured("secret_missing", exc.message) from None
-    except SecretNotBound as exc:
-        raise _Misconfigured("secret_not_bound", f"header {name}: {exc.message}") from None
-    scheme = value.get("scheme")
-    return f"{scheme} {secret}" if scheme else secret
-
-
-# Transport.
-
-
-def _attempt(client: httpx.Client, target: _Target, body: bytes, deadline: float) -> _Reply:
-    # One attempt may use whatever is left of the deadline its operation shares.
-    remaining = deadline - time.monotonic()
-    if remaining <= 0:
-        return _Reply(failure="timeout")
-    try:
-        with client.stream(
-            "POST", target.url, content=body, headers=target.headers, timeout=remaining
-        ) as response:
-            reply = _Reply(status=response.status_code, headers=response.headers)
-            chunks = _until(deadline, response.iter_bytes())
-            declared = response.headers.get("content-length")
-            try:
-                reply.body = body_read(chunks, declared=declared)
-            except LimitExceeded:
-                reply.oversize = True
-            except _Late:
-                return _Reply(failure="timeout")
-            return reply
-    except httpx.TimeoutException:
-        return _Reply(failure="timeout")
-    except (httpx.HTTPError, httpx.InvalidURL) as exc:
-        refused = egress_refusal(exc)
-        if refused is not None:
-            return _Reply(failure="refused", failure_kind=str(refused))
-        # The exception's text may quote the request; only its kind is kept.
-        return _Reply(failure="transport", failure_kind=type(exc).__name__)
-
-
-class _Late(Exception):
-    """The deadline passed while a reply was still arriving."""
-
-
-def _until(deadline: float, chunks: Iterator[bytes]) -> Iterator[bytes]:
-    for chunk in chunks:
-        yield chunk
-        # A reply that trickles in must still end by the deadline.
-        if time.monotonic() > deadline:
-            raise _Late()
-
-
-def _retry_after(headers: httpx.Headers) -> float | None:
-    """A valid Retry-After (delta-seconds or HTTP-date) in seconds, else None."""
-    raw = headers.get("retry-after", "").strip()
-    if not raw:
-        return None
-    if raw.isdigit():
-        return float(int(raw))
-    try:
-        when = parsedate_to_datetime(raw)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:
-        return None
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
-
-
-def _retry_delay(reply: _Reply, default: float, deadline: float) -> float | None:
-    """How long to wait before the next attempt, or None when it would not fit the deadline."""
-    now = time.monotonic()
-    requested = _retry_after(reply.headers) if reply.failure is None else None
-    if requested is not None and now + requested < deadline:
-        return requested
-    if now + default < deadline:
-        return default
-    return None
 
 
 def _exchange(
@@ -274,7 +140,7 @@ def _exchange(
     retry_delays: Sequence[float],
     cancelled: threading.Event | None = None,
     cancellation: Cancellation | None = None,
-) -> tuple[_Reply, int]:
+) -> tuple[Reply, int]:
     """Sends one operation, retrying as the protocol allows; the final reply and attempt count.
 
     Once `cancelled` is set (the operation's answer is no longer wanted), no
@@ -282,25 +148,28 @@ def _exchange(
     default the current scope's), the attempt in flight is stopped by
     closing its connection, and the reply is `cancelled`.
     """
-    cancelled = cancelled or threading.Event()
     cancellation = cancellation or current_cancellation()
-    attempts = 0
     transport = EgressTransport()
     with httpx.Client(transport=transport, follow_redirects=False, trust_env=False) as client:
         watch = cancellation.watch(transport.abort) if cancellation else contextlib.nullcontext()
         with watch:
-            while True:
-                if cancellation is not None and cancellation.poll():
-                    return _Reply(failure="cancelled"), attempts
-                attempts += 1
-                reply = _attempt(client, target, body, deadline)
-                if cancellation is not None and cancellation.event.is_set():
-                    return _Reply(failure="cancelled"), attempts
-                if not retryable or not reply.retryable or attempts > len(retry_delays):
-                    return reply, attempts
-                delay = _retry_delay(reply, retry_delays[attempts - 1], deadline)
-                if delay is None or cancelled.wait(delay):
-                    return reply, attempts
+            reply = exchange(
+                lambda: receive(
+                    client,
+                    "POST",
+                    target.url,
+                    headers=target.headers,
+                    content=body,
+                    deadline=deadline,
+                    limit=BODY_MAX_BYTES,
+                ),
+                retryable=retryable,
+                deadline=deadline,
+                retry_delays=retry_delays,
+                cancelled=cancelled,
+                stopped=cancellation.poll if cancellation is not None else lambda: False,
+            )
+    return reply, reply.attempts
 
 
 # Bodies.
@@ -325,36 +194,6 @@ def _envelope(data: Any) -> dict[str, Any] | None:
     if "details" in error and not isinstance(error["details"], dict):
         return None
     return data
-
-
-def _json(reply: _Reply) -> Any:
-    """The reply's JSON document; raises ValueError when it is not one."""
-    media_type = reply.headers.get("content-type", "").split(";")[0].strip().lower()
-    if media_type != "application/json":
-        raise ValueError(f"the content type is {media_type or 'missing'}, not application/json")
-    try:
-        return json_parse(reply.body)
-    except DomainError as exc:
-        # The reader speaks to API callers; here the provider is at fault.
-        raise ValueError(exc.message[:1].lower() + exc.message[1:].rstrip(".")) from exc
-
-
-def _unusable(reply: _Reply) -> tuple[str, str] | None:
-    """(reason, description) when the reply cannot be read at all."""
-    if reply.failure == "timeout":
-        return "timeout", "did not answer within the deadline"
-    if reply.failure == "cancelled":
-        return "cancelled", "was not waited for: its caller cancelled the call"
-    if reply.failure == "refused":
-        return "egress_refused", f"was not contacted: {reply.failure_kind}"
-    if reply.failure is not None:
-        return "transport_error", f"could not be reached ({reply.failure_kind})"
-    if reply.oversize:
-        return "response_too_large", f"answered with a body over {BODY_MAX_BYTES} bytes"
-    assert reply.status is not None
-    if 300 <= reply.status <= 399:
-        return "redirect", f"answered with a redirect (HTTP {reply.status}), which is not followed"
-    return None
 
 
 # Recall.
@@ -420,7 +259,7 @@ class RecallRequest:
 
 @dataclass(frozen=True)
 class RecallReply:
-    reply: _Reply
+    reply: Reply
     attempts: int
 
 
@@ -442,7 +281,7 @@ def recall_request(
     call = _Call(resource=resource, operation="recall", operation_id=operation_id)
     try:
         target = _target(resource)
-    except _Misconfigured as exc:
+    except Misconfigured as exc:
         raise call.failure(exc.reason, exc.description, attempts=0) from None
     body = _encode(
         {
@@ -526,14 +365,14 @@ def provider_recall(
     return recall_outcome(request, sent)
 
 
-def _recall_outcome(call: _Call, reply: _Reply, attempts: int) -> RecallOutcome:
-    unusable = _unusable(reply)
-    if unusable is not None:
-        reason, description = unusable
+def _recall_outcome(call: _Call, reply: Reply, attempts: int) -> RecallOutcome:
+    unread = unusable(reply, BODY_MAX_BYTES)
+    if unread is not None:
+        reason, description = unread
         raise call.failure(reason, description, attempts=attempts, reply=reply)
     assert reply.status is not None
     try:
-        data = _json(reply)
+        data = reply.json()
     except ValueError as exc:
         data, problem = None, str(exc)
     if reply.status != 200:
@@ -569,17 +408,6 @@ class _Call:
         self, reason: str, description: str, *, attempts: int, status: int | None = None
     ) -> None:
         """Logs and audits what went wrong, for the owners; never shown to callers."""
-        resource = self.resource
-        logger.warning(
-            "memory provider call failed: resource=%s operation=%s operation_id=%s "
-            "reason=%s attempts=%d: %s",
-            resource,
-            self.operation,
-            self.operation_id,
-            reason,
-            attempts,
-            description,
-        )
         detail: dict[str, Any] = {
             "operation": self.operation,
             "operationId": self.operation_id,
@@ -589,17 +417,11 @@ class _Call:
         }
         if status is not None:
             detail["status"] = status
-        audit_record(
-            project_id=resource.project_id,
-            environment=resource.environment,
-            actor=AUDIT_ACTOR,
-            action="provider.failed",
-            resource_id=resource.resource_id,
-            detail=detail,
-        )
+        failure_log(self.resource, detail)
+        failure_record(self.resource, detail)
 
     def failure(
-        self, reason: str, description: str, *, attempts: int, reply: _Reply | None = None
+        self, reason: str, description: str, *, attempts: int, reply: Reply | None = None
     ) -> ProviderFailure:
         status = reply.status if reply is not None else None
         self.record(reason, description, attempts=attempts, status=status)
@@ -612,16 +434,6 @@ class _Call:
             attempts=attempts,
             http_status=status,
         )
-
-
-def failure_message(resource_id: str, *, retryable: bool) -> str:
-    """What a caller or model is told: which resource failed and whether to try again."""
-    if retryable:
-        return f"The memory provider of '{resource_id}' failed; trying again later may succeed."
-    return (
-        f"The memory provider of '{resource_id}' failed; trying again will not help until "
-        "its owners fix it (the audit log has the details)."
-    )
 
 
 # Tools.
@@ -677,7 +489,7 @@ def provider_tool(
     call = _Call(resource=resource, operation=f"tool:{name}", operation_id=operation_id)
     try:
         target = _target(resource)
-    except _Misconfigured as exc:
+    except Misconfigured as exc:
         return _failed(call, exc.reason, exc.description, attempts=0)
     retryable = tool_retryable(declared)
     reply, attempts = _send(
@@ -694,7 +506,7 @@ def _send(
     retryable: bool,
     deadline: Deadline,
     retry_delays: Sequence[float],
-) -> tuple[_Reply, int]:
+) -> tuple[Reply, int]:
     """One operation in the caller's thread, counted against the project's cap."""
     return provider_call(
         project_id=resource.project_id,
@@ -711,7 +523,7 @@ def _send(
 
 
 def _failed(
-    call: _Call, reason: str, description: str, *, attempts: int, reply: _Reply | None = None
+    call: _Call, reason: str, description: str, *, attempts: int, reply: Reply | None = None
 ) -> ToolOutcome:
     failure = call.failure(reason, description, attempts=attempts, reply=reply)
     return ToolOutcome(
@@ -722,21 +534,25 @@ def _failed(
     )
 
 
-def _tool_outcome(call: _Call, tool: dict[str, Any], reply: _Reply, attempts: int) -> ToolOutcome:
-    if reply.failure == "cancelled":
-        call.record("cancelled", _unusable(reply)[1], attempts=attempts)  # type: ignore[index]
+def _tool_outcome(call: _Call, tool: dict[str, Any], reply: Reply, attempts: int) -> ToolOutcome:
+    unread = unusable(reply, BODY_MAX_BYTES)
+    if unread is not None and reply.failure == "cancelled":
+        call.record("cancelled", unread[1], attempts=attempts)
         return ToolOutcome(kind="cancelled", payload=dict(CANCELLED), attempts=attempts)
-    if reply.failure in {"timeout", "transport"} and tool["access"] == "write":
+    if (
+        unread is not None
+        and reply.failure in {"timeout", "transport"}
+        and tool["access"] == "write"
+    ):
         # The write may have committed before the reply was lost; only the
         # next recall can tell.
-        call.record("uncertain", _unusable(reply)[1], attempts=attempts)  # type: ignore[index]
+        call.record("uncertain", unread[1], attempts=attempts)
         return ToolOutcome(kind="uncertain", payload=dict(UNCERTAIN), attempts=attempts)
-    unusable = _unusable(reply)
-    if unusable is not None:
-        reason, description = unusable
+    if unread is not None:
+        reason, description = unread
         return _failed(call, reason, description, attempts=attempts, reply=reply)
     try:
-        data = _json(reply)
+        data = reply.json()
     except ValueError as exc:
         return _failed(
             call,
@@ -793,7 +609,7 @@ def provider_status(
     call = _Call(resource=resource, operation="status", operation_id=operation_id)
     try:
         target = _target(resource)
-    except _Misconfigured as exc:
+    except Misconfigured as exc:
         raise call.failure(exc.reason, exc.description, attempts=0) from None
     body = _encode(
         {
@@ -807,11 +623,11 @@ def provider_status(
     reply, attempts = _send(
         resource, target, body, retryable=True, deadline=deadline, retry_delays=retry_delays
     )
-    unusable = _unusable(reply)
-    if unusable is not None:
-        raise call.failure(*unusable, attempts=attempts, reply=reply)
+    unread = unusable(reply, BODY_MAX_BYTES)
+    if unread is not None:
+        raise call.failure(*unread, attempts=attempts, reply=reply)
     try:
-        data = _json(reply)
+        data = reply.json()
         word = data["result"]["status"] if reply.status == 200 else None
     except (ValueError, KeyError, TypeError):
         word = None
