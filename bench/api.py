@@ -325,10 +325,14 @@ def server_env() -> dict[str, str]:
     return env
 
 
-def gunicorn(port: int) -> subprocess.Popen[bytes]:
-    # As `make serve` does: the production static files storage needs its manifest.
+def collect_static() -> None:
+    """As `make serve` does: pages (the seed's and the server's) render with the
+    production static files storage, which needs its manifest."""
     manage = [sys.executable, "manage.py", "collectstatic", "--noinput", "-v0"]
     subprocess.run(manage, cwd=ROOT, env=server_env(), check=True)
+
+
+def gunicorn(port: int) -> subprocess.Popen[bytes]:
     server = subprocess.Popen(
         [
             str(ROOT / ".venv/bin/gunicorn"),
@@ -503,6 +507,7 @@ def main() -> None:
 
 
 def run(args: argparse.Namespace) -> None:
+    collect_static()
     started = time.perf_counter()
     setup = seed(args.documents, args.concurrency)
     seeded = time.perf_counter() - started
