@@ -1,0 +1,74 @@
+"""`make bench` runs: a tiny run of bench/api.py end to end (seed, gunicorn, one
+measured row, round trips) on the suite's database, with production settings and
+static files collected into an empty folder, as on a fresh clone.
+
+What the bench measures is not asserted (speed is never judged by a test); that it
+produces its report is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.django_db
+
+
+def _database_url() -> str:
+    if connection.vendor == "postgresql":
+        db = connection.settings_dict
+        user = db.get("USER") or "postgres"
+        return f"postgres://{user}@{db.get('HOST') or '127.0.0.1'}:{db.get('PORT') or 5432}/ci"
+    return ""
+
+
+def test_the_bench_runs_and_writes_its_report(tmp_path: Path) -> None:
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if name not in {"DJANGO_SETTINGS_MODULE", "DATABASE_URL"}
+    }
+    env["DJANGO_STATIC_ROOT"] = str(tmp_path / "static")
+    if url := _database_url():
+        # The bench makes its own database beside the suite's: bench_ci.
+        env["DATABASE_URL"] = url
+    report = tmp_path / "bench.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "bench/api.py",
+            "--documents",
+            "200",
+            "--seconds",
+            "0.2",
+            "--pairs",
+            "1",
+            "--only",
+            "GET one document",
+            "--json",
+            str(report),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    data = json.loads(report.read_text())
+    assert data["documents"] == 200
+    assert data["database"] == connection.vendor
+    assert [row["measure"] for row in data["rows"]] == [
+        "GET one document req/s ÷ bare view, one SELECT by key"
+    ]
+    assert data["rows"][0]["ratio"] > 0
+    assert data["roundTrips"]["GET document"] == 2
+    assert "| GET one document" in done.stdout
