@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from memoryadmin.agents.models import Session
@@ -439,6 +441,64 @@ def test_the_index_is_in_place_after_every_migration(db: None) -> None:
             cursor.execute("SELECT indexname FROM pg_indexes WHERE tablename = 'memory_document'")
             names = {row[0] for row in cursor.fetchall()}
             assert names >= {"memory_document_search", "document_id_trgm", "document_title_trgm"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_words_index_moves_to_rowid_ranges_per_resource_and_back() -> None:
+    """Migration memory 0011 (SQLite): documents indexed before it are found after it,
+    each in its own resource, and migrating back restores the scoped index."""
+    if connection.vendor != "sqlite":
+        pytest.skip("the FTS5 index is SQLite's; PostgreSQL's is a column")
+    before, latest = (
+        ("memory", "0010_document_search_direct"),
+        ("memory", "0011_document_search_by_resource"),
+    )
+    executor = MigrationExecutor(connection)
+    executor.migrate([before])
+    try:
+        apps = executor.loader.project_state([before]).apps
+        project = apps.get_model("memory", "Project").objects.create(id="old", name="Old")
+        made = {}
+        for resource_id in ("one", "two"):
+            resource = apps.get_model("memory", "Resource").objects.create(
+                project=project,
+                environment="development",
+                resource_id=resource_id,
+                kind="document",
+                max_bytes=8192,
+            )
+            made[resource_id] = resource.pk
+            apps.get_model("memory", "Document").objects.create(
+                resource=resource,
+                doc_id=f"note-{resource_id}",
+                title="Lantern",
+                text=f"zephyrine in {resource_id}",
+                revision="r1",
+                bytes=20,
+                updated_at=timezone.now(),
+                created_at=timezone.now(),
+                writer_kind="owner",
+            )
+        executor = MigrationExecutor(connection)
+        executor.migrate([latest])
+        one, two = Resource.objects.get(pk=made["one"]), Resource.objects.get(pk=made["two"])
+        assert found(one, "zephyrine") == ["note-one"]
+        assert found(two, "zephyrine") == ["note-two"]
+        hits, _ = document_search(resources=[one, two], q="zephyrine lantern", scope="t")
+        assert sorted(h["doc_id"] for h in hits) == ["note-one", "note-two"]
+        executor = MigrationExecutor(connection)
+        executor.migrate([before])
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT rowid FROM memory_document_fts WHERE memory_document_fts MATCH %s",
+                [f"scope : res{made['two']} AND zephyrine"],
+            )
+            assert [row[0] for row in cursor.fetchall()] == [
+                Document.objects.get(doc_id="note-two").pk
+            ]
+    finally:
+        executor = MigrationExecutor(connection)
+        executor.migrate(executor.loader.graph.leaf_nodes())
 
 
 def test_a_search_binding_and_a_provider_tool_of_that_name_collide(

@@ -16,7 +16,7 @@ matches everything; a query matching more than SEARCH_WINDOW documents is
 narrowed by adding words. Pages are keyset pages over that order, with
 signed cursors like every list.
 
-Indexes (migration memory 0003): a generated tsvector column with GIN and
+Indexes (migrations memory 0007 and 0011): a generated tsvector column with GIN and
 pg_trgm indexes on PostgreSQL; FTS5 tables kept by triggers on SQLite.
 """
 
@@ -38,6 +38,8 @@ from memoryadmin.memory.providers import kinds_keeping_documents
 from memoryadmin.memory.services.documents import LIST_FIELDS
 
 SEARCH_WINDOW = 500
+# SQLite's words index numbers a resource's rows from its key times this (memory 0011).
+RESOURCE_SPAN = 1 << 40
 QUERY_MAX_CHARS = 256
 SUBSTRING_MIN_CHARS = 3
 SNIPPET_CHARS = 200
@@ -150,10 +152,8 @@ def _fts_string(words: tuple[str, ...]) -> str:
     return '"' + " ".join(words).replace('"', '""') + '"'
 
 
-def _sqlite_match(query: Query, resources: list[int]) -> str:
-    scope = " OR ".join(f"res{pk}" for pk in resources)
-    terms = " AND ".join(_fts_string(t.words) + (" *" if t.prefix else "") for t in query.terms)
-    return f"scope : ({scope}) AND {{doc_id title summary text}} : ({terms})"
+def _sqlite_match(query: Query) -> str:
+    return " AND ".join(_fts_string(t.words) + (" *" if t.prefix else "") for t in query.terms)
 
 
 def _sqlite_trigram_match(query: Query, resources: list[int]) -> str:
@@ -161,10 +161,36 @@ def _sqlite_trigram_match(query: Query, resources: list[int]) -> str:
     return f"scope : ({scope}) AND {{doc_id title}} : {_fts_string((query.substring,))}"
 
 
+def _sqlite_words(query: Query, resources: list[int]) -> tuple[str, list[Any]]:
+    """The newest SEARCH_WINDOW word matches of each resource, scored.
+
+    The words table's rowid is the resource's key times RESOURCE_SPAN plus the
+    document's (migration memory 0011): each resource is one rowid range, so the
+    MATCH holds only the query's words and bm25 counts only their rows.
+    bm25 is lower for better matches, with weights per column: id 10, title 10,
+    summary 4, text 1.
+    """
+    match = _sqlite_match(query)
+    parts, params = [], []
+    for pk in resources:
+        first = pk * RESOURCE_SPAN
+        parts.append(f"""
+            SELECT * FROM (
+                SELECT rowid - %s AS id, -bm25(memory_document_fts, 10, 10, 4, 1) AS score,
+                    0 AS sub
+                FROM memory_document_fts
+                WHERE memory_document_fts MATCH %s AND rowid >= %s AND rowid < %s
+                ORDER BY rowid DESC LIMIT {SEARCH_WINDOW}
+            )
+        """)
+        params += [first, match, first, first + RESOURCE_SPAN]
+    return " UNION ALL ".join(parts), params
+
+
 def _sqlite_ranked(
     query: Query, resources: list[int], after: tuple[float, int] | None, limit: int
 ) -> list[tuple[int, float]]:
-    params: list[Any] = [_sqlite_match(query, resources)]
+    words, params = _sqlite_words(query, resources)
     substring = "SELECT NULL AS id, 0.0 AS score, 0 AS sub WHERE 0"
     if query.substring:
         substring = f"""
@@ -176,17 +202,10 @@ def _sqlite_ranked(
     if after is not None:
         keyset = "WHERE score < %s OR (score = %s AND id > %s)"
         params += [after[0], after[0], after[1]]
-    # bm25 is lower for better matches, with weights per column:
-    # scope 0, id 10, title 10, summary 4, text 1.
     sql = f"""
-        WITH words AS (
-            SELECT rowid AS id, -bm25(memory_document_fts, 0, 10, 10, 4, 1) AS score, 0 AS sub
-            FROM memory_document_fts WHERE memory_document_fts MATCH %s
-            ORDER BY rowid DESC LIMIT {SEARCH_WINDOW}
-        ),
-        candidates AS (
+        WITH candidates AS (
             SELECT id, max(score) + 5 * max(sub) AS score
-            FROM (SELECT * FROM words UNION ALL SELECT * FROM ({substring}))
+            FROM ({words} UNION ALL SELECT * FROM ({substring}))
             GROUP BY id ORDER BY id DESC LIMIT {SEARCH_WINDOW}
         )
         SELECT id, score FROM candidates {keyset} ORDER BY score DESC, id ASC LIMIT %s
