@@ -118,5 +118,15 @@ def _request_finished(
 
 
 @receiver(signals.bind_extra_request_failed_metadata)
-def _request_failed(request: HttpRequest, log_kwargs: dict[str, Any], **kwargs: Any) -> None:
+def _request_failed(
+    request: HttpRequest,
+    log_kwargs: dict[str, Any],
+    exception: BaseException | None = None,
+    **kwargs: Any,
+) -> None:
+    from memoryadmin.health import database_unavailable  # settings import this module
+
     _finished(request, log_kwargs)
+    if database_unavailable(exception):
+        # Answered 503 by the error handler (api/errors.py), not 500.
+        log_kwargs["code"] = 503

@@ -3,6 +3,7 @@ readiness probes, and recovery without a restart once the database is back."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -75,7 +76,7 @@ def wait_for(url: str, status: int, seconds: float = 60) -> httpx.Response:
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_database_outage_answers_503_and_recovers_without_a_restart(
-    proxy: TcpProxy, people: People, settings: Any
+    proxy: TcpProxy, people: People, settings: Any, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """gunicorn reaches PostgreSQL through a proxy; cutting the proxy is the outage."""
     _, raw = api_key_create(project_id="acme", name="outage")
@@ -133,6 +134,18 @@ def test_database_outage_answers_503_and_recovers_without_a_restart(
         assert ready.status_code == 503
         assert ready.headers["Retry-After"] == "5"
         assert ready.json() == {"status": "unavailable", "checks": {"database": "unavailable"}}
+
+        # The request log says what the client got.
+        out, err = capfd.readouterr()
+        failed = [
+            line
+            for line in (out + err).splitlines()
+            if line.startswith("{") and json.loads(line).get("event") == "request_failed"
+        ]
+        assert failed
+        assert {json.loads(line)["code"] for line in failed} == {503}
+        path = inventory.split("?")[0]
+        assert any(json.loads(line)["request"] == f"GET {path}" for line in failed)
 
         proxy.restore()
 
