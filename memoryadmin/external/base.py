@@ -24,7 +24,7 @@ from functools import partial
 from typing import Any, ClassVar
 
 from memoryadmin.agents.bindings import BindingSpec, admit_namespace_only
-from memoryadmin.agents.errors import RecallBusy, RecallFailed
+from memoryadmin.agents.errors import RecallFailed
 from memoryadmin.agents.models import (
     Access,
     Binding,
@@ -427,14 +427,12 @@ class ExternalProvider(MemoryProvider):
                 stores.append(self.open(binding.resource, binding.target_id, deadline=deadline))
             except ExternalFailure as exc:
                 raise _recall_failed(binding, exc) from exc
-        try:
-            calls = ProviderCalls[list[Remote] | BaseException](
-                project_id=session.project_id, count=len(stores), deadline=deadline
-            )
-        except ProviderBusy as exc:
-            raise RecallBusy(
-                exc.message, resource=bindings[0].resource.resource_id, retry_after=exc.retry_after
-            ) from exc
+        calls = ProviderCalls[list[Remote] | BaseException].for_recall(
+            project_id=session.project_id,
+            resource=bindings[0].resource.resource_id,
+            count=len(stores),
+            deadline=deadline,
+        )
         found: dict[int, list[Remote]] = {}
         for store in stores:
             store.connection.deferred = []

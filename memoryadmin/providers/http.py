@@ -11,7 +11,7 @@ from functools import partial
 from typing import Any
 
 from memoryadmin.agents.bindings import BindingSpec, admit_namespace_only, binding_partition
-from memoryadmin.agents.errors import RecallBusy, RecallFailed
+from memoryadmin.agents.errors import RecallFailed
 from memoryadmin.agents.models import (
     Access,
     Binding,
@@ -47,7 +47,7 @@ from memoryadmin.providers.declarations import (
     http_provider_normalize,
     http_provider_public,
 )
-from memoryadmin.providers.errors import ProviderBusy, ProviderFailure
+from memoryadmin.providers.errors import ProviderFailure
 from memoryadmin.providers.partitions import partition_key
 from memoryadmin.providers.services.secrets import secret_bindings_check
 from memoryadmin.providers.tools import (
@@ -84,14 +84,12 @@ def http_projections(
                 exc.message, resource=resource_id, reason="provider_failed", retryable=exc.retryable
             ) from exc
     projections: dict[str, Projection] = {}
-    try:
-        calls = ProviderCalls[RecallReply](
-            project_id=session.project_id, count=len(requests), deadline=deadline
-        )
-    except ProviderBusy as exc:
-        raise RecallBusy(
-            exc.message, resource=requests[0].resource.resource_id, retry_after=exc.retry_after
-        ) from exc
+    calls = ProviderCalls[RecallReply].for_recall(
+        project_id=session.project_id,
+        resource=requests[0].resource.resource_id,
+        count=len(requests),
+        deadline=deadline,
+    )
     with calls:
         # The caller's cancellation, taken here: the calls run in other threads.
         cancellation = current_cancellation()
