@@ -151,18 +151,26 @@ def _exchange(
     cancellation = cancellation or current_cancellation()
     transport = EgressTransport()
     with httpx.Client(transport=transport, follow_redirects=False, trust_env=False) as client:
+
+        def attempt() -> Reply:
+            reply = receive(
+                client,
+                "POST",
+                target.url,
+                headers=target.headers,
+                content=body,
+                deadline=deadline,
+                limit=BODY_MAX_BYTES,
+            )
+            if cancellation is not None and cancellation.event.is_set():
+                # The watch below closed the connection: the caller cancelled.
+                return Reply(failure="cancelled")
+            return reply
+
         watch = cancellation.watch(transport.abort) if cancellation else contextlib.nullcontext()
         with watch:
             reply = exchange(
-                lambda: receive(
-                    client,
-                    "POST",
-                    target.url,
-                    headers=target.headers,
-                    content=body,
-                    deadline=deadline,
-                    limit=BODY_MAX_BYTES,
-                ),
+                attempt,
                 retryable=retryable,
                 deadline=deadline,
                 retry_delays=retry_delays,

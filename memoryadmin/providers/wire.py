@@ -180,8 +180,9 @@ def exchange(
     """Runs `attempt` until an answer is final; the last reply, with its attempt count.
 
     Once `cancelled` is set (the answer is no longer wanted) no further attempt
-    starts. `stopped` says whether the caller cancelled: then the reply is
-    `cancelled`, whatever the attempt in flight returned.
+    starts. `stopped`, asked before each attempt, says whether the caller
+    cancelled: then the reply is `cancelled`. An attempt cut short by the
+    caller returns a `cancelled` reply itself, which is final.
     """
     cancelled = cancelled or threading.Event()
     attempts = 0
@@ -191,8 +192,6 @@ def exchange(
         attempts += 1
         reply = attempt()
         reply.attempts = attempts
-        if stopped():
-            return Reply(failure="cancelled", attempts=attempts)
         if not retryable or not reply.retryable or attempts > len(retry_delays):
             return reply
         delay = retry_delay(reply, retry_delays[attempts - 1], deadline)
