@@ -26,7 +26,8 @@ def _database_url() -> str:
     if connection.vendor == "postgresql":
         db = connection.settings_dict
         user = db.get("USER") or "postgres"
-        return f"postgres://{user}@{db.get('HOST') or '127.0.0.1'}:{db.get('PORT') or 5432}/ci"
+        auth = f"{user}:{db['PASSWORD']}" if db.get("PASSWORD") else user
+        return f"postgres://{auth}@{db.get('HOST') or '127.0.0.1'}:{db.get('PORT') or 5432}/ci"
     return ""
 
 
