@@ -660,6 +660,8 @@ class Receiver(ThreadingHTTPServer):
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), _ReceiverHandler)
         self.statuses = [200]
+        # A Retry-After header for answers that are not 2xx, when set.
+        self.retry_after: str | None = None
         self.received: list[tuple[dict[str, str], bytes, int]] = []
         self.lock = threading.Lock()
 
@@ -686,6 +688,8 @@ class _ReceiverHandler(BaseHTTPRequestHandler):
             status = statuses.pop(0) if len(statuses) > 1 else statuses[0]
             self.server.received.append(({**self.headers, "path": self.path}, body, status))
         self.send_response(status)
+        if self.server.retry_after is not None and not 200 <= status <= 299:
+            self.send_header("Retry-After", self.server.retry_after)
         self.send_header("Content-Length", "0")
         self.end_headers()
 

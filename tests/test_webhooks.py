@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
 from typing import Any
 
 import pytest
@@ -196,6 +198,29 @@ def test_a_failed_attempt_is_retried_and_later_events_wait_for_it(
     ids = {verify(hook["secret"], h, body)["id"] for h, body, _ in receiver.received[:3]}
     assert len(ids) == 1
     assert Delivery.objects.get(pk=first.pk).attempts == 3
+
+
+@pytest.mark.parametrize("form", ["seconds", "http-date"])
+def test_a_receivers_retry_after_postpones_the_next_attempt(
+    api: APIClient, receiver: Receiver, make_document: Any, fast_retries: None, form: str
+) -> None:
+    register(api, receiver.url, ["document.created"])
+    receiver.statuses = [503, 200]
+    wait = timedelta(minutes=10)
+    receiver.retry_after = (
+        str(int(wait.total_seconds()))
+        if form == "seconds"
+        else format_datetime(datetime.now(UTC) + wait, usegmt=True)
+    )
+    make_document("first")
+    run_jobs()
+    delivery = Delivery.objects.get()
+    assert (delivery.state, delivery.attempts, delivery.response_code) == ("pending", 1, 503)
+    assert delivery.last_attempt_at is not None
+    # Not the 0.2 s backoff: the receiver's wait (an HTTP date loses its fraction).
+    assert delivery.next_attempt_at - delivery.last_attempt_at > wait - timedelta(seconds=2)
+    run_jobs()
+    assert len(receiver.received) == 1
 
 
 def test_exhausted_deliveries_are_kept_as_failed_and_can_be_redelivered(

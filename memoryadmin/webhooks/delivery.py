@@ -28,6 +28,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from memoryadmin.providers.egress import egress_refusal, egress_transport
+from memoryadmin.providers.wire import retry_after
 from memoryadmin.runner.jobs import durable, enqueue
 from memoryadmin.webhooks.models import (
     OPEN_DELIVERY_STATES,
@@ -82,13 +83,6 @@ def _claim_head(endpoint_id: int) -> Delivery | None:
     return Delivery.objects.select_related("endpoint").get(pk=head)
 
 
-def _retry_after(response: httpx.Response) -> float | None:
-    value = response.headers.get("retry-after", "").strip()
-    if value.isdigit():
-        return float(value)
-    return None
-
-
 def _send(delivery: Delivery) -> tuple[int | None, str, float | None]:
     """One POST: (status code or None, error text, the receiver's Retry-After)."""
     endpoint = delivery.endpoint
@@ -117,7 +111,7 @@ def _send(delivery: Delivery) -> tuple[int | None, str, float | None]:
         return None, f"could not connect: {exc}"[:500], None
     if 200 <= response.status_code <= 299:
         return response.status_code, "", None
-    return response.status_code, f"HTTP {response.status_code}", _retry_after(response)
+    return response.status_code, f"HTTP {response.status_code}", retry_after(response.headers)
 
 
 def _backoff(attempts: int, retry_after: float | None) -> float:
