@@ -93,8 +93,6 @@ def _rq_batch() -> Callable[[], bool]:
         worker.work(burst=True, with_scheduler=False)
         return not _RqStop.requested
 
-    signal.signal(signal.SIGTERM, _rq_signal)
-    signal.signal(signal.SIGINT, _rq_signal)
     return run
 
 
