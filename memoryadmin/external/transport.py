@@ -38,7 +38,7 @@ from memoryadmin.providers.wire import (
     Misconfigured,
     Reply,
     exchange,
-    failure_log,
+    failure_logged,
     failure_message,
     failure_record,
     header_value,
@@ -144,15 +144,14 @@ class Connection:
         resource = self.resource
         attempts = reply.attempts if reply is not None else 0
         status = reply.status if reply is not None else None
-        detail: dict[str, Any] = {
-            "operation": operation,
-            "reason": reason,
-            "description": description,
-            "attempts": attempts,
-        }
-        if status is not None:
-            detail["status"] = status
-        failure_log(resource, detail)
+        detail = failure_logged(
+            resource,
+            operation=operation,
+            reason=reason,
+            description=description,
+            attempts=attempts,
+            status=status,
+        )
         if self.deferred is not None:
             self.deferred.append(detail)
         else:

@@ -51,7 +51,7 @@ from memoryadmin.providers.wire import (
     Misconfigured,
     Reply,
     exchange,
-    failure_log,
+    failure_logged,
     failure_message,
     failure_record,
     header_value,
@@ -416,16 +416,15 @@ class _Call:
         self, reason: str, description: str, *, attempts: int, status: int | None = None
     ) -> None:
         """Logs and audits what went wrong, for the owners; never shown to callers."""
-        detail: dict[str, Any] = {
-            "operation": self.operation,
-            "operationId": self.operation_id,
-            "reason": reason,
-            "description": description,
-            "attempts": attempts,
-        }
-        if status is not None:
-            detail["status"] = status
-        failure_log(self.resource, detail)
+        detail = failure_logged(
+            self.resource,
+            operation=self.operation,
+            operation_id=self.operation_id,
+            reason=reason,
+            description=description,
+            attempts=attempts,
+            status=status,
+        )
         failure_record(self.resource, detail)
 
     def failure(

@@ -290,17 +290,34 @@ def failure_record(resource: Resource, detail: dict[str, Any]) -> None:
     )
 
 
-def failure_log(resource: Resource, detail: dict[str, Any]) -> None:
-    """Logs a failed call's details for the operators; never a header value."""
+def failure_logged(
+    resource: Resource,
+    *,
+    operation: str,
+    reason: str,
+    description: str,
+    attempts: int,
+    status: int | None = None,
+    operation_id: str | None = None,
+) -> dict[str, Any]:
+    """Logs a failed call's details for the operators (never a header value) and
+    returns them as its audit entry records them (failure_record)."""
+    detail: dict[str, Any] = {"operation": operation}
+    if operation_id is not None:
+        detail["operationId"] = operation_id
+    detail.update(reason=reason, description=description, attempts=attempts)
+    if status is not None:
+        detail["status"] = status
     logger.warning(
         "memory provider call failed: resource=%s operation=%s%s reason=%s attempts=%d: %s",
         resource,
-        detail["operation"],
-        f" operation_id={detail['operationId']}" if "operationId" in detail else "",
-        detail["reason"],
-        detail["attempts"],
-        detail["description"],
+        operation,
+        "" if operation_id is None else f" operation_id={operation_id}",
+        reason,
+        attempts,
+        description,
     )
+    return detail
 
 
 def failure_message(resource_id: str, *, retryable: bool) -> str:
