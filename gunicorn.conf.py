@@ -25,6 +25,9 @@ bind = os.environ.get("GUNICORN_BIND", "127.0.0.1:8000").split(",")
 workers = _int("WEB_CONCURRENCY", 2)
 worker_class = "gthread"
 threads = _int("GUNICORN_THREADS", 4)
+# The application bounds each project's share of the request threads (requests
+# waiting on memory providers) by this count, read when a worker loads it.
+os.environ["MEMORYADMIN_REQUEST_THREADS"] = str(threads if worker_class == "gthread" else 1)
 # A request running longer than this gets its worker restarted.
 timeout = _int("GUNICORN_TIMEOUT", 30)
 # On SIGTERM (deploys), requests in flight get this long to finish.

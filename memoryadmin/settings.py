@@ -359,9 +359,21 @@ REFERENCE_PROVIDER_TOKEN = os.environ.get("REFERENCE_PROVIDER_TOKEN", "")
 # 10 seconds and providers read it from `deadlineAt`; a recall's providers share
 # one. Not read from the environment.
 MEMORYADMIN_PROVIDER_DEADLINE_SECONDS = 10.0
+# The request threads of one server process: gunicorn.conf.py exports its own
+# thread count (1 for sync workers); elsewhere (runserver, the test server) 4.
+MEMORYADMIN_REQUEST_THREADS = env_int("MEMORYADMIN_REQUEST_THREADS", 4, minimum=1)
+# Requests of one project that may wait on providers at once in one process
+# (each holds a request thread): half the threads by default, so one project's
+# slow provider leaves the other half to everyone else. Beyond it, 429 and
+# Retry-After at once. All projects together hold at most all threads but one.
+MEMORYADMIN_PROVIDER_REQUESTS_PER_PROJECT = env_int(
+    "MEMORYADMIN_PROVIDER_REQUESTS_PER_PROJECT",
+    max(1, MEMORYADMIN_REQUEST_THREADS // 2),
+    minimum=1,
+)
 # Provider calls (recall or tool) one project may have in flight at once in
-# one server process; beyond it, calls are refused at once with 429 and
-# Retry-After, so a slow provider cannot occupy every worker.
+# one server process, counting the parallel calls of a recall (each on a
+# thread of its own); beyond it, calls are refused at once with 429.
 MEMORYADMIN_PROVIDER_CONCURRENCY_PER_PROJECT = env_int(
     "MEMORYADMIN_PROVIDER_CONCURRENCY_PER_PROJECT", 8, minimum=1
 )

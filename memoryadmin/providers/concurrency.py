@@ -1,10 +1,19 @@
-"""How many provider calls run at once: one shared deadline per recall, a cap per project.
+"""How many provider calls run at once: one shared deadline per recall, bounds per project.
 
-A recall calls its bound providers concurrently, all within one deadline. A
-project may have at most `MEMORYADMIN_PROVIDER_CONCURRENCY_PER_PROJECT` calls
-in flight in this server process; beyond that, new calls are refused at once
-(ProviderBusy, with the seconds after which a slot is certain to be free)
-instead of waiting, so one project's slow provider cannot occupy every worker.
+A recall calls its bound providers concurrently, all within one deadline. Two
+bounds per server process keep one project's slow provider from occupying
+the server:
+
+- the request threads: a request waiting on providers holds the thread that
+  serves it, so one project may have at most
+  `MEMORYADMIN_PROVIDER_REQUESTS_PER_PROJECT` such requests at once (half the
+  process's `MEMORYADMIN_REQUEST_THREADS` by default), and all projects
+  together all the threads but one;
+- the calls: at most `MEMORYADMIN_PROVIDER_CONCURRENCY_PER_PROJECT` calls in
+  flight per project, counting each parallel call of a recall (a thread each).
+
+Beyond either, a new call is refused at once (ProviderBusy, with the seconds
+after which a slot is certain to be free) instead of waiting.
 
 Worker threads here only exchange HTTP: they never touch the database, whose
 connections belong to the thread that opened them.
@@ -37,6 +46,17 @@ def concurrency_limit() -> int:
     return int(settings.MEMORYADMIN_PROVIDER_CONCURRENCY_PER_PROJECT)
 
 
+def requests_limit() -> int:
+    """Requests of one project that may wait on providers at once in this process."""
+    return int(settings.MEMORYADMIN_PROVIDER_REQUESTS_PER_PROJECT)
+
+
+def requests_limit_total() -> int:
+    """Requests of all projects together: every request thread but one, so a request
+    that calls no provider always finds a thread."""
+    return max(1, int(settings.MEMORYADMIN_REQUEST_THREADS) - 1)
+
+
 @dataclass(frozen=True)
 class Deadline:
     """One instant seen two ways: for waiting (monotonic) and for `deadlineAt` (wall clock)."""
@@ -55,9 +75,15 @@ class Deadline:
         return self.at - time.monotonic()
 
 
-# The calls in flight per project in this process: the deadline of each.
+# In this process, per project: the deadline of each call in flight, and of each
+# request (thread) waiting on them; `_requests_all` holds every project's requests.
 _lock = threading.Lock()
 _in_flight: dict[str, list[float]] = {}
+_requests: dict[str, list[float]] = {}
+_requests_all: list[float] = []
+# Whether this thread already holds a request's place (a call made inside another
+# call of the same request counts no second request).
+_holding = threading.local()
 
 
 def in_flight(project_id: str) -> int:
@@ -65,43 +91,87 @@ def in_flight(project_id: str) -> int:
         return len(_in_flight.get(project_id, ()))
 
 
-class _Slots:
-    """Slots taken together for calls of one project; released once, together."""
+def requests_waiting(project_id: str) -> int:
+    with _lock:
+        return len(_requests.get(project_id, ()))
 
-    def __init__(self, project_id: str, count: int, deadline: Deadline) -> None:
+
+def _busy(what: str, held: list[float], limit: int, deadline: Deadline) -> ProviderBusy:
+    # Every call ends by its deadline, so the earliest one frees a slot.
+    wait_seconds = min(held, default=deadline.at) - time.monotonic()
+    return ProviderBusy(
+        f"{what} {len(held)} of {limit}; retry later.",
+        retry_after=max(1, math.ceil(wait_seconds)),
+    )
+
+
+class _Slots:
+    """Slots taken together for calls of one project's request; released once, together."""
+
+    def __init__(self, project_id: str, count: int, deadline: Deadline, request: bool) -> None:
         self.project_id = project_id
         self.count = count
         self.deadline = deadline.at
+        self.request = request
         self._released = False
 
     @classmethod
     def take(cls, *, project_id: str, count: int, deadline: Deadline) -> _Slots:
-        limit = concurrency_limit()
+        request = not getattr(_holding, "active", False)
         with _lock:
-            held = _in_flight.setdefault(project_id, [])
-            if len(held) + count > limit:
-                # Every call ends by its deadline, so the earliest one frees a slot.
-                wait_seconds = min(held, default=deadline.at) - time.monotonic()
-                if not held:
-                    del _in_flight[project_id]
-                raise ProviderBusy(
-                    f"Project '{project_id}' has {len(held)} memory provider calls in flight, "
-                    f"its limit is {limit}; retry later.",
-                    retry_after=max(1, math.ceil(wait_seconds)),
+            calls = _in_flight.get(project_id, [])
+            waiting = _requests.get(project_id, [])
+            if request and len(waiting) + 1 > requests_limit():
+                raise _busy(
+                    f"Project '{project_id}' has requests waiting on memory providers:",
+                    waiting,
+                    requests_limit(),
+                    deadline,
                 )
-            held.extend([deadline.at] * count)
-        return cls(project_id, count, deadline)
+            if request and len(_requests_all) + 1 > requests_limit_total():
+                raise _busy(
+                    "This server's requests waiting on memory providers:",
+                    _requests_all,
+                    requests_limit_total(),
+                    deadline,
+                )
+            if len(calls) + count > concurrency_limit():
+                raise _busy(
+                    f"Project '{project_id}' has memory provider calls in flight:",
+                    calls,
+                    concurrency_limit(),
+                    deadline,
+                )
+            _in_flight.setdefault(project_id, []).extend([deadline.at] * count)
+            if request:
+                _requests.setdefault(project_id, []).append(deadline.at)
+                _requests_all.append(deadline.at)
+        if request:
+            _holding.active = True
+        return cls(project_id, count, deadline, request)
 
     def release(self) -> None:
         with _lock:
             if self._released:
                 return
             self._released = True
-            held = _in_flight[self.project_id]
-            for _ in range(self.count):
-                held.remove(self.deadline)
-            if not held:
-                del _in_flight[self.project_id]
+            _remove(_in_flight, self.project_id, self.deadline, self.count)
+            if self.request:
+                _remove(_requests, self.project_id, self.deadline, 1)
+                _requests_all.remove(self.deadline)
+
+    def leave_thread(self) -> None:
+        """The request's thread is free again (its calls may still be ending elsewhere)."""
+        if self.request:
+            _holding.active = False
+
+
+def _remove(held: dict[str, list[float]], project_id: str, deadline: float, count: int) -> None:
+    entries = held[project_id]
+    for _ in range(count):
+        entries.remove(deadline)
+    if not entries:
+        del held[project_id]
 
 
 class ProviderCalls[T]:
@@ -126,7 +196,7 @@ class ProviderCalls[T]:
     @classmethod
     def for_recall(cls, *, project_id: str, resource: str, count: int, deadline: Deadline) -> Self:
         """The calls of one recall; RecallBusy (429, naming `resource`, the first binding's)
-        when the project's provider calls are at their cap."""
+        when the project is at one of its bounds."""
         try:
             return cls(project_id=project_id, count=count, deadline=deadline)
         except ProviderBusy as exc:
@@ -142,6 +212,7 @@ class ProviderCalls[T]:
         traceback: TracebackType | None,
     ) -> None:
         self.cancelled.set()
+        self._slots.leave_thread()
         if self._executor is None:
             self._slots.release()
             return
