@@ -1,25 +1,25 @@
-"""Domain errors: every door turns these into its own kind of failure."""
+"""Domain errors: every door turns these into its own kind of failure.
+
+Their root, DomainError and InvalidRequest, is the kernel's (memoryadmin.core.errors).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from memoryadmin.core.errors import DomainError, InvalidRequest
 
-
-class DomainError(Exception):
-    status = 400
-    code = "invalid_request"
-    # Seconds after which a retry may succeed (a Retry-After header), if known.
-    retry_after: int | None = None
-
-    def __init__(self, message: str, *, details: dict[str, Any] | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.details = details or {}
-
-
-class InvalidRequest(DomainError):
-    status = 400
-    code = "invalid_request"
+__all__ = [
+    "Conflict",
+    "DomainError",
+    "Forbidden",
+    "InvalidRequest",
+    "LimitExceeded",
+    "NotFound",
+    "PreconditionFailed",
+    "PreconditionRequired",
+    "ProjectNotFound",
+    "ResourceConflict",
+    "Unauthorized",
+]
 
 
 class Unauthorized(DomainError):

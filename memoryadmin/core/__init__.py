@@ -1,0 +1,1 @@
+"""The kernel: model-free helpers every app uses. It imports from no app."""
