@@ -455,6 +455,13 @@ MEMORYADMIN_OPERATION_MAX_ATTEMPTS = env_int("MEMORYADMIN_OPERATION_MAX_ATTEMPTS
 MEMORYADMIN_OPERATION_DEADLINE_SECONDS = env_int(
     "MEMORYADMIN_OPERATION_DEADLINE_SECONDS", 86400, minimum=1
 )
+# The threads of one `manage.py worker` (jobs run concurrently), and how many of
+# them one project's jobs may hold at once: half by default, so one project's slow
+# receivers or providers leave the other half to everyone else.
+MEMORYADMIN_WORKER_THREADS = env_int("MEMORYADMIN_WORKER_THREADS", 4, minimum=1)
+MEMORYADMIN_WORKER_JOBS_PER_PROJECT = env_int(
+    "MEMORYADMIN_WORKER_JOBS_PER_PROJECT", max(1, MEMORYADMIN_WORKER_THREADS // 2), minimum=1
+)
 # A running job whose worker shows no sign of life for this long is run again.
 MEMORYADMIN_JOB_LEASE_SECONDS = env_int("MEMORYADMIN_JOB_LEASE_SECONDS", 300, minimum=1)
 # The pause before a failed job's next attempt doubles from this, up to an hour.

@@ -56,7 +56,7 @@ def write_when_told(*, label: str, marker: str) -> None:
 def enqueue_marked(function: Callable[..., None], label: str, marker: str) -> None:
     """Enqueues one of the jobs above (write_twice, write_when_told); prints its id."""
     with transaction.atomic():
-        job = enqueue(function, label=label, marker=marker)
+        job = enqueue(function, project="", label=label, marker=marker)
     print(job.pk)
 
 

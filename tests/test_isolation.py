@@ -8,14 +8,20 @@ and webhook receivers as threads of this process that hold or drip their answers
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import statistics
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -27,7 +33,9 @@ from memoryadmin.memory.models import Project
 from memoryadmin.memory.services.deployments import deployment_create, resource_get
 from memoryadmin.memory.services.documents import document_create
 from memoryadmin.memory.services.keys import api_key_create
-from tests.helpers import clean_env, gunicorn, suite_database_url
+from memoryadmin.webhooks.models import Delivery, DeliveryState
+from memoryadmin.webhooks.services import endpoint_create
+from tests.helpers import ROOT, Receiver, clean_env, gunicorn, serve, suite_database_url
 
 SESSIONS = "/api/managed-agents/sessions"
 # gunicorn.conf.py's defaults: two workers of four threads.
@@ -196,3 +204,178 @@ def test_a_project_saturating_its_slow_provider_leaves_another_projects_reads_fa
             answered = [f.result() for f in recalls]
             assert {r.status_code for r in answered} <= {200, 429}
             assert sum(r.status_code == 200 for r in answered) == provider.arrived
+
+
+# Background jobs: a worker process runs webhook deliveries of every project.
+
+
+class DripReceiver(ThreadingHTTPServer):
+    """A webhook receiver that reads the delivery, then sends its answer one byte every
+    `pause` seconds (`drip`) or streams `flood` bytes of body as fast as it can."""
+
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(self, *, drip: bool = False, flood: int = 0, pause: float = 1.0) -> None:
+        super().__init__(("127.0.0.1", 0), _DripHandler)
+        self.drip, self.flood, self.pause = drip, flood, pause
+        self.lock = threading.Lock()
+        # Per event id: the connections open now, the most open at once.
+        self.open: dict[str, int] = {}
+        self.most_open = 0
+        # How long each attempt stayed open before the sender closed it.
+        self.held: list[float] = []
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/hooks"
+
+
+class _DripHandler(BaseHTTPRequestHandler):
+    server: DripReceiver
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        event = self.headers["Memoryadmin-Event-Id"]
+        started = time.monotonic()
+        with self.server.lock:
+            self.server.open[event] = self.server.open.get(event, 0) + 1
+            self.server.most_open = max(self.server.most_open, self.server.open[event])
+        try:
+            if self.server.drip:
+                answer = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n" + b"X-Slow: " + b"x" * 200
+                for byte in answer:
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+                    time.sleep(self.server.pause)
+            else:
+                head = b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
+                self.wfile.write(head + f"Content-Length: {self.server.flood}\r\n\r\n".encode())
+                chunk = b"\0" * (1 << 20)
+                for _ in range(self.server.flood // len(chunk)):
+                    self.wfile.write(chunk)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        finally:
+            with self.server.lock:
+                self.server.open[event] -= 1
+                self.server.held.append(time.monotonic() - started)
+            self.close_connection = True
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def worker_env(**extra: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "DATABASE_URL": suite_database_url(),
+        "DATABASE_POOL": "0",
+        "PYTHONFAULTHANDLER": "1",
+        **extra,
+    }
+
+
+@contextmanager
+def worker(env: dict[str, str], log: Any) -> Iterator[subprocess.Popen[bytes]]:
+    process = subprocess.Popen(
+        [sys.executable, "manage.py", "worker", "--interval", "0.2"],
+        cwd=ROOT,
+        env=env,
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        yield process
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def peak_rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
+
+
+def notes_of(project: Project) -> Any:
+    notes = {"id": "notes", "description": "N.", "provider": {"kind": "document"}}
+    deployment_create(
+        project=project, agent="writer", memory=[notes], promote="development", actor="t"
+    )
+    return resource_get(project=project, environment="development", resource_id="notes")
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_projects_dripping_receivers_do_not_delay_another_projects_delivery(
+    project: Project, other_project: Project, tmp_path: Any
+) -> None:
+    """Project A's four receivers answer a byte a second; two workers run jobs. Project
+    B's delivery arrives within 15 s, each of A's attempts ends at its deadline, and no
+    event is ever being sent by two workers at once."""
+    a_notes, b_notes = notes_of(project), notes_of(other_project)
+    drips = [DripReceiver(drip=True) for _ in range(4)]
+    with contextlib.ExitStack() as stack:
+        for drip in drips:
+            stack.enter_context(contextlib.contextmanager(serve)(drip))
+        fast = stack.enter_context(contextlib.contextmanager(serve)(Receiver()))
+        for drip in drips:
+            endpoint_create(project=project, url=drip.url, events=["document.created"], actor="t")
+        endpoint_create(project=other_project, url=fast.url, events=["document.created"], actor="t")
+        for i in range(3):
+            document_create(resource=a_notes, doc_id=f"a-{i}", title="A", actor="t")
+        env = worker_env(MEMORYADMIN_WEBHOOK_TIMEOUT_SECONDS="3")
+        log = tmp_path / "worker.log"
+        with worker(env, log), worker(env, log):
+            # A's deliveries are being sent (held open by the drips).
+            deadline = time.monotonic() + 20
+            while sum(sum(d.open.values()) for d in drips) < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            written = time.monotonic()
+            document_create(resource=b_notes, doc_id="b", title="B", actor="t")
+            while not fast.events() and time.monotonic() < written + 15:
+                time.sleep(0.05)
+            took = time.monotonic() - written
+            assert fast.events(), "B's delivery did not arrive in 15 s:\n" + log.read_text()[-3000:]
+            assert fast.events()[0]["type"] == "document.created"
+            assert took < 15
+            # Let A's attempts run into their deadline a few times.
+            time.sleep(5)
+    held = [h for d in drips for h in d.held]
+    assert held, "no attempt of A ended"
+    # Each attempt ended at its overall deadline (3 s), not when the drip ended (~240 s).
+    assert max(held) < 3 + 2, held
+    assert max(d.most_open for d in drips) == 1
+    failed = Delivery.objects.filter(endpoint__project=project).exclude(last_error="")
+    assert failed.exists()
+    assert set(failed.values_list("last_error", flat=True)) == {"timed out"}
+    assert Delivery.objects.get(endpoint__project=other_project).state == DeliveryState.DELIVERED
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_huge_reply_is_not_read_whole_by_the_worker(project: Project, tmp_path: Any) -> None:
+    notes = notes_of(project)
+    flood = DripReceiver(flood=512 << 20)
+    with contextlib.contextmanager(serve)(flood):
+        endpoint_create(project=project, url=flood.url, events=["document.created"], actor="t")
+        document_create(resource=notes, doc_id="big", title="Big", actor="t")
+        log = tmp_path / "worker.log"
+        with worker(worker_env(), log) as process:
+            deadline = time.monotonic() + 30
+            delivery = Delivery.objects.get()
+            while delivery.state != DeliveryState.DELIVERED and time.monotonic() < deadline:
+                time.sleep(0.1)
+                delivery.refresh_from_db()
+            peak = peak_rss_mib(process.pid)
+        assert delivery.state == DeliveryState.DELIVERED, log.read_text()[-3000:]
+        assert delivery.response_code == 200
+    assert peak < 300, f"the worker's peak memory was {peak:.0f} MiB"

@@ -55,7 +55,7 @@ def _no_calls(settings: Any) -> Iterator[None]:
 def test_a_job_of_a_rolled_back_change_is_never_written() -> None:
     def change() -> None:
         with transaction.atomic():
-            enqueue(record, label="rolled-back")
+            enqueue(record, project="", label="rolled-back")
             raise RuntimeError("the change fails")
 
     with pytest.raises(RuntimeError):
@@ -66,7 +66,7 @@ def test_a_job_of_a_rolled_back_change_is_never_written() -> None:
 
 @pytest.mark.django_db
 def test_a_committed_job_runs_once_and_is_done() -> None:
-    job = enqueue(record, label="once")
+    job = enqueue(record, project="", label="once")
     assert (job.state, job.attempts, job.name) == ("pending", 0, "tests.test_runner.record")
     assert jobs_run_due() == {"done": 1}
     assert job_run(job.pk) == "skipped"
@@ -77,17 +77,17 @@ def test_a_committed_job_runs_once_and_is_done() -> None:
 
 @pytest.mark.django_db
 def test_one_open_job_per_key() -> None:
-    first = enqueue(record, key="sync:acme", label="keyed")
-    again = enqueue(record, key="sync:acme", label="keyed")
+    first = enqueue(record, project="", key="sync:acme", label="keyed")
+    again = enqueue(record, project="", key="sync:acme", label="keyed")
     assert again.pk == first.pk
     assert Job.objects.count() == 1
     jobs_run_due()
-    assert enqueue(record, key="sync:acme", label="keyed").pk != first.pk
+    assert enqueue(record, project="", key="sync:acme", label="keyed").pk != first.pk
 
 
 @pytest.mark.django_db
 def test_a_failed_attempt_rolls_back_its_writes_and_is_retried_then_dead() -> None:
-    job = enqueue(record, label="failing", fail=True)
+    job = enqueue(record, project="", label="failing", fail=True)
     assert jobs_run_due() == {"retry": 1}
     job.refresh_from_db()
     assert (job.state, job.attempts) == ("pending", 1)
@@ -103,7 +103,7 @@ def test_a_failed_attempt_rolls_back_its_writes_and_is_retried_then_dead() -> No
 @pytest.mark.django_db
 def test_a_retry_waits_for_its_backoff(settings: Any) -> None:
     settings.MEMORYADMIN_JOB_BACKOFF_SECONDS = 60
-    job = enqueue(record, label="later", fail=True)
+    job = enqueue(record, project="", label="later", fail=True)
     assert jobs_run_due() == {"retry": 1}
     job.refresh_from_db()
     assert timedelta(seconds=55) < job.run_after - timezone.now() <= timedelta(seconds=60)
@@ -112,7 +112,7 @@ def test_a_retry_waits_for_its_backoff(settings: Any) -> None:
 
 @pytest.mark.django_db
 def test_a_running_job_past_its_lease_is_run_again_and_a_late_finish_does_not_count() -> None:
-    job = enqueue(record, label="abandoned")
+    job = enqueue(record, project="", label="abandoned")
     past = timezone.now() - timedelta(seconds=1)
     Job.objects.filter(pk=job.pk).update(state=JobState.RUNNING, attempts=1, lease_until=past)
     assert jobs_due() == [job.pk]
@@ -134,7 +134,7 @@ def test_only_durable_functions_run() -> None:
     job.refresh_from_db()
     assert "is not marked @durable" in job.last_error
     with pytest.raises(TypeError):
-        enqueue(not_durable, label="x")
+        enqueue(not_durable, project="", label="x")
 
 
 # Real worker processes.

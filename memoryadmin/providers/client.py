@@ -161,6 +161,7 @@ def _exchange(
                 content=body,
                 deadline=deadline,
                 limit=BODY_MAX_BYTES,
+                cut=transport.abort,
             )
             if cancellation is not None and cancellation.event.is_set():
                 # The watch below closed the connection: the caller cancelled.

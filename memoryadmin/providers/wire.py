@@ -16,6 +16,7 @@ clients (providers/client.py, external/transport.py) and stays with them.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -28,6 +29,7 @@ from typing import Any
 import httpx
 from django.views.decorators.debug import sensitive_variables
 
+from memoryadmin.core.watchdog import cut_at
 from memoryadmin.memory.errors import DomainError, LimitExceeded
 from memoryadmin.memory.jsonbody import body_read, json_parse
 from memoryadmin.memory.models import Resource
@@ -110,12 +112,47 @@ def receive(
     limit: int,
     params: dict[str, str] | None = None,
     content: bytes | None = None,
+    cut: Callable[[], None] | None = None,
 ) -> Reply:
     """One attempt: sends the request and reads the answer, within what is left of the
-    deadline and up to `limit` bytes of body."""
+    deadline and up to `limit` bytes of body.
+
+    Socket timeouts count per read, so a peer sending its headers or body a byte
+    at a time could outlast them: `cut` (the transport's abort) closes the
+    connection at the deadline, and the reply is then a timeout.
+    """
     remaining = deadline - time.monotonic()
     if remaining <= 0:
         return Reply(failure="timeout")
+    guard = cut_at(deadline, cut) if cut is not None else contextlib.nullcontext()
+    with guard as watched:
+        reply = _attempt(
+            client,
+            method,
+            url,
+            headers=headers,
+            deadline=deadline,
+            limit=limit,
+            params=params,
+            content=content,
+        )
+    if watched is not None and watched.fired:
+        return Reply(failure="timeout")
+    return reply
+
+
+def _attempt(
+    client: httpx.Client,
+    method: str,
+    url: str,
+    *,
+    headers: dict[str, str],
+    deadline: float,
+    limit: int,
+    params: dict[str, str] | None,
+    content: bytes | None,
+) -> Reply:
+    remaining = deadline - time.monotonic()
     try:
         with client.stream(
             method, url, params=params, content=content, headers=headers, timeout=remaining

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import logging
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any, ParamSpec, TypeVar
 
@@ -64,8 +65,16 @@ def _path(function: Callable[..., Any]) -> str:
     return f"{function.__module__}.{function.__qualname__}"
 
 
-def enqueue(function: Callable[..., Any], *, key: str = "", delay: float = 0, **kwargs: Any) -> Job:
-    """Writes a job in the current transaction; it is handed to the backend on commit.
+def enqueue(
+    function: Callable[..., Any],
+    *,
+    project: str,
+    key: str = "",
+    delay: float = 0,
+    **kwargs: Any,
+) -> Job:
+    """Writes a job of `project` ("" for none) in the current transaction; it is handed
+    to the backend on commit.
 
     With a `key`, enqueuing while a job of that key is still open returns
     that job instead of adding another.
@@ -76,6 +85,7 @@ def enqueue(function: Callable[..., Any], *, key: str = "", delay: float = 0, **
         with transaction.atomic():
             job = Job.objects.create(
                 name=_path(function),
+                project=project,
                 kwargs=kwargs,
                 key=key,
                 max_attempts=options["max_attempts"],
@@ -88,22 +98,25 @@ def enqueue(function: Callable[..., Any], *, key: str = "", delay: float = 0, **
     return job
 
 
-def enqueue_sql(function: Callable[..., Any], *, rows: str, kwargs: str) -> tuple[str, list[Any]]:
-    """`INSERT INTO <jobs> ... SELECT ... FROM <rows> RETURNING id`: one job per row, for
-    a PostgreSQL statement that also writes the change causing them (a `WITH` clause
-    of it). `kwargs` is the SQL of each job's JSON arguments over `rows`. Hand the
-    ids it returns to `jobs_dispatch_on_commit`."""
+def enqueue_sql(
+    function: Callable[..., Any], *, project: str, rows: str, kwargs: str
+) -> tuple[str, list[Any]]:
+    """`INSERT INTO <jobs> ... SELECT ... FROM <rows> RETURNING id`: one job of `project`
+    per row, for a PostgreSQL statement that also writes the change causing them (a
+    `WITH` clause of it). `kwargs` is the SQL of each job's JSON arguments over `rows`.
+    Hand the ids it returns to `jobs_dispatch_on_commit`."""
     options = _options(function)
-    names = ["name", "kwargs", "key", "state", "attempts", "max_attempts", "run_after"]
-    names += ["created_at", "last_error"]
+    names = ["name", "project", "kwargs", "key", "state", "attempts", "max_attempts"]
+    names += ["run_after", "created_at", "last_error"]
     targets = ", ".join(column(Job, name) for name in names)
     now = timezone.now()
     sql = (
         f"INSERT INTO {table(Job)} ({targets})"
-        f" SELECT %s, {kwargs}, '', %s, 0, %s, %s, %s, '' FROM {rows}"
+        f" SELECT %s, %s, {kwargs}, '', %s, 0, %s, %s, %s, '' FROM {rows}"
         f" RETURNING {column(Job, 'id')}"
     )
-    return sql, [_path(function), JobState.PENDING, options["max_attempts"], now, now]
+    params = [_path(function), project, JobState.PENDING, options["max_attempts"], now, now]
+    return sql, params
 
 
 def jobs_dispatch_on_commit(job_ids: list[int]) -> None:
@@ -112,10 +125,25 @@ def jobs_dispatch_on_commit(job_ids: list[int]) -> None:
         transaction.on_commit(lambda: _dispatch(list(job_ids)), robust=True)
 
 
+# What the backend's task does with a job: runs it here and now, unless a worker
+# installed its pool (runner/pool.py), which takes it to run on one of its threads.
+_runner: list[Callable[[int], str]] = []
+
+
+@contextmanager
+def jobs_run_by(runner: Callable[[int], str]) -> Iterator[None]:
+    """Inside the block, the backend's tasks hand their job to `runner`."""
+    _runner.append(runner)
+    try:
+        yield
+    finally:
+        _runner.remove(runner)
+
+
 @task(queue_name=settings.MEMORYADMIN_TASKS_QUEUE)
 def run_job(job_id: int) -> str:
     """The one task the backend runs: one attempt of one durable job."""
-    return job_run(job_id)
+    return _runner[-1](job_id) if _runner else job_run(job_id)
 
 
 def _dispatch(job_ids: list[int]) -> None:
@@ -226,6 +254,6 @@ def jobs_run_due(limit: int = 100) -> dict[str, int]:
     """Runs due jobs in this process (tests, and a worker without a backend queue)."""
     counts: dict[str, int] = {}
     for job_id in jobs_due()[:limit]:
-        outcome = job_run(job_id)
+        outcome = _runner[-1](job_id) if _runner else job_run(job_id)
         counts[outcome] = counts.get(outcome, 0) + 1
     return counts

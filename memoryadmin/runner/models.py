@@ -20,6 +20,9 @@ OPEN_STATES = (JobState.PENDING, JobState.RUNNING)
 class Job(models.Model):
     # The dotted path of a function decorated with @durable.
     name = models.CharField(max_length=200)
+    # The project whose work it is ("" for none): a worker runs at most its share of
+    # one project's jobs at once.
+    project = models.CharField(max_length=100, blank=True, default="")
     kwargs = models.JSONField(default=dict)
     # At most one open job per nonempty key: enqueuing it again is a no-op.
     key = models.CharField(max_length=200, blank=True, default="")

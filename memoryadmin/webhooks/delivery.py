@@ -27,8 +27,8 @@ from django.conf import settings
 from django.db.models import F, Q
 from django.utils import timezone
 
-from memoryadmin.providers.egress import egress_refusal, egress_transport
-from memoryadmin.providers.wire import retry_after
+from memoryadmin.providers.egress import egress_transport
+from memoryadmin.providers.wire import receive, retry_after
 from memoryadmin.runner.jobs import durable, enqueue
 from memoryadmin.webhooks.models import (
     OPEN_DELIVERY_STATES,
@@ -45,6 +45,8 @@ EVENT_ID_HEADER = "Memoryadmin-Event-Id"
 EVENT_TYPE_HEADER = "Memoryadmin-Event-Type"
 ATTEMPT_HEADER = "Memoryadmin-Delivery-Attempt"
 BACKOFF_MAX = 3600.0
+# How much of a receiver's answer is read: its status is what counts.
+REPLY_MAX_BYTES = 64 * 1024
 
 
 def signature(secret: str, timestamp: int, body: str) -> str:
@@ -84,7 +86,8 @@ def _claim_head(endpoint_id: int) -> Delivery | None:
 
 
 def _send(delivery: Delivery) -> tuple[int | None, str, float | None]:
-    """One POST: (status code or None, error text, the receiver's Retry-After)."""
+    """One POST within one overall deadline, reading at most REPLY_MAX_BYTES of the
+    answer: (status code or None, error text, the receiver's Retry-After)."""
     endpoint = delivery.endpoint
     timestamp = int(time.time())
     headers = {
@@ -96,22 +99,29 @@ def _send(delivery: Delivery) -> tuple[int | None, str, float | None]:
         SIGNATURE_HEADER: signature(endpoint.secret, timestamp, delivery.body),
         ATTEMPT_HEADER: str(delivery.attempts),
     }
-    timeout = settings.MEMORYADMIN_WEBHOOK_TIMEOUT_SECONDS
-    try:
-        with httpx.Client(
-            transport=egress_transport(), timeout=timeout, follow_redirects=False
-        ) as client:
-            response = client.post(endpoint.url, content=delivery.body.encode(), headers=headers)
-    except httpx.TimeoutException:
+    deadline = time.monotonic() + settings.MEMORYADMIN_WEBHOOK_TIMEOUT_SECONDS
+    transport = egress_transport()
+    with httpx.Client(transport=transport, follow_redirects=False, trust_env=False) as client:
+        reply = receive(
+            client,
+            "POST",
+            endpoint.url,
+            headers=headers,
+            content=delivery.body.encode(),
+            deadline=deadline,
+            limit=REPLY_MAX_BYTES,
+            cut=transport.abort,
+        )
+    if reply.failure == "timeout":
         return None, "timed out", None
-    except httpx.HTTPError as exc:
-        refused = egress_refusal(exc)
-        if refused is not None:
-            return None, f"refused: {refused}", None
-        return None, f"could not connect: {exc}"[:500], None
-    if 200 <= response.status_code <= 299:
-        return response.status_code, "", None
-    return response.status_code, f"HTTP {response.status_code}", retry_after(response.headers)
+    if reply.failure == "refused":
+        return None, f"refused: {reply.failure_kind}", None
+    if reply.failure is not None:
+        return None, f"could not connect ({reply.failure_kind})", None
+    assert reply.status is not None
+    if 200 <= reply.status <= 299:
+        return reply.status, "", None
+    return reply.status, f"HTTP {reply.status}", retry_after(reply.headers)
 
 
 def _backoff(attempts: int, retry_after: float | None) -> float:
@@ -142,7 +152,12 @@ def _settle(delivery: Delivery, code: int | None, error: str, retry_after: float
     if not mine.update(**changes):
         return "lost"
     if outcome == "retry":
-        enqueue(webhook_drain, delay=pause, endpoint=delivery.endpoint_id)
+        enqueue(
+            webhook_drain,
+            project=delivery.endpoint.project_id,
+            delay=pause,
+            endpoint=delivery.endpoint_id,
+        )
     if outcome != "delivered":
         logger.warning(
             "webhook delivery %s to endpoint %s, attempt %d: %s (%s)",
@@ -162,6 +177,12 @@ def webhook_drain(*, endpoint: int) -> None:
         delivery = _claim_head(endpoint)
         if delivery is None:
             return
-        code, error, retry_after = _send(delivery)
+        try:
+            code, error, retry_after = _send(delivery)
+        except Exception:
+            # Whatever went wrong, the delivery is tried again on its own schedule
+            # rather than left claimed by a drain that failed.
+            logger.exception("webhook delivery %s could not be sent", delivery.pk)
+            code, error, retry_after = None, "could not be sent (server error)", None
         if _settle(delivery, code, error, retry_after) in {"retry", "lost"}:
             return

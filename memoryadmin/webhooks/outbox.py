@@ -142,12 +142,13 @@ def outbox_statement(facts: AuditFacts, *, source: str = "") -> tuple[str, list[
     return sql, params
 
 
-def outbox_jobs_statement(*, deliveries: str) -> tuple[str, list[Any]]:
+def outbox_jobs_statement(*, project: str, deliveries: str) -> tuple[str, list[Any]]:
     """The delivery runs of the endpoints a `WITH` clause named `deliveries` (an
     outbox_statement) wrote to: one job per endpoint, in the same statement."""
     endpoint = column(Delivery, "endpoint")
     return enqueue_sql(
         webhook_drain,
+        project=project,
         rows=f"(SELECT DISTINCT {endpoint} FROM {deliveries}) AS d",
         kwargs=f"jsonb_build_object('endpoint', d.{endpoint})",
     )
@@ -161,10 +162,10 @@ def outbox_write(facts: AuditFacts) -> None:
     with connection.cursor() as cursor:
         cursor.execute(*statement)
         endpoint_ids = [row[0] for row in cursor.fetchall()]
-    outbox_enqueue(endpoint_ids)
+    outbox_enqueue(facts.project_id or "", endpoint_ids)
 
 
-def outbox_enqueue(endpoint_ids: Iterable[int]) -> None:
-    """Queues a delivery run for each endpoint that got deliveries (none: no statement)."""
+def outbox_enqueue(project: str, endpoint_ids: Iterable[int]) -> None:
+    """Queues a delivery run for each endpoint (of `project`) that got deliveries."""
     for endpoint_id in sorted(set(endpoint_ids)):
-        enqueue(webhook_drain, endpoint=endpoint_id)
+        enqueue(webhook_drain, project=project, endpoint=endpoint_id)

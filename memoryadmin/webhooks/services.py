@@ -158,7 +158,7 @@ def endpoint_update(
         resumed = active and not endpoint.active
         endpoint.active = active
         if resumed:
-            enqueue(webhook_drain, endpoint=endpoint.pk)
+            enqueue(webhook_drain, project=endpoint.project_id, endpoint=endpoint.pk)
     if not changes:
         raise InvalidRequest("Give at least one of url, events, description, active.")
     endpoint.save(update_fields=["url", "events", "description", "active"])
@@ -222,5 +222,5 @@ def delivery_redeliver(
     delivery = rows.get()
     if finished:
         _audit(endpoint, actor=actor, action="webhook.redeliver", event=delivery.event_id)
-        enqueue(webhook_drain, endpoint=endpoint.pk)
+        enqueue(webhook_drain, project=endpoint.project_id, endpoint=endpoint.pk)
     return delivery, bool(finished)

@@ -57,7 +57,9 @@ def _pause(attempts: int) -> timedelta:
 
 
 def _schedule(operation: ProviderOperation, delay: float = 0) -> None:
-    enqueue(operation_reconcile, delay=delay, operation_id=operation.id)
+    enqueue(
+        operation_reconcile, project=operation.project_id, delay=delay, operation_id=operation.id
+    )
 
 
 def operation_record(

@@ -321,7 +321,7 @@ def _with_records(
     hooks = outbox_statement(facts, source="updated")
     endpoints = ""
     if hooks is not None:
-        jobs = outbox_jobs_statement(deliveries="hooks")
+        jobs = outbox_jobs_statement(project=resource.project_id, deliveries="hooks")
         parts.append(f", hooks AS ({hooks[0]}), jobs AS ({jobs[0]})")
         params += hooks[1] + jobs[1]
         endpoints = ", (SELECT array_agg(id) FROM jobs)"
