@@ -1,8 +1,12 @@
 """Health checks and the answer to requests while the database cannot be reached.
 
 `/healthz` (liveness) answers without touching the database: the process serves. `/readyz`
-(readiness) checks the database and, when `REDIS_URL` is set, Redis: a load balancer sends
-traffic only to instances that answer 200. Both answer JSON.
+(readiness) answers 200 while the instance can serve requests, which needs the database: a
+load balancer sends traffic only to instances that answer 200. Redis (`REDIS_URL`) is
+checked too but is not needed to serve (the API works without its shared cache), so while
+it alone is down the answer stays 200 with status "degraded": an outage of the one Redis
+every instance shares must not take every instance out of the load balancer. Both answer
+JSON.
 """
 
 from __future__ import annotations
@@ -64,8 +68,9 @@ def readyz(request: HttpRequest) -> JsonResponse:
     redis_status = _redis()
     if redis_status is not None:
         checks["redis"] = redis_status
-    if all(value == "ok" for value in checks.values()):
-        return JsonResponse({"status": "ok", "checks": checks})
+    if checks["database"] == "ok":
+        status = "ok" if all(value == "ok" for value in checks.values()) else "degraded"
+        return JsonResponse({"status": status, "checks": checks})
     response = JsonResponse({"status": "unavailable", "checks": checks}, status=503)
     response["Retry-After"] = str(RETRY_AFTER_SECONDS)
     return response

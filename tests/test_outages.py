@@ -30,13 +30,16 @@ def test_readyz_checks_the_database(client: Any, db: None, settings: Any) -> Non
     assert response.json() == {"status": "ok", "checks": {"database": "ok"}}
 
 
-def test_readyz_checks_redis_when_configured(client: Any, db: None, settings: Any) -> None:
+def test_readyz_reports_redis_down_as_degraded_but_ready(
+    client: Any, db: None, settings: Any
+) -> None:
+    """The API serves without its shared cache, so the instance stays in the load balancer."""
     settings.REDIS_URL = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
     response = client.get("/readyz")
-    assert response.status_code == 503
-    assert response["Retry-After"] == "5"
+    assert response.status_code == 200
+    assert "Retry-After" not in response
     assert response.json() == {
-        "status": "unavailable",
+        "status": "degraded",
         "checks": {"database": "ok", "redis": "unavailable"},
     }
 
@@ -154,3 +157,50 @@ def test_database_outage_answers_503_and_recovers_without_a_restart(
         assert httpx.get(base + page, cookies=cookies).status_code == 200
     # The write refused during the outage changed nothing.
     assert not Document.objects.filter(doc_id="during-outage").exists()
+
+
+@pytest.mark.postgres
+@pytest.mark.redis
+@pytest.mark.django_db(transaction=True)
+def test_a_redis_outage_keeps_instances_ready_and_serving(project: Any, settings: Any) -> None:
+    """gunicorn reaches Redis through a proxy; cutting it is the outage. The API keeps
+    answering, so /readyz stays 200 (status degraded) and no load balancer drops it."""
+    import redis
+
+    try:
+        redis.Redis(host="127.0.0.1", port=6379, socket_connect_timeout=1).ping()
+    except redis.RedisError:
+        pytest.skip("no Redis on 127.0.0.1:6379 (.ci/run starts one)")
+    _, raw = api_key_create(project_id="acme", name="redis-outage")
+    redis_proxy = TcpProxy(6379)
+    database = settings.DATABASES["default"]
+    env = clean_env(
+        DJANGO_SETTINGS_MODULE="tests.settings",
+        DJANGO_SECRET_KEY=settings.SECRET_KEY,
+        DATABASE_URL=f"postgres://{database['USER']}@127.0.0.1:{database['PORT'] or 5432}/{database['NAME']}",
+        REDIS_URL=f"redis://127.0.0.1:{redis_proxy.port}/5",
+    )
+    api = {"x-api-key": raw}
+    inventory = "/api/managed-agents/projects/acme/memory" + DEV
+    try:
+        with gunicorn(env, workers=1, threads=4) as base:
+            ready = httpx.get(base + "/readyz", timeout=30)
+            assert ready.status_code == 200
+            assert ready.json() == {"status": "ok", "checks": {"database": "ok", "redis": "ok"}}
+
+            redis_proxy.cut()
+
+            assert httpx.get(base + inventory, headers=api, timeout=30).status_code == 200
+            ready = httpx.get(base + "/readyz", timeout=30)
+            assert ready.status_code == 200
+            assert ready.json() == {
+                "status": "degraded",
+                "checks": {"database": "ok", "redis": "unavailable"},
+            }
+
+            redis_proxy.restore()
+
+            ready = httpx.get(base + "/readyz", timeout=30)
+            assert ready.json()["status"] == "ok"
+    finally:
+        redis_proxy.close()
