@@ -363,13 +363,12 @@ MEMORYADMIN_PROVIDER_DEADLINE_SECONDS = 10.0
 # thread count (1 for sync workers); elsewhere (runserver, the test server) 4.
 MEMORYADMIN_REQUEST_THREADS = env_int("MEMORYADMIN_REQUEST_THREADS", 4, minimum=1)
 # Requests of one project that may wait on providers at once in one process
-# (each holds a request thread): half the threads by default, so one project's
-# slow provider leaves the other half to everyone else. Beyond it, 429 and
-# Retry-After at once. All projects together hold at most all threads but one.
+# (each holds a request thread); 0, the default, is half the threads, so one
+# project's slow provider leaves the other half to everyone else. Beyond it, 429
+# and Retry-After at once. All projects together hold at most all threads but one.
+# (`manage.py worker` and `manage.py mcp --http` count their own threads.)
 MEMORYADMIN_PROVIDER_REQUESTS_PER_PROJECT = env_int(
-    "MEMORYADMIN_PROVIDER_REQUESTS_PER_PROJECT",
-    max(1, MEMORYADMIN_REQUEST_THREADS // 2),
-    minimum=1,
+    "MEMORYADMIN_PROVIDER_REQUESTS_PER_PROJECT", 0, minimum=0
 )
 # Provider calls (recall or tool) one project may have in flight at once in
 # one server process, counting the parallel calls of a recall (each on a

@@ -47,8 +47,10 @@ def concurrency_limit() -> int:
 
 
 def requests_limit() -> int:
-    """Requests of one project that may wait on providers at once in this process."""
-    return int(settings.MEMORYADMIN_PROVIDER_REQUESTS_PER_PROJECT)
+    """Requests of one project that may wait on providers at once in this process: as
+    configured, else half the request threads."""
+    configured = int(settings.MEMORYADMIN_PROVIDER_REQUESTS_PER_PROJECT)
+    return configured or max(1, int(settings.MEMORYADMIN_REQUEST_THREADS) // 2)
 
 
 def requests_limit_total() -> int:
