@@ -178,11 +178,13 @@ class MemoryImportView(ApiView):
     @extend_schema(
         parameters=[ENVIRONMENT],
         request={"application/zip": OpenApiTypes.BINARY},
-        responses={200: s.ImportReportOutput, 413: s.ErrorOutput, **ERRORS},
+        responses={200: s.ImportReportOutput, 413: s.ErrorOutput, 429: s.ErrorOutput, **ERRORS},
         operation_id="memory_import",
         description="Creates the documents of an export zip that are free here; never "
-        "overwrites. Each document is created on its own (all or nothing per document); "
-        "the report names every id.",
+        "overwrites; the report names every id. The zip is checked whole before anything "
+        "is created and the documents are created in one transaction: a zip over the "
+        "import limits, damaged or past the deadline creates nothing (400, 413). One "
+        "import per project at a time (429).",
     )
     def post(self, request: Request, p: str) -> Response:
         project = self.project(request, p, write=True)

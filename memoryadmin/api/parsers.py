@@ -9,8 +9,8 @@ from typing import IO, Any
 
 from rest_framework.parsers import BaseParser
 
+from memoryadmin.memory.imports import upload_max
 from memoryadmin.memory.jsonbody import body_read, json_parse, stream_chunks, too_large
-from memoryadmin.memory.services.transfer import IMPORT_MAX_BYTES
 
 
 class LimitedJSONParser(BaseParser):
@@ -33,7 +33,7 @@ class LimitedJSONParser(BaseParser):
 
 class ZipUploadParser(BaseParser):
     """An export zip, spooled to a temporary file as it arrives (constant memory),
-    refused with 413 once it is over IMPORT_MAX_BYTES."""
+    refused with 413 once it is over the largest zip an import may hold (`upload_max`)."""
 
     media_type = "application/zip"
 
@@ -48,15 +48,16 @@ class ZipUploadParser(BaseParser):
             return spool
         request = (parser_context or {}).get("request")
         declared = request.META.get("CONTENT_LENGTH") if request is not None else None
+        limit = upload_max()
         text = str(declared or "").strip()
-        if text.isdigit() and int(text) > IMPORT_MAX_BYTES:
-            raise too_large(int(text), IMPORT_MAX_BYTES)
+        if text.isdigit() and int(text) > limit:
+            raise too_large(int(text), limit)
         size = 0
         for chunk in stream_chunks(stream):
             size += len(chunk)
-            if size > IMPORT_MAX_BYTES:
+            if size > limit:
                 spool.close()
-                raise too_large(size, IMPORT_MAX_BYTES)
+                raise too_large(size, limit)
             spool.write(chunk)
         spool.seek(0)
         return spool

@@ -4,8 +4,9 @@ The CLI writes the documents to files (or one JSON Lines stream, `jsonl_lines`)
 and the Memory page to a zip download; all open an export with
 `export_snapshot` and consume it while it is open.
 An export written as files (`<dir>/manifest.json`, `<dir>/<resource>/<id>.json`)
-loads into another project or environment with `export_import`, which only
-ever creates documents.
+or as the zip of those files loads into another project or environment with
+`export_import`, which only ever creates documents; what it may read is bounded in
+memoryadmin.memory.imports.
 
 On PostgreSQL the whole export reads inside one REPEATABLE READ transaction,
 so the count, the manifest and every document come from the same snapshot.
@@ -20,7 +21,6 @@ from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -34,6 +34,7 @@ from memoryadmin.memory.errors import (
     NotFound,
     PreconditionFailed,
 )
+from memoryadmin.memory.imports import MANIFEST_NAME, ImportSource, MemberUnreadable
 from memoryadmin.memory.jsonbody import json_parse
 from memoryadmin.memory.limits import agent_write_fields, check_agent_writes, check_resource_id
 from memoryadmin.memory.models import Document, Project, Resource
@@ -45,7 +46,7 @@ from memoryadmin.memory.services.documents import LIST_FIELDS, document_create, 
 
 FORMAT = "memoryadmin.export"
 FORMAT_VERSION = 1
-MANIFEST_NAME = "manifest.json"
+__all__ = ["MANIFEST_NAME"]  # re-exported: exports write it, imports read it
 # Documents read per query (or per fetch of a server-side cursor): memory
 # stays bounded by one chunk of texts (at most 16 KiB each), whatever the
 # number of documents.
@@ -256,18 +257,18 @@ class ImportOutcome:
     files: int = 1
 
 
-def export_read_manifest(source: Path) -> dict[str, Any]:
-    """The manifest of an export directory, checked well enough to import from."""
+def export_read_manifest(raw: bytes, where: str) -> dict[str, Any]:
+    """The manifest of an export (its bytes; `where` names the export in messages),
+    checked well enough to import from."""
+    path = f"{where}/{MANIFEST_NAME}"
     try:
-        manifest = json_parse((source / MANIFEST_NAME).read_bytes())
-    except FileNotFoundError as exc:
-        raise InvalidRequest(f"{source} has no {MANIFEST_NAME}; it is not an export.") from exc
-    except OSError as exc:
-        raise InvalidRequest(f"Cannot read {source / MANIFEST_NAME}: {exc}.") from exc
+        manifest = json_parse(raw)
     except InvalidRequest as exc:
-        raise InvalidRequest(f"Cannot read {source / MANIFEST_NAME}: {exc.message}") from exc
+        if exc.message.startswith("The body"):
+            raise InvalidRequest(f"Cannot read {path}: {exc.message}") from exc
+        raise
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise InvalidRequest(f"{source / MANIFEST_NAME} is not a memoryadmin export manifest.")
+        raise InvalidRequest(f"{path} is not a memoryadmin export manifest.")
     if manifest.get("formatVersion") != FORMAT_VERSION:
         raise InvalidRequest(
             f"Export format version {manifest.get('formatVersion')!r} is not supported "
@@ -275,24 +276,29 @@ def export_read_manifest(source: Path) -> dict[str, Any]:
         )
     resources = manifest.get("resources")
     if not isinstance(resources, list):
-        raise InvalidRequest(f"{source / MANIFEST_NAME} has no list of resources.")
+        raise InvalidRequest(f"{path} has no list of resources.")
     for resource_id in resources:
         check_resource_id(resource_id)
     return manifest
 
 
 def export_import(
-    *, project: Project, environment: str, source: Path, manifest: dict[str, Any], actor: str
+    *,
+    project: Project,
+    environment: str,
+    source: ImportSource,
+    manifest: dict[str, Any],
+    actor: str,
 ) -> Iterator[ImportOutcome]:
     """Creates every exported document that is free in the target; never overwrites.
 
-    Each document is created in its own transaction, as an owner write, so an
-    interrupted import keeps what it created and a rerun skips it.
+    Each document is created as an owner write; the caller chooses the transaction
+    (the CLI none, so an interrupted import keeps what it created and a rerun skips
+    it; the API one for the whole import).
     """
     check_environment(environment)
-    for resource_id in manifest["resources"]:
-        folder = source / resource_id
-        names = sorted(p.name for p in folder.glob("*.json")) if folder.is_dir() else []
+    for resource_id in dict.fromkeys(manifest["resources"]):
+        doc_ids = source.document_ids(resource_id)
         try:
             resource = resource_get(
                 project=project, environment=environment, resource_id=resource_id
@@ -301,21 +307,26 @@ def export_import(
                 raise NotFound(f"'{resource_id}' is not a document resource in {environment}.")
         except NotFound as exc:
             yield ImportOutcome(
-                MISSING_RESOURCE, resource_id, message=exc.message, files=len(names)
+                MISSING_RESOURCE, resource_id, message=exc.message, files=len(doc_ids)
             )
             continue
-        for name in names:
-            yield _import_file(resource, folder / name, actor)
+        for doc_id in doc_ids:
+            yield _import_file(resource, source, doc_id, actor)
 
 
-def _import_file(resource: Resource, path: Path, actor: str) -> ImportOutcome:
-    resource_id, doc_id = resource.resource_id, path.stem
+def _import_file(
+    resource: Resource, source: ImportSource, doc_id: str, actor: str
+) -> ImportOutcome:
+    resource_id, name = resource.resource_id, f"{doc_id}.json"
     try:
-        data = json_parse(path.read_bytes())
-    except OSError as exc:
-        return ImportOutcome(FAILED, resource_id, doc_id, f"cannot read {path.name}: {exc}")
+        # A damaged or lying archive is refused whole: only MemberUnreadable fails one file.
+        raw = source.read(resource_id, doc_id)
+    except MemberUnreadable as exc:
+        return ImportOutcome(FAILED, resource_id, doc_id, str(exc))
+    try:
+        data = json_parse(raw)
     except InvalidRequest as exc:
-        return ImportOutcome(FAILED, resource_id, doc_id, f"cannot read {path.name}: {exc.message}")
+        return ImportOutcome(FAILED, resource_id, doc_id, f"cannot read {name}: {exc.message}")
     try:
         fields = _document_fields(data, doc_id)
         document_create(resource=resource, doc_id=doc_id, actor=actor, **fields)

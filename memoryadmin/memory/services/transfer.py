@@ -1,21 +1,21 @@
 """Exports and imports over HTTP: the export zip checked before it streams, and an
-uploaded export zip imported document by document.
+uploaded export zip imported whole or not at all.
 
 The zip is the one the Memory page downloads (`<resource>/<id>.json` plus
-`manifest.json`); it is read in place through `zipfile.Path`, so the import
-rules are exactly those of an export directory (memoryadmin.memory.export).
+`manifest.json`); it goes through the import of an export directory
+(memoryadmin.memory.export), read within the bounds of memoryadmin.memory.imports.
 """
 
 from __future__ import annotations
 
-import zipfile
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import IO, Any, cast
+from typing import IO, Any
+
+from django.db import transaction
 
 from memoryadmin.memory.environments import check_environment
-from memoryadmin.memory.errors import InvalidRequest, LimitExceeded
+from memoryadmin.memory.errors import InvalidRequest
 from memoryadmin.memory.export import (
     CREATED,
     FAILED,
@@ -25,14 +25,9 @@ from memoryadmin.memory.export import (
     export_import,
     export_read_manifest,
 )
+from memoryadmin.memory.imports import Deadline, ExportZip, import_slot, seconds_max
 from memoryadmin.memory.models import Project
 from memoryadmin.memory.services.deployments import resource_get
-
-# The largest export zip an import takes over HTTP (the CLI reads directories of any size).
-IMPORT_MAX_BYTES = 512 * 1024 * 1024
-# One exported document is at most a few tens of KiB of JSON (16 KiB of text,
-# escaped); a member that claims more is not one of ours.
-MEMBER_MAX_BYTES = 1024 * 1024
 
 # What an import reports per document: created, or skipped (the id exists, was
 # deleted, or its resource is missing here) or failed (unreadable, invalid, too large).
@@ -74,45 +69,16 @@ class ImportReport:
         }
 
 
-def _open_zip(upload: IO[bytes]) -> zipfile.ZipFile:
+def _manifest(archive: ExportZip) -> dict[str, Any]:
+    raw = archive.manifest_bytes()  # over its limit, damaged or lying: refused as it is
     try:
-        archive = zipfile.ZipFile(upload)
-    except (zipfile.BadZipFile, OSError, ValueError) as exc:
-        raise InvalidRequest("The body is not a zip archive.") from exc
-    # Messages name members by path; an upload has no file name of its own.
-    archive.filename = "upload.zip"
-    for info in archive.infolist():
-        if info.file_size > MEMBER_MAX_BYTES:
-            archive.close()
-            raise LimitExceeded(
-                f"{info.filename} is over {MEMBER_MAX_BYTES} bytes: not an exported document.",
-                field="body",
-                bytes=info.file_size,
-                max_bytes=MEMBER_MAX_BYTES,
-            )
-    try:
-        # Every member's checksum, before anything is created: a damaged
-        # archive is refused whole rather than imported in part.
-        damaged = archive.testzip()
-    except (zipfile.BadZipFile, OSError, EOFError, NotImplementedError) as exc:
-        archive.close()
-        raise InvalidRequest(f"The zip cannot be read: {exc}") from exc
-    if damaged is not None:
-        archive.close()
-        raise InvalidRequest(f"The zip is damaged: {damaged} fails its checksum.")
-    return archive
-
-
-def _manifest(root: Path) -> dict[str, Any]:
-    try:
-        return export_read_manifest(root)
+        manifest = export_read_manifest(raw, "the zip")
     except InvalidRequest as exc:
-        # The directory reader names a path; here the archive is the body.
         raise InvalidRequest(
-            f"The zip is not a memoryadmin export: its {MANIFEST_NAME} is missing or invalid."
+            f"The zip is not a memoryadmin export: its {MANIFEST_NAME} is invalid ({exc.message})"
         ) from exc
-    except (zipfile.BadZipFile, KeyError, ValueError) as exc:
-        raise InvalidRequest(f"The zip's {MANIFEST_NAME} cannot be read.") from exc
+    archive.check_resources(manifest["resources"])
+    return manifest
 
 
 def import_zip(
@@ -120,28 +86,36 @@ def import_zip(
 ) -> ImportReport:
     """Creates every document of an export zip that is free here; never overwrites.
 
-    A bad archive or manifest is refused (400) before anything is created. Each
-    document is then created in its own transaction, as the CLI's import does.
+    One import per project at a time (429 otherwise). The archive is checked whole
+    before anything is created: its directory (members, names, sizes), then every
+    member inflated once within its bounds (400, 413). The documents are then
+    created in one transaction, so an import past its deadline (413) creates
+    nothing either.
     """
     check_environment(environment)
-    archive = _open_zip(upload)
-    # zipfile.Path reads like a directory: the import takes it as one.
-    root = cast(Path, zipfile.Path(archive))
-    manifest = _manifest(root)
-    report = ImportReport()
-    with archive:
-        for outcome in export_import(
-            project=project, environment=environment, source=root, manifest=manifest, actor=actor
-        ):
-            _report_outcome(report, root, outcome)
+    deadline = Deadline(seconds_max())
+    with import_slot(project.id), ExportZip(upload, deadline) as archive:
+        manifest = _manifest(archive)
+        archive.verify()
+        report = ImportReport()
+        with transaction.atomic():
+            for outcome in export_import(
+                project=project,
+                environment=environment,
+                source=archive,
+                manifest=manifest,
+                actor=actor,
+            ):
+                _report_outcome(report, archive, outcome)
+                deadline.check()
     return report
 
 
-def _report_outcome(report: ImportReport, root: Path, outcome: ImportOutcome) -> None:
+def _report_outcome(report: ImportReport, archive: ExportZip, outcome: ImportOutcome) -> None:
     if outcome.status == MISSING_RESOURCE:
         # One outcome for the whole resource: the report still names every id.
-        for path in sorted((root / outcome.resource_id).glob("*.json"), key=lambda p: p.name):
-            report.add(SKIPPED, outcome.resource_id, path.stem, MISSING_RESOURCE, outcome.message)
+        for doc_id in archive.document_ids(outcome.resource_id):
+            report.add(SKIPPED, outcome.resource_id, doc_id, MISSING_RESOURCE, outcome.message)
         return
     if outcome.status == CREATED:
         report.add(CREATED, outcome.resource_id, outcome.document_id, "", "")

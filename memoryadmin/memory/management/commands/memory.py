@@ -34,6 +34,7 @@ from memoryadmin.memory.export import (
     export_snapshot,
     jsonl_lines,
 )
+from memoryadmin.memory.imports import ExportDirectory
 from memoryadmin.memory.limits import LIST_PAGE_SIZE
 from memoryadmin.memory.models import Document, Project, Resource
 from memoryadmin.memory.representations import (
@@ -532,8 +533,8 @@ class Command(HistoryCommands, ProposalCommands, cli.Command):
             )
 
     def do_import(self, project: Project, options: dict[str, Any]) -> None:
-        source = Path(options["source"])
-        manifest = export_read_manifest(source)
+        source = ExportDirectory(Path(options["source"]))
+        manifest = export_read_manifest(source.manifest_bytes(), options["source"])
         total = manifest.get("documents")
         progress = self.progress(total=total if isinstance(total, int) else 0, label="Importing")
         counts: Counter[str] = Counter()

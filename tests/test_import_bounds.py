@@ -1,0 +1,423 @@
+"""Imports are bounded before anything is inflated: zip bombs, lying headers, members an
+export never writes and oversized files are refused quickly and create nothing, while an
+export of the largest allowed size still imports."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import struct
+import time
+import zipfile
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from django.conf import settings as django_settings
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from rest_framework.test import APIClient
+
+from memoryadmin.memory import imports
+from memoryadmin.memory.export import FORMAT, FORMAT_VERSION, MANIFEST_NAME
+from memoryadmin.memory.imports import import_slot
+from memoryadmin.memory.models import AuditEntry, Document, DocumentVersion, Project
+from memoryadmin.memory.services.deployments import (
+    deployment_create,
+    deployment_promote,
+    resource_get,
+)
+from memoryadmin.memory.services.documents import document_create
+from tests.helpers import MANIFEST_MEMORY, Keys, clean_env, gunicorn, suite_database_url
+
+PROJECT = "/api/managed-agents/projects/acme"
+IMPORT = f"{PROJECT}/memory/import"
+EXPORT = f"{PROJECT}/memory/export"
+MIB = 1024 * 1024
+# A refusal is answered in well under a second; 5 s leaves room for a loaded machine.
+REFUSED_WITHIN_SECONDS = 5.0
+
+
+# Zips written byte by byte, so a test can give a member any header it likes.
+
+
+@dataclass(frozen=True)
+class Member:
+    name: str
+    data: bytes  # as stored (deflated, unless method is 0)
+    size: int  # the uncompressed size the headers declare
+    crc: int
+    method: int = zipfile.ZIP_DEFLATED
+    flags: int = 0
+    external_attr: int = 0o644 << 16
+
+
+def deflated(chunks: Iterator[bytes]) -> bytes:
+    compressor = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
+    return b"".join(compressor.compress(chunk) for chunk in chunks) + compressor.flush()
+
+
+def member(name: str, content: bytes) -> Member:
+    return Member(name, deflated(iter([content])), len(content), zlib.crc32(content))
+
+
+def zeros_member(name: str, size: int) -> Member:
+    """`size` zero bytes, deflated without ever holding them whole."""
+    data = deflated(b"\0" * MIB for _ in range(size // MIB))
+    return Member(name, data, size, _zeros_crc(size))
+
+
+def _zeros_crc(size: int) -> int:
+    crc = 0
+    for _ in range(size // MIB):
+        crc = zlib.crc32(b"\0" * MIB, crc)
+    return crc
+
+
+def raw_zip(members: list[Member]) -> bytes:
+    out = bytearray()
+    central = bytearray()
+    for m in members:
+        offset = len(out)
+        name = m.name.encode()
+        fields = (m.flags, m.method, 0, 0x21, m.crc, len(m.data), m.size, len(name))
+        out += struct.pack("<4s5H3L2H", b"PK\x03\x04", 20, *fields, 0) + name + m.data
+        central += struct.pack(
+            "<4s6H3L5H2L", b"PK\x01\x02", 20, 20, *fields, 0, 0, 0, 0, m.external_attr, offset
+        )
+        central += name
+    count = len(members)
+    end = struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, count, count, len(central), len(out), 0)
+    return bytes(out + central + end)
+
+
+def manifest(resources: list[str] | None = None) -> Member:
+    data = {"format": FORMAT, "formatVersion": FORMAT_VERSION, "resources": resources or ["notes"]}
+    return member(MANIFEST_NAME, json.dumps(data).encode())
+
+
+def document(doc_id: str, resource: str = "notes", **fields: Any) -> Member:
+    body = {"id": doc_id, "title": doc_id.title(), **fields}
+    return member(f"{resource}/{doc_id}.json", json.dumps(body).encode())
+
+
+def nothing_created() -> None:
+    assert not Document.objects.exists()
+    assert not DocumentVersion.objects.exists()
+    assert not AuditEntry.objects.filter(action__startswith="document.").exists()
+
+
+# Bombs, through gunicorn as in production (its default limits).
+
+
+@pytest.fixture(scope="module")
+def server(django_db_setup: None, django_db_blocker: Any) -> Iterator[str]:
+    with django_db_blocker.unblock():
+        database = suite_database_url()
+    env = clean_env(
+        DJANGO_SETTINGS_MODULE="tests.settings",
+        DJANGO_SECRET_KEY=django_settings.SECRET_KEY,
+        DATABASE_URL=database,
+        DATABASE_POOL="0",
+        GUNICORN_GRACEFUL_TIMEOUT="1",
+    )
+    with gunicorn(env, workers=1, threads=2) as base:
+        yield base
+
+
+def bombs() -> dict[str, tuple[bytes, int, str]]:
+    """name: (zip, status, what the message says)."""
+    one_mib_zeros = zeros_member("notes/z.json", MIB)
+    forty_mib_zeros = zeros_member("notes/z.json", 40 * MIB)
+    # Declares 100 bytes (with their checksum) over a 64 MiB stream of zeros.
+    lying = Member("notes/lie.json", zeros_member("x", 64 * MIB).data, 100, zlib.crc32(b"\0" * 100))
+
+    def copies(zeros: Member, count: int) -> list[Member]:
+        return [Member(f"notes/z{i}.json", zeros.data, zeros.size, zeros.crc) for i in range(count)]
+
+    return {
+        # The attack as reported: ~11 MB of 1 MiB members of zeros.
+        "ten-thousand-mib-members": (
+            raw_zip([manifest(), *copies(one_mib_zeros, 10_000)]),
+            413,
+            "The zip has 10001 members; an import holds at most 5000 documents",
+        ),
+        "a-thousand-mib-members": (
+            raw_zip([manifest(), *copies(one_mib_zeros, 1000)]),
+            413,
+            f"notes/z0.json inflates to {MIB} bytes; an exported document is at most",
+        ),
+        "forty-mib-members": (
+            raw_zip([manifest(), *copies(forty_mib_zeros, 3)]),
+            413,
+            f"notes/z0.json inflates to {40 * MIB} bytes; an exported document is at most",
+        ),
+        "lying-header": (
+            raw_zip([manifest(), document("fine"), lying]),
+            400,
+            "'notes/lie.json' inflates past its declared 100 bytes",
+        ),
+        "many-tiny-members": (
+            raw_zip([manifest()] + [member(f"notes/t{i}.json", b"{}") for i in range(60_000)]),
+            413,
+            "The zip has 60001 members",
+        ),
+    }
+
+
+BOMBS = bombs()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("name", list(BOMBS))
+def test_a_zip_bomb_is_refused_within_seconds_and_creates_nothing(
+    server: str, keys: Keys, notes: Any, name: str
+) -> None:
+    body, status, fragment = BOMBS[name]
+    started = time.monotonic()
+    response = httpx.post(
+        f"{server}{IMPORT}?environment=development",
+        content=body,
+        headers={"x-api-key": keys.owner, "Content-Type": "application/zip"},
+        timeout=REFUSED_WITHIN_SECONDS,
+    )
+    assert time.monotonic() - started < REFUSED_WITHIN_SECONDS
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert error["code"] == ("memory_limit_exceeded" if status == 413 else "invalid_request")
+    assert error["details"]["field"] == "body"
+    assert fragment in error["message"]
+    nothing_created()
+
+
+def test_the_limits_derive_from_the_document_limits() -> None:
+    # Title, text and summary at their limits, every byte a control character.
+    largest = {
+        "id": "d" * 128,
+        "title": "\x01" * 240,
+        "text": "\x01" * 16_384,
+        "summary": "\x01" * 240,
+        "agentWrites": "review",
+        "revision": "r" * 64,
+        "bytes": 16_384,
+        "maxBytes": 16_384,
+        "updatedAt": "2026-01-01T00:00:00.000Z",
+        "writer": {"kind": "agent", "sessionId": "s" * 64},
+    }
+    written = json.dumps(largest, ensure_ascii=False, indent=2) + "\n"
+    assert len(written.encode()) <= imports.MEMBER_MAX_BYTES
+    # Every document at that size, stored uncompressed, fits the upload limit.
+    name = f"{'r' * 128}/{'d' * 128}.json"
+    stored = imports.documents_max() * (len(written) + 2 * (30 + 46 + len(name)) + 16)
+    assert stored + imports.MANIFEST_MAX_BYTES <= imports.upload_max()
+
+
+# The largest export the limits allow still imports (a small maximum, so it runs fast).
+
+
+@pytest.fixture
+def big_resources(project: Project) -> None:
+    declarations = [
+        {"id": "big", "description": "Big.", "provider": {"kind": "document", "maxBytes": 16_384}}
+    ]
+    for environment in ("development", "production"):
+        deployment = deployment_create(
+            project=project, agent="support-bot", memory=declarations, actor="t"
+        )
+        deployment_promote(deployment=deployment, environment=environment, actor="t")
+
+
+def test_an_export_of_the_largest_allowed_size_imports(
+    api: APIClient, project: Project, big_resources: None, settings: Any
+) -> None:
+    settings.MEMORYADMIN_IMPORT_DOCUMENTS_MAX = 12
+    resource = resource_get(project=project, environment="development", resource_id="big")
+    for i in range(12):
+        document_create(
+            resource=resource,
+            doc_id=f"{'d' * 126}{i:02d}",
+            title="\x01" * 240,
+            text="\x01" * 16_384,
+            summary="\x01" * 240,
+            actor="t",
+        )
+    exported = api.post(f"{EXPORT}?environment=development&resource=big")
+    body = b"".join(exported.streaming_content)
+    archive = zipfile.ZipFile(io.BytesIO(body))
+    sizes = [i.file_size for i in archive.infolist() if i.filename.endswith(".json")]
+    documents = [s for s in sizes if s > 1000]
+    assert len(documents) == 12
+    assert max(documents) > 0.95 * imports.MEMBER_MAX_BYTES
+    response = api.post(f"{IMPORT}?environment=production", data=body,
+                        content_type="application/zip")  # fmt: skip
+    assert response.status_code == 200, response.content
+    assert response.json()["created"] == 12
+    assert Document.objects.filter(resource__environment="production").count() == 12
+
+
+def test_one_document_over_the_maximum_is_refused_whole(
+    api: APIClient, notes: Any, settings: Any
+) -> None:
+    settings.MEMORYADMIN_IMPORT_DOCUMENTS_MAX = 3
+    body = raw_zip([manifest()] + [document(f"d{i}") for i in range(4)])
+    response = api.post(f"{IMPORT}?environment=development", data=body,
+                        content_type="application/zip")  # fmt: skip
+    assert response.status_code == 413, response.content
+    assert response.json()["error"]["details"] == {"field": "body", "members": 4, "maxMembers": 3}
+    nothing_created()
+
+
+# Members an export never writes.
+
+
+LINK = (0o120777 << 16) | 0
+
+
+@pytest.mark.parametrize(
+    ("extra", "fragment"),
+    [
+        (member("../notes/evil.json", b"{}"), "is not manifest.json"),
+        (member("/etc/evil.json", b"{}"), "is not manifest.json"),
+        (member("notes/../../evil.json", b"{}"), "is not manifest.json"),
+        (member("notes/sub/evil.json", b"{}"), "is not manifest.json"),
+        (member("notes\\evil.json", b"{}"), "is not manifest.json"),
+        (member("notes/evil.txt", b"{}"), "is not manifest.json"),
+        (document("other", resource="kb"), "a resource the manifest does not name"),
+        (
+            Member(
+                "notes/link.json",
+                b"/etc/passwd",
+                11,
+                zlib.crc32(b"/etc/passwd"),
+                method=zipfile.ZIP_STORED,
+                external_attr=LINK,
+            ),
+            "is a link",
+        ),
+        (
+            Member("notes/enc.json", b"xx", 2, 0, method=zipfile.ZIP_STORED, flags=1),
+            "is encrypted",
+        ),
+        (
+            Member("notes/bz.json", b"BZh9", 4, 0, method=zipfile.ZIP_BZIP2),
+            "a method other than deflate",
+        ),
+        (document("fine"), "appears twice"),
+    ],
+    ids=[
+        "dot-dot",
+        "absolute",
+        "inner-dot-dot",
+        "nested",
+        "backslash",
+        "not-json",
+        "unnamed-resource",
+        "symlink",
+        "encrypted",
+        "bzip2",
+        "duplicate",
+    ],
+)
+def test_a_member_an_export_never_writes_refuses_the_zip(
+    api: APIClient, notes: Any, extra: Member, fragment: str
+) -> None:
+    body = raw_zip([manifest(), document("fine"), extra])
+    response = api.post(f"{IMPORT}?environment=development", data=body,
+                        content_type="application/zip")  # fmt: skip
+    assert response.status_code == 400, response.content
+    error = response.json()["error"]
+    assert (error["code"], error["details"]["field"]) == ("invalid_request", "body")
+    assert fragment in error["message"]
+    nothing_created()
+
+
+def test_a_member_shorter_than_its_header_is_refused(api: APIClient, notes: Any) -> None:
+    real = document("short")
+    lying = Member(real.name, real.data, real.size + 10, real.crc)
+    response = api.post(f"{IMPORT}?environment=development",
+                        data=raw_zip([manifest(), document("fine"), lying]),
+                        content_type="application/zip")  # fmt: skip
+    assert response.status_code == 400, response.content
+    assert "where its header says" in response.json()["error"]["message"]
+    nothing_created()
+
+
+# The wall-clock bound: past it, everything the import did is rolled back.
+
+
+def test_an_import_past_its_deadline_creates_nothing(
+    api: APIClient, notes: Any, settings: Any
+) -> None:
+    settings.MEMORYADMIN_IMPORT_SECONDS = 0.2
+    body = raw_zip([manifest()] + [document(f"d{i}", text="x" * 100) for i in range(1500)])
+    response = api.post(f"{IMPORT}?environment=development", data=body,
+                        content_type="application/zip")  # fmt: skip
+    assert response.status_code == 413, response.content
+    error = response.json()["error"]
+    assert error["details"] == {"field": "body", "maxSeconds": 0.2}
+    assert "did not finish within 0.2 seconds" in error["message"]
+    nothing_created()
+
+
+# One import per project at a time; other projects go on.
+
+
+def test_a_project_imports_one_zip_at_a_time_and_other_projects_go_on(
+    client_for: Any, keys: Keys, project: Project, other_project: Project
+) -> None:
+    deployment = deployment_create(
+        project=other_project, agent="bot", memory=MANIFEST_MEMORY, actor="t"
+    )
+    deployment_promote(deployment=deployment, environment="development", actor="t")
+    body = raw_zip([manifest(), document("fine")])
+    other = "/api/managed-agents/projects/globex/memory/import?environment=development"
+    with import_slot(project.id):  # an import of acme in flight
+        busy = client_for(keys.owner).post(f"{IMPORT}?environment=development", data=body,
+                                           content_type="application/zip")  # fmt: skip
+        elsewhere = client_for(keys.other).post(other, data=body, content_type="application/zip")
+    assert busy.status_code == 429, busy.content
+    assert busy["Retry-After"] == "5"
+    assert busy.json()["error"]["details"] == {"reason": "import_in_progress", "retryAfter": 5}
+    assert elsewhere.status_code == 200, elsewhere.content
+    assert not Document.objects.filter(resource__project=project).exists()
+    # The slot is free again once the import is over, refused or not.
+    again = client_for(keys.owner).post(f"{IMPORT}?environment=development", data=body,
+                                        content_type="application/zip")  # fmt: skip
+    assert again.status_code == 200, again.content
+    assert again.json()["created"] == 1
+
+
+# The CLI's directory import: each file is read only when it is a regular file within
+# the member limit; anything else fails that file.
+
+
+def test_the_cli_import_reads_no_huge_file_and_follows_no_link(
+    project: Project, notes: Any, tmp_path: Path
+) -> None:
+    (tmp_path / "notes").mkdir()
+    data = {"format": FORMAT, "formatVersion": FORMAT_VERSION, "resources": ["notes"]}
+    (tmp_path / MANIFEST_NAME).write_text(json.dumps(data))
+    (tmp_path / "notes" / "fine.json").write_text(json.dumps({"id": "fine", "title": "Fine"}))
+    with (tmp_path / "notes" / "huge.json").open("wb") as huge:
+        huge.truncate(8 * 1024 * MIB)  # sparse: 8 GiB that take no disk
+    outside = tmp_path / "secret.json"
+    outside.write_text(json.dumps({"id": "leak", "title": "Leak"}))
+    os.symlink(outside, tmp_path / "notes" / "leak.json")
+    os.symlink("/dev/zero", tmp_path / "notes" / "zero.json")
+    out = io.StringIO()
+    started = time.monotonic()
+    with pytest.raises(CommandError, match="3 documents could not be imported"):
+        call_command("memory", "--project", "acme", "import", "--from", str(tmp_path),
+                     stdout=out)  # fmt: skip
+    assert time.monotonic() - started < REFUSED_WITHIN_SECONDS
+    lines = out.getvalue().splitlines()
+    too_big = f"huge.json is over {imports.MEMBER_MAX_BYTES} bytes: not an exported document"
+    assert f"failed notes/huge: {too_big}" in lines
+    assert "failed notes/leak: leak.json is a link, not an exported file" in lines
+    assert "failed notes/zero: zero.json is a link, not an exported file" in lines
+    assert list(Document.objects.values_list("doc_id", flat=True)) == ["fine"]
