@@ -511,3 +511,8 @@ AXES_CLIENT_IP_CALLABLE = "memoryadmin.web.services.lockouts.client_address"
 
 # How long an agent's proposal waits for a decision before it expires.
 MEMORYADMIN_PROPOSAL_TTL_HOURS = env_int("MEMORYADMIN_PROPOSAL_TTL_HOURS", 24 * 7, minimum=1)
+
+# An import over the API (memoryadmin/memory/imports.py): at most this many documents,
+# all of it within this many seconds, else it is refused and creates nothing.
+MEMORYADMIN_IMPORT_DOCUMENTS_MAX = env_int("MEMORYADMIN_IMPORT_DOCUMENTS_MAX", 5000, minimum=1)
+MEMORYADMIN_IMPORT_SECONDS = env_float("MEMORYADMIN_IMPORT_SECONDS", 60.0)
