@@ -383,6 +383,27 @@ MEMORYADMIN_PROVIDER_ALLOW = env_networks("MEMORYADMIN_PROVIDER_ALLOW")
 # (a Mem0 or Hindsight server behind a private CA); public roots stay trusted.
 MEMORYADMIN_PROVIDER_CA_FILE = os.environ.get("MEMORYADMIN_PROVIDER_CA_FILE", "").strip()
 
+# The MCP server (`manage.py mcp`): its database and provider work runs on this
+# many threads, each holding at most one database connection while it works. By
+# default as many as Python's thread pools take for waiting work (the usable
+# cores plus 4, at most 32), and no more than the database pool's connections.
+_db_pool = DATABASES["default"]["OPTIONS"].get("pool")
+MEMORYADMIN_MCP_THREADS = env_int(
+    "MEMORYADMIN_MCP_THREADS",
+    min(
+        32,
+        (getattr(os, "process_cpu_count", os.cpu_count)() or 1) + 4,
+        _db_pool.get("max_size", 32) if isinstance(_db_pool, dict) else 32,
+    ),
+    minimum=1,
+)
+# The threads one project may hold or wait for at once: half by default, so one
+# project's slow provider leaves the other half to everyone else. Beyond it, a
+# call is refused at once (429 `rate_limited`, retryAfter).
+MEMORYADMIN_MCP_THREADS_PER_PROJECT = env_int(
+    "MEMORYADMIN_MCP_THREADS_PER_PROJECT", max(1, MEMORYADMIN_MCP_THREADS // 2), minimum=1
+)
+
 # One JSON object per line on standard output (memoryadmin/logs.py). Requests are
 # logged once, when they finish; `request_started` is debug-level.
 LOGGING = logging_config(os.environ.get("LOG_LEVEL", "INFO").upper())

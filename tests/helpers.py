@@ -322,6 +322,15 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def wait_until(condition: Callable[[], Any], what: str, seconds: float = 15) -> None:
+    """Polls `condition` every 50 ms until it is true; fails naming `what` after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
 def wait_until_up(url: str, process: subprocess.Popen[str], seconds: float = 60) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -598,9 +607,12 @@ def scripted_session(
 
 
 def suite_database_url() -> str:
-    """The URL of the suite's PostgreSQL test database (test_<name>[_gwN]), for servers
-    and workers started as subprocesses to see the test's committed rows."""
+    """The URL of the suite's test database (PostgreSQL's test_<name>[_gwN], or the test
+    process's SQLite file), for servers and workers started as subprocesses to see the
+    test's committed rows."""
     db = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite://{db['NAME']}"
     password = f":{quote(db['PASSWORD'])}" if db["PASSWORD"] else ""
     host, port = db["HOST"] or "127.0.0.1", db["PORT"] or "5432"
     return f"postgres://{quote(db['USER'] or '')}{password}@{host}:{port}/{quote(db['NAME'])}"

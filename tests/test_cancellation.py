@@ -15,7 +15,7 @@ from rest_framework.test import APIClient
 
 from memoryadmin.agents.models import ProviderOperation, Recall
 from memoryadmin.memory.models import Project
-from tests.helpers import gunicorn, scripted_session, suite_database_url
+from tests.helpers import gunicorn, scripted_session, suite_database_url, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -52,15 +52,6 @@ def in_thread(work: Any) -> tuple[threading.Thread, list[Any]]:
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread, out
-
-
-def wait_until(condition: Any, what: str) -> None:
-    event = threading.Event()
-    for _ in range(300):
-        if condition():
-            return
-        event.wait(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def wait_for_request(scripted: Any, operation: str) -> None:

@@ -1,20 +1,28 @@
 """The MCP server, driven by the official SDK's own client: over HTTP (the endpoint in
-this process, on a real socket, against the test database) and over stdio (`manage.py
-mcp` as a subprocess, on a database of its own)."""
+this process, on a real socket, against the test database), over stdio (`manage.py
+mcp` as a subprocess, on a database of its own), and as the HTTP server process
+(`manage.py mcp --http`, on the test database) for its threads and its Host and Origin
+checks."""
 
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import subprocess
+import sys
+import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Iterator
-from contextlib import asynccontextmanager, closing
+from contextlib import asynccontextmanager, closing, contextmanager
 from typing import Any
 
 import anyio
+import anyio.to_thread
 import httpx
 import httpx2
 import pytest
+from django.db import connections
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
@@ -24,8 +32,20 @@ from memoryadmin.agents.models import Session
 from memoryadmin.agents.services import runtime
 from memoryadmin.agents.services.sessions import session_end
 from memoryadmin.memory.models import Document, Project
+from memoryadmin.memory.services.deployments import deployment_create
 from memoryadmin.memory.services.keys import api_key_create
-from tests.helpers import ROOT, Keys, clean_env, freeze, manage, uvicorn_thread
+from tests.helpers import (
+    ROOT,
+    Keys,
+    clean_env,
+    free_port,
+    freeze,
+    manage,
+    suite_database_url,
+    uvicorn_thread,
+    wait_until,
+    wait_until_up,
+)
 
 QUERY = "agent=support-bot@development&memory=notes=workshop:read-write&memory=kb"
 
@@ -61,6 +81,18 @@ def text_of(result: Any) -> Any:
 
 def run(fn: Any) -> Any:
     return anyio.run(fn)
+
+
+async def in_thread(fn: Any) -> Any:
+    """The test's own database work, off its client's event loop."""
+
+    def unit() -> Any:
+        try:
+            return fn()
+        finally:
+            connections.close_all()
+
+    return await anyio.to_thread.run_sync(unit)
 
 
 # Over HTTP.
@@ -119,9 +151,9 @@ def test_frozen_document_ended_session_and_bad_arguments(
             bad = await client.call_tool("memory_save", {"memory": "notes", "txt": "x"})
             nul = await client.call_tool("memory_save", {"memory": "notes", "text": "a\x00b"})
             unknown = await client.call_tool("memory_forget", {})
-            await mcp.in_thread(lambda: freeze(Document.objects.get(pk=workshop.pk)))
+            await in_thread(lambda: freeze(Document.objects.get(pk=workshop.pk)))
             frozen = await client.call_tool("memory_save", {"memory": "notes", "text": "x"})
-            ended = await mcp.in_thread(end_only_session)
+            ended = await in_thread(end_only_session)
             closed = await client.call_tool("memory_save", {"memory": "notes", "text": "x"})
             recall = await client.call_tool("memory_recall", {})
             return bad, nul, unknown, frozen, ended, closed, recall
@@ -230,9 +262,13 @@ def test_a_binding_refused_at_admission_fails_the_mcp_request(
 
 def test_a_runtime_tool_named_memory_recall_is_the_one_served() -> None:
     theirs = {"name": "memory_recall", "description": "A provider's.", "inputSchema": {}}
-    door = mcp.MemoryDoor(session_id="ses_x", recall={"recallId": "r", "tools": [theirs]})
+    door = mcp.MemoryDoor(
+        session_id="ses_x", project_id="acme", recall={"recallId": "r", "tools": [theirs]}
+    )
     assert door.tools() == [theirs]
-    plain = mcp.MemoryDoor(session_id="ses_x", recall={"recallId": "r", "tools": []})
+    plain = mcp.MemoryDoor(
+        session_id="ses_x", project_id="acme", recall={"recallId": "r", "tools": []}
+    )
     assert plain.tools() == [mcp.RECALL_DEFINITION]
 
 
@@ -330,3 +366,244 @@ def test_stdio_serves_one_session_that_a_restart_rejoins(stdio_env: dict[str, st
     )
     assert again.returncode == 7, again.stderr
     assert "has ended; use a new key" in again.stderr
+
+
+# The HTTP server process (`manage.py mcp --http`) on the suite's database: projects are
+# served at once, each within its share of the handler threads; Host and Origin checked.
+
+SCRIBE = "agent=scribe@development&namespace=ledger=team:read-write"
+HELD_TEXT = "Kept by the scripted provider."
+
+
+@contextmanager
+def mcp_process(**env: str) -> Iterator[str]:
+    """`manage.py mcp --http` on a free loopback port with `env` on top of the suite's
+    settings and database; yields the endpoint's URL, stops the process on exit."""
+    port = free_port()
+    full = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "DATABASE_URL": suite_database_url(),
+        "DATABASE_POOL": "0",
+        **env,
+    }
+    process = subprocess.Popen(
+        [sys.executable, "manage.py", "mcp", "--http", f"127.0.0.1:{port}"],
+        cwd=ROOT,
+        env=full,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}/mcp/"
+    try:
+        wait_until_up(url, process)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@pytest.fixture
+def slow_project(other_project: Project, scripted: Any) -> Project:
+    """Project "globex" with agent "scribe", whose resource "ledger" is the scripted
+    provider; its recall is held until the test releases it."""
+    deployment_create(
+        project=other_project,
+        agent="scribe",
+        memory=[scripted.declaration([])],
+        promote="development",
+        actor="t",
+    )
+    scripted.recall = ["hold", (200, {"text": HELD_TEXT, "sources": []})]
+    return other_project
+
+
+def read_in_thread(url: str, key: str, uri: str) -> tuple[threading.Thread, list[Any]]:
+    """Reads `uri` over MCP in a thread of its own; the list gets the text or the error."""
+    out: list[Any] = []
+
+    async def read() -> None:
+        async with connected(url, key) as client:
+            try:
+                out.append((await client.read_resource(uri)).contents[0].text)
+            except MCPError as exc:
+                out.append(exc)
+
+    thread = threading.Thread(target=run, args=(read,), daemon=True)
+    thread.start()
+    return thread, out
+
+
+def timed_read(url: str, key: str, uri: str) -> tuple[float, str]:
+    async def read() -> str:
+        async with connected(url, key) as client:
+            return str((await client.read_resource(uri)).contents[0].text)
+
+    started = time.monotonic()
+    text = run(read)
+    return time.monotonic() - started, text
+
+
+def test_a_slow_provider_of_one_project_holds_up_no_other_project(
+    transactional_db: None, keys: Keys, workshop: Document, slow_project: Project, scripted: Any
+) -> None:
+    with mcp_process(MEMORYADMIN_MCP_THREADS="4") as url:
+        slow, out = read_in_thread(f"{url}?{SCRIBE}", keys.other, "memory://ledger")
+        wait_until(lambda: scripted.requests("recall"), "globex's recall to reach its provider")
+        # While globex's provider holds its recall, acme reads its document at once.
+        elapsed, text = timed_read(f"{url}?{QUERY}", keys.owner, "memory://notes")
+        assert text == workshop.text
+        assert elapsed < 1, f"acme waited {elapsed:.1f} s"
+        assert slow.is_alive()
+        assert not out
+        scripted.release.set()
+        slow.join(15)
+    assert out == [HELD_TEXT]
+
+
+def test_a_project_past_its_share_is_refused_at_once_and_others_are_served(
+    transactional_db: None, keys: Keys, workshop: Document, slow_project: Project, scripted: Any
+) -> None:
+    """Two handler threads, so each project's share is one. globex's first session reads
+    memory at once; a second session's read is then held by the provider: globex is at its
+    share, and the first session's calls and a third session are refused at once."""
+    early = {"text": "Early.", "sources": []}
+    scripted.recall = [(200, early), "hold", (200, {"text": HELD_TEXT, "sources": []})]
+
+    async def scenario() -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        async with connected(f"{url}?{SCRIBE}", keys.other) as first:
+            seen["tools"] = await first.list_tools()
+            seen["held"] = read_in_thread(f"{url}?{SCRIBE}", keys.other, "memory://ledger")
+            await anyio.to_thread.run_sync(
+                wait_until, lambda: len(scripted.requests("recall")) == 2, "the held recall"
+            )
+            started = time.monotonic()
+            seen["recall"] = await first.call_tool("memory_recall", {})
+            seen["read"] = await refusal(first.read_resource("memory://ledger"))
+            async with connected(f"{url}?{SCRIBE}&session=third", keys.other) as third:
+                seen["third"] = await refusal(third.list_tools())
+            seen["refused in"] = time.monotonic() - started
+            async with connected(f"{url}?{QUERY}", keys.owner) as acme:
+                started = time.monotonic()
+                seen["acme"] = (await acme.read_resource("memory://notes")).contents[0].text
+                seen["acme in"] = time.monotonic() - started
+        return seen
+
+    with mcp_process(MEMORYADMIN_MCP_THREADS="2") as url:
+        seen = run(scenario)
+        held, out = seen["held"]
+        assert held.is_alive()
+        assert not out
+        scripted.release.set()
+        held.join(15)
+    assert out == [HELD_TEXT]
+    assert [t.name for t in seen["tools"].tools] == ["memory_recall"]
+    assert seen["refused in"] < 1, f"globex's refusals took {seen['refused in']:.1f} s"
+    assert seen["recall"].is_error
+    error = seen["recall"].structured_content["error"]
+    assert error["code"] == "rate_limited"
+    assert "share of this MCP server's threads (1 of 1)" in error["message"]
+    for refused in (seen["read"], seen["third"]):
+        assert isinstance(refused, MCPError)
+        assert refused.data["error"]["code"] == "rate_limited"
+        assert refused.data["error"]["details"]["reason"] == "concurrency_limit"
+        assert 1 <= refused.data["error"]["details"]["retryAfter"] <= 10
+    # acme still found its thread at once.
+    assert seen["acme"] == workshop.text
+    assert seen["acme in"] < 1, f"acme waited {seen['acme in']:.1f} s"
+    # The third session was never opened; the provider saw the two admitted recalls only.
+    keys_of = Session.objects.filter(project=slow_project).values_list("idempotency_key")
+    assert len(keys_of) == 2
+    assert ("mcp/third",) not in keys_of
+    assert len(scripted.requests("recall")) == 2
+
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    },
+}
+
+
+def initialize(url: str, key: str, **headers: str) -> httpx.Response:
+    return httpx.post(
+        f"{url}?{QUERY}",
+        json=INITIALIZE,
+        headers={
+            "x-api-key": key,
+            "accept": "application/json, text/event-stream",
+            **headers,
+        },
+    )
+
+
+def test_host_and_origin_are_checked_against_the_allowed_hosts(
+    transactional_db: None, keys: Keys, workshop: Document
+) -> None:
+    env = {
+        "DJANGO_ALLOWED_HOSTS": "127.0.0.1,memory.example.com",
+        "DJANGO_CSRF_TRUSTED_ORIGINS": "https://app.example.com",
+    }
+    with mcp_process(**env) as url:
+        port = url.split(":")[2].split("/")[0]
+        refused = {
+            "host": initialize(url, keys.owner, host="evil.example"),
+            "host and port": initialize(url, keys.owner, host=f"evil.example:{port}"),
+            "origin": initialize(url, keys.owner, origin="http://evil.example"),
+            "origin of another port": initialize(
+                url, keys.owner, origin="https://app.example.com:8443"
+            ),
+            "no key, foreign host": initialize(url, "", host="evil.example"),
+        }
+        statuses = {name: response.status_code for name, response in refused.items()}
+        assert statuses == {
+            "host": 421,
+            "host and port": 421,
+            "origin": 403,
+            "origin of another port": 403,
+            "no key, foreign host": 421,
+        }
+        assert refused["host"].json()["error"]["code"] == "misdirected_request"
+        assert refused["origin"].json()["error"]["code"] == "forbidden"
+        assert not Session.objects.exists()
+        allowed = [
+            initialize(url, keys.owner),
+            initialize(url, keys.owner, host="memory.example.com"),
+            initialize(url, keys.owner, origin=f"http://127.0.0.1:{port}"),
+            initialize(
+                url, keys.owner, host="memory.example.com", origin="https://memory.example.com"
+            ),
+            initialize(url, keys.owner, origin="https://app.example.com"),
+        ]
+        assert [r.status_code for r in allowed] == [200] * 5, [r.text for r in allowed]
+        assert all(r.headers["mcp-session-id"] for r in allowed)
+
+
+def test_allowed_hosts_the_endpoint_cannot_check_stop_it_from_starting(
+    transactional_db: None,
+) -> None:
+    env = clean_env(
+        DJANGO_SETTINGS_MODULE="tests.settings",
+        DATABASE_URL=suite_database_url(),
+        DJANGO_ALLOWED_HOSTS=".example.com",
+    )
+    done = subprocess.run(
+        [sys.executable, "manage.py", "mcp", "--http", f"127.0.0.1:{free_port()}"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 6, done.stderr
+    assert "'.example.com'" in done.stderr

@@ -9,7 +9,10 @@ checked against what it read, exactly as for an agent host over HTTP.
 
 Two transports serve it: stdio for one session (`manage.py mcp`), and
 streamable HTTP at `/mcp/` (`manage.py mcp --http`), one memoryadmin session per
-MCP session, authenticated with the `x-api-key` header.
+MCP session, authenticated with the `x-api-key` header, on a Host and from an
+Origin that the Django settings allow (the SDK's DNS rebinding protection). The
+handlers' sync work runs on a pool of threads, each project within its share
+(mcp_threads.py).
 """
 
 from __future__ import annotations
@@ -20,17 +23,19 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 from urllib.parse import parse_qs
 
 import mcp_types as types
-from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import CommandError
-from django.db import close_old_connections
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import Server
 from mcp.server.stdio import stdio_server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -40,6 +45,7 @@ from starlette.types import Receive, Scope, Send
 
 from memoryadmin.agents.errors import SessionClosed
 from memoryadmin.agents.management.commands.session import memory_options
+from memoryadmin.agents.mcp_threads import Threads
 from memoryadmin.agents.models import Session
 from memoryadmin.agents.services import runtime
 from memoryadmin.agents.services.sessions import session_create, session_get
@@ -84,25 +90,16 @@ CONFLICT_HINT = (
 )
 
 
-async def in_thread[T](fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
-    """Runs database work off the event loop, as Django runs a request: stale connections
-    closed before and after."""
-
-    def unit() -> T:
-        close_old_connections()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            close_old_connections()
-
-    return await sync_to_async(unit, thread_sensitive=True)()
-
-
 @dataclass
 class MemoryDoor:
-    """One session as an MCP connection sees it: its latest recall decides saves."""
+    """One session as an MCP connection sees it: its latest recall decides saves.
+
+    Its calls may run at once on different threads: each reads the latest recall
+    when it starts, as an agent host's concurrent requests would.
+    """
 
     session_id: str
+    project_id: str
     recall: dict[str, Any] | None = field(default=None)
 
     def _session(self) -> Session:
@@ -175,11 +172,16 @@ class MemoryDoor:
         return text
 
 
-def _error_result(exc: DomainError) -> types.CallToolResult:
+def _envelope(exc: DomainError) -> dict[str, Any]:
+    """The API's error envelope of a refusal."""
     error: dict[str, Any] = {"code": exc.code, "message": exc.message}
     if exc.details:
         error["details"] = exc.details
-    body = {"error": error}
+    return {"error": error}
+
+
+def _error_result(exc: DomainError) -> types.CallToolResult:
+    body = _envelope(exc)
     return types.CallToolResult(
         content=[types.TextContent(text=json.dumps(body))], structured_content=body, is_error=True
     )
@@ -195,14 +197,18 @@ def _result(result: dict[str, Any]) -> types.CallToolResult:
 
 
 def _mcp_error(exc: DomainError) -> MCPError:
-    return MCPError(code=types.INVALID_PARAMS, message=f"{exc.code}: {exc.message}")
+    """A refusal as the MCP error of a request, with the API's envelope as its data."""
+    return MCPError(
+        code=types.INVALID_PARAMS, message=f"{exc.code}: {exc.message}", data=_envelope(exc)
+    )
 
 
 DoorFor = Callable[[ServerRequestContext[Any, Any]], Awaitable[MemoryDoor]]
 
 
-def build_server(door_for: DoorFor, *, sessions: bool = False) -> Server[Any]:
-    """The MCP server of memory doors; `door_for` finds a request's door.
+def build_server(door_for: DoorFor, threads: Threads, *, sessions: bool = False) -> Server[Any]:
+    """The MCP server of memory doors; `door_for` finds a request's door, whose work runs
+    on `threads` within its project's share.
 
     With `sessions`, clients are sent to the handshake era, whose MCP sessions
     (Mcp-Session-Id) the HTTP endpoint maps to memoryadmin sessions.
@@ -213,7 +219,7 @@ def build_server(door_for: DoorFor, *, sessions: bool = False) -> Server[Any]:
     ) -> types.ListToolsResult:
         door = await door_for(ctx)
         try:
-            tools = await in_thread(door.tools)
+            tools = await threads.run(door.project_id, door.tools)
         except DomainError as exc:
             raise _mcp_error(exc) from exc
         return types.ListToolsResult(
@@ -230,7 +236,8 @@ def build_server(door_for: DoorFor, *, sessions: bool = False) -> Server[Any]:
     ) -> types.CallToolResult:
         door = await door_for(ctx)
         try:
-            result = await in_thread(door.call, params.name, dict(params.arguments or {}))
+            arguments = dict(params.arguments or {})
+            result = await threads.run(door.project_id, door.call, params.name, arguments)
         except DomainError as exc:
             return _error_result(exc)
         return _result(result)
@@ -240,16 +247,17 @@ def build_server(door_for: DoorFor, *, sessions: bool = False) -> Server[Any]:
     ) -> types.ListResourcesResult:
         door = await door_for(ctx)
         try:
-            return types.ListResourcesResult(resources=await in_thread(door.resources))
+            resources = await threads.run(door.project_id, door.resources)
         except DomainError as exc:
             raise _mcp_error(exc) from exc
+        return types.ListResourcesResult(resources=resources)
 
     async def read_resource(
         ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult:
         door = await door_for(ctx)
         try:
-            text = await in_thread(door.read, params.uri)
+            text = await threads.run(door.project_id, door.read, params.uri)
         except DomainError as exc:
             raise _mcp_error(exc) from exc
         contents = types.TextResourceContents(uri=params.uri, mime_type="text/plain", text=text)
@@ -300,7 +308,7 @@ def door_open(
         raise SessionClosed(
             f"Session {session.id} (key {idempotency_key!r}) has ended; use a new key."
         )
-    return MemoryDoor(session_id=session.id)
+    return MemoryDoor(session_id=session.id, project_id=project.id)
 
 
 async def serve_stdio(door: MemoryDoor) -> None:
@@ -309,7 +317,7 @@ async def serve_stdio(door: MemoryDoor) -> None:
     async def door_for(ctx: ServerRequestContext[Any, Any]) -> MemoryDoor:
         return door
 
-    server = build_server(door_for)
+    server = build_server(door_for, Threads())
     async with stdio_server() as (read, write):
         await server.run(read, write, server.create_initialization_options())
 
@@ -368,7 +376,8 @@ def http_config(raw_key: str | None, query: str) -> HttpConfig:
 class HttpDoors:
     """The doors of the HTTP endpoint's MCP sessions (at most HTTP_SESSIONS_MAX)."""
 
-    def __init__(self) -> None:
+    def __init__(self, threads: Threads) -> None:
+        self.threads = threads
         # MCP session id -> the door and who opened it with what.
         self._doors: OrderedDict[str, tuple[MemoryDoor, tuple[Any, ...]]] = OrderedDict()
 
@@ -388,7 +397,7 @@ class HttpDoors:
         door = found[0] if found is not None else None
         if door is None:
             try:
-                door = await in_thread(
+                opening = partial(
                     door_open,
                     project=config.project,
                     agent_id=config.agent_id,
@@ -396,6 +405,7 @@ class HttpDoors:
                     idempotency_key="mcp/" + (config.session_key or mcp_session),
                     actor=f"key:{config.key.prefix}",
                 )
+                door = await self.threads.run(config.project.id, opening)
             except DomainError as exc:
                 raise _mcp_error(exc) from exc
             self._doors[mcp_session] = (door, opened_by)
@@ -405,24 +415,82 @@ class HttpDoors:
         return door
 
 
+# Host and Origin as Django's settings allow them, checked by the SDK's DNS rebinding
+# protection; its refusals as the API's error envelope.
+HOST_REFUSALS = {
+    421: (
+        "misdirected_request",
+        "This server does not answer to this Host (DJANGO_ALLOWED_HOSTS).",
+    ),
+    403: (
+        "forbidden",
+        "This server does not accept requests from this Origin (DJANGO_CSRF_TRUSTED_ORIGINS "
+        "and the allowed hosts' own origins).",
+    ),
+}
+
+
+def transport_security() -> TransportSecuritySettings:
+    """The SDK's Host and Origin check, configured from Django's settings.
+
+    A Host is allowed when it is one of ALLOWED_HOSTS, on any port. An Origin is
+    allowed when it is one of CSRF_TRUSTED_ORIGINS, or http or https on an allowed
+    host (any port); a request without one (not from a browser) is allowed. The
+    SDK compares names exactly: a pattern (`*`, `.example.com`, `https://*.example.com`)
+    is refused here, before the endpoint serves anything.
+    """
+    hosts = [host.lower() for host in settings.ALLOWED_HOSTS]
+    if settings.DEBUG and not hosts:
+        hosts = ["localhost", "127.0.0.1", "[::1]"]  # Django's own, without patterns
+    origins = list(settings.CSRF_TRUSTED_ORIGINS)
+    patterns = [h for h in hosts if h == "*" or h.startswith(".")] + [
+        o for o in origins if "*" in o
+    ]
+    if patterns:
+        raise ImproperlyConfigured(
+            f"The MCP endpoint checks Host and Origin against exact names, and "
+            f"{', '.join(repr(p) for p in patterns)} is a pattern: give this process "
+            "DJANGO_ALLOWED_HOSTS (and DJANGO_CSRF_TRUSTED_ORIGINS) that name its hosts."
+        )
+    on_any_port = [name for host in hosts for name in (host, f"{host}:*")]
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=on_any_port,
+        allowed_origins=[
+            *origins,
+            *(f"{scheme}://{name}" for scheme in ("http", "https") for name in on_any_port),
+        ],
+    )
+
+
 def http_app() -> Starlette:
-    """The streamable-HTTP endpoint at /mcp/, behind the API key check."""
-    doors = HttpDoors()
+    """The streamable-HTTP endpoint at /mcp/: Host and Origin checked, then the API key."""
+    threads = Threads()
+    doors = HttpDoors(threads)
+    # The Host and Origin check runs first, before the key is read; the transport then
+    # checks only what it checks without it (Content-Type).
+    security = TransportSecurityMiddleware(transport_security())
     manager = StreamableHTTPSessionManager(
-        app=build_server(doors.door_for, sessions=True), max_request_body_size=BODY_MAX_BYTES
+        app=build_server(doors.door_for, threads, sessions=True),
+        max_request_body_size=BODY_MAX_BYTES,
     )
 
     async def endpoint(scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope)
+        refused = await security.validate_request(request)
+        if refused is not None:
+            code, message = HOST_REFUSALS.get(
+                refused.status_code, ("invalid_request", bytes(refused.body).decode())
+            )
+            body = {"error": {"code": code, "message": message}}
+            await JSONResponse(body, status_code=refused.status_code)(scope, receive, send)
+            return
         try:
-            checked = await in_thread(
-                http_config, request.headers.get("x-api-key"), request.url.query
+            checked = await threads.run(
+                None, http_config, request.headers.get("x-api-key"), request.url.query
             )
         except DomainError as exc:
-            error: dict[str, Any] = {"code": exc.code, "message": exc.message}
-            if exc.details:
-                error["details"] = exc.details
-            await JSONResponse({"error": error}, status_code=exc.status)(scope, receive, send)
+            await JSONResponse(_envelope(exc), status_code=exc.status)(scope, receive, send)
             return
         scope.setdefault("state", {})["memoryadmin"] = checked
         await manager.handle_request(scope, receive, send)

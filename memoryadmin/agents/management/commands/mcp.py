@@ -14,6 +14,8 @@ import sys
 from typing import Any
 
 import anyio
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import CommandParser
 
 from memoryadmin.agents import mcp
@@ -57,6 +59,9 @@ class Command(cli.Command):
         )
 
     def act(self, options: dict[str, Any]) -> None:
+        # The handlers' threads are the ones that wait on providers: the providers' bounds
+        # per project and in all count them.
+        settings.MEMORYADMIN_REQUEST_THREADS = settings.MEMORYADMIN_MCP_THREADS
         if options["http"]:
             self.serve_http(options["http"])
             return
@@ -94,5 +99,9 @@ class Command(cli.Command):
         host, _, port = bind.rpartition(":")
         if not host or not port.isdigit():
             raise cli.invalid("--http takes HOST:PORT, e.g. 127.0.0.1:8001.")
+        try:
+            app = mcp.http_app()
+        except ImproperlyConfigured as exc:
+            raise cli.invalid(str(exc)) from exc
         self.stderr.write(f"MCP over streamable HTTP at http://{bind}/mcp/")
-        uvicorn.run(mcp.http_app(), host=host, port=int(port), log_level="warning")
+        uvicorn.run(app, host=host, port=int(port), log_level="warning")
