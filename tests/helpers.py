@@ -512,6 +512,8 @@ class ScriptedProvider(ThreadingHTTPServer):
         self.tool: list[Answer] = [(200, {"result": {"status": "stored"}})]
         self.status: list[Answer] = [(200, {"result": {"status": "stored"}})]
         self.seen: list[dict[str, Any]] = []
+        # Headers sent with every answer (e.g. Retry-After), when set.
+        self.headers: dict[str, str] = {}
         self.release = threading.Event()
         # Held requests whose connection the host closed before the answer.
         self.abandoned = 0
@@ -563,6 +565,8 @@ class _ScriptedHandler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
+        for name, value in self.server.headers.items():
+            self.send_header(name, value)
         self.end_headers()
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             self.wfile.write(data)

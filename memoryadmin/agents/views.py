@@ -164,11 +164,9 @@ class SessionEventsView(SessionApiView):
     )
     def get(self, request: Request, session_id: str) -> Response:
         session = self.session(request, session_id)
-        raw = request.query_params.get("after", "0")
-        if not raw.isdigit() or len(raw) > 12:
-            raise InvalidRequest("after must be a non-negative integer.")
+        after = session_services.check_after(request.query_params.get("after", "0"))
         limit = session_services.EVENT_PAGE_SIZE
-        events = session_services.session_events(session=session, after=int(raw), limit=limit)
+        events = session_services.session_events(session=session, after=after, limit=limit)
         next_after = events[-1].seq if len(events) == limit else None
         return Response({"events": [event_dict(e) for e in events], "nextAfter": next_after})
 

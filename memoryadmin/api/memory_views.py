@@ -3,12 +3,10 @@ read the audit log, export and import a project's memory."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from django.http import StreamingHttpResponse
-from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework.request import Request
@@ -19,6 +17,7 @@ from memoryadmin.api.base import CURSOR, ENVIRONMENT, ERRORS, WRITE_ERRORS, ApiV
 from memoryadmin.api.conditions import required_if_match
 from memoryadmin.api.parsers import ZipUploadParser
 from memoryadmin.api.views import IF_MATCH, SEARCH_Q, document_response
+from memoryadmin.core.inputs import parse_instant
 from memoryadmin.memory.errors import InvalidRequest
 from memoryadmin.memory.limits import check_document_id, check_resource_id
 from memoryadmin.memory.representations import audit_dict, search_hit_dict, version_dict
@@ -80,17 +79,9 @@ def _query(request: Request, name: str) -> str:
 
 
 def _time(request: Request, name: str) -> datetime | None:
+    # A date alone means its midnight, UTC.
     value = s.require_query_string(request, name)
-    if value is None:
-        return None
-    try:
-        # A date alone means its midnight, UTC.
-        parsed = parse_datetime(value) or parse_datetime(f"{value}T00:00:00")
-    except ValueError:
-        parsed = None
-    if parsed is None:
-        raise InvalidRequest(f"{name} must be an ISO 8601 time, e.g. 2026-09-10T12:00:00Z.")
-    return parsed if timezone.is_aware(parsed) else parsed.replace(tzinfo=UTC)
+    return None if value is None else parse_instant(value, field=name)
 
 
 AUDIT_FILTERS = [

@@ -10,7 +10,13 @@ from typing import IO, Any
 from rest_framework.parsers import BaseParser
 
 from memoryadmin.memory.imports import upload_max
-from memoryadmin.memory.jsonbody import body_read, json_parse, stream_chunks, too_large
+from memoryadmin.memory.jsonbody import (
+    body_read,
+    declared_check,
+    json_parse,
+    stream_chunks,
+    too_large,
+)
 
 
 class LimitedJSONParser(BaseParser):
@@ -49,9 +55,7 @@ class ZipUploadParser(BaseParser):
         request = (parser_context or {}).get("request")
         declared = request.META.get("CONTENT_LENGTH") if request is not None else None
         limit = upload_max()
-        text = str(declared or "").strip()
-        if text.isdigit() and int(text) > limit:
-            raise too_large(int(text), limit)
+        declared_check(declared, limit)
         size = 0
         for chunk in stream_chunks(stream):
             size += len(chunk)

@@ -28,6 +28,7 @@ import uuid
 from typing import Any
 from urllib.parse import quote
 
+from memoryadmin.core.inputs import whole_number
 from memoryadmin.external.base import (
     PAGE_SIZE,
     ExternalProvider,
@@ -99,7 +100,7 @@ class HindsightStore(RemoteStore):
         return self._remotes(results, "recall")[:limit]
 
     def page(self, token: str | None) -> tuple[list[Remote], str | None]:
-        offset = int(token) if token and token.isdigit() else 0
+        offset = whole_number(token) or 0
         params = {"limit": str(PAGE_SIZE), "offset": str(offset)}
         data = self.send(
             "GET", f"{self.bank}/memories/list", operation="list", retryable=True, params=params

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from memoryadmin.core.inputs import whole_number
 from memoryadmin.external.base import (
     PAGE_SIZE,
     ExternalProvider,
@@ -87,7 +88,7 @@ class Mem0OssStore(RemoteStore):
 
     def page(self, token: str | None) -> tuple[list[Remote], str | None]:
         # The server has no pages: it answers up to its limit at once; ours are slices.
-        offset = int(token) if token and token.isdigit() else 0
+        offset = whole_number(token) or 0
         params = {**self.entities, "top_k": str(LIST_LIMIT)}
         data = self.send("GET", "/memories", operation="list", retryable=True, params=params)
         remotes = self._results(data, "list")

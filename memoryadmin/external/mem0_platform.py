@@ -22,6 +22,7 @@ import re
 from typing import Any
 from urllib.parse import quote
 
+from memoryadmin.core.inputs import whole_number
 from memoryadmin.external.base import (
     PAGE_SIZE,
     ExternalProvider,
@@ -104,7 +105,7 @@ class Mem0PlatformStore(RemoteStore):
         return self._results(data, "search")
 
     def page(self, token: str | None) -> tuple[list[Remote], str | None]:
-        page = int(token) if token and token.isdigit() else 1
+        page = whole_number(token, minimum=1) or 1
         params = {"page": str(page), "page_size": str(PAGE_SIZE)}
         data = self.send(
             "POST",

@@ -36,6 +36,7 @@ import time
 from typing import Any
 from urllib.parse import quote
 
+from memoryadmin.core.inputs import whole_number
 from memoryadmin.external.base import (
     ExternalProvider,
     OperationState,
@@ -404,7 +405,9 @@ class VertexMemoryBankProvider(ExternalProvider):
             )
         try:
             data = reply.json(suffixed=True)
-            token, lifetime = data["access_token"], float(data.get("expires_in", 3600))
+            token = data["access_token"]
+            # Seconds as a JSON integer (or ASCII digits); anything else: not cached.
+            lifetime = float(whole_number(data.get("expires_in", 3600)) or 0)
         except (ValueError, KeyError, TypeError):
             raise connection.failure(
                 "invalid_response", "the token endpoint sent no access token", operation="token"

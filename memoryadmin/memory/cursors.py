@@ -13,8 +13,8 @@ from typing import Any
 from django.core import signing
 from django.db import models
 from django.db.models import QuerySet
-from django.utils.dateparse import parse_datetime
 
+from memoryadmin.core.inputs import InvalidInput, parse_instant
 from memoryadmin.memory.errors import InvalidRequest
 
 INVALID = "cursor is not valid for this list."
@@ -40,10 +40,10 @@ def _encode(value: Any) -> Any:
 
 def _decode(field: Any, value: Any) -> Any:
     if isinstance(field, models.DateTimeField):
-        parsed = parse_datetime(value) if isinstance(value, str) else None
-        if parsed is None:
-            raise InvalidRequest(INVALID)
-        return parsed
+        try:
+            return parse_instant(value, field="cursor")
+        except InvalidInput as exc:
+            raise InvalidRequest(INVALID) from exc
     if type(value) is not (int if isinstance(field, models.IntegerField) else str):
         raise InvalidRequest(INVALID)
     return value

@@ -13,6 +13,7 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
+from memoryadmin.core.inputs import whole_number
 from memoryadmin.memory.errors import InvalidRequest, LimitExceeded
 from memoryadmin.memory.limits import BODY_MAX_BYTES
 from memoryadmin.memory.strings import NESTING_MAX, strings_check
@@ -32,6 +33,14 @@ def stream_chunks(stream: IO[bytes] | Any) -> Iterator[bytes]:
         yield chunk
 
 
+def declared_check(declared: str | int | None, limit: int) -> None:
+    """Refuses (LimitExceeded, 413) a body whose Content-Length is over `limit`. A
+    length that is not ASCII digits is as none: the body is counted as it arrives."""
+    size = whole_number(str(declared or "").strip(), clamp=True)
+    if size is not None and size > limit:
+        raise too_large(size, limit)
+
+
 def body_read(
     chunks: Iterable[bytes], *, declared: str | int | None = None, limit: int = BODY_MAX_BYTES
 ) -> bytes:
@@ -40,9 +49,7 @@ def body_read(
     `declared` is the Content-Length, when there is one: a body declared too
     large is refused before a byte of it is read.
     """
-    text = str(declared or "").strip()
-    if text.isdigit() and int(text) > limit:
-        raise too_large(int(text), limit)
+    declared_check(declared, limit)
     data = bytearray()
     for chunk in chunks:
         data += chunk

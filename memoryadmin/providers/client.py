@@ -15,12 +15,12 @@ import json
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 import httpx
 from django.views.decorators.debug import sensitive_variables
 
+from memoryadmin.core.inputs import InvalidInput, parse_instant
 from memoryadmin.memory.cancellation import Cancellation, current_cancellation
 from memoryadmin.memory.errors import InvalidRequest
 from memoryadmin.memory.limits import BODY_MAX_BYTES, utf8_len
@@ -229,8 +229,8 @@ def _source(raw: object, index: int) -> dict[str, str]:
         source[name] = value
     if "updatedAt" in source:
         try:
-            datetime.fromisoformat(source["updatedAt"])
-        except ValueError as exc:
+            parse_instant(source["updatedAt"], field="updatedAt")
+        except InvalidInput as exc:
             raise ValueError(f"sources[{index}].updatedAt must be an ISO 8601 time") from exc
     return source
 

@@ -29,6 +29,7 @@ from typing import Any
 import httpx
 from django.views.decorators.debug import sensitive_variables
 
+from memoryadmin.core.inputs import whole_number
 from memoryadmin.core.watchdog import cut_at
 from memoryadmin.memory.errors import DomainError, LimitExceeded
 from memoryadmin.memory.jsonbody import body_read, json_parse
@@ -44,6 +45,8 @@ logger = logging.getLogger(__name__)
 RETRYABLE_STATUSES = {408, 429}
 # The waits before the second and the third attempt.
 RETRY_DELAYS: tuple[float, ...] = (0.25, 1.0)
+# A longer Retry-After counts as this many seconds (RFC 9111's largest delta-seconds).
+RETRY_AFTER_MAX = 2**31
 # Who the audit log names for what provider calls record.
 AUDIT_ACTOR = "system:providers"
 
@@ -179,12 +182,14 @@ def _attempt(
 
 
 def retry_after(headers: httpx.Headers) -> float | None:
-    """A valid Retry-After (delta-seconds or HTTP-date) in seconds, else None."""
+    """A valid Retry-After (delta-seconds or HTTP-date) in seconds, else None: a
+    malformed one (Unicode digits, a sign, a fraction) is as if there were none."""
     raw = headers.get("retry-after", "").strip()
-    if not raw:
+    if not raw or not raw.isascii():  # an HTTP-date's int() would read Unicode digits too
         return None
-    if raw.isdigit():
-        return float(int(raw))
+    seconds = whole_number(raw, maximum=RETRY_AFTER_MAX, clamp=True)
+    if seconds is not None:
+        return float(seconds)
     try:
         when = parsedate_to_datetime(raw)
     except (TypeError, ValueError, IndexError):

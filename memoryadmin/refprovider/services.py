@@ -19,6 +19,7 @@ from django.utils import timezone
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
+from memoryadmin.core.inputs import InvalidInput, parse_instant
 from memoryadmin.memory.limits import MAX_BYTES_MAX, MAX_BYTES_MIN, utf8_len
 from memoryadmin.memory.representations import iso_ms
 from memoryadmin.refprovider.declaration import REFERENCE_TOOLS
@@ -74,14 +75,10 @@ class Call:
 
 
 def _deadline(value: object, now: datetime) -> datetime:
-    if not isinstance(value, str):
-        raise _invalid("deadlineAt must be an ISO 8601 time.")
     try:
-        deadline = datetime.fromisoformat(value)
-    except ValueError as exc:
-        raise _invalid("deadlineAt must be an ISO 8601 time.") from exc
-    if deadline.tzinfo is None:
-        raise _invalid("deadlineAt must carry a time zone.")
+        deadline = parse_instant(value, field="deadlineAt", zone_required=True)
+    except InvalidInput as exc:
+        raise _invalid(exc.message) from exc
     if deadline <= now:
         raise ProtocolError(400, "deadline_expired", "deadlineAt has passed; nothing was done.")
     return deadline

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import date
 from typing import Any
 
 from django import forms
 from django.utils.http import urlencode
 
+from memoryadmin.core.inputs import parse_date
 from memoryadmin.memory.errors import DomainError, LimitExceeded
 from memoryadmin.memory.limits import (
     SUMMARY_MAX_BYTES,
@@ -52,6 +54,21 @@ class StrictForm(forms.Form):
             except DomainError as exc:
                 self.add_error(name, exc.message)
         return cleaned
+
+
+class DateField(forms.DateField):
+    """An ISO 8601 date read by the kernel's parser: ASCII digits only (Django's own
+    field also reads a year written in Arabic-Indic or fullwidth digits)."""
+
+    def to_python(self, value: Any) -> date | None:
+        if value in self.empty_values:
+            return None
+        if isinstance(value, date):
+            return value
+        try:
+            return parse_date(str(value).strip(), field=str(self.label or "date"))
+        except DomainError as exc:
+            raise forms.ValidationError(self.error_messages["invalid"], code="invalid") from exc
 
 
 def text_field() -> forms.CharField:
@@ -200,8 +217,8 @@ class AuditFilterForm(StrictForm):
     action = forms.CharField(required=False, max_length=64)
     actor = forms.CharField(required=False, max_length=200)
     by = forms.ChoiceField(required=False, choices=[("", "anyone"), *ACTOR_KINDS.items()])
-    since = forms.DateField(required=False, label="From")
-    until = forms.DateField(required=False, label="To")
+    since = DateField(required=False, label="From")
+    until = DateField(required=False, label="To")
 
     def where(self) -> AuditFilter:
         self.is_valid()

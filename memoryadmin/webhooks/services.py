@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 from django.db import transaction
 from django.utils import timezone
 
+from memoryadmin.core.inputs import whole_number
 from memoryadmin.memory.cursors import keyset_page
 from memoryadmin.memory.errors import InvalidRequest, NotFound
 from memoryadmin.memory.models import Project
@@ -124,9 +125,11 @@ def endpoint_list(*, project: Project) -> list[Endpoint]:
 
 
 def endpoint_get(*, project: Project, endpoint_id: object) -> Endpoint:
-    if not isinstance(endpoint_id, int | str) or not str(endpoint_id).isdigit():
+    """The project's endpoint by its id; one that is not ASCII digits is none (404)."""
+    pk = whole_number(endpoint_id)
+    if pk is None:
         raise WebhookNotFound(f"No webhook endpoint '{endpoint_id}'.")
-    endpoint = Endpoint.objects.filter(project=project, pk=int(endpoint_id)).first()
+    endpoint = Endpoint.objects.filter(project=project, pk=pk).first()
     if endpoint is None:
         raise WebhookNotFound(f"No webhook endpoint '{endpoint_id}' in project '{project.id}'.")
     return endpoint
@@ -207,9 +210,10 @@ def delivery_redeliver(
     """Sends a finished delivery (delivered or failed) again: the same event id and
     body, a fresh count of attempts, in its place in the endpoint's queue. Says
     whether it did (a delivery still open is left as it is)."""
-    if not isinstance(delivery_id, int | str) or not str(delivery_id).isdigit():
+    pk = whole_number(delivery_id)
+    if pk is None:
         raise DeliveryNotFound(f"No delivery '{delivery_id}'.")
-    rows = Delivery.objects.filter(endpoint=endpoint, pk=int(delivery_id))
+    rows = Delivery.objects.filter(endpoint=endpoint, pk=pk)
     current = rows.values_list("state", flat=True).first()
     if current is None:
         raise DeliveryNotFound(f"No delivery '{delivery_id}' for webhook endpoint {endpoint.pk}.")

@@ -23,6 +23,7 @@ from memoryadmin.agents.models import (
     SessionEvent,
     SessionStatus,
 )
+from memoryadmin.core.inputs import parse_int
 from memoryadmin.memory.cursors import keyset_page
 from memoryadmin.memory.environments import Environment, check_environment
 from memoryadmin.memory.errors import Forbidden, InvalidRequest, NotFound, PreconditionFailed
@@ -54,6 +55,8 @@ SESSION_PAGE_SIZE = 50
 # How agentId names an agent in one environment.
 AGENT_REFS = " or ".join(f"<agent>@{name}" for name in Environment.values)
 EVENT_PAGE_SIZE = 500
+# The largest `after` an events page takes (twelve digits, far beyond any seq).
+AFTER_MAX = 10**12 - 1
 
 
 def new_session_id() -> str:
@@ -448,6 +451,12 @@ def session_list(
         scope=f"sessions:{project.id}:{environment}:{agent or ''}:{status or ''}",
         limit=limit,
     )
+
+
+def check_after(value: object) -> int:
+    """The `after` of an events page as every door receives it (text): a seq in ASCII
+    digits, 0 to AFTER_MAX; InvalidInput (400) naming `after` otherwise."""
+    return parse_int(value, field="after", maximum=AFTER_MAX)
 
 
 def session_events(

@@ -10,13 +10,13 @@ did not exist at T and is left out, as is one created after T.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from django.db.models import OuterRef, Q, Subquery
 from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 
+from memoryadmin.core.inputs import parse_instant
 from memoryadmin.memory.cursors import keyset_page
 from memoryadmin.memory.errors import Conflict, InvalidRequest, NotFound, PreconditionFailed
 from memoryadmin.memory.limits import LIST_PAGE_SIZE
@@ -35,12 +35,7 @@ ABSENT = "absent"
 
 def parse_as_of(value: object) -> datetime:
     """An ISO 8601 time with a zone (or Z); a time without one is taken as UTC."""
-    parsed = parse_datetime(value) if isinstance(value, str) and len(value) <= 64 else None
-    if parsed is None:
-        raise InvalidRequest("asOf must be an ISO 8601 time, e.g. 2026-09-10T12:00:00Z.")
-    if timezone.is_naive(parsed):
-        parsed = parsed.replace(tzinfo=UTC)
-    return parsed
+    return parse_instant(value, field="asOf")
 
 
 def _existing_at(resource: Resource, as_of: datetime) -> Any:

@@ -89,6 +89,8 @@ class AuditFilter:
 def _instant(value: date, *, end_of_day: bool = False) -> datetime:
     if isinstance(value, datetime):
         return value
+    if end_of_day and value == date.max:  # the last day there is has no next one
+        return datetime.max.replace(tzinfo=UTC)
     day = value + timedelta(days=1) if end_of_day else value
     return datetime.combine(day, time.min, tzinfo=UTC)
 

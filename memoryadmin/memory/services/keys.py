@@ -26,6 +26,7 @@ from django.db import connection, transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from memoryadmin.core.inputs import whole_number
 from memoryadmin.memory.errors import Conflict, InvalidRequest, NotFound
 from memoryadmin.memory.models import ApiKey, Resource
 from memoryadmin.memory.rows import column, columns, fetch_instance, instance, table
@@ -84,12 +85,14 @@ def check_key_name(name: str) -> str:
     return name
 
 
-def check_grace_seconds(value: int) -> int:
-    if not 0 <= value <= MAX_GRACE_SECONDS:
+def check_grace_seconds(value: object) -> int:
+    """An int, or its ASCII digits (the CLI's --grace), from 0 to MAX_GRACE_SECONDS."""
+    seconds = whole_number(value, maximum=MAX_GRACE_SECONDS)
+    if seconds is None:
         raise InvalidRequest(
             f"graceSeconds must be between 0 and {MAX_GRACE_SECONDS} (30 days), not {value}."
         )
-    return value
+    return seconds
 
 
 @transaction.atomic
@@ -119,8 +122,9 @@ def api_key_get(*, ref: str, project_id: str | None = None, scoped: bool = False
     keys = ApiKey.objects.all()
     if scoped:
         keys = keys.filter(project_id=project_id)
-    ref = ref.strip()
-    matches = list(keys.filter(pk=int(ref))) if ref.isdigit() else list(keys.filter(prefix=ref))
+    # An id is ASCII digits; anything else (Unicode digits, spaces) can only be a prefix.
+    pk = whole_number(ref)
+    matches = list(keys.filter(pk=pk) if pk is not None else keys.filter(prefix=ref))
     if not matches:
         raise ApiKeyNotFound(f"No API key '{ref}'.")
     if len(matches) > 1:
@@ -158,7 +162,7 @@ def api_key_revoke(*, key: ApiKey, actor: str) -> ApiKey:
 @transaction.atomic
 def api_key_rotate(*, key: ApiKey, actor: str, grace_seconds: int = 0) -> tuple[ApiKey, str]:
     """A new key with the same name, scope and access; the old one ends after the grace period."""
-    check_grace_seconds(grace_seconds)
+    grace_seconds = check_grace_seconds(grace_seconds)
     now = timezone.now()
     old = ApiKey.objects.select_for_update().get(pk=key.pk)
     if old.revoked_at is not None and old.revoked_at <= now:

@@ -12,7 +12,7 @@ from memoryadmin.agents.representations import event_dict, sessions_dicts
 from memoryadmin.agents.services.operations import operations_unsettled
 from memoryadmin.agents.services.provenance import recall_list
 from memoryadmin.agents.services.reverts import CONFLICT, session_revert
-from memoryadmin.agents.services.sessions import session_end, session_events
+from memoryadmin.agents.services.sessions import check_after, session_end, session_events
 from memoryadmin.agents.services.sessions import session_list as sessions_page
 from memoryadmin.web.services.diff import text_diff
 from memoryadmin.web.services.roles import EDIT, READ, SESSION_END
@@ -56,7 +56,7 @@ def session_detail(request: HttpRequest, page: Page, s: str) -> HttpResponseBase
     session = session_in_environment(
         project=page.project, environment=page.environment, session_id=s
     )
-    after = _seq(request.GET.get("after"))
+    after = check_after(request.GET.get("after", "0"))
     events = session_events(session=session, after=after)
     # Events are numbered without gaps: more exist when the last shown is not the newest.
     next_after = events[-1].seq if events and events[-1].seq < session.last_seq else None
@@ -100,13 +100,6 @@ def session_end_confirm(request: HttpRequest, page: Page, s: str) -> HttpRespons
     else:
         messages.info(request, f"{ended.id} had already ended.")
     return redirect("web:session", page.project.id, page.environment, ended.id)
-
-
-def _seq(value: str | None) -> int:
-    """The `after` of an events page; anything but a small non-negative number is 0."""
-    if value is None or not value.isdigit() or len(value) > 9:
-        return 0
-    return int(value)
 
 
 @require_http_methods(["GET", "POST"])

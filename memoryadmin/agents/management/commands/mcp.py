@@ -23,6 +23,7 @@ from memoryadmin.agents.bindings import bindings_parse
 from memoryadmin.agents.management.commands.session import binding_arguments, memory_options
 from memoryadmin.agents.services import sessions as services
 from memoryadmin.agents.topics import topic_session_key
+from memoryadmin.core.inputs import whole_number
 from memoryadmin.memory import cli
 from memoryadmin.memory.environments import DEFAULT_ENVIRONMENT
 from memoryadmin.memory.services.projects import project_get
@@ -96,12 +97,13 @@ class Command(cli.Command):
     def serve_http(self, bind: str) -> None:
         import uvicorn
 
-        host, _, port = bind.rpartition(":")
-        if not host or not port.isdigit():
+        host, _, text = bind.rpartition(":")
+        port = whole_number(text, minimum=1, maximum=65535)
+        if not host or port is None:
             raise cli.invalid("--http takes HOST:PORT, e.g. 127.0.0.1:8001.")
         try:
             app = mcp.http_app()
         except ImproperlyConfigured as exc:
             raise cli.invalid(str(exc)) from exc
         self.stderr.write(f"MCP over streamable HTTP at http://{bind}/mcp/")
-        uvicorn.run(app, host=host, port=int(port), log_level="warning")
+        uvicorn.run(app, host=host, port=port, log_level="warning")

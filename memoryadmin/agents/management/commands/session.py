@@ -109,7 +109,7 @@ class Command(cli.Command):
         recalls.add_argument("--json", action="store_true")
         events = commands.add_parser("events", help="A session's events, in order.")
         events.add_argument("session_id")
-        events.add_argument("--after", type=int, default=0)
+        events.add_argument("--after", default="0", help="only events with a seq above this")
         events.add_argument("--json", action="store_true")
         listing = commands.add_parser("list", help="Sessions of a project, newest first.")
         listing.add_argument("--project", required=True)
@@ -244,7 +244,7 @@ class Command(cli.Command):
     def handle_events(self, options: dict[str, Any]) -> None:
         session = self.session(options)
         events: list[dict[str, Any]] = []
-        after = options["after"]
+        after = services.check_after(options["after"])
         while True:
             page = services.session_events(session=session, after=after)
             events += [event_dict(event) for event in page]

@@ -20,6 +20,7 @@ from memoryadmin.memory.services.keys import (
     api_key_list,
     api_key_revoke,
     api_key_rotate,
+    check_grace_seconds,
 )
 
 SUBCOMMANDS = {
@@ -64,8 +65,7 @@ class Command(cli.Command):
         parser.add_argument("key", help="the key's id or prefix (see `apikey list`)")
         parser.add_argument(
             "--grace",
-            type=int,
-            default=0,
+            default="0",
             metavar="SECONDS",
             help="how long the old key keeps working (default 0: it stops now)",
         )
@@ -121,8 +121,9 @@ class Command(cli.Command):
 
     def _rotate(self, options: dict[str, Any]) -> None:
         old = api_key_get(ref=options["key"])
-        key, secret = api_key_rotate(key=old, actor=cli.cli_actor(), grace_seconds=options["grace"])
-        when = "now" if options["grace"] == 0 else f"in {options['grace']} seconds"
+        grace = check_grace_seconds(options["grace"])
+        key, secret = api_key_rotate(key=old, actor=cli.cli_actor(), grace_seconds=grace)
+        when = "now" if grace == 0 else f"in {grace} seconds"
         if not options["json"]:
             self.stderr.write(f"The old key {old.prefix}… stops working {when}.")
         self._announce(key, secret, "Rotated into")

@@ -15,6 +15,7 @@ from typing import Any, TextIO
 
 from django.core.management.base import CommandParser
 
+from memoryadmin.core.inputs import int_argument
 from memoryadmin.memory import cli
 from memoryadmin.memory.cli_history import SUBCOMMANDS as HISTORY_SUBCOMMANDS
 from memoryadmin.memory.cli_history import HistoryCommands
@@ -175,7 +176,9 @@ class Command(HistoryCommands, ProposalCommands, cli.Command):
     def _args_search(self, parser: CommandParser) -> None:
         parser.add_argument("query", help='words, "a phrase" or pre* (see docs/api.md)')
         parser.add_argument("--resource", default=None, help="only this resource")
-        parser.add_argument("--limit", type=int, default=20, help="at most this many hits (1-50)")
+        parser.add_argument(
+            "--limit", type=int_argument(), default=20, help="at most this many hits (1-50)"
+        )
 
     def _text_options(self, parser: CommandParser) -> None:
         text = parser.add_mutually_exclusive_group()

@@ -10,6 +10,7 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
+from memoryadmin.core.inputs import int_argument
 from memoryadmin.memory import cli
 from memoryadmin.memory.representations import iso_ms
 from memoryadmin.memory.services.projects import project_get
@@ -61,7 +62,7 @@ class Command(cli.Command):
                 group.add_argument("--resume", action="store_true", help="send again")
             if name == "deliveries":
                 sub.add_argument("--state", choices=DeliveryState.values)
-                sub.add_argument("--limit", type=int, default=20)
+                sub.add_argument("--limit", type=int_argument(), default=20)
             if name == "redeliver":
                 sub.add_argument("delivery", metavar="DELIVERY", help="the delivery's id")
 
