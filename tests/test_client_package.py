@@ -206,11 +206,17 @@ def test_retry_after_as_a_date() -> None:
         (503, "0", 0.0),
         (429, "", 0.25),
         (429, "soon", 0.25),
+        # Only ASCII digits are seconds: not superscripts, Arabic-Indic or fullwidth digits.
+        (429, "\u00b9", 0.25),
+        (429, "\u0663", 0.25),
+        (429, "\uff11", 0.25),
+        (429, "9" * 5000, None),  # longer than max_wait
         (429, "120", None),  # longer than max_wait: give up now
         (404, "3", None),
         (500, "", None),
     ],
 )
 def test_retry_delay(status: int, header: str, expected: float | None) -> None:
-    response = httpx.Response(status, headers={"Retry-After": header} if header else {})
+    # As a server sends it: the header's bytes (UTF-8 for digits beyond ASCII).
+    response = httpx.Response(status, headers=[(b"Retry-After", header.encode())] if header else [])
     assert retry_delay(response, 0, max_wait=30) == expected

@@ -31,6 +31,8 @@ def retry_delay(response: httpx.Response, attempt: int, *, max_wait: float) -> f
         return None
     raw = response.headers.get("Retry-After", "").strip()
     delay = 0.25 * 2**attempt
+    if not raw.isascii():
+        raw = ""  # "¹" and "٣" pass isdigit() but are no seconds: as if absent
     if raw.isdigit():
         delay = float(raw)
     elif raw:

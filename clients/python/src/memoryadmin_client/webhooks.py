@@ -18,6 +18,9 @@ from typing import Any
 
 __all__ = ["InvalidSignature", "verify"]
 
+# A timestamp has at most this many digits (Unix seconds until the year 33658).
+TIMESTAMP_MAX_DIGITS = 12
+
 
 class InvalidSignature(Exception):
     """The delivery's signature or timestamp does not check out: refuse it (e.g. 400)."""
@@ -32,12 +35,20 @@ def verify(
     now: float | None = None,
 ) -> dict[str, Any]:
     """The event a delivery carries, if its signature is the endpoint's and its
-    timestamp is within `tolerance` seconds of `now`; else InvalidSignature."""
+    timestamp is within `tolerance` seconds of `now`; else InvalidSignature, for
+    every missing or malformed header too."""
     lower = {name.lower(): value for name, value in headers.items()}
     timestamp = lower.get("memoryadmin-timestamp", "")
     signatures = lower.get("memoryadmin-signature", "")
-    if not timestamp.isdigit():
+    # ASCII digits only: str.isdigit() also takes "¹" (int() raises) and "٣" (int() reads 3).
+    if (
+        not isinstance(timestamp, str)
+        or not (timestamp.isascii() and timestamp.isdigit())
+        or len(timestamp) > TIMESTAMP_MAX_DIGITS
+    ):
         raise InvalidSignature("missing or malformed Memoryadmin-Timestamp")
+    if not isinstance(signatures, str) or not signatures.isascii():
+        raise InvalidSignature("malformed Memoryadmin-Signature")
     current = time.time() if now is None else now
     if abs(current - int(timestamp)) > tolerance:
         raise InvalidSignature("the timestamp is too old or in the future")
