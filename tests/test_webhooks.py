@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from django.db import transaction
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from memoryadmin.agents.services.sessions import session_end
@@ -221,6 +222,29 @@ def test_a_receivers_retry_after_postpones_the_next_attempt(
     assert delivery.next_attempt_at - delivery.last_attempt_at > wait - timedelta(seconds=2)
     run_jobs()
     assert len(receiver.received) == 1
+
+
+def test_a_delivery_left_claimed_by_a_sender_that_died_is_sent_once_its_lease_ends(
+    api: APIClient, receiver: Receiver, make_document: Any, settings: Any
+) -> None:
+    """A sender died between its claim and its settlement: the next drain finds the
+    delivery held and queues itself for the lease's end, so the queue moves on without
+    waiting for another event."""
+    register(api, receiver.url, ["document.created"])
+    with transaction.atomic():
+        make_document("first")
+        # The drain queued with the change never runs: the claim below is a dead sender's.
+        Job.objects.filter(name=DRAIN).delete()
+    held = timezone.now() + timedelta(seconds=1)
+    Delivery.objects.update(state="sending", attempts=1, lease_until=held)
+    webhook_drain(endpoint=Endpoint.objects.get().pk)
+    assert receiver.received == []
+    later = Job.objects.get(name=DRAIN, state="pending")
+    assert later.key.startswith("webhook-drain-after-lease:")
+    assert later.run_after >= held
+    assert later.project == "acme"
+    run_until(lambda: Delivery.objects.get().state == "delivered", seconds=15)
+    assert [h["Memoryadmin-Delivery-Attempt"] for h, _, _ in receiver.received] == ["2"]
 
 
 def test_exhausted_deliveries_are_kept_as_failed_and_can_be_redelivered(

@@ -60,29 +60,41 @@ def _lease() -> timedelta:
     return timedelta(seconds=settings.MEMORYADMIN_WEBHOOK_TIMEOUT_SECONDS * 2 + 30)
 
 
-def _claim_head(endpoint_id: int) -> Delivery | None:
-    """The endpoint's oldest open delivery, claimed, if it is due and nobody holds it."""
+def _claim_head(project: str, endpoint_id: int) -> Delivery | None:
+    """The endpoint's oldest open delivery, claimed, if it is due and nobody holds it.
+
+    When another sender holds it (or held it and died), a drain is queued for when
+    its lease ends, so the queue moves on even if no later event queues one."""
     head = (
         Delivery.objects.filter(endpoint_id=endpoint_id, state__in=OPEN_DELIVERY_STATES)
         .order_by("id")
-        .values_list("pk", flat=True)
+        .values_list("pk", "lease_until")
         .first()
     )
     if head is None:
         return None
+    pk, held_until = head
     now = timezone.now()
     claimable = Q(state=DeliveryState.PENDING, next_attempt_at__lte=now) | Q(
         state=DeliveryState.SENDING, lease_until__lt=now
     )
-    claimed = Delivery.objects.filter(claimable, pk=head).update(
+    claimed = Delivery.objects.filter(claimable, pk=pk).update(
         state=DeliveryState.SENDING,
         attempts=F("attempts") + 1,
         lease_until=now + _lease(),
         last_attempt_at=now,
     )
     if not claimed:
+        if held_until is not None and held_until >= now:
+            enqueue(
+                webhook_drain,
+                project=project,
+                key=f"webhook-drain-after-lease:{endpoint_id}",
+                delay=(held_until - now).total_seconds() + 1,
+                endpoint=endpoint_id,
+            )
         return None
-    return Delivery.objects.select_related("endpoint").get(pk=head)
+    return Delivery.objects.select_related("endpoint").get(pk=pk)
 
 
 def _send(delivery: Delivery) -> tuple[int | None, str, float | None]:
@@ -173,8 +185,15 @@ def _settle(delivery: Delivery, code: int | None, error: str, retry_after: float
 @durable(max_attempts=20, atomic=False)
 def webhook_drain(*, endpoint: int) -> None:
     """Sends the endpoint's due deliveries in order; stops at one to try later."""
-    while Endpoint.objects.filter(pk=endpoint, active=True).exists():
-        delivery = _claim_head(endpoint)
+    while True:
+        project = (
+            Endpoint.objects.filter(pk=endpoint, active=True)
+            .values_list("project_id", flat=True)
+            .first()
+        )
+        if project is None:
+            return
+        delivery = _claim_head(project, endpoint)
         if delivery is None:
             return
         try:
