@@ -8,6 +8,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
+from memoryadmin.core.inputs import int_argument
 from memoryadmin.runner.backends import backend_batch
 from memoryadmin.runner.jobs import jobs_run_by, jobs_run_due, jobs_sweep
 from memoryadmin.runner.pool import JobPool, worker_jobs_per_project, worker_threads
@@ -28,14 +29,14 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--threads",
-            type=int,
+            type=int_argument(minimum=1, maximum=256),
             default=None,
             help="Jobs run at once (default MEMORYADMIN_WORKER_THREADS, 4).",
         )
         parser.add_argument("--once", action="store_true", help="Run what is due now, then exit.")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        threads = max(1, options["threads"] or worker_threads())
+        threads = options["threads"] or worker_threads()
         # Provider calls bound their requests by the threads that may make them.
         settings.MEMORYADMIN_REQUEST_THREADS = threads + 1
         pool = JobPool(threads=threads, per_project=worker_jobs_per_project())
