@@ -14,8 +14,8 @@ from typing import IO, Any
 
 from django.db import transaction
 
-from memoryadmin.memory.environments import check_environment
-from memoryadmin.memory.errors import InvalidRequest
+from memoryadmin.core.environments import check_environment
+from memoryadmin.core.errors import InvalidRequest
 from memoryadmin.memory.export import (
     CREATED,
     FAILED,
@@ -88,7 +88,8 @@ def import_zip(
 
     One import per project at a time (429 otherwise). The archive is checked whole
     before anything is created: its directory (members, names, sizes), then every
-    member inflated once within its bounds (400, 413). The documents are then
+    member inflated within its bounds (400, 413), and each document again, in the same
+    bounds, as it is created (the bytes are not kept between). The documents are
     created in one transaction, so an import past its deadline (413) creates
     nothing either.
     """
