@@ -4,20 +4,26 @@ It is the whole of what a new kind needs (one module, plus one
 `provider_register` call): it keeps a namespace's notes in process memory,
 recalls them, offers `memory_note` (a write) and `memory_notes` (a read), and
 manages its records the way a provider whose records live elsewhere does.
+It implements its own I/O only: the runtime holds every rule that is the same
+for all kinds (ended sessions, read bindings, writable memory, the recall's
+deadline, reservation and cancellation), which tests/test_provider_conformance.py
+checks against it.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from memoryadmin.agents.bindings import BindingSpec
 from memoryadmin.agents.errors import InvalidMemoryBinding
-from memoryadmin.agents.models import Access, Binding, Recall, Scope, Session
+from memoryadmin.agents.models import Binding, Recall, Scope, Session
 from memoryadmin.memory.errors import InvalidRequest, NotFound
 from memoryadmin.memory.models import Resource
 from memoryadmin.memory.providers import (
     MemoryProvider,
     Projection,
+    RecallCall,
     Result,
     ToolOffer,
     ToolTarget,
@@ -47,25 +53,29 @@ class EchoProvider(MemoryProvider):
         if spec.scope != Scope.NAMESPACE:
             raise InvalidMemoryBinding(spec.resource, "echo takes namespace bindings only.")
 
-    def recall(
-        self, *, session: Session, bindings: list[Binding], recall_id: str, input_text: str | None
-    ) -> dict[str, Projection]:
-        return {
-            b.resource.resource_id: Projection(
-                text="\n".join(self.notes.get((b.resource.resource_id, b.target_id), [])),
-                sources=[],
-                writable=b.access == Access.READ_WRITE,
-            )
+    def recall_calls(
+        self,
+        *,
+        session: Session,
+        bindings: list[Binding],
+        recall_id: str,
+        input_text: str | None,
+        deadline: Any,
+    ) -> list[RecallCall[Any]]:
+        return [
+            RecallCall(send=self._reader(b.resource.resource_id, b.target_id), projection=_shown)
             for b in bindings
-        }
+        ]
+
+    def _reader(self, resource_id: str, namespace: str) -> Any:
+        def read(cancelled: threading.Event) -> list[str]:
+            return list(self.notes.get((resource_id, namespace), []))
+
+        return read
 
     def tools(self, *, binding: Binding) -> list[ToolOffer]:
         return [
-            ToolOffer(
-                name="memory_note",
-                schema=NOTE_SCHEMA,
-                permitted=binding.access == Access.READ_WRITE,
-            ),
+            ToolOffer(name="memory_note", schema=NOTE_SCHEMA, writes=True),
             ToolOffer(name="memory_notes", schema={"type": "object"}),
         ]
 
@@ -103,3 +113,7 @@ class EchoProvider(MemoryProvider):
             raise NotFound(f"No record '{record_id}'.")
         notes.pop(int(record_id))
         return {"id": record_id, "deleted": True}
+
+
+def _shown(notes: list[str]) -> Projection:
+    return Projection(text="\n".join(notes), sources=[])

@@ -17,7 +17,7 @@ from django.db import connection, transaction
 from memoryadmin.agents import search_tool
 from memoryadmin.agents.bindings import BindingSpec
 from memoryadmin.agents.errors import InvalidMemoryBinding, InvalidToolArguments, RecallFailed
-from memoryadmin.agents.models import Access, Binding, EventType, Recall, Scope, Session
+from memoryadmin.agents.models import Binding, EventType, Recall, Scope, Session
 from memoryadmin.agents.representations import source_dict, tool_document_dict
 from memoryadmin.agents.services.sessions import event_append, session_lock
 from memoryadmin.memory.errors import InvalidRequest, LimitExceeded, NotFound, PreconditionFailed
@@ -102,7 +102,7 @@ def _bound_documents(bindings: list[Binding]) -> dict[tuple[int, str], Document]
     return {(d.resource_id, d.doc_id): d for d in documents}
 
 
-def document_projections(*, session: Session, bindings: list[Binding]) -> dict[str, Projection]:
+def document_projections(*, bindings: list[Binding]) -> dict[str, Projection]:
     documents = _bound_documents(bindings)
     projections: dict[str, Projection] = {}
     for binding in bindings:
@@ -123,11 +123,10 @@ def document_projections(*, session: Session, bindings: list[Binding]) -> dict[s
                 resource=resource_id,
                 reason="not_found",
             )
-        writable = session.is_active and binding.access == Access.READ_WRITE and found.agent_writes
         projections[resource_id] = Projection(
             text=found.text,
             sources=[source_dict(found)],
-            writable=writable,
+            writable=found.agent_writes,
             revision=found.revision,
         )
     return projections
@@ -152,8 +151,8 @@ class Tool:
     # Argument name -> (JSON type, required, description).
     arguments: dict[str, tuple[str, bool, str]]
     run: Callable[..., Result]
-    # The access a binding needs for this tool to be permitted.
-    needs_write: bool = False
+    # Whether it changes memory (the runtime permits it through read-write bindings only).
+    writes: bool = False
     # Why a call naming a binding without that access is refused.
     refusal: str = "not_bound"
 
@@ -219,8 +218,9 @@ def _save(
         kind=WriterKind.AGENT, session_id=session.id, recall_id=recall.id, call_id=call_id
     )
     with transaction.atomic():
-        # The session lock orders this save against session end: an end that
-        # committed first is seen here, and an end that comes later waits.
+        # The runtime refused calls of an ended session; the session lock orders
+        # this save against an end that commits meanwhile: an end that committed
+        # first is seen here, and an end that comes later waits.
         locked = session_lock(session=session)
         if not locked.is_active:
             return rejected("session_closed")
@@ -265,8 +265,6 @@ def _save(
 def _read(
     *, session: Session, recall: Recall, binding: Binding, args: dict[str, Any], **_: str
 ) -> Result:
-    if not Session.objects.active().filter(pk=session.pk).exists():
-        return rejected("session_closed")
     doc_id = args["id"]
     if not DOCUMENT_ID_RE.fullmatch(doc_id):
         return rejected("not_found")
@@ -280,8 +278,6 @@ def _read(
 def _list(
     *, session: Session, recall: Recall, binding: Binding, args: dict[str, Any], **_: str
 ) -> Result:
-    if not Session.objects.active().filter(pk=session.pk).exists():
-        return rejected("session_closed")
     try:
         rows, next_cursor = document_list(resource=binding.resource, cursor=args.get("cursor"))
     except InvalidRequest:
@@ -307,7 +303,7 @@ TOOLS: dict[str, Tool] = {
                 "summary": ("string", False, "A one-line summary of the document."),
             },
             run=_save,
-            needs_write=True,
+            writes=True,
             # A document bound read-only could have been saved with read-write access.
             refusal="read_only",
         ),
@@ -386,6 +382,7 @@ def _review_settings(provider: dict[str, Any], where: str) -> dict[str, Any]:
 class DocumentProvider(MemoryProvider):
     kind = KIND
     keeps_documents = True
+    recalls_here = True
     # memory_search is not reserved: only collections bound with search offer it,
     # and an http provider may declare a tool of that name for other sessions.
     reserved_tools = tuple(name for name in TOOLS if name != search_tool.SEARCH_TOOL)
@@ -424,22 +421,15 @@ class DocumentProvider(MemoryProvider):
                 spec.resource, f"document '{spec.target_id}' was deleted; use a new id."
             )
 
-    def recall(
-        self,
-        *,
-        session: Session,
-        bindings: list[Binding],
-        recall_id: str,
-        input_text: str | None,
-    ) -> dict[str, Projection]:
-        return document_projections(session=session, bindings=bindings)
+    def recall(self, *, session: Session, bindings: list[Binding]) -> dict[str, Projection]:
+        return document_projections(bindings=bindings)
 
     def tools(self, *, binding: Binding) -> list[ToolOffer]:
         return [
             ToolOffer(
                 name=tool.name,
                 schema=tool.schema(),
-                permitted=not tool.needs_write or binding.access == Access.READ_WRITE,
+                writes=tool.writes,
                 refusal=tool.refusal,
                 spec=tool,
             )

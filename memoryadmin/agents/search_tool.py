@@ -42,8 +42,6 @@ def offers_search(binding: Binding) -> bool:
 def search_run(
     *, session: Session, recall: Recall, binding: Binding, args: dict[str, Any], **_: Any
 ) -> dict[str, Any]:
-    if not Session.objects.active().filter(pk=session.pk).exists():
-        return {"status": "rejected", "reason": "session_closed"}
     limit = args.get("limit", SEARCH_LIMIT_DEFAULT)
     if not 1 <= limit <= SEARCH_LIMIT_MAX:
         raise InvalidToolArguments(f"memory_search: 'limit' is 1-{SEARCH_LIMIT_MAX}.")

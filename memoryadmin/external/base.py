@@ -26,7 +26,6 @@ from typing import Any, ClassVar
 from memoryadmin.agents.bindings import BindingSpec, admit_namespace_only
 from memoryadmin.agents.errors import RecallFailed
 from memoryadmin.agents.models import (
-    Access,
     Binding,
     OperationKind,
     ProviderOperation,
@@ -53,11 +52,12 @@ from memoryadmin.memory.providers import (
     NotSupported,
     OperationCheck,
     Projection,
+    RecallCall,
     Result,
     ToolOffer,
     ToolTarget,
 )
-from memoryadmin.providers.concurrency import Deadline, ProviderCalls, provider_call
+from memoryadmin.providers.concurrency import Deadline, provider_call
 from memoryadmin.providers.declarations import (
     REDACTED,
     _check_fields,
@@ -68,7 +68,6 @@ from memoryadmin.providers.services.secrets import secret_bindings_check
 from memoryadmin.providers.tools import (
     http_tool_definition,
     tool_arguments_validate,
-    tool_permits,
 )
 
 PAGE_SIZE = 50
@@ -412,62 +411,32 @@ class ExternalProvider(MemoryProvider):
 
     # Recall: the provider's search with the input, whole records within maxBytes.
 
-    def recall(
+    def recall_calls(
         self,
         *,
         session: Session,
         bindings: list[Binding],
         recall_id: str,
         input_text: str | None,
-    ) -> dict[str, Projection]:
-        deadline = Deadline.after()
-        stores: list[RemoteStore] = []
+        deadline: Deadline,
+    ) -> list[RecallCall[Any]]:
+        calls: list[RecallCall[Any]] = []
         for binding in bindings:
             try:
-                stores.append(self.open(binding.resource, binding.target_id, deadline=deadline))
+                store = self.open(binding.resource, binding.target_id, deadline=deadline)
             except ExternalFailure as exc:
                 raise _recall_failed(binding, exc) from exc
-        calls = ProviderCalls[list[Remote] | BaseException].for_recall(
-            project_id=session.project_id,
-            resource=bindings[0].resource.resource_id,
-            count=len(stores),
-            deadline=deadline,
-        )
-        found: dict[int, list[Remote]] = {}
-        for store in stores:
+            # Failures of calls in other threads wait for the caller's thread to audit them.
             store.connection.deferred = []
-        try:
-            with calls:
-                sends = [partial(_recall_one, store, input_text) for store in stores]
-                for index, outcome in calls.run(sends):
-                    if isinstance(outcome, BaseException):
-                        raise _recall_failed(bindings[index], outcome) from outcome
-                    found[index] = outcome
-        finally:
-            # Calls abandoned after a failure may still fail later; theirs are not kept.
-            for store in stores:
-                store.connection.flush()
-        projections: dict[str, Projection] = {}
-        for index, binding in enumerate(bindings):
-            resource = binding.resource
-            kept = fit_text(found[index], resource.max_bytes)
-            ids = records_map(
-                resource=resource,
-                namespace=binding.target_id,
-                external_ids=[r.external_id for r in kept],
+            calls.append(
+                RecallCall(
+                    send=partial(_recall_one, store, input_text),
+                    projection=partial(_projection, binding),
+                    # Calls abandoned after a failure may still fail later; theirs are not kept.
+                    settle=store.connection.flush,
+                )
             )
-            sources = []
-            for remote in kept:
-                source = {"id": ids[remote.external_id]}
-                if remote.updated_at or remote.created_at:
-                    source["updatedAt"] = str(remote.updated_at or remote.created_at)
-                sources.append(source)
-            projections[resource.resource_id] = Projection(
-                text="\n".join(r.text for r in kept),
-                sources=sources,
-                writable=session.is_active and binding.access == Access.READ_WRITE,
-            )
-        return projections
+        return calls
 
     # Tools: add, search and forget, as the model sees them.
 
@@ -499,7 +468,7 @@ class ExternalProvider(MemoryProvider):
             ToolOffer(
                 name="memory_" + spec["name"],
                 schema=spec["input"],
-                permitted=tool_permits(tool=spec, access=binding.access),
+                writes=spec["access"] == "write",
                 spec=spec,
             )
             for spec in self.tool_specs()
@@ -519,8 +488,6 @@ class ExternalProvider(MemoryProvider):
         call_id: str,
         arguments: dict[str, Any],
     ) -> Result:
-        if not Session.objects.active().filter(pk=session.pk).exists():
-            return {"status": "rejected", "reason": "session_closed"}
         spec = target.offer.spec
         args = tool_arguments_validate(tool=spec, arguments=arguments)
         binding = target.binding
@@ -685,6 +652,23 @@ def _recall_one(store: RemoteStore, input_text: str | None, cancelled: threading
         return store.page(None)[0]
     except (ExternalFailure, Cancelled) as exc:
         return exc
+
+
+def _projection(binding: Binding, outcome: list[Remote] | BaseException) -> Projection:
+    if isinstance(outcome, BaseException):
+        raise _recall_failed(binding, outcome) from outcome
+    resource = binding.resource
+    kept = fit_text(outcome, resource.max_bytes)
+    ids = records_map(
+        resource=resource, namespace=binding.target_id, external_ids=[r.external_id for r in kept]
+    )
+    sources = []
+    for remote in kept:
+        source = {"id": ids[remote.external_id]}
+        if remote.updated_at or remote.created_at:
+            source["updatedAt"] = str(remote.updated_at or remote.created_at)
+        sources.append(source)
+    return Projection(text="\n".join(r.text for r in kept), sources=sources)
 
 
 def _recall_failed(binding: Binding, exc: BaseException) -> RecallFailed:

@@ -10,7 +10,9 @@ nothing outside a provider's own module tests a kind. docs/providers.md
 
 from __future__ import annotations
 
+import threading
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -20,6 +22,7 @@ if TYPE_CHECKING:
     from memoryadmin.agents.bindings import BindingSpec
     from memoryadmin.agents.models import Binding, ProviderOperation, Recall, Session
     from memoryadmin.memory.models import Project, Resource
+    from memoryadmin.providers.concurrency import Deadline
 
 Result = dict[str, Any]
 
@@ -33,33 +36,54 @@ class NotSupported(DomainError):
 
 @dataclass
 class Projection:
-    """What one bound resource contributes to a recall."""
+    """What one bound resource contributes to a recall.
+
+    `writable` is whether the kind lets what it shows be written at all (a collection's
+    overview or a document whose agent writes are off: no); the runtime adds what holds
+    for every kind (an active session, a read-write binding) before the model sees it.
+    """
 
     text: str
     sources: list[dict[str, Any]]
-    writable: bool
+    writable: bool = True
     # The document revision later saves must match (document bindings only).
     revision: str | None = None
     # A provider's read state for this recall's tool calls; never shown to the model.
     cursor: str | None = None
 
-    def public(self) -> dict[str, Any]:
-        return {"text": self.text, "sources": self.sources, "writable": self.writable}
+
+@dataclass(frozen=True)
+class RecallCall[T]:
+    """One binding's recall by a kind that calls out, prepared in the caller's thread.
+
+    `send` is the I/O only: the runtime runs it on a thread of its own (no
+    database there), concurrently with every other bound resource's call, all
+    within the recall's one deadline; it stops early when its event is set (the
+    recall no longer wants the answer, or was cancelled). `projection` turns
+    what `send` returned into the binding's projection, in the caller's thread;
+    it raises RecallFailed when the recall must be blocked. `settle`, if any,
+    runs in the caller's thread once the recall's calls are over, whatever
+    their outcome (a kind audits there what its calls deferred).
+    """
+
+    send: Callable[[threading.Event], T]
+    projection: Callable[[T], Projection]
+    settle: Callable[[], None] | None = None
 
 
 @dataclass(frozen=True)
 class ToolOffer:
     """One tool one binding offers, as its provider describes it.
 
-    `permitted` is False when the tool exists for the binding but its access
-    does not allow it (a write through a read binding): the tool is then not
-    shown to the model, and a call that names this binding is rejected with
-    `refusal`. `spec` is the provider's own data for executing the call.
+    `writes` says the tool changes memory: the runtime then offers it only
+    through a read-write binding; through a read binding it is not shown to the
+    model, and a call that names that binding is rejected with `refusal`.
+    `spec` is the provider's own data for executing the call.
     """
 
     name: str
     schema: dict[str, Any]
-    permitted: bool = True
+    writes: bool = False
     refusal: str = "not_bound"
     spec: Any = field(default=None, compare=False)
 
@@ -74,6 +98,11 @@ class ToolTarget:
     @property
     def resource_id(self) -> str:
         return self.binding.resource.resource_id
+
+    @property
+    def permitted(self) -> bool:
+        """A read binding never writes."""
+        return not self.offer.writes or self.binding.access == "read-write"
 
 
 @dataclass(frozen=True)
@@ -100,6 +129,9 @@ class MemoryProvider(ABC):
     # Tool names this kind may offer; known to the runtime even where no
     # binding offers them, and no declared tool may take one of them.
     reserved_tools: ClassVar[tuple[str, ...]] = ()
+    # Whether a recall reads this kind's memory here, in the caller's thread and before
+    # any provider is called (`recall`), rather than through calls (`recall_calls`).
+    recalls_here: ClassVar[bool] = False
 
     # Declarations.
 
@@ -129,21 +161,30 @@ class MemoryProvider(ABC):
     def admit(self, *, spec: BindingSpec, resource: Resource) -> None:
         """Raises InvalidMemoryBinding when this resource cannot take the binding."""
 
-    # The runtime.
+    # The runtime. A kind implements its own I/O only: the runtime checks the session,
+    # the binding's access and whether memory is writable, and holds every recall's one
+    # deadline, its one reservation of the project's provider calls and its cancellation.
 
-    @abstractmethod
-    def recall(
+    def recall(self, *, session: Session, bindings: list[Binding]) -> dict[str, Projection]:
+        """Projections of this kind's bindings read here, in the caller's thread, keyed by
+        resource id (kinds with `recalls_here`); raises RecallFailed."""
+        raise NotSupported(f"{self.kind} providers recall through calls.")
+
+    def recall_calls(
         self,
         *,
         session: Session,
         bindings: list[Binding],
         recall_id: str,
         input_text: str | None,
-    ) -> dict[str, Projection]:
-        """Projections of all of this kind's bindings of a session, keyed by resource id.
+        deadline: Deadline,
+    ) -> list[RecallCall[Any]]:
+        """One prepared call per binding, in the order of `bindings` (kinds that call out).
 
-        Raises RecallFailed (or RecallBusy): a failed recall is never empty memory.
+        Runs inside the recall's reservation, so anything it sends already counts;
+        raises RecallFailed when a call cannot be prepared.
         """
+        raise NotSupported(f"{self.kind} providers recall here.")
 
     def tools(self, *, binding: Binding) -> list[ToolOffer]:
         """The tools a binding offers, including those its access does not permit."""

@@ -1,8 +1,9 @@
 """The `http` provider kind: your service owns storage and retrieval (spec 000).
 
-Recall sends one request per namespace binding, concurrently within one
-shared deadline; tools are the ones the declaration lists, sent as
-`memory_<name>` to the model and as one protocol call to the endpoint.
+Recall prepares one request per namespace binding, which the runtime sends
+together with every other bound provider's call, within the recall's one
+deadline; tools are the ones the declaration lists, sent as `memory_<name>`
+to the model and as one protocol call to the endpoint.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from typing import Any
 from memoryadmin.agents.bindings import BindingSpec, admit_namespace_only, binding_partition
 from memoryadmin.agents.errors import RecallFailed
 from memoryadmin.agents.models import (
-    Access,
     Binding,
     OperationKind,
     ProviderOperation,
@@ -27,6 +27,7 @@ from memoryadmin.memory.providers import (
     MemoryProvider,
     OperationCheck,
     Projection,
+    RecallCall,
     Result,
     ToolOffer,
     ToolTarget,
@@ -41,7 +42,7 @@ from memoryadmin.providers.client import (
     recall_request,
     recall_send,
 )
-from memoryadmin.providers.concurrency import Deadline, ProviderCalls
+from memoryadmin.providers.concurrency import Deadline
 from memoryadmin.providers.declarations import (
     HTTP_KIND,
     http_provider_normalize,
@@ -54,71 +55,60 @@ from memoryadmin.providers.tools import (
     TOOL_PREFIX,
     http_tool_definition,
     http_tools,
-    tool_permits,
 )
 
 KIND = HTTP_KIND
 
 
-def http_projections(
-    *, session: Session, bindings: list[Binding], recall_id: str, input_text: str | None = None
-) -> dict[str, Projection]:
-    """Every namespace binding's provider, called concurrently within one shared deadline."""
-    deadline = Deadline.after()
-    requests: list[RecallRequest] = []
+def http_recall_calls(
+    *,
+    session: Session,
+    bindings: list[Binding],
+    recall_id: str,
+    input_text: str | None,
+    deadline: Deadline,
+) -> list[RecallCall[Any]]:
+    """One protocol request per namespace binding, each carrying the recall's deadline."""
+    # The caller's cancellation, taken here: the calls run in other threads.
+    cancellation = current_cancellation()
+    calls: list[RecallCall[Any]] = []
     for binding in bindings:
         resource_id = binding.resource.resource_id
         try:
-            requests.append(
-                recall_request(
-                    resource=binding.resource,
-                    partition=binding_partition(session=session, binding=binding),
-                    access=binding.access,
-                    operation_id=f"{recall_id}:{resource_id}",
-                    input_text=input_text,
-                    deadline=deadline,
-                )
+            request = recall_request(
+                resource=binding.resource,
+                partition=binding_partition(session=session, binding=binding),
+                access=binding.access,
+                operation_id=f"{recall_id}:{resource_id}",
+                input_text=input_text,
+                deadline=deadline,
             )
         except ProviderFailure as exc:
-            raise RecallFailed(
-                exc.message, resource=resource_id, reason="provider_failed", retryable=exc.retryable
-            ) from exc
-    projections: dict[str, Projection] = {}
-    calls = ProviderCalls[RecallReply].for_recall(
-        project_id=session.project_id,
-        resource=requests[0].resource.resource_id,
-        count=len(requests),
-        deadline=deadline,
-    )
-    with calls:
-        # The caller's cancellation, taken here: the calls run in other threads.
-        cancellation = current_cancellation()
-        sends = [
-            partial(recall_send, request, deadline=deadline, cancellation=cancellation)
-            for request in requests
-        ]
-        for index, sent in calls.run(sends):
-            binding = bindings[index]
-            try:
-                outcome = recall_outcome(requests[index], sent)
-            except ProviderFailure as exc:
-                # Never substitute empty memory: the whole recall fails, and
-                # the calls still running are abandoned.
-                # The caller learns only that it failed and whether to retry;
-                # the details are in the server log and the audit log.
-                raise RecallFailed(
-                    exc.message,
-                    resource=binding.resource.resource_id,
-                    reason="cancelled" if exc.reason == "cancelled" else "provider_failed",
-                    retryable=exc.retryable,
-                ) from exc
-            projections[binding.resource.resource_id] = Projection(
-                text=outcome.text,
-                sources=outcome.sources,
-                writable=session.is_active and binding.access == Access.READ_WRITE,
-                cursor=outcome.cursor,
+            raise _recall_failed(resource_id, exc) from exc
+        calls.append(
+            RecallCall(
+                send=partial(recall_send, request, deadline=deadline, cancellation=cancellation),
+                projection=partial(_projection, request),
             )
-    return projections
+        )
+    return calls
+
+
+def _projection(request: RecallRequest, sent: RecallReply) -> Projection:
+    try:
+        outcome = recall_outcome(request, sent)
+    except ProviderFailure as exc:
+        # Never substitute empty memory: the whole recall fails. The caller learns
+        # only that it failed and whether to retry; the details are in the server
+        # log and the audit log.
+        raise _recall_failed(request.resource.resource_id, exc) from exc
+    return Projection(text=outcome.text, sources=outcome.sources, cursor=outcome.cursor)
+
+
+def _recall_failed(resource_id: str, exc: ProviderFailure) -> RecallFailed:
+    return RecallFailed(
+        exc.message, resource=resource_id, reason="provider_failed", retryable=exc.retryable
+    )
 
 
 class HttpProvider(MemoryProvider):
@@ -143,26 +133,29 @@ class HttpProvider(MemoryProvider):
     def admit(self, *, spec: BindingSpec, resource: Resource) -> None:
         admit_namespace_only(spec, resource)
 
-    def recall(
+    def recall_calls(
         self,
         *,
         session: Session,
         bindings: list[Binding],
         recall_id: str,
         input_text: str | None,
-    ) -> dict[str, Projection]:
-        return http_projections(
-            session=session, bindings=bindings, recall_id=recall_id, input_text=input_text
+        deadline: Deadline,
+    ) -> list[RecallCall[Any]]:
+        return http_recall_calls(
+            session=session,
+            bindings=bindings,
+            recall_id=recall_id,
+            input_text=input_text,
+            deadline=deadline,
         )
 
     def tools(self, *, binding: Binding) -> list[ToolOffer]:
-        # Read tools allow either access level, write tools need read-write; a
-        # tool the binding's access does not permit is not offered at all.
         return [
             ToolOffer(
                 name=TOOL_PREFIX + tool["name"],
                 schema=tool["input"],
-                permitted=tool_permits(tool=tool, access=binding.access),
+                writes=tool["access"] == "write",
                 spec=tool,
             )
             for tool in http_tools(binding.resource)
@@ -182,8 +175,6 @@ class HttpProvider(MemoryProvider):
         call_id: str,
         arguments: dict[str, Any],
     ) -> Result:
-        if not Session.objects.active().filter(pk=session.pk).exists():
-            return {"status": "rejected", "reason": "session_closed"}
         binding = target.binding
         outcome = provider_tool(
             resource=binding.resource,

@@ -3,7 +3,11 @@
 The runtime knows no provider kind: it asks each binding's provider (see
 memoryadmin/memory/providers.py) for its projection and its tools, chooses a
 tool call's target one way for every kind, and hands the call to the
-target's provider.
+target's provider. What holds for every kind is decided here, once: an ended
+session recalls nothing and takes no tool call, a read binding never writes
+and its memory is not writable, and a recall's calls to all its providers run
+at once within one deadline and one reservation of the project's provider
+calls, and stop when the caller cancels.
 """
 
 from __future__ import annotations
@@ -26,19 +30,21 @@ from memoryadmin.agents.errors import (
     RecallFailed,
     SessionClosed,
 )
-from memoryadmin.agents.models import Binding, Recall, Session
+from memoryadmin.agents.models import Access, Binding, Recall, Session
 from memoryadmin.agents.services.provenance import recall_sources, recall_store
 from memoryadmin.agents.services.sessions import session_bindings
-from memoryadmin.memory.cancellation import cancel_request, cancellation_scope
+from memoryadmin.memory.cancellation import Cancellation, cancel_request, cancellation_scope
 from memoryadmin.memory.errors import InvalidRequest, NotFound
 from memoryadmin.memory.providers import (
     MemoryProvider,
     Projection,
+    RecallCall,
     ToolTarget,
     provider_for,
     provider_kinds,
     providers,
 )
+from memoryadmin.providers.concurrency import Deadline, ProviderCalls
 
 __all__ = ["TOOLS", "Projection", "recall_create", "tool_call", "tool_definitions"]
 
@@ -104,6 +110,76 @@ def _reused(session: Session, recall: Recall, fingerprint: str, bindings: list[B
     }
 
 
+def _public(session: Session, binding: Binding, projection: Projection) -> Result:
+    """What the model sees of a projection. Memory is writable only in an active
+    session, through a read-write binding, where the kind allows writes."""
+    writable = session.is_active and binding.access == Access.READ_WRITE and projection.writable
+    return {"text": projection.text, "sources": projection.sources, "writable": writable}
+
+
+def _cancelled(resource: str) -> RecallFailed:
+    return RecallFailed(
+        f"The recall of '{resource}' was cancelled.", resource=resource, reason="cancelled"
+    )
+
+
+def _recall_calls(
+    *,
+    session: Session,
+    kinds: list[tuple[MemoryProvider, list[Binding]]],
+    recall_id: str,
+    input_text: str | None,
+    cancellation: Cancellation | None,
+) -> dict[str, Projection]:
+    """Every binding of the kinds that call out, called at once within one deadline and
+    one reservation of the project's provider calls; the first failure blocks the recall
+    (the calls still running are abandoned) and a cancellation fails it as cancelled."""
+    bindings = [binding for _, kind_bindings in kinds for binding in kind_bindings]
+    first = bindings[0].resource.resource_id
+    if cancellation is not None and cancellation.poll():
+        raise _cancelled(first)
+    deadline = Deadline.after()
+    # Taken before any call is prepared: whatever a kind sends while preparing counts.
+    reservation = ProviderCalls[Any].for_recall(
+        project_id=session.project_id, resource=first, count=len(bindings), deadline=deadline
+    )
+    prepared: list[RecallCall[Any]] = []
+    projections: dict[str, Projection] = {}
+    # A kind's call honours its event; the caller's cancellation sets it.
+    watch = (
+        cancellation.watch(reservation.cancelled.set)
+        if cancellation is not None
+        else contextlib.nullcontext()
+    )
+    try:
+        with reservation, watch:
+            for provider, kind_bindings in kinds:
+                calls = provider.recall_calls(
+                    session=session,
+                    bindings=kind_bindings,
+                    recall_id=recall_id,
+                    input_text=input_text,
+                    deadline=deadline,
+                )
+                assert len(calls) == len(kind_bindings), provider.kind
+                prepared.extend(calls)
+            for index, outcome in reservation.run([call.send for call in prepared]):
+                resource = bindings[index].resource.resource_id
+                try:
+                    projections[resource] = prepared[index].projection(outcome)
+                except RecallFailed as exc:
+                    if cancellation is not None and cancellation.poll():
+                        raise _cancelled(resource) from exc
+                    raise
+    finally:
+        for call in prepared:
+            if call.settle is not None:
+                call.settle()
+    if cancellation is not None and cancellation.poll():
+        raise _cancelled(first)
+    return projections
+
+
 def recall_create(
     *,
     session: Session,
@@ -142,23 +218,31 @@ def recall_create(
                 reason="provider_unavailable",
             )
         by_kind.setdefault(binding.resource.kind, []).append(binding)
+    kinds = [(p, by_kind[p.kind]) for p in providers() if p.kind in by_kind]
     projections: dict[str, Projection] = {}
-    # Providers keeping documents here first: a missing document blocks the
-    # recall before any remote provider is called. The caller may cancel the
-    # recall by its requestId.
-    with cancellation_scope(session_id=session.id, ref=request):
-        for provider in providers():
-            if provider.kind in by_kind:
-                projections.update(
-                    provider.recall(
-                        session=session,
-                        bindings=by_kind[provider.kind],
-                        recall_id=recall_id,
-                        input_text=input_text,
-                    )
+    # Memory read here first: a missing document blocks the recall before any
+    # provider is called.
+    for provider, kind_bindings in kinds:
+        if provider.recalls_here:
+            projections.update(provider.recall(session=session, bindings=kind_bindings))
+    # The caller may cancel the recall by its requestId.
+    with cancellation_scope(session_id=session.id, ref=request) as cancellation:
+        remote = [(p, b) for p, b in kinds if not p.recalls_here]
+        if remote:
+            projections.update(
+                _recall_calls(
+                    session=session,
+                    kinds=remote,
+                    recall_id=recall_id,
+                    input_text=input_text,
+                    cancellation=cancellation,
                 )
+            )
     projections = {b.resource.resource_id: projections[b.resource.resource_id] for b in bindings}
-    memory = {resource: p.public() for resource, p in projections.items()}
+    memory = {
+        b.resource.resource_id: _public(session, b, projections[b.resource.resource_id])
+        for b in bindings
+    }
     # Its own transaction only (not a caller's): then it need not wait for the disk.
     relaxed = not connection.in_atomic_block
     try:
@@ -226,7 +310,7 @@ def tool_definitions(*, session: Session, selected: list[Binding]) -> list[Resul
     A tool the binding's access does not permit is not offered at all.
     """
     permitted = {
-        name: [target for target in targets if target.offer.permitted]
+        name: [target for target in targets if target.permitted]
         for name, targets in _offers(selected).items()
     }
     offered = [(name, targets) for name, targets in permitted.items() if targets]
@@ -253,7 +337,7 @@ def _target(
     by_id = {b.resource.resource_id: b for b in bindings}
     selected = [resource for resource in recall.use if resource in by_id]
     offers = {target.resource_id: target for target in offered}
-    eligible = [r for r in selected if r in offers and offers[r].offer.permitted]
+    eligible = [r for r in selected if r in offers and offers[r].permitted]
     if requested is None:
         if len(eligible) == 1:
             return offers[eligible[0]]
@@ -267,7 +351,7 @@ def _target(
     chosen = offers.get(requested) if isinstance(requested, str) and requested in selected else None
     if chosen is None:
         return rejected("not_bound", bound=eligible)
-    if not chosen.offer.permitted:
+    if not chosen.permitted:
         return rejected(chosen.offer.refusal, bound=eligible)
     return chosen
 
@@ -276,7 +360,8 @@ def tool_call(
     *, session: Session, recall_id: str, call_id: str, name: str, arguments: object
 ) -> Result:
     """Runs one memory tool call the model made in the response to a recall."""
-    recall = Recall.objects.filter(pk=recall_id, session=session).first()
+    # The session's state is read with the recall, as it is now.
+    recall = Recall.objects.select_related("session").filter(pk=recall_id, session=session).first()
     if recall is None:
         raise NotFound(f"No recall '{recall_id}' in session {session.id}.")
     if not 1 <= len(call_id) <= CALL_ID_MAX:
@@ -300,6 +385,9 @@ def tool_call(
     chosen = _target(name, recall, bindings, offered, arguments.get("memory"))
     if not isinstance(chosen, ToolTarget):
         return chosen
+    if not recall.session.is_active:
+        # An ended session takes no tool call, whatever the kind.
+        return rejected("session_closed")
     provider = _provider(chosen.binding)
     assert provider is not None
     # The caller may cancel the call by its callId.
