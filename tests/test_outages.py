@@ -14,7 +14,16 @@ from django.test import Client
 
 from memoryadmin.memory.models import Document
 from memoryadmin.memory.services.keys import api_key_create
-from tests.helpers import DEV, DOCS, People, TcpProxy, clean_env, free_port, gunicorn
+from tests.helpers import (
+    DEV,
+    DOCS,
+    People,
+    TcpProxy,
+    clean_env,
+    free_port,
+    gunicorn,
+    suite_database_url,
+)
 
 
 def test_healthz_is_liveness_and_answers_json(client: Any) -> None:
@@ -173,11 +182,10 @@ def test_a_redis_outage_keeps_instances_ready_and_serving(project: Any, settings
         pytest.skip("no Redis on 127.0.0.1:6379 (.ci/run starts one)")
     _, raw = api_key_create(project_id="acme", name="redis-outage")
     redis_proxy = TcpProxy(6379)
-    database = settings.DATABASES["default"]
     env = clean_env(
         DJANGO_SETTINGS_MODULE="tests.settings",
         DJANGO_SECRET_KEY=settings.SECRET_KEY,
-        DATABASE_URL=f"postgres://{database['USER']}@127.0.0.1:{database['PORT'] or 5432}/{database['NAME']}",
+        DATABASE_URL=suite_database_url(),
         REDIS_URL=f"redis://127.0.0.1:{redis_proxy.port}/5",
     )
     api = {"x-api-key": raw}
