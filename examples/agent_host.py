@@ -112,8 +112,8 @@ def main(argv: list[str] | None = None, out: Any = sys.stdout) -> int:
             document={"title": "Agent host example"},
             idempotency_key=f"example/{secrets.token_hex(6)}",
         )
-        session = started.session.session
-        made = "created" if started.document.created else "existing"
+        session = started["session"]["session"]
+        made = "created" if started["document"]["created"] else "existing"
         print(f"session {session['id']} on {args.resource}/{args.document} ({made})", file=out)
         host = Host(client, session["id"], args.resource, out)
         model = ScriptedModel(f"- Decided: exercises run on Node.js 22 ({secrets.token_hex(3)}).")

@@ -43,7 +43,7 @@ def connect(argv: list[str] | None, doc: str) -> AgentSession:
     started = client.start_session_on_document(
         agent=args.agent, resource="notes", document_id=topic, idempotency_key=topic
     )
-    return AgentSession(client, started.session.session["id"], use=["notes"])
+    return AgentSession(client, started["session"]["session"]["id"], use=["notes"])
 
 
 class ScriptedModel:

@@ -41,7 +41,7 @@ def agent(live_server: Any, api_key: str, notes: Resource) -> Iterator[AgentSess
                 "kb": {"scope": "collection"},
             },
         )
-        session = AgentSession(client, created.session["id"])
+        session = AgentSession(client, created["session"]["id"])
         session.recall("hello")
         yield session
 

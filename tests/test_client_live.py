@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, get_type_hints
 
 import pytest
 
 from memoryadmin.agents.models import Session, SessionEvent
 from memoryadmin.memory.models import Document, DocumentVersion, Project, Resource
 from memoryadmin.memory.services.keys import api_key_create
-from memoryadmin_client import ApiError, Client, DocumentDeleted
+from memoryadmin_client import (
+    ApiError,
+    AsyncClient,
+    Client,
+    CreatedSession,
+    DocumentDeleted,
+    EnsuredDocument,
+    StartedSession,
+)
 from tests.helpers import MANIFEST_MEMORY, run_example
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -40,9 +50,9 @@ def test_start_session_on_document_creates_both_then_converges(
         document={"title": "Workshop notes", "text": "Node.js 22."},
         idempotency_key="topic/workshop/1",
     )
-    assert (first.document.created, first.session.created) == (True, True)
-    assert first.document.document["title"] == "Workshop notes"
-    session = first.session.session
+    assert (first["document"]["created"], first["session"]["created"]) == (True, True)
+    assert first["document"]["document"]["title"] == "Workshop notes"
+    session = first["session"]["session"]
     assert session["memory"] == [
         {
             "resource": "notes",
@@ -52,7 +62,7 @@ def test_start_session_on_document_creates_both_then_converges(
             "writable": True,
         }
     ]
-    assert first.session.deployment["id"] == session["deploymentId"]
+    assert first["session"]["deployment"]["id"] == session["deploymentId"]
     again = client.start_session_on_document(
         agent="support-bot",
         resource="notes",
@@ -60,12 +70,49 @@ def test_start_session_on_document_creates_both_then_converges(
         document={"title": "Ignored now", "text": "Ignored."},
         idempotency_key="topic/workshop/1",
     )
-    assert (again.document.created, again.session.created) == (False, False)
-    assert again.session.session["id"] == session["id"]
-    assert again.document.document["text"] == "Node.js 22."
+    assert (again["document"]["created"], again["session"]["created"]) == (False, False)
+    assert again["session"]["session"]["id"] == session["id"]
+    assert again["document"]["document"]["text"] == "Node.js 22."
     stored = Session.objects.get()
     assert stored.idempotency_key == "topic/workshop/1:session"
     assert Document.objects.get(resource=notes).title == "Workshop notes"
+
+
+def test_session_results_are_the_typed_dicts_the_docs_promise(
+    live_server: Any, api_key: str, client: Client, notes: Resource
+) -> None:
+    """create_session, ensure_document and start_session_on_document answer plain dicts
+    with the keys of their TypedDicts, sync and async, as every other call does."""
+    memory = {"notes": {"scope": "document", "id": "workshop", "access": "read"}}
+    client.create_document("notes", "workshop", title="Workshop", text="v1")
+    created = client.create_session(agent="support-bot", idempotency_key="typed", memory=memory)
+    assert isinstance(created, dict)
+    assert set(created) == set(get_type_hints(CreatedSession))
+    assert created["created"] is True
+    assert created["deployment"]["id"] == created["session"]["deploymentId"]
+    assert json.loads(json.dumps(created)) == created
+
+    async def again() -> CreatedSession:
+        async with AsyncClient(live_server.url, api_key, project="acme") as client:
+            return await client.create_session(
+                agent="support-bot", idempotency_key="typed", memory=memory
+            )
+
+    rejoined = asyncio.run(again())
+    assert isinstance(rejoined, dict)
+    assert (rejoined["created"], rejoined["session"]["id"]) == (False, created["session"]["id"])
+    started = client.start_session_on_document(
+        agent="support-bot", resource="notes", document_id="plan", idempotency_key="typed"
+    )
+    assert set(started) == set(get_type_hints(StartedSession))
+    assert set(started["document"]) == set(get_type_hints(EnsuredDocument))
+    assert set(started["session"]) == set(get_type_hints(CreatedSession))
+    assert started["document"]["document"]["id"] == "plan"
+    # The attributes of the dataclasses these were still read, with a warning.
+    with pytest.warns(DeprecationWarning, match=r"use \['session'\]"):
+        assert created.session == created["session"]  # type: ignore[attr-defined]
+    with pytest.raises(AttributeError):
+        created.nothing  # type: ignore[attr-defined]  # noqa: B018
 
 
 def test_start_session_on_deleted_document_fails_before_any_session(
@@ -153,8 +200,8 @@ def test_sessions_runtime_and_events(client: Client, notes: Resource) -> None:
         memory={"notes": {"scope": "document", "id": "workshop", "access": "read-write"}},
         labels={"user": "u1"},
     )
-    assert created.created is True
-    session_id = created.session["id"]
+    assert created["created"] is True
+    session_id = created["session"]["id"]
     assert client.get_session(session_id)["labels"] == {"user": "u1"}
     listed = client.list_sessions(status="active")
     assert [s["id"] for s in listed["sessions"]] == [session_id]

@@ -36,7 +36,7 @@ with Client(base_url, key, project="acme") as client:
         agent="support-bot", resource="notes", document_id="installed",
         document={"title": "Installed"}, idempotency_key="installed/1",
     )
-    session_id = started.session.session["id"]
+    session_id = started["session"]["session"]["id"]
     recall = client.recall(session_id, use=["notes"])
     result = client.tool_call(
         session_id, recall_id=recall["recallId"], name="memory_save",
@@ -115,7 +115,7 @@ def test_async_client_drives_a_session(live_server: Any, api_key: str, notes: Re
                 document={"title": "Workshop", "text": "v1"},
                 idempotency_key="async/1",
             )
-            session_id = started.session.session["id"]
+            session_id = started["session"]["session"]["id"]
             recall = await client.recall(session_id, use=["notes"])
             saved = await client.tool_call(
                 session_id,

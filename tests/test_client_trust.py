@@ -34,7 +34,7 @@ def test_client_reviews_reads_provenance_reverts_and_restores(
         memory={"notes": {"scope": "document", "id": "workshop", "access": "read-write"}},
         idempotency_key="trust",
     )
-    session_id = started.session["id"]
+    session_id = started["session"]["id"]
     recall = client.recall(session_id, use=["notes"])
     proposed = client.tool_call(
         session_id,

@@ -11,7 +11,7 @@ adapters for model APIs (`tools_for`, `dispatch`).
             document={"title": "Workshop notes"},
             idempotency_key="topic/workshop/1",
         )
-        recall = client.recall(started.session.session["id"], use=["notes"])
+        recall = client.recall(started["session"]["session"]["id"], use=["notes"])
 
 Every failure of the API raises `ApiError` with the status, the error code and
 message of the server's error envelope. Requests answered 429 or 503 are retried
@@ -19,24 +19,19 @@ as `Retry-After` says.
 """
 
 from memoryadmin_client._client import AsyncClient, Client, retry_delay
-from memoryadmin_client._ops import (
-    ApiError,
-    CreatedSession,
-    DocumentDeleted,
-    EnsuredDocument,
-    StartedSession,
-    topic_session_key,
-)
+from memoryadmin_client._ops import ApiError, DocumentDeleted, topic_session_key
 from memoryadmin_client._types import (
     AgentWrites,
     ApiKey,
     AuditEntry,
     AuditPage,
     Binding,
+    CreatedSession,
     Deployment,
     Document,
     DocumentEntry,
     DocumentPage,
+    EnsuredDocument,
     Environment,
     Event,
     EventPage,
@@ -67,6 +62,7 @@ from memoryadmin_client._types import (
     SessionPage,
     SessionRevert,
     Source,
+    StartedSession,
     ToolDefinition,
     Version,
     VersionReader,

@@ -9,6 +9,7 @@ then returns its result. `Client` drives operations with blocking I/O,
 from __future__ import annotations
 
 import secrets
+import warnings
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
@@ -19,9 +20,11 @@ from memoryadmin_client._types import (
     AgentWrites,
     ApiKey,
     AuditPage,
+    CreatedSession,
     Deployment,
     Document,
     DocumentPage,
+    EnsuredDocument,
     Environment,
     EventPage,
     ImportReport,
@@ -43,6 +46,7 @@ from memoryadmin_client._types import (
     Session,
     SessionPage,
     SessionRevert,
+    StartedSession,
     Version,
     VersionReaders,
     Webhook,
@@ -91,25 +95,25 @@ class DocumentDeleted(ApiError):
     """The document id was deleted; ids are reserved forever."""
 
 
-@dataclass(frozen=True)
-class CreatedSession:
-    session: Session
-    deployment: Deployment
-    # False when the idempotency key had already created this session.
-    created: bool
+class _Result(dict[str, Any]):
+    """A result of the client's own (CreatedSession, EnsuredDocument, StartedSession):
+    a plain dict, as the TypedDict says, whose keys may still be read as attributes, as
+    when these were dataclasses (deprecated: `result.session` warns; read
+    `result["session"]`)."""
 
+    __slots__ = ()
 
-@dataclass(frozen=True)
-class EnsuredDocument:
-    document: Document
-    # False when the document already existed (and was left as it was).
-    created: bool
-
-
-@dataclass(frozen=True)
-class StartedSession:
-    document: EnsuredDocument
-    session: CreatedSession
+    def __getattr__(self, name: str) -> Any:
+        try:
+            value = self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+        warnings.warn(
+            f"reading .{name} of a client result is deprecated: use [{name!r}]",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return value
 
 
 def topic_session_key(idempotency_key: str) -> str:
@@ -785,11 +789,9 @@ def create_session(
         "POST", "sessions", json=body, headers={"Idempotency-Key": idempotency_key}
     )
     data = response.json()
-    return CreatedSession(
-        session=cast(Session, data["session"]),
-        deployment=cast(Deployment, data["deployment"]),
-        created=response.status_code == 201,
-    )
+    created = response.status_code == 201
+    result = _Result(session=data["session"], deployment=data["deployment"], created=created)
+    return cast(CreatedSession, result)
 
 
 def get_session(c: Defaults, session_id: str) -> Op[Session]:
@@ -968,13 +970,13 @@ def ensure_document(
         document = yield from create_document(
             c, resource, doc_id, title=title or doc_id, text=text, summary=summary, **where
         )
-        return EnsuredDocument(document=document, created=True)
+        return cast(EnsuredDocument, _Result(document=document, created=True))
     except ApiError as exc:
         if exc.status != 412:
             raise
     try:
         document = yield from get_document(c, resource, doc_id, **where)
-        return EnsuredDocument(document=document, created=False)
+        return cast(EnsuredDocument, _Result(document=document, created=False))
     except ApiError as exc:
         if exc.status != 404:
             raise
@@ -1024,4 +1026,4 @@ def start_session_on_document(
         project=project,
         environment=environment,
     )
-    return StartedSession(document=ensured, session=created)
+    return cast(StartedSession, _Result(document=ensured, session=created))

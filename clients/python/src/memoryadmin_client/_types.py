@@ -230,6 +230,29 @@ class SessionPage(TypedDict):
     nextCursor: str | None
 
 
+# What the client's session and topic calls return (`created` is the client's own).
+
+
+class CreatedSession(TypedDict):
+    """POST /sessions' answer, and whether this call created the session."""
+
+    session: Session
+    deployment: Deployment
+    # False when the idempotency key had already created this session.
+    created: bool
+
+
+class EnsuredDocument(TypedDict):
+    document: Document
+    # False when the document already existed (and was left as it was).
+    created: bool
+
+
+class StartedSession(TypedDict):
+    document: EnsuredDocument
+    session: CreatedSession
+
+
 class Event(TypedDict):
     seq: int
     type: str
