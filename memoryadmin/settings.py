@@ -4,7 +4,8 @@
 `DJANGO_SECRET_KEY` signs cursors and sessions and `MEMORYADMIN_PARTITION_SECRET`
 derives provider partition keys: both are required with `DJANGO_DEBUG` off.
 In development (`DJANGO_DEBUG=1`, or `MEMORYADMIN_DEV_SECRETS=1` for the test
-suite) a missing secret key is generated once and kept in `var/secret-key`.
+suite) a missing secret key is generated once and kept in `var/secret-key`; on a
+development checkout (`development_checkout()`) manage.py uses the one found there.
 docs/deploy.md lists every variable.
 """
 
@@ -14,6 +15,7 @@ import ipaddress
 import logging
 import os
 import secrets
+import sys
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -80,7 +82,8 @@ def required_secret(name: str, generate: bool) -> str:
         return configured
     raise ImproperlyConfigured(
         f"{name} must be set when DJANGO_DEBUG is off: every instance must share it "
-        "(see docs/deploy.md)."
+        "(see docs/deploy.md). On a development checkout, `make run` once sets up var/, "
+        "whose secrets manage.py then uses."
     )
 
 
@@ -105,6 +108,22 @@ def env_networks(name: str) -> list[str]:
                 f"{item!r} is not one ({exc})"
             ) from exc
     return ranges
+
+
+def development_checkout() -> bool:
+    """Whether this process is manage.py of a checkout where `make run` has run (its
+    generated key is in `var/secret-key`) with none of DJANGO_DEBUG, DJANGO_SECRET_KEY
+    and MEMORYADMIN_PARTITION_SECRET set: then its secrets are those of var/, as under
+    `make run`. The production servers (gunicorn, the ASGI app) never are, nor is any
+    process configured for production (a secret, or DJANGO_DEBUG=0, set)."""
+    main = getattr(sys.modules.get("__main__"), "__file__", None)
+    configured = ("DJANGO_DEBUG", "DJANGO_SECRET_KEY", "MEMORYADMIN_PARTITION_SECRET")
+    return (
+        main is not None
+        and Path(main).resolve() == BASE_DIR / "manage.py"
+        and not any(os.environ.get(name) for name in configured)
+        and (VAR_DIR / "secret-key").is_file()
+    )
 
 
 def secret_key(generate: bool) -> str:
@@ -179,8 +198,9 @@ def database_from_url(url: str | None) -> dict[str, Any]:
 
 
 DEBUG = env_bool("DJANGO_DEBUG", False)
-# Development and the test suite generate what is missing; production must configure it.
-DEV_SECRETS = DEBUG or env_bool("MEMORYADMIN_DEV_SECRETS", False)
+# Development and the test suite generate what is missing, and manage.py on a development
+# checkout uses what `make run` generated; production must configure it.
+DEV_SECRETS = DEBUG or env_bool("MEMORYADMIN_DEV_SECRETS", development_checkout())
 SECRET_KEY = secret_key(DEV_SECRETS)
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import stat
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import httpx
 import pytest
 
 from memoryadmin.demo.project import demo_setup
-from tests.helpers import clean_env, gunicorn, manage, production_env
+from tests.helpers import GUNICORN, ROOT, clean_env, free_port, gunicorn, manage, production_env
 
 
 def mode(path: Path) -> int:
@@ -64,6 +65,69 @@ def test_development_generates_private_secrets_and_database(tmp_path: Path) -> N
         "shell", "-c", "from django.conf import settings; print(settings.SECRET_KEY)", env=env
     )
     assert again.stdout.strip().splitlines()[-1] == key
+
+
+def development_var(tmp_path: Path) -> Path:
+    """var/ as `make run` leaves it: the secret key it generated is in it."""
+    var = tmp_path / "var"
+    done = manage("check", env=clean_env(DJANGO_DEBUG="1", MEMORYADMIN_VAR_DIR=str(var)))
+    assert done.returncode == 0, done.stderr
+    assert (var / "secret-key").is_file()
+    return var
+
+
+def test_manage_py_on_a_development_checkout_uses_its_secrets(tmp_path: Path) -> None:
+    """Without any variable, as the README's shell blocks run (tests/test_readme.py)."""
+    var = development_var(tmp_path)
+    shown = "from django.conf import settings as s; print(s.SECRET_KEY, s.DEBUG)"
+    done = manage("shell", "-c", shown, env=clean_env(MEMORYADMIN_VAR_DIR=str(var)))
+    assert done.returncode == 0, done.stderr
+    key = (var / "secret-key").read_text().strip()
+    assert done.stdout.splitlines()[-1].split() == [key, "False"]
+
+
+@pytest.mark.parametrize(
+    "configured",
+    [
+        {"DJANGO_DEBUG": "0"},
+        {"DJANGO_SECRET_KEY": "a-production-key-" * 4},
+        {"MEMORYADMIN_PARTITION_SECRET": "a-production-secret"},
+    ],
+    ids=["debug-off", "secret-key-set", "partition-secret-set"],
+)
+def test_a_process_configured_for_production_ignores_a_checkouts_secrets(
+    tmp_path: Path, configured: dict[str, str]
+) -> None:
+    var = development_var(tmp_path)
+    env = clean_env(MEMORYADMIN_VAR_DIR=str(var), **configured)
+    done = manage("check", env=env)
+    assert done.returncode != 0
+    missing = "DJANGO_SECRET_KEY" if "DJANGO_SECRET_KEY" not in configured else "MEMORYADMIN_"
+    assert missing in done.stderr
+    assert "must be set when DJANGO_DEBUG is off" in done.stderr
+
+
+def test_gunicorn_refuses_to_start_on_a_checkouts_secrets(tmp_path: Path) -> None:
+    """The production server needs its own secrets even where `make run` has run."""
+    var = development_var(tmp_path)
+    env = clean_env(
+        MEMORYADMIN_VAR_DIR=str(var),
+        DATABASE_URL=f"sqlite:///{tmp_path}/db.sqlite3",
+        GUNICORN_BIND=f"127.0.0.1:{free_port()}",
+        WEB_CONCURRENCY="1",
+    )
+    done = subprocess.run(
+        [GUNICORN, "--config", "gunicorn.conf.py"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode != 0
+    assert "DJANGO_SECRET_KEY must be set when DJANGO_DEBUG is off" in done.stderr
+    assert "Worker failed to boot" in done.stderr
 
 
 def test_a_sqlite_url_file_is_created_private(tmp_path: Path) -> None:

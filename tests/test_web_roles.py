@@ -141,19 +141,23 @@ def run_demo() -> str:
     return out.getvalue()
 
 
-def test_demo_creates_an_owner_and_a_support_login_and_prints_both(db: None, var_dir: Path) -> None:
+def test_demo_creates_a_login_of_each_role_and_prints_them(db: None, var_dir: Path) -> None:
     out = run_demo()
     saved = json.loads((var_dir / "demo-logins.json").read_text())
-    assert set(saved) == {"demo-owner", "demo-support"}
+    assert set(saved) == {"demo-owner", "demo-support", "demo-viewer"}
     assert oct((var_dir / "demo-logins.json").stat().st_mode & 0o777) == "0o600"
     assert "Memory page: http://127.0.0.1:8102/" in out
     assert f"owner:    demo-owner / {saved['demo-owner']}" in out
     assert f"support:  demo-support / {saved['demo-support']}" in out
+    assert f"viewer:   demo-viewer / {saved['demo-viewer']}" in out
     roles = dict(ProjectRole.objects.values_list("user__username", "role"))
-    assert roles == {"demo-owner": "owner", "demo-support": "support"}
+    assert roles == {"demo-owner": "owner", "demo-support": "support", "demo-viewer": "viewer"}
     client = Client()
     assert password_login(client, "demo-support", saved["demo-support"])
     assert client.get("/projects/demo/development/resources/notes/").status_code == 200
+    viewer = Client()
+    assert password_login(viewer, "demo-viewer", saved["demo-viewer"])
+    assert viewer.get("/projects/demo/development/resources/notes/").status_code == 200
 
 
 def test_demo_twice_keeps_the_logins(db: None, var_dir: Path) -> None:

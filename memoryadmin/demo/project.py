@@ -100,8 +100,8 @@ DOCUMENTS: list[dict[str, Any]] = [
 ]
 
 
-# Memory page logins: (username, role on the demo project).
-USERS = [("demo-owner", "owner"), ("demo-support", "support")]
+# Memory page logins, one of each role: (username, role on the demo project).
+USERS = [("demo-owner", "owner"), ("demo-support", "support"), ("demo-viewer", "viewer")]
 
 
 @dataclass
