@@ -4,7 +4,7 @@ The task backend hands a worker job ids one at a time; the pool takes each at
 once (the backend never waits on a slow job) and runs it on one of `threads`
 threads. A project runs at most `per_project` jobs at a time in one worker:
 its other jobs wait in the pool, each project in its own line, and a free
-thread takes the next job of the project that waited longest. So a project
+thread takes the next job of the project served least recently. So a project
 whose webhook receivers or providers are slow holds at most its share of the
 threads, and another project's job starts as soon as a thread is free.
 
@@ -17,6 +17,7 @@ decided by its claim (runner/jobs.py): a job handed twice runs once.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 from collections import Counter, OrderedDict, deque
@@ -46,8 +47,10 @@ class JobPool:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._running: Counter[str] = Counter()
-        # Each project's waiting jobs; the project first in order goes first.
+        # Each project's waiting jobs, and when each project last had a job started.
         self._waiting: OrderedDict[str, deque[int]] = OrderedDict()
+        self._served: dict[str, int] = {}
+        self._turns = itertools.count()
         # Jobs waiting or running here: a job handed twice is taken once.
         self._held: set[int] = set()
         self._busy = 0
@@ -71,14 +74,16 @@ class JobPool:
     def _start(self) -> None:
         """Starts waiting jobs while threads are free (the lock held)."""
         while self._busy < self.threads:
-            project = next((p for p in self._waiting if self._running[p] < self.per_project), None)
-            if project is None:
+            eligible = [p for p in self._waiting if self._running[p] < self.per_project]
+            if not eligible:
                 return
-            line = self._waiting.pop(project)
+            # The project served least recently goes first (one never served, first of all).
+            project = min(eligible, key=lambda p: self._served.get(p, -1))
+            line = self._waiting[project]
             job_id = line.popleft()
-            if line:
-                # Its next job waits behind the other projects' first ones.
-                self._waiting[project] = line
+            if not line:
+                del self._waiting[project]
+            self._served[project] = next(self._turns)
             self._running[project] += 1
             self._busy += 1
             self._executor.submit(self._run, job_id, project)
