@@ -9,8 +9,8 @@ def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memoryadmin.settings")
     from django.core.management import execute_from_command_line
 
-    from memoryadmin.memory.errors import DomainError
-    from memoryadmin.memory.strings import strings_check
+    from memoryadmin.core.errors import DomainError
+    from memoryadmin.core.strings import strings_check
 
     try:
         # Undecodable bytes reach Python as unpaired surrogates: refuse them
@@ -18,7 +18,7 @@ def main() -> None:
         strings_check(sys.argv[1:], field="arguments")
     except DomainError as exc:
         sys.stderr.write(f"Error: {exc.message}\n")
-        sys.exit(6)  # EXIT_INVALID of memoryadmin/memory/cli.py
+        sys.exit(6)  # EXIT_INVALID of memoryadmin/core/cli.py
     execute_from_command_line(sys.argv)
 
 

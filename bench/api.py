@@ -223,7 +223,7 @@ def seed(documents: int, concurrency: int) -> Setup:
     from django.contrib.auth import get_user_model
 
     from memoryadmin.agents.services.sessions import session_create
-    from memoryadmin.memory.cursors import cursor_dump
+    from memoryadmin.core.cursors import cursor_dump
     from memoryadmin.memory.models import Document, Resource
     from memoryadmin.memory.services.deployments import deployment_create
     from memoryadmin.memory.services.documents import document_create

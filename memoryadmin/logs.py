@@ -128,5 +128,5 @@ def _request_failed(
 
     _finished(request, log_kwargs)
     if database_unavailable(exception):
-        # Answered 503 by the error handler (api/errors.py), not 500.
+        # Answered 503 by the error pages (errorpages.py), not 500.
         log_kwargs["code"] = 503

@@ -362,9 +362,7 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
-    "ENUM_NAME_OVERRIDES": {
-        "EnvironmentEnum": "memoryadmin.memory.environments.Environment.values"
-    },
+    "ENUM_NAME_OVERRIDES": {"EnvironmentEnum": "memoryadmin.core.environments.Environment.values"},
     # The schema and its reference page are public documentation.
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     "SERVE_AUTHENTICATION": [],

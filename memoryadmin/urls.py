@@ -4,15 +4,12 @@ from django.conf import settings
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
-from memoryadmin.api.errors import not_found_view, permission_denied_view, server_error_view
+from memoryadmin.errorpages import not_found_view, permission_denied_view, server_error_view
 from memoryadmin.health import healthz, readyz
 from memoryadmin.metrics import metrics_view
 
 urlpatterns = [
     path("api/managed-agents/", include("memoryadmin.api.urls")),
-    path("api/managed-agents/", include("memoryadmin.agents.urls")),
-    path("api/managed-agents/", include("memoryadmin.providers.urls")),
-    path("api/managed-agents/", include("memoryadmin.webhooks.urls")),
     path("reference-provider/", include("memoryadmin.refprovider.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="api-docs"),

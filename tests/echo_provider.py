@@ -18,7 +18,7 @@ from typing import Any
 from memoryadmin.agents.bindings import BindingSpec
 from memoryadmin.agents.errors import InvalidMemoryBinding
 from memoryadmin.agents.models import Binding, Recall, Scope, Session
-from memoryadmin.memory.errors import InvalidRequest, NotFound
+from memoryadmin.core.errors import InvalidRequest, NotFound
 from memoryadmin.memory.models import Resource
 from memoryadmin.memory.providers import (
     MemoryProvider,

@@ -20,7 +20,7 @@ from django.test import override_settings
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from memoryadmin.memory import cli
+from memoryadmin.core import cli
 from memoryadmin.memory.models import ApiKey, AuditEntry, Project
 from memoryadmin.memory.services.keys import api_key_create
 from tests.helpers import Keys

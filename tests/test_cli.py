@@ -29,7 +29,7 @@ from django.core.management.base import CommandError
 from django.db import connection
 from rest_framework.test import APIClient
 
-from memoryadmin.memory import cli
+from memoryadmin.core import cli
 from memoryadmin.memory.models import AuditEntry, Document, Project, Resource
 from memoryadmin.memory.services.deployments import resource_get
 from memoryadmin.memory.services.documents import document_replace

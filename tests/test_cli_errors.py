@@ -22,8 +22,8 @@ from memoryadmin.agents.errors import (
     SessionNotFound,
 )
 from memoryadmin.agents.models import Binding, Session
-from memoryadmin.memory import cli
-from memoryadmin.memory.errors import (
+from memoryadmin.core import cli
+from memoryadmin.core.errors import (
     Conflict,
     DomainError,
     Forbidden,

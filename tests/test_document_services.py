@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from memoryadmin.memory.errors import NotFound
+from memoryadmin.core.errors import NotFound
 from memoryadmin.memory.models import AuditEntry, Document, DocumentVersion, Resource
 from memoryadmin.memory.services.documents import (
     document_delete,

@@ -8,8 +8,8 @@ import pytest
 from django.urls import NoReverseMatch, reverse
 
 import memoryadmin_client as client
-from memoryadmin.memory.environments import DEFAULT_ENVIRONMENT, Environment, check_environment
-from memoryadmin.memory.errors import InvalidRequest
+from memoryadmin.core.environments import DEFAULT_ENVIRONMENT, Environment, check_environment
+from memoryadmin.core.errors import InvalidRequest
 
 
 def test_there_are_two_environments_and_development_is_the_default() -> None:

@@ -9,8 +9,8 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from memoryadmin.core.errors import InvalidRequest, NotFound
 from memoryadmin.memory import export
-from memoryadmin.memory.errors import InvalidRequest, NotFound
 from memoryadmin.memory.export import export_snapshot
 from memoryadmin.memory.models import AuditEntry, Project, Resource
 from memoryadmin.memory.representations import document_dict

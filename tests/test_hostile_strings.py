@@ -22,11 +22,11 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from memoryadmin.agents.models import Session, SessionEvent
-from memoryadmin.memory.errors import InvalidRequest
+from memoryadmin.core.errors import InvalidRequest
+from memoryadmin.core.jsonbody import json_parse
+from memoryadmin.core.strings import NESTING_MAX, string_repair, strings_check
 from memoryadmin.memory.export import FORMAT, FORMAT_VERSION, MANIFEST_NAME
-from memoryadmin.memory.jsonbody import json_parse
 from memoryadmin.memory.models import AuditEntry, Deployment, Document, DocumentVersion, Resource
-from memoryadmin.memory.strings import NESTING_MAX, string_repair, strings_check
 from memoryadmin.web.forms import DocumentCreateForm, DocumentEditForm
 from tests.helpers import DEV, DOCS
 

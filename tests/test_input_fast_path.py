@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memoryadmin.agents import serializers as agent_serializers
 from memoryadmin.api import serializers as api_serializers
+from memoryadmin.api import session_serializers as agent_serializers
 from memoryadmin.api.serializers import StrictSerializer, _plain_fields, _plainly_valid
 
 PLAIN = sorted(

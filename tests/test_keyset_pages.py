@@ -11,8 +11,8 @@ from django.utils import timezone
 
 from memoryadmin.agents.models import Session
 from memoryadmin.agents.services.sessions import session_create, session_list
-from memoryadmin.memory.cursors import cursor_dump, keyset_page
-from memoryadmin.memory.errors import InvalidRequest
+from memoryadmin.core.cursors import cursor_dump, keyset_page
+from memoryadmin.core.errors import InvalidRequest
 from memoryadmin.memory.models import Document, DocumentVersion, Project, Resource
 from memoryadmin.memory.services.documents import document_list, version_list
 

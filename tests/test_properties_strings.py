@@ -17,8 +17,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from rest_framework.test import APIClient
 
+from memoryadmin.core.strings import FORBIDDEN_RE
 from memoryadmin.memory.models import Document
-from memoryadmin.memory.strings import FORBIDDEN_RE
 from tests.helpers import DEV, DOCS
 
 pytestmark = pytest.mark.django_db

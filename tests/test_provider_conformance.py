@@ -28,7 +28,7 @@ from memoryadmin.agents.errors import RecallBusy, RecallFailed, SessionClosed
 from memoryadmin.agents.models import Recall, Session
 from memoryadmin.agents.services.runtime import recall_create, tool_call
 from memoryadmin.agents.services.sessions import session_create, session_end
-from memoryadmin.memory.cancellation import cancel_request
+from memoryadmin.core.cancellation import cancel_request
 from memoryadmin.memory.models import Document, Project, Proposal
 from memoryadmin.memory.providers import provider_kinds
 from memoryadmin.memory.services.deployments import deployment_create

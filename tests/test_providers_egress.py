@@ -22,12 +22,13 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from rest_framework.test import APIClient
 
+from memoryadmin.core import egress
+from memoryadmin.core.egress import EgressTransport, address_refusal, literal_address
 from memoryadmin.memory.models import AuditEntry, Deployment, Project, Resource
 from memoryadmin.memory.services.deployments import deployment_create, resource_get
-from memoryadmin.providers import client, egress
+from memoryadmin.providers import client
 from memoryadmin.providers.client import ProviderFailure, provider_recall
 from memoryadmin.providers.declarations import origin_check
-from memoryadmin.providers.egress import EgressTransport, address_refusal, literal_address
 from memoryadmin.settings import env_networks
 from tests.helpers import RECORDED_RECALL as GOOD_RECALL
 from tests.helpers import RecordingProvider as Provider

@@ -138,7 +138,7 @@ def test_a_secret_rebound_after_deploying_is_refused_when_used(
 
 
 def test_new_secrets_need_origins_and_replacing_keeps_them(project: Project) -> None:
-    from memoryadmin.memory.errors import InvalidRequest
+    from memoryadmin.core.errors import InvalidRequest
 
     with pytest.raises(InvalidRequest, match="origins is required"):
         secret_set(project=project, environment="development", name="T", value=TOKEN, actor="t")

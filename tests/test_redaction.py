@@ -242,7 +242,7 @@ def test_cli_refuses_the_current_version(history: list[str]) -> None:
 def test_service_redaction_of_a_deleted_document_is_404(
     notes: Resource, history: list[str]
 ) -> None:
-    from memoryadmin.memory.errors import NotFound
+    from memoryadmin.core.errors import NotFound
     from memoryadmin.memory.services.documents import document_delete
 
     document_delete(resource=notes, doc_id="workshop", expected_revision=history[3], actor="t")

@@ -15,7 +15,7 @@ from rest_framework.test import APIClient
 
 from memoryadmin.agents.models import Session
 from memoryadmin.agents.services.runtime import recall_create, tool_call
-from memoryadmin.memory.errors import InvalidRequest
+from memoryadmin.core.errors import InvalidRequest
 from memoryadmin.memory.models import AuditEntry, Document, DocumentVersion, Project, Proposal
 from memoryadmin.memory.services.deployments import deployment_create, resource_get
 from memoryadmin.memory.services.documents import document_patch, document_replace

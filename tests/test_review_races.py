@@ -9,7 +9,7 @@ import pytest
 
 from memoryadmin.agents.models import Session
 from memoryadmin.agents.services.runtime import recall_create, tool_call
-from memoryadmin.memory.errors import DomainError
+from memoryadmin.core.errors import DomainError
 from memoryadmin.memory.models import Document, DocumentVersion, Project, Proposal
 from memoryadmin.memory.services.deployments import deployment_create
 from memoryadmin.memory.services.documents import document_replace

@@ -8,8 +8,8 @@ import pytest
 from django.db import connection
 from django.db.models.signals import post_init
 
+from memoryadmin.core.rows import columns, instance, table
 from memoryadmin.memory.models import Document, Resource
-from memoryadmin.memory.rows import columns, instance, table
 from memoryadmin.memory.services.documents import document_create
 
 

@@ -14,7 +14,7 @@ from django.db import connection, connections, transaction
 from memoryadmin.agents.models import Binding, Session, SessionEvent
 from memoryadmin.agents.services.runtime import recall_create, tool_call
 from memoryadmin.agents.services.sessions import session_create, session_end, session_lock
-from memoryadmin.memory.errors import NotFound, PreconditionFailed
+from memoryadmin.core.errors import NotFound, PreconditionFailed
 from memoryadmin.memory.models import Document, Project, Resource
 from memoryadmin.memory.services.documents import document_create, document_delete, document_patch
 from memoryadmin.memory.services.keys import api_key_create

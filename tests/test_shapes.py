@@ -22,11 +22,11 @@ from rest_framework import serializers
 from rest_framework.test import APIClient
 
 import memoryadmin_client as sdk
-from memoryadmin.agents import serializers as agent_shapes
+from memoryadmin.api import secret_views as provider_views
 from memoryadmin.api import serializers as api_shapes
+from memoryadmin.api import session_serializers as agent_shapes
 from memoryadmin.memory.models import Project
 from memoryadmin.memory.services.deployments import deployment_create
-from memoryadmin.providers import views as provider_views
 from memoryadmin.providers.services.secrets import secret_set
 from memoryadmin.refprovider.declaration import TOKEN_SECRET_NAME, reference_declaration
 from tests.helpers import DEV, DOCS, MANIFEST_MEMORY

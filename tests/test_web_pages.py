@@ -817,7 +817,7 @@ def test_error_pages_use_the_sites_layout_outside_the_api(
 ) -> None:
     from django.test import RequestFactory
 
-    from memoryadmin.api.errors import server_error_view
+    from memoryadmin.errorpages import server_error_view
 
     missing = owner.get("/no/such/page/")
     assert missing.status_code == 404

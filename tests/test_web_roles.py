@@ -12,7 +12,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 from django.test import Client
 
-from memoryadmin.memory.errors import Forbidden, ProjectNotFound
+from memoryadmin.core.errors import Forbidden, ProjectNotFound
 from memoryadmin.memory.models import AuditEntry, Project
 from memoryadmin.web.models import ProjectRole
 from memoryadmin.web.services.roles import (

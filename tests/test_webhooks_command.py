@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 
-from memoryadmin.memory import cli
+from memoryadmin.core import cli
 from memoryadmin.memory.models import AuditEntry, Project
 from memoryadmin.runner.jobs import jobs_run_due
 from memoryadmin.webhooks.models import Delivery, Endpoint

@@ -9,7 +9,7 @@ from typing import Any
 from memoryadmin.agents.errors import InvalidMemoryBinding
 from memoryadmin.agents.models import Access, Binding, Scope, Session
 from memoryadmin.agents.search_tool import SEARCH_TOOL
-from memoryadmin.memory.errors import InvalidRequest
+from memoryadmin.core.errors import InvalidRequest
 from memoryadmin.memory.limits import (
     BINDINGS_MAX,
     DOCUMENT_ID_RE,

@@ -20,7 +20,8 @@ from memoryadmin.agents.errors import InvalidMemoryBinding, InvalidToolArguments
 from memoryadmin.agents.models import Binding, EventType, Recall, Scope, Session
 from memoryadmin.agents.representations import source_dict, tool_document_dict
 from memoryadmin.agents.services.sessions import event_append, session_lock
-from memoryadmin.memory.errors import InvalidRequest, LimitExceeded, NotFound, PreconditionFailed
+from memoryadmin.core.errors import InvalidRequest, LimitExceeded, NotFound, PreconditionFailed
+from memoryadmin.core.rows import column, columns, instance, table
 from memoryadmin.memory.limits import (
     DOCUMENT_ID_RE,
     MAX_BYTES_DEFAULT,
@@ -38,7 +39,6 @@ from memoryadmin.memory.providers import (
     ToolOffer,
     ToolTarget,
 )
-from memoryadmin.memory.rows import column, columns, instance, table
 from memoryadmin.memory.services.documents import (
     AgentWritesDisabled,
     Writer,

@@ -49,12 +49,12 @@ from memoryadmin.agents.mcp_threads import Threads
 from memoryadmin.agents.models import Session
 from memoryadmin.agents.services import runtime
 from memoryadmin.agents.services.sessions import session_create, session_get
-from memoryadmin.memory.errors import DomainError, InvalidRequest, Unauthorized
-from memoryadmin.memory.limits import BODY_MAX_BYTES
+from memoryadmin.core.errors import DomainError, InvalidRequest, Unauthorized
+from memoryadmin.core.jsonbody import BODY_MAX_BYTES
+from memoryadmin.core.strings import strings_check
 from memoryadmin.memory.models import ApiKey, Project
 from memoryadmin.memory.services.keys import api_key_authenticate
 from memoryadmin.memory.services.projects import project_for_key
-from memoryadmin.memory.strings import strings_check
 
 SERVER_NAME = "memoryadmin"
 RESOURCE_SCHEME = "memory://"

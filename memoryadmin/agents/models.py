@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db import models
 
-from memoryadmin.memory.environments import Environment
+from memoryadmin.core.environments import Environment
 from memoryadmin.memory.models import Deployment, Document, Project, Resource
 
 

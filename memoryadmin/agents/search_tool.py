@@ -11,7 +11,7 @@ from typing import Any
 
 from memoryadmin.agents.errors import InvalidToolArguments
 from memoryadmin.agents.models import Binding, Recall, Scope, Session
-from memoryadmin.memory.errors import InvalidRequest
+from memoryadmin.core.errors import InvalidRequest
 from memoryadmin.memory.services.search import document_search, plain_snippet, search_parse
 
 SEARCH_TOOL = "memory_search"

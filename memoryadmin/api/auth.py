@@ -9,7 +9,7 @@ from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
-from memoryadmin.memory.environments import Environment
+from memoryadmin.core.environments import Environment
 from memoryadmin.memory.models import ApiKey
 from memoryadmin.memory.services.keys import api_key_authenticate, api_key_authenticate_at
 

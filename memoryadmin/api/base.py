@@ -8,7 +8,7 @@ from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from memoryadmin.api import serializers as s
-from memoryadmin.memory.environments import Environment, check_environment
+from memoryadmin.core.environments import Environment, check_environment
 from memoryadmin.memory.models import ApiKey, Project, Resource
 from memoryadmin.memory.services import deployments as deployment_services
 from memoryadmin.memory.services.keys import ResourceLookup

@@ -6,7 +6,7 @@ import re
 
 from rest_framework.request import Request
 
-from memoryadmin.memory.errors import InvalidRequest, PreconditionFailed, PreconditionRequired
+from memoryadmin.core.errors import InvalidRequest, PreconditionFailed, PreconditionRequired
 
 STRONG_ETAG_RE = re.compile(r'"([\x21\x23-\x7e]+)"')
 

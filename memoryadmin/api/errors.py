@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import logging
 import math
-import sys
 from typing import Any
 
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404
 from rest_framework import exceptions
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 from rest_framework.views import set_rollback
 
-from memoryadmin.health import RETRY_AFTER_SECONDS, database_unavailable
-from memoryadmin.memory.errors import DomainError
-
-logger = logging.getLogger(__name__)
+from memoryadmin.core.errors import DomainError
 
 DRF_CODES: dict[type[exceptions.APIException], str] = {
     exceptions.NotAuthenticated: "unauthorized",
@@ -49,10 +44,10 @@ def _message(detail: Any) -> str:
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """The envelope for every route, with a domain error's details when it has any.
 
-    Anything unexpected is left to Django's own 500 handling (`server_error_view`
-    answers it in the envelope, without details, or 503 when the database cannot be
-    reached); DRF's handler and `set_rollback()` roll back the request's transaction
-    either way.
+    Anything unexpected is left to Django's own 500 handling (the site's
+    `memoryadmin.errorpages.server_error_view` answers it in the envelope, without
+    details, or 503 when the database cannot be reached); DRF's handler and
+    `set_rollback()` roll back the request's transaction either way.
     """
     if isinstance(exc, DomainError):
         set_rollback()
@@ -77,58 +72,3 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         extra["details"] = {"retryAfter": retry_after}
     response.data = envelope(code, message, **extra)
     return response
-
-
-def _unavailable(exc: BaseException) -> tuple[dict[str, Any], int, None, dict[str, str]]:
-    """The 503 for a database that cannot be reached: body, status, and Retry-After."""
-    from memoryadmin.metrics import DATABASE_UNAVAILABLE
-
-    # A warning without a traceback: the database is away, the code is not wrong.
-    logger.warning("database unavailable: %s: %s", type(exc).__name__, exc)
-    DATABASE_UNAVAILABLE.inc()
-    seconds = RETRY_AFTER_SECONDS
-    body = envelope(
-        "service_unavailable",
-        f"The database is unavailable; retry in {seconds} seconds.",
-        details={"retryAfter": seconds},
-    )
-    return body, 503, None, {"Retry-After": str(seconds)}
-
-
-def _is_api(request: HttpRequest) -> bool:
-    return request.path.startswith("/api/")
-
-
-def not_found_view(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
-    if _is_api(request):
-        return JsonResponse(envelope("not_found", "No such route."), status=404)
-    from memoryadmin.web.views.errors import page_not_found
-
-    return page_not_found(request, exception)
-
-
-def permission_denied_view(
-    request: HttpRequest, exception: Exception | None = None
-) -> HttpResponse:
-    if _is_api(request):
-        return JsonResponse(envelope("forbidden", "Not allowed."), status=403)
-    from memoryadmin.web.views.errors import permission_denied
-
-    return permission_denied(request, exception)
-
-
-def server_error_view(request: HttpRequest) -> HttpResponse:
-    # Django calls this while handling the exception, which says what went wrong.
-    exc = sys.exc_info()[1]
-    if exc is not None and database_unavailable(exc):
-        body, status, _, headers = _unavailable(exc)
-        if _is_api(request):
-            return JsonResponse(body, status=status, headers=headers)
-        from memoryadmin.web.views.base import unavailable_page
-
-        return unavailable_page(request, headers)
-    if _is_api(request):
-        return JsonResponse(envelope("internal_error", "An internal error occurred."), status=500)
-    from memoryadmin.web.views.errors import server_error
-
-    return server_error(request)

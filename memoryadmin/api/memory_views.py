@@ -17,8 +17,9 @@ from memoryadmin.api.base import CURSOR, ENVIRONMENT, ERRORS, WRITE_ERRORS, ApiV
 from memoryadmin.api.conditions import required_if_match
 from memoryadmin.api.parsers import ZipUploadParser
 from memoryadmin.api.views import IF_MATCH, SEARCH_Q, document_response
+from memoryadmin.core.errors import InvalidRequest
 from memoryadmin.core.inputs import parse_instant
-from memoryadmin.memory.errors import InvalidRequest
+from memoryadmin.memory.exportzip import export_download
 from memoryadmin.memory.limits import check_document_id, check_resource_id
 from memoryadmin.memory.representations import audit_dict, search_hit_dict, version_dict
 from memoryadmin.memory.services import documents as document_services
@@ -26,7 +27,6 @@ from memoryadmin.memory.services.audit import AuditFilter, audit_list
 from memoryadmin.memory.services.redaction import version_redact
 from memoryadmin.memory.services.search import document_resources, document_search
 from memoryadmin.memory.services.transfer import export_resources_check, import_zip
-from memoryadmin.web.services.exports import export_download
 
 
 class DocumentRestoreView(ApiView):

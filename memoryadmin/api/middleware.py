@@ -1,6 +1,6 @@
 """The request door, before any view, session or user is looked at.
 
-- The string rule (memoryadmin.memory.strings) for the path, every query
+- The string rule (memoryadmin.core.strings) for the path, every query
   parameter (names included) and every header: 400 `invalid_request` naming
   the field, as the JSON envelope on API routes and as an error page on the
   Memory page.
@@ -21,10 +21,9 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 
 from memoryadmin.api.errors import envelope
-from memoryadmin.memory.errors import DomainError
-from memoryadmin.memory.jsonbody import body_read, stream_chunks
-from memoryadmin.memory.limits import BODY_MAX_BYTES
-from memoryadmin.memory.strings import string_check, strings_check
+from memoryadmin.core.errors import DomainError
+from memoryadmin.core.jsonbody import BODY_MAX_BYTES, body_read, stream_chunks
+from memoryadmin.core.strings import string_check, strings_check
 
 API_PREFIXES = ("/api/", "/reference-provider/")
 

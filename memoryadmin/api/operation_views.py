@@ -11,7 +11,7 @@ from memoryadmin.agents.models import ProviderOperation
 from memoryadmin.agents.services import operations as operation_services
 from memoryadmin.api import serializers as s
 from memoryadmin.api.base import CURSOR, ENVIRONMENT, ERRORS, ApiView
-from memoryadmin.memory.strings import strings_check
+from memoryadmin.core.strings import strings_check
 
 STATE = OpenApiParameter(
     "state",

@@ -9,14 +9,14 @@ from typing import IO, Any
 
 from rest_framework.parsers import BaseParser
 
-from memoryadmin.memory.imports import upload_max
-from memoryadmin.memory.jsonbody import (
+from memoryadmin.core.jsonbody import (
     body_read,
     declared_check,
     json_parse,
     stream_chunks,
     too_large,
 )
+from memoryadmin.memory.imports import upload_max
 
 
 class LimitedJSONParser(BaseParser):

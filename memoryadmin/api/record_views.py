@@ -10,7 +10,7 @@ from rest_framework.response import Response
 
 from memoryadmin.api import serializers as s
 from memoryadmin.api.base import CURSOR, ENVIRONMENT, ERRORS, ApiView
-from memoryadmin.memory.errors import InvalidRequest
+from memoryadmin.core.errors import InvalidRequest
 from memoryadmin.memory.models import Resource
 from memoryadmin.memory.services import deployments as deployment_services
 from memoryadmin.memory.services import records as record_services

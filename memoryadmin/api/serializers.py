@@ -15,9 +15,9 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.validators import ProhibitSurrogateCharactersValidator
 
-from memoryadmin.memory.environments import Environment
-from memoryadmin.memory.errors import InvalidRequest
-from memoryadmin.memory.strings import FORBIDDEN_RE
+from memoryadmin.core.environments import Environment
+from memoryadmin.core.errors import InvalidRequest
+from memoryadmin.core.strings import FORBIDDEN_RE
 
 
 class StrictCharField(serializers.CharField):
@@ -128,7 +128,7 @@ def _plain_check(field: serializers.Field[Any, Any, Any, Any]) -> Check | None:
 
 
 # The rules every string field has (a length limit is a validator of its own): the
-# project's one string rule (memoryadmin.memory.strings), no NUL, no lone surrogate.
+# project's one string rule (memoryadmin.core.strings), no NUL, no lone surrogate.
 _STRING_RULE = (ProhibitNullCharactersValidator, ProhibitSurrogateCharactersValidator)
 
 

@@ -10,8 +10,8 @@ from django.core.cache import cache
 from rest_framework.request import Request
 from rest_framework.throttling import BaseThrottle
 
+from memoryadmin.core.sharedcache import tolerant
 from memoryadmin.memory.models import ApiKey
-from memoryadmin.memory.sharedcache import tolerant
 
 PERIODS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
 

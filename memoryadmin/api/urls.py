@@ -8,7 +8,10 @@ from memoryadmin.api import (
     operation_views,
     record_views,
     schema,  # noqa: F401  (registers the x-api-key scheme for the OpenAPI schema)
+    secret_views,
+    session_views,
     views,
+    webhook_views,
 )
 
 DOCUMENTS = "projects/<str:p>/memory/<str:r>/documents"
@@ -16,6 +19,8 @@ KEYS = "projects/<str:p>/api-keys"
 OPERATIONS = "projects/<str:p>/memory/operations"
 PROPOSALS = "projects/<str:p>/memory/proposals"
 RECORDS = "projects/<str:p>/memory/<str:r>/records"
+SESSION = "sessions/<str:session_id>"
+WEBHOOKS = "projects/<str:p>/webhooks"
 
 urlpatterns = [
     path("projects", views.ProjectListView.as_view(), name="api-projects"),
@@ -115,4 +120,43 @@ urlpatterns = [
     path(KEYS, key_views.ApiKeyListView.as_view(), name="api-keys"),
     path(f"{KEYS}/<str:k>/revoke", key_views.ApiKeyRevokeView.as_view(), name="api-key-revoke"),
     path(f"{KEYS}/<str:k>/rotate", key_views.ApiKeyRotateView.as_view(), name="api-key-rotate"),
+    # Sessions and the memory runtime, then secrets and webhooks.
+    path("sessions", session_views.SessionListView.as_view(), name="api-sessions"),
+    path(SESSION, session_views.SessionDetailView.as_view(), name="api-session"),
+    path(f"{SESSION}/end", session_views.SessionEndView.as_view(), name="api-session-end"),
+    path(f"{SESSION}/events", session_views.SessionEventsView.as_view(), name="api-session-events"),
+    path(f"{SESSION}/revert", session_views.SessionRevertView.as_view(), name="api-session-revert"),
+    path(
+        f"{SESSION}/recalls", session_views.SessionRecallsView.as_view(), name="api-session-recalls"
+    ),
+    path(f"{SESSION}/memory/recall", session_views.RecallView.as_view(), name="api-session-recall"),
+    path(f"{SESSION}/memory/cancel", session_views.CancelView.as_view(), name="api-session-cancel"),
+    path(
+        f"{SESSION}/memory/tool-calls",
+        session_views.ToolCallView.as_view(),
+        name="api-session-tool-calls",
+    ),
+    path("projects/<str:p>/secrets", secret_views.SecretListView.as_view(), name="api-secrets"),
+    path(
+        "projects/<str:p>/secrets/<str:name>",
+        secret_views.SecretDetailView.as_view(),
+        name="api-secret",
+    ),
+    path(WEBHOOKS, webhook_views.WebhookListView.as_view(), name="api-webhooks"),
+    path(f"{WEBHOOKS}/<str:w>", webhook_views.WebhookDetailView.as_view(), name="api-webhook"),
+    path(
+        f"{WEBHOOKS}/<str:w>/rotate-secret",
+        webhook_views.WebhookRotateView.as_view(),
+        name="api-webhook-rotate",
+    ),
+    path(
+        f"{WEBHOOKS}/<str:w>/deliveries",
+        webhook_views.DeliveryListView.as_view(),
+        name="api-webhook-deliveries",
+    ),
+    path(
+        f"{WEBHOOKS}/<str:w>/deliveries/<str:d>/redeliver",
+        webhook_views.RedeliverView.as_view(),
+        name="api-webhook-redeliver",
+    ),
 ]

@@ -19,7 +19,7 @@ from memoryadmin.agents.services.provenance import version_readers
 from memoryadmin.api import serializers as s
 from memoryadmin.api.base import CURSOR, ENVIRONMENT, ERRORS, WRITE_ERRORS, ApiView
 from memoryadmin.api.conditions import etag, put_mode, required_if_match
-from memoryadmin.memory.errors import InvalidRequest
+from memoryadmin.core.errors import InvalidRequest
 from memoryadmin.memory.limits import agent_write_fields, check_agent_writes
 from memoryadmin.memory.models import Deployment, Document, Proposal, Resource
 from memoryadmin.memory.representations import (

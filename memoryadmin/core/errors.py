@@ -1,6 +1,8 @@
-"""The root of the domain errors: every door turns these into its own kind of failure.
+"""The domain errors: every door turns these into its own kind of failure.
 
-memoryadmin.memory.errors and each app's errors module build on these two.
+The family every app raises and builds on (each app's errors module adds its own
+codes): a status, which is its kind, a code and a message, and details for the
+envelope.
 """
 
 from __future__ import annotations
@@ -23,3 +25,52 @@ class DomainError(Exception):
 class InvalidRequest(DomainError):
     status = 400
     code = "invalid_request"
+
+
+class Unauthorized(DomainError):
+    status = 401
+    code = "unauthorized"
+
+
+class Forbidden(DomainError):
+    status = 403
+    code = "forbidden"
+
+
+class NotFound(DomainError):
+    status = 404
+    code = "not_found"
+
+
+class ProjectNotFound(NotFound):
+    code = "project_not_found"
+
+
+class Conflict(DomainError):
+    status = 409
+    code = "conflict"
+
+
+class ResourceConflict(Conflict):
+    code = "resource_conflict"
+
+
+class PreconditionFailed(DomainError):
+    status = 412
+    code = "precondition_failed"
+
+
+class LimitExceeded(DomainError):
+    status = 413
+    code = "memory_limit_exceeded"
+
+    def __init__(self, message: str, *, field: str, bytes: int, max_bytes: int) -> None:
+        super().__init__(message, details={"field": field, "bytes": bytes, "maxBytes": max_bytes})
+        self.field = field
+        self.bytes = bytes
+        self.max_bytes = max_bytes
+
+
+class PreconditionRequired(DomainError):
+    status = 428
+    code = "precondition_required"

@@ -12,9 +12,9 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
+from memoryadmin.core.environments import DEFAULT_ENVIRONMENT, Environment
+from memoryadmin.core.errors import NotFound
 from memoryadmin.files import private_write
-from memoryadmin.memory.environments import DEFAULT_ENVIRONMENT, Environment
-from memoryadmin.memory.errors import NotFound
 from memoryadmin.memory.models import Document, Project
 from memoryadmin.memory.services.deployments import (
     active_deployment,

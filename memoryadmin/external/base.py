@@ -33,6 +33,8 @@ from memoryadmin.agents.models import (
     Session,
 )
 from memoryadmin.agents.services.operations import operation_record
+from memoryadmin.core.cursors import cursor_dump, cursor_load
+from memoryadmin.core.errors import InvalidRequest, NotFound
 from memoryadmin.external.ids import external_id_of, record_forget, records_map
 from memoryadmin.external.transport import (
     Cancelled,
@@ -43,8 +45,6 @@ from memoryadmin.external.transport import (
     describe,
 )
 from memoryadmin.external.urls import base_url_check
-from memoryadmin.memory.cursors import cursor_dump, cursor_load
-from memoryadmin.memory.errors import InvalidRequest, NotFound
 from memoryadmin.memory.limits import MAX_BYTES_DEFAULT, check_max_bytes, utf8_len
 from memoryadmin.memory.models import Project, Resource
 from memoryadmin.memory.providers import (

@@ -28,6 +28,7 @@ import uuid
 from typing import Any
 from urllib.parse import quote
 
+from memoryadmin.core.errors import NotFound
 from memoryadmin.core.inputs import whole_number
 from memoryadmin.external.base import (
     PAGE_SIZE,
@@ -37,7 +38,6 @@ from memoryadmin.external.base import (
     _scope_normalize,
 )
 from memoryadmin.external.urls import LOOPBACK_CLEARTEXT
-from memoryadmin.memory.errors import NotFound
 from memoryadmin.memory.providers import NotSupported, Result
 
 KIND = "hindsight"

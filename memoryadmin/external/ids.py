@@ -14,8 +14,8 @@ import hashlib
 
 from django.db import IntegrityError, transaction
 
+from memoryadmin.core.errors import NotFound
 from memoryadmin.external.models import ExternalRecord
-from memoryadmin.memory.errors import NotFound
 from memoryadmin.memory.models import Resource
 
 ID_PREFIX = "xm_"

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from memoryadmin.core.errors import InvalidRequest, NotFound
 from memoryadmin.core.inputs import whole_number
 from memoryadmin.external.base import (
     PAGE_SIZE,
@@ -30,7 +31,6 @@ from memoryadmin.external.base import (
     _scope_normalize,
 )
 from memoryadmin.external.urls import LOOPBACK_CLEARTEXT
-from memoryadmin.memory.errors import InvalidRequest, NotFound
 from memoryadmin.memory.providers import Result
 
 KIND = "mem0-oss"

@@ -22,6 +22,7 @@ import re
 from typing import Any
 from urllib.parse import quote
 
+from memoryadmin.core.errors import InvalidRequest, NotFound
 from memoryadmin.core.inputs import whole_number
 from memoryadmin.external.base import (
     PAGE_SIZE,
@@ -35,7 +36,6 @@ from memoryadmin.external.base import (
 from memoryadmin.external.mem0_oss import HISTORY_ACTIONS, remote_of
 from memoryadmin.external.transport import Connection, secret_value
 from memoryadmin.external.urls import HTTPS_ONLY
-from memoryadmin.memory.errors import InvalidRequest, NotFound
 from memoryadmin.memory.providers import Result
 from memoryadmin.providers.declarations import SECRET_NAME_RE
 

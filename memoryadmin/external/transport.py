@@ -25,13 +25,13 @@ from typing import Any
 import httpx
 from django.views.decorators.debug import sensitive_variables
 
-from memoryadmin.memory.cancellation import Cancellation, current_cancellation
-from memoryadmin.memory.errors import DomainError, InvalidRequest
-from memoryadmin.memory.limits import BODY_MAX_BYTES
+from memoryadmin.core.cancellation import Cancellation, current_cancellation
+from memoryadmin.core.egress import EgressTransport, egress_transport
+from memoryadmin.core.errors import DomainError, InvalidRequest
+from memoryadmin.core.jsonbody import BODY_MAX_BYTES
 from memoryadmin.memory.models import Resource
 from memoryadmin.providers import wire
 from memoryadmin.providers.concurrency import Deadline
-from memoryadmin.providers.egress import EgressTransport, egress_transport
 from memoryadmin.providers.errors import CallFailed
 from memoryadmin.providers.wire import (
     RETRY_DELAYS,

@@ -4,14 +4,14 @@ Mem0 OSS may use plain http only on loopback (local development); Mem0
 Platform and Vertex AI Memory Bank require https; Hindsight follows the http
 providers' rule (https, http on loopback). User-info, query strings,
 fragments and other schemes are refused, naming the field. The egress rule
-(providers/egress.py) applies on top, at deploy time and on every connection.
+(core/egress.py) applies on top, at deploy time and on every connection.
 """
 
 from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from memoryadmin.memory.errors import InvalidRequest
+from memoryadmin.core.errors import InvalidRequest
 from memoryadmin.providers.declarations import PRINTABLE_RE, origin_check, path_check
 
 # The two rules a kind may follow.

@@ -36,6 +36,7 @@ import time
 from typing import Any
 from urllib.parse import quote
 
+from memoryadmin.core.errors import InvalidRequest, NotFound
 from memoryadmin.core.inputs import whole_number
 from memoryadmin.external.base import (
     ExternalProvider,
@@ -47,7 +48,6 @@ from memoryadmin.external.base import (
 )
 from memoryadmin.external.transport import Connection, describe, secret_value
 from memoryadmin.external.urls import HTTPS_ONLY, base_url_check
-from memoryadmin.memory.errors import InvalidRequest, NotFound
 from memoryadmin.memory.providers import Result
 from memoryadmin.providers.declarations import SECRET_NAME_RE
 from memoryadmin.providers.wire import Reply

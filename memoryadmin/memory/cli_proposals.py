@@ -7,8 +7,8 @@ from typing import Any
 from django.core.management.base import CommandParser
 from django.utils import timezone
 
-from memoryadmin.memory import cli
-from memoryadmin.memory.errors import PreconditionFailed
+from memoryadmin.core import cli
+from memoryadmin.core.errors import PreconditionFailed
 from memoryadmin.memory.models import Project, ProposalState
 from memoryadmin.memory.representations import document_dict, proposal_dict
 from memoryadmin.memory.services.documents import document_set_review

@@ -27,15 +27,15 @@ import orjson
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
-from memoryadmin.memory.environments import check_environment
-from memoryadmin.memory.errors import (
+from memoryadmin.core.environments import check_environment
+from memoryadmin.core.errors import (
     DomainError,
     InvalidRequest,
     NotFound,
     PreconditionFailed,
 )
+from memoryadmin.core.jsonbody import json_parse
 from memoryadmin.memory.imports import MANIFEST_NAME, ImportSource, MemberUnreadable
-from memoryadmin.memory.jsonbody import json_parse
 from memoryadmin.memory.limits import agent_write_fields, check_agent_writes, check_resource_id
 from memoryadmin.memory.models import Document, Project, Resource
 from memoryadmin.memory.providers import keeps_documents, kinds_keeping_documents

@@ -34,7 +34,8 @@ from typing import IO, Protocol
 from django.conf import settings
 from django.core.cache import cache
 
-from memoryadmin.memory.errors import DomainError, InvalidRequest, LimitExceeded
+from memoryadmin.core.errors import DomainError, InvalidRequest, LimitExceeded
+from memoryadmin.core.sharedcache import tolerant
 from memoryadmin.memory.limits import (
     DOCUMENT_ID_RE,
     MAX_BYTES_MAX,
@@ -43,7 +44,6 @@ from memoryadmin.memory.limits import (
     SUMMARY_MAX_BYTES,
     TITLE_MAX_BYTES,
 )
-from memoryadmin.memory.sharedcache import tolerant
 
 MANIFEST_NAME = "manifest.json"
 DOCUMENT_SUFFIX = ".json"

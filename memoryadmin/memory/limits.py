@@ -1,11 +1,12 @@
-"""The limits and identifier formats of the specification, in one place."""
+"""The limits and identifier formats of the specification's documents, in one place (the
+limit of a body on the wire is the JSON reader's, memoryadmin.core.jsonbody)."""
 
 from __future__ import annotations
 
 import re
 
-from memoryadmin.memory.errors import InvalidRequest, LimitExceeded
-from memoryadmin.memory.strings import string_check
+from memoryadmin.core.errors import InvalidRequest, LimitExceeded
+from memoryadmin.core.strings import string_check
 
 RESOURCE_ID_RE = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 RESOURCE_ID_MAX = 128
@@ -18,7 +19,6 @@ MAX_BYTES_MAX = 16_384
 MAX_BYTES_DEFAULT = 8_192
 TITLE_MAX_BYTES = 240
 SUMMARY_MAX_BYTES = 240
-BODY_MAX_BYTES = 64 * 1024
 BINDINGS_MAX = 8
 OVERVIEW_MAX_ENTRIES = 50
 OVERVIEW_MAX_BYTES = 16 * 1024

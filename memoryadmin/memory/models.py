@@ -7,7 +7,7 @@ from datetime import datetime
 from django.db import models
 from django.db.models import Q
 
-from memoryadmin.memory.environments import Environment
+from memoryadmin.core.environments import Environment
 from memoryadmin.memory.providers import keeps_documents
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from memoryadmin.memory.errors import DomainError, InvalidRequest
+from memoryadmin.core.errors import DomainError, InvalidRequest
 
 if TYPE_CHECKING:
     from memoryadmin.agents.bindings import BindingSpec

@@ -20,10 +20,12 @@ from typing import Any
 import httpx
 from django.views.decorators.debug import sensitive_variables
 
+from memoryadmin.core.cancellation import Cancellation, current_cancellation
+from memoryadmin.core.egress import EgressTransport
+from memoryadmin.core.errors import InvalidRequest
 from memoryadmin.core.inputs import InvalidInput, parse_instant
-from memoryadmin.memory.cancellation import Cancellation, current_cancellation
-from memoryadmin.memory.errors import InvalidRequest
-from memoryadmin.memory.limits import BODY_MAX_BYTES, utf8_len
+from memoryadmin.core.jsonbody import BODY_MAX_BYTES
+from memoryadmin.memory.limits import utf8_len
 from memoryadmin.memory.models import Resource
 from memoryadmin.memory.representations import iso_ms
 from memoryadmin.metrics import provider_metered
@@ -34,7 +36,6 @@ from memoryadmin.providers.declarations import (
     path_check,
     path_within,
 )
-from memoryadmin.providers.egress import EgressTransport
 from memoryadmin.providers.errors import (
     InvalidToolArguments,
     ProviderFailure,

@@ -10,14 +10,14 @@ import re
 from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import unquote, urlsplit
 
-from memoryadmin.memory.errors import InvalidRequest
+from memoryadmin.core.egress import SETTING, literal_address, origin_address_check
+from memoryadmin.core.errors import InvalidRequest
 from memoryadmin.memory.limits import (
     DESCRIPTION_MAX_BYTES,
     MAX_BYTES_DEFAULT,
     check_max_bytes,
     utf8_len,
 )
-from memoryadmin.providers.egress import SETTING, literal_address, origin_address_check
 from memoryadmin.refprovider.declaration import ENDPOINT as REFERENCE_ENDPOINT
 from memoryadmin.refprovider.declaration import TOKEN_SECRET_NAME
 

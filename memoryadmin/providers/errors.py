@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from memoryadmin.memory.errors import Conflict, DomainError, NotFound
+from memoryadmin.core.errors import Conflict, DomainError, NotFound
 
 
 class InvalidToolArguments(DomainError):

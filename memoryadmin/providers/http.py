@@ -21,7 +21,7 @@ from memoryadmin.agents.models import (
     Session,
 )
 from memoryadmin.agents.services.operations import operation_record
-from memoryadmin.memory.cancellation import current_cancellation
+from memoryadmin.core.cancellation import current_cancellation
 from memoryadmin.memory.models import Project, Resource
 from memoryadmin.memory.providers import (
     MemoryProvider,

@@ -29,14 +29,14 @@ from typing import Any
 import httpx
 from django.views.decorators.debug import sensitive_variables
 
+from memoryadmin.core.egress import egress_refusal
+from memoryadmin.core.errors import DomainError, LimitExceeded
 from memoryadmin.core.inputs import whole_number
+from memoryadmin.core.jsonbody import body_read, json_parse
 from memoryadmin.core.watchdog import cut_at
-from memoryadmin.memory.errors import DomainError, LimitExceeded
-from memoryadmin.memory.jsonbody import body_read, json_parse
 from memoryadmin.memory.models import Resource
 from memoryadmin.memory.services.audit import audit_record
 from memoryadmin.providers.declarations import credential_header
-from memoryadmin.providers.egress import egress_refusal
 from memoryadmin.providers.errors import SecretNotBound, SecretNotFound
 from memoryadmin.providers.services.secrets import secret_for_request
 

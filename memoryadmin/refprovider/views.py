@@ -8,8 +8,8 @@ from typing import Any
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from memoryadmin.memory.errors import DomainError, LimitExceeded
-from memoryadmin.memory.jsonbody import body_read, json_parse, stream_chunks
+from memoryadmin.core.errors import DomainError, LimitExceeded
+from memoryadmin.core.jsonbody import body_read, json_parse, stream_chunks
 from memoryadmin.refprovider.declaration import reference_token
 from memoryadmin.refprovider.services import ProtocolError, call_handle
 

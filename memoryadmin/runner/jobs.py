@@ -30,7 +30,8 @@ from django.tasks import task
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from memoryadmin.memory.rows import column, table
+from memoryadmin.core.backoff import backoff_seconds
+from memoryadmin.core.rows import column, table
 from memoryadmin.runner.models import Job, JobState
 
 logger = logging.getLogger(__name__)
@@ -161,8 +162,7 @@ def _lease() -> timedelta:
 
 
 def _backoff(attempts: int) -> timedelta:
-    base = settings.MEMORYADMIN_JOB_BACKOFF_SECONDS
-    return timedelta(seconds=min(base * 2 ** max(attempts - 1, 0), 3600))
+    return timedelta(seconds=backoff_seconds(settings.MEMORYADMIN_JOB_BACKOFF_SECONDS, attempts))
 
 
 def jobs_due() -> list[int]:

@@ -10,7 +10,7 @@ from django.contrib.auth.backends import ModelBackend
 from django.db import connection
 from django.db.models import Model
 
-from memoryadmin.memory.rows import column, columns, fetch_instance, table
+from memoryadmin.core.rows import column, columns, fetch_instance, table
 
 # The backend sessions name, as every version of the product has stored it. Sessions
 # (memoryadmin.web.sessions) read it as USER_BACKEND and write USER_BACKEND as it, so

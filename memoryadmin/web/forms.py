@@ -9,8 +9,9 @@ from typing import Any
 from django import forms
 from django.utils.http import urlencode
 
+from memoryadmin.core.errors import DomainError, LimitExceeded
 from memoryadmin.core.inputs import parse_date
-from memoryadmin.memory.errors import DomainError, LimitExceeded
+from memoryadmin.core.strings import strings_check
 from memoryadmin.memory.limits import (
     SUMMARY_MAX_BYTES,
     TITLE_MAX_BYTES,
@@ -22,7 +23,6 @@ from memoryadmin.memory.limits import (
 from memoryadmin.memory.models import Resource
 from memoryadmin.memory.services.audit import ACTOR_KINDS, AuditFilter
 from memoryadmin.memory.services.tombstones import document_id_check_free
-from memoryadmin.memory.strings import strings_check
 from memoryadmin.webhooks.outbox import EVENT_TYPES
 
 FIELD_NAMES = ("text ", "title ", "summary ")

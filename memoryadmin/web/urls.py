@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.contrib.auth import views as auth_views
 from django.urls import path, register_converter, reverse_lazy
 
-from memoryadmin.memory.environments import Environment
+from memoryadmin.core.environments import Environment
 from memoryadmin.web.views import (
     bulk,
     deployments,

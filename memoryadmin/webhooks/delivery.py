@@ -27,7 +27,8 @@ from django.conf import settings
 from django.db.models import F, Q
 from django.utils import timezone
 
-from memoryadmin.providers.egress import egress_transport
+from memoryadmin.core.backoff import backoff_seconds
+from memoryadmin.core.egress import egress_transport
 from memoryadmin.providers.wire import receive, retry_after
 from memoryadmin.runner.jobs import durable, enqueue
 from memoryadmin.webhooks.models import (
@@ -44,7 +45,6 @@ TIMESTAMP_HEADER = "Memoryadmin-Timestamp"
 EVENT_ID_HEADER = "Memoryadmin-Event-Id"
 EVENT_TYPE_HEADER = "Memoryadmin-Event-Type"
 ATTEMPT_HEADER = "Memoryadmin-Delivery-Attempt"
-BACKOFF_MAX = 3600.0
 # How much of a receiver's answer is read: its status is what counts.
 REPLY_MAX_BYTES = 64 * 1024
 
@@ -138,10 +138,7 @@ def _send(delivery: Delivery) -> tuple[int | None, str, float | None]:
 
 def _backoff(attempts: int, retry_after: float | None) -> float:
     base = settings.MEMORYADMIN_WEBHOOK_BACKOFF_SECONDS
-    pause = min(base * 2 ** max(attempts - 1, 0), BACKOFF_MAX)
-    if retry_after is not None:
-        pause = max(pause, min(retry_after, BACKOFF_MAX))
-    return pause
+    return backoff_seconds(base, attempts, at_least=retry_after)
 
 
 def _settle(delivery: Delivery, code: int | None, error: str, retry_after: float | None) -> str:

@@ -6,7 +6,9 @@ delivery rows are written next to the audit entry, in the same transaction.
 Where the audit entry is written by its own INSERT (`audit_record`), the
 deliveries follow in one more statement; where a replace writes its version
 and audit entry inside the UPDATE's statement (PostgreSQL), the deliveries
-are one more `WITH` clause of that statement (`outbox_statement(source=...)`).
+are more `WITH` clauses of that statement (`outbox_statement(source=...)`). The
+memory app calls both through the audit listener this app registers from its
+`ready()` (`Outbox`), so the document write knows nothing of webhooks.
 
 The statement selects the project's active endpoints that want the event
 itself, so a project without endpoints pays no extra query on the
@@ -24,9 +26,9 @@ from typing import Any
 from django.db import connection
 from django.utils import timezone
 
+from memoryadmin.core.rows import column, db_value
 from memoryadmin.memory.representations import iso_ms
-from memoryadmin.memory.rows import column, db_value
-from memoryadmin.memory.services.audit import AuditFacts
+from memoryadmin.memory.services.audit import AuditClauses, AuditFacts
 from memoryadmin.runner.jobs import enqueue, enqueue_sql
 from memoryadmin.webhooks.delivery import webhook_drain
 from memoryadmin.webhooks.models import Delivery, DeliveryState, Endpoint
@@ -169,3 +171,21 @@ def outbox_enqueue(project: str, endpoint_ids: Iterable[int]) -> None:
     """Queues a delivery run for each endpoint (of `project`) that got deliveries."""
     for endpoint_id in sorted(set(endpoint_ids)):
         enqueue(webhook_drain, project=project, endpoint=endpoint_id)
+
+
+class Outbox:
+    """The audit listener of webhooks: the deliveries of every audited change."""
+
+    def written(self, facts: AuditFacts) -> None:
+        outbox_write(facts)
+
+    def clauses(self, facts: AuditFacts, *, source: str) -> AuditClauses | None:
+        deliveries = outbox_statement(facts, source=source)
+        if deliveries is None or facts.project_id is None:
+            return None
+        jobs = outbox_jobs_statement(project=facts.project_id, deliveries="webhook_deliveries")
+        return AuditClauses(
+            sql=f", webhook_deliveries AS ({deliveries[0]}), webhook_jobs AS ({jobs[0]})",
+            params=deliveries[1] + jobs[1],
+            jobs="webhook_jobs",
+        )

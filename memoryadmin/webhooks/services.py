@@ -15,12 +15,12 @@ from urllib.parse import urlsplit
 from django.db import transaction
 from django.utils import timezone
 
+from memoryadmin.core.cursors import keyset_page
+from memoryadmin.core.errors import InvalidRequest, NotFound
 from memoryadmin.core.inputs import whole_number
-from memoryadmin.memory.cursors import keyset_page
-from memoryadmin.memory.errors import InvalidRequest, NotFound
+from memoryadmin.core.strings import string_check
 from memoryadmin.memory.models import Project
 from memoryadmin.memory.services.audit import audit_record
-from memoryadmin.memory.strings import string_check
 from memoryadmin.providers.declarations import origin_check
 from memoryadmin.runner.jobs import enqueue
 from memoryadmin.webhooks.delivery import webhook_drain

@@ -27,9 +27,10 @@ from memoryadmin.agents.models import (
     ProviderOperation,
     Session,
 )
-from memoryadmin.memory.cursors import keyset_page
-from memoryadmin.memory.environments import check_environment
-from memoryadmin.memory.errors import Conflict, InvalidRequest, NotFound
+from memoryadmin.core.backoff import backoff_seconds
+from memoryadmin.core.cursors import keyset_page
+from memoryadmin.core.environments import check_environment
+from memoryadmin.core.errors import Conflict, InvalidRequest, NotFound
 from memoryadmin.memory.models import Project, Resource
 from memoryadmin.memory.providers import provider_for, provider_kinds
 from memoryadmin.memory.representations import iso_ms
@@ -53,7 +54,7 @@ def _now() -> datetime:
 def _pause(attempts: int) -> timedelta:
     """The pause before the next check: doubling from the base, at most an hour."""
     base = settings.MEMORYADMIN_OPERATION_BACKOFF_SECONDS
-    return timedelta(seconds=min(base * 2 ** max(attempts - 1, 0), 3600))
+    return timedelta(seconds=backoff_seconds(base, attempts))
 
 
 def _schedule(operation: ProviderOperation, delay: float = 0) -> None:

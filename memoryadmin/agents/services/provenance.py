@@ -7,9 +7,9 @@ from typing import Any
 from django.db import connection
 
 from memoryadmin.agents.models import Binding, Recall, RecallSource, Session
-from memoryadmin.memory.cursors import keyset_page
+from memoryadmin.core.cursors import keyset_page
+from memoryadmin.core.rows import column, concrete_names, insert_sql, prepared, table
 from memoryadmin.memory.models import Document
-from memoryadmin.memory.rows import column, concrete_names, insert_sql, prepared, table
 
 RECALL_PAGE_SIZE = 20
 READERS_MAX = 50

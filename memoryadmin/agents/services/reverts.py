@@ -15,11 +15,11 @@ from typing import Any
 from django.db import transaction
 
 from memoryadmin.agents.models import Session
-from memoryadmin.memory.errors import Conflict, NotFound, PreconditionFailed
+from memoryadmin.core.diff import text_merge
+from memoryadmin.core.errors import Conflict, NotFound, PreconditionFailed
 from memoryadmin.memory.models import Document, DocumentVersion
 from memoryadmin.memory.services.audit import audit_record
 from memoryadmin.memory.services.documents import document_restore
-from memoryadmin.web.services.diff import text_merge
 
 RESTORE = "restore"
 CONFLICT = "conflict"

@@ -33,8 +33,8 @@ from memoryadmin.agents.errors import (
 from memoryadmin.agents.models import Access, Binding, Recall, Session
 from memoryadmin.agents.services.provenance import recall_sources, recall_store
 from memoryadmin.agents.services.sessions import session_bindings
-from memoryadmin.memory.cancellation import Cancellation, cancel_request, cancellation_scope
-from memoryadmin.memory.errors import InvalidRequest, NotFound
+from memoryadmin.core.cancellation import Cancellation, cancel_request, cancellation_scope
+from memoryadmin.core.errors import InvalidRequest, NotFound
 from memoryadmin.memory.providers import (
     MemoryProvider,
     Projection,

@@ -23,14 +23,15 @@ from memoryadmin.agents.models import (
     SessionEvent,
     SessionStatus,
 )
+from memoryadmin.core.cursors import keyset_page
+from memoryadmin.core.environments import Environment, check_environment
+from memoryadmin.core.errors import Forbidden, InvalidRequest, NotFound, PreconditionFailed
 from memoryadmin.core.inputs import parse_int
-from memoryadmin.memory.cursors import keyset_page
-from memoryadmin.memory.environments import Environment, check_environment
-from memoryadmin.memory.errors import Forbidden, InvalidRequest, NotFound, PreconditionFailed
+from memoryadmin.core.rows import column, columns, instance, table
+from memoryadmin.core.strings import strings_check
 from memoryadmin.memory.limits import check_agent_id
 from memoryadmin.memory.models import ApiKey, Deployment, Document, Project, Resource
 from memoryadmin.memory.providers import keeps_documents
-from memoryadmin.memory.rows import column, columns, instance, table
 from memoryadmin.memory.services.audit import audit_record
 from memoryadmin.memory.services.deployments import (
     active_deployment,
@@ -43,7 +44,6 @@ from memoryadmin.memory.services.keys import (
     api_key_hashed,
     api_key_usable,
 )
-from memoryadmin.memory.strings import strings_check
 
 IDEMPOTENCY_KEY_MAX = 256
 # Printable characters only: the key travels in an HTTP header.

@@ -16,9 +16,9 @@ from typing import Any
 from django.db.models import OuterRef, Q, Subquery
 from django.utils import timezone
 
+from memoryadmin.core.cursors import keyset_page
+from memoryadmin.core.errors import Conflict, InvalidRequest, NotFound, PreconditionFailed
 from memoryadmin.core.inputs import parse_instant
-from memoryadmin.memory.cursors import keyset_page
-from memoryadmin.memory.errors import Conflict, InvalidRequest, NotFound, PreconditionFailed
 from memoryadmin.memory.limits import LIST_PAGE_SIZE
 from memoryadmin.memory.models import Document, DocumentVersion, Resource
 from memoryadmin.memory.representations import iso_ms, writer_dict

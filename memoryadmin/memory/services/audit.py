@@ -2,13 +2,13 @@ from __future__ import annotations
 
 from dataclasses import asdict, astuple, dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from django.db.models import Q, QuerySet
 
-from memoryadmin.memory.cursors import keyset_page
-from memoryadmin.memory.environments import check_environment
-from memoryadmin.memory.errors import InvalidRequest
+from memoryadmin.core.cursors import keyset_page
+from memoryadmin.core.environments import check_environment
+from memoryadmin.core.errors import InvalidRequest
 from memoryadmin.memory.models import AuditEntry, Project
 
 AUDIT_PAGE_SIZE = 50
@@ -28,12 +28,46 @@ class AuditFacts:
     detail: dict[str, Any] = field(default_factory=dict)
 
 
-def audit_write(facts: AuditFacts) -> AuditEntry:
-    """Records what happened, and the webhook deliveries it raises (same transaction)."""
-    from memoryadmin.webhooks.outbox import outbox_write  # it imports this module
+@dataclass(frozen=True)
+class AuditClauses:
+    """What a listener adds to a statement that writes its audit entry itself (the
+    PostgreSQL replace): `WITH` clauses to append (", name AS (...)") and their
+    parameters, and the name of the clause that returns the ids of the jobs it queued."""
 
+    sql: str
+    params: list[Any]
+    jobs: str
+
+
+class AuditListener(Protocol):
+    """Hears of every audited change in the change's own transaction; an app registers
+    one from its AppConfig.ready() (webhooks: the outbox), as provider kinds register."""
+
+    def written(self, facts: AuditFacts) -> None:
+        """After the audit entry's own INSERT."""
+
+    def clauses(self, facts: AuditFacts, *, source: str) -> AuditClauses | None:
+        """Its part of one statement whose `WITH` clause `source` returns a row only if
+        the change was written; None when it has nothing to add."""
+
+
+_LISTENERS: list[AuditListener] = []
+
+
+def audit_listener_register(listener: AuditListener) -> None:
+    if not any(type(known) is type(listener) for known in _LISTENERS):
+        _LISTENERS.append(listener)
+
+
+def audit_listeners() -> tuple[AuditListener, ...]:
+    return tuple(_LISTENERS)
+
+
+def audit_write(facts: AuditFacts) -> AuditEntry:
+    """Records what happened, and what the listeners write of it (same transaction)."""
     entry = AuditEntry.objects.create(**asdict(facts))
-    outbox_write(facts)
+    for listener in _LISTENERS:
+        listener.written(facts)
     return entry
 
 

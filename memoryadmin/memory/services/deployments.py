@@ -8,8 +8,9 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Count, Q
 
-from memoryadmin.memory.environments import check_environment
-from memoryadmin.memory.errors import InvalidRequest, NotFound, ResourceConflict
+from memoryadmin.core.environments import check_environment
+from memoryadmin.core.errors import InvalidRequest, NotFound, ResourceConflict
+from memoryadmin.core.strings import strings_check
 from memoryadmin.memory.limits import (
     DESCRIPTION_MAX_BYTES,
     check_agent_id,
@@ -26,7 +27,6 @@ from memoryadmin.memory.providers import (
 from memoryadmin.memory.services.audit import audit_record
 from memoryadmin.memory.services.keys import ResourceLookup
 from memoryadmin.memory.services.projects import key_may_act, project_get
-from memoryadmin.memory.strings import strings_check
 
 Declaration = dict[str, Any]
 # The kind of a declaration that names none.

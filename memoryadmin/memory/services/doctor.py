@@ -1,4 +1,4 @@
-"""Finds and repairs stored strings that break the string rule (see memory/strings.py).
+"""Finds and repairs stored strings that break the string rule (see core/strings.py).
 
 Earlier versions accepted NUL and unpaired surrogates. SQLite kept them (JSON
 columns as escapes, text columns as they came); a row holding an unpaired
@@ -19,9 +19,9 @@ from django.apps import apps
 from django.db import models, transaction
 from django.db.models import F, Value
 
+from memoryadmin.core.strings import value_repair
 from memoryadmin.memory.models import Project
 from memoryadmin.memory.services.audit import audit_record
-from memoryadmin.memory.strings import value_repair
 
 STRING_FIELDS = (models.CharField, models.TextField, models.JSONField)
 # How far (in foreign keys) a row may be from its project.

@@ -24,8 +24,9 @@ from django.db.models import Q
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
-from memoryadmin.memory.cursors import keyset_page
-from memoryadmin.memory.errors import Conflict, InvalidRequest, NotFound, PreconditionFailed
+from memoryadmin.core.cursors import keyset_page
+from memoryadmin.core.errors import Conflict, InvalidRequest, NotFound, PreconditionFailed
+from memoryadmin.core.rows import column, columns, db_value, fetch_instance, instance, table
 from memoryadmin.memory.limits import (
     LIST_PAGE_SIZE,
     VERSION_PAGE_SIZE,
@@ -36,10 +37,8 @@ from memoryadmin.memory.limits import (
     check_title,
 )
 from memoryadmin.memory.models import AuditEntry, Document, DocumentVersion, Resource, WriterKind
-from memoryadmin.memory.rows import column, columns, db_value, fetch_instance, instance, table
-from memoryadmin.memory.services.audit import AuditFacts, audit_write
+from memoryadmin.memory.services.audit import AuditFacts, audit_listeners, audit_write
 from memoryadmin.runner.jobs import jobs_dispatch_on_commit
-from memoryadmin.webhooks.outbox import outbox_jobs_statement, outbox_statement
 
 LIST_FIELDS = (
     "doc_id",
@@ -283,10 +282,10 @@ def _records_in_update_statement() -> bool:
 
 def _with_records(
     update: tuple[str, list[Any]], resource: Resource, doc_id: str, revision: str, record: Record
-) -> tuple[str, list[Any], bool]:
-    """The UPDATE, plus its version row, audit entry, webhook deliveries and their
-    delivery jobs, as one PostgreSQL statement; says whether the row it returns ends
-    with the ids of those jobs."""
+) -> tuple[str, list[Any], int]:
+    """The UPDATE, plus its version row, audit entry and what the audit listeners add
+    (webhook deliveries and their jobs), as one PostgreSQL statement; says how many
+    columns of job ids end the row it returns (one per listener that added clauses)."""
     sql, params = update
     quote = connection.ops.quote_name
     parts = [f"WITH updated AS ({sql})"]
@@ -318,15 +317,15 @@ def _with_records(
         f", audit AS (INSERT INTO {quote(AuditEntry._meta.db_table)} ({', '.join(columns_)})"
         f" SELECT {', '.join(['%s'] * len(values))} FROM updated)"
     )
-    hooks = outbox_statement(facts, source="updated")
-    endpoints = ""
-    if hooks is not None:
-        jobs = outbox_jobs_statement(project=resource.project_id, deliveries="hooks")
-        parts.append(f", hooks AS ({hooks[0]}), jobs AS ({jobs[0]})")
-        params += hooks[1] + jobs[1]
-        endpoints = ", (SELECT array_agg(id) FROM jobs)"
-    parts.append(f" SELECT {columns(Document)}{endpoints} FROM updated")
-    return "".join(parts), params, hooks is not None
+    queued: list[str] = []
+    for listener in audit_listeners():
+        clauses = listener.clauses(facts, source="updated")
+        if clauses is not None:
+            parts.append(clauses.sql)
+            params += clauses.params
+            queued.append(f", (SELECT array_agg(id) FROM {clauses.jobs})")
+    parts.append(f" SELECT {columns(Document)}{''.join(queued)} FROM updated")
+    return "".join(parts), params, len(queued)
 
 
 def _conditional_update(
@@ -353,17 +352,17 @@ def _conditional_update(
     )
     together = record is not None and _records_in_update_statement()
     sql, params = update
-    hooked = False
+    queued = 0
     if record is not None and together:
-        sql, params, hooked = _with_records(update, resource, doc_id, revision, record)
+        sql, params, queued = _with_records(update, resource, doc_id, revision, record)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
     if row is None:
         raise _explain_no_rows(resource, doc_id)
-    if hooked:
-        jobs_dispatch_on_commit(row[-1] or [])
-        row = row[:-1]
+    if queued:
+        jobs_dispatch_on_commit([job for ids in row[-queued:] for job in ids or []])
+        row = row[:-queued]
     # The row is ours until commit (locked on PostgreSQL, the database on SQLite).
     document = instance(Document, row)
     if record is not None and not together:

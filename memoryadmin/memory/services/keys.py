@@ -26,13 +26,13 @@ from django.db import connection, transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from memoryadmin.core.errors import Conflict, InvalidRequest, NotFound
 from memoryadmin.core.inputs import whole_number
-from memoryadmin.memory.errors import Conflict, InvalidRequest, NotFound
+from memoryadmin.core.rows import column, columns, fetch_instance, instance, table
+from memoryadmin.core.sharedcache import tolerant
 from memoryadmin.memory.models import ApiKey, Resource
-from memoryadmin.memory.rows import column, columns, fetch_instance, instance, table
 from memoryadmin.memory.services.audit import audit_record
 from memoryadmin.memory.services.projects import project_get
-from memoryadmin.memory.sharedcache import tolerant
 
 API_KEY_PREFIX = "mak_"
 LAST_USED_EVERY = 60  # seconds between two writes of last_used_at for one key

@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 
-from memoryadmin.memory.errors import Conflict, Forbidden, ProjectNotFound
+from memoryadmin.core.errors import Conflict, Forbidden, ProjectNotFound
 from memoryadmin.memory.limits import check_project_id
 from memoryadmin.memory.models import ApiKey, Project
 

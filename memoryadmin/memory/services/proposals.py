@@ -17,9 +17,11 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from memoryadmin.memory.cursors import keyset_page
-from memoryadmin.memory.environments import check_environment
-from memoryadmin.memory.errors import Conflict, InvalidRequest, NotFound, PreconditionFailed
+from memoryadmin.core.cursors import keyset_page
+from memoryadmin.core.diff import text_merge
+from memoryadmin.core.environments import check_environment
+from memoryadmin.core.errors import Conflict, InvalidRequest, NotFound, PreconditionFailed
+from memoryadmin.core.strings import string_check
 from memoryadmin.memory.limits import (
     LIST_PAGE_SIZE,
     check_summary,
@@ -41,8 +43,6 @@ from memoryadmin.memory.services.documents import (
     Writer,
     document_replace,
 )
-from memoryadmin.memory.strings import string_check
-from memoryadmin.web.services.diff import text_merge
 
 REASON_MAX_BYTES = 500
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from memoryadmin.agents.models import OperationKind
 from memoryadmin.agents.services.operations import operation_open
-from memoryadmin.memory.errors import InvalidRequest
+from memoryadmin.core.errors import InvalidRequest
 from memoryadmin.memory.models import ActiveDeployment, Resource
 from memoryadmin.memory.providers import MemoryProvider, NotSupported, provider_for
 from memoryadmin.memory.services.audit import audit_record

@@ -14,7 +14,7 @@ from __future__ import annotations
 from django.db import connection, transaction
 from django.utils import timezone
 
-from memoryadmin.memory.errors import Conflict, InvalidRequest, NotFound
+from memoryadmin.core.errors import Conflict, InvalidRequest, NotFound
 from memoryadmin.memory.models import AuditEntry, Document, DocumentVersion, Proposal, Resource
 from memoryadmin.memory.services.audit import audit_record
 from memoryadmin.memory.services.documents import document_get

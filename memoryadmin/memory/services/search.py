@@ -29,9 +29,9 @@ from typing import Any
 
 from django.db import connection
 
-from memoryadmin.memory.cursors import cursor_dump, cursor_load
-from memoryadmin.memory.environments import check_environment
-from memoryadmin.memory.errors import InvalidRequest
+from memoryadmin.core.cursors import cursor_dump, cursor_load
+from memoryadmin.core.environments import check_environment
+from memoryadmin.core.errors import InvalidRequest
 from memoryadmin.memory.limits import LIST_PAGE_SIZE
 from memoryadmin.memory.models import Document, Project, Resource
 from memoryadmin.memory.providers import kinds_keeping_documents

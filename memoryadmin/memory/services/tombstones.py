@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from memoryadmin.memory.errors import NotFound, PreconditionFailed
+from memoryadmin.core.errors import NotFound, PreconditionFailed
 from memoryadmin.memory.limits import check_document_id
 from memoryadmin.memory.models import AuditEntry, Document, Resource
 from memoryadmin.memory.services.documents import document_get

@@ -14,8 +14,8 @@ from typing import IO, Any
 
 from django.db import transaction
 
-from memoryadmin.memory.environments import check_environment
-from memoryadmin.memory.errors import InvalidRequest
+from memoryadmin.core.environments import check_environment
+from memoryadmin.core.errors import InvalidRequest
 from memoryadmin.memory.export import (
     CREATED,
     FAILED,

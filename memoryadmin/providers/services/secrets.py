@@ -17,8 +17,8 @@ from typing import Any, TypedDict
 from django.db import transaction
 from django.views.decorators.debug import sensitive_variables
 
-from memoryadmin.memory.environments import check_environment
-from memoryadmin.memory.errors import InvalidRequest
+from memoryadmin.core.environments import check_environment
+from memoryadmin.core.errors import InvalidRequest
 from memoryadmin.memory.models import Project
 from memoryadmin.memory.services.audit import audit_record
 from memoryadmin.providers.declarations import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from memoryadmin.memory.errors import DomainError, InvalidRequest, PreconditionFailed
+from memoryadmin.core.errors import DomainError, InvalidRequest, PreconditionFailed
 from memoryadmin.memory.limits import check_document_id
 from memoryadmin.memory.models import Resource
 from memoryadmin.memory.services.documents import document_delete, document_set_agent_writes

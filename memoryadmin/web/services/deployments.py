@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from memoryadmin.memory.environments import check_environment
+from memoryadmin.core.environments import check_environment
 from memoryadmin.memory.models import ActiveDeployment, Deployment, Project
 from memoryadmin.memory.services.deployments import declarations_public
 

@@ -12,7 +12,7 @@ from django.db.models.functions import Cast, TruncDate
 from django.utils import timezone
 
 from memoryadmin.agents.models import Session
-from memoryadmin.memory.environments import check_environment
+from memoryadmin.core.environments import check_environment
 from memoryadmin.memory.models import AuditEntry, Document, Project, Resource
 from memoryadmin.memory.providers import kinds_keeping_documents
 from memoryadmin.memory.services.audit import ACTOR_KIND_FILTERS, ACTOR_KINDS

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from django.db.models import Q
 from django.utils import timezone
 
+from memoryadmin.core.diff import Diff, text_diff
 from memoryadmin.memory.models import DocumentVersion, Proposal
-from memoryadmin.web.services.diff import Diff, text_diff
 
 
 @dataclass(frozen=True)

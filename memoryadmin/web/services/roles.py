@@ -16,15 +16,15 @@ from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 
-from memoryadmin.memory.errors import (
+from memoryadmin.core.errors import (
     Conflict,
     Forbidden,
     InvalidRequest,
     NotFound,
     ProjectNotFound,
 )
+from memoryadmin.core.rows import column, columns, instance, table
 from memoryadmin.memory.models import Project, Resource
-from memoryadmin.memory.rows import column, columns, instance, table
 from memoryadmin.memory.services.audit import audit_record
 from memoryadmin.memory.services.projects import project_get
 from memoryadmin.web.models import ProjectRole, Role

@@ -5,7 +5,7 @@ from __future__ import annotations
 from memoryadmin.agents.errors import SessionNotFound
 from memoryadmin.agents.models import Session
 from memoryadmin.agents.services.sessions import session_get
-from memoryadmin.memory.environments import check_environment
+from memoryadmin.core.environments import check_environment
 from memoryadmin.memory.models import Deployment, Project
 
 

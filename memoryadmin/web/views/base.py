@@ -14,8 +14,8 @@ from django.utils.cache import patch_vary_headers
 from django.utils.http import urlencode
 from django_htmx.http import HttpResponseClientRedirect
 
-from memoryadmin.memory.environments import Environment
-from memoryadmin.memory.errors import DomainError
+from memoryadmin.core.environments import Environment
+from memoryadmin.core.errors import DomainError
 from memoryadmin.memory.models import Project, Resource
 from memoryadmin.memory.services.deployments import resource_documents_check, resource_get
 from memoryadmin.web.services.roles import (

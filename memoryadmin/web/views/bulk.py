@@ -8,7 +8,8 @@ from django.http import HttpRequest, HttpResponseBase
 from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 
-from memoryadmin.memory.errors import InvalidRequest
+from memoryadmin.core.errors import InvalidRequest
+from memoryadmin.memory.exportzip import export_download
 from memoryadmin.web.services.bulk import (
     BULK_ACTIONS,
     BULK_READS,
@@ -16,7 +17,6 @@ from memoryadmin.web.services.bulk import (
     bulk_selection,
     documents_bulk,
 )
-from memoryadmin.web.services.exports import export_download
 from memoryadmin.web.services.roles import DELETE, EXPORT, FREEZE, membership_require
 from memoryadmin.web.views.base import Page, actor, page_render, project_view
 

@@ -11,7 +11,7 @@ from django.http import HttpRequest, HttpResponseBase
 from django.shortcuts import redirect
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from memoryadmin.memory.errors import DomainError
+from memoryadmin.core.errors import DomainError
 from memoryadmin.memory.services.deployments import (
     declarations_public,
     deployment_active_in,

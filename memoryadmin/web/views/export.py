@@ -5,10 +5,10 @@ from __future__ import annotations
 from django.http import HttpRequest, HttpResponseBase
 from django.views.decorators.http import require_http_methods
 
+from memoryadmin.memory.exportzip import export_download
 from memoryadmin.memory.providers import kinds_keeping_documents
 from memoryadmin.memory.services.deployments import resource_inventory
 from memoryadmin.web.forms import ExportForm
-from memoryadmin.web.services.exports import export_download
 from memoryadmin.web.services.roles import EXPORT
 from memoryadmin.web.views.base import Page, actor, page_render, project_view
 

@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from memoryadmin.memory.errors import DomainError
+from memoryadmin.core.errors import DomainError
 from memoryadmin.web.forms import InviteForm, RoleForm
 from memoryadmin.web.services.roles import (
     PEOPLE,

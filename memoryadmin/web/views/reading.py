@@ -12,8 +12,9 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from memoryadmin.agents.services.provenance import version_readers
-from memoryadmin.memory.environments import DEFAULT_ENVIRONMENT, Environment
-from memoryadmin.memory.errors import DomainError, InvalidRequest
+from memoryadmin.core.diff import text_diff
+from memoryadmin.core.environments import DEFAULT_ENVIRONMENT, Environment
+from memoryadmin.core.errors import DomainError, InvalidRequest
 from memoryadmin.memory.limits import agent_writes_shown
 from memoryadmin.memory.models import Resource
 from memoryadmin.memory.services.asof import document_list_as_of, parse_as_of
@@ -34,7 +35,6 @@ from memoryadmin.memory.services.documents import (
 from memoryadmin.memory.services.tombstones import DocumentDeleted, document_get_or_tombstone
 from memoryadmin.web.forms import AuditFilterForm
 from memoryadmin.web.services.audit_files import DOWNLOADS
-from memoryadmin.web.services.diff import text_diff
 from memoryadmin.web.services.history import history_rows
 from memoryadmin.web.services.roles import READ, membership_get, memberships_for_user
 from memoryadmin.web.views.base import Page, error_page, is_partial, page_render, project_view

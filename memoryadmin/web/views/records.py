@@ -11,7 +11,7 @@ from django.http import HttpRequest, HttpResponseBase, HttpResponseRedirect
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from memoryadmin.memory.errors import InvalidRequest
+from memoryadmin.core.errors import InvalidRequest
 from memoryadmin.memory.providers import NotSupported
 from memoryadmin.memory.services import records as record_services
 from memoryadmin.web.services.roles import DELETE, EDIT, READ

@@ -7,7 +7,7 @@ from django.http import HttpRequest, HttpResponseBase
 from django.shortcuts import redirect
 from django.views.decorators.http import require_http_methods
 
-from memoryadmin.memory.errors import Conflict
+from memoryadmin.core.errors import Conflict
 from memoryadmin.memory.services.documents import document_get, version_get
 from memoryadmin.memory.services.redaction import version_redact
 from memoryadmin.web.forms import RedactForm

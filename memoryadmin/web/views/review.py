@@ -12,7 +12,7 @@ from django.http import HttpRequest, HttpResponseBase
 from django.shortcuts import redirect
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from memoryadmin.memory.errors import DomainError, PreconditionFailed
+from memoryadmin.core.errors import DomainError, PreconditionFailed
 from memoryadmin.memory.models import ProposalState
 from memoryadmin.memory.services.documents import document_set_review
 from memoryadmin.memory.services.proposals import (

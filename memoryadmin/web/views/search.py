@@ -8,7 +8,7 @@ from typing import Any
 from django.http import HttpRequest, HttpResponseBase
 from django.views.decorators.http import require_GET
 
-from memoryadmin.memory.errors import InvalidRequest
+from memoryadmin.core.errors import InvalidRequest
 from memoryadmin.memory.services.search import document_resources, document_search
 from memoryadmin.web.services.roles import READ
 from memoryadmin.web.views.base import Page, page_render, project_view

@@ -14,7 +14,7 @@ from memoryadmin.agents.services.provenance import recall_list
 from memoryadmin.agents.services.reverts import CONFLICT, session_revert
 from memoryadmin.agents.services.sessions import check_after, session_end, session_events
 from memoryadmin.agents.services.sessions import session_list as sessions_page
-from memoryadmin.web.services.diff import text_diff
+from memoryadmin.core.diff import text_diff
 from memoryadmin.web.services.roles import EDIT, READ, SESSION_END
 from memoryadmin.web.services.sessions import session_agents, session_in_environment
 from memoryadmin.web.views.base import Page, actor, page_render, project_view

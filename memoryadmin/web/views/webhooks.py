@@ -12,7 +12,7 @@ from django.shortcuts import redirect
 from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from memoryadmin.memory.errors import DomainError
+from memoryadmin.core.errors import DomainError
 from memoryadmin.web.forms import WebhookForm, sentence
 from memoryadmin.web.services.roles import WEBHOOKS
 from memoryadmin.web.views.base import Page, actor, page_render, project_view

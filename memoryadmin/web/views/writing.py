@@ -11,7 +11,8 @@ from django.http import HttpRequest, HttpResponseBase
 from django.shortcuts import redirect
 from django.views.decorators.http import require_http_methods, require_POST
 
-from memoryadmin.memory.errors import DomainError, PreconditionFailed
+from memoryadmin.core.diff import text_diff
+from memoryadmin.core.errors import DomainError, PreconditionFailed
 from memoryadmin.memory.models import Document, Resource
 from memoryadmin.memory.services.asof import resource_restore_as_of
 from memoryadmin.memory.services.documents import (
@@ -21,9 +22,8 @@ from memoryadmin.memory.services.documents import (
     document_restore,
     document_set_agent_writes,
 )
+from memoryadmin.memory.services.edits import document_edit, edit_reapply
 from memoryadmin.web.forms import DeleteForm, DocumentCreateForm, DocumentEditForm, RevisionForm
-from memoryadmin.web.services.diff import text_diff
-from memoryadmin.web.services.edits import document_edit, edit_reapply
 from memoryadmin.web.services.roles import DELETE, EDIT, FREEZE
 from memoryadmin.web.views.base import Page, actor, page_render, project_view
 from memoryadmin.web.views.reading import as_of_context

@@ -23,9 +23,9 @@ from memoryadmin.agents.bindings import bindings_parse
 from memoryadmin.agents.management.commands.session import binding_arguments, memory_options
 from memoryadmin.agents.services import sessions as services
 from memoryadmin.agents.topics import topic_session_key
+from memoryadmin.core import cli
+from memoryadmin.core.environments import DEFAULT_ENVIRONMENT
 from memoryadmin.core.inputs import whole_number
-from memoryadmin.memory import cli
-from memoryadmin.memory.environments import DEFAULT_ENVIRONMENT
 from memoryadmin.memory.services.projects import project_get
 
 

@@ -16,8 +16,8 @@ from memoryadmin.agents.services.provenance import recall_list
 from memoryadmin.agents.services.reverts import session_revert
 from memoryadmin.agents.services.sessions import AGENT_REFS
 from memoryadmin.agents.topics import topic_session_key
-from memoryadmin.memory import cli
-from memoryadmin.memory.environments import DEFAULT_ENVIRONMENT, Environment
+from memoryadmin.core import cli
+from memoryadmin.core.environments import DEFAULT_ENVIRONMENT, Environment
 from memoryadmin.memory.services.projects import project_get
 
 MEMORY_HELP = (

@@ -4,8 +4,8 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
+from memoryadmin.core import cli
 from memoryadmin.demo.project import demo_setup
-from memoryadmin.memory import cli
 
 
 class Command(cli.Command):

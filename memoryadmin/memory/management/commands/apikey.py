@@ -11,7 +11,7 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
-from memoryadmin.memory import cli
+from memoryadmin.core import cli
 from memoryadmin.memory.models import ApiKey
 from memoryadmin.memory.representations import api_key_dict
 from memoryadmin.memory.services.keys import (

@@ -7,7 +7,7 @@ from typing import Any
 from django.core.management import call_command
 from django.core.management.base import CommandParser
 
-from memoryadmin.memory import cli
+from memoryadmin.core import cli
 from memoryadmin.memory.management.commands.apikey import add_scope
 
 

@@ -4,7 +4,7 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
-from memoryadmin.memory import cli
+from memoryadmin.core import cli
 from memoryadmin.memory.services.projects import project_create
 
 

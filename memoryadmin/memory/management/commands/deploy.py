@@ -5,10 +5,10 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
-from memoryadmin.memory import cli
-from memoryadmin.memory.environments import Environment
-from memoryadmin.memory.errors import DomainError
-from memoryadmin.memory.jsonbody import json_parse
+from memoryadmin.core import cli
+from memoryadmin.core.environments import Environment
+from memoryadmin.core.errors import DomainError
+from memoryadmin.core.jsonbody import json_parse
 from memoryadmin.memory.services.deployments import deployment_create
 from memoryadmin.memory.services.projects import project_get
 

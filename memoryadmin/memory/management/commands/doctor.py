@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
-from memoryadmin.memory import cli
+from memoryadmin.core import cli
 from memoryadmin.memory.services.doctor import doctor_repair, doctor_scan
 
 

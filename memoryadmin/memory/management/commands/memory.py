@@ -1,7 +1,7 @@
 """The owner CLI: `manage.py memory --project P <subcommand> ...`.
 
 A thin door like the API: it reads arguments, calls the services and prints
-the result. Its failures and exit codes are those of every command (memoryadmin/memory/cli.py).
+the result. Its failures and exit codes are those of every command (memoryadmin/core/cli.py).
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from typing import Any, TextIO
 
 from django.core.management.base import CommandParser
 
+from memoryadmin.core import cli
+from memoryadmin.core.environments import DEFAULT_ENVIRONMENT, Environment
+from memoryadmin.core.errors import DomainError
 from memoryadmin.core.inputs import int_argument
-from memoryadmin.memory import cli
 from memoryadmin.memory.cli_history import SUBCOMMANDS as HISTORY_SUBCOMMANDS
 from memoryadmin.memory.cli_history import HistoryCommands
 from memoryadmin.memory.cli_proposals import SUBCOMMANDS as PROPOSAL_SUBCOMMANDS
 from memoryadmin.memory.cli_proposals import ProposalCommands
-from memoryadmin.memory.environments import DEFAULT_ENVIRONMENT, Environment
-from memoryadmin.memory.errors import DomainError
 from memoryadmin.memory.export import (
     CREATED,
     DELETED,
@@ -30,6 +30,7 @@ from memoryadmin.memory.export import (
     FAILED,
     MANIFEST_NAME,
     MISSING_RESOURCE,
+    ExportSnapshot,
     export_import,
     export_read_manifest,
     export_snapshot,
@@ -491,7 +492,7 @@ class Command(HistoryCommands, ProposalCommands, cli.Command):
             actor=self.actor,
         ) as snapshot:
             progress = self.progress(total=snapshot.count, label="Exporting")
-            written = cli.write_export(snapshot, out, progress)
+            written = write_export(snapshot, out, progress)
             manifest = {**snapshot.manifest(), "documents": written}
         # Written last: a directory with a manifest is a complete export.
         (out / MANIFEST_NAME).write_text(
@@ -615,3 +616,26 @@ def _table(rows: list[list[str]]) -> str:
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
         for row in rows
     )
+
+
+def write_export(snapshot: ExportSnapshot, out: Path, progress: cli.Progress) -> int:
+    out.mkdir(parents=True, exist_ok=True)
+    for resource_id in snapshot.resources:
+        (out / resource_id).mkdir()
+    written = 0
+    for resource_id, document in snapshot.documents():
+        path = out / resource_id / f"{document['id']}.json"
+        try:
+            # Exclusive create: ids differing only in case would collide on
+            # a case-insensitive filesystem; refuse rather than overwrite.
+            with path.open("x", encoding="utf-8") as file:
+                file.write(json.dumps(document, ensure_ascii=False, indent=2) + "\n")
+        except FileExistsError as exc:
+            raise cli.Error(
+                f"{path} already exists: document ids that differ only in case cannot be "
+                "exported to this case-insensitive filesystem."
+            ) from exc
+        written += 1
+        progress.advance()
+    progress.close()
+    return written

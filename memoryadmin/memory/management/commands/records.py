@@ -9,8 +9,8 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
-from memoryadmin.memory import cli
-from memoryadmin.memory.environments import DEFAULT_ENVIRONMENT, Environment
+from memoryadmin.core import cli
+from memoryadmin.core.environments import DEFAULT_ENVIRONMENT, Environment
 from memoryadmin.memory.services import records as record_services
 from memoryadmin.memory.services.deployments import resource_get
 from memoryadmin.memory.services.projects import project_get

@@ -11,8 +11,8 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
-from memoryadmin.memory import cli
-from memoryadmin.memory.environments import DEFAULT_ENVIRONMENT, Environment
+from memoryadmin.core import cli
+from memoryadmin.core.environments import DEFAULT_ENVIRONMENT, Environment
 from memoryadmin.memory.representations import iso_ms
 from memoryadmin.memory.services.projects import project_get
 from memoryadmin.providers.services import secrets as secret_services

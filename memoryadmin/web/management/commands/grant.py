@@ -5,7 +5,7 @@ from typing import Any
 from django.core.management.base import CommandParser
 from django.db import transaction
 
-from memoryadmin.memory import cli
+from memoryadmin.core import cli
 from memoryadmin.web.models import Role
 from memoryadmin.web.services.roles import UserNotFound, role_grant, role_revoke, user_create
 

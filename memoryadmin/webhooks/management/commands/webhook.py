@@ -10,8 +10,8 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
+from memoryadmin.core import cli
 from memoryadmin.core.inputs import int_argument
-from memoryadmin.memory import cli
 from memoryadmin.memory.representations import iso_ms
 from memoryadmin.memory.services.projects import project_get
 from memoryadmin.webhooks import services

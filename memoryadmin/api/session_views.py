@@ -9,18 +9,18 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from memoryadmin.agents import serializers as s
 from memoryadmin.agents.models import Session
 from memoryadmin.agents.representations import event_dict, recall_record_dict, sessions_dicts
 from memoryadmin.agents.services import runtime
 from memoryadmin.agents.services import sessions as session_services
 from memoryadmin.agents.services.provenance import recall_list
 from memoryadmin.agents.services.reverts import session_revert
+from memoryadmin.api import session_serializers as s
 from memoryadmin.api.base import CURSOR, ENVIRONMENT, ERRORS, ApiView
 from memoryadmin.api.connections import client_gone_probe
 from memoryadmin.api.serializers import ErrorOutput, require_query_string, validated
-from memoryadmin.memory.cancellation import caller_connection
-from memoryadmin.memory.errors import InvalidRequest
+from memoryadmin.core.cancellation import caller_connection
+from memoryadmin.core.errors import InvalidRequest
 from memoryadmin.memory.models import Project
 from memoryadmin.memory.representations import deployments_dicts
 

@@ -4,7 +4,7 @@ The management API's requests, the reference provider's requests and the
 memory providers' responses are all read here: at most BODY_MAX_BYTES
 (counted as they arrive, so a body without a length is bounded too), strict
 UTF-8, no NaN or Infinity, nesting at most NESTING_MAX levels and the string
-rule of memoryadmin.memory.strings.
+rule of memoryadmin.core.strings.
 """
 
 from __future__ import annotations
@@ -13,11 +13,12 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
+from memoryadmin.core.errors import InvalidRequest, LimitExceeded
 from memoryadmin.core.inputs import whole_number
-from memoryadmin.memory.errors import InvalidRequest, LimitExceeded
-from memoryadmin.memory.limits import BODY_MAX_BYTES
-from memoryadmin.memory.strings import NESTING_MAX, strings_check
+from memoryadmin.core.strings import NESTING_MAX, strings_check
 
+# The largest body read from the network, either way (the specification's 64 KiB).
+BODY_MAX_BYTES = 64 * 1024
 CHUNK_BYTES = 16 * 1024
 
 

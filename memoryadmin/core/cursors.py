@@ -14,8 +14,8 @@ from django.core import signing
 from django.db import models
 from django.db.models import QuerySet
 
+from memoryadmin.core.errors import InvalidRequest
 from memoryadmin.core.inputs import InvalidInput, parse_instant
-from memoryadmin.memory.errors import InvalidRequest
 
 INVALID = "cursor is not valid for this list."
 

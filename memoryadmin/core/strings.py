@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from memoryadmin.memory.errors import InvalidRequest
+from memoryadmin.core.errors import InvalidRequest
 
 # In a Python string a code point in the surrogate range is always unpaired:
 # characters outside the BMP are single code points, not surrogate pairs.

@@ -14,7 +14,7 @@ from memoryadmin.api.serializers import (
     StrictCharField,
     StrictSerializer,
 )
-from memoryadmin.memory.environments import Environment
+from memoryadmin.core.environments import Environment
 
 
 class SessionCreateInput(StrictSerializer):

@@ -6,14 +6,14 @@ from dataclasses import dataclass
 
 from django.db import transaction
 
-from memoryadmin.memory.errors import PreconditionFailed
+from memoryadmin.core.diff import text_merge
+from memoryadmin.core.errors import PreconditionFailed
 from memoryadmin.memory.models import Document, DocumentVersion, Resource
 from memoryadmin.memory.services.documents import (
     document_get,
     document_patch,
     document_replace,
 )
-from memoryadmin.web.services.diff import text_merge
 
 
 @transaction.atomic

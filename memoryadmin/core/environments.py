@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db import models
 
-from memoryadmin.memory.errors import InvalidRequest
+from memoryadmin.core.errors import InvalidRequest
 
 
 class Environment(models.TextChoices):

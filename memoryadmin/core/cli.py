@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import getpass
-import json
 import os
 import shlex
 import subprocess
@@ -13,9 +12,8 @@ from typing import Any, TextIO
 
 from django.core.management.base import BaseCommand, CommandError, OutputWrapper
 
-from memoryadmin.memory.errors import DomainError
-from memoryadmin.memory.export import ExportSnapshot
-from memoryadmin.memory.strings import string_check
+from memoryadmin.core.errors import DomainError
+from memoryadmin.core.strings import string_check
 
 # Exit codes of every command, documented in docs/cli.md: scripts branch on them.
 EXIT_OK = 0
@@ -196,26 +194,3 @@ class Progress:
         if self.enabled:
             self.draw()
             self.stream.write("")
-
-
-def write_export(snapshot: ExportSnapshot, out: Path, progress: Progress) -> int:
-    out.mkdir(parents=True, exist_ok=True)
-    for resource_id in snapshot.resources:
-        (out / resource_id).mkdir()
-    written = 0
-    for resource_id, document in snapshot.documents():
-        path = out / resource_id / f"{document['id']}.json"
-        try:
-            # Exclusive create: ids differing only in case would collide on
-            # a case-insensitive filesystem; refuse rather than overwrite.
-            with path.open("x", encoding="utf-8") as file:
-                file.write(json.dumps(document, ensure_ascii=False, indent=2) + "\n")
-        except FileExistsError as exc:
-            raise Error(
-                f"{path} already exists: document ids that differ only in case cannot be "
-                "exported to this case-insensitive filesystem."
-            ) from exc
-        written += 1
-        progress.advance()
-    progress.close()
-    return written

@@ -1,0 +1,67 @@
+"""The site's error pages (handler403, handler404, handler500 of the root URLconf).
+
+A failure outside any view is answered by the door its path belongs to: the error
+envelope under /api/, the Memory page's own page elsewhere. Both doors sit on
+top of the apps, so this one module, beside the URLconf, chooses between them.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+
+from memoryadmin.api.errors import envelope
+from memoryadmin.health import RETRY_AFTER_SECONDS, database_unavailable
+from memoryadmin.metrics import DATABASE_UNAVAILABLE
+from memoryadmin.web.views.base import unavailable_page
+from memoryadmin.web.views.errors import page_not_found, permission_denied, server_error
+
+logger = logging.getLogger(__name__)
+
+
+def _unavailable(exc: BaseException) -> tuple[dict[str, Any], int, None, dict[str, str]]:
+    """The 503 for a database that cannot be reached: body, status, and Retry-After."""
+    # A warning without a traceback: the database is away, the code is not wrong.
+    logger.warning("database unavailable: %s: %s", type(exc).__name__, exc)
+    DATABASE_UNAVAILABLE.inc()
+    seconds = RETRY_AFTER_SECONDS
+    body = envelope(
+        "service_unavailable",
+        f"The database is unavailable; retry in {seconds} seconds.",
+        details={"retryAfter": seconds},
+    )
+    return body, 503, None, {"Retry-After": str(seconds)}
+
+
+def _is_api(request: HttpRequest) -> bool:
+    return request.path.startswith("/api/")
+
+
+def not_found_view(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    if _is_api(request):
+        return JsonResponse(envelope("not_found", "No such route."), status=404)
+    return page_not_found(request, exception)
+
+
+def permission_denied_view(
+    request: HttpRequest, exception: Exception | None = None
+) -> HttpResponse:
+    if _is_api(request):
+        return JsonResponse(envelope("forbidden", "Not allowed."), status=403)
+    return permission_denied(request, exception)
+
+
+def server_error_view(request: HttpRequest) -> HttpResponse:
+    # Django calls this while handling the exception, which says what went wrong.
+    exc = sys.exc_info()[1]
+    if exc is not None and database_unavailable(exc):
+        body, status, _, headers = _unavailable(exc)
+        if _is_api(request):
+            return JsonResponse(body, status=status, headers=headers)
+        return unavailable_page(request, headers)
+    if _is_api(request):
+        return JsonResponse(envelope("internal_error", "An internal error occurred."), status=500)
+    return server_error(request)
