@@ -64,10 +64,12 @@ test: $(VENV)/.installed
 screenshots: $(VENV)/.installed
 	UPDATE_SCREENSHOTS=1 $(VENV)/bin/pytest -n0 -m browser
 
+# lint-imports: the layers contract of pyproject.toml (also tests/test_layers.py).
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache --no-logo
 
 format: $(VENV)/.installed
 	$(VENV)/bin/ruff format .
