@@ -129,37 +129,21 @@ def receive(
         return Reply(failure="timeout")
     guard = cut_at(deadline, cut) if cut is not None else contextlib.nullcontext()
     with guard as watched:
-        reply = _attempt(
-            client,
-            method,
-            url,
-            headers=headers,
-            deadline=deadline,
-            limit=limit,
-            params=params,
-            content=content,
+        stream = client.stream(
+            method, url, params=params, content=content, headers=headers, timeout=remaining
         )
+        reply = _read(stream, deadline=deadline, limit=limit)
     if watched is not None and watched.fired:
         return Reply(failure="timeout")
     return reply
 
 
-def _attempt(
-    client: httpx.Client,
-    method: str,
-    url: str,
-    *,
-    headers: dict[str, str],
-    deadline: float,
-    limit: int,
-    params: dict[str, str] | None,
-    content: bytes | None,
+def _read(
+    stream: contextlib.AbstractContextManager[httpx.Response], *, deadline: float, limit: int
 ) -> Reply:
-    remaining = deadline - time.monotonic()
+    """Opens `stream` (the request is sent) and reads its answer."""
     try:
-        with client.stream(
-            method, url, params=params, content=content, headers=headers, timeout=remaining
-        ) as response:
+        with stream as response:
             reply = Reply(status=response.status_code, headers=response.headers)
             declared = response.headers.get("content-length")
             try:
