@@ -504,7 +504,7 @@ def test_the_runtime_cancel_stops_an_add_in_flight_and_leaves_it_open(
 def test_concurrent_first_sightings_map_a_record_once(
     project: Project, mem0_oss: FakeMem0Oss
 ) -> None:
-    from memoryadmin.external.ids import record_id_for
+    from memoryadmin.external.ids import records_map
     from tests.helpers import run_threads
 
     mem = deploy_external(
@@ -513,7 +513,7 @@ def test_concurrent_first_sightings_map_a_record_once(
         secrets_by_origin={mem0_oss.origin: {"MEM0_KEY": KEY_SECRET}},
     )
     ids = run_threads(
-        6, lambda _: record_id_for(resource=mem, namespace="alice", external_id="mem-1")
+        6, lambda _: records_map(resource=mem, namespace="alice", external_ids=["mem-1"])["mem-1"]
     )
     assert len(set(ids)) == 1
     assert ExternalRecord.objects.filter(resource=mem, external_id="mem-1").count() == 1

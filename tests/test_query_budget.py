@@ -250,3 +250,43 @@ def test_a_recall_read_with_its_key_still_refuses_every_key_it_refused(
     assert client_for("nonsense").post(url, {}, format="json").status_code == 401
     api_key_revoke(key=ApiKey.objects.get(prefix=keys.owner[:12]), actor="test")
     assert owner.post(url, {}, format="json").status_code == 401
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_external_recall_maps_the_records_it_shows_in_one_statement(
+    api: APIClient, keys: Keys, project: Any, mem0_oss: Any
+) -> None:
+    """What a recall writes besides itself: the id mapping of the provider records it shows
+    (so the model's ids resolve), one query for those already mapped and one INSERT for the
+    rest however many there are, no savepoints; a recall of mapped records writes nothing."""
+    from memoryadmin.external.models import ExternalRecord
+    from tests.helpers import deploy_external, external_session
+
+    deploy_external(
+        project,
+        {
+            "kind": "mem0-oss",
+            "baseUrl": mem0_oss.origin,
+            "headers": {"X-API-Key": {"secret": "MEM0_KEY"}},
+        },
+        secrets_by_origin={mem0_oss.origin: {"MEM0_KEY": "mem0-test-key"}},
+    )
+    session = external_session(project, "alice")
+    url = f"/api/managed-agents/sessions/{session.id}/memory/recall"
+    mem0_oss.seed("Fact 0.", user_id="alice")
+    assert api.post(url, {"use": ["mem"]}, format="json").status_code == 200
+    for index in range(1, 21):
+        mem0_oss.seed(f"Fact {index}.", user_id="alice")
+    response, queries = counted(lambda: api.post(url, {"use": ["mem"]}, format="json"))
+    assert response.status_code == 200, response.content
+    assert len(response.json()["memory"]["mem"]["sources"]) == 21
+    assert ExternalRecord.objects.filter(namespace="alice").count() == 21
+    mapping = [sql for sql in queries if "external_externalrecord" in sql]
+    assert [sql.split()[0] for sql in mapping] == ["SELECT", "INSERT"], mapping
+    assert not [sql for sql in queries if "SAVEPOINT" in sql], queries
+
+    response, queries = counted(lambda: api.post(url, {"use": ["mem"]}, format="json"))
+    assert response.status_code == 200, response.content
+    mapping = [sql for sql in queries if "external_externalrecord" in sql]
+    assert [sql.split()[0] for sql in mapping] == ["SELECT"], mapping
+    assert ExternalRecord.objects.filter(namespace="alice").count() == 21

@@ -5,14 +5,12 @@
 gets the same id, in every process and after every restart. The provider id
 names one provider instance: its kind and the resource that declares it
 (project, environment, resource id). The mapping table keeps the way back
-from our id to the provider's, scoped to the namespace the record lives in.
+from our id to the provider's, in each namespace the record was seen in.
 """
 
 from __future__ import annotations
 
 import hashlib
-
-from django.db import IntegrityError, transaction
 
 from memoryadmin.core.errors import NotFound
 from memoryadmin.external.models import ExternalRecord
@@ -30,36 +28,34 @@ def external_memory_id(provider: str, external_id: str) -> str:
     return ID_PREFIX + digest[:32]
 
 
-def record_id_for(*, resource: Resource, namespace: str, external_id: str) -> str:
-    """Our id for a provider record, remembered durably; the same id every time."""
-    record_id = external_memory_id(provider_id(resource), external_id)
-    if not ExternalRecord.objects.filter(resource=resource, record_id=record_id).exists():
-        try:
-            with transaction.atomic():
-                ExternalRecord.objects.create(
-                    resource=resource,
-                    namespace=namespace,
-                    record_id=record_id,
-                    external_id=external_id,
-                )
-        except IntegrityError:
-            # Another request mapped it first: the id is the same either way.
-            pass
-    return record_id
-
-
 def records_map(*, resource: Resource, namespace: str, external_ids: list[str]) -> dict[str, str]:
-    """Our ids for many provider records at once (one query for those already mapped)."""
-    wanted = {external_memory_id(provider_id(resource), e): e for e in external_ids}
+    """Our ids for provider records seen in `namespace`, each remembered durably there.
+
+    A record is mapped in every namespace it was seen in: namespaces that share
+    one provider partition (a fixed scope or bank) see the same records, with
+    the same ids. One query finds those already mapped, one INSERT adds the
+    rest, whatever their number; a row another request inserted meanwhile is
+    left as it is (the id is the same either way), so no savepoint is needed.
+    """
+    provider = provider_id(resource)
+    ids = {external_id: external_memory_id(provider, external_id) for external_id in external_ids}
+    if not ids:
+        return {}
     known = set(
-        ExternalRecord.objects.filter(resource=resource, record_id__in=wanted).values_list(
-            "record_id", flat=True
-        )
+        ExternalRecord.objects.filter(
+            resource=resource, namespace=namespace, record_id__in=ids.values()
+        ).values_list("record_id", flat=True)
     )
-    for record_id, external_id in wanted.items():
-        if record_id not in known:
-            record_id_for(resource=resource, namespace=namespace, external_id=external_id)
-    return {external_id: record_id for record_id, external_id in wanted.items()}
+    missing = [
+        ExternalRecord(
+            resource=resource, namespace=namespace, record_id=record_id, external_id=external_id
+        )
+        for external_id, record_id in ids.items()
+        if record_id not in known
+    ]
+    if missing:
+        ExternalRecord.objects.bulk_create(missing, ignore_conflicts=True)
+    return ids
 
 
 def external_id_of(*, resource: Resource, namespace: str, record_id: str) -> str:
@@ -77,4 +73,5 @@ def external_id_of(*, resource: Resource, namespace: str, record_id: str) -> str
 
 
 def record_forget(*, resource: Resource, record_id: str) -> None:
+    """The record is gone at the provider: from every namespace that saw it."""
     ExternalRecord.objects.filter(resource=resource, record_id=record_id).delete()

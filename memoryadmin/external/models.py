@@ -4,7 +4,8 @@ A record of an external provider has two identifiers: the stable id our API,
 page and events use (derived from the provider and its external id, see
 ids.py) and the provider's own (`metadata.providerExternalId`). The
 association lives here, so get, update, history and delete resolve after a
-restart.
+restart. A record is mapped in each namespace it was seen in: namespaces that
+share one provider partition (a fixed scope or bank) resolve it alike.
 """
 
 from __future__ import annotations
@@ -23,7 +24,10 @@ class ExternalRecord(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["resource", "record_id"], name="external_record_id"),
+            # Also serves the look-ups by record id alone (a delete forgets every namespace's).
+            models.UniqueConstraint(
+                fields=["resource", "record_id", "namespace"], name="external_record_seen"
+            ),
         ]
         indexes = [models.Index(fields=["resource", "namespace", "external_id"])]
 
