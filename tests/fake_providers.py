@@ -7,11 +7,13 @@ records in memory, and records every request it was sent:
 
 - `FakeMem0Oss`: the self-hosted Mem0 REST server (mem0ai/mem0 server/main.py).
 - `FakeMem0Platform`: api.mem0.ai v3 add/search/list and v1 memory routes, with
-  queued adds reported through `GET /v1/event/{event_id}/`.
+  queued adds reported through `GET /v1/event/{event_id}/` and direct imports
+  (`infer: false`) answered SUCCEEDED with their memories at once.
 - `FakeVertexMemoryBank`: aiplatform v1beta1 reasoningEngines memories with
   long-running operations, and the OAuth token endpoint of a service account.
 - `FakeHindsight`: the Hindsight HTTP API 0.8 (banks, retain, recall, list,
-  documents).
+  documents), with asynchronous retains tracked at `GET .../operations/{operation_id}`
+  and, as with `HINDSIGHT_API_RETAIN_BATCH_ENABLED=true`, synchronous ones refused.
 
 Faults are injected the way a real misbehaving server shows them:
 `fail_next` answers the next requests with given statuses, `stall` holds
@@ -26,8 +28,11 @@ import hashlib
 import ipaddress
 import json
 import re
+import select
+import socket
 import ssl
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -61,6 +66,8 @@ class Call:
     headers: dict[str, str]
     body: Any
     match: re.Match[str] | None = None
+    # True once the client closed its connection (while a stall holds the request).
+    gone: Callable[[], bool] = lambda: False
 
     def group(self, name: str) -> str:
         assert self.match is not None
@@ -72,6 +79,8 @@ class Stall:
     pattern: str
     release: threading.Event = field(default_factory=threading.Event)
     arrived: threading.Event = field(default_factory=threading.Event)
+    # Held requests whose client closed the connection before the release.
+    abandoned: int = 0
 
 
 class FakeServer(ThreadingHTTPServer):
@@ -118,7 +127,11 @@ class FakeServer(ThreadingHTTPServer):
         for stall in self.stalls:
             if re.fullmatch(stall.pattern, call.path):
                 stall.arrived.set()
-                stall.release.wait(30)
+                deadline = time.monotonic() + 30
+                while not stall.release.wait(0.05) and time.monotonic() < deadline:
+                    if call.gone():
+                        stall.abandoned += 1
+                        return 499, {"detail": "the client went away"}
         with self.lock:
             if self.fail_next:
                 return self.fail_next.pop(0), {"detail": "injected failure"}
@@ -149,7 +162,7 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             body = raw
         query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-        call = Call(self.command, parts.path, query, dict(self.headers), body)
+        call = Call(self.command, parts.path, query, dict(self.headers), body, gone=self._gone)
         self.server.calls.append(call)
         status, payload = self.server.dispatch(call)
         data = json.dumps(payload).encode()
@@ -161,6 +174,15 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(data)
         except OSError:
             pass  # the client went away (a cancelled attempt)
+
+    def _gone(self) -> bool:
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except ValueError:
+            return False  # a TLS socket cannot peek: never seen going away
+        except OSError:
+            return True
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _handle
 
@@ -347,18 +369,30 @@ class FakeMem0Oss(FakeServer):
         return 200, self.history.get(call.group("id"), [])
 
 
-# Hindsight 0.8 (hindsight_api/api/http.py at v0.8.0): banks, retain, recall, list, documents.
+# Hindsight 0.8 (hindsight_api/api/http.py at v0.8.0): banks, retain, recall, list, documents,
+# operations (engine/memory_engine.py: submit_async_retain, get_operation_status).
 
 
 class FakeHindsight(FakeServer):
     BANK = r"/v1/default/banks/(?P<bank>[^/]+)"
 
-    def __init__(self, *, token: str | None = None) -> None:
+    def __init__(self, *, token: str | None = None, polls_to_finish: int = 2) -> None:
         super().__init__()
         self.token = token
+        # HINDSIGHT_API_RETAIN_BATCH_ENABLED=true: a synchronous retain is refused (400).
+        self.batch_retain = False
+        # Seconds a synchronous retain takes to extract its facts before it answers.
+        self.extraction_seconds = 0.0
+        # Asynchronous retains: pending until read `polls_to_finish` times, then completed
+        # (their facts retained) or, with `fail_operations`, failed.
+        self.polls_to_finish = polls_to_finish
+        self.fail_operations = False
         # bank -> {"units": {id: unit}, "documents": {id: document}}
         self.banks: dict[str, dict[str, dict[str, Any]]] = {}
+        # operation id -> the async_operations row of a batch_retain parent
+        self.operations: dict[str, dict[str, Any]] = {}
         self.route("POST", self.BANK + r"/memories", self.retain)
+        self.route("GET", self.BANK + r"/operations/(?P<op>[^/]+)", self.operation)
         self.route("POST", self.BANK + r"/memories/recall", self.recall)
         self.route("GET", self.BANK + r"/memories/list", self.list_units)
         self.route("GET", self.BANK + r"/memories/(?P<id>[^/]+)", self.get_unit)
@@ -400,18 +434,125 @@ class FakeHindsight(FakeServer):
             made.append(unit_id)
         return made
 
+    def dispatch(self, call: Call) -> tuple[int, Any]:
+        body = call.body if isinstance(call.body, dict) else {}
+        retain = call.method == "POST" and re.fullmatch(self.BANK + r"/memories", call.path)
+        if self.extraction_seconds and retain and not body.get("async"):
+            # A synchronous retain answers once extraction is done (outside the lock).
+            time.sleep(self.extraction_seconds)
+        return super().dispatch(call)
+
     def retain(self, call: Call) -> tuple[int, Any]:
         body = call.body or {}
         items = body.get("items")
         if not isinstance(items, list):
             return 422, {"detail": [{"loc": ["body", "items"], "msg": "Field required"}]}
+        bank = call.group("bank")
+        if body.get("async"):
+            # submit_async_retain: a batch_retain parent row, pending until its child
+            # sub-batch is done; the answer names the parent.
+            operation_id = str(uuid.uuid4())
+            self.operations[operation_id] = {
+                "operation_id": operation_id,
+                "bank_id": bank,
+                "child_id": str(uuid.uuid4()),
+                "status": "pending",
+                "items": items,
+                "polls": 0,
+                "created_at": now(),
+                "updated_at": now(),
+                "completed_at": None,
+                "error_message": None,
+            }
+            return 200, {
+                "success": True,
+                "bank_id": bank,
+                "items_count": len(items),
+                "async": True,
+                "operation_id": operation_id,
+                "operation_ids": None,
+                "usage": None,
+            }
+        if self.batch_retain:
+            return 400, {
+                "detail": "Batch API is enabled (HINDSIGHT_API_RETAIN_BATCH_ENABLED=true) but "
+                "async=false. Batch operations can take several minutes to hours and will "
+                "timeout in synchronous mode. Please set async=true in your request to use "
+                "background processing, or disable batch API by setting "
+                "HINDSIGHT_API_RETAIN_BATCH_ENABLED=false in your environment."
+            }
         for item in items:
-            self.seed(call.group("bank"), item["content"], item.get("document_id"))
+            self.seed(bank, item["content"], item.get("document_id"))
         return 200, {
             "success": True,
-            "bank_id": call.group("bank"),
+            "bank_id": bank,
             "items_count": len(items),
             "async": False,
+            "operation_id": None,
+            "operation_ids": None,
+            "usage": {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0},
+        }
+
+    def operation(self, call: Call) -> tuple[int, Any]:
+        """`api_get_operation_status`: an unknown operation (or another bank's) is 200
+        `not_found`, a malformed id 400."""
+        operation_id = call.group("op")
+        try:
+            uuid.UUID(operation_id)
+        except ValueError:
+            return 400, {"detail": f"Invalid operation_id format: {operation_id}"}
+        row = self.operations.get(operation_id)
+        if row is None or row["bank_id"] != call.group("bank"):
+            return 200, {
+                "operation_id": operation_id,
+                "status": "not_found",
+                "operation_type": None,
+                "created_at": None,
+                "updated_at": None,
+                "completed_at": None,
+                "error_message": None,
+            }
+        row["polls"] += 1
+        if row["status"] == "pending" and row["polls"] >= self.polls_to_finish:
+            row["updated_at"] = now()
+            if self.fail_operations:
+                row["status"] = "failed"
+                row["error_message"] = (
+                    "Extraction failed: model unavailable\n\nTraceback:\n"
+                    'Traceback (most recent call last):\n  File "memory_engine.py", ...'
+                )
+            else:
+                for item in row["items"]:
+                    self.seed(row["bank_id"], item["content"], item.get("document_id"))
+                row["status"] = "completed"
+                row["completed_at"] = now()
+        child_status = {"pending": "processing"}.get(row["status"], row["status"])
+        return 200, {
+            "operation_id": operation_id,
+            "status": row["status"],
+            "operation_type": "batch_retain",
+            "created_at": row["created_at"],
+            "updated_at": row["updated_at"],
+            "completed_at": row["completed_at"],
+            "error_message": row["error_message"],
+            "retry_count": 0,
+            "next_retry_at": None,
+            "progress": None,
+            "result_metadata": {
+                "items_count": len(row["items"]),
+                "is_parent": True,
+                "num_sub_batches": 1,
+            },
+            "child_operations": [
+                {
+                    "operation_id": row["child_id"],
+                    "status": child_status,
+                    "sub_batch_index": 1,
+                    "items_count": len(row["items"]),
+                    "error_message": row["error_message"],
+                }
+            ],
+            "task_payload": None,
         }
 
     def recall(self, call: Call) -> tuple[int, Any]:
@@ -492,6 +633,10 @@ class FakeMem0Platform(FakeServer):
         self.api_key = api_key
         self.polls_to_finish = polls_to_finish
         self.fail_events = False
+        # A direct import (`infer: false`) is stored during the request and answered
+        # SUCCEEDED with its memories; with `queued_imports` it is queued like an inferred
+        # add (PENDING, finished through its event), as a platform that queues every add.
+        self.queued_imports = False
         self.memories: dict[str, dict[str, Any]] = {}
         self.history: dict[str, list[dict[str, Any]]] = {}
         self.events: dict[str, dict[str, Any]] = {}
@@ -550,7 +695,7 @@ class FakeMem0Platform(FakeServer):
                 "details": {"message": "Invalid input data."},
             }
         event_id = str(uuid.uuid4())
-        self.events[event_id] = {
+        event = self.events[event_id] = {
             "id": event_id,
             "event_type": "ADD",
             "status": "PENDING",
@@ -560,6 +705,16 @@ class FakeMem0Platform(FakeServer):
             "error": None,
             "created_at": now(),
         }
+        if body.get("infer", True) is False and not self.queued_imports:
+            # Direct import (docs/platform/features/direct-import.mdx): every user and
+            # assistant message stored verbatim at once, system messages dropped.
+            self._finish(event)
+            return 200, {
+                "message": "Memories stored successfully",
+                "status": event["status"],
+                "event_id": event_id,
+                "results": event["results"],
+            }
         return 200, {"event_id": event_id, "status": "PENDING"}
 
     def event(self, call: Call) -> tuple[int, Any]:
@@ -581,6 +736,8 @@ class FakeMem0Platform(FakeServer):
         payload = event["payload"]
         entities = {k: payload[k] for k in PLATFORM_ENTITIES if payload.get(k)}
         for message in payload["messages"]:
+            if message.get("role") == "system":
+                continue
             memory_id = self.seed(message["content"], **entities)
             event["results"].append(
                 {"id": memory_id, "data": {"memory": message["content"]}, "event": "ADD"}

@@ -1,6 +1,7 @@
 """Mem0 Platform as an external provider, against a fake api.mem0.ai on https://127.0.0.1:
-https only, the API key as a managed secret, queued adds that finish after several polls of
-their event (or fail), and the v1 memory routes for the rest."""
+https only, the API key as a managed secret, direct imports (`infer: false`) stored at once
+with their ids, adds the platform queues finishing after several polls of their event (or
+failing), and the v1 memory routes for the rest."""
 
 from __future__ import annotations
 
@@ -92,9 +93,78 @@ def test_the_api_key_must_be_a_secret_reference(project: Project) -> None:
         )
 
 
+def test_a_direct_import_is_stored_at_once_with_its_ids(
+    api: APIClient, mem: Resource, mem0_platform: FakeMem0Platform
+) -> None:
+    """`infer: false` answers SUCCEEDED with the memories it stored: no event to wait for."""
+    created = api.post(RECORDS + ALICE, {"text": "Alice lives in Austin."}, format="json")
+    assert created.status_code == 201, created.json()
+    body = created.json()
+    assert body["status"] == "stored"
+    [external] = mem0_platform.memories
+    record_id = external_memory_id(provider_id(mem), external)
+    assert [(r["id"], r["text"]) for r in body["records"]] == [
+        (record_id, "Alice lives in Austin.")
+    ]
+    assert body["records"][0]["metadata"]["providerExternalId"] == external
+    add = mem0_platform.seen("POST", "/v3/memories/add/")[0]
+    assert add.body["infer"] is False
+    assert (add.body["user_id"], add.body["app_id"]) == ("alice", "support")
+    assert not ProviderOperation.objects.exists()
+    assert not mem0_platform.seen("GET", r"/v1/event/.*")
+    audit = AuditEntry.objects.get(action="record.create")
+    assert (audit.detail["status"], audit.detail["ids"]) == ("stored", [record_id])
+
+    one = api.get(f"{RECORDS}/{record_id}{ALICE}").json()
+    assert (one["id"], one["text"]) == (record_id, "Alice lives in Austin.")
+    assert api.delete(f"{RECORDS}/{record_id}{ALICE}").status_code == 200
+    assert mem0_platform.memories == {}
+
+
+def test_a_model_add_is_stored_with_its_ids(
+    project: Project, mem: Resource, mem0_platform: FakeMem0Platform
+) -> None:
+    session = external_session(project, "alice")
+    recall = recall_create(session=session, use=["mem"], input_text=None)
+    result = tool_call(
+        session=session,
+        recall_id=recall["recallId"],
+        call_id="c1",
+        name="memory_add",
+        arguments={"text": "Alice adopted a second cat."},
+    )
+    [external] = mem0_platform.memories
+    assert result == {"status": "stored", "ids": [external_memory_id(provider_id(mem), external)]}
+    assert not ProviderOperation.objects.exists()
+    forgotten = tool_call(
+        session=session,
+        recall_id=recall["recallId"],
+        call_id="c2",
+        name="memory_forget",
+        arguments={"id": result["ids"][0]},
+    )
+    assert forgotten["status"] == "deleted"
+    assert mem0_platform.memories == {}
+
+
+def test_a_direct_import_the_platform_failed_is_a_provider_failure(
+    api: APIClient, mem: Resource, mem0_platform: FakeMem0Platform
+) -> None:
+    mem0_platform.fail_events = True
+    created = api.post(RECORDS + ALICE, {"text": "Lost."}, format="json")
+    assert created.status_code == 502, created.json()
+    assert created.json()["error"]["code"] == "provider_failed"
+    assert not ProviderOperation.objects.exists()
+    assert mem0_platform.memories == {}
+    failed = AuditEntry.objects.get(action="provider.failed")
+    assert failed.detail["operation"] == "add"
+    assert "failed the add" in failed.detail["description"]
+
+
 def test_a_queued_add_is_queued_until_its_event_succeeds(
     api: APIClient, mem: Resource, mem0_platform: FakeMem0Platform
 ) -> None:
+    mem0_platform.queued_imports = True
     created = api.post(RECORDS + ALICE, {"text": "Alice lives in Austin."}, format="json")
     assert created.status_code == 202, created.json()
     body = created.json()
@@ -127,6 +197,7 @@ def test_a_failed_event_is_failed_never_a_success(
     mem: Resource, mem0_platform: FakeMem0Platform, api: APIClient
 ) -> None:
     mem0_platform.fail_events = True
+    mem0_platform.queued_imports = True
     operation_id = api.post(RECORDS + ALICE, {"text": "Lost."}, format="json").json()["operation"]
     assert reconciled(operation_id).state == "queued"
     failed = reconciled(operation_id)
@@ -139,6 +210,7 @@ def test_an_event_that_never_finishes_becomes_a_visible_dead_letter(
     mem: Resource, mem0_platform: FakeMem0Platform, api: APIClient
 ) -> None:
     mem0_platform.polls_to_finish = 100
+    mem0_platform.queued_imports = True
     operation_id = api.post(RECORDS + ALICE, {"text": "Slow."}, format="json").json()["operation"]
     states = [reconciled(operation_id).state for _ in range(4)]
     assert states == ["queued", "queued", "dead", "dead"]
@@ -190,9 +262,10 @@ def test_list_pages_follow_the_platform_pages(
     assert [c.query["page"] for c in mem0_platform.seen("POST", "/v3/memories/")] == ["1", "2"]
 
 
-def test_tools_add_is_accepted_and_recall_searches(
+def test_tools_add_is_accepted_when_queued_and_recall_searches(
     project: Project, mem: Resource, mem0_platform: FakeMem0Platform
 ) -> None:
+    mem0_platform.queued_imports = True
     mem0_platform.seed("Alice's cat is called Miso.", user_id="alice", app_id="support")
     session = external_session(project, "alice")
     recall = recall_create(session=session, use=["mem"], input_text="What is the cat called?")
@@ -216,7 +289,7 @@ def test_tools_add_is_accepted_and_recall_searches(
     assert reconciled(operation.id).state == "succeeded"
     assert "Alice adopted a second cat." in [m["memory"] for m in mem0_platform.memories.values()]
     description = next(t for t in recall["tools"] if t["name"] == "memory_add")["description"]
-    assert "queues" in description
+    assert "accepted" in description
 
 
 def test_the_api_key_never_reaches_responses(

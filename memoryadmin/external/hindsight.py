@@ -5,9 +5,18 @@ Followed: vectorize-io/hindsight tag v0.8.0,
 `list_memory_units` / `get_memory_unit` / `get_observation_history`. Every
 route lives under `/v1/default/banks/{bank_id}`:
 
-- retain: `POST .../memories` `{"items": [{"content", "document_id"}], "async": false}`,
-  answering `{"success", "bank_id", "items_count", "async"}` (no memory ids: the
-  facts are extracted from the content);
+- retain: `POST .../memories` `{"items": [{"content", "document_id"}], "async": true}`,
+  answering `{"success", "bank_id", "items_count", "async": true, "operation_id"}` (no
+  memory ids: the facts are extracted from the content, in the background). Retains are
+  always asynchronous: a server with `HINDSIGHT_API_RETAIN_BATCH_ENABLED=true` answers
+  400 to every `"async": false`, and a synchronous retain waits for the extraction,
+  which outlives a call's deadline. An answer without an operation (`"async": false`)
+  was retained during the request: stored;
+- operation: `GET .../operations/{operation_id}` (`api_get_operation_status`, the
+  engine's `get_operation_status`): `{"operation_id", "status", "error_message", ...}`,
+  status `pending` or `processing` while it runs, then `completed`, `failed` (the error
+  message, then `\n\nTraceback:` and the worker's traceback) or `cancelled`; an
+  operation the bank does not have (deleted with its bank) is `not_found`, still 200;
 - recall: `POST .../memories/recall` `{"query", "max_tokens"}`, answering
   `{"results": [{"id", "text", "type", "mentioned_at", "document_id", ...}]}`;
 - list: `GET .../memories/list?limit=&offset=`, answering `{"items", "total", "limit",
@@ -19,7 +28,9 @@ route lives under `/v1/default/banks/{bank_id}`:
 
 Memory units are the records. Each text saved through memoryadmin is retained
 as its own document, so forgetting one of its facts forgets that text's facts
-together. 0.8.0 cannot edit a memory: update is not supported.
+together. 0.8.0 cannot edit a memory: update is not supported. A retain is an
+accepted write until its operation completes (the durable operation store
+reconciles it); the facts it made appear in the list, as retain names none.
 """
 
 from __future__ import annotations
@@ -33,6 +44,8 @@ from memoryadmin.core.inputs import whole_number
 from memoryadmin.external.base import (
     PAGE_SIZE,
     ExternalProvider,
+    OperationState,
+    Pending,
     Remote,
     RemoteStore,
     _scope_normalize,
@@ -43,6 +56,9 @@ from memoryadmin.memory.providers import NotSupported, Result
 KIND = "hindsight"
 RECALL_MAX_TOKENS = 4096
 DOCUMENT_PREFIX = "memoryadmin-"
+RUNNING = {"pending", "processing"}
+# How a failed operation's error message ends: the worker's traceback, for Hindsight's own.
+TRACEBACK = "\n\nTraceback:"
 
 
 def remote_of(item: Any) -> Remote | None:
@@ -78,18 +94,49 @@ class HindsightStore(RemoteStore):
             raise self.invalid(operation, "no list of memories")
         return [remote for remote in map(remote_of, items) if remote is not None]
 
-    def add(self, text: str) -> list[Remote]:
+    def add(self, text: str) -> list[Remote] | Pending:
         body = {
             "items": [{"content": text, "document_id": DOCUMENT_PREFIX + uuid.uuid4().hex}],
-            "async": False,
+            "async": True,
         }
         data = self.send(
             "POST", f"{self.bank}/memories", operation="retain", retryable=False, body=body
         )
         if not isinstance(data, dict) or data.get("success") is not True:
             raise self.invalid("retain", "the retain did not succeed")
-        # Retain reports no memory ids: the facts it extracted appear in the list.
-        return []
+        operation = data.get("operation_id")
+        if data.get("async") is False and operation is None:
+            # Retained during the request; retain reports no memory ids: the facts it
+            # extracted appear in the list.
+            return []
+        if not isinstance(operation, str) or not operation:
+            raise self.invalid("retain", "no operation_id")
+        return Pending(operation=operation, kind="add")
+
+    def poll(self, operation: str) -> OperationState:
+        data = self.send(
+            "GET",
+            f"{self.bank}/operations/{quote(operation, safe='')}",
+            operation="operation",
+            retryable=True,
+        )
+        status = data.get("status") if isinstance(data, dict) else None
+        if status in RUNNING:
+            return OperationState(done=False)
+        if status == "completed":
+            return OperationState(done=True)
+        if status == "failed":
+            error = str(data.get("error_message") or "").split(TRACEBACK, 1)[0].strip()
+            return OperationState(done=True, failed=True, error=error)
+        if status == "cancelled":
+            return OperationState(done=True, failed=True, error="Hindsight cancelled the retain.")
+        if status == "not_found":
+            return OperationState(
+                done=True,
+                failed=True,
+                error="Hindsight no longer knows the retain (was its bank deleted?).",
+            )
+        raise self.invalid("operation", f"unknown status {status!r}")
 
     def search(self, query: str, limit: int) -> list[Remote]:
         body = {"query": query, "max_tokens": RECALL_MAX_TOKENS}
@@ -172,7 +219,10 @@ class HindsightProvider(ExternalProvider):
     url_rule = LOOPBACK_CLEARTEXT
     store_class = HindsightStore
     fields = {"bankId"}
-    add_visibility = "The provider extracts facts from the text before they appear in recall."
+    add_visibility = (
+        "The provider accepts the write (status accepted) and extracts facts from the text "
+        "in the background; they appear in recall once extracted."
+    )
 
     def settings_normalize(self, provider: dict[str, Any], at: str) -> dict[str, Any]:
         scope = _scope_normalize(

@@ -4,16 +4,24 @@ Followed: mem0ai/mem0 `mem0/client/main.py` (MemoryClient) and `docs/openapi.jso
 with `docs/api-reference/` (memory, events) and `docs/migration/platform-v2-to-v3.mdx`,
 the snapshot of 2026-08-22. Authentication is `Authorization: Token <api key>`.
 
-- add: `POST /v3/memories/add/` `{messages, user_id|agent_id|app_id|run_id, infer}` is
-  asynchronous: `{"event_id", "status": "PENDING"}`; the event
-  (`GET /v1/event/{event_id}/`) goes PENDING, RUNNING, then SUCCEEDED (with
-  `results: [{"id", "data": {"memory"}, "event"}]`) or FAILED (with `error`);
+- add: `POST /v3/memories/add/` `{messages, user_id|agent_id|app_id|run_id, infer}`.
+  memoryadmin adds with `infer: false` (direct import, docs/platform/features/
+  direct-import.mdx): the platform stores the text as written during the request and
+  answers `{"message", "status": "SUCCEEDED", "event_id", "results": [{"id", "data":
+  {"memory"}, "event"}]}`, so the records are stored with their ids at once. An add the
+  platform queues answers `{"event_id", "status": "PENDING"}`; its event
+  (`GET /v1/event/{event_id}/`) goes PENDING, RUNNING, then SUCCEEDED (with the same
+  `results`) or FAILED (with `error`);
 - search: `POST /v3/memories/search/` `{query, filters, top_k}`: `{"results": [...]}`
   (entity ids only inside `filters`);
 - list: `POST /v3/memories/?page=&page_size=` `{filters}`: `{count, next, previous, results}`;
 - get, update, delete: `GET|PUT|DELETE /v1/memories/{id}/` (update body `{"text"}`;
   404 `{"error": ...}` when unknown);
 - history: `GET /v1/memories/{id}/history/`: `[{"old_memory", "new_memory", "event", ...}]`.
+
+The v3 routes take no `org_id` or `project_id` (docs/openapi.json lists none, and
+MemoryClient stopped sending them: "resolved from API key"): a key reaches its own
+project. A declaration's `orgId` and `projectId` are still sent as query parameters.
 """
 
 from __future__ import annotations
@@ -71,9 +79,18 @@ class Mem0PlatformStore(RemoteStore):
             raise self.invalid(operation, "no results list")
         return [remote for remote in map(remote_of, items) if remote is not None]
 
-    def add(self, text: str) -> Pending:
+    def add(self, text: str) -> list[Remote] | Pending:
         body = {"messages": [{"role": "user", "content": text}], **self.entities, "infer": False}
         data = self.send("POST", "/v3/memories/add/", operation="add", retryable=False, body=body)
+        answered = isinstance(data, dict) and data.get("status") is not None
+        state = self._event_state(data, "add") if answered else OperationState(done=False)
+        if state.failed:
+            reason = state.error or "no reason given"
+            raise self.connection.failure(
+                "provider_error", f"failed the add: {reason}", operation="add"
+            )
+        if state.done:
+            return state.records
         event = data.get("event_id") if isinstance(data, dict) else None
         if not isinstance(event, str) or not event:
             raise self.invalid("add", "no event_id")
@@ -83,13 +100,17 @@ class Mem0PlatformStore(RemoteStore):
         data = self.send(
             "GET", f"/v1/event/{quote(operation, safe='')}/", operation="event", retryable=True
         )
+        return self._event_state(data, "event")
+
+    def _event_state(self, data: Any, operation: str) -> OperationState:
+        """Where an add stands, from its answer or its event (the same status and results)."""
         status = data.get("status") if isinstance(data, dict) else None
         if status in {"PENDING", "RUNNING"}:
             return OperationState(done=False)
         if status == "FAILED":
             return OperationState(done=True, failed=True, error=str(data.get("error") or ""))
         if status != "SUCCEEDED":
-            raise self.invalid("event", f"unknown status {status!r}")
+            raise self.invalid(operation, f"unknown status {status!r}")
         made = [
             Remote(external_id=item["id"], text=str((item.get("data") or {}).get("memory", "")))
             for item in data.get("results") or []
@@ -186,7 +207,8 @@ class Mem0PlatformProvider(ExternalProvider):
     fields = {"apiKey", "orgId", "projectId", "scope"}
     default_base_url = "https://api.mem0.ai"
     add_visibility = (
-        "The platform queues the write (status accepted); it appears in recall once processed."
+        "The platform stores the text as written (status stored); should it queue the write "
+        "instead (status accepted), it appears in recall once processed."
     )
 
     def settings_normalize(self, provider: dict[str, Any], at: str) -> dict[str, Any]:
