@@ -34,12 +34,13 @@ from memoryadmin.core.errors import (
     PreconditionRequired,
     ProjectNotFound,
     ResourceConflict,
+    ToolCollision,
 )
+from memoryadmin.core.partitions import partition_key
 from memoryadmin.memory.models import ApiKey, AuditEntry, Deployment, Project
 from memoryadmin.memory.services.deployments import deployment_create
-from memoryadmin.providers.errors import SecretNotFound, ToolCollision
+from memoryadmin.providers.errors import SecretNotFound
 from memoryadmin.providers.models import Secret
-from memoryadmin.providers.partitions import partition_key
 from memoryadmin.refprovider.declaration import reference_declaration
 from memoryadmin.web.models import ProjectRole
 from memoryadmin.web.services.roles import UserNotFound

@@ -10,8 +10,8 @@ import pytest
 from rest_framework.test import APIClient
 
 from memoryadmin.agents.models import ProviderOperation
+from memoryadmin.core.partitions import partition_key
 from memoryadmin.memory.models import AuditEntry, Project
-from memoryadmin.providers.partitions import partition_key
 from memoryadmin.runner.jobs import jobs_run_due
 from tests.helpers import Keys, html_of, scripted_session
 

@@ -29,11 +29,11 @@ from memoryadmin.agents.models import Recall, Session
 from memoryadmin.agents.services.runtime import recall_create, tool_call
 from memoryadmin.agents.services.sessions import session_create, session_end
 from memoryadmin.core.cancellation import cancel_request
+from memoryadmin.core.concurrency import Deadline, ProviderCalls, concurrency_limit
 from memoryadmin.memory.models import Document, Project, Proposal
 from memoryadmin.memory.providers import provider_kinds
 from memoryadmin.memory.services.deployments import deployment_create
 from memoryadmin.memory.services.documents import document_create
-from memoryadmin.providers.concurrency import Deadline, ProviderCalls, concurrency_limit
 from memoryadmin.providers.services.secrets import secret_set
 from tests.fake_providers import FakeMem0Oss, FakeServer, running
 from tests.helpers import ScriptedProvider, deploy_external, serve

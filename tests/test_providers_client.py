@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 
+from memoryadmin.core.errors import InvalidToolArguments, ToolNotPermitted
 from memoryadmin.memory.models import AuditEntry, Project, Resource
 from memoryadmin.memory.services.deployments import deployment_create, resource_get
 from memoryadmin.providers import client, wire
 from memoryadmin.providers.client import ProviderFailure, provider_recall, provider_tool
-from memoryadmin.providers.errors import InvalidToolArguments, ToolNotPermitted
 from memoryadmin.providers.services.secrets import secret_set
 
 TOKEN = "tok_faulty-server-secret"

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from memoryadmin.providers.errors import InvalidToolArguments, ToolCollision
-from memoryadmin.providers.partitions import PARTITION_PREFIX, partition_key
-from memoryadmin.providers.tools import (
+from memoryadmin.core.errors import InvalidToolArguments, ToolCollision
+from memoryadmin.core.partitions import PARTITION_PREFIX, partition_key
+from memoryadmin.core.tools import (
     http_tool_definition,
     http_tools_merge,
     tool_arguments_validate,

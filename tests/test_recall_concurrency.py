@@ -28,11 +28,11 @@ from memoryadmin.agents.errors import RecallFailed
 from memoryadmin.agents.models import Recall, Session
 from memoryadmin.agents.services.runtime import recall_create
 from memoryadmin.agents.services.sessions import session_create
+from memoryadmin.core.concurrency import Deadline, ProviderCalls, in_flight
 from memoryadmin.memory.models import AuditEntry, Document, Project
 from memoryadmin.memory.services.deployments import deployment_create, resource_get
 from memoryadmin.memory.services.documents import document_create
 from memoryadmin.memory.services.keys import api_key_create
-from memoryadmin.providers.concurrency import Deadline, ProviderCalls, in_flight
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -10,11 +10,11 @@ from typing import Any
 import httpx
 import pytest
 
+from memoryadmin.core.partitions import partition_key
 from memoryadmin.demo.project import demo_manifest, demo_setup
 from memoryadmin.memory.models import Project, Resource
 from memoryadmin.memory.representations import iso_ms
 from memoryadmin.providers.client import ProviderFailure, provider_recall, provider_tool
-from memoryadmin.providers.partitions import partition_key
 from memoryadmin.providers.services.secrets import secret_resolve, secret_set
 from memoryadmin.refprovider.declaration import (
     ENDPOINT,

@@ -14,10 +14,10 @@ from django.utils import timezone
 
 from memoryadmin.agents.models import EventType, Session, SessionEvent
 from memoryadmin.agents.services.sessions import session_create, session_end
+from memoryadmin.core.partitions import partition_key
 from memoryadmin.memory.models import AuditEntry, Project, Resource
 from memoryadmin.memory.services.deployments import deployment_create
 from memoryadmin.memory.services.documents import Writer, document_replace
-from memoryadmin.providers.partitions import partition_key
 from memoryadmin.refprovider.declaration import reference_declaration
 from tests.helpers import People, html_of, support_session
 

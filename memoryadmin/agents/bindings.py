@@ -10,6 +10,8 @@ from memoryadmin.agents.errors import InvalidMemoryBinding
 from memoryadmin.agents.models import Access, Binding, Scope, Session
 from memoryadmin.agents.search_tool import SEARCH_TOOL
 from memoryadmin.core.errors import InvalidRequest
+from memoryadmin.core.partitions import partition_key
+from memoryadmin.core.tools import http_tools_merge
 from memoryadmin.memory.limits import (
     BINDINGS_MAX,
     DOCUMENT_ID_RE,
@@ -22,8 +24,6 @@ from memoryadmin.memory.providers import (
     provider_kinds,
     reserved_tool_names,
 )
-from memoryadmin.providers.partitions import partition_key
-from memoryadmin.providers.tools import http_tools_merge
 
 NAMESPACE_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")
 BINDING_FIELDS = {"scope", "id", "access", "search"}

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from memoryadmin.core.errors import Conflict, DomainError, NotFound
-from memoryadmin.providers.errors import InvalidToolArguments
+from memoryadmin.core.errors import Conflict, DomainError, InvalidToolArguments, NotFound
 
 __all__ = [
     "IdempotencyConflict",

@@ -28,8 +28,8 @@ import anyio.to_thread
 from django.conf import settings
 from django.db import close_old_connections, connections
 
+from memoryadmin.core.concurrency import deadline_seconds
 from memoryadmin.core.errors import DomainError
-from memoryadmin.providers.concurrency import deadline_seconds
 
 
 class ThreadsBusy(DomainError):

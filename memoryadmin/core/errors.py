@@ -74,3 +74,38 @@ class LimitExceeded(DomainError):
 class PreconditionRequired(DomainError):
     status = 428
     code = "precondition_required"
+
+
+class InvalidToolArguments(DomainError):
+    status = 400
+    code = "invalid_tool_arguments"
+
+
+class ToolNotPermitted(DomainError):
+    """A write tool called through a read-only binding: the call is never sent."""
+
+    status = 400
+    code = "not_bound"
+
+
+class ToolCollision(DomainError):
+    status = 400
+    code = "tool_collision"
+
+
+class ProviderBusy(DomainError):
+    """The project's provider calls are at their cap: refused before anything is sent.
+
+    Nothing reached a provider, so the caller may retry after `retry_after`
+    seconds, even a write that is not idempotent.
+    """
+
+    status = 429
+    code = "provider_failed"
+    retry_after: int
+
+    def __init__(self, message: str, *, retry_after: int) -> None:
+        super().__init__(
+            message, details={"reason": "concurrency_limit", "retryAfter": retry_after}
+        )
+        self.retry_after = retry_after

@@ -33,8 +33,10 @@ from memoryadmin.agents.models import (
     Session,
 )
 from memoryadmin.agents.services.operations import operation_record
+from memoryadmin.core.concurrency import Deadline, provider_call
 from memoryadmin.core.cursors import cursor_dump, cursor_load
-from memoryadmin.core.errors import InvalidRequest, NotFound
+from memoryadmin.core.errors import InvalidRequest, NotFound, ProviderBusy
+from memoryadmin.core.tools import http_tool_definition, tool_arguments_validate
 from memoryadmin.external.ids import external_id_of, record_forget, records_map
 from memoryadmin.external.transport import (
     Cancelled,
@@ -57,18 +59,12 @@ from memoryadmin.memory.providers import (
     ToolOffer,
     ToolTarget,
 )
-from memoryadmin.providers.concurrency import Deadline, provider_call
 from memoryadmin.providers.declarations import (
     REDACTED,
     _check_fields,
     _headers_normalize,
 )
-from memoryadmin.providers.errors import ProviderBusy
 from memoryadmin.providers.services.secrets import secret_bindings_check
-from memoryadmin.providers.tools import (
-    http_tool_definition,
-    tool_arguments_validate,
-)
 
 PAGE_SIZE = 50
 SEARCH_LIMIT_DEFAULT = 10

@@ -26,12 +26,12 @@ import httpx
 from django.views.decorators.debug import sensitive_variables
 
 from memoryadmin.core.cancellation import Cancellation, current_cancellation
+from memoryadmin.core.concurrency import Deadline
 from memoryadmin.core.egress import EgressTransport, egress_transport
 from memoryadmin.core.errors import DomainError, InvalidRequest
 from memoryadmin.core.jsonbody import BODY_MAX_BYTES
 from memoryadmin.memory.models import Resource
 from memoryadmin.providers import wire
-from memoryadmin.providers.concurrency import Deadline
 from memoryadmin.providers.errors import CallFailed
 from memoryadmin.providers.wire import (
     RETRY_DELAYS,

@@ -21,8 +21,8 @@ from memoryadmin.core.errors import DomainError, InvalidRequest
 if TYPE_CHECKING:
     from memoryadmin.agents.bindings import BindingSpec
     from memoryadmin.agents.models import Binding, ProviderOperation, Recall, Session
+    from memoryadmin.core.concurrency import Deadline
     from memoryadmin.memory.models import Project, Resource
-    from memoryadmin.providers.concurrency import Deadline
 
 Result = dict[str, Any]
 

@@ -21,32 +21,24 @@ import httpx
 from django.views.decorators.debug import sensitive_variables
 
 from memoryadmin.core.cancellation import Cancellation, current_cancellation
+from memoryadmin.core.concurrency import Deadline, provider_call
 from memoryadmin.core.egress import EgressTransport
-from memoryadmin.core.errors import InvalidRequest
+from memoryadmin.core.errors import InvalidRequest, InvalidToolArguments, ToolNotPermitted
 from memoryadmin.core.inputs import InvalidInput, parse_instant
 from memoryadmin.core.jsonbody import BODY_MAX_BYTES
+from memoryadmin.core.tools import tool_arguments_validate, tool_permits, tool_retryable
 from memoryadmin.memory.limits import utf8_len
 from memoryadmin.memory.models import Resource
 from memoryadmin.memory.representations import iso_ms
 from memoryadmin.metrics import provider_metered
-from memoryadmin.providers.concurrency import Deadline, provider_call
 from memoryadmin.providers.declarations import (
     HTTP_KIND,
     origin_check,
     path_check,
     path_within,
 )
-from memoryadmin.providers.errors import (
-    InvalidToolArguments,
-    ProviderFailure,
-    ToolNotPermitted,
-)
-from memoryadmin.providers.tools import (
-    http_tool_get,
-    tool_arguments_validate,
-    tool_permits,
-    tool_retryable,
-)
+from memoryadmin.providers.errors import ProviderFailure
+from memoryadmin.providers.tools import http_tool_get
 from memoryadmin.providers.wire import (
     RETRY_DELAYS,
     Misconfigured,

@@ -22,6 +22,9 @@ from memoryadmin.agents.models import (
 )
 from memoryadmin.agents.services.operations import operation_record
 from memoryadmin.core.cancellation import current_cancellation
+from memoryadmin.core.concurrency import Deadline
+from memoryadmin.core.partitions import partition_key
+from memoryadmin.core.tools import TOOL_PREFIX, http_tool_definition
 from memoryadmin.memory.models import Project, Resource
 from memoryadmin.memory.providers import (
     MemoryProvider,
@@ -42,20 +45,14 @@ from memoryadmin.providers.client import (
     recall_request,
     recall_send,
 )
-from memoryadmin.providers.concurrency import Deadline
 from memoryadmin.providers.declarations import (
     HTTP_KIND,
     http_provider_normalize,
     http_provider_public,
 )
 from memoryadmin.providers.errors import ProviderFailure
-from memoryadmin.providers.partitions import partition_key
 from memoryadmin.providers.services.secrets import secret_bindings_check
-from memoryadmin.providers.tools import (
-    TOOL_PREFIX,
-    http_tool_definition,
-    http_tools,
-)
+from memoryadmin.providers.tools import http_tools
 
 KIND = HTTP_KIND
 

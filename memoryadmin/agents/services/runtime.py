@@ -27,6 +27,7 @@ from memoryadmin.agents.errors import (
     IdempotencyConflict,
     InvalidToolArguments,
     NotBound,
+    RecallBusy,
     RecallFailed,
     SessionClosed,
 )
@@ -34,7 +35,8 @@ from memoryadmin.agents.models import Access, Binding, Recall, Session
 from memoryadmin.agents.services.provenance import recall_sources, recall_store
 from memoryadmin.agents.services.sessions import session_bindings
 from memoryadmin.core.cancellation import Cancellation, cancel_request, cancellation_scope
-from memoryadmin.core.errors import InvalidRequest, NotFound
+from memoryadmin.core.concurrency import Deadline, ProviderCalls
+from memoryadmin.core.errors import InvalidRequest, NotFound, ProviderBusy
 from memoryadmin.memory.providers import (
     MemoryProvider,
     Projection,
@@ -44,7 +46,6 @@ from memoryadmin.memory.providers import (
     provider_kinds,
     providers,
 )
-from memoryadmin.providers.concurrency import Deadline, ProviderCalls
 
 __all__ = ["TOOLS", "Projection", "recall_create", "tool_call", "tool_definitions"]
 
@@ -140,9 +141,13 @@ def _recall_calls(
         raise _cancelled(first)
     deadline = Deadline.after()
     # Taken before any call is prepared: whatever a kind sends while preparing counts.
-    reservation = ProviderCalls[Any].for_recall(
-        project_id=session.project_id, resource=first, count=len(bindings), deadline=deadline
-    )
+    try:
+        reservation = ProviderCalls[Any](
+            project_id=session.project_id, count=len(bindings), deadline=deadline
+        )
+    except ProviderBusy as exc:
+        # 429 naming the first remote binding.
+        raise RecallBusy(exc.message, resource=first, retry_after=exc.retry_after) from exc
     prepared: list[RecallCall[Any]] = []
     projections: dict[str, Projection] = {}
     # A kind's call honours its event; the caller's cancellation sets it.

@@ -29,12 +29,10 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
-from typing import Self
 
 from django.conf import settings
 
-from memoryadmin.agents.errors import RecallBusy
-from memoryadmin.providers.errors import ProviderBusy
+from memoryadmin.core.errors import ProviderBusy
 
 
 def deadline_seconds() -> float:
@@ -194,15 +192,6 @@ class ProviderCalls[T]:
         self._slots = _Slots.take(project_id=project_id, count=self.workers, deadline=deadline)
         self._executor: ThreadPoolExecutor | None = None
         self._futures: list[Future[T]] = []
-
-    @classmethod
-    def for_recall(cls, *, project_id: str, resource: str, count: int, deadline: Deadline) -> Self:
-        """The calls of one recall; RecallBusy (429, naming `resource`, the first binding's)
-        when the project is at one of its bounds."""
-        try:
-            return cls(project_id=project_id, count=count, deadline=deadline)
-        except ProviderBusy as exc:
-            raise RecallBusy(exc.message, resource=resource, retry_after=exc.retry_after) from exc
 
     def __enter__(self) -> ProviderCalls[T]:
         return self
