@@ -28,6 +28,8 @@ import hashlib
 import ipaddress
 import json
 import re
+import select
+import socket
 import ssl
 import threading
 import time
@@ -64,6 +66,8 @@ class Call:
     headers: dict[str, str]
     body: Any
     match: re.Match[str] | None = None
+    # True once the client closed its connection (while a stall holds the request).
+    gone: Callable[[], bool] = lambda: False
 
     def group(self, name: str) -> str:
         assert self.match is not None
@@ -73,8 +77,12 @@ class Call:
 @dataclass
 class Stall:
     pattern: str
+    # Only requests of this method are held (any, when None).
+    method: str | None = None
     release: threading.Event = field(default_factory=threading.Event)
     arrived: threading.Event = field(default_factory=threading.Event)
+    # Held requests whose client closed the connection before the release.
+    abandoned: int = 0
 
 
 class FakeServer(ThreadingHTTPServer):
@@ -103,8 +111,8 @@ class FakeServer(ThreadingHTTPServer):
     def route(self, method: str, pattern: str, handler: Handler) -> None:
         self.routes.append((method, re.compile(pattern), handler))
 
-    def stall(self, pattern: str) -> Stall:
-        stall = Stall(pattern)
+    def stall(self, pattern: str, method: str | None = None) -> Stall:
+        stall = Stall(pattern, method)
         self.stalls.append(stall)
         return stall
 
@@ -119,9 +127,13 @@ class FakeServer(ThreadingHTTPServer):
 
     def dispatch(self, call: Call) -> tuple[int, Any]:
         for stall in self.stalls:
-            if re.fullmatch(stall.pattern, call.path):
+            if re.fullmatch(stall.pattern, call.path) and stall.method in {None, call.method}:
                 stall.arrived.set()
-                stall.release.wait(30)
+                deadline = time.monotonic() + 30
+                while not stall.release.wait(0.05) and time.monotonic() < deadline:
+                    if call.gone():
+                        stall.abandoned += 1
+                        return 499, {"detail": "the client went away"}
         with self.lock:
             if self.fail_next:
                 return self.fail_next.pop(0), {"detail": "injected failure"}
@@ -152,7 +164,7 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             body = raw
         query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-        call = Call(self.command, parts.path, query, dict(self.headers), body)
+        call = Call(self.command, parts.path, query, dict(self.headers), body, gone=self._gone)
         self.server.calls.append(call)
         status, payload = self.server.dispatch(call)
         data = json.dumps(payload).encode()
@@ -164,6 +176,15 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(data)
         except OSError:
             pass  # the client went away (a cancelled attempt)
+
+    def _gone(self) -> bool:
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except ValueError:
+            return False  # a TLS socket cannot peek: never seen going away
+        except OSError:
+            return True
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _handle
 

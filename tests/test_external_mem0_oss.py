@@ -14,9 +14,9 @@ import pytest
 from rest_framework.test import APIClient
 
 from memoryadmin.agents.services.runtime import recall_create, tool_call
+from memoryadmin.core.cancellation import Cancelled
 from memoryadmin.external.ids import external_memory_id, provider_id
 from memoryadmin.external.models import ExternalRecord
-from memoryadmin.external.transport import Cancelled
 from memoryadmin.memory.models import AuditEntry, Project, Resource
 from memoryadmin.memory.providers import provider_for
 from memoryadmin.memory.services.deployments import deployment_create

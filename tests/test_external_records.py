@@ -1,17 +1,42 @@
 """Records of external providers as owners and sessions reach them, against the fake servers
-of tests/fake_providers.py: namespaces that share one provider partition."""
+of tests/fake_providers.py: namespaces that share one provider partition, owner calls
+cancelled when their caller goes away (API, Memory page, CLI), and what the durable
+operation store records of a write (what it was, the deployment, its deadline)."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import time
 from typing import Any
 
+import httpx
+import pytest
+from django.test import Client
+from django.urls import reverse
 from rest_framework.test import APIClient
 
+from memoryadmin.agents.models import ProviderOperation
 from memoryadmin.agents.services.runtime import recall_create, tool_call
+from memoryadmin.external.ids import records_map
 from memoryadmin.external.models import ExternalRecord
-from memoryadmin.memory.models import Project
-from tests.fake_providers import FakeHindsight, FakeMem0Oss
-from tests.helpers import DEV, deploy_external, external_session
+from memoryadmin.memory.models import ActiveDeployment, AuditEntry, Project, Resource
+from memoryadmin.runner.jobs import jobs_run_due
+from tests.fake_providers import FakeHindsight, FakeMem0Oss, FakeVertexMemoryBank
+from tests.helpers import (
+    DEV,
+    ROOT,
+    Keys,
+    People,
+    clean_env,
+    deploy_external,
+    external_session,
+    gunicorn,
+    html_of,
+    suite_database_url,
+    wait_until,
+)
 
 RECORDS = "/api/managed-agents/projects/acme/memory/mem/records"
 ALICE = DEV + "&namespace=alice"
@@ -110,3 +135,272 @@ def test_a_fixed_bank_shares_its_records_with_every_namespace(
     assert forgotten == {"status": "deleted", "id": source["id"]}
     assert hindsight.units("shared") == []
     assert not ExternalRecord.objects.filter(record_id=source["id"]).exists()
+
+
+# Owner calls stop when their caller goes away, as a session's calls do (spec 004: the
+# adapter aborts each attempt's child signal when the caller cancels). The fake holds the
+# provider call for 30 s, the deadline is 30 s: only a cancellation ends it sooner.
+
+
+def _mem0(project: Project, server: FakeMem0Oss) -> Resource:
+    return deploy_external(
+        project, mem0_declaration(server), secrets_by_origin={server.origin: {"MEM0_KEY": MEM0_KEY}}
+    )
+
+
+def _archivist_deployment(project: Project) -> str:
+    return str(
+        ActiveDeployment.objects.get(
+            project=project, environment="development", agent="archivist"
+        ).deployment_id
+    )
+
+
+def _server_env(settings: Any) -> dict[str, str]:
+    return clean_env(
+        DJANGO_SETTINGS_MODULE="tests.settings",
+        DJANGO_SECRET_KEY=settings.SECRET_KEY,
+        DATABASE_URL=suite_database_url(),
+        DATABASE_POOL="0",
+        MEMORYADMIN_PROVIDER_DEADLINE_SECONDS="30",
+    )
+
+
+def _gives_up(call: Any) -> None:
+    """Sends a request and goes away after a second without its answer."""
+    with pytest.raises(httpx.ReadTimeout):
+        call(timeout=httpx.Timeout(30, read=1.0))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_api_client_that_goes_away_stops_its_record_calls_and_leaves_its_write_open(
+    project: Project, mem0_oss: FakeMem0Oss, keys: Keys, settings: Any
+) -> None:
+    _mem0(project, mem0_oss)
+    stall = mem0_oss.stall("/memories")
+    headers = {"x-api-key": keys.owner}
+    with gunicorn(_server_env(settings)) as base:
+        _gives_up(lambda **kw: httpx.get(base + RECORDS + ALICE, headers=headers, **kw))
+        wait_until(lambda: stall.abandoned == 1, "the server to stop the list call", seconds=8)
+        _gives_up(
+            lambda **kw: httpx.post(
+                base + RECORDS + ALICE, json={"text": "Maybe kept."}, headers=headers, **kw
+            )
+        )
+        wait_until(lambda: stall.abandoned == 2, "the server to stop the add", seconds=8)
+        wait_until(ProviderOperation.objects.exists, "the open operation")
+    # Sent once, never retried after the cancel; whether it happened is the provider's.
+    assert len(mem0_oss.seen("POST", "/memories")) == 1
+    operation = ProviderOperation.objects.get()
+    assert (operation.kind, operation.state, operation.action, operation.record_id) == (
+        "cancelled_write",
+        "queued",
+        "add",
+        "",
+    )
+    assert operation.principal.startswith("key:mak_")
+    assert (operation.namespace, operation.session_id) == ("alice", None)
+    assert operation.deployment_id == _archivist_deployment(project)
+    entry = AuditEntry.objects.get(action="record.create")
+    assert entry.detail["status"] == "cancelled"
+    assert entry.detail["operation"] == operation.id
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_browser_that_goes_away_stops_the_pages_provider_call(
+    project: Project, mem0_oss: FakeMem0Oss, people: People, settings: Any
+) -> None:
+    _mem0(project, mem0_oss)
+    browser = Client()
+    browser.force_login(people.owner)
+    cookies = {"sessionid": browser.cookies["sessionid"].value}
+    page = reverse("web:records", args=["acme", "development", "mem"]) + "?namespace=alice"
+    stall = mem0_oss.stall("/memories")
+    with gunicorn(_server_env(settings)) as base:
+        _gives_up(lambda **kw: httpx.get(base + page, cookies=cookies, **kw))
+        wait_until(lambda: stall.abandoned == 1, "the server to stop the page's call", seconds=8)
+    assert len(mem0_oss.seen("GET", "/memories")) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_a_signal_to_the_cli_cancels_its_provider_call_and_records_the_write(
+    project: Project, mem0_oss: FakeMem0Oss, settings: Any, number: int
+) -> None:
+    """An interrupt, a kill or a closed terminal: the edit in flight is cut at once, the
+    command ends with the cancellation (exit 7) and the edit is an open operation."""
+    _mem0(project, mem0_oss)
+    external = mem0_oss.seed("Ships on Fridays.", user_id="alice", agent_id="archivist")
+    mem = Resource.objects.get(resource_id="mem", environment="development")
+    record_id = records_map(resource=mem, namespace="alice", external_ids=[external])[external]
+    stall = mem0_oss.stall(f"/memories/{external}", method="PUT")
+    command = [
+        sys.executable,
+        "manage.py",
+        "records",
+        "--project",
+        "acme",
+        "edit",
+        "mem",
+        record_id,
+        "--namespace",
+        "alice",
+        "--text",
+        "Ships on Mondays.",
+    ]
+    env = _server_env(settings)
+    process = subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert stall.arrived.wait(30), process.stderr
+        started = time.monotonic()
+        process.send_signal(number)
+        _, stderr = process.communicate(timeout=10)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert time.monotonic() - started < 5  # not the 30 s deadline
+    assert process.returncode == 7, stderr
+    assert "cancelled" in stderr
+    assert stall.abandoned == 1
+    assert len(mem0_oss.seen("PUT", f"/memories/{external}")) == 1
+    operation = ProviderOperation.objects.get()
+    assert operation.id in stderr
+    assert (operation.kind, operation.action, operation.record_id, operation.namespace) == (
+        "cancelled_write",
+        "update",
+        record_id,
+        "alice",
+    )
+    assert operation.principal.startswith("cli:")
+
+
+# What the durable operation store records (spec 004: the provider operation name, scope,
+# principal, profile revision, deadline, attempt count and operation kind), and what the
+# write was, so an owner reading a dead letter knows what to check and retry.
+
+OPERATIONS = "/api/managed-agents/projects/acme/memory/operations" + DEV
+
+
+@pytest.fixture
+def quick(settings: Any) -> Any:
+    settings.MEMORYADMIN_OPERATION_BACKOFF_SECONDS = 0
+    settings.MEMORYADMIN_OPERATION_MAX_ATTEMPTS = 10
+    settings.MEMORYADMIN_JOB_BACKOFF_SECONDS = 0
+    return settings
+
+
+def _vertex(project: Project, server: FakeVertexMemoryBank, **extra: Any) -> Resource:
+    declaration = {
+        "kind": "vertex-memory-bank",
+        "baseUrl": server.origin,
+        "project": "acme-prod",
+        "location": "us-central1",
+        "reasoningEngine": "4242",
+        "credentials": {"secret": "VERTEX_SA", "type": "service-account"},
+        "scope": {"user_id": "{namespace}"},
+        **extra,
+    }
+    return deploy_external(
+        project,
+        declaration,
+        secrets_by_origin={server.origin: {"VERTEX_SA": server.account_json()}},
+    )
+
+
+def test_owner_writes_record_what_they_were_and_the_deployment_they_ran_under(
+    api: APIClient, project: Project, vertex: FakeVertexMemoryBank, quick: Any
+) -> None:
+    _vertex(project, vertex)
+    first = _archivist_deployment(project)
+    vertex.seed("Alice likes tea.", {"user_id": "alice"})
+    [record] = api.get(RECORDS + ALICE).json()["records"]
+    added = api.post(RECORDS + ALICE, {"text": "Alice is vegetarian."}, format="json")
+    updated = api.patch(f"{RECORDS}/{record['id']}{ALICE}", {"text": "Coffee."}, format="json")
+    # A new deployment of the resource: later writes run under it, earlier ones keep theirs.
+    _vertex(project, vertex, maxBytes=4096)
+    second = _archivist_deployment(project)
+    assert second != first
+    deleted = api.delete(f"{RECORDS}/{record['id']}{ALICE}")
+    assert [r.status_code for r in (added, updated, deleted)] == [202, 202, 202]
+
+    listed = {o["id"]: o for o in api.get(OPERATIONS).json()["operations"]}
+    keys = ("action", "recordId", "deploymentId", "tool")
+    what = [
+        tuple(listed[r.json()["operation"]][k] for k in keys) for r in (added, updated, deleted)
+    ]
+    assert what == [
+        ("add", "", first, ""),
+        ("update", record["id"], first, ""),
+        ("delete", record["id"], second, ""),
+    ]
+    for response in (added, updated, deleted):
+        operation = listed[response.json()["operation"]]
+        assert operation["providerOperation"] == response.json()["providerOperation"]
+        assert (operation["kind"], operation["namespace"]) == ("accepted_write", "alice")
+        assert operation["principal"].startswith("key:mak_")
+
+
+def test_a_sessions_writes_record_the_tool_the_record_and_the_sessions_deployment(
+    api: APIClient, project: Project, vertex: FakeVertexMemoryBank, quick: Any
+) -> None:
+    _vertex(project, vertex)
+    vertex.seed("Alice's desk is by the window.", {"user_id": "alice"})
+    session = external_session(project, "alice")
+    recall = recall_create(session=session, use=["mem"], input_text="Where is the desk?")
+    [source] = recall["memory"]["mem"]["sources"]
+
+    def call(call_id: str, name: str, arguments: dict[str, Any]) -> ProviderOperation:
+        result = tool_call(
+            session=session,
+            recall_id=recall["recallId"],
+            call_id=call_id,
+            name=name,
+            arguments=arguments,
+        )
+        assert result["status"] == "accepted", result
+        return ProviderOperation.objects.get(pk=result["operation"])
+
+    added = call("c1", "memory_add", {"text": "Alice prefers mornings."})
+    forgotten = call("c2", "memory_forget", {"id": source["id"]})
+    assert [(o.action, o.tool, o.call_id, o.record_id) for o in (added, forgotten)] == [
+        ("add", "memory_add", "c1", ""),
+        ("delete", "memory_forget", "c2", source["id"]),
+    ]
+    assert {o.deployment_id for o in (added, forgotten)} == {session.deployment_id}
+    assert {o.session_id for o in (added, forgotten)} == {session.id}
+
+
+def test_an_operation_past_its_deadline_is_a_dead_letter_with_attempts_left(
+    api: APIClient, owner: Any, project: Project, vertex: FakeVertexMemoryBank, quick: Any
+) -> None:
+    _vertex(project, vertex)
+    vertex.seed("Alice likes tea.", {"user_id": "alice"})
+    [record] = api.get(RECORDS + ALICE).json()["records"]
+    # Within its deadline, an operation the provider has not finished stays queued...
+    quick.MEMORYADMIN_OPERATION_DEADLINE_SECONDS = 3600
+    kept = api.delete(f"{RECORDS}/{record['id']}{ALICE}").json()["operation"]
+    jobs_run_due()
+    assert ProviderOperation.objects.get(pk=kept).state == "queued"
+    # ...past it, the first check that finds it unfinished makes it a dead letter, with
+    # nine of its ten attempts left: never a success.
+    quick.MEMORYADMIN_OPERATION_DEADLINE_SECONDS = 0
+    late = api.patch(f"{RECORDS}/{record['id']}{ALICE}", {"text": "Coffee."}, format="json")
+    late_id = late.json()["operation"]
+    jobs_run_due()
+    dead = ProviderOperation.objects.get(pk=late_id)
+    assert (dead.state, dead.attempts, dead.max_attempts) == ("dead", 1, 10)
+    assert dead.finished_at is not None
+    assert [o["id"] for o in api.get(OPERATIONS + "&state=dead").json()["operations"]] == [late_id]
+    # The Memory page shows what it was.
+    page = html_of(owner.get("/projects/acme/development/resources/mem/"))
+    assert late_id in page
+    assert f"Update <code>{record['id']}</code>" in page
+    entry = AuditEntry.objects.get(action="operation.dead_letter")
+    assert (entry.detail["operation"], entry.detail["action"], entry.detail["recordId"]) == (
+        late_id,
+        "update",
+        record["id"],
+    )

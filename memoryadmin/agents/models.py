@@ -212,6 +212,14 @@ class OperationKind(models.TextChoices):
     CANCELLED_WRITE = "cancelled_write"
 
 
+class OperationAction(models.TextChoices):
+    # What a write of records that live with the provider was (blank for a declared
+    # tool of an http provider: its `tool` names it).
+    ADD = "add"
+    UPDATE = "update"
+    DELETE = "delete"
+
+
 class ProviderOperation(models.Model):
     """An asynchronous provider operation, tracked until the provider confirms where it ended."""
 
@@ -229,8 +237,13 @@ class ProviderOperation(models.Model):
     kind = models.CharField(max_length=32, choices=OperationKind.choices)
     # The provider's name for it (for http providers: the protocol's operationId).
     provider_operation = models.CharField(max_length=600)
+    # What the write was: its action, the model's tool (and call) that made it, and the
+    # record it changed (ours, `xm_...`; none for an add), so an owner reading a dead
+    # letter knows what to check and retry.
+    action = models.CharField(max_length=8, choices=OperationAction.choices, blank=True)
     tool = models.CharField(max_length=64, blank=True)
     call_id = models.CharField(max_length=256, blank=True)
+    record_id = models.CharField(max_length=128, blank=True)
     state = models.CharField(
         max_length=16, choices=OperationState.choices, default=OperationState.QUEUED
     )

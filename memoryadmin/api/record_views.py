@@ -3,6 +3,9 @@ update, delete and history, through the provider (memoryadmin/memory/services/re
 
 from __future__ import annotations
 
+from typing import Any
+
+from django.http import HttpRequest, HttpResponseBase
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework.request import Request
@@ -10,6 +13,7 @@ from rest_framework.response import Response
 
 from memoryadmin.api import serializers as s
 from memoryadmin.api.base import CURSOR, ENVIRONMENT, ERRORS, ApiView
+from memoryadmin.core.cancellation import caller_connection, client_gone_probe
 from memoryadmin.core.errors import InvalidRequest
 from memoryadmin.memory.models import Resource
 from memoryadmin.memory.services import deployments as deployment_services
@@ -27,13 +31,22 @@ QUERY = OpenApiParameter(
 )
 PROVIDER_ERRORS = {
     **ERRORS,
-    409: OpenApiResponse(s.ErrorOutput, description="cancelled"),
+    409: OpenApiResponse(
+        s.ErrorOutput,
+        description="cancelled: the client went away while the provider was called; a "
+        "write's details.operation names the open operation that keeps it",
+    ),
     429: OpenApiResponse(s.ErrorOutput, description="provider_failed (concurrency limit)"),
     502: OpenApiResponse(s.ErrorOutput, description="provider_failed"),
 }
 
 
 class RecordView(ApiView):
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        # A client that goes away cancels its provider calls, where the server can see it.
+        with caller_connection(client_gone_probe(request)):
+            return super().dispatch(request, *args, **kwargs)
+
     def record_resource(self, request: Request, p: str, r: str, *, write: bool = False) -> Resource:
         project = self.project(request, p, write=write)
         environment = self.environment(request)

@@ -495,8 +495,16 @@ class OperationOutput(serializers.Serializer):
     principal = serializers.CharField()
     deploymentId = serializers.CharField()
     providerOperation = serializers.CharField()
-    tool = serializers.CharField()
+    action = serializers.ChoiceField(
+        choices=["add", "update", "delete", ""],
+        help_text="What the write was (records of external providers); empty for a declared "
+        "tool of an http provider, which `tool` names.",
+    )
+    tool = serializers.CharField(help_text="The model's tool that made it; empty for owners.")
     callId = serializers.CharField()
+    recordId = serializers.CharField(
+        help_text="The record the write changed (update, delete); empty for an add."
+    )
     attempts = serializers.IntegerField()
     maxAttempts = serializers.IntegerField()
     lastError = serializers.CharField()

@@ -17,9 +17,8 @@ from memoryadmin.agents.services.provenance import recall_list
 from memoryadmin.agents.services.reverts import session_revert
 from memoryadmin.api import session_serializers as s
 from memoryadmin.api.base import CURSOR, ENVIRONMENT, ERRORS, ApiView
-from memoryadmin.api.connections import client_gone_probe
 from memoryadmin.api.serializers import ErrorOutput, require_query_string, validated
-from memoryadmin.core.cancellation import caller_connection
+from memoryadmin.core.cancellation import caller_connection, client_gone_probe
 from memoryadmin.core.errors import InvalidRequest
 from memoryadmin.memory.models import Project
 from memoryadmin.memory.representations import deployments_dicts

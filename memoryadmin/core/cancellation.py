@@ -10,12 +10,19 @@ from any instance: the request is a flag in the shared cache (Redis when
 and, once it is set, closes the attempt's connection, so the attempt stops
 at once instead of running to its deadline; no further attempt starts.
 Deadlines bound every attempt as before.
+
+A caller also cancels by going away: each door passes a probe of its caller
+(`caller_connection`): the API and the Memory page the client's connection
+(`client_gone_probe`), the command line its signals (`core/cli.py`). Owner
+operations on a provider's records open an unnamed scope, which only that
+probe cancels.
 """
 
 from __future__ import annotations
 
 import contextvars
 import hashlib
+import socket
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -23,10 +30,20 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.core.cache import cache
+from django.http import HttpRequest
+
+from memoryadmin.core.errors import DomainError
 
 POLL_SECONDS = 0.1
 # A cancellation outlives any call it may concern by this margin.
 TTL_MARGIN_SECONDS = 60
+
+
+class Cancelled(DomainError):
+    """The caller cancelled while an attempt was in flight (its outcome is unknown)."""
+
+    status = 409
+    code = "cancelled"
 
 
 def _key(session_id: str, ref: str) -> str:
@@ -102,10 +119,34 @@ def caller_connection(gone: Callable[[], bool] | None) -> Iterator[None]:
         _caller_gone.reset(token)
 
 
+def client_gone_probe(request: HttpRequest) -> Callable[[], bool] | None:
+    """A probe that is true once the client closed its connection, or None where the
+    server cannot see the connection (only gunicorn hands its socket to the app).
+
+    The probe peeks without consuming: a client that sends more (a pipelined request)
+    is still there; an orderly close reads as end of stream, a reset as an error.
+    """
+    sock = request.META.get("gunicorn.socket")
+    if not isinstance(sock, socket.socket):
+        return None
+
+    def gone() -> bool:
+        try:
+            return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:
+            return True
+
+    return gone
+
+
 @contextmanager
-def cancellation_scope(*, session_id: str, ref: str | None) -> Iterator[Cancellation | None]:
-    """The cancellation of the calls made inside the block: by `ref` through the cancel
-    endpoint, and by the caller's connection closing where the door can see it."""
+def cancellation_scope(
+    *, session_id: str = "", ref: str | None = None
+) -> Iterator[Cancellation | None]:
+    """The cancellation of the calls made inside the block: by `ref` (a session's call)
+    through the cancel endpoint, and by the caller going away where the door can see it."""
     gone = _caller_gone.get()
     if not ref and gone is None:
         yield None

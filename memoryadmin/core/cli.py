@@ -5,9 +5,14 @@ from __future__ import annotations
 import getpass
 import os
 import shlex
+import signal
 import subprocess
 import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 from typing import Any, TextIO
 
 from django.core.management.base import BaseCommand, CommandError, OutputWrapper
@@ -23,7 +28,7 @@ EXIT_NOT_FOUND = 3  # project, resource, document, session, secret or user
 EXIT_PRECONDITION = 4  # the document changed meanwhile, or the id is taken or reserved
 EXIT_TOO_LARGE = 5  # text, title or summary over its limit
 EXIT_INVALID = 6  # malformed input: ids, bindings, empty title, unreadable file, bad export
-EXIT_CONFLICT = 7  # the current state refuses it: project exists, provider kind, session ended
+EXIT_CONFLICT = 7  # the state refuses it (project exists, session ended) or a call was cancelled
 
 # A domain error's kind is its HTTP status; the command line gives each kind its code.
 EXIT_CODES: dict[int, int] = {
@@ -69,6 +74,42 @@ class Command(BaseCommand):
 
     def act(self, options: dict[str, Any]) -> None:
         raise NotImplementedError
+
+
+# What ends a command from outside: an interrupt, a kill, the terminal closing.
+CALLER_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextmanager
+def caller_signals() -> Iterator[Callable[[], bool] | None]:
+    """A probe of the command's caller for `caller_connection` (core/cancellation.py):
+    true once SIGINT, SIGTERM or SIGHUP arrived.
+
+    Inside the block the first of them no longer ends the process at once: the
+    provider call in flight is cut, its outcome recorded, and the command ends with
+    the call's error (409 cancelled, exit code 7). A second signal acts as it always
+    does. Signals reach the main thread only; elsewhere the probe is None.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield None
+        return
+    received = threading.Event()
+    previous: dict[int, Any] = {}
+
+    def restore() -> None:
+        for number, handler in previous.items():
+            signal.signal(number, signal.SIG_DFL if handler is None else handler)
+
+    def cancel(number: int, frame: FrameType | None) -> None:
+        received.set()
+        restore()
+
+    for number in CALLER_SIGNALS:
+        previous[number] = signal.signal(number, cancel)
+    try:
+        yield received.is_set
+    finally:
+        restore()
 
 
 def cli_actor() -> str:

@@ -27,19 +27,20 @@ from memoryadmin.agents.bindings import BindingSpec, admit_namespace_only
 from memoryadmin.agents.errors import RecallFailed
 from memoryadmin.agents.models import (
     Binding,
+    OperationAction,
     OperationKind,
     ProviderOperation,
     Recall,
     Session,
 )
 from memoryadmin.agents.services.operations import operation_record
+from memoryadmin.core.cancellation import Cancelled
 from memoryadmin.core.concurrency import Deadline, provider_call
 from memoryadmin.core.cursors import cursor_dump, cursor_load
 from memoryadmin.core.errors import InvalidRequest, NotFound, ProviderBusy
 from memoryadmin.core.tools import http_tool_definition, tool_arguments_validate
 from memoryadmin.external.ids import external_id_of, record_forget, records_map
 from memoryadmin.external.transport import (
-    Cancelled,
     Connection,
     ExternalFailure,
     Reply,
@@ -88,6 +89,8 @@ SEARCH_INPUT = {
     "required": ["query"],
     "additionalProperties": False,
 }
+# What each writing tool does to the provider's records (OperationAction).
+TOOL_ACTIONS = {"add": OperationAction.ADD, "forget": OperationAction.DELETE}
 FORGET_INPUT = {
     "type": "object",
     "properties": {"id": {"type": "string", "minLength": 1, "maxLength": 64}},
@@ -265,6 +268,9 @@ class _ToolCall:
     binding: Binding
     name: str
     call_id: str
+    # What a write is (an OperationAction) and the record it changes, for its operation.
+    action: str = ""
+    record_id: str = ""
     deadline: Deadline = field(default_factory=Deadline.after)
 
     def run[T](self, store: RemoteStore, work: Callable[[], T]) -> T:
@@ -282,6 +288,8 @@ class _ToolCall:
             provider_operation=provider_operation,
             tool=self.name,
             call_id=self.call_id,
+            action=self.action,
+            record_id=self.record_id,
         )
 
     def accepted(self, pending: Pending) -> Result:
@@ -487,7 +495,14 @@ class ExternalProvider(MemoryProvider):
         spec = target.offer.spec
         args = tool_arguments_validate(tool=spec, arguments=arguments)
         binding = target.binding
-        call = _ToolCall(session=session, binding=binding, name=target.offer.name, call_id=call_id)
+        call = _ToolCall(
+            session=session,
+            binding=binding,
+            name=target.offer.name,
+            call_id=call_id,
+            action=TOOL_ACTIONS.get(spec["name"], ""),
+            record_id=args.get("id", ""),
+        )
         try:
             store = self.open(binding.resource, binding.target_id, deadline=call.deadline)
             if spec["name"] == "add":

@@ -28,7 +28,7 @@ from django.views.decorators.debug import sensitive_variables
 from memoryadmin.core.cancellation import Cancellation, current_cancellation
 from memoryadmin.core.concurrency import Deadline
 from memoryadmin.core.egress import EgressTransport, egress_transport
-from memoryadmin.core.errors import DomainError, InvalidRequest
+from memoryadmin.core.errors import InvalidRequest
 from memoryadmin.core.jsonbody import BODY_MAX_BYTES
 from memoryadmin.memory.models import Resource
 from memoryadmin.providers import wire
@@ -61,13 +61,6 @@ class ExternalFailure(CallFailed):
 
     status = 502
     code = "provider_failed"
-
-
-class Cancelled(DomainError):
-    """The caller cancelled while an attempt was in flight (its outcome is unknown)."""
-
-    status = 409
-    code = "cancelled"
 
 
 @dataclass(frozen=True)

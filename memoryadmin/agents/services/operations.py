@@ -71,6 +71,8 @@ def operation_record(
     provider_operation: str,
     tool: str = "",
     call_id: str = "",
+    action: str = "",
+    record_id: str = "",
 ) -> ProviderOperation:
     """Records an open operation of a session's binding and schedules its reconciliation."""
     return operation_open(
@@ -83,6 +85,8 @@ def operation_record(
         provider_operation=provider_operation,
         tool=tool,
         call_id=call_id,
+        action=action,
+        record_id=record_id,
     )
 
 
@@ -97,10 +101,13 @@ def operation_open(
     deployment_id: str = "",
     tool: str = "",
     call_id: str = "",
+    action: str = "",
+    record_id: str = "",
 ) -> ProviderOperation:
     """Records an open operation on a resource's records (a session's write, or an owner's
-    update or delete of records that live with the provider, `principal` naming who) and
-    schedules its reconciliation, in the caller's transaction."""
+    write of records that live with the provider, `principal` naming who) with what it was
+    (`action`, `tool`, `record_id`) and the deployment it ran under, and schedules its
+    reconciliation, in the caller's transaction."""
     now = _now()
     with transaction.atomic():
         operation = ProviderOperation.objects.create(
@@ -114,8 +121,10 @@ def operation_open(
             deployment_id=deployment_id,
             kind=kind,
             provider_operation=provider_operation,
+            action=action,
             tool=tool,
             call_id=call_id,
+            record_id=record_id,
             max_attempts=settings.MEMORYADMIN_OPERATION_MAX_ATTEMPTS,
             deadline_at=now + timedelta(seconds=settings.MEMORYADMIN_OPERATION_DEADLINE_SECONDS),
             next_check_at=now,
@@ -190,6 +199,8 @@ def _audit(operation: ProviderOperation, action: str, actor: str, **detail: Any)
         detail={
             "operation": operation.id,
             "kind": operation.kind,
+            "action": operation.action,
+            "recordId": operation.record_id,
             "providerOperation": operation.provider_operation,
             "attempts": operation.attempts,
             **detail,
@@ -320,8 +331,10 @@ def operation_dict(operation: ProviderOperation) -> dict[str, Any]:
         "principal": operation.principal,
         "deploymentId": operation.deployment_id,
         "providerOperation": operation.provider_operation,
+        "action": operation.action,
         "tool": operation.tool,
         "callId": operation.call_id,
+        "recordId": operation.record_id,
         "attempts": operation.attempts,
         "maxAttempts": operation.max_attempts,
         "lastError": operation.last_error,

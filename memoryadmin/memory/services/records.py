@@ -4,15 +4,23 @@ One rule book for every door (API, Memory page, CLI): the resource must be
 one whose records live with its provider, the namespace is checked, owner
 changes are audited, and whatever the provider does not offer is a clear
 400 `not_supported`, never a silent no-op.
+
+Every call to the provider is cancelled when its caller goes away, as a
+session's calls are (core/cancellation.py: the door passes a probe of its
+caller). A write whose outcome only the provider knows (queued by it, or
+cancelled in flight) becomes an operation of the durable store, with what it
+was (add, update or delete and the record) and the deployment it ran under.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
-from memoryadmin.agents.models import OperationKind
+from memoryadmin.agents.models import OperationAction, OperationKind
 from memoryadmin.agents.services.operations import operation_open
+from memoryadmin.core.cancellation import Cancelled, cancellation_scope
 from memoryadmin.core.errors import InvalidRequest
 from memoryadmin.memory.models import ActiveDeployment, Resource
 from memoryadmin.memory.providers import MemoryProvider, NotSupported, provider_for
@@ -23,6 +31,11 @@ NAMESPACE_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")
 RECORD_ID_MAX = 128
 QUERY_MAX = 1000
 SEARCH_LIMIT_MAX = 50
+AUDIT_ACTIONS = {
+    OperationAction.ADD: "record.create",
+    OperationAction.UPDATE: "record.update",
+    OperationAction.DELETE: "record.delete",
+}
 
 
 def _provider(resource: Resource) -> MemoryProvider:
@@ -58,11 +71,18 @@ def _audit(resource: Resource, actor: str, action: str, namespace: str, detail: 
     )
 
 
+def _call[T](send: Callable[[], T]) -> T:
+    """One operation through the provider, cancelled when the caller goes away."""
+    with cancellation_scope():
+        return send()
+
+
 def record_list(
     *, resource: Resource, namespace: str, cursor: str | None = None
 ) -> tuple[list[Result], str | None]:
-    return _provider(resource).records_list(
-        resource=resource, namespace=check_namespace(namespace), cursor=cursor
+    provider, namespace = _provider(resource), check_namespace(namespace)
+    return _call(
+        lambda: provider.records_list(resource=resource, namespace=namespace, cursor=cursor)
     )
 
 
@@ -73,25 +93,12 @@ def record_search(
         raise InvalidRequest(f"q must be 1-{QUERY_MAX} characters.")
     if not 1 <= limit <= SEARCH_LIMIT_MAX:
         raise InvalidRequest(f"limit must be 1-{SEARCH_LIMIT_MAX}.")
-    return _provider(resource).records_search(
-        resource=resource, namespace=check_namespace(namespace), query=query, limit=limit
+    provider, namespace = _provider(resource), check_namespace(namespace)
+    return _call(
+        lambda: provider.records_search(
+            resource=resource, namespace=namespace, query=query, limit=limit
+        )
     )
-
-
-def _queued(resource: Resource, namespace: str, actor: str, result: Result) -> Result:
-    """A write the provider only accepted becomes an open operation of the durable store,
-    reconciled in the background; the caller sees `queued` until the provider confirms."""
-    if result["status"] != "queued":
-        return result
-    operation = operation_open(
-        resource=resource,
-        namespace=namespace,
-        principal=actor,
-        kind=OperationKind.ACCEPTED_WRITE,
-        provider_operation=result["operation"],
-        deployment_id=_declaring_deployment(resource),
-    )
-    return {"status": "queued", "operation": operation.id, "providerOperation": result["operation"]}
 
 
 def _declaring_deployment(resource: Resource) -> str:
@@ -105,61 +112,125 @@ def _declaring_deployment(resource: Resource) -> str:
     return ""
 
 
-def record_create(*, resource: Resource, namespace: str, text: str, actor: str) -> Result:
-    if not isinstance(text, str) or not text.strip():
-        raise InvalidRequest("text is required: a nonempty string.")
-    provider = _provider(resource)
-    result = provider.record_create(
-        resource=resource, namespace=check_namespace(namespace), text=text
+def _write(
+    *,
+    resource: Resource,
+    namespace: str,
+    actor: str,
+    action: OperationAction,
+    record_id: str = "",
+    send: Callable[[], Result],
+) -> Result:
+    """One owner write through the provider, audited (`record.create`, `.update`, `.delete`).
+
+    A write the provider only accepted becomes an open operation of the durable store,
+    reconciled in the background; the caller sees `queued` until the provider confirms.
+    One cancelled in flight (its caller went away) may or may not have happened: it is
+    recorded as an open operation too, for an owner to settle, and the caller gets 409
+    `cancelled` naming it.
+    """
+
+    def opened(kind: str, provider_operation: str) -> str:
+        return operation_open(
+            resource=resource,
+            namespace=namespace,
+            principal=actor,
+            kind=kind,
+            provider_operation=provider_operation,
+            deployment_id=_declaring_deployment(resource),
+            action=action,
+            record_id=record_id,
+        ).id
+
+    detail: Result = {"id": record_id} if record_id else {}
+    try:
+        result = _call(send)
+    except Cancelled as exc:
+        operation = opened(OperationKind.CANCELLED_WRITE, "")
+        _audit(
+            resource,
+            actor,
+            AUDIT_ACTIONS[action],
+            namespace,
+            {**detail, "status": "cancelled", "operation": operation},
+        )
+        raise Cancelled(
+            f"{exc.message} Whether the provider applied it is unknown: operation "
+            f"{operation} keeps it for an owner to settle.",
+            details={"operation": operation},
+        ) from exc
+    if result["status"] == "queued":
+        provider_operation = result["operation"]
+        operation = opened(OperationKind.ACCEPTED_WRITE, provider_operation)
+        result = {
+            "status": "queued",
+            "operation": operation,
+            "providerOperation": provider_operation,
+        }
+    if action == OperationAction.ADD:
+        detail["ids"] = [record["id"] for record in result.get("records", [])]
+    _audit(
+        resource, actor, AUDIT_ACTIONS[action], namespace, {**detail, "status": result["status"]}
     )
-    result = _queued(resource, namespace, actor, result)
-    ids = [record["id"] for record in result.get("records", [])]
-    _audit(resource, actor, "record.create", namespace, {"status": result["status"], "ids": ids})
     return result
 
 
-def record_get(*, resource: Resource, namespace: str, record_id: str) -> Result:
-    return _provider(resource).record_get(
+def record_create(*, resource: Resource, namespace: str, text: str, actor: str) -> Result:
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidRequest("text is required: a nonempty string.")
+    provider, namespace = _provider(resource), check_namespace(namespace)
+    return _write(
         resource=resource,
-        namespace=check_namespace(namespace),
-        record_id=_check_record_id(record_id),
+        namespace=namespace,
+        actor=actor,
+        action=OperationAction.ADD,
+        send=lambda: provider.record_create(resource=resource, namespace=namespace, text=text),
+    )
+
+
+def record_get(*, resource: Resource, namespace: str, record_id: str) -> Result:
+    provider, namespace = _provider(resource), check_namespace(namespace)
+    record_id = _check_record_id(record_id)
+    return _call(
+        lambda: provider.record_get(resource=resource, namespace=namespace, record_id=record_id)
     )
 
 
 def record_update(
     *, resource: Resource, namespace: str, record_id: str, text: str, actor: str
 ) -> Result:
-    provider = _provider(resource)
-    result = provider.record_update(
+    provider, namespace = _provider(resource), check_namespace(namespace)
+    record_id = _check_record_id(record_id)
+    return _write(
         resource=resource,
-        namespace=check_namespace(namespace),
-        record_id=_check_record_id(record_id),
-        changes={"text": text},
+        namespace=namespace,
+        actor=actor,
+        action=OperationAction.UPDATE,
+        record_id=record_id,
+        send=lambda: provider.record_update(
+            resource=resource, namespace=namespace, record_id=record_id, changes={"text": text}
+        ),
     )
-    result = _queued(resource, namespace, actor, result)
-    _audit(
-        resource, actor, "record.update", namespace, {"id": record_id, "status": result["status"]}
-    )
-    return result
 
 
 def record_delete(*, resource: Resource, namespace: str, record_id: str, actor: str) -> Result:
-    provider = _provider(resource)
-    result = provider.record_delete(
+    provider, namespace = _provider(resource), check_namespace(namespace)
+    record_id = _check_record_id(record_id)
+    return _write(
         resource=resource,
-        namespace=check_namespace(namespace),
-        record_id=_check_record_id(record_id),
+        namespace=namespace,
+        actor=actor,
+        action=OperationAction.DELETE,
+        record_id=record_id,
+        send=lambda: provider.record_delete(
+            resource=resource, namespace=namespace, record_id=record_id
+        ),
     )
-    result = _queued(resource, namespace, actor, result)
-    _audit(
-        resource, actor, "record.delete", namespace, {"id": record_id, "status": result["status"]}
-    )
-    return result
 
 
 def record_history(*, resource: Resource, namespace: str, record_id: str) -> list[Result]:
-    return _provider(resource).record_history(
-        resource=resource,
-        namespace=check_namespace(namespace),
-        record_id=_check_record_id(record_id),
+    provider, namespace = _provider(resource), check_namespace(namespace)
+    record_id = _check_record_id(record_id)
+    return _call(
+        lambda: provider.record_history(resource=resource, namespace=namespace, record_id=record_id)
     )

@@ -4,6 +4,9 @@ memoryadmin/memory/services/records.py."""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import messages
@@ -11,6 +14,7 @@ from django.http import HttpRequest, HttpResponseBase, HttpResponseRedirect
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
+from memoryadmin.core.cancellation import caller_connection, client_gone_probe
 from memoryadmin.core.errors import InvalidRequest
 from memoryadmin.memory.providers import NotSupported
 from memoryadmin.memory.services import records as record_services
@@ -18,6 +22,20 @@ from memoryadmin.web.services.roles import DELETE, EDIT, READ
 from memoryadmin.web.views.base import Page, actor, page_render, project_view
 
 QUERY_MAX = 200
+
+
+def _caller_cancels(
+    view: Callable[..., HttpResponseBase],
+) -> Callable[..., HttpResponseBase]:
+    """A browser that goes away cancels the view's provider calls, where the server can see
+    it (as the API's record routes do)."""
+
+    @functools.wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        with caller_connection(client_gone_probe(request)):
+            return view(request, *args, **kwargs)
+
+    return wrapped
 
 
 def _records_url(page: Page, resource_id: str, namespace: str) -> str:
@@ -40,6 +58,7 @@ def _written(request: HttpRequest, result: dict[str, object], done: str) -> None
         messages.success(request, done)
 
 
+@_caller_cancels
 @require_GET
 @project_view(READ)
 def records(request: HttpRequest, page: Page, r: str) -> HttpResponseBase:
@@ -67,6 +86,7 @@ def records(request: HttpRequest, page: Page, r: str) -> HttpResponseBase:
     return page_render(request, "memoryadmin/records.html", page, context)
 
 
+@_caller_cancels
 @require_GET
 @project_view(READ)
 def record_detail(request: HttpRequest, page: Page, r: str, rec: str) -> HttpResponseBase:
@@ -97,6 +117,7 @@ def _text(request: HttpRequest) -> str:
     return text
 
 
+@_caller_cancels
 @require_POST
 @project_view(EDIT)
 def record_create(request: HttpRequest, page: Page, r: str) -> HttpResponseBase:
@@ -109,6 +130,7 @@ def record_create(request: HttpRequest, page: Page, r: str) -> HttpResponseBase:
     return HttpResponseRedirect(_records_url(page, resource.resource_id, namespace))
 
 
+@_caller_cancels
 @require_POST
 @project_view(EDIT)
 def record_edit(request: HttpRequest, page: Page, r: str, rec: str) -> HttpResponseBase:
@@ -125,6 +147,7 @@ def record_edit(request: HttpRequest, page: Page, r: str, rec: str) -> HttpRespo
     return HttpResponseRedirect(_record_url(page, resource.resource_id, namespace, rec))
 
 
+@_caller_cancels
 @require_POST
 @project_view(DELETE)
 def record_delete(request: HttpRequest, page: Page, r: str, rec: str) -> HttpResponseBase:

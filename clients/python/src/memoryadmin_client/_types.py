@@ -314,8 +314,12 @@ class Operation(TypedDict):
     principal: str
     deploymentId: str
     providerOperation: str
+    # What the write was: add, update or delete of an external provider's records ("" for
+    # an http provider's declared tool), the model's tool and call, the record it changed.
+    action: Literal["add", "update", "delete", ""]
     tool: str
     callId: str
+    recordId: str
     attempts: int
     maxAttempts: int
     lastError: str

@@ -10,7 +10,9 @@ from typing import Any
 from django.core.management.base import CommandParser
 
 from memoryadmin.core import cli
+from memoryadmin.core.cancellation import caller_connection
 from memoryadmin.core.environments import DEFAULT_ENVIRONMENT, Environment
+from memoryadmin.memory.models import Resource
 from memoryadmin.memory.services import records as record_services
 from memoryadmin.memory.services.deployments import resource_get
 from memoryadmin.memory.services.projects import project_get
@@ -56,6 +58,12 @@ class Command(cli.Command):
             project=project, environment=options["environment"], resource_id=options["resource"]
         )
         self.options = options
+        text = self.text() if options["subcommand"] in {"add", "edit"} else ""
+        # An interrupt, a kill or a closed terminal cancels the provider call in flight.
+        with cli.caller_signals() as gone, caller_connection(gone):
+            self.run(options, resource=resource, text=text)
+
+    def run(self, options: dict[str, Any], *, resource: Resource, text: str) -> None:
         common = {"resource": resource, "namespace": options["namespace"]}
         actor = cli.cli_actor()
         command = options["subcommand"]
@@ -72,11 +80,11 @@ class Command(cli.Command):
             history = record_services.record_history(**common, record_id=options["record"])
             self.emit({"history": history})
         elif command == "add":
-            result = record_services.record_create(**common, text=self.text(), actor=actor)
+            result = record_services.record_create(**common, text=text, actor=actor)
             self.emit(result)
         elif command == "edit":
             result = record_services.record_update(
-                **common, record_id=options["record"], text=self.text(), actor=actor
+                **common, record_id=options["record"], text=text, actor=actor
             )
             self.emit(result)
         else:
