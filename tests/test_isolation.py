@@ -27,15 +27,27 @@ from typing import Any
 import httpx
 import pytest
 from django.conf import settings as django_settings
+from rest_framework.test import APIClient
 
 from memoryadmin.agents.services.sessions import session_create
+from memoryadmin.core.errors import ProviderBusy
 from memoryadmin.memory.models import Project
 from memoryadmin.memory.services.deployments import deployment_create, resource_get
 from memoryadmin.memory.services.documents import document_create
 from memoryadmin.memory.services.keys import api_key_create
+from memoryadmin.memory.services.records import record_list
 from memoryadmin.webhooks.models import Delivery, DeliveryState
 from memoryadmin.webhooks.services import endpoint_create
-from tests.helpers import ROOT, Receiver, clean_env, gunicorn, serve, suite_database_url
+from tests.fake_providers import FakeMem0Oss, running
+from tests.helpers import (
+    ROOT,
+    Receiver,
+    clean_env,
+    deploy_external,
+    gunicorn,
+    serve,
+    suite_database_url,
+)
 
 SESSIONS = "/api/managed-agents/sessions"
 # gunicorn.conf.py's defaults: two workers of four threads.
@@ -379,3 +391,57 @@ def test_a_huge_reply_is_not_read_whole_by_the_worker(project: Project, tmp_path
         assert delivery.state == DeliveryState.DELIVERED, log.read_text()[-3000:]
         assert delivery.response_code == 200
     assert peak < 300, f"the worker's peak memory was {peak:.0f} MiB"
+
+
+# Owners' record calls hold request threads as sessions' calls do.
+
+
+@pytest.mark.django_db(transaction=True)
+def test_owner_record_calls_count_against_the_projects_share_of_threads(
+    project: Project, other_project: Project, keys: Any, settings: Any
+) -> None:
+    """Project A's record list is held at its provider; with a share of one request, A's
+    next call is refused at once (429, nothing sent) while project B's list is served."""
+    settings.MEMORYADMIN_PROVIDER_REQUESTS_PER_PROJECT = 1
+    with (
+        running(FakeMem0Oss(api_key="k")) as a_server,
+        running(FakeMem0Oss(api_key="k")) as b_server,
+    ):
+        resources = {}
+        for owner, server in [(project, a_server), (other_project, b_server)]:
+            declaration = {
+                "kind": "mem0-oss",
+                "baseUrl": server.origin,
+                "scope": {"user_id": "{namespace}"},
+                "headers": {"X-API-Key": {"secret": "MEM0_KEY"}},
+            }
+            resources[owner.id] = deploy_external(
+                owner, declaration, secrets_by_origin={server.origin: {"MEM0_KEY": "k"}}
+            )
+        stall = a_server.stall("/memories")
+        held = ThreadPoolExecutor(1)
+        try:
+            first = held.submit(record_list, resource=resources[project.id], namespace="alice")
+            assert stall.arrived.wait(30)
+            started = time.monotonic()
+            with pytest.raises(ProviderBusy) as refused:
+                record_list(resource=resources[project.id], namespace="alice")
+            assert time.monotonic() - started < 1
+            assert refused.value.status == 429
+            assert refused.value.details["reason"] == "concurrency_limit"
+            assert len(a_server.seen("GET", "/memories")) == 1
+            listed, _ = record_list(resource=resources[other_project.id], namespace="bob")
+            assert listed == []
+            api = APIClient()
+            api.credentials(HTTP_X_API_KEY=keys.owner)
+            answer = api.get(
+                "/api/managed-agents/projects/acme/memory/mem/records",
+                {"environment": "development", "namespace": "alice"},
+            )
+            assert answer.status_code == 429, answer.content
+            assert answer.json()["error"]["details"]["reason"] == "concurrency_limit"
+            assert int(answer["Retry-After"]) >= 1
+        finally:
+            stall.release.set()
+            assert first.result(timeout=30) == ([], None)
+            held.shutdown(wait=True)

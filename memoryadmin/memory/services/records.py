@@ -21,6 +21,7 @@ from typing import Any
 from memoryadmin.agents.models import OperationAction, OperationKind
 from memoryadmin.agents.services.operations import operation_open
 from memoryadmin.core.cancellation import Cancelled, cancellation_scope
+from memoryadmin.core.concurrency import Deadline, provider_call
 from memoryadmin.core.errors import InvalidRequest
 from memoryadmin.memory.models import ActiveDeployment, Resource
 from memoryadmin.memory.providers import MemoryProvider, NotSupported, provider_for
@@ -71,10 +72,14 @@ def _audit(resource: Resource, actor: str, action: str, namespace: str, detail: 
     )
 
 
-def _call[T](send: Callable[[], T]) -> T:
-    """One operation through the provider, cancelled when the caller goes away."""
+def _call[T](resource: Resource, send: Callable[[], T]) -> T:
+    """One operation through the provider, cancelled when the caller goes away, and
+    counted against the project's bounds on provider calls (ProviderBusy, 429, beyond
+    them): an owner's call holds a request thread as a session's does."""
     with cancellation_scope():
-        return send()
+        return provider_call(
+            project_id=resource.project_id, deadline=Deadline.after(), call=lambda _: send()
+        )
 
 
 def record_list(
@@ -82,7 +87,8 @@ def record_list(
 ) -> tuple[list[Result], str | None]:
     provider, namespace = _provider(resource), check_namespace(namespace)
     return _call(
-        lambda: provider.records_list(resource=resource, namespace=namespace, cursor=cursor)
+        resource,
+        lambda: provider.records_list(resource=resource, namespace=namespace, cursor=cursor),
     )
 
 
@@ -95,9 +101,10 @@ def record_search(
         raise InvalidRequest(f"limit must be 1-{SEARCH_LIMIT_MAX}.")
     provider, namespace = _provider(resource), check_namespace(namespace)
     return _call(
+        resource,
         lambda: provider.records_search(
             resource=resource, namespace=namespace, query=query, limit=limit
-        )
+        ),
     )
 
 
@@ -144,7 +151,7 @@ def _write(
 
     detail: Result = {"id": record_id} if record_id else {}
     try:
-        result = _call(send)
+        result = _call(resource, send)
     except Cancelled as exc:
         operation = opened(OperationKind.CANCELLED_WRITE, "")
         _audit(
@@ -192,7 +199,8 @@ def record_get(*, resource: Resource, namespace: str, record_id: str) -> Result:
     provider, namespace = _provider(resource), check_namespace(namespace)
     record_id = _check_record_id(record_id)
     return _call(
-        lambda: provider.record_get(resource=resource, namespace=namespace, record_id=record_id)
+        resource,
+        lambda: provider.record_get(resource=resource, namespace=namespace, record_id=record_id),
     )
 
 
@@ -232,5 +240,8 @@ def record_history(*, resource: Resource, namespace: str, record_id: str) -> lis
     provider, namespace = _provider(resource), check_namespace(namespace)
     record_id = _check_record_id(record_id)
     return _call(
-        lambda: provider.record_history(resource=resource, namespace=namespace, record_id=record_id)
+        resource,
+        lambda: provider.record_history(
+            resource=resource, namespace=namespace, record_id=record_id
+        ),
     )
