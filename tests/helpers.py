@@ -490,6 +490,85 @@ def serve[S: ThreadingHTTPServer](server: S) -> Iterator[S]:
     server.server_close()
 
 
+# A held http provider: answers each recall only once the test releases it, so a test
+# proves what happens while calls are open.
+
+HELD_WAIT = 30.0
+
+
+class HeldProvider(ThreadingHTTPServer):
+    """Answers each recall with its operationId once `release` is set."""
+
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(self, *, release_after: int | None = None) -> None:
+        super().__init__(("127.0.0.1", 0), _HeldHandler)
+        self.bodies: list[dict[str, Any]] = []
+        self.arrived = threading.Condition()
+        self.open_calls = 0
+        self.most_open = 0
+        self.release = threading.Event()
+        self.arrival = threading.Event()
+        # Release every held call once this many have arrived.
+        self.release_after = release_after
+        self.status = 200
+
+    @property
+    def origin(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def wait_for(self, count: int) -> bool:
+        with self.arrived:
+            return self.arrived.wait_for(lambda: len(self.bodies) >= count, timeout=HELD_WAIT)
+
+
+class _HeldHandler(BaseHTTPRequestHandler):
+    server: HeldProvider
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        server = self.server
+        with server.arrived:
+            server.bodies.append(body)
+            server.open_calls += 1
+            server.most_open = max(server.most_open, server.open_calls)
+            server.arrival.set()
+            if server.release_after is not None and len(server.bodies) >= server.release_after:
+                server.release.set()
+            server.arrived.notify_all()
+        server.release.wait(2 * HELD_WAIT)
+        with server.arrived:
+            server.open_calls -= 1
+        payload = json.dumps({"text": body["operationId"], "sources": []}).encode()
+        try:
+            self.send_response(server.status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the caller gave up at its deadline
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@contextmanager
+def held_provider(**kwargs: Any) -> Iterator[HeldProvider]:
+    """A HeldProvider served on loopback; every held call is released on exit."""
+    server = HeldProvider(**kwargs)
+    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.release.set()
+        server.shutdown()
+        server.server_close()
+
+
 # A scripted provider: a real server on 127.0.0.1 speaking the http provider
 # protocol, whose tool and status answers a test lines up in advance.
 

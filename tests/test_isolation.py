@@ -9,7 +9,6 @@ and webhook receivers as threads of this process that hold or drip their answers
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import statistics
@@ -45,6 +44,7 @@ from tests.helpers import (
     clean_env,
     deploy_external,
     gunicorn,
+    held_provider,
     serve,
     suite_database_url,
 )
@@ -52,59 +52,6 @@ from tests.helpers import (
 SESSIONS = "/api/managed-agents/sessions"
 # gunicorn.conf.py's defaults: two workers of four threads.
 WORKERS, THREADS = 2, 4
-
-
-class HeldProvider(ThreadingHTTPServer):
-    """An http memory provider whose recalls answer only once `release` is set."""
-
-    daemon_threads = True
-    block_on_close = False
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _HeldHandler)
-        self.release = threading.Event()
-        self.arrived = 0
-        self.lock = threading.Lock()
-
-    @property
-    def origin(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-
-class _HeldHandler(BaseHTTPRequestHandler):
-    server: HeldProvider
-    protocol_version = "HTTP/1.1"
-
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers["Content-Length"]))
-        with self.server.lock:
-            self.server.arrived += 1
-        self.server.release.wait(30)
-        payload = json.dumps({"text": "held", "sources": []}).encode()
-        try:
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
-@contextmanager
-def held_provider() -> Iterator[HeldProvider]:
-    server = HeldProvider()
-    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.release.set()
-        server.shutdown()
-        server.server_close()
 
 
 def production_server_env() -> dict[str, str]:
@@ -183,9 +130,7 @@ def test_a_project_saturating_its_slow_provider_leaves_another_projects_reads_fa
             try:
                 recalls = [storm.submit(recall_a, i) for i in range(24)]
                 # A holds what it may of the server's threads.
-                deadline = time.monotonic() + 20
-                while provider.arrived < WORKERS * (THREADS // 2) and time.monotonic() < deadline:
-                    time.sleep(0.05)
+                assert provider.wait_for(WORKERS * (THREADS // 2))
                 timings = []
                 with httpx.Client(base_url=base, timeout=60) as b:
                     for _ in range(20):
@@ -209,13 +154,13 @@ def test_a_project_saturating_its_slow_provider_leaves_another_projects_reads_fa
                     assert error["details"]["reason"] == "concurrency_limit"
                     assert int(response.headers["Retry-After"]) >= 1
                 # Never more of A waited on its provider than its share of the threads.
-                assert provider.arrived <= WORKERS * (THREADS // 2)
+                assert len(provider.bodies) <= WORKERS * (THREADS // 2)
             finally:
                 provider.release.set()
                 storm.shutdown(wait=True)
             answered = [f.result() for f in recalls]
             assert {r.status_code for r in answered} <= {200, 429}
-            assert sum(r.status_code == 200 for r in answered) == provider.arrived
+            assert sum(r.status_code == 200 for r in answered) == len(provider.bodies)
 
 
 # Background jobs: a worker process runs webhook deliveries of every project.

@@ -8,12 +8,9 @@ without measuring time.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
@@ -33,6 +30,7 @@ from memoryadmin.memory.models import AuditEntry, Document, Project
 from memoryadmin.memory.services.deployments import deployment_create, resource_get
 from memoryadmin.memory.services.documents import document_create
 from memoryadmin.memory.services.keys import api_key_create
+from tests.helpers import HeldProvider, held_provider
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -42,81 +40,9 @@ CLOSE = {"Connection": "close"}
 WAIT = 30.0
 
 
-class HeldProvider(ThreadingHTTPServer):
-    """Answers each recall with its operationId once `release` is set."""
-
-    daemon_threads = True
-    block_on_close = False
-
-    def __init__(self, *, release_after: int | None = None) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.bodies: list[dict[str, Any]] = []
-        self.arrived = threading.Condition()
-        self.open_calls = 0
-        self.most_open = 0
-        self.release = threading.Event()
-        self.arrival = threading.Event()
-        # Release every held call once this many have arrived.
-        self.release_after = release_after
-        self.status = 200
-
-    @property
-    def origin(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-    def wait_for(self, count: int) -> bool:
-        with self.arrived:
-            return self.arrived.wait_for(lambda: len(self.bodies) >= count, timeout=WAIT)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: HeldProvider
-    protocol_version = "HTTP/1.1"
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        server = self.server
-        with server.arrived:
-            server.bodies.append(body)
-            server.open_calls += 1
-            server.most_open = max(server.most_open, server.open_calls)
-            server.arrival.set()
-            if server.release_after is not None and len(server.bodies) >= server.release_after:
-                server.release.set()
-            server.arrived.notify_all()
-        server.release.wait(2 * WAIT)
-        with server.arrived:
-            server.open_calls -= 1
-        payload = json.dumps({"text": body["operationId"], "sources": []}).encode()
-        try:
-            self.send_response(server.status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the caller gave up at its deadline
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
-@contextmanager
-def _held(**kwargs: Any) -> Iterator[HeldProvider]:
-    server = HeldProvider(**kwargs)
-    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.release.set()
-        server.shutdown()
-        server.server_close()
-
-
 @pytest.fixture
 def provider() -> Iterator[HeldProvider]:
-    with _held() as server:
+    with held_provider() as server:
         yield server
 
 
@@ -175,7 +101,7 @@ def namespaces(count: int, origin: str) -> tuple[list[dict[str, Any]], dict[str,
 def test_eight_slow_bindings_are_called_together(project: Project) -> None:
     # The provider answers none of them until all eight are open at once: a
     # recall calling them one after another would time out on the first.
-    with _held(release_after=8) as provider:
+    with held_provider(release_after=8) as provider:
         memory, bindings = namespaces(8, provider.origin)
         session = session_on(project, memory, bindings)
         body = recall_create(session=session, use=[], input_text="hosting")
@@ -211,7 +137,7 @@ def test_one_deadline_bounds_the_whole_recall(project: Project, provider: HeldPr
 def test_a_failing_provider_fails_the_recall_without_waiting_for_the_others(
     project: Project, provider: HeldProvider
 ) -> None:
-    with _held() as failing:
+    with held_provider() as failing:
         failing.status = 401
         # The failure comes only once the other call is open at its provider.
         failing.release = provider.arrival
@@ -236,7 +162,7 @@ def test_a_failing_provider_fails_the_recall_without_waiting_for_the_others(
 
 @override_settings(MEMORYADMIN_PROVIDER_CONCURRENCY_PER_PROJECT=2)
 def test_more_bindings_than_the_cap_run_in_turns(project: Project) -> None:
-    with _held(release_after=2) as provider:
+    with held_provider(release_after=2) as provider:
         memory, bindings = namespaces(5, provider.origin)
         session = session_on(project, memory, bindings)
         body = recall_create(session=session, use=[], input_text=None)
