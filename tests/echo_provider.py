@@ -17,10 +17,7 @@ from typing import Any
 
 from memoryadmin.agents.bindings import BindingSpec
 from memoryadmin.agents.errors import InvalidMemoryBinding
-from memoryadmin.agents.models import Binding, Recall, Scope, Session
-from memoryadmin.core.errors import InvalidRequest, NotFound
-from memoryadmin.memory.models import Resource
-from memoryadmin.memory.providers import (
+from memoryadmin.agents.kinds import (
     MemoryProvider,
     Projection,
     RecallCall,
@@ -28,6 +25,9 @@ from memoryadmin.memory.providers import (
     ToolOffer,
     ToolTarget,
 )
+from memoryadmin.agents.models import Binding, Recall, Scope, Session
+from memoryadmin.core.errors import InvalidRequest, NotFound
+from memoryadmin.memory.models import Resource
 
 NOTE_SCHEMA = {
     "type": "object",

@@ -28,13 +28,13 @@ import pytest
 from django.conf import settings as django_settings
 from rest_framework.test import APIClient
 
+from memoryadmin.agents.services.records import record_list
 from memoryadmin.agents.services.sessions import session_create
 from memoryadmin.core.errors import ProviderBusy
 from memoryadmin.memory.models import Project
 from memoryadmin.memory.services.deployments import deployment_create, resource_get
 from memoryadmin.memory.services.documents import document_create
 from memoryadmin.memory.services.keys import api_key_create
-from memoryadmin.memory.services.records import record_list
 from memoryadmin.webhooks.models import Delivery, DeliveryState
 from memoryadmin.webhooks.services import endpoint_create
 from tests.fake_providers import FakeMem0Oss, running

@@ -13,12 +13,12 @@ from typing import Any
 import httpx
 import pytest
 
+from memoryadmin.agents.kinds import reserved_tool_names
 from memoryadmin.agents.models import Recall
 from memoryadmin.agents.search_tool import SEARCH_TOOL
 from memoryadmin.agents.services.runtime import TOOLS
 from memoryadmin.core.partitions import partition_key
 from memoryadmin.memory.models import Project
-from memoryadmin.memory.providers import reserved_tool_names
 from memoryadmin.memory.services.keys import api_key_create
 from memoryadmin.providers.services.secrets import secret_set
 from memoryadmin.refprovider.declaration import (

@@ -10,6 +10,19 @@ class AgentsConfig(AppConfig):
 
     def ready(self) -> None:
         from memoryadmin.agents.document_provider import DocumentProvider
+        from memoryadmin.agents.representations import reader_dict
+        from memoryadmin.agents.services.provenance import version_readers
+        from memoryadmin.agents.services.recalls import recalls_scrub
+        from memoryadmin.memory.cli_history import readers_register
         from memoryadmin.memory.providers import provider_register
+        from memoryadmin.memory.services.redaction import redaction_register
 
         provider_register(DocumentProvider())
+        # What recalls showed of a version goes with its redaction; the CLI's history
+        # names the sessions that read it.
+        redaction_register("recalls", recalls_scrub)
+        readers_register(
+            lambda document, revision: [
+                reader_dict(r) for r in version_readers(document=document, revision=revision)
+            ]
+        )

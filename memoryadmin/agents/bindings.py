@@ -7,6 +7,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from memoryadmin.agents.errors import InvalidMemoryBinding
+from memoryadmin.agents.kinds import (
+    MemoryProvider,
+    provider_for,
+    provider_kinds,
+    reserved_tool_names,
+)
 from memoryadmin.agents.models import Access, Binding, Scope, Session
 from memoryadmin.agents.search_tool import SEARCH_TOOL
 from memoryadmin.core.errors import InvalidRequest
@@ -18,12 +24,6 @@ from memoryadmin.memory.limits import (
     check_resource_id,
 )
 from memoryadmin.memory.models import Deployment, Document, Resource
-from memoryadmin.memory.providers import (
-    MemoryProvider,
-    provider_for,
-    provider_kinds,
-    reserved_tool_names,
-)
 
 NAMESPACE_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")
 BINDING_FIELDS = {"scope", "id", "access", "search"}

@@ -17,6 +17,13 @@ from django.db import connection, transaction
 from memoryadmin.agents import search_tool
 from memoryadmin.agents.bindings import BindingSpec
 from memoryadmin.agents.errors import InvalidMemoryBinding, InvalidToolArguments, RecallFailed
+from memoryadmin.agents.kinds import (
+    MemoryProvider,
+    Projection,
+    Result,
+    ToolOffer,
+    ToolTarget,
+)
 from memoryadmin.agents.models import Binding, EventType, Recall, Scope, Session
 from memoryadmin.agents.representations import source_dict, tool_document_dict
 from memoryadmin.agents.services.sessions import event_append, session_lock
@@ -32,13 +39,6 @@ from memoryadmin.memory.limits import (
     utf8_len,
 )
 from memoryadmin.memory.models import Document, Proposal, Resource, WriterKind
-from memoryadmin.memory.providers import (
-    MemoryProvider,
-    Projection,
-    Result,
-    ToolOffer,
-    ToolTarget,
-)
 from memoryadmin.memory.services.documents import (
     AgentWritesDisabled,
     Writer,

@@ -1,5 +1,5 @@
 """Records of resources whose provider keeps them elsewhere: list, search, create, read,
-update, delete and history, through the provider (memoryadmin/memory/services/records.py)."""
+update, delete and history, through the provider (memoryadmin/agents/services/records.py)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from memoryadmin.agents.services import records as record_services
 from memoryadmin.api import serializers as s
 from memoryadmin.api.base import CURSOR, ENVIRONMENT, ERRORS, ApiView
 from memoryadmin.core.cancellation import caller_connection, client_gone_probe
 from memoryadmin.core.errors import InvalidRequest
 from memoryadmin.memory.models import Resource
 from memoryadmin.memory.services import deployments as deployment_services
-from memoryadmin.memory.services import records as record_services
 
 NAMESPACE = OpenApiParameter(
     "namespace",

@@ -25,6 +25,16 @@ from typing import Any, ClassVar
 
 from memoryadmin.agents.bindings import BindingSpec, admit_namespace_only
 from memoryadmin.agents.errors import RecallFailed
+from memoryadmin.agents.kinds import (
+    MemoryProvider,
+    NotSupported,
+    OperationCheck,
+    Projection,
+    RecallCall,
+    Result,
+    ToolOffer,
+    ToolTarget,
+)
 from memoryadmin.agents.models import (
     Binding,
     OperationAction,
@@ -50,16 +60,6 @@ from memoryadmin.external.transport import (
 from memoryadmin.external.urls import base_url_check
 from memoryadmin.memory.limits import MAX_BYTES_DEFAULT, check_max_bytes, utf8_len
 from memoryadmin.memory.models import Project, Resource
-from memoryadmin.memory.providers import (
-    MemoryProvider,
-    NotSupported,
-    OperationCheck,
-    Projection,
-    RecallCall,
-    Result,
-    ToolOffer,
-    ToolTarget,
-)
 from memoryadmin.providers.declarations import (
     REDACTED,
     _check_fields,

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.core.management.base import CommandParser
 
-from memoryadmin.agents.representations import reader_dict
-from memoryadmin.agents.services.provenance import version_readers
-from memoryadmin.memory.models import Project
+from memoryadmin.memory.models import Document, Project
 from memoryadmin.memory.representations import version_dict
 from memoryadmin.memory.services.asof import (
     document_list_as_of,
@@ -23,6 +22,15 @@ SUBCOMMANDS = {
     "restore-as-of": "Restore documents (default: the whole resource) to their text at a "
     "moment, each as a new version.",
 }
+
+# Who read a version (the sessions whose recalls showed it), registered from the agents
+# app's `ready()` with `readers_register`; nobody without it.
+Readers = Callable[[Document, str], list[dict[str, Any]]]
+_readers: list[Readers] = []
+
+
+def readers_register(readers: Readers) -> None:
+    _readers[:] = [readers]
 
 
 class HistoryCommands:
@@ -45,9 +53,7 @@ class HistoryCommands:
         rows = [
             {
                 **version_dict(v, include_text=False),
-                "readBy": [
-                    reader_dict(r) for r in version_readers(document=document, revision=v.revision)
-                ],
+                "readBy": [r for readers in _readers for r in readers(document, v.revision)],
             }
             for v in versions
         ]

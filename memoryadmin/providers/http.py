@@ -13,6 +13,15 @@ from typing import Any
 
 from memoryadmin.agents.bindings import BindingSpec, admit_namespace_only, binding_partition
 from memoryadmin.agents.errors import RecallFailed
+from memoryadmin.agents.kinds import (
+    MemoryProvider,
+    OperationCheck,
+    Projection,
+    RecallCall,
+    Result,
+    ToolOffer,
+    ToolTarget,
+)
 from memoryadmin.agents.models import (
     Binding,
     OperationKind,
@@ -26,15 +35,6 @@ from memoryadmin.core.concurrency import Deadline
 from memoryadmin.core.partitions import partition_key
 from memoryadmin.core.tools import TOOL_PREFIX, http_tool_definition
 from memoryadmin.memory.models import Project, Resource
-from memoryadmin.memory.providers import (
-    MemoryProvider,
-    OperationCheck,
-    Projection,
-    RecallCall,
-    Result,
-    ToolOffer,
-    ToolTarget,
-)
 from memoryadmin.providers.client import (
     RecallReply,
     RecallRequest,

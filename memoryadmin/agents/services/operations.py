@@ -20,6 +20,7 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from memoryadmin.agents.kinds import provider_for, provider_kinds
 from memoryadmin.agents.models import (
     OPEN_OPERATION_STATES,
     Binding,
@@ -32,7 +33,6 @@ from memoryadmin.core.cursors import keyset_page
 from memoryadmin.core.environments import check_environment
 from memoryadmin.core.errors import Conflict, InvalidRequest, NotFound
 from memoryadmin.memory.models import Project, Resource
-from memoryadmin.memory.providers import provider_for, provider_kinds
 from memoryadmin.memory.representations import iso_ms
 from memoryadmin.memory.services.audit import audit_record
 from memoryadmin.runner.jobs import durable, enqueue

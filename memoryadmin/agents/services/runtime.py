@@ -31,13 +31,7 @@ from memoryadmin.agents.errors import (
     RecallFailed,
     SessionClosed,
 )
-from memoryadmin.agents.models import Access, Binding, Recall, Session
-from memoryadmin.agents.services.provenance import recall_sources, recall_store
-from memoryadmin.agents.services.sessions import session_bindings
-from memoryadmin.core.cancellation import Cancellation, cancel_request, cancellation_scope
-from memoryadmin.core.concurrency import Deadline, ProviderCalls
-from memoryadmin.core.errors import InvalidRequest, NotFound, ProviderBusy
-from memoryadmin.memory.providers import (
+from memoryadmin.agents.kinds import (
     MemoryProvider,
     Projection,
     RecallCall,
@@ -46,6 +40,12 @@ from memoryadmin.memory.providers import (
     provider_kinds,
     providers,
 )
+from memoryadmin.agents.models import Access, Binding, Recall, Session
+from memoryadmin.agents.services.provenance import recall_sources, recall_store
+from memoryadmin.agents.services.sessions import session_bindings
+from memoryadmin.core.cancellation import Cancellation, cancel_request, cancellation_scope
+from memoryadmin.core.concurrency import Deadline, ProviderCalls
+from memoryadmin.core.errors import InvalidRequest, NotFound, ProviderBusy
 
 __all__ = ["TOOLS", "Projection", "recall_create", "tool_call", "tool_definitions"]
 

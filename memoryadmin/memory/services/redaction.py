@@ -3,13 +3,15 @@
 The version keeps its metadata (writer, time, revision, action, size before);
 the audit log gets the reason. Every other copy the database holds goes in
 the same transaction: titles in the audit details of that revision, the
-approved proposal that wrote it, the
-recalls that showed that revision to a model (agents.services.recalls), and
-the search index (on SQLite, FTS5 keeps deleted terms in its segments until
-they are merged, so the index is merged at once).
+approved proposal that wrote it, copies other apps keep (registered from
+their `ready()` with `redaction_register`: the recalls that showed that
+revision to a model), and the search index (on SQLite, FTS5 keeps deleted
+terms in its segments until they are merged, so the index is merged at once).
 """
 
 from __future__ import annotations
+
+from typing import Protocol
 
 from django.db import connection, transaction
 from django.utils import timezone
@@ -21,6 +23,19 @@ from memoryadmin.memory.services.documents import document_get
 
 REDACTED = "[redacted]"
 REASON_MAX_CHARS = 500
+
+
+class Scrub(Protocol):
+    def __call__(self, *, resource: Resource, doc_id: str, revision: str, marker: str) -> object:
+        """Replaces this app's copies of a version's text with `marker`."""
+
+
+_SCRUBS: dict[str, Scrub] = {}
+
+
+def redaction_register(name: str, scrub: Scrub) -> None:
+    """Adds an app's copies of version text to every redaction (from its `ready()`)."""
+    _SCRUBS[name] = scrub
 
 
 def check_reason(reason: object) -> str:
@@ -76,9 +91,8 @@ def version_redact(
     Proposal.objects.filter(document=document, applied_revision=revision).update(
         text=REDACTED, summary=None
     )
-    from memoryadmin.agents.services.recalls import recalls_scrub
-
-    recalls_scrub(resource=resource, doc_id=doc_id, revision=revision, marker=REDACTED)
+    for scrub in _SCRUBS.values():
+        scrub(resource=resource, doc_id=doc_id, revision=revision, marker=REDACTED)
     _merge_search_index()
     audit_record(
         project_id=resource.project_id,

@@ -1,6 +1,6 @@
 """The Memory page for resources whose records live with their provider (external providers):
 a namespace's records, search, a record with its history, add, edit and delete, all through
-memoryadmin/memory/services/records.py."""
+memoryadmin/agents/services/records.py."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from django.http import HttpRequest, HttpResponseBase, HttpResponseRedirect
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
+from memoryadmin.agents.services import records as record_services
 from memoryadmin.core.cancellation import caller_connection, client_gone_probe
 from memoryadmin.core.errors import InvalidRequest
 from memoryadmin.memory.providers import NotSupported
-from memoryadmin.memory.services import records as record_services
 from memoryadmin.web.services.roles import DELETE, EDIT, READ
 from memoryadmin.web.views.base import Page, actor, page_render, project_view
 

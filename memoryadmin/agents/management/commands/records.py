@@ -9,11 +9,11 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
+from memoryadmin.agents.services import records as record_services
 from memoryadmin.core import cli
 from memoryadmin.core.cancellation import caller_connection
 from memoryadmin.core.environments import DEFAULT_ENVIRONMENT, Environment
 from memoryadmin.memory.models import Resource
-from memoryadmin.memory.services import records as record_services
 from memoryadmin.memory.services.deployments import resource_get
 from memoryadmin.memory.services.projects import project_get
 

@@ -24,7 +24,7 @@ from memoryadmin.core.cancellation import Cancelled, cancellation_scope
 from memoryadmin.core.concurrency import Deadline, provider_call
 from memoryadmin.core.errors import InvalidRequest
 from memoryadmin.memory.models import ActiveDeployment, Resource
-from memoryadmin.memory.providers import MemoryProvider, NotSupported, provider_for
+from memoryadmin.memory.providers import NotSupported, ResourceKind, provider_for
 from memoryadmin.memory.services.audit import audit_record
 
 Result = dict[str, Any]
@@ -39,7 +39,7 @@ AUDIT_ACTIONS = {
 }
 
 
-def _provider(resource: Resource) -> MemoryProvider:
+def _provider(resource: Resource) -> ResourceKind:
     if resource.keeps_documents:
         raise NotSupported(
             f"Resource '{resource.resource_id}' keeps documents here; use its documents."
