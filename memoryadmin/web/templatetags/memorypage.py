@@ -241,6 +241,61 @@ def index(sequence: Any, position: int) -> Any:
         return ""
 
 
+# The cells every page shows of a write: who wrote it, when, and its size. Each is built
+# here once; the page's templates use the tags ("_writer.html", "_time.html" and
+# "_size.html" are the tags alone) and the document list's rows call the functions.
+
+
+def writer_html(kind: str, session_id: str | None, project_id: str, environment: str) -> str:
+    if kind != "agent":
+        return '<span class="writer writer-owner">owner</span>'
+    writer = "agent"
+    if session_id:
+        url = session_url(project_id, environment, session_id)
+        code = f"<code>{_escape(session_id)}</code>"
+        writer += f' · <a href="{_escape(url)}">{code}</a>' if url else f" · {code}"
+    return f'<span class="writer writer-agent">{writer}</span>'
+
+
+def time_html(value: datetime, *, now: datetime, zone: Any, translated: bool) -> str:
+    # "2026-01-31T09:05:00.123456+00:00": its date and time, as strftime writes them.
+    stamp = value.astimezone(zone).isoformat()
+    when = _escape(_ago(value, now, translated))
+    return f'<time datetime="{stamp}" title="{stamp[:10]} {stamp[11:19]} UTC">{when}</time>'
+
+
+def size_html(size: int, max_bytes: int, *, compact: bool = False) -> str:
+    """Bytes against the limit; `compact` (a list's column) in KiB, the bytes on hover."""
+    over = ' <span class="badge over">over limit</span>' if size > max_bytes else ""
+    meter = f'<meter min="0" max="{max_bytes}" value="{size}" aria-hidden="true"></meter>'
+    if compact:
+        return (
+            f'<span class="size" title="{size} of {max_bytes} bytes">'
+            f"{meter} {kib(size)} / {kib(max_bytes)}{over}</span>"
+        )
+    return f'<span class="size">{meter} {size} / {max_bytes} bytes{over}</span>'
+
+
+@register.simple_tag(takes_context=True)
+def writer(context: template.Context, kind: str, session_id: str | None) -> SafeString:
+    project_id, environment = context.get("p") or "", context.get("e") or ""
+    return mark_safe(writer_html(kind, session_id, project_id, environment))
+
+
+@register.simple_tag
+def time(value: datetime | None) -> SafeString:
+    if value is None:
+        return mark_safe("")
+    now = timezone.now()
+    zone = timezone.get_current_timezone()
+    return mark_safe(time_html(value, now=now, zone=zone, translated=settings.USE_I18N))
+
+
+@register.simple_tag
+def size(size: int, max_bytes: int) -> SafeString:
+    return mark_safe(size_html(int(size), int(max_bytes)))
+
+
 @register.simple_tag
 def document_rows(
     rows: list[dict[str, Any]],
@@ -252,38 +307,18 @@ def document_rows(
     autofocus_first: bool = False,
     selectable: bool = False,
 ) -> SafeString:
-    """The document list's rows (the page's hot path), built in one pass.
-
-    The same markup the row templates would give (_writer.html, _time.html,
-    _size.html), without a template render per cell: a page of 50 rows costs
-    a fraction of a millisecond.
-    """
+    """The document list's rows (the page's hot path), built in one pass: the cells'
+    functions without a template render per cell (a page of 50 rows costs a fraction
+    of a millisecond)."""
     html: list[str] = []
     # Once per page, not per row: the clock, the time zone, the escaped list URL.
     now = timezone.now()
     zone = timezone.get_current_timezone()
     base = _escape(document_url)
-    limit = kib(max_bytes)
     translated = settings.USE_I18N
     for index, row in enumerate(rows):
         doc_id = _escape(row["doc_id"])
         focus = " autofocus" if autofocus_first and index == 0 else ""
-        session_id = row["writer_session_id"]
-        if row["writer_kind"] == "agent":
-            writer = "agent"
-            if session_id:
-                url = session_url(project_id, environment, session_id)
-                code = f"<code>{_escape(session_id)}</code>"
-                writer += f' · <a href="{_escape(url)}">{code}</a>' if url else f" · {code}"
-            writer = f'<span class="writer writer-agent">{writer}</span>'
-        else:
-            writer = '<span class="writer writer-owner">owner</span>'
-        updated = row["updated_at"].astimezone(zone)
-        # "2026-01-31T09:05:00.123456+00:00": its date and time, as strftime writes them.
-        stamp = updated.isoformat()
-        when = _escape(_ago(row["updated_at"], now, translated))
-        size = row["bytes"]
-        over = ' <span class="badge over">over limit</span>' if size > max_bytes else ""
         frozen = "" if row["agent_writes"] else '<span class="badge frozen">frozen</span>'
         pick = ""
         if selectable:  # the bulk form's checkbox: "<id>:<revision>", as bulk_selection reads
@@ -294,6 +329,8 @@ def document_rows(
             )
         title = _escape(row["title"])
         summary = _escape(row["summary"])
+        writer = writer_html(row["writer_kind"], row["writer_session_id"], project_id, environment)
+        when = time_html(row["updated_at"], now=now, zone=zone, translated=translated)
         html.append(
             "<tr>\n"
             f"{pick}"
@@ -302,11 +339,8 @@ def document_rows(
             f'  <td title="{title}">{title}</td>\n'
             f'  <td class="summary" title="{summary}">{summary}</td>\n'
             f"  <td>{writer}</td>\n"
-            f'  <td><time datetime="{stamp}"'
-            f' title="{stamp[:10]} {stamp[11:19]} UTC">{when}</time></td>\n'
-            f'  <td><span class="size" title="{size} of {max_bytes} bytes">'
-            f'<meter min="0" max="{max_bytes}" value="{size}"'
-            f' aria-hidden="true"></meter> {kib(size)} / {limit}{over}</span></td>\n'
+            f"  <td>{when}</td>\n"
+            f"  <td>{size_html(row['bytes'], max_bytes, compact=True)}</td>\n"
             f"  <td>{frozen}</td>\n"
             "</tr>\n"
         )
