@@ -296,8 +296,10 @@ def test_the_list_counts_the_live_documents_of_the_resource(owner: Client, notes
     many_documents(notes, 60)
     Document.objects.filter(doc_id="doc-0001").update(deleted=True)
     html = owner.get(NOTES, {"q": "doc-000"}).content.decode()
-    # It loads after the page.
-    assert f'<p class="total" data-total hx-get="{NOTES}total/"' in html
+    # It loads after the page, and counts what the filter keeps.
+    assert f'<p class="total" data-total hx-get="{NOTES}total/?q=doc-000"' in html
+    total = owner.get(f"{NOTES}total/", {"q": "doc-000"}, **HX).content.decode()
+    assert total == '<p class="total" data-total>9 matching documents</p>'
     total = owner.get(f"{NOTES}total/", **HX).content.decode()
     assert total == '<p class="total" data-total>59 documents</p>'
     # Swapped rows (filter, "Load more") carry no total: it stays as the page showed it.

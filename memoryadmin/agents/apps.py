@@ -10,11 +10,13 @@ class AgentsConfig(AppConfig):
 
     def ready(self) -> None:
         from memoryadmin.agents.document_provider import DocumentProvider
+        from memoryadmin.agents.models import Session
         from memoryadmin.agents.representations import reader_dict
         from memoryadmin.agents.services.provenance import version_readers
         from memoryadmin.agents.services.recalls import recalls_scrub
         from memoryadmin.memory.cli_history import readers_register
         from memoryadmin.memory.providers import provider_register
+        from memoryadmin.memory.services.document_filters import agent_sessions_register
         from memoryadmin.memory.services.redaction import redaction_register
 
         provider_register(DocumentProvider())
@@ -25,4 +27,10 @@ class AgentsConfig(AppConfig):
             lambda document, revision: [
                 reader_dict(r) for r in version_readers(document=document, revision=revision)
             ]
+        )
+        # The document list's "agent" facet: the sessions an agent ran there.
+        agent_sessions_register(
+            lambda resource, agent: Session.objects.filter(
+                project_id=resource.project_id, environment=resource.environment, agent=agent
+            ).values("id")
         )

@@ -35,6 +35,7 @@ from memoryadmin.memory.services import asof as asof_services
 from memoryadmin.memory.services import deployments as deployment_services
 from memoryadmin.memory.services import documents as document_services
 from memoryadmin.memory.services import proposals as proposal_services
+from memoryadmin.memory.services.document_filters import document_facets
 from memoryadmin.memory.services.projects import projects_for_key
 from memoryadmin.memory.services.search import document_search
 
@@ -155,6 +156,48 @@ SEARCH_Q = OpenApiParameter(
     "<mark>).",
 )
 
+# The list's facets (memoryadmin/memory/services/document_filters.py), as the page's URL
+# names them too.
+FACETS = [
+    OpenApiParameter(name, kind, OpenApiParameter.QUERY, description=text, enum=enum)
+    for name, kind, text, enum in [
+        (
+            "agentWrites",
+            OpenApiTypes.STR,
+            "Only documents in this agent write mode.",
+            ["enabled", "review", "disabled"],
+        ),
+        (
+            "writer",
+            OpenApiTypes.STR,
+            "Only documents last written by this kind of actor.",
+            ["owner", "key", "agent"],
+        ),
+        (
+            "key",
+            OpenApiTypes.STR,
+            "Only documents last written through the key with this prefix.",
+            None,
+        ),
+        (
+            "agent",
+            OpenApiTypes.STR,
+            "Only documents last written by a session of this agent.",
+            None,
+        ),
+        ("session", OpenApiTypes.STR, "Only documents last written by this session.", None),
+        ("updatedFrom", OpenApiTypes.STR, "Updated on or after this day (UTC) or time.", None),
+        (
+            "updatedTo",
+            OpenApiTypes.STR,
+            "Updated on or before this day (UTC), or before this time.",
+            None,
+        ),
+        ("sizeMin", OpenApiTypes.INT, "At least this many UTF-8 bytes of text.", None),
+        ("sizeMax", OpenApiTypes.INT, "At most this many UTF-8 bytes of text.", None),
+    ]
+]
+
 
 class DocumentListView(ApiView):
     @extend_schema(
@@ -162,6 +205,7 @@ class DocumentListView(ApiView):
             ENVIRONMENT,
             SEARCH_Q,
             CURSOR,
+            *FACETS,
             OpenApiParameter(
                 "asOf",
                 OpenApiTypes.DATETIME,
@@ -176,7 +220,10 @@ class DocumentListView(ApiView):
     )
     def get(self, request: Request, p: str, r: str) -> Response:
         resource = self.resource(request, p, r)
+        facets = document_facets(request.query_params)
         as_of = s.require_query_string(request, "asOf")
+        if facets.narrowed and (as_of is not None or "q" in request.query_params):
+            raise InvalidRequest("The list's filters do not combine with q or asOf.")
         if as_of is not None:
             entries, next_cursor = asof_services.document_list_as_of(
                 resource=resource,
@@ -197,7 +244,7 @@ class DocumentListView(ApiView):
             documents = [search_hit_dict(hit, resource=resource) for hit in hits]
             return Response({"documents": documents, "nextCursor": next_cursor})
         rows, next_cursor = document_services.document_list(
-            resource=resource, cursor=self.cursor(request)
+            resource=resource, cursor=self.cursor(request), facets=facets
         )
         return Response({"documents": document_entries(rows, resource), "nextCursor": next_cursor})
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+from django.db.models import Q
+
 from memoryadmin.core.errors import InvalidRequest, LimitExceeded
 from memoryadmin.core.strings import string_check
 
@@ -147,3 +149,15 @@ def agent_writes_shown(*, agent_writes: bool, agent_review: bool | None, default
         return "disabled"
     reviewed = default if agent_review is None else agent_review
     return "review" if reviewed else "enabled"
+
+
+def agent_writes_condition(mode: str, *, default: bool) -> Q:
+    """The documents whose shown mode (agent_writes_shown) is `mode`, on a resource
+    whose manifest default is `default`."""
+    if check_agent_writes(mode) == "disabled":
+        return Q(agent_writes=False)
+    reviewed = mode == "review"
+    own = Q(agent_review=reviewed)
+    return Q(agent_writes=True) & (
+        own | Q(agent_review__isnull=True) if default == reviewed else own
+    )

@@ -92,9 +92,17 @@ def audit_record(
 # Who acted, by kind: agents save as "agent:<session>", API keys act as "key:<prefix>";
 # everyone else (people on the page, "cli:<user>" at the command line) is an owner.
 ACTOR_KINDS = {"agent": "agent sessions", "owner": "owners", "key": "API keys"}
-_AGENT = Q(actor__startswith="agent:")
-_KEY = Q(actor__startswith="key:")
-ACTOR_KIND_FILTERS = {"agent": _AGENT, "key": _KEY, "owner": ~_AGENT & ~_KEY}
+
+
+def actor_kind_filter(kind: str, field: str = "actor") -> Q:
+    """The condition on an actor `field` (an audit entry's actor, a version's
+    origin__actor) that keeps the actors of `kind`, one of ACTOR_KINDS."""
+    agent = Q(**{f"{field}__startswith": "agent:"})
+    key = Q(**{f"{field}__startswith": "key:"})
+    return {"agent": agent, "key": key, "owner": ~agent & ~key}[kind]
+
+
+ACTOR_KIND_FILTERS = {kind: actor_kind_filter(kind) for kind in ACTOR_KINDS}
 
 
 @dataclass(frozen=True)
@@ -120,7 +128,9 @@ class AuditFilter:
         return ":".join(str(value or "") for value in astuple(self))
 
 
-def _instant(value: date, *, end_of_day: bool = False) -> datetime:
+def range_instant(value: date, *, end_of_day: bool = False) -> datetime:
+    """A range's bound: a date from the start of that day (`end_of_day`: up to its end,
+    exclusive), UTC; a datetime as it is."""
     if isinstance(value, datetime):
         return value
     if end_of_day and value == date.max:  # the last day there is has no next one
@@ -159,9 +169,9 @@ def audit_entries(
             raise InvalidRequest(f"by must be one of: {', '.join(ACTOR_KINDS)}.")
         entries = entries.filter(ACTOR_KIND_FILTERS[where.actor_kind])
     if where.since:
-        entries = entries.filter(created_at__gte=_instant(where.since))
+        entries = entries.filter(created_at__gte=range_instant(where.since))
     if where.until:
-        entries = entries.filter(created_at__lt=_instant(where.until, end_of_day=True))
+        entries = entries.filter(created_at__lt=range_instant(where.until, end_of_day=True))
     return entries.order_by("-id")
 
 

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
@@ -38,6 +38,7 @@ from memoryadmin.memory.limits import (
 )
 from memoryadmin.memory.models import AuditEntry, Document, DocumentVersion, Resource, WriterKind
 from memoryadmin.memory.services.audit import AuditFacts, audit_listeners, audit_write
+from memoryadmin.memory.services.document_filters import NO_FACETS, DocumentFacets
 from memoryadmin.runner.jobs import jobs_dispatch_on_commit
 
 LIST_FIELDS = (
@@ -577,6 +578,7 @@ def document_list(
     limit: int = LIST_PAGE_SIZE,
     query: str = "",
     sort: str = "updated",
+    facets: DocumentFacets = NO_FACETS,
 ) -> tuple[list[dict[str, Any]], str | None]:
     """One keyset page of live documents (without text) in `sort` order: "updated"
     (newest first, the default), "id" (ascending) or "size" (largest first); ties by id.
@@ -584,17 +586,16 @@ def document_list(
     A `query` keeps the documents whose id starts with it or whose title
     contains it, ignoring case. The filter rides on the keyset walk, so a
     page stops reading at its 50th match instead of counting every match.
-    A cursor belongs to its order: one from another order is refused.
+    `facets` narrow it further (document_filters). A cursor belongs to its order and
+    facets: one from another order or other facets is refused.
     """
     order = DOCUMENT_SORTS.get(sort)
     if order is None:
         raise InvalidRequest(f"sort must be one of: {', '.join(DOCUMENT_SORTS)}.")
-    rows = Document.objects.live().filter(resource=resource)
-    if query:
-        rows = rows.filter(Q(doc_id__istartswith=query) | Q(title__icontains=query))
-        if connection.vendor == "sqlite" and len(query) >= 3:
-            rows = rows.filter(pk__in=_sqlite_substring_candidates(resource, query))
+    rows = documents_matching(resource=resource, query=query, facets=facets)
     scope = f"documents:{resource.pk}" + ("" if sort == "updated" else f":{sort}")
+    if facets.narrowed:
+        scope += f":{facets.scope}"
     return keyset_page(
         rows.values(*LIST_FIELDS), order=order, cursor=cursor, scope=scope, limit=limit
     )
@@ -614,9 +615,26 @@ def _sqlite_substring_candidates(resource: Resource, query: str) -> RawSQL:
     )
 
 
-def document_count(*, resource: Resource) -> int:
-    """How many live documents `resource` holds (one COUNT)."""
-    return Document.objects.live().filter(resource=resource).count()
+def documents_matching(
+    *, resource: Resource, query: str = "", facets: DocumentFacets = NO_FACETS
+) -> QuerySet[Document]:
+    """The live documents of `resource` that the list's filter (`query`: id prefix or
+    part of the title, ignoring case) and `facets` keep, unordered."""
+    rows = Document.objects.live().filter(resource=resource)
+    if query:
+        rows = rows.filter(Q(doc_id__istartswith=query) | Q(title__icontains=query))
+        if connection.vendor == "sqlite" and len(query) >= 3:
+            rows = rows.filter(pk__in=_sqlite_substring_candidates(resource, query))
+    if facets.narrowed:
+        rows = rows.filter(facets.condition(resource))
+    return rows
+
+
+def document_count(
+    *, resource: Resource, query: str = "", facets: DocumentFacets = NO_FACETS
+) -> int:
+    """How many live documents of `resource` the list's filter and facets keep (one COUNT)."""
+    return documents_matching(resource=resource, query=query, facets=facets).count()
 
 
 @transaction.atomic

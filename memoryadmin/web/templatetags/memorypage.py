@@ -5,7 +5,6 @@ import json
 from datetime import datetime, timedelta
 from html import escape as _escape  # as Django's escape, without its lazy wrapper
 from typing import Any
-from urllib.parse import quote
 
 from django import template
 from django.conf import settings
@@ -513,7 +512,8 @@ def documents_head(context: template.Context, list_url: str) -> SafeString:
     url = _escape(list_url)
     rid = resource.resource_id
     documents_url = _escape(cached_reverse("web:documents", p, e, rid, context=context))
-    q = f"&amp;q={_escape(quote(query, safe='/'))}" if query else ""
+    filters = context.get("filters") or ""
+    q = f"&amp;{_text(filters)}" if filters else ""
     out = ['<div class="list-head">\n  ']
     if total_url:
         out.append(
@@ -543,8 +543,13 @@ def documents_head(context: template.Context, list_url: str) -> SafeString:
         '         hx-push-url="true">\n'
         '  <button type="submit">Filter</button>\n  '
     )
-    if query:
+    facets = context.get("facets")
+    if query or (facets is not None and facets.narrowed):
         out.append(f'<a href="{url}?sort={_text(sort)}">Clear</a>')
+    if facets is not None:
+        out.append(_facet_fields(facets, context.get("agents") or []))
+    if context.get("facets_error"):
+        out.append(f'<p class="form-errors" role="alert">{_text(context["facets_error"])}</p>')
     as_of = _escape(cached_reverse("web:documents-as-of", p, e, rid, context=context))
     out.append(
         "\n</form>\n"
@@ -602,6 +607,60 @@ def documents_head(context: template.Context, list_url: str) -> SafeString:
         '    </tr>\n  </thead>\n  <tbody id="document-rows">',
     ]
     return mark_safe("".join(out))
+
+
+# The facets' choices (document_filters), as the page names them.
+AGENT_WRITE_LABELS = {"enabled": "agents write", "review": "agents propose", "disabled": "frozen"}
+WRITER_LABELS = {"owner": "an owner", "key": "an API key", "agent": "an agent session"}
+
+
+def _options(current: str, choices: dict[str, str], anything: str) -> str:
+    out = [f'<option value="">{_text(anything)}</option>']
+    for value, label in choices.items():
+        chosen = " selected" if value == current else ""
+        out.append(f'<option value="{_text(value)}"{chosen}>{_text(label)}</option>')
+    return "".join(out)
+
+
+def _facet_fields(facets: Any, agents: list[str]) -> str:
+    """The document list's facets, inside its filter form: a plain GET, so a link to the
+    list reproduces the view."""
+    params = facets.params()
+
+    def value(name: str) -> str:
+        return _text(params.get(name, ""))
+
+    def day(name: str) -> str:
+        return value(name) if len(params.get(name, "")) == 10 else ""
+
+    agent_choices = {agent: agent for agent in agents}
+    if facets.agent and facets.agent not in agent_choices:
+        agent_choices[facets.agent] = facets.agent
+    opened = " open" if facets.narrowed else ""
+    return (
+        f'\n<details class="facets"{opened}>\n  <summary>More filters</summary>\n'
+        '  <div class="facet-fields">\n'
+        '  <label>Agent writes <select name="agentWrites">'
+        f"{_options(facets.agent_writes, AGENT_WRITE_LABELS, 'any')}</select></label>\n"
+        '  <label>Last writer <select name="writer">'
+        f"{_options(facets.writer, WRITER_LABELS, 'anyone')}</select></label>\n"
+        '  <label>Agent <select name="agent">'
+        f"{_options(facets.agent, agent_choices, 'any agent')}</select></label>\n"
+        '  <label>Session <input name="session" maxlength="128" autocomplete="off"'
+        f' value="{value("session")}" placeholder="ses_…"></label>\n'
+        '  <label>Key prefix <input name="key" maxlength="128" autocomplete="off"'
+        f' value="{value("key")}" placeholder="mak_…"></label>\n'
+        '  <label>Updated from <input type="date" name="updatedFrom"'
+        f' value="{day("updatedFrom")}"></label>\n'
+        '  <label>Updated to <input type="date" name="updatedTo"'
+        f' value="{day("updatedTo")}"></label>\n'
+        '  <label>Size from (bytes) <input type="number" name="sizeMin" min="0"'
+        f' value="{value("sizeMin")}"></label>\n'
+        '  <label>Size to (bytes) <input type="number" name="sizeMax" min="0"'
+        f' value="{value("sizeMax")}"></label>\n'
+        '  <button type="submit">Apply filters</button>\n'
+        "  </div>\n</details>\n"
+    )
 
 
 def _assets_markup(nonce: Any) -> str:

@@ -9,6 +9,7 @@ from django.http import HttpRequest, HttpResponseBase, StreamingHttpResponse
 from django.shortcuts import redirect
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.http import urlencode
 from django.views.decorators.http import require_GET
 
 from memoryadmin.agents.services.provenance import version_readers
@@ -25,6 +26,7 @@ from memoryadmin.memory.services.audit import (
     audit_record_dict,
 )
 from memoryadmin.memory.services.deployments import resource_ids, resource_inventory
+from memoryadmin.memory.services.document_filters import NO_FACETS, DocumentFacets, document_facets
 from memoryadmin.memory.services.documents import (
     document_count,
     document_get,
@@ -37,6 +39,7 @@ from memoryadmin.web.forms import AuditFilterForm
 from memoryadmin.web.services.audit_files import DOWNLOADS
 from memoryadmin.web.services.history import history_rows
 from memoryadmin.web.services.roles import READ, membership_get, memberships_for_user
+from memoryadmin.web.services.sessions import session_agents
 from memoryadmin.web.views.base import Page, error_page, is_partial, page_render, project_view
 from memoryadmin.web.views.providers import provider_resource
 
@@ -93,11 +96,24 @@ def documents(request: HttpRequest, page: Page, r: str) -> HttpResponseBase:
     resource = page.resource(r, documents=False)
     if not resource.keeps_documents:
         return provider_resource(request, page, resource)
-    query = request.GET.get("q", "").strip()[:QUERY_MAX]
+    query = list_query(request)
     cursor = request.GET.get("cursor") or None
     sort = request.GET.get("sort") or "updated"
-    rows, next_cursor = document_list(resource=resource, cursor=cursor, query=query, sort=sort)
+    facets, facets_error = NO_FACETS, ""
+    try:
+        facets = document_facets(request.GET)
+    except InvalidRequest as exc:
+        if cursor:
+            raise
+        facets_error = exc.message
+    rows: list[dict[str, Any]] = []
+    next_cursor = None
+    if not facets_error:
+        rows, next_cursor = document_list(
+            resource=resource, cursor=cursor, query=query, sort=sort, facets=facets
+        )
     list_url = reverse("web:documents", args=[page.project.id, page.environment, r])
+    filters = list_filters(query, facets)
     context = {
         # A document's page is this list's URL plus documents/<id>/: reversed once, not per row.
         "document_url": list_url + "documents/",
@@ -108,13 +124,31 @@ def documents(request: HttpRequest, page: Page, r: str) -> HttpResponseBase:
         "cursor": cursor,
         "sort": sort,
         "sorts": SORT_LABELS,
+        "facets": facets,
+        "facets_error": facets_error,
+        # The query string of the filter and facets ("q=…&writer=…"), for the links and
+        # forms that keep them (sort, load more, select all matching).
+        "filters": filters,
+        "agents": [] if is_partial(request) else session_agents(project=page.project),
         # The total shows outside the rows, on full pages only (not htmx swaps of
         # rows), and loads after the page: its COUNT grows with the resource.
-        "total_url": None if is_partial(request) else list_url + "total/",
+        "total_url": None
+        if is_partial(request) or facets_error
+        else list_url + "total/" + (f"?{filters}" if filters else ""),
     }
     # htmx: the filter swaps the table body, "load more" swaps itself for the next rows.
     partial = "more" if cursor else "results"
     return page_render(request, "memoryadmin/documents.html", page, context, partial=partial)
+
+
+def list_query(request: HttpRequest) -> str:
+    """The document list's id/title filter as the page reads it."""
+    return request.GET.get("q", "").strip()[:QUERY_MAX]
+
+
+def list_filters(query: str, facets: DocumentFacets) -> str:
+    """The filter and facets as a query string ("q=…&writer=…"; "" for none)."""
+    return urlencode({"q": query, **facets.params()} if query else facets.params())
 
 
 @require_GET
@@ -122,7 +156,13 @@ def documents(request: HttpRequest, page: Page, r: str) -> HttpResponseBase:
 def documents_total(request: HttpRequest, page: Page, r: str) -> HttpResponseBase:
     """How many live documents the resource holds: the list's total, loaded after it."""
     resource = page.resource(r)
-    context = {"total": document_count(resource=resource)}
+    facets = document_facets(request.GET)
+    query = list_query(request)
+    narrowed = bool(query) or facets.narrowed
+    context = {
+        "total": document_count(resource=resource, query=query, facets=facets),
+        "narrowed": narrowed,
+    }
     return page_render(request, "memoryadmin/documents.html", page, context, partial="total")
 
 

@@ -1,0 +1,70 @@
+"""The tools of the Memory page in a real browser (the system Chromium, driven by
+Playwright), for an owner, a support engineer and a viewer, at a laptop's width and at a
+phone's: the document list's facets, selecting every matching document for a bulk
+action, importing an export, what an agent sees, and webhook tests and deliveries."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from memoryadmin.memory.models import Resource
+from tests.helpers import BROWSER_TESTS
+
+pytestmark = BROWSER_TESTS
+
+NOTES = "/projects/acme/development/resources/notes/"
+WIDTHS = {"laptop": {"width": 1280, "height": 860}, "phone": {"width": 390, "height": 844}}
+
+
+def fits(page: Any) -> None:
+    """Nothing wider than the screen: no sideways scrolling of the page."""
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("username", ["olivia", "sam", "vera"])
+def test_facets_narrow_the_list_and_a_shared_link_reproduces_the_view(
+    open_page: Any, used_memory: Resource, username: str, width: str
+) -> None:
+    from playwright.sync_api import expect
+
+    page = open_page(username, viewport=WIDTHS[width])
+    page.goto(NOTES)
+    rows = page.locator("#document-rows tr")
+    expect(rows).to_have_count(4)
+    page.get_by_text("More filters").click()
+    page.get_by_label("Agent writes").select_option("disabled")
+    page.get_by_role("button", name="Apply filters").click()
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_contain_text("incident-0412")
+    expect(page.locator("[data-total]")).to_have_text("1 matching document")
+    assert "agentWrites=disabled" in page.url
+    fits(page)
+
+    # Combined with the text filter and another facet, all in the URL.
+    page.get_by_label("Agent writes").select_option("")
+    page.get_by_label("Last writer").select_option("agent")
+    page.get_by_role("button", name="Apply filters").click()
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_contain_text("onboarding")
+    page.get_by_label("Filter by id or title").fill("work")
+    page.get_by_label("Filter by id or title").press("Enter")
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_contain_text("No documents match")
+    shared = page.url
+    assert "writer=agent" in shared
+    assert "q=work" in shared
+
+    # Someone else opens the link: the same view.
+    other = open_page("vera" if username != "vera" else "sam", viewport=WIDTHS[width])
+    other.goto(shared)
+    expect(other.locator("#document-rows tr")).to_have_count(1)
+    expect(other.get_by_label("Last writer")).to_have_value("agent")
+    expect(other.get_by_label("Filter by id or title")).to_have_value("work")
+    other.get_by_role("link", name="Clear").click()
+    expect(other.locator("#document-rows tr")).to_have_count(4)
+    fits(other)
+    assert page.js_errors == []
+    assert other.js_errors == []
