@@ -30,6 +30,7 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from memoryadmin.core import cli
+from memoryadmin.memory.limits import agent_write_fields
 from memoryadmin.memory.models import AuditEntry, Document, Project, Resource
 from memoryadmin.memory.services.deployments import resource_get
 from memoryadmin.memory.services.documents import document_replace
@@ -427,6 +428,59 @@ def test_export_as_json_lines_is_one_file_manifest_first(
     error = memory_fails("export", "--format", "jsonl", "--out", str(target))
     assert error.returncode == cli.EXIT_INVALID
     assert AuditEntry.objects.filter(action="memory.export").count() == 1
+
+
+def test_both_export_layouts_write_the_api_document_objects_byte_for_byte(
+    make_document: Any, kb: Resource, notes: Resource, api: APIClient, tmp_path: Path
+) -> None:
+    """Exports make document objects from database rows, not models: each is the API's
+    object for the document, as compact (JSON Lines) or indented (files) UTF-8 JSON."""
+    make_document(
+        "unicode",
+        title="Zürich — 東京 🦀",
+        text='RTL \u05e9\u05dc\u05d5\u05dd,\u2028\x7f "q" \\ </script>\n\tend \U0001f600',
+        summary="Résumé ✓",
+    )
+    make_document("frozen", text="Kept.", **agent_write_fields("disabled"))
+    make_document("reviewed", text="Checked.", **agent_write_fields("review"))
+    make_document("empty", text="", summary="")
+    make_document("by-agent", text="Saved by an agent.")
+    Document.objects.filter(doc_id="by-agent").update(
+        writer_kind="agent", writer_session_id="ses_0123456789abcdef01234567"
+    )
+    make_document("faq", resource=kb, text="x" * 64)
+    make_document("gone", text="secret")
+    memory("remove", "notes", "gone", "--yes")
+    expected = {
+        (resource.resource_id, doc_id): api.get(
+            f"/api/managed-agents/projects/acme/memory/{resource.resource_id}/documents/"
+            f"{doc_id}?environment=development"
+        ).json()
+        for resource, doc_id in [
+            (kb, "faq"),
+            *((notes, d) for d in ["by-agent", "empty", "frozen", "reviewed", "unicode"]),
+        ]
+    }
+    assert expected[("notes", "frozen")]["agentWrites"] == "disabled"
+    assert expected[("notes", "reviewed")]["agentWrites"] == "review"
+    assert expected[("notes", "by-agent")]["writer"]["kind"] == "agent"
+
+    target = tmp_path / "memory.jsonl"
+    memory("export", "--format", "jsonl", "--out", str(target))
+    manifest, *lines = target.read_bytes().split(b"\n")[:-1]
+    assert json.loads(manifest)["documents"] == 6
+    assert lines == [
+        json.dumps(
+            {"resource": resource_id, **document}, ensure_ascii=False, separators=(",", ":")
+        ).encode()
+        for (resource_id, _), document in expected.items()
+    ]
+    out_dir = tmp_path / "memory"
+    memory("export", "--out", str(out_dir))
+    for (resource_id, doc_id), document in expected.items():
+        written = (out_dir / resource_id / f"{doc_id}.json").read_bytes()
+        assert written == (json.dumps(document, ensure_ascii=False, indent=2) + "\n").encode()
+    assert not (out_dir / "notes" / "gone.json").exists()
 
 
 def test_export_of_named_resources_only(make_document: Any, kb: Resource, tmp_path: Path) -> None:

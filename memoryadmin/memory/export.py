@@ -1,8 +1,8 @@
 """Exports: every live document of some resources, streamed, as one snapshot where possible.
 
-The CLI writes the documents to files (or one JSON Lines stream, `jsonl_lines`)
-and the Memory page to a zip download; all open an export with
-`export_snapshot` and consume it while it is open.
+The CLI writes the documents to files or one JSON Lines stream (`jsonl_chunks`),
+and the Memory page to a zip download of the same files (`export_file`); all
+open an export with `export_snapshot` and consume it while it is open.
 An export written as files (`<dir>/manifest.json`, `<dir>/<resource>/<id>.json`)
 or as the zip of those files loads into another project or environment with
 `export_import`, which only ever creates documents; what it may read is bounded in
@@ -39,10 +39,10 @@ from memoryadmin.memory.imports import MANIFEST_NAME, ImportSource, MemberUnread
 from memoryadmin.memory.limits import agent_write_fields, check_agent_writes, check_resource_id
 from memoryadmin.memory.models import Document, Project, Resource
 from memoryadmin.memory.providers import keeps_documents, kinds_keeping_documents
-from memoryadmin.memory.representations import document_dict, iso_ms
+from memoryadmin.memory.representations import DOCUMENT_FIELDS, document_of_values, iso_ms
 from memoryadmin.memory.services.audit import audit_record
 from memoryadmin.memory.services.deployments import resource_get
-from memoryadmin.memory.services.documents import LIST_FIELDS, document_create, document_get
+from memoryadmin.memory.services.documents import document_create, document_get
 
 FORMAT = "memoryadmin.export"
 FORMAT_VERSION = 1
@@ -51,9 +51,10 @@ __all__ = ["MANIFEST_NAME"]  # re-exported: exports write it, imports read it
 # stays bounded by one chunk of texts (at most 16 KiB each), whatever the
 # number of documents.
 CHUNK_SIZE = 200
-STREAM_CHUNK_SIZE = 2000
-# Fields of a document object in an export: a list entry's, and its text.
-EXPORT_FIELDS = (*LIST_FIELDS, "text")
+STREAM_CHUNK_SIZE = 500
+# Bytes of JSON Lines handed to the writer at once: few writes, memory bounded.
+WRITE_SIZE = 1 << 20
+_DOC_ID = DOCUMENT_FIELDS.index("doc_id")
 
 
 @dataclass
@@ -75,14 +76,12 @@ class ExportSnapshot:
     def documents(self) -> Iterator[tuple[str, dict[str, Any]]]:
         """(resource id, document object) for every live document, resource by resource."""
         for resource in self.resource_rows:
-            for document in _documents_of(resource, self):
+            resource_id, max_bytes = resource.resource_id, resource.max_bytes
+            review_default = resource.review_default
+            for row in _documents_of(resource, self):
                 yield (
-                    resource.resource_id,
-                    document_dict(
-                        document,
-                        max_bytes=resource.max_bytes,
-                        review_default=resource.review_default,
-                    ),
+                    resource_id,
+                    document_of_values(row, max_bytes=max_bytes, review_default=review_default),
                 )
 
     def manifest(self) -> dict[str, Any]:
@@ -98,19 +97,39 @@ class ExportSnapshot:
         }
 
 
-def jsonl_lines(snapshot: ExportSnapshot) -> Iterator[bytes]:
-    """The export as JSON Lines: the manifest, then one line per document.
+def jsonl_chunks(snapshot: ExportSnapshot) -> Iterator[bytes]:
+    """The export as JSON Lines, in pieces of about WRITE_SIZE bytes (whole lines)
+    to write as they come: the manifest, then one line per document.
 
     A document line is the document object with its resource id added
     (`{"resource": ..., "id": ..., ...}`); every line ends with a newline.
     """
-    yield orjson.dumps({**snapshot.manifest(), "layout": "jsonl"}) + b"\n"
+    lines = [orjson.dumps({**snapshot.manifest(), "layout": "jsonl"})]
+    size = 0
+    dumps = orjson.dumps
     for resource_id, document in snapshot.documents():
-        yield orjson.dumps({"resource": resource_id, **document}) + b"\n"
+        line = dumps({"resource": resource_id, **document})
+        lines.append(line)
+        size += len(line)
+        if size >= WRITE_SIZE:
+            lines.append(b"")
+            yield b"\n".join(lines)
+            lines, size = [], 0
+    if lines:
+        lines.append(b"")
+        yield b"\n".join(lines)
 
 
-def _documents_of(resource: Resource, snapshot: ExportSnapshot) -> Iterator[dict[str, Any]]:
-    rows = Document.objects.live().filter(resource=resource).values(*EXPORT_FIELDS)
+def export_file(data: dict[str, Any]) -> bytes:
+    """A file of an export directory or zip, a document or the manifest: UTF-8 JSON
+    indented by two spaces, with a final newline (the bytes of Python's
+    `json.dumps(data, ensure_ascii=False, indent=2)`), from the CLI and the page alike."""
+    return orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n"
+
+
+def _documents_of(resource: Resource, snapshot: ExportSnapshot) -> Iterator[tuple[Any, ...]]:
+    """Rows of DOCUMENT_FIELDS, as the database sends them (no model, no mapping)."""
+    rows = Document.objects.live().filter(resource=resource).values_list(*DOCUMENT_FIELDS)
     if snapshot.doc_ids is not None:
         rows = rows.filter(doc_id__in=snapshot.doc_ids)
     if snapshot.consistent:
@@ -130,7 +149,7 @@ def _documents_of(resource: Resource, snapshot: ExportSnapshot) -> Iterator[dict
         yield from chunk
         if len(chunk) < CHUNK_SIZE:
             return
-        after = chunk[-1]["doc_id"]
+        after = chunk[-1][_DOC_ID]
 
 
 def _export_resources(

@@ -3,15 +3,13 @@ document at a time."""
 
 from __future__ import annotations
 
-import json
 import zipfile
 from collections.abc import Iterator
-from typing import Any
 
 from django.http import StreamingHttpResponse
 from django.utils import timezone
 
-from memoryadmin.memory.export import MANIFEST_NAME, ExportSnapshot, export_snapshot
+from memoryadmin.memory.export import MANIFEST_NAME, ExportSnapshot, export_file, export_snapshot
 from memoryadmin.memory.models import Project
 
 
@@ -43,11 +41,6 @@ class _Sink:
         return data
 
 
-def _json(data: dict[str, Any]) -> str:
-    # The same bytes as the CLI's export files, so an unzipped download imports alike.
-    return json.dumps(data, ensure_ascii=False, indent=2) + "\n"
-
-
 def export_zip(snapshot: ExportSnapshot) -> Iterator[bytes]:
     """`<resource>/<id>.json` for every document, then manifest.json, as zip bytes."""
     sink = _Sink()
@@ -56,11 +49,11 @@ def export_zip(snapshot: ExportSnapshot) -> Iterator[bytes]:
         for resource_id in snapshot.resources:
             archive.writestr(f"{resource_id}/", "")
         for resource_id, document in snapshot.documents():
-            archive.writestr(f"{resource_id}/{document['id']}.json", _json(document))
+            archive.writestr(f"{resource_id}/{document['id']}.json", export_file(document))
             written += 1
             yield sink.take()
         # Last, as in the CLI's directories: an archive with a manifest is complete.
-        archive.writestr(MANIFEST_NAME, _json({**snapshot.manifest(), "documents": written}))
+        archive.writestr(MANIFEST_NAME, export_file({**snapshot.manifest(), "documents": written}))
     yield sink.take()
 
 

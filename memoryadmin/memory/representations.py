@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
@@ -19,6 +19,7 @@ from memoryadmin.memory.models import (
     Resource,
 )
 from memoryadmin.memory.services.deployments import declarations_public, deployment_active_in
+from memoryadmin.memory.services.documents import LIST_FIELDS
 
 
 def iso_ms(value: datetime) -> str:
@@ -30,6 +31,17 @@ def writer_dict(kind: str, session_id: str) -> dict[str, Any]:
     if kind == "agent":
         return {"kind": "agent", "sessionId": session_id}
     return {"kind": "owner"}
+
+
+# A document object's fields with its text, as `.values_list(*DOCUMENT_FIELDS)` reads
+# them for `document_of_values` (a list entry's fields are LIST_FIELDS, without text).
+DOCUMENT_FIELDS = (*LIST_FIELDS, "text")
+_AT = {name: index for index, name in enumerate(DOCUMENT_FIELDS)}
+_ID, _TITLE, _TEXT, _SUMMARY = _AT["doc_id"], _AT["title"], _AT["text"], _AT["summary"]
+_WRITES, _REVIEW, _REVISION = _AT["agent_writes"], _AT["agent_review"], _AT["revision"]
+_BYTES, _UPDATED, _KIND, _SESSION = (
+    _AT["bytes"], _AT["updated_at"], _AT["writer_kind"], _AT["writer_session_id"]
+)  # fmt: skip
 
 
 def document_dict(
@@ -45,18 +57,31 @@ def document_dict(
     get: Callable[[str], Any] = (
         document.__getitem__ if isinstance(document, Mapping) else partial(getattr, document)
     )
-    data: dict[str, Any] = {"id": get("doc_id"), "title": get("title")}
-    if include_text:
-        data["text"] = get("text")
-    data["summary"] = get("summary")
+    values = [get(name) for name in (DOCUMENT_FIELDS if include_text else LIST_FIELDS)]
+    return _document_object(values, max_bytes, review_default)
+
+
+def document_of_values(
+    values: Sequence[Any], *, max_bytes: int, review_default: bool
+) -> dict[str, Any]:
+    """The document object of a `.values_list(*DOCUMENT_FIELDS)` row: what an export
+    makes of each row, with no mapping or instance per row."""
+    return _document_object(values, max_bytes, review_default)
+
+
+def _document_object(values: Sequence[Any], max_bytes: int, review_default: bool) -> dict[str, Any]:
+    data: dict[str, Any] = {"id": values[_ID], "title": values[_TITLE]}
+    if len(values) > _TEXT:  # the text comes last: a list entry's row has none
+        data["text"] = values[_TEXT]
+    data["summary"] = values[_SUMMARY]
     data["agentWrites"] = agent_writes_shown(
-        agent_writes=get("agent_writes"), agent_review=get("agent_review"), default=review_default
+        agent_writes=values[_WRITES], agent_review=values[_REVIEW], default=review_default
     )
-    data["revision"] = get("revision")
-    data["bytes"] = get("bytes")
+    data["revision"] = values[_REVISION]
+    data["bytes"] = values[_BYTES]
     data["maxBytes"] = max_bytes
-    data["updatedAt"] = iso_ms(get("updated_at"))
-    data["writer"] = writer_dict(get("writer_kind"), get("writer_session_id"))
+    data["updatedAt"] = iso_ms(values[_UPDATED])
+    data["writer"] = writer_dict(values[_KIND], values[_SESSION])
     return data
 
 

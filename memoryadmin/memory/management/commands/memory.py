@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -31,10 +32,11 @@ from memoryadmin.memory.export import (
     MANIFEST_NAME,
     MISSING_RESOURCE,
     ExportSnapshot,
+    export_file,
     export_import,
     export_read_manifest,
     export_snapshot,
-    jsonl_lines,
+    jsonl_chunks,
 )
 from memoryadmin.memory.imports import ExportDirectory
 from memoryadmin.memory.limits import LIST_PAGE_SIZE
@@ -495,9 +497,7 @@ class Command(HistoryCommands, ProposalCommands, cli.Command):
             written = write_export(snapshot, out, progress)
             manifest = {**snapshot.manifest(), "documents": written}
         # Written last: a directory with a manifest is a complete export.
-        (out / MANIFEST_NAME).write_text(
-            json.dumps(manifest, ensure_ascii=False, indent=2) + "\n", encoding="utf-8"
-        )
+        (out / MANIFEST_NAME).write_bytes(export_file(manifest))
         if options["json"]:
             self.out_json(manifest)
         elif self.verbose():
@@ -523,7 +523,8 @@ class Command(HistoryCommands, ProposalCommands, cli.Command):
         ) as snapshot:
             target = sys.stdout.buffer if to_stdout else out.open("xb")
             try:
-                target.writelines(jsonl_lines(snapshot))
+                for chunk in jsonl_chunks(snapshot):
+                    target.write(chunk)
             finally:
                 if not to_stdout:
                     target.close()
@@ -623,18 +624,24 @@ def write_export(snapshot: ExportSnapshot, out: Path, progress: cli.Progress) ->
     for resource_id in snapshot.resources:
         (out / resource_id).mkdir()
     written = 0
+    # Exclusive create: ids differing only in case would collide on a
+    # case-insensitive filesystem; refuse rather than overwrite.
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
     for resource_id, document in snapshot.documents():
         path = out / resource_id / f"{document['id']}.json"
         try:
-            # Exclusive create: ids differing only in case would collide on
-            # a case-insensitive filesystem; refuse rather than overwrite.
-            with path.open("x", encoding="utf-8") as file:
-                file.write(json.dumps(document, ensure_ascii=False, indent=2) + "\n")
+            fd = os.open(path, flags, 0o666)
         except FileExistsError as exc:
             raise cli.Error(
                 f"{path} already exists: document ids that differ only in case cannot be "
                 "exported to this case-insensitive filesystem."
             ) from exc
+        try:
+            data = memoryview(export_file(document))
+            while data:
+                data = data[os.write(fd, data) :]
+        finally:
+            os.close(fd)
         written += 1
         progress.advance()
     progress.close()
