@@ -20,7 +20,19 @@ from django.utils import timezone
 
 from memoryadmin.memory.models import AuditEntry
 from memoryadmin.runner import jobs
-from memoryadmin.runner.jobs import durable, enqueue, job_run, jobs_due, jobs_run_due
+from memoryadmin.runner.jobs import (
+    Postpone,
+    RetryAfter,
+    current_job,
+    durable,
+    enqueue,
+    job_again,
+    job_discard,
+    job_run,
+    jobs_due,
+    jobs_run_due,
+    jobs_wake,
+)
 from memoryadmin.runner.models import Job, JobState
 from tests.helpers import is_postgres, manage, suite_database_url
 
@@ -36,6 +48,30 @@ def record(*, label: str, fail: bool = False) -> None:
         raise RuntimeError(f"{label} failed")
 
 
+# What a job kind with a line, a policy and a dead hook did: (label, attempt) per run.
+RUNS: list[tuple[str, int]] = []
+# Labels that fail (RetryAfter, with their seconds) / postpone, until removed.
+FAILING: dict[str, float | None] = {}
+POSTPONED: set[str] = set()
+
+
+def _buried(job: Job) -> None:
+    # In the transaction that marks the job dead: rolled back with it.
+    AuditEntry.objects.create(
+        project_id=None, environment="", actor="t", action=f"dead:{job.kwargs['label']}"
+    )
+
+
+@durable(max_attempts=3, atomic=False, backoff=60, deadline=3600, lease=7, on_dead=_buried)
+def lined(*, label: str) -> None:
+    assert current_job().kwargs == {"label": label}
+    if label in POSTPONED:
+        raise Postpone(600)
+    RUNS.append((label, current_job().attempts))
+    if label in FAILING:
+        raise RetryAfter(f"{label} not yet", seconds=FAILING[label])
+
+
 def not_durable(*, label: str) -> None:
     raise AssertionError("never run")
 
@@ -44,6 +80,9 @@ def not_durable(*, label: str) -> None:
 def _no_calls(settings: Any) -> Iterator[None]:
     settings.MEMORYADMIN_JOB_BACKOFF_SECONDS = 0
     CALLS.clear()
+    RUNS.clear()
+    FAILING.clear()
+    POSTPONED.clear()
     yield
     CALLS.clear()
 
@@ -135,6 +174,141 @@ def test_only_durable_functions_run() -> None:
     assert "is not marked @durable" in job.last_error
     with pytest.raises(TypeError):
         enqueue(not_durable, project="", label="x")
+
+
+# Job kinds: lines, policies, RetryAfter, Postpone, dead hooks, running again.
+
+
+def _due_now(*jobs_: Job) -> None:
+    Job.objects.filter(pk__in=[job.pk for job in jobs_], state="pending").update(
+        run_after=timezone.now()
+    )
+
+
+@pytest.mark.django_db
+def test_a_lines_jobs_run_one_at_a_time_in_order_and_a_failing_one_holds_the_line() -> None:
+    FAILING["a"] = None
+    first, second = (enqueue(lined, project="p", line="l", label=x) for x in "ab")
+    other = enqueue(lined, project="p", line="m", label="c")
+    # The second waits for the first; another line does not.
+    assert jobs_due() == [first.pk, other.pk]
+    assert job_run(second.pk) == "skipped"
+    assert jobs_run_due() == {"retry": 1, "done": 1}
+    first.refresh_from_db()
+    # Retried after the kind's 60 s backoff, the line held meanwhile.
+    assert (first.state, first.attempts, first.last_error) == ("pending", 1, "a not yet")
+    assert timedelta(seconds=55) < first.run_after - timezone.now() <= timedelta(seconds=60)
+    _due_now(second)
+    assert jobs_due() == []
+    assert job_run(second.pk) == "skipped"
+    del FAILING["a"]
+    _due_now(first)
+    # Once the first is done, the second runs in the same round.
+    assert jobs_run_due() == {"done": 2}
+    assert RUNS == [("a", 1), ("c", 1), ("a", 2), ("b", 1)]
+
+
+@pytest.mark.django_db
+def test_a_job_running_in_its_line_holds_it_even_behind_a_later_one() -> None:
+    first, second = (enqueue(lined, project="p", line="l", label=x) for x in "ab")
+    Job.objects.filter(pk=first.pk).update(state="done")
+    Job.objects.filter(pk=second.pk).update(
+        state="running", lease_until=timezone.now() + timedelta(seconds=60)
+    )
+    # The first, run again, waits while the second is running.
+    assert job_again(first.pk)
+    assert job_run(first.pk) == "skipped"
+    Job.objects.filter(pk=second.pk).update(state="done")
+    assert job_run(first.pk) == "done"
+
+
+@pytest.mark.django_db
+def test_retry_after_is_honoured_and_the_last_attempt_is_dead_with_its_hook() -> None:
+    FAILING["a"] = 600
+    job = enqueue(lined, project="p", line="l", label="a")
+    later = enqueue(lined, project="p", line="l", label="b")
+    assert job.max_attempts == 3
+    assert job_run(job.pk) == "retry"
+    job.refresh_from_db()
+    # Not the 60 s backoff: the 600 s the job asked for.
+    assert timedelta(seconds=595) < job.run_after - timezone.now() <= timedelta(seconds=600)
+    for attempt in (2, 3):
+        _due_now(job)
+        assert job_run(job.pk) == ("retry" if attempt == 2 else "dead")
+    job.refresh_from_db()
+    assert (job.state, job.attempts, job.last_error) == ("dead", 3, "a not yet")
+    assert AuditEntry.objects.filter(action="dead:a").count() == 1
+    # A dead job no longer holds its line.
+    assert jobs_run_due() == {"done": 1}
+    assert RUNS[-1] == ("b", 1)
+    later.refresh_from_db()
+    assert later.state == "done"
+
+
+@pytest.mark.django_db
+def test_past_its_deadline_a_failed_attempt_is_the_last() -> None:
+    FAILING["a"] = None
+    job = enqueue(lined, project="p", label="a")
+    assert job.deadline_at is not None
+    assert timedelta(seconds=3595) < job.deadline_at - timezone.now() <= timedelta(seconds=3600)
+    Job.objects.filter(pk=job.pk).update(deadline_at=timezone.now() - timedelta(seconds=1))
+    assert jobs_run_due() == {"dead": 1}
+    job.refresh_from_db()
+    assert (job.state, job.attempts, job.max_attempts) == ("dead", 1, 3)
+    assert AuditEntry.objects.filter(action="dead:a").exists()
+
+
+@pytest.mark.django_db
+def test_a_postponed_job_spends_no_attempt_and_a_woken_line_runs_at_once() -> None:
+    POSTPONED.add("a")
+    job = enqueue(lined, project="p", line="l", label="a")
+    assert jobs_run_due() == {"postponed": 1}
+    job.refresh_from_db()
+    assert (job.state, job.attempts) == ("pending", 0)
+    assert job.run_after - timezone.now() > timedelta(seconds=590)
+    POSTPONED.clear()
+    jobs_wake("l")
+    assert jobs_run_due() == {"done": 1}
+    assert RUNS == [("a", 1)]
+
+
+@pytest.mark.django_db
+def test_a_kinds_lease_is_its_own() -> None:
+    job = enqueue(lined, project="p", label="a")
+    Job.objects.filter(pk=job.pk).update(
+        state="running", attempts=1, lease_until=timezone.now() - timedelta(seconds=1)
+    )
+    claimed = jobs._claim(job.pk)
+    assert claimed is not None
+    assert claimed.lease_until is not None
+    assert timedelta(seconds=6) < claimed.lease_until - timezone.now() <= timedelta(seconds=7)
+
+
+@pytest.mark.django_db
+def test_a_dead_job_is_run_again_from_the_start_or_discarded() -> None:
+    FAILING["a"] = None
+    job = enqueue(lined, project="p", label="a")
+    for _ in range(3):
+        _due_now(job)
+        jobs_run_due()
+    job.refresh_from_db()
+    assert job.state == "dead"
+    del FAILING["a"]
+    assert job_again(job.pk)
+    assert not job_again(job.pk)  # open: left as it is
+    job.refresh_from_db()
+    assert (job.state, job.attempts, job.last_error, job.finished_at) == ("pending", 0, "", None)
+    assert jobs_run_due() == {"done": 1}
+    assert not job_discard(job.pk)  # done, not dead
+    FAILING["a"] = None
+    assert job_again(job.pk)
+    for _ in range(3):
+        _due_now(job)
+        jobs_run_due()
+    assert job_discard(job.pk)
+    job.refresh_from_db()
+    assert job.state == "discarded"
+    assert jobs_run_due() == {}
 
 
 # Real worker processes.

@@ -1,4 +1,5 @@
-"""Durable background jobs on Django's tasks framework.
+"""Durable background jobs on Django's tasks framework: the one state machine of
+background work (claim, lease, backoff, dead jobs, retry), whatever the job does.
 
 A job is a row written in the caller's transaction (an outbox): a change and
 the work it causes commit together, so nothing runs for a rolled-back change
@@ -12,27 +13,36 @@ taken), then runs the function. An atomic job's writes and its `done` mark
 commit in one transaction, so a worker killed mid-run leaves nothing behind
 and the job runs again once its lease has passed. A job that is not atomic
 (it calls a provider) must be idempotent: it may run twice.
+
+A job kind (a function marked `@durable`) says its policy: attempts, the base
+of its backoff, its lease, a deadline, and what becomes of its domain record
+when it dies (`on_dead`). It raises `RetryAfter` when this attempt did not
+finish the work (a receiver's Retry-After is honoured), `Postpone` when it
+could not start it (no attempt spent). Jobs of one `line` run one at a time,
+oldest first (a webhook endpoint's deliveries).
 """
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, ParamSpec, TypeVar
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import F, Q
+from django.db.models import Exists, F, OuterRef, Q
 from django.tasks import task
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from memoryadmin.core.backoff import backoff_seconds
 from memoryadmin.core.rows import column, table
-from memoryadmin.runner.models import Job, JobState
+from memoryadmin.runner.models import OPEN_STATES, Job, JobState
 
 logger = logging.getLogger(__name__)
 
@@ -42,28 +52,89 @@ R = TypeVar("R")
 DURABLE = "durable_job"
 ERROR_MAX = 4000
 
+# A policy value: fixed, or read when it is needed (a setting).
+type Setting[T] = T | Callable[[], T]
+
+
+def _value[V](setting: Setting[V]) -> V:
+    return setting() if callable(setting) else setting
+
+
+class RetryAfter(Exception):
+    """Raised by a job whose attempt did not finish its work: it counts as a failed
+    attempt, retried after the kind's backoff or `seconds` if longer (a Retry-After),
+    dead when attempts or the deadline run out. `str()` is the error kept."""
+
+    def __init__(self, error: str, *, seconds: float | None = None) -> None:
+        super().__init__(error)
+        self.seconds = seconds
+
+
+class Postpone(Exception):
+    """Raised by a job that cannot start its work yet (its endpoint is paused): no
+    attempt is spent, it runs again after `seconds` or when its line is woken."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"postponed for {seconds} s")
+        self.seconds = seconds
+
+
+@dataclass(frozen=True)
+class Policy:
+    max_attempts: Setting[int]
+    atomic: bool
+    # The first pause after a failed attempt (doubling, at most an hour).
+    backoff: Setting[float]
+    # How long a running job may go without finishing before it is taken to have died.
+    lease: Setting[float]
+    # Seconds from enqueuing after which a failed attempt is the last (None: none).
+    deadline: Setting[float] | None
+    # Called with the job, in the transaction that marks it dead.
+    on_dead: Callable[[Job], None] | None
+
+
+def _job_backoff() -> float:
+    return float(settings.MEMORYADMIN_JOB_BACKOFF_SECONDS)
+
+
+def _job_lease() -> float:
+    return float(settings.MEMORYADMIN_JOB_LEASE_SECONDS)
+
 
 def durable(
-    *, max_attempts: int = 5, atomic: bool = True
+    *,
+    max_attempts: Setting[int] = 5,
+    atomic: bool = True,
+    backoff: Setting[float] = _job_backoff,
+    lease: Setting[float] = _job_lease,
+    deadline: Setting[float] | None = None,
+    on_dead: Callable[[Job], None] | None = None,
 ) -> Callable[[Callable[P, R]], Callable[P, R]]:
-    """Marks a function (keyword arguments only, JSON values) as a durable job."""
+    """Marks a function (keyword arguments only, JSON values) as a durable job kind."""
+    policy = Policy(max_attempts, atomic, backoff, lease, deadline, on_dead)
 
     def mark(function: Callable[P, R]) -> Callable[P, R]:
-        setattr(function, DURABLE, {"max_attempts": max_attempts, "atomic": atomic})
+        setattr(function, DURABLE, policy)
         return function
 
     return mark
 
 
-def _options(function: Callable[..., Any]) -> dict[str, Any]:
-    options = getattr(function, DURABLE, None)
-    if not isinstance(options, dict):
+def _policy(function: Callable[..., Any]) -> Policy:
+    policy = getattr(function, DURABLE, None)
+    if not isinstance(policy, Policy):
         raise TypeError(f"{function!r} is not marked @durable")
-    return options
+    return policy
 
 
 def _path(function: Callable[..., Any]) -> str:
     return f"{function.__module__}.{function.__qualname__}"
+
+
+def _deadline(policy: Policy, now: Any) -> Any:
+    if policy.deadline is None:
+        return None
+    return now + timedelta(seconds=_value(policy.deadline))
 
 
 def enqueue(
@@ -71,6 +142,7 @@ def enqueue(
     *,
     project: str,
     key: str = "",
+    line: str = "",
     delay: float = 0,
     **kwargs: Any,
 ) -> Job:
@@ -78,9 +150,10 @@ def enqueue(
     to the backend on commit.
 
     With a `key`, enqueuing while a job of that key is still open returns
-    that job instead of adding another.
+    that job instead of adding another. With a `line`, it runs after every
+    earlier job of that line is done or dead.
     """
-    options = _options(function)
+    policy = _policy(function)
     now = timezone.now()
     try:
         with transaction.atomic():
@@ -89,39 +162,75 @@ def enqueue(
                 project=project,
                 kwargs=kwargs,
                 key=key,
-                max_attempts=options["max_attempts"],
+                line=line,
+                max_attempts=_value(policy.max_attempts),
+                deadline_at=_deadline(policy, now),
                 run_after=now + timedelta(seconds=delay),
             )
     except IntegrityError:
         return Job.objects.get(key=key, state__in=[JobState.PENDING, JobState.RUNNING])
     if delay <= 0:
-        transaction.on_commit(lambda: _dispatch([job.pk]), robust=True)
+        jobs_dispatch_on_commit([job.pk])
     return job
 
 
+def enqueue_many(
+    function: Callable[..., Any], *, project: str, jobs: list[tuple[str, dict[str, Any]]]
+) -> list[Job]:
+    """Writes one job of `project` per `(line, kwargs)`, in order, in one INSERT of the
+    current transaction; they are handed to the backend on commit."""
+    policy = _policy(function)
+    now = timezone.now()
+    rows = Job.objects.bulk_create(
+        Job(
+            name=_path(function),
+            project=project,
+            kwargs=kwargs,
+            line=line,
+            max_attempts=_value(policy.max_attempts),
+            deadline_at=_deadline(policy, now),
+            run_after=now,
+        )
+        for line, kwargs in jobs
+    )
+    jobs_dispatch_on_commit([job.pk for job in rows])
+    return rows
+
+
 def enqueue_sql(
-    function: Callable[..., Any], *, project: str, rows: str, kwargs: str
+    function: Callable[..., Any],
+    *,
+    project: str,
+    rows: str,
+    kwargs: str,
+    line: str = "''",
+    order: str = "",
+    returning: str = "",
 ) -> tuple[str, list[Any]]:
     """`INSERT INTO <jobs> ... SELECT ... FROM <rows> RETURNING id`: one job of `project`
     per row, for a PostgreSQL statement that also writes the change causing them (a
-    `WITH` clause of it). `kwargs` is the SQL of each job's JSON arguments over `rows`.
-    Hand the ids it returns to `jobs_dispatch_on_commit`."""
-    options = _options(function)
-    names = ["name", "project", "kwargs", "key", "state", "attempts", "max_attempts"]
-    names += ["run_after", "created_at", "last_error"]
+    `WITH` clause of it). `kwargs` is the SQL of each job's JSON arguments over `rows`,
+    `line` of its line, `order` (an ORDER BY) the order of their ids, `returning` more
+    columns to return. Hand the ids it returns to `jobs_dispatch_on_commit`."""
+    policy = _policy(function)
+    names = ["name", "project", "kwargs", "key", "line", "state", "attempts", "max_attempts"]
+    names += ["deadline_at", "run_after", "created_at", "last_error"]
     targets = ", ".join(column(Job, name) for name in names)
     now = timezone.now()
+    extra = f", {returning}" if returning else ""
     sql = (
         f"INSERT INTO {table(Job)} ({targets})"
-        f" SELECT %s, %s, {kwargs}, '', %s, 0, %s, %s, %s, '' FROM {rows}"
-        f" RETURNING {column(Job, 'id')}"
+        f" SELECT %s, %s, {kwargs}, '', {line}, %s, 0, %s, %s, %s, %s, '' FROM {rows}"
+        f"{f' ORDER BY {order}' if order else ''}"
+        f" RETURNING {column(Job, 'id')}{extra}"
     )
-    params = [_path(function), project, JobState.PENDING, options["max_attempts"], now, now]
+    params = [_path(function), project, JobState.PENDING, _value(policy.max_attempts)]
+    params += [_deadline(policy, now), now, now]
     return sql, params
 
 
 def jobs_dispatch_on_commit(job_ids: list[int]) -> None:
-    """Hands jobs written by `enqueue_sql` to the backend once their transaction commits."""
+    """Hands jobs to the backend once their transaction commits."""
     if job_ids:
         transaction.on_commit(lambda: _dispatch(list(job_ids)), robust=True)
 
@@ -161,13 +270,17 @@ def _lease() -> timedelta:
     return timedelta(seconds=settings.MEMORYADMIN_JOB_LEASE_SECONDS)
 
 
-def _backoff(attempts: int) -> timedelta:
-    return timedelta(seconds=backoff_seconds(settings.MEMORYADMIN_JOB_BACKOFF_SECONDS, attempts))
+def _waits_in_line() -> Q:
+    """A job of a line with an earlier job still open, or another one running: it waits."""
+    earlier_open = Q(pk__lt=OuterRef("pk"), state__in=OPEN_STATES)
+    ahead = Job.objects.filter(earlier_open | Q(state=JobState.RUNNING), line=OuterRef("line"))
+    return ~Q(line="") & Q(Exists(ahead.exclude(pk=OuterRef("pk"))))
 
 
 def jobs_due() -> list[int]:
     """Jobs the backend should run now and may not have: never handed over, handed
-    over a lease ago without a run, or running past their lease (the worker died)."""
+    over a lease ago without a run, or running past their lease (the worker died).
+    A job waiting in its line is not due until its turn."""
     now = timezone.now()
     stale = now - _lease()
     pending = Q(state=JobState.PENDING, run_after__lte=now) & (
@@ -176,6 +289,7 @@ def jobs_due() -> list[int]:
     abandoned = Q(state=JobState.RUNNING, lease_until__lt=now)
     return list(
         Job.objects.filter(pending | abandoned)
+        .exclude(_waits_in_line())
         .order_by("run_after")
         .values_list("pk", flat=True)[:500]
     )
@@ -189,14 +303,38 @@ def jobs_sweep() -> int:
 
 
 def _claim(job_id: int) -> Job | None:
+    """The job, claimed (its attempt counted, its lease taken), if it is due, nobody
+    holds it and it is its line's turn; None otherwise."""
+    job = Job.objects.filter(pk=job_id).first()
+    if job is None:
+        return None
     now = timezone.now()
     claimable = Q(state=JobState.PENDING, run_after__lte=now) | Q(
         state=JobState.RUNNING, lease_until__lt=now
     )
-    claimed = Job.objects.filter(claimable, pk=job_id).update(
-        state=JobState.RUNNING, attempts=F("attempts") + 1, lease_until=now + _lease()
+    lease_until = now + (_kind_lease(job) or _lease())
+    rows = Job.objects.filter(claimable, pk=job_id, attempts=job.attempts)
+    claimed = rows.exclude(_waits_in_line()).update(
+        state=JobState.RUNNING, attempts=job.attempts + 1, lease_until=lease_until
     )
-    return Job.objects.get(pk=job_id) if claimed else None
+    if not claimed:
+        if job.line:
+            # Waiting in its line: the sweep hands it over again once its turn comes.
+            Job.objects.filter(pk=job_id, state=JobState.PENDING).update(dispatched_at=None)
+        return None
+    job.state, job.attempts, job.lease_until = JobState.RUNNING, job.attempts + 1, lease_until
+    return job
+
+
+def _kind_lease(job: Job) -> timedelta | None:
+    """The job's own lease, when its kind has one other than the runner's."""
+    try:
+        policy = _policy(import_string(job.name))
+    except (ImportError, TypeError):
+        return None
+    if policy.lease is _job_lease:
+        return None
+    return timedelta(seconds=_value(policy.lease))
 
 
 class _LeaseLost(Exception):
@@ -211,17 +349,43 @@ def _finish(job: Job) -> None:
         # Another worker took the job over after our lease passed: our work
         # must not count (an atomic job's writes roll back with this).
         raise _LeaseLost()
+    _next_in_line(job)
+
+
+def _next_in_line(job: Job) -> None:
+    """A job of a line that ended hands the next one over at once (on commit)."""
+    if not job.line:
+        return
+    following = (
+        Job.objects.filter(line=job.line, state=JobState.PENDING, run_after__lte=timezone.now())
+        .order_by("pk")
+        .values_list("pk", flat=True)
+        .first()
+    )
+    if following is not None:
+        jobs_dispatch_on_commit([following])
+
+
+_current: contextvars.ContextVar[Job] = contextvars.ContextVar("current_job")
+
+
+def current_job() -> Job:
+    """The job this code runs in (its attempt, its attempts left): inside a job only."""
+    return _current.get()
 
 
 def job_run(job_id: int) -> str:
-    """One attempt: "done", "retry", "dead", or "skipped" (not due, or someone else's)."""
+    """One attempt: "done", "retry", "postponed", "dead", or "skipped" (not due, waiting
+    in its line, or someone else's)."""
     job = _claim(job_id)
     if job is None:
         return "skipped"
+    policy: Policy | None = None
+    token = _current.set(job)
     try:
         function = import_string(job.name)
-        atomic = _options(function)["atomic"]
-        if atomic:
+        policy = _policy(function)
+        if policy.atomic:
             with transaction.atomic():
                 function(**job.kwargs)
                 _finish(job)
@@ -230,30 +394,119 @@ def job_run(job_id: int) -> str:
             _finish(job)
     except _LeaseLost:
         return "skipped"
+    except Postpone as postponed:
+        return _postponed(job, postponed.seconds)
     except Exception as exc:
-        return _failed(job, exc)
+        return _failed(job, exc, policy)
+    finally:
+        _current.reset(token)
     return "done"
 
 
-def _failed(job: Job, exc: BaseException) -> str:
-    error = "".join(traceback.format_exception_only(exc)).strip()[:ERROR_MAX]
-    logger.warning("job %s (%s) attempt %d failed: %s", job.pk, job.name, job.attempts, error)
-    dead = job.attempts >= job.max_attempts
+def _error(exc: BaseException) -> str:
+    if isinstance(exc, RetryAfter):
+        return str(exc)[:ERROR_MAX]
+    return "".join(traceback.format_exception_only(exc)).strip()[:ERROR_MAX]
+
+
+def _postponed(job: Job, seconds: float) -> str:
     Job.objects.filter(pk=job.pk, state=JobState.RUNNING, attempts=job.attempts).update(
-        state=JobState.DEAD if dead else JobState.PENDING,
-        run_after=timezone.now() + _backoff(job.attempts),
+        state=JobState.PENDING,
+        attempts=F("attempts") - 1,
+        run_after=timezone.now() + timedelta(seconds=seconds),
         lease_until=None,
         dispatched_at=None,
-        last_error=error,
-        finished_at=timezone.now() if dead else None,
     )
+    return "postponed"
+
+
+def _failed(job: Job, exc: BaseException, policy: Policy | None) -> str:
+    error = _error(exc)
+    logger.warning("job %s (%s) attempt %d failed: %s", job.pk, job.name, job.attempts, error)
+    now = timezone.now()
+    past_deadline = job.deadline_at is not None and now >= job.deadline_at
+    dead = job.attempts >= job.max_attempts or past_deadline
+    base = _value(policy.backoff) if policy is not None else _job_backoff()
+    at_least = exc.seconds if isinstance(exc, RetryAfter) else None
+    pause = backoff_seconds(base, job.attempts, at_least=at_least)
+    with transaction.atomic():
+        updated = Job.objects.filter(
+            pk=job.pk, state=JobState.RUNNING, attempts=job.attempts
+        ).update(
+            state=JobState.DEAD if dead else JobState.PENDING,
+            run_after=now + timedelta(seconds=pause),
+            lease_until=None,
+            dispatched_at=None,
+            last_error=error,
+            finished_at=now if dead else None,
+        )
+        if not updated:
+            return "skipped"
+        if dead:
+            job.state, job.last_error, job.finished_at = JobState.DEAD, error, now
+            if policy is not None and policy.on_dead is not None:
+                policy.on_dead(job)
+            _next_in_line(job)
     return "dead" if dead else "retry"
 
 
+def job_again(job_id: int) -> bool:
+    """Runs a finished job (done, dead or discarded) again from the start: fresh
+    attempts and deadline, in its place in its line; says whether it did (an open job
+    is left as it is). In the caller's transaction, handed over on commit."""
+    job = Job.objects.filter(pk=job_id).first()
+    if job is None:
+        return False
+    try:
+        policy = _policy(import_string(job.name))
+    except (ImportError, TypeError):
+        return False
+    now = timezone.now()
+    reopened = (
+        Job.objects.filter(pk=job_id)
+        .exclude(state__in=OPEN_STATES)
+        .update(
+            state=JobState.PENDING,
+            attempts=0,
+            max_attempts=_value(policy.max_attempts),
+            deadline_at=_deadline(policy, now),
+            run_after=now,
+            lease_until=None,
+            dispatched_at=None,
+            finished_at=None,
+            last_error="",
+        )
+    )
+    if reopened:
+        jobs_dispatch_on_commit([job_id])
+    return bool(reopened)
+
+
+def job_discard(job_id: int) -> bool:
+    """Sets a dead job aside for good; says whether it was dead."""
+    return bool(Job.objects.filter(pk=job_id, state=JobState.DEAD).update(state=JobState.DISCARDED))
+
+
+def jobs_wake(line: str) -> None:
+    """Makes the waiting jobs of a line due now (an endpoint resumed): handed over on
+    commit, the first of them runs."""
+    now = timezone.now()
+    waiting = Job.objects.filter(line=line, state=JobState.PENDING)
+    waiting.update(run_after=now, dispatched_at=None)
+    jobs_dispatch_on_commit(list(waiting.order_by("pk").values_list("pk", flat=True)[:1]))
+
+
 def jobs_run_due(limit: int = 100) -> dict[str, int]:
-    """Runs due jobs in this process (tests, and a worker without a backend queue)."""
+    """Runs due jobs in this process (tests, and a worker without a backend queue):
+    each at most once per call, a line's next job once the one before it has ended."""
     counts: dict[str, int] = {}
-    for job_id in jobs_due()[:limit]:
-        outcome = _runner[-1](job_id) if _runner else job_run(job_id)
-        counts[outcome] = counts.get(outcome, 0) + 1
+    ran: set[int] = set()
+    while len(ran) < limit:
+        due = [job_id for job_id in jobs_due() if job_id not in ran][: limit - len(ran)]
+        if not due:
+            break
+        for job_id in due:
+            ran.add(job_id)
+            outcome = _runner[-1](job_id) if _runner else job_run(job_id)
+            counts[outcome] = counts.get(outcome, 0) + 1
     return counts

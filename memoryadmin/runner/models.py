@@ -10,8 +10,11 @@ class JobState(models.TextChoices):
     PENDING = "pending"
     RUNNING = "running"
     DONE = "done"
-    # Attempts ran out: kept for owners to read, never run again by itself.
+    # Attempts or its deadline ran out: kept for owners to read, never run again by
+    # itself (`job_again` runs it again).
     DEAD = "dead"
+    # A dead job set aside for good (`job_discard`).
+    DISCARDED = "discarded"
 
 
 OPEN_STATES = (JobState.PENDING, JobState.RUNNING)
@@ -26,10 +29,15 @@ class Job(models.Model):
     kwargs = models.JSONField(default=dict)
     # At most one open job per nonempty key: enqueuing it again is a no-op.
     key = models.CharField(max_length=200, blank=True, default="")
+    # Jobs of one nonempty line run one at a time, oldest first: a later one waits
+    # until every earlier one is done or dead (a failing one holds the line).
+    line = models.CharField(max_length=200, blank=True, default="")
     state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.PENDING)
     attempts = models.PositiveIntegerField(default=0)
     max_attempts = models.PositiveIntegerField(default=5)
     run_after = models.DateTimeField()
+    # Past it, a failed attempt makes the job dead whatever attempts are left.
+    deadline_at = models.DateTimeField(null=True, blank=True)
     # A running job whose lease has passed is taken to have died with its worker.
     lease_until = models.DateTimeField(null=True, blank=True)
     # When it was last handed to the task backend; the sweep hands it again if
@@ -47,7 +55,10 @@ class Job(models.Model):
                 name="unique_open_job_key",
             )
         ]
-        indexes = [models.Index(fields=["state", "run_after"], name="job_due")]
+        indexes = [
+            models.Index(fields=["state", "run_after"], name="job_due"),
+            models.Index(fields=["line", "state", "id"], condition=~Q(line=""), name="job_line"),
+        ]
 
     def __str__(self) -> str:
         return f"job {self.pk} {self.name} ({self.state})"
