@@ -2,7 +2,10 @@
 
 Routed only when `MEMORYADMIN_BENCH_FLOORS` is on (never in production), so the
 bench measures the API and its floor in the same server processes, through the
-same middleware, and reports the API's numbers as ratios of these.
+same middleware, and reports the API's numbers as ratios of these. Beside them,
+a constant JSON view (on an API route and on a page route) measures what the
+stack itself costs, against the raw WSGI answer of `memoryadmin/wsgi.py` for
+`RAW_PATH`, which never reaches Django.
 """
 
 from __future__ import annotations
@@ -15,6 +18,11 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import path
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
+
+CONSTANT_API_PATH = "/api/managed-agents/bench/constant"
+CONSTANT_PAGE_PATH = "/bench/constant"
+RAW_PATH = "/bench/raw"
+CONSTANT = b'{"status": "ok"}'
 
 COLUMNS = ("doc_id", "title", "summary", "text", "revision", "bytes", "updated_at")
 
@@ -31,6 +39,11 @@ def document_read(request: HttpRequest, resource_pk: int, doc_id: str) -> HttpRe
     if row is None:
         return JsonResponse({}, status=404)
     return JsonResponse(dict(zip(COLUMNS, row, strict=True)), headers={"ETag": f'"{row[4]}"'})
+
+
+def constant(request: HttpRequest) -> HttpResponse:
+    """No database, no template: the same bytes as the raw WSGI answer."""
+    return HttpResponse(CONSTANT, content_type="application/json")
 
 
 @csrf_exempt
@@ -52,6 +65,8 @@ def document_update(request: HttpRequest, resource_pk: int, doc_id: str) -> Http
 
 
 urlpatterns = [
+    path(CONSTANT_API_PATH.lstrip("/"), constant),
+    path(CONSTANT_PAGE_PATH.lstrip("/"), constant),
     path("bench/floor/<int:resource_pk>/<str:doc_id>", document_read),
     path("bench/floor-put/<int:resource_pk>/<str:doc_id>", document_update),
 ]

@@ -1,24 +1,35 @@
 """Logs: one JSON object per line on standard output.
 
 Every request is logged once when it finishes (`request_finished`, or `request_failed`
-with the traceback) by django-structlog's middleware, with its request id, method and
-path (never the query string), status, duration, project, and the API key's prefix or
-the user. Bodies, headers and query strings are never logged: they carry keys,
-passwords and document text.
+with the traceback) by `RequestLogMiddleware`, with its request id, the client's
+address, method and path (never the query string), status, duration, project, and the
+API key's prefix or the user. Bodies, headers and query strings are never logged: they
+carry keys, passwords and document text. Other log lines written while a request runs
+carry its request id and address too (structlog's context variables).
+
+The request line is built as one dict and handed to the logging handlers only when its
+level is enabled; the JSON is rendered once, by the handler's formatter.
 
 Imported by the settings (no Django models here).
 """
 
 from __future__ import annotations
 
+import logging
+import sys
 import time
+import uuid
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import structlog
-from django.dispatch import receiver
-from django.http import HttpRequest, HttpResponse
+from django.conf import settings
+from django.core.exceptions import PermissionDenied
+from django.core.signals import got_request_exception
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.utils.functional import SimpleLazyObject, empty
-from django_structlog import signals
+
+from memoryadmin.core.addresses import client_address
 
 SHARED_PROCESSORS: list[Any] = [
     structlog.contextvars.merge_contextvars,
@@ -26,6 +37,8 @@ SHARED_PROCESSORS: list[Any] = [
     structlog.stdlib.add_log_level,
     structlog.processors.TimeStamper(fmt="iso", utc=True),
 ]
+
+REQUEST_LOGGER = "memoryadmin.request"
 
 
 def logging_config(level: str) -> dict[str, Any]:
@@ -65,7 +78,7 @@ def logging_config(level: str) -> dict[str, Any]:
         },
         "root": {"handlers": ["console"], "level": level},
         "loggers": {
-            # Failed requests are logged by django-structlog; Django would log 4xx again.
+            # Failed requests are logged by RequestLogMiddleware; Django would log 4xx again.
             "django.request": {"level": "ERROR"},
             "django.server": {"level": "ERROR"},
             # Provider calls are counted in metrics and logged when they fail.
@@ -77,12 +90,6 @@ def logging_config(level: str) -> dict[str, Any]:
 
 def _path(request: HttpRequest) -> str:
     return f"{request.method} {request.path}"
-
-
-@receiver(signals.bind_extra_request_metadata)
-def _started(request: HttpRequest, log_kwargs: dict[str, Any], **kwargs: Any) -> None:
-    request._log_started = time.perf_counter()  # type: ignore[attr-defined]
-    log_kwargs["request"] = _path(request)
 
 
 def who(request: HttpRequest) -> dict[str, Any]:
@@ -102,31 +109,108 @@ def who(request: HttpRequest) -> dict[str, Any]:
     return fields
 
 
-def _finished(request: HttpRequest, log_kwargs: dict[str, Any]) -> None:
-    log_kwargs["request"] = _path(request)
-    log_kwargs.update(who(request))
+_logger = logging.getLogger(REQUEST_LOGGER)
+_METHODS = {
+    logging.DEBUG: "debug",
+    logging.INFO: "info",
+    logging.WARNING: "warning",
+    logging.ERROR: "error",
+}
+
+
+def request_log(level: int, event: str, **fields: Any) -> None:
+    """One line of the request log, if its level is enabled.
+
+    The event dict gets what structlog's chain would add (context variables, logger
+    name, level, timestamp) and goes to the handlers as structlog's own records do,
+    so the formatter renders it once; no caller lookup, no second chain.
+    """
+    if not _logger.isEnabledFor(level):
+        return
+    method = _METHODS[level]
+    event_dict: dict[str, Any] = {"event": event, **fields}
+    for processor in SHARED_PROCESSORS:
+        event_dict = processor(_logger, method, event_dict)
+    record = _logger.makeRecord(_logger.name, level, __file__, 0, event_dict, (), None)
+    record._logger = _logger
+    record._name = method
+    _logger.handle(record)
+
+
+def _status_level(status: int) -> int:
+    return {4: logging.WARNING, 5: logging.ERROR}.get(status // 100, logging.INFO)
+
+
+def _finished_fields(request: HttpRequest) -> dict[str, Any]:
+    fields = {"request": _path(request), **who(request)}
     started = getattr(request, "_log_started", None)
     if started is not None:
-        log_kwargs["duration_ms"] = round((time.perf_counter() - started) * 1000, 2)
+        fields["duration_ms"] = round((time.perf_counter() - started) * 1000, 2)
+    return fields
 
 
-@receiver(signals.bind_extra_request_finished_metadata)
-def _request_finished(
-    request: HttpRequest, response: HttpResponse, log_kwargs: dict[str, Any], **kwargs: Any
-) -> None:
-    _finished(request, log_kwargs)
+def _streamed(content: Iterator[bytes], context: dict[str, Any]) -> Iterator[bytes]:
+    """A streamed body logs when it has been sent (or failed), with its request's ids."""
+    with structlog.contextvars.bound_contextvars(**context):
+        request_log(logging.DEBUG, "streaming_started")
+        try:
+            yield from content
+        except Exception as exc:
+            request_log(logging.ERROR, "streaming_failed", exc_info=exc)
+            raise
+        request_log(logging.INFO, "streaming_finished")
 
 
-@receiver(signals.bind_extra_request_failed_metadata)
-def _request_failed(
-    request: HttpRequest,
-    log_kwargs: dict[str, Any],
-    exception: BaseException | None = None,
-    **kwargs: Any,
-) -> None:
+class RequestLogMiddleware:
+    """Gives each request its id and address and logs it once, when it finishes.
+
+    The id is new for each request, or the proxy's `X-Request-ID` with
+    `MEMORYADMIN_TRUST_REQUEST_ID`. An unhandled error logs `request_failed` with the
+    traceback instead (`got_request_exception`), at 503 when the database is away.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+        self.trust_request_id = settings.MEMORYADMIN_TRUST_REQUEST_ID
+        got_request_exception.connect(_request_failed, dispatch_uid=REQUEST_LOGGER)
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        request._log_started = time.perf_counter()  # type: ignore[attr-defined]
+        request_id = self.trust_request_id and request.META.get("HTTP_X_REQUEST_ID")
+        context = {"request_id": request_id or str(uuid.uuid4()), "ip": client_address(request)}
+        tokens = structlog.contextvars.bind_contextvars(**context)
+        try:
+            if _logger.isEnabledFor(logging.DEBUG):
+                agent = request.META.get("HTTP_USER_AGENT")
+                request_log(
+                    logging.DEBUG, "request_started", request=_path(request), user_agent=agent
+                )
+            response = self.get_response(request)
+            if not request.__dict__.pop("_log_failed", False):
+                request_log(
+                    _status_level(response.status_code),
+                    "request_finished",
+                    code=response.status_code,
+                    **_finished_fields(request),
+                )
+                if isinstance(response, StreamingHttpResponse) and not response.is_async:
+                    response.streaming_content = _streamed(response.streaming_content, context)
+            return response
+        finally:
+            structlog.contextvars.reset_contextvars(**tokens)
+
+
+def _request_failed(sender: Any, request: HttpRequest | None = None, **kwargs: Any) -> None:
     from memoryadmin.health import database_unavailable  # settings import this module
 
-    _finished(request, log_kwargs)
-    if database_unavailable(exception):
-        # Answered 503 by the error pages (errorpages.py), not 500.
-        log_kwargs["code"] = 503
+    exception = sys.exc_info()[1]
+    if request is None or isinstance(exception, (Http404, PermissionDenied)):
+        return  # answered as usual, and logged as `request_finished`
+    if request.__dict__.get("_log_failed"):
+        return
+    request._log_failed = True  # type: ignore[attr-defined]
+    code = 503 if database_unavailable(exception) else 500
+    # Answered 503 by the error pages (errorpages.py) when the database is away.
+    request_log(
+        logging.ERROR, "request_failed", code=code, exc_info=exception, **_finished_fields(request)
+    )

@@ -12,7 +12,6 @@ docs/deploy.md lists every variable.
 from __future__ import annotations
 
 import ipaddress
-import logging
 import os
 import secrets
 import sys
@@ -235,17 +234,21 @@ MIDDLEWARE = [
     "whitenoise.middleware.WhiteNoiseMiddleware",
     # Before sessions and users are loaded: they read cookies and the path.
     "memoryadmin.api.middleware.RequestDoorMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
+    "memoryadmin.logs.RequestLogMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django_structlog.middlewares.RequestMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
+    # PAGE_MIDDLEWARE, on page routes only (API routes authenticate by key).
+    "memoryadmin.api.middleware.PageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
-    "django_htmx.middleware.HtmxMiddleware",
     # Last, as django-axes asks: it turns a locked-out login into the lockout page.
     "axes.middleware.AxesMiddleware",
+]
+PAGE_MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
 ]
 
 # django-axes first: it refuses a locked-out login before a password is hashed.
@@ -423,13 +426,11 @@ MEMORYADMIN_MCP_THREADS_PER_PROJECT = env_int(
 )
 
 # One JSON object per line on standard output (memoryadmin/logs.py). Requests are
-# logged once, when they finish; `request_started` is debug-level.
+# logged once, when they finish; `request_started` is debug-level. Users are logged
+# by name, API keys by prefix.
 LOGGING = logging_config(os.environ.get("LOG_LEVEL", "INFO").upper())
-DJANGO_STRUCTLOG_STATUS_START_LOG_LEVEL = logging.DEBUG
-# Users are logged by name, API keys by prefix (memoryadmin/logs.py).
-DJANGO_STRUCTLOG_USER_ID_FIELD = None
 # Behind a proxy, its X-Request-ID is kept, so its logs and ours share the id.
-DJANGO_STRUCTLOG_TRUST_UPSTREAM_REQUEST_ID = env_bool("MEMORYADMIN_TRUST_REQUEST_ID", False)
+MEMORYADMIN_TRUST_REQUEST_ID = env_bool("MEMORYADMIN_TRUST_REQUEST_ID", False)
 
 # Prometheus metrics at /metrics for scrapers sending this bearer token (unset: 404).
 MEMORYADMIN_METRICS_TOKEN = os.environ.get("MEMORYADMIN_METRICS_TOKEN", "")
@@ -544,9 +545,9 @@ AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "memoryadmin/locked_out.html"
 AXES_VERBOSE = False
 # Behind reverse proxies, the client's address comes from X-Forwarded-For
-# (see memoryadmin.web.services.lockouts.client_address).
+# (memoryadmin.core.addresses.client_address; request logs show the same address).
 MEMORYADMIN_PROXY_COUNT = env_int("MEMORYADMIN_PROXY_COUNT", 0)
-AXES_CLIENT_IP_CALLABLE = "memoryadmin.web.services.lockouts.client_address"
+AXES_CLIENT_IP_CALLABLE = "memoryadmin.core.addresses.client_address"
 
 # How long an agent's proposal waits for a decision before it expires.
 MEMORYADMIN_PROPOSAL_TTL_HOURS = env_int("MEMORYADMIN_PROPOSAL_TTL_HOURS", 24 * 7, minimum=1)

@@ -13,7 +13,7 @@ from django.core.management import call_command
 from django.test import Client, RequestFactory, override_settings
 from django.utils import timezone
 
-from memoryadmin.web.services.lockouts import client_address
+from memoryadmin.core.addresses import client_address
 from tests.helpers import PASSWORD, People, password_login
 
 LIMIT = settings.AXES_FAILURE_LIMIT

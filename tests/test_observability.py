@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
+from django.urls import path
 from prometheus_client.parser import text_string_to_metric_families
 
 from memoryadmin.memory.services.keys import api_key_create
@@ -179,3 +180,68 @@ def test_metrics_report_the_database_pool(
     assert pool["open"] is not None
     assert pool["open"] >= 1
     assert pool["waiting"] == 0
+
+
+def test_request_ids_addresses_and_streamed_answers_in_the_log(
+    project: Any, log_lines: LogLines, settings: Any
+) -> None:
+    from django.test import Client
+
+    key, raw = api_key_create(project_id="acme", name="logs")
+    api = Client(HTTP_X_API_KEY=raw, REMOTE_ADDR="10.0.0.1")
+    forwarded = {"HTTP_X_FORWARDED_FOR": "6.6.6.6, 1.2.3.4", "HTTP_X_REQUEST_ID": "proxy-id-1"}
+    url = f"{DOCS}/launch{DEV}"
+    assert api.get(url, **forwarded).status_code == 404
+    settings.MEMORYADMIN_PROXY_COUNT = 1
+    settings.MEMORYADMIN_TRUST_REQUEST_ID = True
+    # The setting is read when the middleware is built, as a worker starts.
+    api.handler.load_middleware()  # type: ignore[attr-defined]
+    assert api.get(url, **forwarded).status_code == 404
+    exported = api.post(f"/api/managed-agents/projects/acme/memory/export{DEV}", **forwarded)
+    assert exported.status_code == 200
+    b"".join(exported.streaming_content)  # type: ignore[attr-defined]
+    exported.close()
+
+    lines = log_lines()
+    path = f"{DOCS}/launch"
+    first, second = [line for line in lines if line.get("request") == f"GET {path}"]
+    # Without proxies the socket's address, and an id of our own.
+    assert first["ip"] == "10.0.0.1"
+    assert first["request_id"] != "proxy-id-1"
+    assert len(first["request_id"]) == 36
+    assert first["code"] == 404
+    assert first["level"] == "warning"
+    assert first["logger"] == "memoryadmin.request"
+    # Behind one proxy the address it saw, and the id it gave.
+    assert second["ip"] == "1.2.3.4"
+    assert second["request_id"] == "proxy-id-1"
+    export = finished(lines, "POST /api/managed-agents/projects/acme/memory/export")
+    assert export["key"] == key.prefix
+    streamed = [line for line in lines if line["event"] == "streaming_finished"]
+    assert [line["request_id"] for line in streamed] == ["proxy-id-1"]
+    assert streamed[0]["ip"] == "1.2.3.4"
+
+
+def _failing_view(request: Any) -> Any:
+    raise RuntimeError("the view failed")
+
+
+urlpatterns = [path("failing", _failing_view)]
+
+
+@pytest.mark.urls(__name__)
+def test_an_unhandled_error_logs_request_failed_once_with_its_traceback(
+    log_lines: LogLines,
+) -> None:
+    from django.test import Client
+
+    response = Client(raise_request_exception=False).get("/failing?secret=query")
+    assert response.status_code == 500
+    lines = [line for line in log_lines() if line.get("request") == "GET /failing"]
+    assert [line["event"] for line in lines] == ["request_failed"]
+    failed = lines[0]
+    assert failed["code"] == 500
+    assert failed["level"] == "error"
+    assert "RuntimeError: the view failed" in failed["exception"]
+    assert isinstance(failed["duration_ms"], float)
+    assert len(failed["request_id"]) == 36

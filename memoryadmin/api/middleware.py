@@ -1,5 +1,7 @@
 """The request door, before any view, session or user is looked at.
 
+- `PageMiddleware`: sessions, users and messages only for page routes.
+
 - The string rule (memoryadmin.core.strings) for the path, every query
   parameter (names included) and every header: 400 `invalid_request` naming
   the field, as the JSON envelope on API routes and as an error page on the
@@ -16,9 +18,12 @@ import io
 from collections.abc import Callable
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.core.handlers.exception import convert_exception_to_response
 from django.core.handlers.wsgi import WSGIRequest
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
+from django.utils.module_loading import import_string
 
 from memoryadmin.api.errors import envelope
 from memoryadmin.core.errors import DomainError
@@ -93,3 +98,27 @@ class RequestDoorMiddleware:
         except DomainError as exc:
             return refusal(request, exc)
         return self.get_response(request)
+
+
+class PageMiddleware:
+    """`PAGE_MIDDLEWARE` (sessions, the signed-in user, messages, htmx) for page routes
+    only: API routes authenticate by key and never read them, so they skip their work.
+
+    The wrapped middleware may only act around the request (no `process_view`,
+    `process_exception` or `process_template_response`: Django calls those only for
+    the middleware it builds itself).
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.api = get_response
+        page = get_response
+        for name in reversed(settings.PAGE_MIDDLEWARE):
+            middleware = import_string(name)
+            hooks = ("process_view", "process_exception", "process_template_response")
+            if any(hasattr(middleware, hook) for hook in hooks):
+                raise ImproperlyConfigured(f"{name} needs its place in MIDDLEWARE")
+            page = convert_exception_to_response(middleware(page))
+        self.page = page
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        return self.api(request) if is_api(request) else self.page(request)

@@ -8,7 +8,6 @@ from datetime import datetime
 from axes.models import AccessAttempt
 from django.conf import settings
 from django.db.models import Max, Sum
-from django.http import HttpRequest
 from django.utils import timezone
 
 from memoryadmin.memory.models import Project
@@ -41,19 +40,3 @@ def lockouts_for_project(*, project: Project) -> list[Lockout]:
         )
         for row in rows
     ]
-
-
-def client_address(request: HttpRequest) -> str | None:
-    """The address a login comes from, as the lockouts count it.
-
-    Without proxies (`MEMORYADMIN_PROXY_COUNT=0`) the socket's address: a header is
-    what the client says. Behind N proxies that each append the address they saw to
-    X-Forwarded-For, the client's is the Nth entry from the right; entries further
-    left were written by the client and are ignored.
-    """
-    count = settings.MEMORYADMIN_PROXY_COUNT
-    forwarded = [part.strip() for part in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")]
-    forwarded = [part for part in forwarded if part]
-    if count > 0 and len(forwarded) >= count:
-        return forwarded[-count][:64]
-    return request.META.get("REMOTE_ADDR")
