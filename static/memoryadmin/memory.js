@@ -312,4 +312,22 @@
       updateBulk(target.getAttribute("form"));
     }
   });
+  // "Select all matching" sends the list's filters: the id/title filter as typed now
+  // (htmx filters the rows without reloading the page, and so the form).
+  document.addEventListener("submit", function (event) {
+    const form = event.target;
+    const all = form.querySelector && form.querySelector('input[name="all"][value="matching"]');
+    const typed = document.getElementById("filter-q");
+    if (!all || !all.checked || !typed) {
+      return;
+    }
+    let q = form.querySelector('input[type="hidden"][name="q"]');
+    if (!q) {
+      q = document.createElement("input");
+      q.type = "hidden";
+      q.name = "q";
+      form.appendChild(q);
+    }
+    q.value = typed.value.trim();
+  });
 })();

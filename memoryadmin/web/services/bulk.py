@@ -8,9 +8,17 @@ from dataclasses import dataclass, field
 from memoryadmin.core.errors import DomainError, InvalidRequest, PreconditionFailed
 from memoryadmin.memory.limits import check_document_id
 from memoryadmin.memory.models import Resource
-from memoryadmin.memory.services.documents import document_delete, document_set_agent_writes
+from memoryadmin.memory.services.document_filters import DocumentFacets
+from memoryadmin.memory.services.documents import (
+    document_delete,
+    document_set_agent_writes,
+    documents_matching,
+)
 
 BULK_MAX = 100
+# "Select all matching": at most this many documents per action (each is its own write
+# and audit entry, in this request).
+BULK_MATCHING_MAX = 1000
 BULK_ACTIONS = {"freeze": "Freeze", "unfreeze": "Unfreeze", "delete": "Delete", "export": "Export"}
 # Actions that change nothing: no confirmation, no revision check.
 BULK_READS = frozenset({"export"})
@@ -42,6 +50,24 @@ def bulk_selection(values: list[str]) -> list[Selected]:
         check_document_id(doc_id)
         selected.setdefault(doc_id, Selected(doc_id=doc_id, revision=revision))
     return list(selected.values())
+
+
+def bulk_matching(*, resource: Resource, query: str, facets: DocumentFacets) -> list[Selected]:
+    """Every live document the list's filter and facets keep (by id), read now on the
+    server, refusing more than BULK_MATCHING_MAX or none as a whole."""
+    rows = list(
+        documents_matching(resource=resource, query=query, facets=facets)
+        .order_by("doc_id")
+        .values_list("doc_id", "revision")[: BULK_MATCHING_MAX + 1]
+    )
+    if not rows:
+        raise InvalidRequest("No document matches the filters.")
+    if len(rows) > BULK_MATCHING_MAX:
+        raise InvalidRequest(
+            f"More than {BULK_MATCHING_MAX} documents match: an action takes at most "
+            f"{BULK_MATCHING_MAX} at once. Narrow the filters and repeat it."
+        )
+    return [Selected(doc_id=doc_id, revision=revision) for doc_id, revision in rows]
 
 
 def documents_bulk(

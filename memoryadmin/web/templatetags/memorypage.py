@@ -5,6 +5,7 @@ import json
 from datetime import datetime, timedelta
 from html import escape as _escape  # as Django's escape, without its lazy wrapper
 from typing import Any
+from urllib.parse import parse_qsl
 
 from django import template
 from django.conf import settings
@@ -566,6 +567,7 @@ def documents_head(context: template.Context, list_url: str) -> SafeString:
             f'\n<form id="bulk" class="inline-form bulk-bar" method="post" action="{bulk}">\n'
             f"  {_csrf_input(context)}\n"
             '  <span data-bulk-count aria-live="polite">Select documents for</span>\n'
+            f"  {_select_all_matching(filters)}\n"
             '  <button type="submit" name="action" value="freeze">Freeze selected</button>\n'
             '  <button type="submit" name="action" value="unfreeze">Unfreeze selected</button>\n  '
         )
@@ -620,6 +622,19 @@ def _options(current: str, choices: dict[str, str], anything: str) -> str:
         chosen = " selected" if value == current else ""
         out.append(f'<option value="{_text(value)}"{chosen}>{_text(label)}</option>')
     return "".join(out)
+
+
+def _select_all_matching(filters: str) -> str:
+    """The bulk form's choice of every document the filters keep (the server reads
+    them from the filters it is sent; see web/services/bulk.py)."""
+    hidden = "".join(
+        f'<input type="hidden" name="{_text(name)}" value="{_text(value)}">'
+        for name, value in parse_qsl(filters)
+    )
+    return (
+        f'{hidden}<label class="bulk-all"><input type="checkbox" name="all" value="matching">'
+        " Select all matching</label>"
+    )
 
 
 def _facet_fields(facets: Any, agents: list[str]) -> str:

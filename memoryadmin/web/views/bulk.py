@@ -4,21 +4,28 @@ each document through its own service call; the result names the ones that faile
 from __future__ import annotations
 
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponseBase
+from django.http import HttpRequest, HttpResponseBase, QueryDict
 from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 
 from memoryadmin.core.errors import InvalidRequest
 from memoryadmin.memory.exportzip import export_download
+from memoryadmin.memory.services.document_filters import document_facets
 from memoryadmin.web.services.bulk import (
     BULK_ACTIONS,
+    BULK_MATCHING_MAX,
     BULK_READS,
     BulkResult,
+    bulk_matching,
     bulk_selection,
     documents_bulk,
 )
 from memoryadmin.web.services.roles import DELETE, EXPORT, FREEZE, membership_require
 from memoryadmin.web.views.base import Page, actor, page_render, project_view
+from memoryadmin.web.views.reading import list_filters, list_query
+
+# How many ids of a "select all matching" the confirmation lists (it names the count).
+SHOWN_IDS = 20
 
 PAST = {"freeze": "Froze", "unfreeze": "Unfroze", "delete": "Deleted"}
 
@@ -27,14 +34,22 @@ def _plural(count: int) -> str:
     return f"{count} document{'s' if count != 1 else ''}"
 
 
+def _names(doc_ids: list[str]) -> str:
+    shown = ", ".join(doc_ids[:SHOWN_IDS])
+    more = len(doc_ids) - SHOWN_IDS
+    return f"{shown} and {more} more" if more > 0 else shown
+
+
 def _report(request: HttpRequest, action: str, result: BulkResult) -> None:
     if result.done:
         messages.success(request, f"{PAST[action]} {_plural(len(result.done))}.")
     if result.unchanged:
         state = "frozen" if action == "freeze" else "unfrozen"
-        messages.info(request, f"Already {state}, unchanged: {', '.join(result.unchanged)}.")
+        messages.info(request, f"Already {state}, unchanged: {_names(result.unchanged)}.")
     if result.failed:
-        reasons = "; ".join(f"{doc_id}: {why}" for doc_id, why in result.failed)
+        reasons = "; ".join(f"{doc_id}: {why}" for doc_id, why in result.failed[:SHOWN_IDS])
+        if len(result.failed) > SHOWN_IDS:
+            reasons += f"; and {len(result.failed) - SHOWN_IDS} more (see the audit log)"
         messages.error(
             request,
             f"Not done for {_plural(len(result.failed))} ({reasons}). "
@@ -51,7 +66,16 @@ def documents_bulk_view(request: HttpRequest, page: Page, r: str) -> HttpRespons
         raise InvalidRequest(f"Choose an action: {', '.join(BULK_ACTIONS)}.")
     permission = {"delete": DELETE, "export": EXPORT}.get(action, FREEZE)
     membership_require(membership=page.membership, permission=permission)
-    selected = bulk_selection(request.POST.getlist("doc"))
+    matching = request.POST.get("all") == "matching"
+    filters = ""
+    if matching:
+        # Every document the list's filter and facets keep, read here from the filter:
+        # not a list the browser sends.
+        query, facets = list_query(request.POST), document_facets(request.POST)
+        selected = bulk_matching(resource=resource, query=query, facets=facets)
+        filters = list_filters(query, facets)
+    else:
+        selected = bulk_selection(request.POST.getlist("doc"))
     if action in BULK_READS:
         # A download changes nothing: no confirmation; the zip holds the selected
         # documents as they are now (one deleted meanwhile is left out).
@@ -62,8 +86,21 @@ def documents_bulk_view(request: HttpRequest, page: Page, r: str) -> HttpRespons
             actor(request),
             doc_ids=[item.doc_id for item in selected],
         )
-    if request.POST.get("confirm") != "yes":
-        context = {"resource": resource, "action": action, "selected": selected}
+    confirmed = request.POST.get("confirm") == "yes"
+    # A confirmation of "all matching" holds for the count it named: if documents
+    # came or went meanwhile, it is asked again with the new count.
+    changed = matching and confirmed and request.POST.get("count") != str(len(selected))
+    if not confirmed or changed:
+        context = {
+            "resource": resource,
+            "action": action,
+            "selected": selected[:SHOWN_IDS] if matching else selected,
+            "count": len(selected),
+            "matching": matching,
+            "filters": QueryDict(filters),
+            "changed": changed,
+            "matching_max": BULK_MATCHING_MAX,
+        }
         return page_render(request, "memoryadmin/bulk_confirm.html", page, context)
     result = documents_bulk(
         resource=resource, action=action, selected=selected, actor=actor(request)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponseBase, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponseBase, QueryDict, StreamingHttpResponse
 from django.shortcuts import redirect
 from django.urls import reverse
 from django.utils import timezone
@@ -96,7 +96,7 @@ def documents(request: HttpRequest, page: Page, r: str) -> HttpResponseBase:
     resource = page.resource(r, documents=False)
     if not resource.keeps_documents:
         return provider_resource(request, page, resource)
-    query = list_query(request)
+    query = list_query(request.GET)
     cursor = request.GET.get("cursor") or None
     sort = request.GET.get("sort") or "updated"
     facets, facets_error = NO_FACETS, ""
@@ -141,9 +141,9 @@ def documents(request: HttpRequest, page: Page, r: str) -> HttpResponseBase:
     return page_render(request, "memoryadmin/documents.html", page, context, partial=partial)
 
 
-def list_query(request: HttpRequest) -> str:
+def list_query(params: QueryDict) -> str:
     """The document list's id/title filter as the page reads it."""
-    return request.GET.get("q", "").strip()[:QUERY_MAX]
+    return params.get("q", "").strip()[:QUERY_MAX]
 
 
 def list_filters(query: str, facets: DocumentFacets) -> str:
@@ -157,7 +157,7 @@ def documents_total(request: HttpRequest, page: Page, r: str) -> HttpResponseBas
     """How many live documents the resource holds: the list's total, loaded after it."""
     resource = page.resource(r)
     facets = document_facets(request.GET)
-    query = list_query(request)
+    query = list_query(request.GET)
     narrowed = bool(query) or facets.narrowed
     context = {
         "total": document_count(resource=resource, query=query, facets=facets),

@@ -1,0 +1,122 @@
+"""Bulk actions on every document the list's filters keep ("Select all matching"): the
+server reads the documents from the filters, the confirmation names their count, each
+gets its own audit entry, and an action is bounded."""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from memoryadmin.memory.models import AuditEntry, Document
+from memoryadmin.web.services import bulk
+from tests.helpers import html_of
+
+URL = "/projects/acme/development/resources/notes/bulk/"
+
+
+@pytest.fixture
+def sixty(make_document: Any) -> None:
+    """60 "plan-" documents (more than a page), 5 of them large, and two others."""
+    for i in range(60):
+        make_document(f"plan-{i:02d}", text="x" * (500 if i < 5 else 10))
+    make_document("other", text="x" * 500)
+    make_document("frozen", agent_writes=False)
+
+
+def test_freeze_all_matching_names_the_count_then_freezes_each_from_the_filter(
+    support: Client, sixty: None
+) -> None:
+    # No document list is posted: the filter says which.
+    confirm = html_of(support.post(URL, {"action": "freeze", "all": "matching", "q": "plan"}))
+    assert "Freeze 60 matching documents in notes?" in confirm
+    assert '<input type="hidden" name="count" value="60">' in confirm
+    assert "<code>q=plan</code>" in confirm
+    assert not Document.objects.filter(doc_id__startswith="plan", agent_writes=False).exists()
+    done = support.post(
+        URL,
+        {"action": "freeze", "all": "matching", "q": "plan", "count": "60", "confirm": "yes"},
+        follow=True,
+    )
+    assert "Froze 60 documents." in done.content.decode()
+    assert Document.objects.filter(doc_id__startswith="plan", agent_writes=False).count() == 60
+    assert Document.objects.get(doc_id="other").agent_writes is True
+    entries = AuditEntry.objects.filter(action="document.freeze", actor="user:sam")
+    assert sorted(entries.values_list("document_id", flat=True)) == [
+        f"plan-{i:02d}" for i in range(60)
+    ]
+
+
+def test_the_facets_choose_too_and_ticked_rows_do_not_count(owner: Client, sixty: None) -> None:
+    posted = {"action": "delete", "all": "matching", "sizeMin": "100", "doc": ["frozen:x"]}
+    confirm = html_of(owner.post(URL, posted))
+    assert "Delete 6 matching documents in notes?" in confirm
+    owner.post(URL, {**posted, "count": "6", "confirm": "yes"})
+    deleted = Document.objects.filter(deleted=True).values_list("doc_id", flat=True)
+    assert sorted(deleted) == ["other", *[f"plan-{i:02d}" for i in range(5)]]
+    assert AuditEntry.objects.filter(action="document.delete").count() == 6
+
+
+def test_a_confirmation_holds_for_its_count_only(
+    support: Client, sixty: None, make_document: Any
+) -> None:
+    make_document("plan-new")
+    response = support.post(
+        URL,
+        {"action": "freeze", "all": "matching", "q": "plan", "count": "60", "confirm": "yes"},
+    )
+    html = html_of(response)
+    assert "61 match now. Confirm again." in html
+    assert not Document.objects.filter(agent_writes=False).exclude(doc_id="frozen").exists()
+
+
+def test_all_matching_is_bounded_and_says_so(
+    support: Client, sixty: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(bulk, "BULK_MATCHING_MAX", 59)
+    response = support.post(
+        URL,
+        {"action": "freeze", "all": "matching", "q": "plan", "count": "60", "confirm": "yes"},
+    )
+    html = html_of(response, 400)
+    assert "More than 59 documents match" in html
+    assert "Narrow the filters" in html
+    assert not Document.objects.filter(agent_writes=False).exclude(doc_id="frozen").exists()
+
+
+def test_nothing_matching_or_a_bad_facet_changes_nothing(support: Client, sixty: None) -> None:
+    empty = support.post(URL, {"action": "freeze", "all": "matching", "q": "zzz"})
+    assert "No document matches the filters." in html_of(empty, 400)
+    bad = support.post(URL, {"action": "freeze", "all": "matching", "sizeMin": "lots"})
+    assert "sizeMin" in html_of(bad, 400)
+    assert not AuditEntry.objects.filter(action="document.freeze").exists()
+
+
+def test_export_all_matching_downloads_them(support: Client, sixty: None) -> None:
+    response = support.post(URL, {"action": "export", "all": "matching", "sizeMin": "100"})
+    assert response.status_code == 200
+    archive = zipfile.ZipFile(io.BytesIO(b"".join(response.streaming_content)))
+    names = sorted(n for n in archive.namelist() if n.endswith(".json") and "/" in n)
+    assert names == ["notes/other.json", *[f"notes/plan-{i:02d}.json" for i in range(5)]]
+    assert json.loads(archive.read("manifest.json"))
+
+
+def test_a_viewer_may_not(web: Any, sixty: None) -> None:
+    response = web("viewer").post(URL, {"action": "freeze", "all": "matching", "q": "plan"})
+    assert response.status_code == 403
+
+
+def test_the_list_offers_it_with_the_filters(support: Client, sixty: None) -> None:
+    html = html_of(support.get("/projects/acme/development/resources/notes/?q=plan&sizeMin=100"))
+    assert '<input type="hidden" name="q" value="plan">' in html
+    assert '<input type="hidden" name="sizeMin" value="100">' in html
+    assert 'name="all" value="matching"' in html
+
+
+def test_a_viewer_is_not_offered_it(web: Any, sixty: None) -> None:
+    html = html_of(web("viewer").get("/projects/acme/development/resources/notes/"))
+    assert 'name="all"' not in html
