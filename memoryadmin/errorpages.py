@@ -13,7 +13,7 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from memoryadmin.api.errors import envelope
+from memoryadmin.core.errors import error_envelope
 from memoryadmin.health import RETRY_AFTER_SECONDS, database_unavailable
 from memoryadmin.metrics import DATABASE_UNAVAILABLE
 from memoryadmin.web.views.base import unavailable_page
@@ -28,10 +28,10 @@ def _unavailable(exc: BaseException) -> tuple[dict[str, Any], int, None, dict[st
     logger.warning("database unavailable: %s: %s", type(exc).__name__, exc)
     DATABASE_UNAVAILABLE.inc()
     seconds = RETRY_AFTER_SECONDS
-    body = envelope(
+    body = error_envelope(
         "service_unavailable",
         f"The database is unavailable; retry in {seconds} seconds.",
-        details={"retryAfter": seconds},
+        {"retryAfter": seconds},
     )
     return body, 503, None, {"Retry-After": str(seconds)}
 
@@ -42,7 +42,7 @@ def _is_api(request: HttpRequest) -> bool:
 
 def not_found_view(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
     if _is_api(request):
-        return JsonResponse(envelope("not_found", "No such route."), status=404)
+        return JsonResponse(error_envelope("not_found", "No such route."), status=404)
     return page_not_found(request, exception)
 
 
@@ -50,7 +50,7 @@ def permission_denied_view(
     request: HttpRequest, exception: Exception | None = None
 ) -> HttpResponse:
     if _is_api(request):
-        return JsonResponse(envelope("forbidden", "Not allowed."), status=403)
+        return JsonResponse(error_envelope("forbidden", "Not allowed."), status=403)
     return permission_denied(request, exception)
 
 
@@ -63,5 +63,7 @@ def server_error_view(request: HttpRequest) -> HttpResponse:
             return JsonResponse(body, status=status, headers=headers)
         return unavailable_page(request, headers)
     if _is_api(request):
-        return JsonResponse(envelope("internal_error", "An internal error occurred."), status=500)
+        return JsonResponse(
+            error_envelope("internal_error", "An internal error occurred."), status=500
+        )
     return server_error(request)

@@ -49,7 +49,13 @@ from memoryadmin.agents.mcp_threads import Threads
 from memoryadmin.agents.models import Session
 from memoryadmin.agents.services import runtime
 from memoryadmin.agents.services.sessions import session_create, session_get
-from memoryadmin.core.errors import DomainError, InvalidRequest, Unauthorized
+from memoryadmin.core.errors import (
+    DomainError,
+    InvalidRequest,
+    Unauthorized,
+    envelope_of,
+    error_envelope,
+)
 from memoryadmin.core.jsonbody import BODY_MAX_BYTES
 from memoryadmin.core.strings import strings_check
 from memoryadmin.memory.models import ApiKey, Project
@@ -172,16 +178,8 @@ class MemoryDoor:
         return text
 
 
-def _envelope(exc: DomainError) -> dict[str, Any]:
-    """The API's error envelope of a refusal."""
-    error: dict[str, Any] = {"code": exc.code, "message": exc.message}
-    if exc.details:
-        error["details"] = exc.details
-    return {"error": error}
-
-
 def _error_result(exc: DomainError) -> types.CallToolResult:
-    body = _envelope(exc)
+    body = envelope_of(exc)
     return types.CallToolResult(
         content=[types.TextContent(text=json.dumps(body))], structured_content=body, is_error=True
     )
@@ -199,7 +197,7 @@ def _result(result: dict[str, Any]) -> types.CallToolResult:
 def _mcp_error(exc: DomainError) -> MCPError:
     """A refusal as the MCP error of a request, with the API's envelope as its data."""
     return MCPError(
-        code=types.INVALID_PARAMS, message=f"{exc.code}: {exc.message}", data=_envelope(exc)
+        code=types.INVALID_PARAMS, message=f"{exc.code}: {exc.message}", data=envelope_of(exc)
     )
 
 
@@ -482,7 +480,7 @@ def http_app() -> Starlette:
             code, message = HOST_REFUSALS.get(
                 refused.status_code, ("invalid_request", bytes(refused.body).decode())
             )
-            body = {"error": {"code": code, "message": message}}
+            body = error_envelope(code, message)
             await JSONResponse(body, status_code=refused.status_code)(scope, receive, send)
             return
         try:
@@ -490,7 +488,7 @@ def http_app() -> Starlette:
                 None, http_config, request.headers.get("x-api-key"), request.url.query
             )
         except DomainError as exc:
-            await JSONResponse(_envelope(exc), status_code=exc.status)(scope, receive, send)
+            await JSONResponse(envelope_of(exc), status_code=exc.status)(scope, receive, send)
             return
         scope.setdefault("state", {})["memoryadmin"] = checked
         await manager.handle_request(scope, receive, send)

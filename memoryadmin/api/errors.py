@@ -1,4 +1,4 @@
-"""One error envelope for every failure: {"error": {"code", "message", "details"?}}."""
+"""The API's failures, every one in the envelope (core/errors.py: error_envelope)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 from rest_framework.views import set_rollback
 
-from memoryadmin.core.errors import DomainError
+from memoryadmin.core.errors import DomainError, envelope_of, error_envelope
 
 DRF_CODES: dict[type[exceptions.APIException], str] = {
     exceptions.NotAuthenticated: "unauthorized",
@@ -25,10 +25,6 @@ DRF_CODES: dict[type[exceptions.APIException], str] = {
     exceptions.ParseError: "invalid_request",
     exceptions.ValidationError: "invalid_request",
 }
-
-
-def envelope(code: str, message: str, **extra: Any) -> dict[str, Any]:
-    return {"error": {"code": code, "message": message, **extra}}
 
 
 def _message(detail: Any) -> str:
@@ -51,9 +47,8 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     """
     if isinstance(exc, DomainError):
         set_rollback()
-        extra = {"details": exc.details} if exc.details else {}
         retry = {"Retry-After": str(exc.retry_after)} if exc.retry_after is not None else {}
-        return Response(envelope(exc.code, exc.message, **extra), status=exc.status, headers=retry)
+        return Response(envelope_of(exc), status=exc.status, headers=retry)
     response = drf_exception_handler(exc, context)
     if response is None:
         return None
@@ -63,12 +58,12 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     else:  # Django's Http404 and PermissionDenied, which DRF's handler converted
         code = "not_found" if isinstance(exc, Http404) else "forbidden"
         message = str(response.data["detail"])
-    extra = {}
+    details = None
     wait = getattr(exc, "wait", None) if isinstance(exc, exceptions.Throttled) else None
     if wait is not None:
         # Whole seconds, rounded up: retrying after that long succeeds.
         retry_after = max(1, math.ceil(wait))
         response["Retry-After"] = str(retry_after)
-        extra["details"] = {"retryAfter": retry_after}
-    response.data = envelope(code, message, **extra)
+        details = {"retryAfter": retry_after}
+    response.data = error_envelope(code, message, details)
     return response

@@ -25,8 +25,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.utils.module_loading import import_string
 
-from memoryadmin.api.errors import envelope
-from memoryadmin.core.errors import DomainError
+from memoryadmin.core.errors import DomainError, envelope_of
 from memoryadmin.core.jsonbody import BODY_MAX_BYTES, body_read, stream_chunks
 from memoryadmin.core.strings import string_check, strings_check
 
@@ -81,8 +80,7 @@ def chunked_body_read(request: HttpRequest) -> None:
 
 def refusal(request: HttpRequest, exc: DomainError) -> HttpResponse:
     if is_api(request):
-        extra = {"details": exc.details} if exc.details else {}
-        return JsonResponse(envelope(exc.code, exc.message, **extra), status=exc.status)
+        return JsonResponse(envelope_of(exc), status=exc.status)
     context = {"status": exc.status, "message": exc.message}
     return render(request, "memoryadmin/error.html", context, status=exc.status)
 

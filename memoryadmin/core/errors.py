@@ -2,7 +2,8 @@
 
 The family every app raises and builds on (each app's errors module adds its own
 codes): a status, which is its kind, a code and a message, and details for the
-envelope.
+envelope, the one shape every door and every tool result gives a failure
+(`error_envelope`, `envelope_of`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,22 @@ class DomainError(Exception):
         super().__init__(message)
         self.message = message
         self.details = details or {}
+
+
+def error_envelope(
+    code: str, message: str, details: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """{"error": {"code", "message", "details"?}}: details only when there are any."""
+    error: dict[str, Any] = {"code": code, "message": message}
+    if details:
+        error["details"] = details
+    return {"error": error}
+
+
+def envelope_of(exc: DomainError, *, code: str | None = None) -> dict[str, Any]:
+    """A domain error's envelope; `code` where the context names it otherwise (a tool
+    call's failed provider is `provider_failed` whatever blocked it)."""
+    return error_envelope(code or exc.code, exc.message, exc.details)
 
 
 class InvalidRequest(DomainError):

@@ -47,7 +47,7 @@ from memoryadmin.agents.services.operations import operation_record
 from memoryadmin.core.cancellation import Cancelled
 from memoryadmin.core.concurrency import Deadline, provider_call
 from memoryadmin.core.cursors import cursor_dump, cursor_load
-from memoryadmin.core.errors import InvalidRequest, NotFound, ProviderBusy
+from memoryadmin.core.errors import InvalidRequest, NotFound, ProviderBusy, envelope_of
 from memoryadmin.core.tools import http_tool_definition, tool_arguments_validate
 from memoryadmin.external.ids import external_id_of, record_forget, records_map
 from memoryadmin.external.transport import (
@@ -514,15 +514,13 @@ class ExternalProvider(MemoryProvider):
         except Cancelled:
             return call.unsettled(spec, OperationKind.CANCELLED_WRITE, {"status": "cancelled"})
         except ProviderBusy as exc:
-            return {"error": {"code": exc.code, "message": exc.message, "details": exc.details}}
+            return envelope_of(exc)
         except ExternalFailure as exc:
             if spec["access"] == "write" and exc.reason in {"timeout", "transport_error"}:
                 return call.unsettled(spec, OperationKind.UNCERTAIN_WRITE, {"status": "uncertain"})
-            return {
-                "error": {"code": "provider_failed", "message": exc.message, "details": exc.details}
-            }
+            return envelope_of(exc)
         except NotFound as exc:
-            return {"error": {"code": "not_found", "message": exc.message}}
+            return envelope_of(exc, code="not_found")
 
     def _tool_add(self, store: RemoteStore, call: _ToolCall, text: str) -> Result:
         outcome = call.run(store, lambda: store.add(text))

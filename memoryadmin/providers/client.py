@@ -23,7 +23,12 @@ from django.views.decorators.debug import sensitive_variables
 from memoryadmin.core.cancellation import Cancellation, current_cancellation
 from memoryadmin.core.concurrency import Deadline, provider_call
 from memoryadmin.core.egress import EgressTransport
-from memoryadmin.core.errors import InvalidRequest, InvalidToolArguments, ToolNotPermitted
+from memoryadmin.core.errors import (
+    InvalidRequest,
+    InvalidToolArguments,
+    ToolNotPermitted,
+    envelope_of,
+)
 from memoryadmin.core.inputs import InvalidInput, parse_instant
 from memoryadmin.core.jsonbody import BODY_MAX_BYTES
 from memoryadmin.core.tools import tool_arguments_validate, tool_permits, tool_retryable
@@ -529,7 +534,7 @@ def _failed(
     failure = call.failure(reason, description, attempts=attempts, reply=reply)
     return ToolOutcome(
         kind="failed",
-        payload={"error": failure.envelope()},
+        payload=envelope_of(failure, code="provider_failed"),
         attempts=attempts,
         http_status=failure.http_status,
     )

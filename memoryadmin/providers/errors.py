@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from memoryadmin.core.errors import Conflict, DomainError, NotFound
 
 
@@ -48,7 +46,3 @@ class ProviderFailure(CallFailed, Conflict):
     """An http provider's call failed; a recall it belongs to is blocked (409)."""
 
     code = "recall_failed"
-
-    def envelope(self) -> dict[str, Any]:
-        """The error object a model receives for a failed tool call."""
-        return {"code": "provider_failed", "message": self.message, "details": self.details}

@@ -19,6 +19,7 @@ from django.utils import timezone
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
+from memoryadmin.core.errors import error_envelope
 from memoryadmin.core.inputs import InvalidInput, parse_instant
 from memoryadmin.memory.limits import MAX_BYTES_MAX, MAX_BYTES_MIN, utf8_len
 from memoryadmin.memory.representations import iso_ms
@@ -57,7 +58,7 @@ class ProtocolError(Exception):
         self.message = message
 
     def envelope(self) -> Payload:
-        return {"error": {"code": self.code, "message": self.message}}
+        return error_envelope(self.code, self.message)
 
 
 def _invalid(message: str) -> ProtocolError:

@@ -8,14 +8,14 @@ from typing import Any
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from memoryadmin.core.errors import DomainError, LimitExceeded
+from memoryadmin.core.errors import DomainError, LimitExceeded, error_envelope
 from memoryadmin.core.jsonbody import body_read, json_parse, stream_chunks
 from memoryadmin.refprovider.declaration import reference_token
 from memoryadmin.refprovider.services import ProtocolError, call_handle
 
 
 def _error(status: int, code: str, message: str, **headers: str) -> JsonResponse:
-    response = JsonResponse({"error": {"code": code, "message": message}}, status=status)
+    response = JsonResponse(error_envelope(code, message), status=status)
     for name, value in headers.items():
         response[name.replace("_", "-")] = value
     return response
