@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable
+from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -109,7 +110,7 @@ class PageMiddleware:
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.api = get_response
-        page = get_response
+        page: Callable[[HttpRequest], Any] = get_response
         for name in reversed(settings.PAGE_MIDDLEWARE):
             middleware = import_string(name)
             hooks = ("process_view", "process_exception", "process_template_response")
@@ -119,4 +120,7 @@ class PageMiddleware:
         self.page = page
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        return self.api(request) if is_api(request) else self.page(request)
+        if is_api(request):
+            return self.api(request)
+        response: HttpResponse = self.page(request)
+        return response
