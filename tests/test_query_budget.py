@@ -124,30 +124,13 @@ def test_a_recall_costs_one_query_per_step_and_stores_its_sources_with_it(
     # statement on PostgreSQL, two elsewhere.
     assert len(queries) <= (3 if is_postgres() else 5), queries
     if is_postgres():
-        # Its own transaction commits without waiting for the disk (docs/decisions.md)...
+        # Committed durably before the answer, as every write is: an incident's trace
+        # rests on it (docs/decisions.md). No setting relaxes its commit.
         (store,) = [sql for sql in queries if "INSERT" in sql]
-        assert "set_config('synchronous_commit', 'off', true)" in store
-        # ...and only it: the setting does not outlive the statement.
+        assert "synchronous_commit" not in store
         with connection.cursor() as cursor:
             cursor.execute("SHOW synchronous_commit")
             assert cursor.fetchone() == ("on",)
-
-
-@pytest.mark.django_db(transaction=True)
-@pytest.mark.skipif(not is_postgres(), reason="a PostgreSQL setting")
-def test_a_recall_inside_a_callers_transaction_commits_as_the_caller_does(
-    session: Session, workshop: Document
-) -> None:
-    from django.db import transaction
-
-    from memoryadmin.agents.services.runtime import recall_create
-
-    with CaptureQueriesContext(connection) as captured, transaction.atomic():
-        recall_create(session=session, use=[])
-    assert not [q for q in captured.captured_queries if "synchronous_commit" in q["sql"]]
-    with CaptureQueriesContext(connection) as captured:
-        recall_create(session=session, use=[])
-    assert [q for q in captured.captured_queries if "synchronous_commit" in q["sql"]]
 
 
 def test_memory_page_document_list_reads_the_role_once(

@@ -37,20 +37,14 @@ def recall_sources(
 _SOURCE_FIELDS = ("resource", "doc_id", "revision")
 
 
-# On PostgreSQL, the transaction that stores a recall commits without waiting for
-# its WAL to reach the disk (synchronous_commit off for that transaction only).
-# WAL is flushed in order, so every durable write after it (an agent's save that
-# names the recall, anything else) makes the recall durable first: a crash can
-# only lose a recall that nothing durable refers to, as if it came a moment later.
-_RELAXED = "relaxed AS (SELECT set_config('synchronous_commit', 'off', true))"
-
-
-def recall_store(*, recall: Recall, sources: list[SourceRow], relaxed: bool = False) -> None:
+def recall_store(*, recall: Recall, sources: list[SourceRow]) -> None:
     """Inserts the recall and its sources: on PostgreSQL in one statement (the
     sources' INSERT reads the recall row a `WITH` clause inserted), elsewhere two.
 
-    `relaxed`: the statement is its caller's whole transaction (no outer atomic
-    block), which may then commit without waiting for the disk (see _RELAXED)."""
+    Committed durably before the answer goes out (the server's own synchronous
+    commit, as for every other write): an incident's trace rests on who read what,
+    so a recall whose answer reached the host is on disk. Concurrent recalls share
+    their WAL flushes (PostgreSQL's group commit)."""
     names = concrete_names(Recall)
     sql, params = insert_sql(Recall, names), prepared(recall, names)
     values = [v for source in sources for v in source]
@@ -58,12 +52,11 @@ def recall_store(*, recall: Recall, sources: list[SourceRow], relaxed: bool = Fa
     if together:
         targets = ", ".join(column(RecallSource, n) for n in ("recall", *_SOURCE_FIELDS))
         rows = ", ".join(["(%s, %s, %s)"] * len(sources))
-        first, joined = (f"WITH {_RELAXED}, ", "relaxed, ") if relaxed else ("WITH ", "")
         sql = (
-            f"{first}stored AS ({sql} RETURNING {column(Recall, 'id')})"
+            f"WITH stored AS ({sql} RETURNING {column(Recall, 'id')})"
             f" INSERT INTO {table(RecallSource)} ({targets})"
             f" SELECT stored.{column(Recall, 'id')}, v.resource_id, v.doc_id, v.revision"
-            f" FROM {joined}stored, (VALUES {rows}) AS v (resource_id, doc_id, revision)"
+            f" FROM stored, (VALUES {rows}) AS v (resource_id, doc_id, revision)"
         )
         params += values
     with connection.cursor() as cursor:

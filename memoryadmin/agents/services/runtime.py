@@ -19,7 +19,7 @@ import re
 import secrets
 from typing import Any
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from memoryadmin.agents.document_provider import TOOLS, rejected
@@ -248,8 +248,6 @@ def recall_create(
         b.resource.resource_id: _public(session, b, projections[b.resource.resource_id])
         for b in bindings
     }
-    # Its own transaction only (not a caller's): then it need not wait for the disk.
-    relaxed = not connection.in_atomic_block
     try:
         # A savepoint only where a concurrent retry can collide: plain recalls keep
         # their single statement.
@@ -269,7 +267,6 @@ def recall_create(
             recall_store(
                 recall=recall,
                 sources=recall_sources(bindings=bindings, sources=sources),
-                relaxed=relaxed,
             )
     except IntegrityError:
         # A concurrent retry of the same request was accepted first: use its recall.
