@@ -168,6 +168,9 @@ class RecallSource(models.Model):
 class EventType(models.TextChoices):
     SESSION_CREATED = "session.created"
     MEMORY_SAVED = "memory.saved"
+    # A write through an external or http provider's tool that the provider answered
+    # (the records it stored): the evidence an incident's trace follows.
+    RECORD_SAVED = "record.saved"
     SESSION_ENDED = "session.ended"
 
 
@@ -210,6 +213,9 @@ class OperationKind(models.TextChoices):
     UNCERTAIN_WRITE = "uncertain_write"
     # A non-idempotent write cancelled while in flight.
     CANCELLED_WRITE = "cancelled_write"
+    # An incident containment's undo of a record that the provider refused or did not
+    # answer: recorded as a dead letter for an owner to settle.
+    CONTAINMENT_UNDO = "containment_undo"
 
 
 class OperationAction(models.TextChoices):

@@ -117,11 +117,14 @@ class SessionPageOutput(serializers.Serializer):
 
 class EventOutput(serializers.Serializer):
     seq = serializers.IntegerField()
-    type = serializers.ChoiceField(choices=["session.created", "memory.saved", "session.ended"])
+    type = serializers.ChoiceField(
+        choices=["session.created", "memory.saved", "record.saved", "session.ended"]
+    )
     createdAt = serializers.DateTimeField()
     # A schema-only shape, so shadowing Serializer.data is harmless.
     data = serializers.DictField(  # type: ignore[assignment]
-        help_text="memory.saved: resource, documentId, revision, bytes."
+        help_text="memory.saved: resource, documentId, revision, bytes. record.saved: "
+        "resource, namespace, tool, callId, recallId, recordIds."
     )
 
 

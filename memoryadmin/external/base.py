@@ -44,6 +44,7 @@ from memoryadmin.agents.models import (
     Session,
 )
 from memoryadmin.agents.services.operations import operation_record
+from memoryadmin.agents.services.sessions import record_saved
 from memoryadmin.core.cancellation import Cancelled
 from memoryadmin.core.concurrency import Deadline, provider_call
 from memoryadmin.core.cursors import cursor_dump, cursor_load
@@ -268,6 +269,7 @@ class _ToolCall:
     binding: Binding
     name: str
     call_id: str
+    recall_id: str = ""
     # What a write is (an OperationAction) and the record it changes, for its operation.
     action: str = ""
     record_id: str = ""
@@ -500,6 +502,7 @@ class ExternalProvider(MemoryProvider):
             binding=binding,
             name=target.offer.name,
             call_id=call_id,
+            recall_id=recall.id,
             action=TOOL_ACTIONS.get(spec["name"], ""),
             record_id=args.get("id", ""),
         )
@@ -530,7 +533,19 @@ class ExternalProvider(MemoryProvider):
         ids = records_map(
             resource=resource, namespace=namespace, external_ids=[r.external_id for r in outcome]
         )
-        return {"status": "stored", "ids": [ids[r.external_id] for r in outcome]}
+        stored = [ids[r.external_id] for r in outcome]
+        record_saved(
+            session=call.session,
+            data={
+                "resource": resource.resource_id,
+                "namespace": namespace,
+                "tool": call.name,
+                "callId": call.call_id,
+                "recallId": call.recall_id,
+                "recordIds": stored,
+            },
+        )
+        return {"status": "stored", "ids": stored}
 
     def _tool_forget(self, store: RemoteStore, call: _ToolCall, record_id: str) -> Result:
         resource, namespace = call.binding.resource, call.binding.target_id

@@ -30,6 +30,7 @@ from memoryadmin.agents.models import (
     Session,
 )
 from memoryadmin.agents.services.operations import operation_record
+from memoryadmin.agents.services.sessions import record_saved
 from memoryadmin.core.cancellation import current_cancellation
 from memoryadmin.core.concurrency import Deadline
 from memoryadmin.core.partitions import partition_key
@@ -183,6 +184,19 @@ class HttpProvider(MemoryProvider):
             cursor=recall.cursors.get(target.resource_id),
         )
         payload: Result = outcome.payload
+        if target.offer.spec["access"] == "write" and outcome.kind == "result":
+            record_id = payload.get("id") if isinstance(payload, dict) else None
+            record_saved(
+                session=session,
+                data={
+                    "resource": target.resource_id,
+                    "namespace": binding.target_id,
+                    "tool": target.offer.name,
+                    "callId": call_id,
+                    "recallId": recall.id,
+                    "recordIds": [record_id] if isinstance(record_id, str) else [],
+                },
+            )
         kind = _open_operation(target, outcome)
         if kind is not None:
             operation_record(

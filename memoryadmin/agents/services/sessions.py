@@ -246,6 +246,14 @@ def event_append(*, session: Session, type: str, data: dict[str, Any]) -> Sessio
     )
 
 
+def record_saved(*, session: Session, data: dict[str, Any]) -> None:
+    """Appends a `record.saved` event: what a tool call stored through a provider whose
+    records live elsewhere (resource, namespace, tool, call, recall and the record ids),
+    the one durable trace of which session wrote which record."""
+    with transaction.atomic():
+        event_append(session=session_lock(session=session), type=EventType.RECORD_SAVED, data=data)
+
+
 @functools.cache
 def _session_sql(
     vendor: str, with_bindings: bool, with_documents: bool = False, with_key: bool = False
