@@ -225,6 +225,7 @@ INSTALLED_APPS = [
     "memoryadmin.demo",
     "memoryadmin.runner",
     "memoryadmin.webhooks",
+    "memoryadmin.incidents",
     "django_tasks_db",
 ]
 

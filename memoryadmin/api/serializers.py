@@ -485,7 +485,9 @@ class ApiKeyCreatedOutput(ApiKeyOutput):
 
 class OperationOutput(serializers.Serializer):
     id = serializers.CharField()
-    kind = serializers.ChoiceField(choices=["accepted_write", "uncertain_write", "cancelled_write"])
+    kind = serializers.ChoiceField(
+        choices=["accepted_write", "uncertain_write", "cancelled_write", "containment_undo"]
+    )
     state = serializers.ChoiceField(
         choices=["queued", "partial", "succeeded", "failed", "dead", "discarded"]
     )

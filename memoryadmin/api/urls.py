@@ -3,6 +3,7 @@ from __future__ import annotations
 from django.urls import path
 
 from memoryadmin.api import (
+    incident_views,
     key_views,
     memory_views,
     operation_views,
@@ -15,6 +16,7 @@ from memoryadmin.api import (
 )
 
 DOCUMENTS = "projects/<str:p>/memory/<str:r>/documents"
+INCIDENTS = "projects/<str:p>/memory/incidents"
 KEYS = "projects/<str:p>/api-keys"
 OPERATIONS = "projects/<str:p>/memory/operations"
 PROPOSALS = "projects/<str:p>/memory/proposals"
@@ -56,6 +58,13 @@ urlpatterns = [
     # After the document routes: a resource may be called "operations", and no
     # operation id is "documents".
     path(OPERATIONS, operation_views.OperationListView.as_view(), name="api-operations"),
+    path(INCIDENTS, incident_views.IncidentListView.as_view(), name="api-incidents"),
+    path(f"{INCIDENTS}/<str:i>", incident_views.IncidentDetailView.as_view(), name="api-incident"),
+    path(
+        f"{INCIDENTS}/<str:i>/contain",
+        incident_views.IncidentContainView.as_view(),
+        name="api-incident-contain",
+    ),
     path(
         f"{OPERATIONS}/<str:o>/retry",
         operation_views.OperationRetryView.as_view(),

@@ -39,6 +39,7 @@ EVENT_TYPES = (
     "document.deleted",
     "document.frozen",
     "document.unfrozen",
+    "incident.contained",
     "memory.saved",
     "proposal.created",
     "session.created",
@@ -50,6 +51,7 @@ _EVENTS_OF_ACTION: dict[str, tuple[str, ...]] = {
     "document.delete": ("document.deleted",),
     "document.freeze": ("document.frozen",),
     "document.unfreeze": ("document.unfrozen",),
+    "incident.contain": ("incident.contained",),
     # An agent's save changes the document like any other write, and is a save.
     "document.save": ("document.updated", "memory.saved"),
     "proposal.create": ("proposal.created",),
@@ -57,7 +59,14 @@ _EVENTS_OF_ACTION: dict[str, tuple[str, ...]] = {
     "session.end": ("session.ended",),
 }
 # Audit detail an event repeats (the rest, such as sizes, stays in the audit log).
-_DETAIL_SHOWN = {"session": "session", "agent": "agent", "proposalId": "proposalId"}
+_DETAIL_SHOWN = {
+    "session": "session",
+    "agent": "agent",
+    "proposalId": "proposalId",
+    "incident": "incident",
+    "actions": "actions",
+    "changed": "changed",
+}
 
 
 def events_for(action: str) -> tuple[str, ...]:

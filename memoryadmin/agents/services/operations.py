@@ -24,6 +24,7 @@ from memoryadmin.agents.kinds import provider_for, provider_kinds
 from memoryadmin.agents.models import (
     OPEN_OPERATION_STATES,
     Binding,
+    OperationKind,
     OperationState,
     ProviderOperation,
     Session,
@@ -110,11 +111,9 @@ def operation_open(
     reconciliation, in the caller's transaction."""
     now = _now()
     with transaction.atomic():
-        operation = ProviderOperation.objects.create(
-            id="mop_" + secrets.token_hex(12),
-            project_id=resource.project_id,
-            environment=resource.environment,
-            resource=resource,
+        operation = _create(
+            resource,
+            now,
             namespace=namespace,
             session=session,
             principal=principal,
@@ -127,11 +126,71 @@ def operation_open(
             record_id=record_id,
             max_attempts=settings.MEMORYADMIN_OPERATION_MAX_ATTEMPTS,
             deadline_at=now + timedelta(seconds=settings.MEMORYADMIN_OPERATION_DEADLINE_SECONDS),
-            next_check_at=now,
-            created_at=now,
-            updated_at=now,
         )
         _schedule(operation)
+    return operation
+
+
+def _create(resource: Resource, now: datetime, **fields: Any) -> ProviderOperation:
+    return ProviderOperation.objects.create(
+        id="mop_" + secrets.token_hex(12),
+        project_id=resource.project_id,
+        environment=resource.environment,
+        resource=resource,
+        next_check_at=now,
+        created_at=now,
+        updated_at=now,
+        **fields,
+    )
+
+
+def operation_dead_letter(
+    *,
+    resource: Resource,
+    namespace: str,
+    principal: str,
+    kind: str,
+    action: str,
+    record_id: str,
+    error: str,
+) -> ProviderOperation:
+    """A write that failed for good where it must not be forgotten (an incident's undo of a
+    record): a dead letter at once, audited, for an owner to settle. The same write failing
+    again keeps its one dead letter (with the newer error)."""
+    now = _now()
+    with transaction.atomic():
+        known = (
+            ProviderOperation.objects.select_for_update()
+            .filter(
+                resource=resource,
+                namespace=namespace,
+                kind=kind,
+                action=action,
+                record_id=record_id,
+                state=OperationState.DEAD,
+            )
+            .first()
+        )
+        if known is not None:
+            known.last_error, known.updated_at = error[:ERROR_MAX], now
+            known.save(update_fields=["last_error", "updated_at"])
+            return known
+        operation = _create(
+            resource,
+            now,
+            namespace=namespace,
+            principal=principal,
+            kind=kind,
+            action=action,
+            record_id=record_id,
+            state=OperationState.DEAD,
+            attempts=1,
+            max_attempts=1,
+            deadline_at=now,
+            last_error=error[:ERROR_MAX],
+            finished_at=now,
+        )
+        _audit(operation, "operation.dead_letter", principal, error=error[:ERROR_MAX])
     return operation
 
 
@@ -303,6 +362,11 @@ def _settle_dead_letter(
 
 def operation_retry(*, operation: ProviderOperation, actor: str) -> ProviderOperation:
     """A dead letter checked again from the start: fresh attempts and deadline."""
+    if operation.kind == OperationKind.CONTAINMENT_UNDO:
+        raise Conflict(
+            f"Operation {operation.id} is an incident's undo, not a provider operation to "
+            "check: contain the incident again to retry it, or discard it."
+        )
     now = _now()
     changes = {
         "state": OperationState.QUEUED,

@@ -9,6 +9,7 @@ text instead. A dry run computes the same plan and writes nothing.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,22 +68,22 @@ def _content(version: DocumentVersion | Document) -> tuple[str, str]:
     return version.text, version.summary
 
 
-def _plan_document(
-    document: Document, versions: list[DocumentVersion], session_id: str
+def plan_document(
+    document: Document, versions: list[DocumentVersion], own: Callable[[DocumentVersion], bool]
 ) -> RevertItem:
-    """`versions`: the document's versions, oldest first."""
+    """The undo of the versions `own` picks (a session's writes, or an incident's tainted
+    ones): `versions` are the document's versions, oldest first, at least one of them own."""
     if document.deleted:
         return RevertItem(document, DELETED)
-    first = next(i for i, v in enumerate(versions) if v.writer_session_id == session_id)
+    first = next(i for i, v in enumerate(versions) if own(v))
     if first == 0:
         return RevertItem(document, UNCHANGED)
     before = versions[first - 1]
-    last_own = max(i for i, v in enumerate(versions) if v.writer_session_id == session_id)
-    # Somebody else changed the content after the session's first write (a freeze
-    # or a retitle changes no content and does not count).
+    last_own = max(i for i, v in enumerate(versions) if own(v))
+    # Somebody else changed the content after the first own write (a freeze or a
+    # retitle changes no content and does not count).
     touched = any(
-        versions[i].writer_session_id != session_id
-        and _content(versions[i]) != _content(versions[i - 1])
+        not own(versions[i]) and _content(versions[i]) != _content(versions[i - 1])
         for i in range(first + 1, len(versions))
     )
     if _content(document) == _content(before):
@@ -109,18 +110,16 @@ def session_revert_plan(*, session: Session) -> RevertPlan:
     plan = RevertPlan(session=session, dry_run=True)
     for document in documents.order_by("resource__resource_id", "doc_id"):
         versions = list(DocumentVersion.objects.filter(document=document).order_by("id"))
-        plan.items.append(_plan_document(document, versions, session.id))
+        plan.items.append(
+            plan_document(document, versions, lambda v: v.writer_session_id == session.id)
+        )
     return plan
 
 
-def session_revert(*, session: Session, dry_run: bool, actor: str) -> RevertPlan:
-    """Applies the plan: each restore is its own conditional write over the revision
-    the plan saw, so a write that lands meanwhile turns that document into a conflict."""
-    plan = session_revert_plan(session=session)
-    if dry_run:
-        return plan
-    plan.dry_run = False
-    for item in plan.items:
+def revert_apply(items: list[RevertItem], *, actor: str) -> None:
+    """Writes each planned restore as its own conditional write over the revision the plan
+    saw, so a write that lands meanwhile turns that document into a conflict."""
+    for item in items:
         if item.action != RESTORE:
             continue
         try:
@@ -135,6 +134,15 @@ def session_revert(*, session: Session, dry_run: bool, actor: str) -> RevertPlan
             item.action = CONFLICT
             continue
         item.written_revision = restored.revision
+
+
+def session_revert(*, session: Session, dry_run: bool, actor: str) -> RevertPlan:
+    """Applies the plan (revert_apply)."""
+    plan = session_revert_plan(session=session)
+    if dry_run:
+        return plan
+    plan.dry_run = False
+    revert_apply(plan.items, actor=actor)
     with transaction.atomic():
         audit_record(
             project_id=session.project_id,

@@ -306,7 +306,7 @@ class Operation(TypedDict):
     """An asynchronous provider operation, tracked until its provider confirms where it ended."""
 
     id: str
-    kind: Literal["accepted_write", "uncertain_write", "cancelled_write"]
+    kind: Literal["accepted_write", "uncertain_write", "cancelled_write", "containment_undo"]
     state: Literal["queued", "partial", "succeeded", "failed", "dead", "discarded"]
     resource: str
     namespace: str

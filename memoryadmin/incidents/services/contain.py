@@ -1,0 +1,366 @@
+"""Contain an incident in one action: freeze, end sessions, revert, revoke the key.
+
+Each action goes through the rule that owns it (freeze, session end, the
+conditional revert of session revert, the records' provider delete, key
+revoke), so each is audited where it happens; the containment itself is
+audited as `incident.contain` (the `incident.contained` webhook). A dry run
+computes the same report and writes nothing; containing again changes
+nothing more (what is frozen, ended, restored, deleted or revoked stays so and
+is reported `unchanged`).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from memoryadmin.agents.models import OperationAction, OperationKind, Session, SessionStatus
+from memoryadmin.agents.services.operations import operation_dead_letter
+from memoryadmin.agents.services.reverts import (
+    CONFLICT,
+    RESTORE,
+    RevertItem,
+    plan_document,
+    revert_apply,
+)
+from memoryadmin.agents.services.sessions import session_end
+from memoryadmin.core.errors import Conflict, DomainError, InvalidRequest, NotFound
+from memoryadmin.incidents.models import Incident
+from memoryadmin.memory.models import ApiKey, Document, DocumentVersion, Proposal, Resource
+from memoryadmin.memory.providers import manages_records
+from memoryadmin.memory.services.audit import audit_record
+from memoryadmin.memory.services.documents import document_set_agent_writes
+from memoryadmin.memory.services.keys import api_key_revoke
+from memoryadmin.memory.services.proposals import proposal_reject
+from memoryadmin.memory.services.records import record_delete
+
+FREEZE = "freeze"
+END_SESSIONS = "endSessions"
+REVERT = "revert"
+REVOKE_KEY = "revokeKey"
+ACTIONS = (FREEZE, END_SESSIONS, REVERT, REVOKE_KEY)
+
+# Outcomes, as the report says them (a dry run says what would happen).
+FROZEN = "frozen"
+ENDED = "ended"
+RESTORED = "restored"
+MERGE = "conflict"
+REJECTED = "rejected"
+DELETED = "deleted"
+QUEUED = "queued"
+DEAD_LETTER = "dead_letter"
+NOT_UNDOABLE = "not_undoable"
+REVOKED = "revoked"
+UNCHANGED = "unchanged"
+GONE = "document_deleted"
+
+
+def applicable(incident: Incident) -> list[str]:
+    """The actions that apply to an incident's graph (the default of a containment)."""
+    kinds = {node["kind"] for node in incident.graph.get("nodes", [])}
+    found = []
+    if "version" in kinds:
+        found.append(FREEZE)
+    if "session" in kinds:
+        found.append(END_SESSIONS)
+    if kinds & {"version", "record"}:
+        found.append(REVERT)
+    if "apiKey" in incident.source:
+        found.append(REVOKE_KEY)
+    return found
+
+
+def check_actions(value: object, incident: Incident) -> list[str]:
+    if value is None:
+        return applicable(incident)
+    if (
+        not isinstance(value, list)
+        or not value
+        or any(item not in ACTIONS for item in value)
+        or len(set(value)) != len(value)
+    ):
+        raise InvalidRequest(
+            f"actions is a list of distinct actions among {', '.join(ACTIONS)}.",
+            details={"field": "actions"},
+        )
+    if REVOKE_KEY in value and "apiKey" not in incident.source:
+        raise InvalidRequest(
+            "revokeKey applies only to an incident traced from an API key.",
+            details={"field": "actions"},
+        )
+    return [action for action in ACTIONS if action in value]
+
+
+def check_dry_run(value: object) -> bool:
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise InvalidRequest("dryRun must be true or false.", details={"field": "dryRun"})
+    return value
+
+
+@dataclass
+class _Report:
+    incident: Incident
+    dry_run: bool
+    actions: list[str]
+    # node id -> {action: outcome}
+    outcomes: dict[str, dict[str, str]] = field(default_factory=lambda: defaultdict(dict))
+    documents: list[dict[str, Any]] = field(default_factory=list)
+    operations: list[str] = field(default_factory=list)
+
+    def mark(self, node: str, action: str, outcome: str) -> None:
+        self.outcomes[node][action] = outcome
+
+    def as_dict(self) -> dict[str, Any]:
+        nodes = [
+            {"id": node["id"], "kind": node["kind"], "outcomes": self.outcomes.get(node["id"], {})}
+            for node in self.incident.graph.get("nodes", [])
+        ]
+        if "apiKey" in self.incident.source:
+            key = f"apiKey:{self.incident.source['apiKey']}"
+            nodes.append({"id": key, "kind": "apiKey", "outcomes": self.outcomes.get(key, {})})
+        changed = sum(
+            1 for n in nodes for outcome in n["outcomes"].values() if outcome != UNCHANGED
+        )
+        return {
+            "incident": self.incident.id,
+            "dryRun": self.dry_run,
+            "actions": self.actions,
+            "nodes": nodes,
+            "documents": self.documents,
+            "deadLetters": self.operations,
+            "changed": changed,
+        }
+
+
+def _nodes(incident: Incident, kind: str) -> list[dict[str, Any]]:
+    return [node for node in incident.graph.get("nodes", []) if node["kind"] == kind]
+
+
+def _documents(incident: Incident) -> tuple[dict[tuple[str, str], Document], dict[int, Resource]]:
+    """The live and deleted documents of the graph's versions, in two queries."""
+    wanted = {(n["resource"], n["document"]) for n in _nodes(incident, "version")}
+    resources = {
+        r.pk: r
+        for r in Resource.objects.filter(
+            project_id=incident.project_id,
+            environment=incident.environment,
+            resource_id__in={r for r, _ in wanted},
+        )
+    }
+    documents: dict[tuple[str, str], Document] = {}
+    rows = Document.objects.filter(
+        resource_id__in=list(resources), doc_id__in={d for _, d in wanted}
+    )
+    for document in rows:
+        document.resource = resources[document.resource_id]
+        key = (document.resource.resource_id, document.doc_id)
+        if key in wanted:
+            documents[key] = document
+    return documents, resources
+
+
+def _freeze(report: _Report, documents: dict[tuple[str, str], Document], actor: str) -> None:
+    for (resource_id, doc_id), document in sorted(documents.items()):
+        if document.deleted:
+            outcome = GONE
+        elif not document.agent_writes:
+            outcome = UNCHANGED
+        elif report.dry_run:
+            outcome = FROZEN
+        else:
+            fresh, changed = document_set_agent_writes(
+                resource=document.resource, doc_id=doc_id, enabled=False, actor=actor
+            )
+            documents[(resource_id, doc_id)] = fresh
+            fresh.resource = document.resource
+            outcome = FROZEN if changed else UNCHANGED
+        for node in _nodes(report.incident, "version"):
+            if (node["resource"], node["document"]) == (resource_id, doc_id):
+                report.mark(node["id"], FREEZE, outcome)
+
+
+def _end_sessions(report: _Report, actor: str) -> None:
+    nodes = {n["id"].removeprefix("session:"): n for n in _nodes(report.incident, "session")}
+    sessions = Session.objects.filter(pk__in=list(nodes))
+    for session in sessions.order_by("id"):
+        if not session.is_active:
+            outcome = UNCHANGED
+        elif report.dry_run:
+            outcome = ENDED
+        else:
+            ended = session_end(session=session, actor=actor)
+            outcome = ENDED if ended.status == SessionStatus.ENDED else UNCHANGED
+        report.mark(nodes[session.id]["id"], END_SESSIONS, outcome)
+
+
+_REVERT_OUTCOMES = {RESTORE: RESTORED, CONFLICT: MERGE, "unchanged": UNCHANGED, "deleted": GONE}
+
+
+def _tainted(revisions: set[str]) -> Callable[[DocumentVersion], bool]:
+    return lambda version: version.revision in revisions
+
+
+def _revert_documents(
+    report: _Report, documents: dict[tuple[str, str], Document], actor: str
+) -> None:
+    """The conditional undo of every tainted version (session revert's rule): restored where
+    nobody else changed the content since, the merge reported where somebody did."""
+    tainted: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for node in _nodes(report.incident, "version"):
+        if node.get("revision"):
+            tainted[(node["resource"], node["document"])].add(node["revision"])
+    targets = {key: documents[key] for key in tainted if key in documents}
+    versions: dict[int, list[DocumentVersion]] = defaultdict(list)
+    rows = DocumentVersion.objects.filter(document_id__in=[d.pk for d in targets.values()])
+    for version in rows.order_by("document_id", "id"):
+        versions[version.document_id].append(version)
+    items: list[tuple[tuple[str, str], RevertItem]] = []
+    for key, document in sorted(targets.items()):
+        items.append((key, plan_document(document, versions[document.pk], _tainted(tainted[key]))))
+    if not report.dry_run:
+        revert_apply([item for _, item in items], actor=actor)
+    for (resource_id, doc_id), item in items:
+        report.documents.append(item.as_dict())
+        outcome = _REVERT_OUTCOMES[item.action]
+        for node in _nodes(report.incident, "version"):
+            if (node["resource"], node["document"]) == (resource_id, doc_id) and node.get(
+                "revision"
+            ):
+                report.mark(node["id"], REVERT, outcome)
+
+
+def _reject_proposals(report: _Report, actor: str) -> None:
+    nodes = [n for n in _nodes(report.incident, "version") if n.get("proposal")]
+    if not nodes:
+        return
+    pending = set(
+        Proposal.objects.filter(
+            pk__in=[n["proposal"] for n in nodes], state="pending", expires_at__gt=timezone.now()
+        ).values_list("id", flat=True)
+    )
+    for node in nodes:
+        outcome = REJECTED if node["proposal"] in pending else UNCHANGED
+        if outcome == REJECTED and not report.dry_run:
+            try:
+                proposal_reject(
+                    project=report.incident.project,
+                    environment=report.incident.environment,
+                    proposal_id=node["proposal"],
+                    reason=f"Tainted by incident {report.incident.id}.",
+                    actor=actor,
+                )
+            except (Conflict, NotFound):
+                outcome = UNCHANGED
+        report.mark(node["id"], REVERT, outcome)
+
+
+def _undo_records(report: _Report, actor: str) -> None:
+    """Tainted records deleted through their provider; a refusal or a failure becomes a
+    dead letter of the operation store. An http provider's write has no undo here."""
+    nodes = _nodes(report.incident, "record")
+    resources = {
+        r.resource_id: r
+        for r in Resource.objects.filter(
+            project_id=report.incident.project_id,
+            environment=report.incident.environment,
+            resource_id__in={n["resource"] for n in nodes},
+        )
+    }
+    for node in nodes:
+        resource = resources.get(node["resource"])
+        record_id = node.get("recordId")
+        if resource is None or record_id is None or not manages_records(resource):
+            report.mark(node["id"], REVERT, NOT_UNDOABLE if resource is not None else UNCHANGED)
+            continue
+        if report.dry_run:
+            report.mark(node["id"], REVERT, DELETED)
+            continue
+        try:
+            result = record_delete(
+                resource=resource, namespace=node["namespace"], record_id=record_id, actor=actor
+            )
+        except NotFound:
+            outcome = UNCHANGED
+        except DomainError as exc:
+            operation = operation_dead_letter(
+                resource=resource,
+                namespace=node["namespace"],
+                principal=actor,
+                kind=OperationKind.CONTAINMENT_UNDO,
+                action=OperationAction.DELETE,
+                record_id=record_id,
+                error=f"incident {report.incident.id}: {exc.message}",
+            )
+            report.operations.append(operation.id)
+            outcome = DEAD_LETTER
+        else:
+            outcome = QUEUED if result.get("status") == "queued" else DELETED
+        report.mark(node["id"], REVERT, outcome)
+
+
+def _revoke_key(report: _Report, actor: str) -> None:
+    prefix = report.incident.source["apiKey"]
+    keys = ApiKey.objects.filter(prefix=prefix).filter(
+        Q(project_id=report.incident.project_id) | Q(project__isnull=True)
+    )
+    now = timezone.now()
+    outcome = UNCHANGED
+    for key in keys:
+        if key.revoked_at is not None and key.revoked_at <= now:
+            continue
+        outcome = REVOKED
+        if not report.dry_run:
+            api_key_revoke(key=key, actor=actor)
+    report.mark(f"apiKey:{prefix}", REVOKE_KEY, outcome)
+
+
+def incident_contain(
+    *, incident: Incident, dry_run: object, actions: object, actor: str
+) -> dict[str, Any]:
+    """Runs the chosen actions (default: all that apply) over the incident's graph and
+    reports what happened to every node."""
+    report = _Report(
+        incident=incident,
+        dry_run=check_dry_run(dry_run),
+        actions=check_actions(actions, incident),
+    )
+    documents, _ = _documents(incident)
+    # Freeze first: from then on no agent writes the affected documents.
+    if FREEZE in report.actions:
+        _freeze(report, documents, actor)
+    if END_SESSIONS in report.actions:
+        _end_sessions(report, actor)
+    if REVERT in report.actions:
+        _revert_documents(report, documents, actor)
+        _reject_proposals(report, actor)
+        _undo_records(report, actor)
+    if REVOKE_KEY in report.actions:
+        _revoke_key(report, actor)
+    answer = report.as_dict()
+    if report.dry_run:
+        return answer
+    with transaction.atomic():
+        now = timezone.now()
+        Incident.objects.filter(pk=incident.pk).update(contained_at=now, containment=answer)
+        incident.contained_at, incident.containment = now, answer
+        audit_record(
+            project_id=incident.project_id,
+            environment=incident.environment,
+            actor=actor,
+            action="incident.contain",
+            detail={
+                "incident": incident.id,
+                "actions": report.actions,
+                "changed": answer["changed"],
+                "deadLetters": report.operations,
+            },
+        )
+    return answer
