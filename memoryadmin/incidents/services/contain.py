@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from memoryadmin.agents.models import OperationAction, OperationKind, Session, SessionStatus
 from memoryadmin.agents.services.operations import operation_dead_letter
+from memoryadmin.agents.services.records import record_delete
 from memoryadmin.agents.services.reverts import (
     CONFLICT,
     RESTORE,
@@ -38,7 +39,6 @@ from memoryadmin.memory.services.audit import audit_record
 from memoryadmin.memory.services.documents import document_set_agent_writes
 from memoryadmin.memory.services.keys import api_key_revoke
 from memoryadmin.memory.services.proposals import proposal_reject
-from memoryadmin.memory.services.records import record_delete
 
 FREEZE = "freeze"
 END_SESSIONS = "endSessions"

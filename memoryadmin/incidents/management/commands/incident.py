@@ -35,7 +35,7 @@ class Command(cli.Command):
             "--environment", choices=Environment.values, default=DEFAULT_ENVIRONMENT
         )
         parser.add_argument("--json", action="store_true")
-        commands = parser.add_subparsers(dest="action", required=True)
+        commands = parser.add_subparsers(dest="command", required=True)
         trace = commands.add_parser(
             "trace", help="Open an incident: trace what its source reached, hop by hop."
         )
@@ -70,7 +70,7 @@ class Command(cli.Command):
     def act(self, options: dict[str, Any]) -> None:
         self.project = project_get(project_id=options["project"])
         self.environment = options["environment"]
-        getattr(self, "handle_" + options["action"])(options)
+        getattr(self, "handle_" + options["command"])(options)
 
     def emit(self, options: dict[str, Any], data: Any, lines: list[str]) -> None:
         self.stdout.write(json.dumps(data, indent=2) if options["json"] else "\n".join(lines))
