@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from memoryadmin.memory.models import AuditEntry, Resource
+from memoryadmin.memory.models import AuditEntry, Document, Resource
 from tests.helpers import BROWSER_TESTS
 
 pytestmark = BROWSER_TESTS
@@ -109,3 +109,56 @@ def test_a_viewer_has_no_bulk_actions(open_page: Any, used_memory: Resource) -> 
     expect(page.locator("#document-rows tr")).to_have_count(4)
     expect(page.get_by_label("Select all matching")).to_have_count(0)
     expect(page.get_by_role("button", name="Freeze selected", exact=True)).to_have_count(0)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_owner_imports_an_export_after_its_dry_run(
+    open_page: Any, used_memory: Resource, width: str, settings: Any, tmp_path: Any
+) -> None:
+    from playwright.sync_api import expect
+
+    settings.VAR_DIR = tmp_path
+    page = open_page("olivia", viewport=WIDTHS[width])
+    page.goto("/projects/acme/development/export/")
+    with page.expect_download() as info:
+        page.get_by_role("button", name="Download zip").click()
+    exported = info.value.path()
+
+    # Into production, which holds notes/workshop only.
+    page.goto("/projects/acme/production/export/")
+    page.get_by_role("link", name="Import an export…").click()
+    page.get_by_label("Export zip").set_input_files(exported)
+    page.get_by_role("button", name="Upload and check").click()
+    report = page.locator(".import-report")
+    expect(report.get_by_role("heading")).to_contain_text("would create 4 documents")
+    expect(report.locator('[data-count="conflicts"]')).to_have_text("1")
+    expect(report.get_by_role("row", name="workshop")).to_contain_text("conflict")
+    fits(page)
+    production = Document.objects.filter(resource__environment="production")
+    assert production.count() == 1  # the dry run created nothing
+    report.get_by_role("button", name="Import 4 documents").click()
+    expect(page.get_by_text("Imported: 4 created, 1 conflicts")).to_be_visible()
+    assert sorted(production.values_list("doc_id", flat=True)) == [
+        "incident-0412",
+        "onboarding",
+        "refunds",
+        "workshop",
+        "workspace-setup",
+    ]
+    page.reload()  # after a redirect: nothing is imported again
+    assert production.count() == 5
+    assert page.js_errors == []
+
+
+@pytest.mark.parametrize("username", ["sam", "vera"])
+def test_support_and_viewers_are_not_offered_import(
+    open_page: Any, used_memory: Resource, username: str
+) -> None:
+    from playwright.sync_api import expect
+
+    page = open_page(username)
+    page.goto("/projects/acme/development/export/")
+    expect(page.get_by_role("link", name="Import an export…")).to_have_count(0)
+    response = page.goto("/projects/acme/development/import/")
+    assert response is not None
+    assert response.status == 403

@@ -167,7 +167,16 @@ class MemoryImportView(ApiView):
     parser_classes = [ZipUploadParser]
 
     @extend_schema(
-        parameters=[ENVIRONMENT],
+        parameters=[
+            ENVIRONMENT,
+            OpenApiParameter(
+                "dryRun",
+                OpenApiTypes.BOOL,
+                OpenApiParameter.QUERY,
+                description="true: the same import rolled back at its end; the report says "
+                "what it would do now and nothing is created.",
+            ),
+        ],
         request={"application/zip": OpenApiTypes.BINARY},
         responses={200: s.ImportReportOutput, 413: s.ErrorOutput, 429: s.ErrorOutput, **ERRORS},
         operation_id="memory_import",
@@ -183,11 +192,18 @@ class MemoryImportView(ApiView):
         upload: Any = request.data
         if not hasattr(upload, "read"):
             raise InvalidRequest("Send the export zip as the body, Content-Type: application/zip.")
+        dry_run = request.query_params.get("dryRun", "false")
+        if dry_run not in ("true", "false"):
+            raise InvalidRequest("dryRun must be true or false.", details={"field": "dryRun"})
         with upload:
             report = import_zip(
-                project=project, environment=environment, upload=upload, actor=self.actor(request)
+                project=project,
+                environment=environment,
+                upload=upload,
+                actor=self.actor(request),
+                dry_run=dry_run == "true",
             )
-        return Response(report.as_dict())
+        return Response({**report.as_dict(), "dryRun": dry_run == "true"})
 
 
 class MemorySearchView(ApiView):

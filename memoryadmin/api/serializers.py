@@ -371,6 +371,7 @@ class ImportReportOutput(serializers.Serializer):
     skipped = serializers.IntegerField()
     failed = serializers.IntegerField()
     documents = ImportedDocumentOutput(many=True)
+    dryRun = serializers.BooleanField()
 
 
 class ResourceOutput(serializers.Serializer):

@@ -82,7 +82,7 @@ def _manifest(archive: ExportZip) -> dict[str, Any]:
 
 
 def import_zip(
-    *, project: Project, environment: str, upload: IO[bytes], actor: str
+    *, project: Project, environment: str, upload: IO[bytes], actor: str, dry_run: bool = False
 ) -> ImportReport:
     """Creates every document of an export zip that is free here; never overwrites.
 
@@ -91,7 +91,9 @@ def import_zip(
     member inflated within its bounds (400, 413), and each document again, in the same
     bounds, as it is created (the bytes are not kept between). The documents are
     created in one transaction, so an import past its deadline (413) creates
-    nothing either.
+    nothing either. A `dry_run` is the same import, every rule and write, in a
+    transaction rolled back at its end: its report is what the import would do now,
+    and it leaves nothing behind (no document, audit entry or webhook delivery).
     """
     check_environment(environment)
     deadline = Deadline(seconds_max())
@@ -109,6 +111,8 @@ def import_zip(
             ):
                 _report_outcome(report, archive, outcome)
                 deadline.check()
+            if dry_run:
+                transaction.set_rollback(True)
     return report
 
 

@@ -1,0 +1,99 @@
+"""Import on the Memory page: an uploaded export zip, bounded as the API's upload is
+(memoryadmin.memory.imports.upload_max), kept until the owner confirms its dry run.
+
+The import itself is the API's (memoryadmin.memory.services.transfer.import_zip): the
+dry run is that import rolled back, the confirmation that import committed. Between the
+two the zip waits in `var/imports/<project>/<environment>/<token>.zip` (mode 0600): one
+per project and environment (a new upload replaces it), removed once imported, and
+never older than PENDING_SECONDS.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shutil
+import time
+from pathlib import Path
+from typing import IO, Any
+
+from django.conf import settings
+from django.core.files.uploadhandler import FileUploadHandler, TemporaryFileUploadHandler
+
+from memoryadmin.core.errors import InvalidRequest, NotFound
+from memoryadmin.core.jsonbody import declared_check, too_large
+from memoryadmin.files import private_dir
+from memoryadmin.memory.imports import upload_max
+
+PENDING_SECONDS = 3600
+_TOKEN = re.compile(r"[0-9a-f]{32}")
+
+
+class BoundedUploadHandler(TemporaryFileUploadHandler):
+    """Spools an upload to a temporary file and refuses it (413) as soon as it is over
+    the largest zip an import may hold, declared or counted."""
+
+    def __init__(self, request: Any = None) -> None:
+        super().__init__(request)
+        self.limit = upload_max()
+        self.size = 0
+
+    def handle_raw_input(self, input_data: Any, META: Any, content_length: int, *args: Any) -> None:
+        declared_check(META.get("CONTENT_LENGTH"), self.limit)
+
+    def receive_data_chunk(self, raw_data: bytes, start: int) -> bytes | None:
+        self.size += len(raw_data)
+        if self.size > self.limit:
+            raise too_large(self.size, self.limit)
+        return super().receive_data_chunk(raw_data, start)
+
+
+def upload_handlers(request: Any) -> list[FileUploadHandler]:
+    return [BoundedUploadHandler(request)]
+
+
+def _folder(project_id: str, environment: str) -> Path:
+    return Path(settings.VAR_DIR) / "imports" / project_id / environment
+
+
+def _stale(folder: Path) -> None:
+    now = time.time()
+    for path in folder.glob("*.zip"):
+        try:
+            if now - path.stat().st_mtime > PENDING_SECONDS:
+                path.unlink()
+        except FileNotFoundError:
+            pass
+
+
+def pending_keep(*, project_id: str, environment: str, upload: IO[bytes]) -> str:
+    """Keeps an uploaded zip for its confirmation, replacing the one waiting there;
+    answers its token."""
+    folder = private_dir(_folder(project_id, environment))
+    token = secrets.token_hex(16)
+    target = folder / f"{token}.zip"
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as file:
+        upload.seek(0)
+        shutil.copyfileobj(upload, file)
+    for path in folder.glob("*.zip"):
+        if path != target:
+            path.unlink(missing_ok=True)
+    return token
+
+
+def pending_path(*, project_id: str, environment: str, token: str) -> Path:
+    """The zip waiting under `token` (404 once imported, replaced or expired)."""
+    if not isinstance(token, str) or not _TOKEN.fullmatch(token):
+        raise InvalidRequest("That upload is not valid; upload the export again.")
+    folder = _folder(project_id, environment)
+    if folder.is_dir():
+        _stale(folder)
+    path = folder / f"{token}.zip"
+    if not path.is_file():
+        raise NotFound(
+            "That upload is no longer waiting (imported, replaced or expired); "
+            "upload the export again."
+        )
+    return path
