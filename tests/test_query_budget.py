@@ -144,7 +144,7 @@ def test_memory_page_document_list_reads_the_role_once(
     for index in range(3):
         href = reverse("web:document", args=["acme", "development", "notes", f"doc-{index}"])
         assert f'<a href="{href}"' in html
-    assert "10 B / " in html
+    assert "10 B<" in html
     roles = [q for q in queries if "memory_projectrole" in q or "web_projectrole" in q]
     assert len(roles) == 1, queries
     # Session, user, roles (with the project switcher and the resource the URL
@@ -153,10 +153,16 @@ def test_memory_page_document_list_reads_the_role_once(
     assert len(queries) <= 4, queries
     assert not any("COUNT(" in q.upper() for q in queries), queries
     total_url = url + "total/"
-    assert f'hx-get="{total_url}" hx-trigger="load"' in html
+    assert f'hx-get="{total_url}" hx-trigger="load, ' in html
     response, queries = counted(lambda: owner.get(total_url, HTTP_HX_REQUEST="true"))
-    assert html_of(response) == '<p class="total" data-total>3 documents</p>'
+    assert html_of(response) == "3 documents"
     assert sum("COUNT(" in q.upper() for q in queries) == 1, queries
+    # With the filter: what it keeps and what the resource holds, a COUNT each.
+    response, queries = counted(
+        lambda: owner.get(total_url, {"q": "doc-1"}, HTTP_HX_REQUEST="true")
+    )
+    assert html_of(response) == "1 of 3 documents"
+    assert sum("COUNT(" in q.upper() for q in queries) == 2, queries
     # The same fragment for htmx filters, without the page around it.
     response, queries = counted(lambda: owner.get(url, {"q": "doc-1"}, HTTP_HX_REQUEST="true"))
     html = html_of(response)

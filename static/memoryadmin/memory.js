@@ -296,8 +296,23 @@
     rowBoxes(formId).forEach(function (box) {
       chosen += box.checked ? 1 : 0;
     });
-    count.textContent = chosen + " selected:";
+    count.textContent = chosen ? chosen + " selected:" : "Select documents for";
+    // The actions wait for a ticked box or "Select all matching" (the server also
+    // refuses an empty selection).
+    const all = form.querySelector('input[name="all"][value="matching"]');
+    const none = chosen === 0 && !(all && all.checked);
+    form.querySelectorAll('button[name="action"]').forEach(function (button) {
+      button.disabled = none;
+    });
   }
+  function initBulk() {
+    document.querySelectorAll("[data-bulk-count]").forEach(function (count) {
+      updateBulk(count.closest("form").id);
+    });
+  }
+  document.addEventListener("DOMContentLoaded", initBulk);
+  // Rows swapped in by the filter or "Load more" come unticked: count again.
+  document.addEventListener("htmx:load", initBulk);
   document.addEventListener("change", function (event) {
     const target = event.target;
     if (!target.matches) {
@@ -310,6 +325,8 @@
       updateBulk(target.dataset.selectPage);
     } else if (target.matches('input[name="doc"][form]')) {
       updateBulk(target.getAttribute("form"));
+    } else if (target.matches('input[name="all"]') && target.form) {
+      updateBulk(target.form.id);
     }
   });
   // "Select all matching" sends the list's filters: the id/title filter as typed now

@@ -15,7 +15,7 @@ from django.templatetags.static import static
 from django.urls import NoReverseMatch, get_script_prefix, get_urlconf, reverse
 from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
-from django.utils.timesince import timesince
+from django.utils.timesince import timesince, timeuntil
 from django_htmx.jinja import htmx_script
 
 from memoryadmin.memory.limits import utf8_len
@@ -105,17 +105,23 @@ _MINUTE = timedelta(minutes=1)
 
 @register.filter
 def ago(value: datetime, now: datetime | None = None) -> str:
+    """A time in words from now: "3\xa0days ago", "in 7\xa0days", "just now"."""
     return _ago(value, now or timezone.now(), settings.USE_I18N)
 
 
-def _ago(value: datetime, now: datetime, translated: bool) -> str:
+def _ago(value: datetime, now: datetime, translated: bool, depth: int = 2) -> str:
     delta = now - value
+    future = delta < timedelta(0)
+    if future:
+        delta = -delta
     if delta < _MINUTE:
-        return "just now"
+        return "in under a minute" if future else "just now"
     if delta >= _MONTH_FREE or translated:
-        return f"{timesince(value, now)} ago"
+        if future:
+            return f"in {timeuntil(value, now, depth=depth)}"
+        return f"{timesince(value, now, depth=depth)} ago"
     # Under 28 days no calendar month has passed: timesince's own arithmetic on
-    # the remaining seconds (two adjacent units at most), without its lazy strings.
+    # the remaining seconds (`depth` adjacent units at most), without its lazy strings.
     remaining = delta.total_seconds()
     counts = []
     for chunk, _ in _AGO_UNITS:
@@ -124,12 +130,13 @@ def _ago(value: datetime, now: datetime, translated: bool) -> str:
         remaining -= chunk * count
     first = next(i for i, count in enumerate(counts) if count)
     parts = []
-    for i in range(first, min(first + 2, len(counts))):
+    for i in range(first, min(first + depth, len(counts))):
         count = counts[i]
         if not count:
             break
         parts.append(f"{count}\xa0{_AGO_UNITS[i][1]}" + ("" if count == 1 else "s"))
-    return ", ".join(parts) + " ago"
+    words = ", ".join(parts)
+    return f"in {words}" if future else f"{words} ago"
 
 
 # Project-wide pages keep their section when the environment changes; pages of one
@@ -176,6 +183,16 @@ def kib(value: int) -> str:
 @register.filter
 def short_revision(value: str) -> str:
     return str(value)[:8]
+
+
+SHORT_SESSION = 8  # "ses_" and four hex digits, as revisions show their first 8
+
+
+@register.filter
+def short_session(value: str) -> str:
+    """A session id cut to its first characters ("ses_4f2a…"), for narrow columns."""
+    text = str(value)
+    return text if len(text) <= SHORT_SESSION + 1 else text[:SHORT_SESSION] + "…"
 
 
 # The navigation tab of each page (by URL name); pages not listed are Memory pages.
@@ -246,32 +263,42 @@ def index(sequence: Any, position: int) -> Any:
 # "_size.html" are the tags alone) and the document list's rows call the functions.
 
 
-def writer_html(kind: str, session_id: str | None, project_id: str, environment: str) -> str:
+def writer_html(
+    kind: str, session_id: str | None, project_id: str, environment: str, *, short: bool = False
+) -> str:
+    """Owner, or the agent and its session; `short` (a list's column): the session by its
+    first characters, the whole id on hover."""
     if kind != "agent":
         return '<span class="writer writer-owner">owner</span>'
     writer = "agent"
     if session_id:
         url = session_url(project_id, environment, session_id)
-        code = f"<code>{_escape(session_id)}</code>"
+        shown = _escape(short_session(session_id) if short else session_id)
+        hover = f' title="{_escape(session_id)}"' if short else ""
+        code = f"<code{hover}>{shown}</code>"
         writer += f' · <a href="{_escape(url)}">{code}</a>' if url else f" · {code}"
     return f'<span class="writer writer-agent">{writer}</span>'
 
 
-def time_html(value: datetime, *, now: datetime, zone: Any, translated: bool) -> str:
+def time_html(
+    value: datetime, *, now: datetime, zone: Any, translated: bool, depth: int = 2
+) -> str:
+    """Relative, in `depth` units at most; the exact time on hover."""
     # "2026-01-31T09:05:00.123456+00:00": its date and time, as strftime writes them.
     stamp = value.astimezone(zone).isoformat()
-    when = _escape(_ago(value, now, translated))
+    when = _escape(_ago(value, now, translated, depth))
     return f'<time datetime="{stamp}" title="{stamp[:10]} {stamp[11:19]} UTC">{when}</time>'
 
 
 def size_html(size: int, max_bytes: int, *, compact: bool = False) -> str:
-    """Bytes against the limit; `compact` (a list's column) in KiB, the bytes on hover."""
+    """Bytes against the limit; `compact` (a list's column, its head names the limit)
+    in KiB, the bytes on hover."""
     over = ' <span class="badge over">over limit</span>' if size > max_bytes else ""
     meter = f'<meter min="0" max="{max_bytes}" value="{size}" aria-hidden="true"></meter>'
     if compact:
         return (
             f'<span class="size" title="{size} of {max_bytes} bytes">'
-            f"{meter} {kib(size)} / {kib(max_bytes)}{over}</span>"
+            f"{meter} {kib(size)}{over}</span>"
         )
     return f'<span class="size">{meter} {size} / {max_bytes} bytes{over}</span>'
 
@@ -329,8 +356,11 @@ def document_rows(
             )
         title = _escape(row["title"])
         summary = _escape(row["summary"])
-        writer = writer_html(row["writer_kind"], row["writer_session_id"], project_id, environment)
-        when = time_html(row["updated_at"], now=now, zone=zone, translated=translated)
+        writer = writer_html(
+            row["writer_kind"], row["writer_session_id"], project_id, environment, short=True
+        )
+        # One unit ("3 weeks ago"): the column stays narrow; the exact time is on hover.
+        when = time_html(row["updated_at"], now=now, zone=zone, translated=translated, depth=1)
         html.append(
             "<tr>\n"
             f"{pick}"
@@ -517,9 +547,12 @@ def documents_head(context: template.Context, list_url: str) -> SafeString:
     q = f"&amp;{_text(filters)}" if filters else ""
     out = ['<div class="list-head">\n  ']
     if total_url:
+        # Counted again as the filter changes, with the filter's fields.
         out.append(
-            f'<p class="total" data-total hx-get="{_text(total_url)}" hx-trigger="load"'
-            ' hx-swap="outerHTML"></p>'
+            f'<p class="total" data-total aria-live="polite" hx-get="{_text(total_url)}"'
+            ' hx-trigger="load, input delay:300ms from:#document-filter,'
+            ' search from:#document-filter" hx-include="#document-filter"'
+            ' hx-sync="this:replace" hx-swap="innerHTML"></p>'
         )
     out.append('\n  <nav class="sort" aria-label="Sort documents">Sort by\n    ')
     for key, label in sorts.items():
@@ -527,7 +560,8 @@ def documents_head(context: template.Context, list_url: str) -> SafeString:
         out.append(f'<a href="{url}?sort={_text(key)}{q}"{current}>{_text(label)}</a>')
     out.append(
         "\n  </nav>\n</div>\n"
-        f'<form class="filter" method="get" action="{documents_url}" role="search">\n  '
+        f'<form id="document-filter" class="filter" method="get" action="{documents_url}"'
+        ' role="search">\n  '
     )
     if sort != "updated":
         out.append(f'<input type="hidden" name="sort" value="{_text(sort)}">')
@@ -604,7 +638,9 @@ def documents_head(context: template.Context, list_url: str) -> SafeString:
         '      <th scope="col">Summary</th>\n'
         '      <th scope="col">Last writer</th>\n'
         '      <th scope="col">Updated</th>\n'
-        '      <th scope="col">Size</th>\n'
+        '      <th scope="col">Size <span class="muted">of ',
+        kib(resource.max_bytes),
+        "</span></th>\n"
         '      <th scope="col"><span class="visually-hidden">Agent writes</span></th>\n'
         '    </tr>\n  </thead>\n  <tbody id="document-rows">',
     ]

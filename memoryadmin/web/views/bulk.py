@@ -66,6 +66,7 @@ def documents_bulk_view(request: HttpRequest, page: Page, r: str) -> HttpRespons
         raise InvalidRequest(f"Choose an action: {', '.join(BULK_ACTIONS)}.")
     permission = {"delete": DELETE, "export": EXPORT}.get(action, FREEZE)
     membership_require(membership=page.membership, permission=permission)
+    back = redirect("web:documents", page.project.id, page.environment, resource.resource_id)
     matching = request.POST.get("all") == "matching"
     filters = ""
     if matching:
@@ -74,6 +75,11 @@ def documents_bulk_view(request: HttpRequest, page: Page, r: str) -> HttpRespons
         query, facets = list_query(request.POST), document_facets(request.POST)
         selected = bulk_matching(resource=resource, query=query, facets=facets)
         filters = list_filters(query, facets)
+    elif not request.POST.getlist("doc"):
+        # The buttons wait for a ticked box; a form sent without one (no script) is
+        # told so on the list it came from, not shown an error page.
+        messages.warning(request, "Nothing was selected: tick the documents to act on first.")
+        return back
     else:
         selected = bulk_selection(request.POST.getlist("doc"))
     if action in BULK_READS:
@@ -106,4 +112,4 @@ def documents_bulk_view(request: HttpRequest, page: Page, r: str) -> HttpRespons
         resource=resource, action=action, selected=selected, actor=actor(request)
     )
     _report(request, action, result)
-    return redirect("web:documents", page.project.id, page.environment, resource.resource_id)
+    return back

@@ -131,10 +131,9 @@ def documents(request: HttpRequest, page: Page, r: str) -> HttpResponseBase:
         "filters": filters,
         "agents": [] if is_partial(request) else session_agents(project=page.project),
         # The total shows outside the rows, on full pages only (not htmx swaps of
-        # rows), and loads after the page: its COUNT grows with the resource.
-        "total_url": None
-        if is_partial(request) or facets_error
-        else list_url + "total/" + (f"?{filters}" if filters else ""),
+        # rows), and loads after the page (its COUNT grows with the resource) with the
+        # filter form's fields, again whenever they change.
+        "total_url": None if is_partial(request) or facets_error else list_url + "total/",
     }
     # htmx: the filter swaps the table body, "load more" swaps itself for the next rows.
     partial = "more" if cursor else "results"
@@ -154,13 +153,17 @@ def list_filters(query: str, facets: DocumentFacets) -> str:
 @require_GET
 @project_view(READ)
 def documents_total(request: HttpRequest, page: Page, r: str) -> HttpResponseBase:
-    """How many live documents the resource holds: the list's total, loaded after it."""
+    """How many live documents the resource holds, and how many of them its filter keeps:
+    the list's count, loaded after it and again as the filter changes."""
     resource = page.resource(r)
     facets = document_facets(request.GET)
     query = list_query(request.GET)
     narrowed = bool(query) or facets.narrowed
+    matching = document_count(resource=resource, query=query, facets=facets)
     context = {
-        "total": document_count(resource=resource, query=query, facets=facets),
+        # Narrowed: "39 of 61 documents", the resource's total beside what matches.
+        "total": document_count(resource=resource) if narrowed else matching,
+        "matching": matching,
         "narrowed": narrowed,
     }
     return page_render(request, "memoryadmin/documents.html", page, context, partial="total")
