@@ -73,3 +73,43 @@ def test_the_bench_runs_and_writes_its_report(tmp_path: Path) -> None:
     assert data["rows"][0]["ratio"] > 0
     assert data["roundTrips"]["GET document"] == 2
     assert "| GET one document" in done.stdout
+
+
+def test_the_incident_bench_finds_exactly_the_seeded_nodes(tmp_path: Path) -> None:
+    """`make bench-incidents`, small: the trace must find the seed's truth (the script
+    exits non-zero otherwise), then the containment runs."""
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if name not in {"DJANGO_SETTINGS_MODULE", "DATABASE_URL"}
+    }
+    env["MEMORYADMIN_DEV_SECRETS"] = "1"
+    if url := _database_url():
+        env["DATABASE_URL"] = url
+    report = tmp_path / "incidents.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "bench/incidents.py",
+            "--documents",
+            "400",
+            "--sessions",
+            "200",
+            "--traces",
+            "1",
+            "--json",
+            str(report),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    assert "exactly the seeded ones" in done.stderr
+    rows = json.loads(report.read_text())["rows"]
+    assert [row["measure"] for row in rows] == [
+        "trace p95 (421 nodes, 3 hops)",
+        "containment of the whole graph",
+    ]

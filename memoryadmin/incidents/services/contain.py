@@ -333,14 +333,19 @@ def incident_contain(
         actions=check_actions(actions, incident),
     )
     documents, _ = _documents(incident)
-    # Freeze first: from then on no agent writes the affected documents.
+    # Each action over the whole graph is one transaction (one commit, not one per node;
+    # all of it or none). Freeze first: from then on no agent writes the documents.
     if FREEZE in report.actions:
-        _freeze(report, documents, actor)
+        with transaction.atomic():
+            _freeze(report, documents, actor)
     if END_SESSIONS in report.actions:
-        _end_sessions(report, actor)
+        with transaction.atomic():
+            _end_sessions(report, actor)
     if REVERT in report.actions:
-        _revert_documents(report, documents, actor)
-        _reject_proposals(report, actor)
+        with transaction.atomic():
+            _revert_documents(report, documents, actor)
+            _reject_proposals(report, actor)
+        # Through the provider, one record at a time, outside any transaction.
         _undo_records(report, actor)
     if REVOKE_KEY in report.actions:
         _revoke_key(report, actor)
