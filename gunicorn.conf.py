@@ -33,9 +33,12 @@ timeout = _int("GUNICORN_TIMEOUT", 30)
 # On SIGTERM (deploys), requests in flight get this long to finish.
 graceful_timeout = _int("GUNICORN_GRACEFUL_TIMEOUT", 30)
 keepalive = _int("GUNICORN_KEEPALIVE", 5)
-# Workers are replaced after this many requests (0: never), staggered by the jitter.
-max_requests = _int("GUNICORN_MAX_REQUESTS", 1000)
-max_requests_jitter = _int("GUNICORN_MAX_REQUESTS_JITTER", 100)
+# Workers are replaced after this many requests (0, the default: never), staggered by
+# the jitter. Nothing leaks (a worker's RSS is flat under load), and a replaced worker
+# imports the whole project again while its share of requests waits
+# (docs/decisions.md, Serving).
+max_requests = _int("GUNICORN_MAX_REQUESTS", 0)
+max_requests_jitter = _int("GUNICORN_MAX_REQUESTS_JITTER", 0)
 # The application logs every request as JSON; gunicorn's access log would repeat it.
 accesslog = None
 errorlog = "-"
@@ -49,6 +52,14 @@ if not control_socket_disable:
 # fresh for each start of the server (memoryadmin/metrics.py reads it).
 _metrics_dir = tempfile.mkdtemp(prefix="memoryadmin-metrics-")
 os.environ["PROMETHEUS_MULTIPROC_DIR"] = _metrics_dir
+
+
+def post_worker_init(worker: Any) -> None:
+    """Before a worker accepts: every URLconf and the views they name are imported, so
+    its first request does not pay for that (seconds on a busy machine)."""
+    from django.urls import reverse
+
+    reverse("health")
 
 
 def child_exit(server: Any, worker: Any) -> None:

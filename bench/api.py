@@ -16,7 +16,6 @@ requests made in-process. The table is printed and written as JSON.
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import os
 import platform
@@ -37,8 +36,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memoryadmin.settings")
-# The bench measures request cost, not the per-key rate limit, and one log line
-# per request would be part of what it times.
+# The bench measures request cost, not the per-key rate limit. Its own process logs
+# warnings only; the servers log every request, as shipped (server_env).
 os.environ.setdefault("MEMORYADMIN_API_RATE", "1000000/second")
 os.environ.setdefault("LOG_LEVEL", "WARNING")
 
@@ -60,9 +59,12 @@ TINY = "bound-0"  # a resource of one document (the export's start-up cost)
 SMALL = 1000  # documents of the small resource (list @1k)
 DEEP_PAGE = 500
 API = "/api/managed-agents"
+FLOORS = f"{API}/bench"  # memoryadmin/benchfloors.py, on an API route as the API is
 
 
-# Load generation: one new connection per request, as gunicorn's sync workers close them.
+# Load generation: each client thread keeps one connection open while the server
+# allows (gthread keeps it alive, as behind a proxy; sync workers close it after each
+# answer), and writes each request's bytes built in one piece.
 
 
 @dataclass
@@ -73,15 +75,82 @@ class Call:
     body: bytes = b""
 
 
+class Wire:
+    """One client's connection to the server: HTTP/1.1 requests, answers read by length."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.sock: socket.socket | None = None
+        self.buffer = b""
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+        self.sock, self.buffer = None, b""
+
+    def exchange(self, call: Call) -> tuple[int, dict[str, str], bytes]:
+        head = [f"{call.method} {call.path} HTTP/1.1", "Host: 127.0.0.1"]
+        head += [f"{k}: {v}" for k, v in call.headers.items()]
+        head.append(f"Content-Length: {len(call.body)}")
+        data = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + call.body
+        fresh = self.sock is None
+        try:
+            return self._exchange(data)
+        except (ConnectionError, EOFError):
+            # A kept-alive connection the server closed while it was idle: once more.
+            self.close()
+            if fresh:
+                raise
+            return self._exchange(data)
+
+    def _exchange(self, data: bytes) -> tuple[int, dict[str, str], bytes]:
+        if self.sock is None:
+            self.sock = socket.create_connection(("127.0.0.1", self.port), timeout=60)
+            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock.sendall(data)
+        buffer = self.buffer
+        while b"\r\n\r\n" not in buffer:
+            buffer += self._recv()
+        head, _, rest = buffer.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        status = int(lines[0].split(" ", 2)[1])
+        headers = {}
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+        if "content-length" in headers:
+            length = int(headers["content-length"])
+            while len(rest) < length:
+                rest += self._recv()
+            body, self.buffer = rest[:length], rest[length:]
+        else:  # no length: the body runs to the end of the connection
+            while chunk := self._recv(eof_ok=True):
+                rest += chunk
+            body = rest
+            headers["connection"] = "close"
+        if headers.get("connection", "").lower() == "close":
+            self.close()
+        return status, headers, body
+
+    def _recv(self, eof_ok: bool = False) -> bytes:
+        assert self.sock is not None
+        chunk = self.sock.recv(262144)
+        if not chunk and not eof_ok:
+            raise EOFError("the server closed the connection")
+        return chunk
+
+
+_wires = threading.local()
+
+
 def send(port: int, call: Call) -> tuple[int, dict[str, str], bytes]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    wires = _wires.__dict__.setdefault("by_port", {})
+    wire = wires.get(port) or wires.setdefault(port, Wire(port))
     try:
-        conn.request(call.method, call.path, body=call.body or None, headers=call.headers)
-        response = conn.getresponse()
-        body = response.read()
-        return response.status, {k.lower(): v for k, v in response.getheaders()}, body
-    finally:
-        conn.close()
+        return wire.exchange(call)
+    except BaseException:
+        wire.close()
+        raise
 
 
 def checked(port: int, call: Call) -> tuple[dict[str, str], bytes]:
@@ -95,30 +164,56 @@ def checked(port: int, call: Call) -> tuple[dict[str, str], bytes]:
 Client_ = Callable[[int], Callable[[], object]]
 
 
+@dataclass
+class Load:
+    rate: float  # requests per second, all clients together
+    latencies: list[float]  # seconds of each request, sorted
+
+    def percentile(self, p: float) -> float:
+        return self.latencies[min(len(self.latencies) - 1, int(len(self.latencies) * p))]
+
+
 def throughput(port: int, make: Client_, seconds: float, c: int) -> float:
     """Requests per second of `c` concurrent clients for `seconds`; make(i) is client i."""
-    done = [0] * c
-    stop = time.perf_counter() + seconds
+    return load(port, make, seconds, c).rate
+
+
+def load(port: int, make: Client_, seconds: float, c: int) -> Load:
+    """`c` concurrent clients for `seconds`: their rate and each request's latency."""
+    done: list[list[float]] = [[] for _ in range(c)]
     errors: list[BaseException] = []
+    ready = threading.Barrier(c + 1)
+    stop = [0.0]
 
     def client(i: int) -> None:
-        next_call = make(i)
         try:
-            while time.perf_counter() < stop:
+            next_call = make(i)
+        except BaseException as exc:
+            errors.append(exc)
+        ready.wait()
+        if errors:
+            return
+        mine = done[i]
+        clock = time.perf_counter
+        try:
+            while (started := clock()) < stop[0]:
                 next_call()
-                done[i] += 1
+                mine.append(clock() - started)
         except BaseException as exc:
             errors.append(exc)
 
-    start = time.perf_counter()
     threads = [threading.Thread(target=client, args=(i,)) for i in range(c)]
     for thread in threads:
         thread.start()
+    start = time.perf_counter()
+    stop[0] = start + seconds
+    ready.wait()
     for thread in threads:
         thread.join()
     if errors:
         raise errors[0]
-    return sum(done) / (time.perf_counter() - start)
+    latencies = sorted(t for mine in done for t in mine)
+    return Load(len(latencies) / (time.perf_counter() - start), latencies)
 
 
 def latency(port: int, call: Call, seconds: float) -> float:
@@ -148,19 +243,38 @@ class Row:
     pairs: list[tuple[float, float]] = field(default_factory=list)
     ratio: float = 0.0
     detail: str = ""
+    spread: tuple[float, float] | None = None  # the least and greatest pair's ratio
+    note: str = ""
 
     def result(self, pairs: list[tuple[float, float]], ratio: Callable[[float, float], float]):
         self.pairs = pairs
-        self.ratio = statistics.median(ratio(floor, measured) for floor, measured in pairs)
+        ratios = [ratio(floor, measured) for floor, measured in pairs]
+        self.ratio = statistics.median(ratios)
+        self.spread = (min(ratios), max(ratios))
         return self
+
+    @property
+    def shown(self) -> str:
+        if self.detail:
+            return self.detail
+        value = f"{self.ratio:.2f}"
+        if self.spread is not None and len(self.pairs) > 1:
+            value += f" ({self.spread[0]:.2f} to {self.spread[1]:.2f})"
+        return f"{value}; {self.note}" if self.note else value
 
     @property
     def met(self) -> bool:
         return self.check(self.ratio)
 
 
-def interleaved(n: int, floor: Callable[[], float], measure: Callable[[], float]):
-    """n pairs, alternating which side runs first, so drift hits both sides alike."""
+def interleaved(
+    n: int, floor: Callable[[], float], measure: Callable[[], float], warm: bool = False
+):
+    """n pairs, alternating which side runs first, so drift hits both sides alike;
+    `warm`: one run of each side first, not counted (connections, caches, plans)."""
+    if warm:
+        floor()
+        measure()
     pairs = []
     for i in range(n):
         if i % 2 == 0:
@@ -313,7 +427,9 @@ def database_url() -> str:
     return f"sqlite:///{db['NAME']}"
 
 
-def server_env() -> dict[str, str]:
+def server_env(shipped: bool = False) -> dict[str, str]:
+    """The servers' environment: request logs on (to /dev/null), as in production.
+    `shipped` leaves every gunicorn setting to gunicorn.conf.py's defaults."""
     env = dict(os.environ)
     env.update(
         DATABASE_URL=database_url(),
@@ -321,7 +437,13 @@ def server_env() -> dict[str, str]:
         GUNICORN_MAX_REQUESTS="0",
         GUNICORN_LOG_LEVEL="warning",
         DJANGO_DEBUG="0",
+        LOG_LEVEL=os.environ.get("BENCH_SERVER_LOG_LEVEL", "INFO"),
     )
+    if shipped:
+        for name in list(env):
+            if name.startswith("GUNICORN_") and name != "GUNICORN_LOG_LEVEL":
+                del env[name]
+        env.pop("WEB_CONCURRENCY", None)
     return env
 
 
@@ -332,21 +454,16 @@ def collect_static() -> None:
     subprocess.run(manage, cwd=ROOT, env=server_env(), check=True)
 
 
-def gunicorn(port: int) -> subprocess.Popen[bytes]:
+def gunicorn(port: int, shipped: bool = False) -> subprocess.Popen[bytes]:
+    """2 sync workers, or (`shipped`) gunicorn.conf.py with its defaults as shipped."""
+    command = [str(ROOT / ".venv/bin/gunicorn"), "--config", str(ROOT / "gunicorn.conf.py")]
+    if not shipped:
+        command += ["--workers", "2", "--worker-class", "sync"]
     server = subprocess.Popen(
-        [
-            str(ROOT / ".venv/bin/gunicorn"),
-            "--config",
-            str(ROOT / "gunicorn.conf.py"),
-            "--workers",
-            "2",
-            "--worker-class",
-            "sync",
-            "--bind",
-            f"127.0.0.1:{port}",
-        ],
+        [*command, "--bind", f"127.0.0.1:{port}"],
         cwd=ROOT,
-        env=server_env(),
+        env=server_env(shipped),
+        stdout=subprocess.DEVNULL,
     )
     for _ in range(300):
         try:
@@ -477,7 +594,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--documents", type=int, default=10000)
     parser.add_argument("--seconds", type=float, default=2.0, help="per run")
-    parser.add_argument("--pairs", type=int, default=5)
+    parser.add_argument("--pairs", type=int, default=7)
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--json", default=str(ROOT / "var" / "bench.json"))
     parser.add_argument(
@@ -511,13 +628,15 @@ def run(args: argparse.Namespace) -> None:
     started = time.perf_counter()
     setup = seed(args.documents, args.concurrency)
     seeded = time.perf_counter() - started
-    port = free_port()
-    server = gunicorn(port)
+    port, shipped_port = free_port(), free_port()
+    servers = [gunicorn(port), gunicorn(shipped_port, shipped=True)]
     try:
-        rows, trips = measure(args, setup, port)
+        rows, trips = measure(args, setup, port, shipped_port)
     finally:
-        server.terminate()
-        server.wait()
+        for server in servers:
+            server.terminate()
+        for server in servers:
+            server.wait()
     report(args, rows, trips, seeded, time.perf_counter() - started)
 
 
@@ -525,7 +644,9 @@ def wanted(args: argparse.Namespace, name: str) -> bool:
     return not args.only or any(text.lower() in name.lower() for text in args.only)
 
 
-def measure(args: argparse.Namespace, setup: Setup, port: int) -> tuple[list[Row], dict[str, int]]:
+def measure(
+    args: argparse.Namespace, setup: Setup, port: int, shipped_port: int
+) -> tuple[list[Row], dict[str, int]]:
     key = {"x-api-key": setup.key}
     docs = f"{API}/projects/{PROJECT}/memory/notes/documents"
     small = f"{API}/projects/{PROJECT}/memory/small/documents"
@@ -548,7 +669,7 @@ def measure(args: argparse.Namespace, setup: Setup, port: int) -> tuple[list[Row
     for call in calls.values():
         if call.body:
             call.headers = {**call.headers, "Content-Type": "application/json"}
-    floor_get = Call("GET", f"/bench/floor/{setup.notes_pk}/{setup.doc_id}")
+    floor_get = Call("GET", f"{FLOORS}/floor/{setup.notes_pk}/{setup.doc_id}")
     s, n, c = args.seconds, args.pairs, args.concurrency
     text = json.dumps({"text": "w" * 2000}).encode()
 
@@ -573,8 +694,8 @@ def measure(args: argparse.Namespace, setup: Setup, port: int) -> tuple[list[Row
 
     api_put = writer(lambda i: f"{docs}/put-{i}{q}", lambda i: f"{docs}/put-{i}{q}")
     floor_put = writer(
-        lambda i: f"/bench/floor/{setup.notes_pk}/floor-put-{i}",
-        lambda i: f"/bench/floor-put/{setup.notes_pk}/floor-put-{i}",
+        lambda i: f"{FLOORS}/floor/{setup.notes_pk}/floor-put-{i}",
+        lambda i: f"{FLOORS}/floor-put/{setup.notes_pk}/floor-put-{i}",
     )
     lat = {name: (lambda call=call: latency(port, call, s)) for name, call in calls.items()}
     rows: list[Row] = []
@@ -664,10 +785,68 @@ def measure(args: argparse.Namespace, setup: Setup, port: int) -> tuple[list[Row
         lambda: interleaved(n, lat["list first page"], lat["list deep page"]),
         slower,
     )
+    stack_rows(args, row, port, shipped_port, calls["GET document"])
     trips = round_trips(setup, calls)
     trips["floor GET (bench)"] = 1
     trips["floor PUT (bench)"] = 1
     return rows, trips
+
+
+def stack_rows(
+    args: argparse.Namespace, row: Callable[..., Row | None], port: int, shipped: int, get: Call
+) -> None:
+    """What the stack costs before any view runs (a constant view through every
+    middleware against the raw WSGI answer, on each server), and the shipped
+    configuration's tail and throughput against sync workers."""
+    from memoryadmin.benchfloors import CONSTANT_API_PATH, RAW_PATH
+
+    s, n, c = args.seconds, args.pairs, args.concurrency
+
+    def rate(p: int, call: Call) -> Callable[[], float]:
+        return lambda: load(p, lambda i: lambda: checked(p, call), s, c).rate
+
+    raw, constant = Call("GET", RAW_PATH), Call("GET", CONSTANT_API_PATH)
+    for server, p in (("2 sync workers", port), ("gunicorn.conf.py as shipped", shipped)):
+        row(
+            f"constant JSON view through the full stack ÷ raw WSGI, {server} (req/s)",
+            ">= 0.5",
+            lambda r: r >= 0.5,
+            lambda p=p: interleaved(n, rate(p, raw), rate(p, constant), warm=True),
+            lambda f, m: m / f,
+        )
+    runs: list[Load] = []
+
+    def tail() -> tuple[float, float]:
+        got = load(shipped, lambda i: lambda: checked(shipped, get), s, c)
+        runs.append(got)
+        return got.percentile(0.5), got.percentile(0.99)
+
+    def tail_pairs() -> list[tuple[float, float]]:
+        tail()  # warm
+        runs.clear()
+        return [tail() for _ in range(n)]
+
+    tail_row = row(
+        f"GET one document p99 ÷ p50 at {c} connections, gunicorn.conf.py as shipped",
+        "<= 3",
+        lambda r: r <= 3,
+        tail_pairs,
+        lambda p50, p99: p99 / p50,
+    )
+    if tail_row is not None:
+        worst = max(runs, key=lambda r: r.latencies[-1])
+        tail_row.note = (
+            f"p50 {statistics.median(r.percentile(0.5) for r in runs) * 1000:.1f} ms,"
+            f" p99 {statistics.median(r.percentile(0.99) for r in runs) * 1000:.1f} ms,"
+            f" max {worst.latencies[-1] * 1000:.0f} ms"
+        )
+    row(
+        "GET one document req/s, gunicorn.conf.py as shipped ÷ 2 sync workers",
+        ">= 1.0",
+        lambda r: r >= 1.0,
+        lambda: interleaved(n, rate(port, get), rate(shipped, get), warm=True),
+        lambda f, m: m / f,
+    )
 
 
 def export_row(args: argparse.Namespace, setup: Setup, rows: list[Row]) -> None:
@@ -729,12 +908,14 @@ def report(
     args: argparse.Namespace, rows: list[Row], trips: dict[str, int], seeded: float, total: float
 ) -> None:
     where = f"{connection.vendor}, {args.documents} documents, gunicorn 2 sync workers"
-    print(f"\n{where}; median of {args.pairs} interleaved pairs, {args.seconds:g} s runs\n")
+    print(
+        f"\n{where} (and gunicorn.conf.py as shipped where a row says so); median of"
+        f" {args.pairs} interleaved pairs (least to greatest), {args.seconds:g} s runs\n"
+    )
     print("| measure | now | goal | met |")
     print("| --- | --- | --- | --- |")
     for r in rows:
-        value = r.detail or f"{r.ratio:.2f}"
-        print(f"| {r.name} | {value} | {r.goal} | {'yes' if r.met else 'NO'} |")
+        print(f"| {r.name} | {r.shown} | {r.goal} | {'yes' if r.met else 'NO'} |")
     print("\n| endpoint | database round trips per request |")
     print("| --- | --- |")
     for name, count in trips.items():
@@ -759,6 +940,8 @@ def report(
                         "met": r.met,
                         "pairs": r.pairs,
                         "detail": r.detail,
+                        "spread": r.spread,
+                        "note": r.note,
                     }
                     for r in rows
                 ],

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -19,10 +21,28 @@ from django.urls import path
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
-CONSTANT_API_PATH = "/api/managed-agents/bench/constant"
+# On an API route, as the API's requests are (API routes skip the page's middleware).
+PREFIX = "api/managed-agents/bench/"
+CONSTANT_API_PATH = f"/{PREFIX}constant"
 CONSTANT_PAGE_PATH = "/bench/constant"
 RAW_PATH = "/bench/raw"
 CONSTANT = b'{"status": "ok"}'
+
+WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+def raw_wsgi(app: WSGIApp) -> WSGIApp:
+    """`app`, except that `RAW_PATH` is answered here with `CONSTANT`: no Django at all."""
+    headers = [("Content-Type", "application/json"), ("Content-Length", str(len(CONSTANT)))]
+
+    def application(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") == RAW_PATH:
+            start_response("200 OK", headers)
+            return [CONSTANT]
+        return app(environ, start_response)
+
+    return application
+
 
 COLUMNS = ("doc_id", "title", "summary", "text", "revision", "bytes", "updated_at")
 
@@ -67,6 +87,6 @@ def document_update(request: HttpRequest, resource_pk: int, doc_id: str) -> Http
 urlpatterns = [
     path(CONSTANT_API_PATH.lstrip("/"), constant),
     path(CONSTANT_PAGE_PATH.lstrip("/"), constant),
-    path("bench/floor/<int:resource_pk>/<str:doc_id>", document_read),
-    path("bench/floor-put/<int:resource_pk>/<str:doc_id>", document_update),
+    path(f"{PREFIX}floor/<int:resource_pk>/<str:doc_id>", document_read),
+    path(f"{PREFIX}floor-put/<int:resource_pk>/<str:doc_id>", document_update),
 ]

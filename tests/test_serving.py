@@ -4,6 +4,7 @@ compressed hashed static files."""
 from __future__ import annotations
 
 import re
+import shutil
 import stat
 import subprocess
 from pathlib import Path
@@ -194,3 +195,49 @@ def test_gunicorn_serves_compressed_hashed_static_files_in_production(tmp_path: 
         assert (
             httpx.get(base + "/static/memoryadmin/nothing.css", headers=headers).status_code == 404
         )
+
+
+def test_gunicorn_keeps_its_workers_and_warms_them_by_default(monkeypatch: Any) -> None:
+    """Workers are not recycled unless asked (nothing leaks, and a new worker imports
+    the project again), and each imports the URLconf before it accepts a request."""
+    import runpy
+
+    # The file sets these for the server's workers; the test's process gets its own back.
+    names = ["GUNICORN_MAX_REQUESTS", "GUNICORN_MAX_REQUESTS_JITTER"]
+    for name in [*names, "PROMETHEUS_MULTIPROC_DIR", "MEMORYADMIN_REQUEST_THREADS"]:
+        monkeypatch.delenv(name, raising=False)
+    conf = runpy.run_path(str(ROOT / "gunicorn.conf.py"))
+    assert conf["max_requests"] == 0
+    assert conf["max_requests_jitter"] == 0
+    conf["post_worker_init"](None)  # imports every URLconf; raises if one cannot load
+    monkeypatch.setenv("GUNICORN_MAX_REQUESTS", "5000")
+    shutil.rmtree(conf["_metrics_dir"], ignore_errors=True)
+    conf = runpy.run_path(str(ROOT / "gunicorn.conf.py"))
+    assert conf["max_requests"] == 5000
+    shutil.rmtree(conf["_metrics_dir"], ignore_errors=True)
+
+
+def test_the_bench_floors_are_off_in_production(client: Any) -> None:
+    from django.core.handlers.wsgi import WSGIHandler
+
+    from memoryadmin import benchfloors, wsgi
+
+    assert type(wsgi.application) is WSGIHandler  # no raw answer in front of Django
+    assert client.get(benchfloors.RAW_PATH).status_code == 404
+    assert client.get(benchfloors.CONSTANT_API_PATH).status_code == 404
+
+    # What the bench serves: the raw path answered without Django, the rest passed on.
+    seen: list[str] = []
+
+    def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        seen.append(environ["PATH_INFO"])
+        start_response("204 No Content", [])
+        return []
+
+    statuses: list[str] = []
+    wrapped = benchfloors.raw_wsgi(app)
+    body = wrapped({"PATH_INFO": benchfloors.RAW_PATH}, lambda s, h: statuses.append(s))
+    assert b"".join(body) == benchfloors.CONSTANT
+    assert wrapped({"PATH_INFO": "/healthz"}, lambda s, h: statuses.append(s)) == []
+    assert statuses == ["200 OK", "204 No Content"]
+    assert seen == ["/healthz"]
