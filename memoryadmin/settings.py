@@ -11,6 +11,7 @@ docs/deploy.md lists every variable.
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 import os
 import secrets
@@ -226,6 +227,7 @@ INSTALLED_APPS = [
     "memoryadmin.runner",
     "memoryadmin.webhooks",
     "memoryadmin.incidents",
+    "memoryadmin.erasures",
     "django_tasks_db",
 ]
 
@@ -377,6 +379,24 @@ SPECTACULAR_SETTINGS = {
 # reference provider accepts this bearer token (unset: derived from SECRET_KEY).
 MEMORYADMIN_PARTITION_SECRET = required_secret("MEMORYADMIN_PARTITION_SECRET", DEV_SECRETS)
 REFERENCE_PROVIDER_TOKEN = os.environ.get("REFERENCE_PROVIDER_TOKEN", "")
+
+
+def erasure_signing_key(generate: bool) -> str:
+    """The Ed25519 key that signs erasure receipts: 32 random bytes, base64. Set in
+    production (every instance the same; docs/deploy.md); in development generated once
+    into var/. Unset in production, erasures refuse to run (503) and nothing else changes."""
+    configured = os.environ.get("MEMORYADMIN_ERASURE_SIGNING_KEY", "").strip()
+    if configured or not generate:
+        return configured
+    path = var_dir() / "erasure-signing-key"
+    private_file(path, base64.b64encode(secrets.token_bytes(32)).decode() + "\n")
+    return path.read_text().strip()
+
+
+MEMORYADMIN_ERASURE_SIGNING_KEY = erasure_signing_key(DEV_SECRETS)
+# The copies one erasure may change (documents, versions, proposals, recalls, audit
+# entries, webhook payloads, external records); past it the erasure is refused (413).
+MEMORYADMIN_ERASURE_MAX_COPIES = env_int("MEMORYADMIN_ERASURE_MAX_COPIES", 5000, minimum=1)
 # Each provider operation's time across all its attempts; the protocol specifies
 # 10 seconds and providers read it from `deadlineAt`; a recall's providers share
 # one. Not read from the environment.

@@ -790,3 +790,37 @@ class _ReceiverHandler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
+
+
+# What the database keeps of a text (tests/test_redaction.py, tests/test_erasures.py).
+
+
+def _holds(cell: object, needle: str) -> bool:
+    if isinstance(cell, bytes):  # FTS5 keeps its index in blobs
+        return needle.lower().encode() in cell.lower()
+    return isinstance(cell, str) and needle.lower() in cell.lower()
+
+
+def raw_rows_with(needle: str) -> list[str]:
+    """Every table of the database, read raw, every column (on SQLite the full-text
+    index's own shadow tables too, their blobs included; on PostgreSQL every table of
+    the schema, each row as text): the tables where `needle` occurs, ignoring case."""
+    found = []
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            cursor.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            for (table,) in cursor.fetchall():
+                cursor.execute(f'SELECT * FROM "{table}"')
+                if any(_holds(cell, needle) for row in cursor.fetchall() for cell in row):
+                    found.append(table)
+        else:
+            cursor.execute(
+                "SELECT table_name FROM information_schema.tables "
+                "WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'"
+            )
+            for (table,) in cursor.fetchall():
+                cursor.execute(
+                    f'SELECT t::text FROM "{table}" t WHERE t::text ILIKE %s', [f"%{needle}%"]
+                )
+                found += [table for _ in cursor.fetchall()]
+    return sorted(set(found))

@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 from django.core.management import call_command
-from django.db import connection
 from rest_framework.test import APIClient
 
 from memoryadmin.agents.services.runtime import recall_create
@@ -19,41 +18,11 @@ from memoryadmin.agents.services.sessions import session_create
 from memoryadmin.memory.models import AuditEntry, Document, DocumentVersion, Project, Resource
 from memoryadmin.memory.services.documents import document_patch, document_replace
 from memoryadmin.memory.services.redaction import version_redact
-from tests.helpers import DEV, DOCS, Keys, html_of, support_session
+from tests.helpers import DEV, DOCS, Keys, html_of, raw_rows_with, support_session
 
 pytestmark = pytest.mark.django_db
 
 SECRETS = ("hunter2zebra", "zebrasummary", "Zebracorn")
-
-
-def _holds(cell: object, needle: str) -> bool:
-    if isinstance(cell, bytes):  # FTS5 keeps its index in blobs
-        return needle.lower().encode() in cell.lower()
-    return isinstance(cell, str) and needle.lower() in cell.lower()
-
-
-def raw_rows_with(needle: str) -> list[str]:
-    """Every table of the database, read raw (search index tables included): the tables
-    where `needle` occurs."""
-    found = []
-    with connection.cursor() as cursor:
-        if connection.vendor == "sqlite":
-            cursor.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-            for (table,) in cursor.fetchall():
-                cursor.execute(f'SELECT * FROM "{table}"')
-                if any(_holds(cell, needle) for row in cursor.fetchall() for cell in row):
-                    found.append(table)
-        else:
-            cursor.execute(
-                "SELECT table_name FROM information_schema.tables "
-                "WHERE table_schema = 'public' AND table_type = 'BASE TABLE'"
-            )
-            for (table,) in cursor.fetchall():
-                cursor.execute(
-                    f'SELECT t::text FROM "{table}" t WHERE t::text ILIKE %s', [f"%{needle}%"]
-                )
-                found += [table for _ in cursor.fetchall()]
-    return sorted(set(found))
 
 
 @pytest.fixture

@@ -216,6 +216,8 @@ class OperationKind(models.TextChoices):
     # An incident containment's undo of a record that the provider refused or did not
     # answer: recorded as a dead letter for an owner to settle.
     CONTAINMENT_UNDO = "containment_undo"
+    # An erasure's delete of a record that the provider refused or did not answer.
+    ERASURE_DELETE = "erasure_delete"
 
 
 class OperationAction(models.TextChoices):

@@ -487,7 +487,13 @@ class ApiKeyCreatedOutput(ApiKeyOutput):
 class OperationOutput(serializers.Serializer):
     id = serializers.CharField()
     kind = serializers.ChoiceField(
-        choices=["accepted_write", "uncertain_write", "cancelled_write", "containment_undo"]
+        choices=[
+            "accepted_write",
+            "uncertain_write",
+            "cancelled_write",
+            "containment_undo",
+            "erasure_delete",
+        ]
     )
     state = serializers.ChoiceField(
         choices=["queued", "partial", "succeeded", "failed", "dead", "discarded"]
@@ -600,3 +606,46 @@ class VersionReaderOutput(serializers.Serializer):
 
 class VersionReadersOutput(serializers.Serializer):
     readers = VersionReaderOutput(many=True)
+
+
+class ErasureInput(StrictSerializer):
+    match = serializers.JSONField(
+        help_text='{"text": "<exact text, 8+ characters>"} or '
+        '{"documents": [{"resource": ..., "id": ...}]} (1-100).'
+    )
+    dryRun = StrictBooleanField(
+        required=False, default=False, help_text="Count what would be erased; change nothing."
+    )
+    reason = StrictCharField(help_text="Why; kept in the receipt. 1-500 characters.")
+
+
+class ErasureCountsOutput(serializers.Serializer):
+    dryRun = serializers.BooleanField()
+    places = serializers.DictField(child=serializers.IntegerField())
+    copies = serializers.IntegerField()
+    maxCopies = serializers.IntegerField()
+
+
+class ErasureOutput(serializers.Serializer):
+    id = serializers.CharField()
+    dryRun = serializers.BooleanField()
+    createdAt = serializers.CharField()
+    actor = serializers.CharField()
+    reason = serializers.CharField()
+    match = serializers.DictField()
+    places = serializers.DictField(child=serializers.IntegerField())
+    copies = serializers.IntegerField()
+    complete = serializers.BooleanField()
+    receipt = serializers.DictField(help_text="The signed receipt: {receipt, signature}.")
+
+
+class ErasurePageOutput(serializers.Serializer):
+    erasures = ErasureOutput(many=True)
+    nextCursor = serializers.CharField(allow_null=True)
+
+
+class ErasureKeyOutput(serializers.Serializer):
+    algorithm = serializers.CharField()
+    keyId = serializers.CharField()
+    publicKey = serializers.CharField(help_text="The 32-byte Ed25519 public key, base64.")
+    pem = serializers.CharField()

@@ -3,6 +3,7 @@ from __future__ import annotations
 from django.urls import path
 
 from memoryadmin.api import (
+    erasure_views,
     incident_views,
     key_views,
     memory_views,
@@ -16,6 +17,7 @@ from memoryadmin.api import (
 )
 
 DOCUMENTS = "projects/<str:p>/memory/<str:r>/documents"
+ERASURES = "projects/<str:p>/memory/erasures"
 INCIDENTS = "projects/<str:p>/memory/incidents"
 KEYS = "projects/<str:p>/api-keys"
 OPERATIONS = "projects/<str:p>/memory/operations"
@@ -126,6 +128,11 @@ urlpatterns = [
         memory_views.MemoryImportView.as_view(),
         name="api-memory-import",
     ),
+    # After the resource routes: a resource may be called "erasures" (no erasure id is
+    # "documents", "records" or "restore").
+    path(ERASURES, erasure_views.ErasureListView.as_view(), name="api-erasures"),
+    path(f"{ERASURES}/<str:e>", erasure_views.ErasureDetailView.as_view(), name="api-erasure"),
+    path("erasure-key", erasure_views.ErasureKeyView.as_view(), name="api-erasure-key"),
     path(KEYS, key_views.ApiKeyListView.as_view(), name="api-keys"),
     path(f"{KEYS}/<str:k>/revoke", key_views.ApiKeyRevokeView.as_view(), name="api-key-revoke"),
     path(f"{KEYS}/<str:k>/rotate", key_views.ApiKeyRotateView.as_view(), name="api-key-rotate"),

@@ -29,6 +29,7 @@ EXIT_PRECONDITION = 4  # the document changed meanwhile, or the id is taken or r
 EXIT_TOO_LARGE = 5  # text, title or summary over its limit
 EXIT_INVALID = 6  # malformed input: ids, bindings, empty title, unreadable file, bad export
 EXIT_CONFLICT = 7  # the state refuses it (project exists, session ended) or a call was cancelled
+EXIT_INVALID_SIGNATURE = 8  # a signed receipt that does not verify
 
 # A domain error's kind is its HTTP status; the command line gives each kind its code.
 EXIT_CODES: dict[int, int] = {

@@ -75,3 +75,9 @@ def external_id_of(*, resource: Resource, namespace: str, record_id: str) -> str
 def record_forget(*, resource: Resource, record_id: str) -> None:
     """The record is gone at the provider: from every namespace that saw it."""
     ExternalRecord.objects.filter(resource=resource, record_id=record_id).delete()
+
+
+def namespaces_seen(*, resource: Resource, limit: int) -> list[str]:
+    """The namespaces records of a resource were seen in (at most `limit`, by name)."""
+    rows = ExternalRecord.objects.filter(resource=resource).values_list("namespace", flat=True)
+    return list(rows.distinct().order_by("namespace")[:limit])

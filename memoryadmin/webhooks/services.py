@@ -8,7 +8,9 @@ wants, and a signing secret shown once. Every change to endpoints is audited
 
 from __future__ import annotations
 
+import json
 import secrets
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -16,6 +18,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from memoryadmin.core.cursors import keyset_page
+from memoryadmin.core.erasing import containing, text_erase, value_erase
 from memoryadmin.core.errors import InvalidRequest, NotFound
 from memoryadmin.core.inputs import whole_number
 from memoryadmin.core.strings import string_check
@@ -228,3 +231,37 @@ def delivery_redeliver(
         _audit(endpoint, actor=actor, action="webhook.redeliver", event=delivery.event_id)
         enqueue(webhook_drain, project=endpoint.project_id, endpoint=endpoint.pk)
     return delivery, bool(finished)
+
+
+def deliveries_erase(
+    *, project_id: str, environment: str, needles: Sequence[str], apply: bool
+) -> dict[str, int]:
+    """Webhook payloads of one environment's events that hold any of `needles`, the text
+    replaced in them: counts of those not delivered yet (pending, sending, failed: they
+    would still go out) and of those delivered. A payload is signed when it is sent, so
+    the next attempt sends, and signs, the erased body."""
+    counts = {"webhookPayloads": 0, "webhookPayloadsDelivered": 0}
+    if not needles:
+        return counts
+    rows = containing(
+        Delivery.objects.filter(endpoint__project_id=project_id), needles, text=("body",)
+    )
+    for delivery in rows:
+        try:
+            body = json.loads(delivery.body)
+        except ValueError:
+            body = None
+        if isinstance(body, dict):
+            if body.get("environment") != environment:
+                continue
+            erased, count = value_erase(body, needles)
+            text = json.dumps(erased, separators=(",", ":"), ensure_ascii=False)
+        else:
+            text, count = text_erase(delivery.body, needles)
+        if not count:
+            continue
+        delivered = delivery.state == DeliveryState.DELIVERED
+        counts["webhookPayloadsDelivered" if delivered else "webhookPayloads"] += 1
+        if apply:
+            Delivery.objects.filter(pk=delivery.pk).update(body=text)
+    return counts

@@ -1,13 +1,15 @@
-"""What recalls keep of a document version, and how a redaction takes it out."""
+"""What recalls keep of a document version, and how a redaction or an erasure takes it out."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from django.db.models import TextField
 from django.db.models.functions import Cast
 
-from memoryadmin.agents.models import Binding, Recall, Scope
+from memoryadmin.agents.models import Binding, Recall, Scope, SessionEvent
+from memoryadmin.core.erasing import containing, value_erase
 from memoryadmin.memory.models import Resource
 
 
@@ -72,3 +74,41 @@ def _scrub_projection(
             for line in lines
         )
     return True
+
+
+def recalls_erase(
+    *, project_id: str, environment: str, needles: Sequence[str], apply: bool
+) -> dict[str, int]:
+    """What recalls kept (projections and cursors) and session events hold of any of
+    `needles`, the text replaced: counts of recalls and of events."""
+    counts = {"recalls": 0, "sessionEvents": 0}
+    if not needles:
+        return counts
+    recalls = containing(
+        Recall.objects.filter(session__project_id=project_id, session__environment=environment),
+        needles,
+        json_=("memory", "cursors"),
+    )
+    for recall in recalls:
+        memory, in_memory = value_erase(recall.memory, needles)
+        cursors, in_cursors = value_erase(recall.cursors, needles)
+        if not in_memory + in_cursors:
+            continue
+        counts["recalls"] += 1
+        if apply:
+            Recall.objects.filter(pk=recall.pk).update(memory=memory, cursors=cursors)
+    events = containing(
+        SessionEvent.objects.filter(
+            session__project_id=project_id, session__environment=environment
+        ),
+        needles,
+        json_=("data",),
+    )
+    for event in events:
+        data, count = value_erase(event.data, needles)
+        if not count:
+            continue
+        counts["sessionEvents"] += 1
+        if apply:
+            SessionEvent.objects.filter(pk=event.pk).update(data=data)
+    return counts

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import secrets
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -25,10 +26,13 @@ from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from memoryadmin.core.cursors import keyset_page
+from memoryadmin.core.erasing import text_erase
 from memoryadmin.core.errors import Conflict, InvalidRequest, NotFound, PreconditionFailed
 from memoryadmin.core.rows import column, columns, db_value, fetch_instance, instance, table
 from memoryadmin.memory.limits import (
     LIST_PAGE_SIZE,
+    SUMMARY_MAX_BYTES,
+    TITLE_MAX_BYTES,
     VERSION_PAGE_SIZE,
     agent_writes_shown,
     check_document_id,
@@ -561,6 +565,32 @@ def document_delete(*, resource: Resource, doc_id: str, expected_revision: str, 
     document = _conditional_update(resource, doc_id, expected_revision, fields)
     DocumentVersion.objects.filter(document=document).update(title="", summary="", text="")
     _audit(resource, document, actor=actor, action="document.delete")
+
+
+def _clip(value: str, max_bytes: int) -> str:
+    return value.encode()[:max_bytes].decode(errors="ignore")
+
+
+def document_erase_text(*, document: Document, needles: Sequence[str], actor: str) -> Document:
+    """The document with the text replaced, as a new owner version (`erase`), audited
+    `document.erase` (an update to webhook endpoints). Title and summary keep their
+    limits; the text may grow past its resource's by the marker's length only."""
+    title = _clip(text_erase(document.title, needles)[0], TITLE_MAX_BYTES)
+    summary = _clip(text_erase(document.summary, needles)[0], SUMMARY_MAX_BYTES)
+    text = text_erase(document.text, needles)[0]
+    size = len(text.encode())
+    fields = {
+        "title": title,
+        "summary": summary,
+        "text": text,
+        "bytes": size,
+        "writer_kind": OWNER.kind,
+        "writer_session_id": "",
+    }
+    record = Record(actor=actor, action="document.erase", detail={"bytes": size}, version="erase")
+    return _conditional_update(
+        document.resource, document.doc_id, document.revision, fields, record=record
+    )
 
 
 # The list's orders: each a keyset order ending in a unique tie-breaker (the id).

@@ -38,9 +38,9 @@ def redaction_register(name: str, scrub: Scrub) -> None:
     _SCRUBS[name] = scrub
 
 
-def check_reason(reason: object) -> str:
+def check_reason(reason: object, *, what: str = "redaction") -> str:
     if not isinstance(reason, str) or not reason.strip():
-        raise InvalidRequest("A redaction needs a reason.")
+        raise InvalidRequest(f"A{'n' if what[0] in 'aeiou' else ''} {what} needs a reason.")
     if len(reason) > REASON_MAX_CHARS:
         raise InvalidRequest(f"The reason is at most {REASON_MAX_CHARS} characters.")
     return reason
@@ -77,23 +77,10 @@ def version_redact(
     if refusal is not None:
         raise Conflict(refusal)
     secrets = [value for value in (version.title, version.summary, version.text) if value]
-    now = timezone.now()
-    DocumentVersion.objects.filter(pk=version.pk).update(
-        title=REDACTED,
-        summary=REDACTED,
-        text=REDACTED,
-        redacted_at=now,
-        redacted_by=actor,
-        redaction_reason=reason,
+    versions_redact(
+        resource=resource, document=document, revisions=[revision], reason=reason, actor=actor
     )
-    _scrub_audit(resource, doc_id, revision)
-    # The approved proposal that wrote this version holds its text too.
-    Proposal.objects.filter(document=document, applied_revision=revision).update(
-        text=REDACTED, summary=None
-    )
-    for scrub in _SCRUBS.values():
-        scrub(resource=resource, doc_id=doc_id, revision=revision, marker=REDACTED)
-    _merge_search_index()
+    search_index_merge()
     audit_record(
         project_id=resource.project_id,
         environment=resource.environment,
@@ -106,6 +93,35 @@ def version_redact(
     )
     version.refresh_from_db()
     return version
+
+
+def versions_redact(
+    *, resource: Resource, document: Document, revisions: list[str], reason: str, actor: str
+) -> int:
+    """Redacts these versions of a document (the current one too: an erasure has
+    rewritten the document first), with every copy the database holds of them but
+    the search index (`search_index_merge`, once per transaction); returns how many
+    were not redacted yet. The caller audits."""
+    versions = DocumentVersion.objects.filter(
+        document=document, revision__in=revisions, redacted_at__isnull=True
+    )
+    changed = versions.update(
+        title=REDACTED,
+        summary=REDACTED,
+        text=REDACTED,
+        redacted_at=timezone.now(),
+        redacted_by=actor,
+        redaction_reason=reason,
+    )
+    for revision in revisions:
+        _scrub_audit(resource, document.doc_id, revision)
+        # The approved proposal that wrote this version holds its text too.
+        Proposal.objects.filter(document=document, applied_revision=revision).update(
+            text=REDACTED, summary=None
+        )
+        for scrub in _SCRUBS.values():
+            scrub(resource=resource, doc_id=document.doc_id, revision=revision, marker=REDACTED)
+    return changed
 
 
 def _scrub_audit(resource: Resource, doc_id: str, revision: str) -> None:
@@ -124,7 +140,9 @@ def _scrub_audit(resource: Resource, doc_id: str, revision: str) -> None:
             )
 
 
-def _merge_search_index() -> None:
+def search_index_merge() -> None:
+    """Merges SQLite's full-text index, whose segments keep a rewritten row's old terms
+    until they are merged."""
     if connection.vendor != "sqlite":
         return  # PostgreSQL's index is a column of the live row: old text is not in it.
     with connection.cursor() as cursor:

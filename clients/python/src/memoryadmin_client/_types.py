@@ -306,7 +306,9 @@ class Operation(TypedDict):
     """An asynchronous provider operation, tracked until its provider confirms where it ended."""
 
     id: str
-    kind: Literal["accepted_write", "uncertain_write", "cancelled_write", "containment_undo"]
+    kind: Literal[
+        "accepted_write", "uncertain_write", "cancelled_write", "containment_undo", "erasure_delete"
+    ]
     state: Literal["queued", "partial", "succeeded", "failed", "dead", "discarded"]
     resource: str
     namespace: str

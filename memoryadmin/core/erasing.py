@@ -1,0 +1,91 @@
+"""What every app's erase function shares: finding a text in its columns and replacing it.
+
+An erasure (memoryadmin/erasures) removes an exact text from every place the
+database keeps it. Each app erases its own tables; the rules they share are
+here: the forms a text takes inside a stored JSON document (where quotes,
+backslashes and, on SQLite, every non-ASCII character are escaped), the
+filter that finds candidate rows in one query per table, and the replacement
+inside a JSON value (keys too), counted.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from django.db.models import Q, QuerySet, TextField
+from django.db.models.functions import Cast
+
+# What an erased text becomes (the same marker as a redacted version's).
+MARKER = "[redacted]"
+
+
+def stored_forms(needle: str) -> list[str]:
+    """The substrings a column holding `needle` contains: the text itself, and the
+    text as a JSON string's inside (escaped as json.dumps does, with and without
+    ASCII escapes: SQLite keeps Django's JSON as written, PostgreSQL's jsonb does not)."""
+    forms = [needle, json.dumps(needle)[1:-1], json.dumps(needle, ensure_ascii=False)[1:-1]]
+    return list(dict.fromkeys(forms))
+
+
+def containing(
+    rows: QuerySet[Any],
+    needles: Sequence[str],
+    *,
+    text: Iterable[str] = (),
+    json_: Iterable[str] = (),
+) -> QuerySet[Any]:
+    """`rows` narrowed to those where a text column or a JSON column (read as text)
+    contains a needle in any stored form: candidates, which `value_erase` confirms."""
+    condition = Q()
+    annotations: dict[str, Any] = {}
+    for name in json_:
+        alias = f"_erasing_{name}"
+        annotations[alias] = Cast(name, TextField())
+    if annotations:
+        rows = rows.annotate(**annotations)
+    for needle in needles:
+        for form in stored_forms(needle):
+            for name in text:
+                condition |= Q(**{f"{name}__contains": form})
+            for alias in annotations:
+                condition |= Q(**{f"{alias}__contains": form})
+    if not condition:
+        return rows.none()
+    return rows.filter(condition)
+
+
+def text_erase(value: str, needles: Sequence[str], marker: str = MARKER) -> tuple[str, int]:
+    """`value` with every needle replaced by `marker`, and how many were."""
+    count = 0
+    for needle in needles:
+        found = value.count(needle)
+        if found:
+            value = value.replace(needle, marker)
+            count += found
+    return value, count
+
+
+def value_erase(value: Any, needles: Sequence[str], marker: str = MARKER) -> tuple[Any, int]:
+    """A JSON value with every needle replaced in its strings (keys too), and how many were."""
+    if isinstance(value, str):
+        return text_erase(value, needles, marker)
+    if isinstance(value, list):
+        total = 0
+        items = []
+        for item in value:
+            erased, count = value_erase(item, needles, marker)
+            items.append(erased)
+            total += count
+        return items, total
+    if isinstance(value, dict):
+        total = 0
+        result = {}
+        for key, item in value.items():
+            new_key, key_count = text_erase(key, needles, marker)
+            erased, count = value_erase(item, needles, marker)
+            result[new_key] = erased
+            total += key_count + count
+        return result, total
+    return value, 0
