@@ -147,10 +147,12 @@ def test_memory_page_document_list_reads_the_role_once(
     assert "10 B<" in html
     roles = [q for q in queries if "memory_projectrole" in q or "web_projectrole" in q]
     assert len(roles) == 1, queries
-    # Session, user, roles (with the project switcher and the resource the URL
-    # names), one keyset page. The total loads after the page (its COUNT grows
-    # with the resource).
-    assert len(queries) <= 4, queries
+    # The session; the user with the roles (the project switcher), the resource the
+    # URL names and the project's agents (the agent filter's choices); one keyset
+    # page. The total loads after the page (its COUNT grows with the resource).
+    assert len(queries) <= 3, queries
+    assert "memory_deployment" in roles[0], queries
+    assert '<option value="support-bot">support-bot</option>' in html
     assert not any("COUNT(" in q.upper() for q in queries), queries
     total_url = url + "total/"
     assert f'hx-get="{total_url}" hx-trigger="load, ' in html
@@ -170,7 +172,7 @@ def test_memory_page_document_list_reads_the_role_once(
     assert "doc-2" not in html
     assert "<html" not in html
     assert not any("COUNT(" in q.upper() for q in queries), queries
-    assert len(queries) <= 4, queries
+    assert len(queries) <= 3, queries
 
 
 @pytest.mark.postgres

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -31,6 +34,28 @@ class UserBackend(ModelBackend):
     page: composing it cost more than the database took to answer."""
 
     def get_user(self, user_id: Any) -> Any:
-        model = get_user_model()
-        user = fetch_instance(model, _user_sql(model, connection.vendor), [user_id])
+        reader = _reader.get()
+        if reader is not None:
+            user: Any = reader(user_id)
+        else:
+            model = get_user_model()
+            user = fetch_instance(model, _user_sql(model, connection.vendor), [user_id])
         return user if user is not None and self.user_can_authenticate(user) else None
+
+
+# Reads the signed-in user's row, given its id, with whatever else the request reads
+# with it (the page's role: memoryadmin.web.services.roles.PageRead).
+type UserReader = Callable[[Any], Any]
+_reader: ContextVar[UserReader | None] = ContextVar("memoryadmin_user_reader", default=None)
+
+
+@contextmanager
+def users_read_with(reader: UserReader) -> Iterator[None]:
+    """Inside the block a user's first read (`request.user`) is `reader`'s: one query
+    for the user and what a page needs with it. Django's checks of the session and
+    the user are unchanged."""
+    token = _reader.set(reader)
+    try:
+        yield
+    finally:
+        _reader.reset(token)

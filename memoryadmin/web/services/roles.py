@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import functools
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
+from django.db.models import Model
 
 from memoryadmin.core.errors import (
     Conflict,
@@ -28,6 +30,7 @@ from memoryadmin.memory.models import Project, Resource
 from memoryadmin.memory.services.audit import audit_record
 from memoryadmin.memory.services.projects import project_get
 from memoryadmin.web.models import ProjectRole, Role
+from memoryadmin.web.services.sessions import agents_sql, agents_value
 
 READ = "read"
 FREEZE = "freeze"
@@ -172,6 +175,81 @@ def memberships_and_resource(
         if row[project_end_at] is not None:
             resource = instance(Resource, row[project_end_at:])
     return memberships, resource
+
+
+@dataclass
+class PageRead:
+    """What a project page reads with its signed-in user, in the user's own query.
+
+    Given to `users_read_with` (memoryadmin.web.auth) around the user's first read, it
+    is called with the session's user id and reads the user with `memberships_for_user`'s
+    memberships, the resource a page names (as `memberships_and_resource`) and, if asked,
+    the project's agents (`session_agents`): one round trip instead of two or three.
+    """
+
+    project_id: str
+    environment: str
+    resource_id: str | None = None
+    with_agents: bool = False
+    # Set once called: the user it read (None: no such user), and what came with it.
+    user: AbstractBaseUser | None = None
+    memberships: list[Membership] = field(default_factory=list)
+    named: Resource | None = None
+    agents: list[str] | None = None
+
+    def __call__(self, user_id: Any) -> AbstractBaseUser | None:
+        model = get_user_model()
+        sql = _page_read_sql(
+            connection.vendor, model, self.resource_id is not None, self.with_agents
+        )
+        params: list[Any] = [self.project_id] if self.with_agents else []
+        if self.resource_id is not None:
+            params += [self.project_id, self.environment, self.resource_id]
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [*params, user_id])
+            rows = cursor.fetchall()
+        if not rows:
+            return None
+        user_end = len(model._meta.concrete_fields)
+        project_end = user_end + 1 + len(Project._meta.concrete_fields)
+        resource_end = project_end + (
+            len(Resource._meta.concrete_fields) if self.resource_id is not None else 0
+        )
+        self.user = instance(model, rows[0][:user_end])
+        for row in rows:
+            if row[user_end] is None:  # no role anywhere
+                continue
+            project = instance(Project, row[user_end + 1 : project_end])
+            self.memberships.append(Membership(project=project, role=row[user_end]))
+            if self.resource_id is not None and row[project_end] is not None:
+                self.named = instance(Resource, row[project_end:resource_end])
+            if self.with_agents and project.id == self.project_id:
+                self.agents = agents_value(row[-1])
+        if self.with_agents and self.agents is None:
+            self.agents = []
+        return self.user
+
+
+@functools.cache
+def _page_read_sql(vendor: str, user: type[Model], with_resource: bool, with_agents: bool) -> str:
+    project_id = f"p.{column(Project, 'id')}"
+    sql = f"SELECT {columns(user, 'u')}, pr.{column(ProjectRole, 'role')}, {columns(Project, 'p')}"
+    if with_resource:
+        sql += f", {columns(Resource, 'r')}"
+    if with_agents:
+        sql += f", CASE WHEN {project_id} = %s THEN {agents_sql(project_id)} END"
+    sql += (
+        f" FROM {table(user)} u LEFT JOIN {table(ProjectRole)} pr"
+        f" ON pr.{column(ProjectRole, 'user')} = u.{column(user, user._meta.pk.name)}"
+        f" LEFT JOIN {table(Project)} p ON {project_id} = pr.{column(ProjectRole, 'project')}"
+    )
+    if with_resource:
+        sql += (
+            f" LEFT JOIN {table(Resource)} r ON r.{column(Resource, 'project')} = {project_id}"
+            f" AND {project_id} = %s AND r.{column(Resource, 'environment')} = %s"
+            f" AND r.{column(Resource, 'resource_id')} = %s"
+        )
+    return sql + f" WHERE u.{column(user, user._meta.pk.name)} = %s ORDER BY {project_id}"
 
 
 def _user_by_name(username: str) -> AbstractBaseUser:

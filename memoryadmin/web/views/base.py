@@ -18,6 +18,7 @@ from memoryadmin.core.environments import Environment
 from memoryadmin.core.errors import DomainError
 from memoryadmin.memory.models import Project, Resource
 from memoryadmin.memory.services.deployments import resource_documents_check, resource_get
+from memoryadmin.web.auth import users_read_with
 from memoryadmin.web.services.roles import (
     DELETE,
     DEPLOY,
@@ -32,11 +33,13 @@ from memoryadmin.web.services.roles import (
     SESSION_END,
     WEBHOOKS,
     Membership,
+    PageRead,
     membership_in,
     membership_require,
     memberships_and_resource,
     memberships_for_user,
 )
+from memoryadmin.web.services.sessions import session_agents
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,8 @@ class Page:
     memberships: tuple[Membership, ...] = ()
     # The resource the URL names, read with the role (None: not read, or none).
     named: Resource | None = None
+    # The project's agents, read with the role when the view asked (None: not read).
+    agents: tuple[str, ...] | None = None
 
     @property
     def project(self) -> Project:
@@ -111,6 +116,12 @@ class Page:
     def production(self) -> bool:
         return self.environment == Environment.PRODUCTION
 
+    def project_agents(self) -> list[str]:
+        """The agents with a deployment in the project (the agent filter's choices)."""
+        if self.agents is not None:
+            return list(self.agents)
+        return session_agents(project=self.project)
+
     def resource(self, resource_id: str, *, documents: bool = True) -> Resource:
         """A resource of this environment; with `documents`, one that keeps documents here."""
         named = self.named
@@ -147,11 +158,16 @@ def login_redirect(request: HttpRequest) -> HttpResponseBase:
     return redirect_to_login(request.get_full_path())
 
 
-def project_view(permission: str) -> Callable[[ProjectView], Callable[..., HttpResponseBase]]:
+def project_view(
+    permission: str, *, agents: bool = False
+) -> Callable[[ProjectView], Callable[..., HttpResponseBase]]:
     """Resolves the user's role on the project in the URL and demands `permission`.
 
     No role on the project: 404, as for a project that does not exist.
     A role without the permission: 403, and the view never runs.
+    The signed-in user is read with the role, the project switcher, the resource the
+    URL names (if it does) and, with `agents`, the project's agents for full pages
+    (`Page.project_agents`): one query after the session's.
     """
 
     def decorate(view: ProjectView) -> Callable[..., HttpResponseBase]:
@@ -159,16 +175,26 @@ def project_view(permission: str) -> Callable[[ProjectView], Callable[..., HttpR
         def wrapped(
             request: HttpRequest, p: str, e: Environment, **kwargs: Any
         ) -> HttpResponseBase:
-            if not request.user.is_authenticated:
-                return login_redirect(request)
+            named_id = kwargs.get("r") if isinstance(kwargs.get("r"), str) else None
+            read = PageRead(
+                project_id=p,
+                environment=e,
+                resource_id=named_id,
+                with_agents=agents and not is_partial(request),
+            )
+            with users_read_with(read):
+                if not request.user.is_authenticated:
+                    return login_redirect(request)
             page: Page | None = None
             try:
-                # One query for the role here, the project switcher of the page and
-                # the resource the URL names, if it does.
                 named = None
-                if isinstance(kwargs.get("r"), str):
+                if read.user is not None and read.user.pk == request.user.pk:
+                    memberships, named = read.memberships, read.named
+                elif named_id is not None:
+                    # The user was read before (not by this door): one query for the
+                    # role, the project switcher and the resource the URL names.
                     memberships, named = memberships_and_resource(
-                        user=request.user, project_id=p, environment=e, resource_id=kwargs["r"]
+                        user=request.user, project_id=p, environment=e, resource_id=named_id
                     )
                 else:
                     memberships = memberships_for_user(user=request.user)
@@ -179,6 +205,7 @@ def project_view(permission: str) -> Callable[[ProjectView], Callable[..., HttpR
                     environment=e,
                     memberships=tuple(memberships),
                     named=named,
+                    agents=None if read.agents is None else tuple(read.agents),
                 )
                 membership_require(membership=membership, permission=permission)
                 response = view(request, page, **kwargs)

@@ -39,7 +39,6 @@ from memoryadmin.web.forms import AuditFilterForm
 from memoryadmin.web.services.audit_files import DOWNLOADS
 from memoryadmin.web.services.history import history_rows
 from memoryadmin.web.services.roles import READ, membership_get, memberships_for_user
-from memoryadmin.web.services.sessions import session_agents
 from memoryadmin.web.views.base import Page, error_page, is_partial, page_render, project_view
 from memoryadmin.web.views.providers import provider_resource
 
@@ -90,7 +89,7 @@ def inventory(request: HttpRequest, page: Page) -> HttpResponseBase:
 
 
 @require_GET
-@project_view(READ)
+@project_view(READ, agents=True)
 def documents(request: HttpRequest, page: Page, r: str) -> HttpResponseBase:
     # Any kind: a provider resource has its own page (connection, tools, where records are).
     resource = page.resource(r, documents=False)
@@ -129,7 +128,7 @@ def documents(request: HttpRequest, page: Page, r: str) -> HttpResponseBase:
         # The query string of the filter and facets ("q=…&writer=…"), for the links and
         # forms that keep them (sort, load more, select all matching).
         "filters": filters,
-        "agents": [] if is_partial(request) else session_agents(project=page.project),
+        "agents": [] if is_partial(request) else page.project_agents(),
         # The total shows outside the rows, on full pages only (not htmx swaps of
         # rows), and loads after the page (its COUNT grows with the resource) with the
         # filter form's fields, again whenever they change.

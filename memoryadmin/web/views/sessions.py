@@ -16,14 +16,14 @@ from memoryadmin.agents.services.sessions import check_after, session_end, sessi
 from memoryadmin.agents.services.sessions import session_list as sessions_page
 from memoryadmin.core.diff import text_diff
 from memoryadmin.web.services.roles import EDIT, READ, SESSION_END
-from memoryadmin.web.services.sessions import session_agents, session_in_environment
+from memoryadmin.web.services.sessions import session_in_environment
 from memoryadmin.web.views.base import Page, actor, page_render, project_view
 
 FILTER_MAX = 64
 
 
 @require_GET
-@project_view(READ)
+@project_view(READ, agents=True)
 def session_list(request: HttpRequest, page: Page) -> HttpResponseBase:
     agent = request.GET.get("agent", "").strip()[:FILTER_MAX]
     status = request.GET.get("status", "").strip()[:FILTER_MAX]
@@ -43,7 +43,7 @@ def session_list(request: HttpRequest, page: Page) -> HttpResponseBase:
         "status": status,
         "cursor": cursor,
         "statuses": SessionStatus.values,
-        "agents": [] if cursor else session_agents(project=page.project),
+        "agents": [] if cursor else page.project_agents(),
     }
     # htmx: the filter swaps the table body, "load more" swaps itself for the next rows.
     partial = "more" if cursor else "results"
