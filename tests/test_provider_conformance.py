@@ -5,8 +5,9 @@ external kinds against the fakes of tests/fake_providers.py) and the suite's
 `echo` kind (tests/echo_provider.py, which writes none of these rules) is
 bound the same way and asked the same things through the runtime: an ended
 session takes no tool call and recalls nothing, a read binding never writes
-and its memory is not writable, a recall is refused at the project's bounds
-and when cancelled, before anything reaches the provider. The last tests bind
+and its memory is not writable, a recall and a tool call are refused at the
+project's bounds (429) and a recall when cancelled, before anything reaches
+the provider. The last tests bind
 an http and an external provider together: one deadline and one reservation
 for the whole recall, both called at once.
 """
@@ -30,6 +31,7 @@ from memoryadmin.agents.services.runtime import recall_create, tool_call
 from memoryadmin.agents.services.sessions import session_create, session_end
 from memoryadmin.core.cancellation import cancel_request
 from memoryadmin.core.concurrency import Deadline, ProviderCalls, concurrency_limit
+from memoryadmin.core.errors import ProviderBusy
 from memoryadmin.memory.models import Document, Project, Proposal
 from memoryadmin.memory.providers import provider_kinds
 from memoryadmin.memory.services.deployments import deployment_create
@@ -300,6 +302,29 @@ def test_a_recall_at_the_projects_bound_is_refused_before_anything_is_sent(
     assert refused.value.details["reason"] == "concurrency_limit"
     assert kind.state() == before
     assert not Recall.objects.filter(session=session).exists()
+
+
+def test_a_tool_call_at_the_projects_bound_is_refused_before_anything_is_sent(
+    kind: Kind, project: Project
+) -> None:
+    session = kind.session(project, "read-write")
+    recalled = recall_create(session=session, use=["mem"], input_text="tabs")
+    before = kind.state()
+    held = ProviderCalls[Any](
+        project_id=project.id, count=concurrency_limit(), deadline=Deadline.after()
+    )
+    with held:
+        if not kind.calls_out:
+            assert call(session, recalled["recallId"], *kind.write)["status"] == "saved"
+            return
+        for name, arguments in [kind.write, *([kind.read] if kind.read else [])]:
+            with pytest.raises(ProviderBusy) as refused:
+                call(session, recalled["recallId"], name, arguments)
+            # The API's 429 with Retry-After, MCP's refusal: never a tool result.
+            assert refused.value.status == 429, name
+            assert refused.value.code == "provider_failed"
+            assert refused.value.details["reason"] == "concurrency_limit"
+    assert kind.state() == before
 
 
 def test_a_cancelled_recall_fails_as_cancelled_before_anything_is_sent(

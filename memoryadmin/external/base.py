@@ -46,9 +46,9 @@ from memoryadmin.agents.models import (
 from memoryadmin.agents.services.operations import operation_record
 from memoryadmin.agents.services.sessions import record_saved
 from memoryadmin.core.cancellation import Cancelled
-from memoryadmin.core.concurrency import Deadline, provider_call
+from memoryadmin.core.concurrency import Deadline
 from memoryadmin.core.cursors import cursor_dump, cursor_load
-from memoryadmin.core.errors import InvalidRequest, NotFound, ProviderBusy, envelope_of
+from memoryadmin.core.errors import InvalidRequest, NotFound, envelope_of
 from memoryadmin.core.tools import http_tool_definition, tool_arguments_validate
 from memoryadmin.external.ids import external_id_of, record_forget, records_map
 from memoryadmin.external.transport import (
@@ -276,11 +276,8 @@ class _ToolCall:
     deadline: Deadline = field(default_factory=Deadline.after)
 
     def run[T](self, store: RemoteStore, work: Callable[[], T]) -> T:
-        return provider_call(
-            project_id=self.session.project_id,
-            deadline=self.deadline,
-            call=lambda cancelled: _with_cancel(store, cancelled, work),
-        )
+        """Within the runtime's reservation of the project's provider calls."""
+        return work()
 
     def _record(self, kind: str, provider_operation: str) -> ProviderOperation:
         return operation_record(
@@ -516,8 +513,6 @@ class ExternalProvider(MemoryProvider):
             return self._tool_forget(store, call, args["id"])
         except Cancelled:
             return call.unsettled(spec, OperationKind.CANCELLED_WRITE, {"status": "cancelled"})
-        except ProviderBusy as exc:
-            return envelope_of(exc)
         except ExternalFailure as exc:
             if spec["access"] == "write" and exc.reason in {"timeout", "transport_error"}:
                 return call.unsettled(spec, OperationKind.UNCERTAIN_WRITE, {"status": "uncertain"})
@@ -659,12 +654,6 @@ class ExternalProvider(MemoryProvider):
 
 def _limit(args: dict[str, Any]) -> int:
     return int(args.get("limit", SEARCH_LIMIT_DEFAULT))
-
-
-def _with_cancel[T](store: RemoteStore, cancelled: threading.Event, work: Callable[[], T]) -> T:
-    """Runs `work` with the calling slot's cancellation as the connection's."""
-    store.connection.cancelled = cancelled
-    return work()
 
 
 def _recall_one(store: RemoteStore, input_text: str | None, cancelled: threading.Event) -> Any:

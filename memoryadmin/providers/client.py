@@ -499,13 +499,12 @@ def provider_tool(
         return _failed(call, exc.reason, exc.description, attempts=0)
     retryable = tool_retryable(declared)
     reply, attempts = _send(
-        resource, target, body, retryable=retryable, deadline=deadline, retry_delays=retry_delays
+        target, body, retryable=retryable, deadline=deadline, retry_delays=retry_delays
     )
     return _tool_outcome(call, declared, reply, attempts)
 
 
 def _send(
-    resource: Resource,
     target: _Target,
     body: bytes,
     *,
@@ -513,18 +512,10 @@ def _send(
     deadline: Deadline,
     retry_delays: Sequence[float],
 ) -> tuple[Reply, int]:
-    """One operation in the caller's thread, counted against the project's cap."""
-    return provider_call(
-        project_id=resource.project_id,
-        deadline=deadline,
-        call=lambda cancelled: _exchange(
-            target,
-            body,
-            retryable=retryable,
-            deadline=deadline.at,
-            retry_delays=retry_delays,
-            cancelled=cancelled,
-        ),
+    """One operation in the caller's thread, within the runtime's reservation of the
+    project's provider calls."""
+    return _exchange(
+        target, body, retryable=retryable, deadline=deadline.at, retry_delays=retry_delays
     )
 
 
@@ -626,8 +617,13 @@ def provider_status(
             "deadlineAt": iso_ms(deadline.wall),
         }
     )
-    reply, attempts = _send(
-        resource, target, body, retryable=True, deadline=deadline, retry_delays=retry_delays
+    # Counted against the project's bounds on provider calls, as every call is.
+    reply, attempts = provider_call(
+        project_id=resource.project_id,
+        deadline=deadline,
+        call=lambda _: _send(
+            target, body, retryable=True, deadline=deadline, retry_delays=retry_delays
+        ),
     )
     unread = unusable(reply, BODY_MAX_BYTES)
     if unread is not None:

@@ -392,11 +392,23 @@ def tool_call(
         return rejected("session_closed")
     provider = _provider(chosen.binding)
     assert provider is not None
-    # The caller may cancel the call by its callId.
-    with cancellation_scope(session_id=session.id, ref=call_id):
+
+    def execute(_: object = None) -> Result:
         return provider.tool_execute(
             session=session, recall=recall, target=chosen, call_id=call_id, arguments=arguments
         )
+
+    # The caller may cancel the call by its callId.
+    with cancellation_scope(session_id=session.id, ref=call_id):
+        if provider.recalls_here:
+            return execute()
+        # A kind that calls out counts against the project's bounds on provider calls,
+        # whatever the kind: past them ProviderBusy (429) before anything is sent.
+        deadline = Deadline.after()
+        with ProviderCalls[Result](
+            project_id=session.project_id, count=1, deadline=deadline
+        ) as calls:
+            return calls.one(execute)
 
 
 def call_cancel(*, session: Session, request_id: object = None, call_id: object = None) -> None:
