@@ -41,6 +41,23 @@ SHARED_PROCESSORS: list[Any] = [
 REQUEST_LOGGER = "memoryadmin.request"
 
 
+_RENDER: list[Any] = [
+    # The traceback as text: no local variables, which may hold secrets.
+    structlog.processors.format_exc_info,
+    structlog.processors.JSONRenderer(),
+]
+
+
+class JsonFormatter(structlog.stdlib.ProcessorFormatter):
+    """structlog's formatter, which also takes the request log's lines as they come:
+    rendered once, by `request_log`, with the same processors."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        if record.__dict__.get("rendered"):
+            return record.getMessage()
+        return super().format(record)
+
+
 def logging_config(level: str) -> dict[str, Any]:
     """The LOGGING setting: structlog's and the standard library's records as JSON."""
     structlog.configure(
@@ -59,13 +76,11 @@ def logging_config(level: str) -> dict[str, Any]:
         "disable_existing_loggers": False,
         "formatters": {
             "json": {
-                "()": structlog.stdlib.ProcessorFormatter,
+                "()": JsonFormatter,
                 "foreign_pre_chain": SHARED_PROCESSORS,
                 "processors": [
                     structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-                    # The traceback as text: no local variables, which may hold secrets.
-                    structlog.processors.format_exc_info,
-                    structlog.processors.JSONRenderer(),
+                    *_RENDER,
                 ],
             }
         },
@@ -122,8 +137,8 @@ def request_log(level: int, event: str, **fields: Any) -> None:
     """One line of the request log, if its level is enabled.
 
     The event dict gets what structlog's chain would add (context variables, logger
-    name, level, timestamp) and goes to the handlers as structlog's own records do,
-    so the formatter renders it once; no caller lookup, no second chain.
+    name, level, timestamp) and is rendered once, as the formatter would, for every
+    handler (`JsonFormatter`); no caller lookup, no second chain.
     """
     if not _logger.isEnabledFor(level):
         return
@@ -131,9 +146,10 @@ def request_log(level: int, event: str, **fields: Any) -> None:
     event_dict: dict[str, Any] = {"event": event, **fields}
     for processor in SHARED_PROCESSORS:
         event_dict = processor(_logger, method, event_dict)
+    for processor in _RENDER:
+        event_dict = processor(_logger, method, event_dict)
     record = _logger.makeRecord(_logger.name, level, __file__, 0, event_dict, (), None)
-    record._logger = _logger
-    record._name = method
+    record.rendered = True
     _logger.handle(record)
 
 
