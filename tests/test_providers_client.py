@@ -629,20 +629,12 @@ def test_invalid_arguments_are_refused_before_sending(
     assert server.seen == []
 
 
-def test_write_tool_through_read_access_is_refused_before_sending(
+def test_an_undeclared_tool_is_refused_before_sending(
     server: FaultyServer, resource: Resource
 ) -> None:
+    # Whether a binding's access permits a tool is the runtime's rule (the conformance
+    # suite); the client sends only what the declaration names.
     server.script = [reply(200, {"result": "ok"})]
-    with pytest.raises(ToolNotPermitted):
-        provider_tool(
-            resource=resource,
-            tool="save",
-            partition=PARTITION,
-            access="read",
-            operation_id="t:knowledge",
-            arguments={"q": "x"},
-            cursor=None,
-        )
     with pytest.raises(ToolNotPermitted):
         tool(resource, "undeclared")
     assert server.seen == []

@@ -13,7 +13,6 @@ from memoryadmin.core.tools import (
     http_tool_definition,
     http_tools_merge,
     tool_arguments_validate,
-    tool_permits,
     tool_retryable,
 )
 
@@ -100,12 +99,8 @@ def test_invalid_arguments_are_invalid_tool_arguments(arguments: Any, problem: s
     assert problem in raised.value.message
 
 
-def test_access_and_retry_policy() -> None:
+def test_retry_policy() -> None:
     read, write = tool("search", "read"), tool()
-    assert tool_permits(tool=read, access="read")
-    assert tool_permits(tool=read, access="read-write")
-    assert not tool_permits(tool=write, access="read")
-    assert tool_permits(tool=write, access="read-write")
     assert tool_retryable(read)
     assert not tool_retryable(write)
     assert tool_retryable(tool(idempotent=True))

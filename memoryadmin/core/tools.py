@@ -19,11 +19,6 @@ Tool = dict[str, Any]
 ToolTargets = list[tuple[str, Tool]]
 
 
-def tool_permits(*, tool: Tool, access: str) -> bool:
-    """Read tools allow either access level; write tools need read-write."""
-    return tool["access"] == "read" or access == "read-write"
-
-
 def tool_retryable(tool: Tool) -> bool:
     """Reads are side-effect free; a write is retried only when declared idempotent."""
     return bool(tool["access"] == "read" or tool.get("idempotent", False))

@@ -26,12 +26,11 @@ from memoryadmin.core.egress import EgressTransport
 from memoryadmin.core.errors import (
     InvalidRequest,
     InvalidToolArguments,
-    ToolNotPermitted,
     envelope_of,
 )
 from memoryadmin.core.inputs import InvalidInput, parse_instant
 from memoryadmin.core.jsonbody import BODY_MAX_BYTES
-from memoryadmin.core.tools import tool_arguments_validate, tool_permits, tool_retryable
+from memoryadmin.core.tools import tool_arguments_validate, tool_retryable
 from memoryadmin.memory.limits import utf8_len
 from memoryadmin.memory.models import Resource
 from memoryadmin.memory.representations import iso_ms
@@ -460,20 +459,15 @@ def provider_tool(
     """Runs one tool call against one resource; see ToolOutcome for what the model receives.
 
     `operation_id` is `<toolCallId>:<resource>`; `cursor` is the originating
-    recall's. Raises ToolNotPermitted (undeclared tool, or a write through a
-    read binding) and InvalidToolArguments before anything is sent, and
-    ProviderBusy when the project's provider calls are at their cap.
+    recall's. Raises ToolNotPermitted (an undeclared tool) and InvalidToolArguments
+    before anything is sent. Whether the binding's access permits the tool, and the
+    project's bounds on provider calls, are the runtime's (agents/services/runtime.py).
     """
     _check_access(access)
     deadline = Deadline.after()
     name = tool if isinstance(tool, str) else tool["name"]
-    # The declaration decides, whatever the caller passes: endpoints cannot
-    # add tools or widen access.
+    # The declaration decides, whatever the caller passes: endpoints cannot add tools.
     declared = http_tool_get(resource=resource, name=name)
-    if not tool_permits(tool=declared, access=access):
-        raise ToolNotPermitted(
-            f"memory_{name} writes; resource '{resource.resource_id}' is bound read-only."
-        )
     provider_arguments = tool_arguments_validate(tool=declared, arguments=arguments)
     payload: dict[str, Any] = {
         "version": PROTOCOL_VERSION,

@@ -28,9 +28,7 @@ CONFLICTS = frozenset({"exists", "deleted"})
 def _csrf_refusal(request: HttpRequest) -> HttpResponseBase | None:
     """The CSRF check, run by the view: only after the bounded upload handlers are in
     place may the body be read (the middleware would read it first, unbounded)."""
-    return CsrfViewMiddleware(lambda r: HttpResponse()).process_view(
-        request, _csrf_refusal, (), {}
-    )
+    return CsrfViewMiddleware(lambda r: HttpResponse()).process_view(request, _csrf_refusal, (), {})
 
 
 def _summary(report: ImportReport) -> dict[str, Any]:
