@@ -5,10 +5,12 @@ receipt signed by the server that anyone verifies with the published key."""
 from __future__ import annotations
 
 import base64
+import io
 import json
 import re
 import subprocess
 import sys
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,7 @@ from memoryadmin.erasures.models import Erasure
 from memoryadmin.erasures.receipts import canonical
 from memoryadmin.memory.models import AuditEntry, Document, DocumentVersion, Project, Proposal
 from memoryadmin.memory.services.documents import document_patch, document_replace
+from memoryadmin.web.services.imports import pending_keep, pending_path
 from memoryadmin.webhooks.models import Delivery, DeliveryState, Endpoint
 from tests.fake_providers import FakeMem0Oss
 from tests.helpers import (
@@ -67,7 +70,9 @@ def index_terms() -> set[str]:
 
 
 @pytest.fixture
-def poisoned(project: Project, make_document: Callable[..., Any]) -> dict[str, Any]:
+def poisoned(
+    project: Project, make_document: Callable[..., Any], settings: Any, tmp_path: Path
+) -> dict[str, Any]:
     """The text in a document (current, two earlier versions and its title), a recall that
     showed it, a proposal, audit details and two webhook payloads (one not delivered)."""
     v1 = make_document("workshop", title="Plan", text=f"Rules: {POISON}.")
@@ -114,7 +119,14 @@ def poisoned(project: Project, make_document: Callable[..., Any]) -> dict[str, A
             next_attempt_at=now,
             created_at=now,
         )
-    return {"session": session, "v3": v3}
+    # An export uploaded on the Memory page, waiting for its import: kept on the server.
+    settings.VAR_DIR = tmp_path
+    zipped = io.BytesIO()
+    with zipfile.ZipFile(zipped, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("notes/workshop.json", json.dumps({"id": "workshop", "text": POISON}))
+    token = pending_keep(project_id="acme", environment="development", upload=zipped)
+    upload = pending_path(project_id="acme", environment="development", token=token)
+    return {"session": session, "v3": v3, "upload": upload}
 
 
 def test_an_erasure_leaves_no_copy_in_any_table(api: APIClient, poisoned: dict[str, Any]) -> None:
@@ -135,7 +147,9 @@ def test_an_erasure_leaves_no_copy_in_any_table(api: APIClient, poisoned: dict[s
     assert places["webhookPayloads"] == 1
     assert places["webhookPayloadsDelivered"] == 1
     assert places["audit"] >= 1
+    assert places["exports"] == 1
     assert raw_rows_with(POISON) == before  # a dry run changes nothing
+    assert poisoned["upload"].is_file()
     assert not Erasure.objects.exists()
 
     response = erase(api)
@@ -146,6 +160,7 @@ def test_an_erasure_leaves_no_copy_in_any_table(api: APIClient, poisoned: dict[s
     assert raw_rows_with(POISON) == []
     assert raw_rows_with(WORD) == []
     assert WORD not in index_terms()
+    assert not poisoned["upload"].exists()
     # What stays: the rest of each document, and the marker where the text was.
     workshop = Document.objects.get(doc_id="workshop")
     assert workshop.text == "Rules: [redacted]. And tea."

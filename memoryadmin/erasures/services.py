@@ -20,7 +20,7 @@ import hashlib
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -70,9 +70,28 @@ PLACES = {
     "audit": "audit details",
     "webhookPayloads": "webhook payloads not delivered yet",
     "webhookPayloadsDelivered": "webhook payloads delivered",
-    "exports": "exports kept on the server",
+    "exports": "exports kept on the server (uploads waiting for their import)",
     "externalRecords": "external provider records",
 }
+
+
+class Place(Protocol):
+    def __call__(
+        self, *, project_id: str, environment: str, needles: Sequence[str], apply: bool
+    ) -> int:
+        """How many copies this place holds of any needle; removed with `apply`."""
+
+
+# Places kept by apps above this one (e.g. the Memory page's uploads waiting for their
+# import), registered from their `ready()` with `erasure_place_register`.
+_PLACES: dict[str, Place] = {}
+
+
+def erasure_place_register(name: str, place: Place) -> None:
+    """Adds a place of copies to every erasure; `name` must be one of PLACES."""
+    if name not in PLACES:
+        raise ValueError(f"{name} is not a place receipts name")
+    _PLACES[name] = place
 
 
 class ErasureTooLarge(DomainError):
@@ -296,8 +315,11 @@ def _places(
     counts.update(recalled)
     counts.update(deliveries_erase(**scope))
     counts["audit"] = audit_erase(**scope)
-    # Exports are streamed to their client (page, API, CLI) and never kept here.
+    # Exports are streamed to their client (page, API, CLI); what the server keeps of
+    # them (an uploaded export waiting for its import) is a registered place.
     counts["exports"] = 0
+    for name, place in _PLACES.items():
+        counts[name] = counts.get(name, 0) + place(**scope)
     return counts, needles
 
 

@@ -7,3 +7,10 @@ class WebConfig(AppConfig):
     name = "memoryadmin.web"
     label = "web"
     verbose_name = "Memory page"
+
+    def ready(self) -> None:
+        from memoryadmin.erasures.services import erasure_place_register
+        from memoryadmin.web.services.imports import pending_erase
+
+        # An upload waiting for its import is an export kept on the server.
+        erasure_place_register("exports", pending_erase)

@@ -15,12 +15,15 @@ import re
 import secrets
 import shutil
 import time
+import zipfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
 from django.conf import settings
 from django.core.files.uploadhandler import FileUploadHandler, TemporaryFileUploadHandler
 
+from memoryadmin.core.erasing import stored_forms
 from memoryadmin.core.errors import InvalidRequest, NotFound
 from memoryadmin.core.jsonbody import declared_check, too_large
 from memoryadmin.files import private_dir
@@ -97,3 +100,37 @@ def pending_path(*, project_id: str, environment: str, token: str) -> Path:
             "upload the export again."
         )
     return path
+
+
+def pending_erase(*, project_id: str, environment: str, needles: Sequence[str], apply: bool) -> int:
+    """An erasure's part here: the uploads waiting for their import whose documents hold
+    any of `needles` (read member by member, within the upload bound), deleted with
+    `apply`; how many there are."""
+    folder = _folder(project_id, environment)
+    if not folder.is_dir() or not needles:
+        return 0
+    forms = [form.encode() for needle in needles for form in stored_forms(needle)]
+    held = 0
+    for path in sorted(folder.glob("*.zip")):
+        if not _holds_any(path, forms):
+            continue
+        held += 1
+        if apply:
+            path.unlink(missing_ok=True)
+    return held
+
+
+def _holds_any(path: Path, forms: list[bytes]) -> bool:
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for member in archive.infolist():
+                if member.file_size > upload_max():
+                    return True  # not readable within the bound: not kept either
+                data = archive.read(member)
+                if any(form in data for form in forms):
+                    return True
+    except FileNotFoundError:
+        return False
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return True  # an upload nobody can import goes with the erasure
+    return False
