@@ -69,6 +69,10 @@ DESK = {
 
 @pytest.fixture
 def world(project: Project, mem0_oss: FakeMem0Oss) -> dict[str, Any]:
+    return poisoned_world(project, mem0_oss)
+
+
+def poisoned_world(project: Project, mem0_oss: FakeMem0Oss) -> dict[str, Any]:
     """The poison: a key writes it into notes/runbook. Then
     hop 1: session `reader` recalls the notes collection and saves desk/summary;
     hop 2: session `relay` recalls the desk collection and saves notes/handoff;
@@ -468,3 +472,38 @@ def test_the_command_line_traces_shows_and_contains(world: dict[str, Any]) -> No
     with pytest.raises(CommandError, match="revokeKey applies only") as raised:
         incident_command("contain", traced["id"], "--action", "revokeKey")
     assert raised.value.returncode == 6
+
+
+def test_the_page_lets_support_open_dry_run_and_freeze_and_owners_contain(
+    web: Any, project: Project, world: dict[str, Any]
+) -> None:
+    base = "/projects/acme/development/incidents/"
+    value = f"notes/runbook@{world['poisoned'].revision}"
+    viewer, support, owner = web("viewer"), web("support"), web("owner")
+    assert viewer.post(base + "new/", {"kind": "version", "value": value}).status_code == 403
+    opened = support.post(base + "new/", {"kind": "version", "value": value, "title": "p"})
+    assert opened.status_code == 302
+    incident = Incident.objects.get()
+    page = f"{base}{incident.id}/"
+    assert opened["Location"] == page
+    html = viewer.get(page).content.decode()
+    assert f"/sessions/{world['relay'].id}/" in html
+    assert "Dry run" not in html
+    contain = page + "contain/"
+    assert viewer.post(contain, {"dryRun": "true"}).status_code == 403
+    assert (
+        "Dry run: what containing would do"
+        in support.post(contain, {"dryRun": "true"}).content.decode()
+    )
+    assert not Document.objects.filter(agent_writes=False).exists()
+    assert support.post(contain, {}).status_code == 403
+    assert not Session.objects.filter(status="ended").exists()
+    assert support.post(contain, {"action": "freeze"}).status_code == 302
+    assert Document.objects.filter(agent_writes=False).count() == 3
+    assert owner.post(contain, {}).status_code == 302
+    assert Session.objects.filter(status="ended").count() == 3
+    # A bad source is answered on the list, keeping what was typed.
+    bad = support.post(base + "new/", {"kind": "version", "value": "runbook"}, follow=True)
+    assert "source.version.resource is required" in bad.content.decode()
+    assert 'value="runbook"' in bad.content.decode()
+    assert Incident.objects.count() == 1

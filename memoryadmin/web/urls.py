@@ -9,6 +9,7 @@ from memoryadmin.web.views import (
     deployments,
     export,
     imports,
+    incidents,
     keys,
     operations,
     overview,
@@ -113,6 +114,12 @@ urlpatterns = [
     path(PROJECT + "operations/<str:o>/retry/", operations.retry, name="operation-retry"),
     path(PROJECT + "operations/<str:o>/discard/", operations.discard, name="operation-discard"),
     path(PROJECT + "sessions/<str:s>/revert/", sessions.session_revert_page, name="session-revert"),
+    path(PROJECT + "incidents/", incidents.incident_list, name="incidents"),
+    path(PROJECT + "incidents/new/", incidents.incident_open, name="incident-create"),
+    path(PROJECT + "incidents/<str:i>/", incidents.incident_detail, name="incident"),
+    path(
+        PROJECT + "incidents/<str:i>/contain/", incidents.incident_contain, name="incident-contain"
+    ),
     path(PROJECT + "review/", review.inbox, name="review"),
     path(PROJECT + "review/count/", review.inbox_count, name="review-count"),
     path(PROJECT + "review/<str:proposal>/", review.proposal_detail, name="proposal"),

@@ -45,6 +45,8 @@ DEPLOY = "deploy"
 SECRETS = "secrets"
 REVIEW = "review"
 WEBHOOKS = "webhooks"
+INCIDENTS = "incidents"
+CONTAIN = "contain"
 
 # Support staff find, read, freeze and export, and never change text.
 PERMISSIONS: dict[str, frozenset[str]] = {
@@ -62,6 +64,10 @@ PERMISSIONS: dict[str, frozenset[str]] = {
     WEBHOOKS: frozenset({Role.OWNER}),
     # Support see the review inbox and may reject; approving writes text: owners only.
     REVIEW: frozenset({Role.OWNER, Role.SUPPORT}),
+    # Support open incidents, dry-run their containment and freeze; containing them
+    # (ending sessions, reverting, revoking keys) is the owners'.
+    INCIDENTS: frozenset({Role.OWNER, Role.SUPPORT}),
+    CONTAIN: frozenset({Role.OWNER}),
 }
 
 DESCRIPTIONS = {
@@ -78,6 +84,8 @@ DESCRIPTIONS = {
     SECRETS: "manage provider secrets",
     REVIEW: "review agent proposals",
     WEBHOOKS: "manage webhooks",
+    INCIDENTS: "open incidents or dry-run their containment",
+    CONTAIN: "contain incidents beyond a freeze",
 }
 
 User = AbstractBaseUser | AnonymousUser

@@ -20,11 +20,13 @@ from memoryadmin.memory.models import Project, Resource
 from memoryadmin.memory.services.deployments import resource_documents_check, resource_get
 from memoryadmin.web.auth import users_read_with
 from memoryadmin.web.services.roles import (
+    CONTAIN,
     DELETE,
     DEPLOY,
     EDIT,
     EXPORT,
     FREEZE,
+    INCIDENTS,
     KEYS,
     OPERATIONS,
     PEOPLE,
@@ -111,6 +113,14 @@ class Page:
     @property
     def can_manage_webhooks(self) -> bool:
         return self.membership.can(WEBHOOKS)
+
+    @property
+    def can_open_incidents(self) -> bool:
+        return self.membership.can(INCIDENTS)
+
+    @property
+    def can_contain(self) -> bool:
+        return self.membership.can(CONTAIN)
 
     @property
     def production(self) -> bool:

@@ -1,0 +1,196 @@
+"""Memory incidents on the Memory page: open one from a session, a version, a key or a text,
+see what it reached hop by hop, contain it (owners; support dry-run and freeze)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponseBase
+from django.shortcuts import redirect
+from django.urls import reverse
+from django.utils.http import urlencode
+from django.views.decorators.http import require_GET, require_POST
+
+from memoryadmin.core.errors import DomainError
+from memoryadmin.incidents.models import Incident
+from memoryadmin.incidents.services import contain as contain_services
+from memoryadmin.incidents.services import incidents as incident_services
+from memoryadmin.web.services.roles import CONTAIN, FREEZE, INCIDENTS, READ, membership_require
+from memoryadmin.web.views.base import Page, actor, page_render, project_view
+
+SOURCE_KINDS = (
+    ("session", "Session id"),
+    ("version", "Version (resource/document@revision)"),
+    ("apiKey", "API key prefix"),
+    ("text", "Exact text"),
+)
+KIND_LABELS = {
+    "version": "Versions",
+    "recall": "Recalls",
+    "session": "Sessions",
+    "record": "Records",
+}
+
+
+def _source(kind: str, value: str) -> dict[str, Any]:
+    """The page's one field as the source the service checks."""
+    if kind == "version":
+        path, _, revision = value.rpartition("@")
+        resource, _, document = path.partition("/")
+        return {"version": {"resource": resource, "document": document, "revision": revision}}
+    return {kind: value}
+
+
+@require_GET
+@project_view(READ)
+def incident_list(request: HttpRequest, page: Page) -> HttpResponseBase:
+    cursor = request.GET.get("cursor") or None
+    rows, next_cursor = incident_services.incident_list(
+        project=page.project, environment=page.environment, cursor=cursor
+    )
+    context = {
+        "incidents": rows,
+        "next_cursor": next_cursor,
+        "kinds": SOURCE_KINDS,
+        "form": {"kind": request.GET.get("kind", "text"), "value": request.GET.get("value", "")},
+    }
+    return page_render(request, "memoryadmin/incidents.html", page, context)
+
+
+@require_POST
+@project_view(INCIDENTS)
+def incident_open(request: HttpRequest, page: Page) -> HttpResponseBase:
+    kind, value = request.POST.get("kind", ""), request.POST.get("value", "")
+    title = request.POST.get("title", "") or f"{kind} {value}"[:200]
+    try:
+        incident = incident_services.incident_create(
+            project=page.project,
+            environment=page.environment,
+            title=title,
+            source=_source(kind, value),
+            hops=request.POST.get("hops") or None,
+            actor=actor(request),
+        )
+    except DomainError as exc:
+        messages.error(request, exc.message)
+        query = urlencode({"kind": kind, "value": value})
+        return redirect(
+            f"{reverse('web:incidents', args=[page.project.id, page.environment])}?{query}"
+        )
+    return redirect("web:incident", page.project.id, page.environment, incident.id)
+
+
+def _link(page: Page, node: dict[str, Any]) -> str:
+    """The page of a node: a version (or proposal), a session, a recall's session, a record."""
+    p, e = page.project.id, page.environment
+    kind = node["kind"]
+    if kind == "version" and node.get("proposal"):
+        return reverse("web:proposal", args=[p, e, node["proposal"]])
+    if kind == "version":
+        return reverse(
+            "web:version", args=[p, e, node["resource"], node["document"], node["revision"]]
+        )
+    if kind == "session":
+        return reverse("web:session", args=[p, e, node["id"].removeprefix("session:")])
+    if kind == "recall":
+        return reverse("web:session", args=[p, e, node["session"]]) + "#recalls"
+    if node.get("recordId"):
+        url = reverse("web:record", args=[p, e, node["resource"], node["recordId"]])
+        return f"{url}?{urlencode({'namespace': node.get('namespace', '')})}"
+    return ""
+
+
+def _label(node: dict[str, Any]) -> str:
+    kind = node["kind"]
+    if kind == "version" and node.get("proposal"):
+        return f"{node['resource']}/{node['document']} (proposal {node['proposal']})"
+    if kind == "version":
+        return f"{node['resource']}/{node['document']}@{node['revision'][:8]}"
+    if kind == "record":
+        return f"{node['resource']}/{node.get('recordId') or node.get('callId', '')}"
+    return node["id"].split(":", 1)[1]
+
+
+def _context(page: Page, incident: Incident, report: dict[str, Any] | None) -> dict[str, Any]:
+    data = incident_services.incident_dict(incident)
+    nodes = data["graph"]["nodes"]
+    into: dict[str, list[dict[str, Any]]] = {}
+    for edge in data["graph"]["edges"]:
+        into.setdefault(edge["to"], []).append(edge)
+    shown = report or data["containment"] or {}
+    outcomes = {n["id"]: n["outcomes"] for n in shown.get("nodes", [])}
+    rows = [
+        {
+            **node,
+            "label": _label(node),
+            "link": _link(page, node),
+            "from": into.get(node["id"], []),
+            "outcomes": outcomes.get(node["id"], {}),
+        }
+        for node in nodes
+    ]
+    hops = max((node["hop"] for node in nodes), default=-1)
+    columns = [
+        {
+            "hop": hop,
+            "groups": [
+                (label, [r for r in rows if r["hop"] == hop and r["kind"] == kind])
+                for kind, label in KIND_LABELS.items()
+                if any(r["hop"] == hop and r["kind"] == kind for r in rows)
+            ],
+        }
+        for hop in range(hops + 1)
+    ]
+    p, e = page.project.id, page.environment
+    return {
+        "incident": incident,
+        "data": data,
+        "rows": rows,
+        "columns": columns,
+        "documents": [
+            {**d, "link": reverse("web:document", args=[p, e, d["resource"], d["document"]])}
+            for d in data["documents"]
+        ],
+        "sessions": [
+            {**s, "link": reverse("web:session", args=[p, e, s["id"]])} for s in data["sessions"]
+        ],
+        "report": report,
+        "applicable": contain_services.applicable(incident),
+    }
+
+
+@require_GET
+@project_view(READ)
+def incident_detail(request: HttpRequest, page: Page, i: str) -> HttpResponseBase:
+    incident = incident_services.incident_get(
+        project=page.project, environment=page.environment, incident_id=i
+    )
+    return page_render(request, "memoryadmin/incident.html", page, _context(page, incident, None))
+
+
+@require_POST
+@project_view(INCIDENTS)
+def incident_contain(request: HttpRequest, page: Page, i: str) -> HttpResponseBase:
+    """A dry run (support and owners) shows the report; a freeze alone (support and owners)
+    or a containment (owners) writes it and comes back to the incident."""
+    incident = incident_services.incident_get(
+        project=page.project, environment=page.environment, incident_id=i
+    )
+    dry_run = request.POST.get("dryRun") == "true"
+    actions = request.POST.getlist("action") or None
+    if not dry_run:
+        permission = FREEZE if actions == [contain_services.FREEZE] else CONTAIN
+        membership_require(membership=page.membership, permission=permission)
+    report = contain_services.incident_contain(
+        incident=incident, dry_run=dry_run, actions=actions, actor=actor(request)
+    )
+    if dry_run:
+        context = _context(page, incident, report)
+        return page_render(request, "memoryadmin/incident.html", page, context)
+    messages.success(
+        request,
+        f"{', '.join(report['actions'])}: {report['changed']} changes."
+        + (f" {len(report['deadLetters'])} dead letters." if report["deadLetters"] else ""),
+    )
+    return redirect("web:incident", page.project.id, page.environment, incident.id)
