@@ -1,6 +1,6 @@
 """The hot paths' database budget: round trips per request, counted, so it cannot creep up.
 
-The budget (docs/performance.md): a document read in at most 2 round trips,
+The budget (docs/performance.md): a document read in one round trip,
 a conditional write in at most 4 statements (transaction statements count).
 Transactions are real here (not the test's savepoints), and the per-minute
 `last_used_at` write is done before counting.
@@ -18,6 +18,7 @@ from rest_framework.test import APIClient
 
 from memoryadmin.agents.models import RecallSource, Session
 from memoryadmin.memory.models import AuditEntry, Document, DocumentVersion, Resource
+from memoryadmin.memory.services.documents import document_delete
 from tests.helpers import Keys, html_of, is_postgres
 
 DOCS = "/api/managed-agents/projects/acme/memory/notes/documents"
@@ -31,15 +32,28 @@ def counted(call: Any) -> tuple[Any, list[str]]:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_get_document_costs_at_most_two_round_trips(
-    api: APIClient, keys: Keys, make_document: Any
+def test_get_document_is_one_round_trip_with_the_key(
+    api: APIClient, keys: Keys, make_document: Any, client_for: Any, notes: Resource
 ) -> None:
     make_document("workshop", text="Node 22.")
+    gone = make_document("gone", text="Old.")
+    document_delete(resource=notes, doc_id="gone", expected_revision=gone.revision, actor="t")
     api.get(f"{DOCS}/workshop{ENV}")  # the key's last use is recorded once a minute
     response, queries = counted(lambda: api.get(f"{DOCS}/workshop{ENV}"))
     assert response.status_code == 200
     assert response.json()["text"] == "Node 22."
-    assert len(queries) <= 2, queries
+    # The key, the resource and the live document in one query.
+    assert len(queries) == 1, queries
+    for missing in ("gone", "nothing"):
+        response, queries = counted(lambda d=missing: api.get(f"{DOCS}/{d}{ENV}"))
+        assert (response.status_code, response.json()["error"]["code"]) == (404, "not_found")
+        assert len(queries) == 1, queries
+    # Read with the key, never shown to a key of another project.
+    other = client_for(keys.other)
+    other.get(f"{DOCS}/workshop{ENV}")
+    response, queries = counted(lambda: other.get(f"{DOCS}/workshop{ENV}"))
+    assert response.status_code == 403, response.content
+    assert b"Node 22." not in response.content
 
 
 def _replace_counted(api: APIClient, make_document: Any) -> tuple[Any, list[str]]:

@@ -50,11 +50,17 @@ class ApiKeyAuthentication(BaseAuthentication):
             )
             request.session_lookup = session_lookup  # type: ignore[attr-defined]
         elif project_id and resource_id and environment in Environment.values:
+            # A document read (GET) reads the document with them too.
+            doc_id = kwargs.get("doc_id")
+            reads_document = request.method == "GET" and getattr(
+                view, "reads_document_with_key", False
+            )
             key, lookup = api_key_authenticate_at(
                 raw=raw.strip(),
                 project_id=project_id,
                 environment=environment,
                 resource_id=resource_id,
+                doc_id=doc_id if reads_document and isinstance(doc_id, str) else None,
             )
             # Read by ApiView.resource.
             request.resource_lookup = lookup  # type: ignore[attr-defined]

@@ -9,8 +9,9 @@ from rest_framework.views import APIView
 
 from memoryadmin.api import serializers as s
 from memoryadmin.core.environments import Environment, check_environment
-from memoryadmin.memory.models import ApiKey, Project, Resource
+from memoryadmin.memory.models import ApiKey, Document, Project, Resource
 from memoryadmin.memory.services import deployments as deployment_services
+from memoryadmin.memory.services import documents as document_services
 from memoryadmin.memory.services.keys import ResourceLookup
 from memoryadmin.memory.services.projects import project_for_key
 
@@ -69,6 +70,18 @@ class ApiView(APIView):
                 project=project, environment=environment, resource_id=r
             )
         return deployment_services.resource_documents_check(resource)
+
+    def document(self, request: Request, resource: Resource, doc_id: str) -> Document:
+        """The live document of `resource` (of `self.resource`), as read with the key
+        when the view `reads_document_with_key` on GET."""
+        lookup = getattr(request, "resource_lookup", None)
+        if isinstance(lookup, ResourceLookup) and (
+            lookup.resource is resource and lookup.doc_id == doc_id
+        ):
+            return document_services.document_get(
+                resource=resource, doc_id=doc_id, read=lookup.document
+            )
+        return document_services.document_get(resource=resource, doc_id=doc_id)
 
     def cursor(self, request: Request) -> str | None:
         return s.require_query_string(request, "cursor")

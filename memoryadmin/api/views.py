@@ -265,6 +265,9 @@ def document_response(document: Document, resource: Resource, status: int = 200)
 
 
 class DocumentDetailView(ApiView):
+    # GET reads the document with the key and resource: one round trip (ApiKeyAuthentication).
+    reads_document_with_key = True
+
     @extend_schema(
         parameters=[ENVIRONMENT],
         responses={200: s.DocumentOutput, **ERRORS},
@@ -272,8 +275,7 @@ class DocumentDetailView(ApiView):
     )
     def get(self, request: Request, p: str, r: str, doc_id: str) -> Response:
         resource = self.resource(request, p, r)
-        document = document_services.document_get(resource=resource, doc_id=doc_id)
-        return document_response(document, resource)
+        return document_response(self.document(request, resource, doc_id), resource)
 
     @extend_schema(
         parameters=[ENVIRONMENT, IF_NONE_MATCH, IF_MATCH_OPTIONAL],

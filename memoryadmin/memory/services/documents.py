@@ -111,23 +111,41 @@ def _explain_no_rows(resource: Resource, doc_id: str) -> Exception:
     )
 
 
+def live_document_on(alias: str, resource: str) -> str:
+    """The condition joining `alias` to the live document of `resource` (a column) whose
+    id is the next parameter: what `document_get` reads, for a query that reads it
+    with more (the API key's look-up of a document read)."""
+    return (
+        f"{alias}.{column(Document, 'resource')} = {resource}"
+        f" AND {alias}.{column(Document, 'doc_id')} = %s"
+        f" AND NOT {alias}.{column(Document, 'deleted')}"
+    )
+
+
 @functools.cache
 def _live_document_sql(vendor: str) -> str:
     return (
-        f"SELECT {columns(Document)} FROM {table(Document)}"
-        f" WHERE {column(Document, 'resource')} = %s AND {column(Document, 'doc_id')} = %s"
-        f" AND NOT {column(Document, 'deleted')}"
+        f"SELECT {columns(Document, 'd')} FROM {table(Document)} d"
+        f" WHERE {live_document_on('d', '%s')}"
     )
 
 
-def document_get(*, resource: Resource, doc_id: str) -> Document:
+# Not read with the request's key: document_get reads it.
+UNREAD = object()
+
+
+def document_get(*, resource: Resource, doc_id: str, read: object = UNREAD) -> Document:
+    """The live document; `read` is what a query joined to `live_document_on` found
+    (a Document or None), so the document is not read again."""
     check_document_id(doc_id)
     # Hand-written (one row by the unique key): the ORM would spend longer
     # composing this query than the database spends answering it.
-    document = fetch_instance(
-        Document, _live_document_sql(connection.vendor), [resource.pk, doc_id]
+    document = (
+        fetch_instance(Document, _live_document_sql(connection.vendor), [resource.pk, doc_id])
+        if read is UNREAD
+        else read
     )
-    if document is None:
+    if not isinstance(document, Document):
         raise _missing(resource, doc_id)
     # As select_related would: the caller's resource, not a second read.
     document.resource = resource

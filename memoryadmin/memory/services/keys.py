@@ -30,8 +30,9 @@ from memoryadmin.core.errors import Conflict, InvalidRequest, NotFound
 from memoryadmin.core.inputs import whole_number
 from memoryadmin.core.rows import column, columns, fetch_instance, instance, table
 from memoryadmin.core.sharedcache import tolerant
-from memoryadmin.memory.models import ApiKey, Resource
+from memoryadmin.memory.models import ApiKey, Document, Resource
 from memoryadmin.memory.services.audit import audit_record
+from memoryadmin.memory.services.documents import live_document_on
 from memoryadmin.memory.services.projects import project_get
 
 API_KEY_PREFIX = "mak_"
@@ -256,24 +257,36 @@ class ResourceLookup:
     resource_id: str
     # The resource, or None when there is no such resource (or project).
     resource: Resource | None
+    # The document id read with it (None: no document read), and the live document
+    # of that id (None: none), for `document_get(read=...)`.
+    doc_id: str | None = None
+    document: Document | None = None
 
 
 @functools.cache
-def _key_and_resource_sql(vendor: str) -> str:
+def _key_and_resource_sql(vendor: str, with_document: bool) -> str:
+    resource_pk = f"r.{column(Resource, 'id')}"
     return (
         f"SELECT {columns(ApiKey, 'k')}, {columns(Resource, 'r')}"
-        f" FROM {table(ApiKey)} k LEFT JOIN {table(Resource)} r"
+        + (f", {columns(Document, 'd')}" if with_document else "")
+        + f" FROM {table(ApiKey)} k LEFT JOIN {table(Resource)} r"
         f" ON r.{column(Resource, 'project')} = %s"
         f" AND r.{column(Resource, 'environment')} = %s"
         f" AND r.{column(Resource, 'resource_id')} = %s"
-        f" WHERE k.{column(ApiKey, 'hashed')} = %s"
+        + (
+            f" LEFT JOIN {table(Document)} d ON {live_document_on('d', resource_pk)}"
+            if with_document
+            else ""
+        )
+        + f" WHERE k.{column(ApiKey, 'hashed')} = %s"
     )
 
 
 def api_key_authenticate_at(
-    *, raw: str, project_id: str, environment: str, resource_id: str
+    *, raw: str, project_id: str, environment: str, resource_id: str, doc_id: str | None = None
 ) -> tuple[ApiKey | None, ResourceLookup]:
-    """The key, and the resource a request names, in one round trip.
+    """The key, and the resource a request names (with `doc_id`, also that live
+    document), in one round trip.
 
     The resource is only looked up here; whether the key may reach it is
     decided by `resource_for_key`.
@@ -281,10 +294,11 @@ def api_key_authenticate_at(
     lookup = ResourceLookup(project_id, environment, resource_id, None)
     if not _well_formed(raw):
         return None, lookup
+    params = [project_id, environment, resource_id]
     with connection.cursor() as cursor:
         cursor.execute(
-            _key_and_resource_sql(connection.vendor),
-            [project_id, environment, resource_id, _hash(raw)],
+            _key_and_resource_sql(connection.vendor, doc_id is not None),
+            [*params, *([] if doc_id is None else [doc_id]), _hash(raw)],
         )
         row = cursor.fetchone()
     if row is None:
@@ -292,7 +306,16 @@ def api_key_authenticate_at(
     width = len(ApiKey._meta.concrete_fields)
     key = instance(ApiKey, row[:width])
     if row[width] is not None:
+        end = width + len(Resource._meta.concrete_fields)
+        document = None
+        if doc_id is not None and row[end] is not None:
+            document = instance(Document, row[end:])
         lookup = ResourceLookup(
-            project_id, environment, resource_id, instance(Resource, row[width:])
+            project_id,
+            environment,
+            resource_id,
+            instance(Resource, row[width:end]),
+            doc_id=doc_id,
+            document=document,
         )
     return _usable(key), lookup
