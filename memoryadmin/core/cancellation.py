@@ -20,10 +20,12 @@ probe cancels.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import hashlib
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -75,23 +77,49 @@ class Cancellation:
             self.event.set()
         return self.event.is_set()
 
-    @contextmanager
-    def watch(self, abort: Callable[[], None]) -> Iterator[None]:
+    def watch(self, abort: Callable[[], None]) -> contextlib.AbstractContextManager[None]:
         """Calls `abort` (from another thread) as soon as the caller cancels."""
-        done = threading.Event()
+        return stop_watch(abort, cancellation=self)
 
-        def watcher() -> None:
-            while not done.wait(POLL_SECONDS):
-                if self.poll():
+
+# How often a watch looks at an event of the process (the cache is polled less often).
+EVENT_POLL_SECONDS = 0.02
+
+
+@contextmanager
+def stop_watch(
+    abort: Callable[[], None],
+    *,
+    cancellation: Cancellation | None,
+    event: threading.Event | None = None,
+) -> Iterator[None]:
+    """Inside the block, calls `abort` (from another thread) as soon as the caller cancels
+    or `event` is set (the call's answer is no longer wanted). An attempt's deadline is
+    the watchdog's (core/watchdog.py: `receive(cut=...)`)."""
+    if cancellation is None and event is None:
+        yield
+        return
+    done = threading.Event()
+
+    def watcher() -> None:
+        polled = 0.0
+        while not done.wait(POLL_SECONDS if event is None else EVENT_POLL_SECONDS):
+            if event is not None and event.is_set():
+                abort()
+                return
+            now = time.monotonic()
+            if cancellation is not None and now - polled >= POLL_SECONDS:
+                polled = now
+                if cancellation.poll():
                     abort()
                     return
 
-        thread = threading.Thread(target=watcher, name="provider-cancel", daemon=True)
-        thread.start()
-        try:
-            yield
-        finally:
-            done.set()
+    thread = threading.Thread(target=watcher, name="provider-cancel", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
 
 
 _current: contextvars.ContextVar[Cancellation | None] = contextvars.ContextVar(

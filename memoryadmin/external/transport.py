@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,9 +24,9 @@ from typing import Any
 import httpx
 from django.views.decorators.debug import sensitive_variables
 
-from memoryadmin.core.cancellation import Cancellation, current_cancellation
+from memoryadmin.core.cancellation import Cancellation, current_cancellation, stop_watch
 from memoryadmin.core.concurrency import Deadline
-from memoryadmin.core.egress import EgressTransport, egress_transport
+from memoryadmin.core.egress import egress_transport
 from memoryadmin.core.errors import InvalidRequest
 from memoryadmin.core.jsonbody import BODY_MAX_BYTES
 from memoryadmin.memory.models import Resource
@@ -50,10 +49,6 @@ USER_AGENT = "memoryadmin-external-provider/1"
 # Largest provider answer read (list pages of hosted providers run larger
 # than the protocol's 64 KiB bodies).
 REPLY_MAX_BYTES = 4 * 1024 * 1024
-# How often an attempt's watcher looks at the calling slot's cancellation, and how often
-# at the runtime's (a shared-cache read).
-WATCH_INTERVAL = 0.02
-POLL_SECONDS = 0.1
 
 
 class ExternalFailure(CallFailed):
@@ -234,65 +229,41 @@ def _exchange(connection: Connection, request: Request) -> Reply:
     )
 
 
-def _watch(
-    transport: EgressTransport,
-    done: threading.Event,
-    connection: Connection,
-    deadline: float,
-    why: list[str],
-) -> None:
-    """The attempt's child cancellation: aborts it when the caller cancels (the calling
-    slot's event, or the runtime's cancellation) or when the deadline passes."""
-    polled = 0.0
-    while not done.is_set():
-        now = time.monotonic()
-        cancelled = connection.cancelled.is_set()
-        if not cancelled and connection.cancellation is not None and now - polled >= POLL_SECONDS:
-            polled = now
-            cancelled = connection.cancellation.poll()
-        if cancelled or now >= deadline:
-            why.append("cancelled" if cancelled else "timeout")
-            transport.abort()
-            return
-        done.wait(WATCH_INTERVAL)
-
-
 def _attempt(connection: Connection, request: Request, deadline: float) -> Reply:
-    """One attempt, on a connection of its own that its watcher may cut."""
+    """One attempt, on a connection of its own: the watchdog cuts it at the deadline (a
+    timeout), and the caller's cancellation or the calling slot's event at once."""
     transport = egress_transport()
-    done = threading.Event()
     why: list[str] = []
-    watcher = threading.Thread(
-        target=_watch,
-        args=(transport, done, connection, deadline, why),
-        name="provider-attempt-watch",
-        daemon=True,
-    )
-    watcher.start()
+
+    def cancel() -> None:
+        why.append("cancelled")
+        transport.abort()
+
     if request.credentials:
         headers = dict(connection.headers)
     else:
         headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
     if request.body is not None:
         headers["Content-Type"] = request.content_type
-    try:
-        with httpx.Client(transport=transport, follow_redirects=False, trust_env=False) as client:
-            reply = receive(
-                client,
-                request.method,
-                request.url,
-                headers=headers,
-                deadline=deadline,
-                limit=REPLY_MAX_BYTES,
-                params=request.params,
-                content=request.body,
-            )
-    finally:
-        done.set()
-        watcher.join()
+    watch = stop_watch(cancel, cancellation=connection.cancellation, event=connection.cancelled)
+    with (
+        watch,
+        httpx.Client(transport=transport, follow_redirects=False, trust_env=False) as client,
+    ):
+        reply = receive(
+            client,
+            request.method,
+            request.url,
+            headers=headers,
+            deadline=deadline,
+            limit=REPLY_MAX_BYTES,
+            params=request.params,
+            content=request.body,
+            cut=transport.abort,
+        )
     if why:
-        # The watcher aborted this attempt: whatever the client saw, this is why.
-        return Reply(failure=why[0])
+        # The caller cancelled this attempt: whatever the client saw, this is why.
+        return Reply(failure="cancelled")
     return reply
 
 
