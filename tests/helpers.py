@@ -162,6 +162,32 @@ def deploy_reference_provider(
     return resource_get(project=project, environment="development", resource_id="facts")
 
 
+def proposed_save(project: Project, *, call_id: str = "call_7") -> tuple[Session, str]:
+    """support-bot deployed with notes under review, and one of its saves to notes/workshop
+    (which must exist) waiting in the inbox: the session and the proposal's id."""
+    from memoryadmin.agents.services.runtime import recall_create, tool_call
+
+    notes = {**MANIFEST_MEMORY[0], "provider": {"kind": "document", "agentWrites": "review"}}
+    deployment_create(
+        project=project,
+        agent="support-bot",
+        memory=[notes, MANIFEST_MEMORY[1]],
+        promote="development",
+        actor="t",
+    )
+    session = support_session(project)
+    recall = recall_create(session=session, use=["notes"])
+    result = tool_call(
+        session=session,
+        recall_id=recall["recallId"],
+        call_id=call_id,
+        name="memory_save",
+        arguments={"text": "Exercises must run on Node.js 24."},
+    )
+    assert result["status"] == "proposed", result
+    return session, str(result["proposalId"])
+
+
 def support_session(project: Project, *, idempotency_key: str = "ticket-42") -> Session:
     """A support-bot session bound read-write to notes/workshop (which must exist) and to
     the kb collection, labelled with its ticket."""

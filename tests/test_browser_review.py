@@ -5,10 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from memoryadmin.agents.services.runtime import recall_create, tool_call
 from memoryadmin.memory.models import Document, Project
-from memoryadmin.memory.services.deployments import deployment_create
-from tests.helpers import BROWSER_TESTS, MANIFEST_MEMORY, support_session
+from tests.helpers import BROWSER_TESTS, proposed_save
 
 pytestmark = BROWSER_TESTS
 
@@ -18,24 +16,7 @@ def test_owner_approves_a_proposal_from_the_inbox(
 ) -> None:
     from playwright.sync_api import expect
 
-    notes = {**MANIFEST_MEMORY[0], "provider": {"kind": "document", "agentWrites": "review"}}
-    deployment_create(
-        project=project,
-        agent="support-bot",
-        memory=[notes, MANIFEST_MEMORY[1]],
-        promote="development",
-        actor="t",
-    )
-    session = support_session(project)
-    recall = recall_create(session=session, use=["notes"])
-    result = tool_call(
-        session=session,
-        recall_id=recall["recallId"],
-        call_id="call_7",
-        name="memory_save",
-        arguments={"text": "Exercises must run on Node.js 24."},
-    )
-    assert result["status"] == "proposed"
+    proposed_save(project)
     page = open_page("olivia")
     expect(page.locator("#review-count")).to_have_text("1")
     page.get_by_role("link", name="Review").first.click()

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from memoryadmin.memory.models import Document, Resource
-from tests.helpers import BROWSER_TESTS
+from tests.helpers import BROWSER_TESTS, proposed_save
 
 pytestmark = BROWSER_TESTS
 
@@ -115,3 +115,163 @@ def test_bulk_actions_wait_for_a_ticked_box(
     expect(page.get_by_role("heading", name="notes", exact=True)).to_be_visible()
     assert not Document.objects.filter(agent_writes=False, doc_id="workshop").exists()
     assert page.js_errors == []
+
+
+# 1: a reload repeats no POST (POST/redirect/GET; a one-time secret comes from the session).
+
+
+@VIEWPORTS
+def test_reloading_after_create_key_makes_no_second_key(
+    open_page: Any, used_memory: Resource, viewport: dict[str, int]
+) -> None:
+    from playwright.sync_api import expect
+
+    from memoryadmin.memory.models import ApiKey
+
+    page = open_page("olivia", viewport=viewport)
+    page.goto(f"{BASE}/keys/")
+    before = ApiKey.objects.count()
+    page.get_by_label("Name").fill("deploy bot")
+    page.get_by_role("button", name="Create key").click()
+    secret = page.get_by_label("The new key").input_value()
+    assert secret.startswith("mak_")
+    assert page.url.endswith("/keys/")  # redirected: the address bar holds a GET
+    page.reload()
+    expect(page.get_by_role("heading", name="API keys of Acme")).to_be_visible()
+    expect(page.get_by_label("The new key")).to_have_count(0)  # shown once
+    assert secret not in page.content()
+    assert ApiKey.objects.count() == before + 1
+    expect(page.get_by_role("row", name="deploy bot")).to_have_count(1)
+    assert page.js_errors == []
+
+
+def test_reloading_after_a_webhook_is_made_or_rotated_repeats_nothing(
+    open_page: Any, used_memory: Resource
+) -> None:
+    from playwright.sync_api import expect
+
+    from memoryadmin.webhooks.models import Endpoint
+
+    page = open_page("olivia")
+    page.goto(f"{BASE}/webhooks/")
+    page.get_by_label("URL").fill("https://example.com/hooks")
+    page.get_by_label("document.created").check()
+    page.get_by_role("button", name="Add webhook").click()
+    secret = page.get_by_label("The signing secret").input_value()
+    page.reload()
+    expect(page.get_by_label("The signing secret")).to_have_count(0)
+    assert Endpoint.objects.count() == 1
+    endpoint = Endpoint.objects.get()
+    page.goto(f"{BASE}/webhooks/{endpoint.pk}/")
+    page.get_by_role("button", name="Rotate signing secret").click()
+    rotated = page.get_by_label("The signing secret").input_value()
+    assert rotated != secret
+    page.reload()
+    expect(page.get_by_label("The signing secret")).to_have_count(0)
+    endpoint.refresh_from_db()
+    assert endpoint.secret == rotated  # the reload rotated nothing
+    assert page.js_errors == []
+
+
+# 2: times to come, in words.
+
+
+def test_times_to_come_read_in_words(open_page: Any, used_memory: Resource, project: Any) -> None:
+    from django.utils import timezone
+    from playwright.sync_api import expect
+
+    from memoryadmin.memory.models import Proposal
+    from memoryadmin.webhooks import services
+    from memoryadmin.webhooks.models import Delivery
+
+    _, proposal = proposed_save(project)
+    Proposal.objects.filter(pk=proposal).update(
+        expires_at=timezone.now() + timedelta(days=7, hours=1, minutes=1)
+    )
+    endpoint, _ = services.endpoint_create(
+        project=project, url="https://example.com/hooks", events=["document.created"], actor="t"
+    )
+    Delivery.objects.create(
+        endpoint=endpoint,
+        event_id="evt_1",
+        event="document.created",
+        body="{}",
+        state="pending",
+        attempts=1,
+        next_attempt_at=timezone.now() + timedelta(hours=2, minutes=30, seconds=30),
+        created_at=timezone.now(),
+    )
+    page = open_page("olivia")
+    page.goto(f"{BASE}/review/{proposal}/")
+    expect(page.locator("main")).to_contain_text("expires in 1\xa0week")
+    page.goto(f"{BASE}/webhooks/{endpoint.pk}/")
+    expect(page.locator("main")).to_contain_text("next in 2\xa0hours, 30\xa0minutes")
+    assert page.js_errors == []
+
+
+# 7: the session revert page.
+
+
+@VIEWPORTS
+def test_the_revert_page_is_a_sessions_page_and_says_what_it_did(
+    open_page: Any, used_memory: Resource, project: Any, viewport: dict[str, int]
+) -> None:
+    from playwright.sync_api import expect
+
+    from memoryadmin.memory.services.documents import document_replace
+    from memoryadmin.memory.services.redaction import version_redact
+    from tests.helpers import support_session
+
+    session = support_session(project)
+    workshop = Document.objects.get(resource=used_memory, doc_id="workshop")
+    first = workshop.revision
+    _agent_save(session, "Poison.")
+    # An owner redacts the version from before the session: nothing to return to.
+    version_redact(
+        resource=used_memory, doc_id="workshop", revision=first, reason="leak", actor="t"
+    )
+    page = open_page("olivia", viewport=viewport)
+    url = f"{BASE}/sessions/{session.id}/revert/"
+    page.goto(url)
+    nav = page.get_by_role("navigation", name="Project sections")
+    expect(nav.get_by_role("link", name="Sessions")).to_have_attribute("aria-current", "page")
+    expect(nav.get_by_role("link", name="Memory")).not_to_have_attribute("aria-current", "page")
+    expect(page.locator("main")).to_contain_text("was redacted: nothing to return to")
+    assert "[redacted]" not in page.locator("main").inner_text()
+    expect(page.get_by_role("button", name="Revert these documents")).to_have_count(0)
+
+    # A second session whose document an owner changes after the plan was shown.
+    other = support_session(project, idempotency_key="ticket-43")
+    _agent_save(other, "Exercises must run on Node.js 22.\nPoison again.\n")
+    page.goto(f"{BASE}/sessions/{other.id}/revert/")
+    expect(page.locator("main")).to_contain_text("restore version")
+    current = Document.objects.get(pk=workshop.pk)
+    document_replace(
+        resource=used_memory,
+        doc_id="workshop",
+        expected_revision=current.revision,
+        text=current.text + "An owner's line.\n",
+        actor="user:olivia",
+    )
+    page.get_by_role("button", name="Revert these documents").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text(
+        f"Nothing of what {other.id} wrote was reverted"
+    )
+    expect(page.locator("main")).to_contain_text("changed by others since: not overwritten")
+    page.reload()  # the plan again: nothing applied twice
+    expect(page.get_by_role("heading", level=1)).to_have_text(f"Revert what {other.id} wrote")
+    assert page.js_errors == []
+
+
+def _agent_save(session: Any, text: str) -> None:
+    from memoryadmin.agents.services.runtime import recall_create, tool_call
+
+    recall = recall_create(session=session, use=["notes"])
+    result = tool_call(
+        session=session,
+        recall_id=recall["recallId"],
+        call_id="c",
+        name="memory_save",
+        arguments={"memory": "notes", "text": text},
+    )
+    assert result["status"] == "saved", result

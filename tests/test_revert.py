@@ -156,7 +156,14 @@ def test_page_shows_the_plan_then_reverts(
     html = html_of(owner.get(url))
     assert "restore version" in html
     assert current(workshop).text == "Poison."
-    done = html_of(owner.post(url))
+    response = owner.post(url)
+    assert response.status_code == 302
+    assert response["Location"] == url
+    done = html_of(owner.get(url))
     assert "restored version" in done
+    # A reload shows the plan again (nothing left to restore), and applies nothing.
+    again = html_of(owner.get(url))
+    assert "already as before" in again
+    assert "Revert these documents" not in again
     assert current(workshop).text == "Exercises must run on Node.js 22."
     assert AuditEntry.objects.get(action="session.revert").actor == "user:olivia"

@@ -83,7 +83,10 @@ def test_invite_with_a_one_time_password_shows_it_once(
     response = owner.post(
         f"{PEOPLE}invite/",
         {"invite-username": "nina", "invite-role": "support", "invite-method": "password"},
+        follow=True,
     )
+    # POST/redirect/GET: the page after the redirect shows the password, once.
+    assert response.redirect_chain == [(PEOPLE, 302)]
     html = html_of(response)
     assert "no-store" in response["Cache-Control"]
     password = html.split('id="invitation-secret"')[1].split('value="')[1].split('"')[0]
@@ -100,6 +103,7 @@ def test_invite_with_a_link_lets_them_choose_a_password_once(owner: Client, peop
         owner.post(
             f"{PEOPLE}invite/",
             {"invite-username": "nina", "invite-role": "viewer", "invite-method": "link"},
+            follow=True,
         )
     )
     link = html.split('id="invitation-secret"')[1].split('value="')[1].split('"')[0]
@@ -420,7 +424,10 @@ def test_bulk_export_is_refused_to_viewers(
 
 def test_bulk_refuses_an_empty_or_oversized_selection(owner: Client, notes: Resource) -> None:
     url = f"{BASE}/resources/notes/bulk/"
-    assert "Select at least one document." in html_of(owner.post(url, {"action": "freeze"}), 400)
+    # Nothing ticked: said on the list, not on an error page.
+    empty = owner.post(url, {"action": "freeze"}, follow=True)
+    assert "Nothing was selected" in html_of(empty)
+    assert empty.redirect_chain == [(f"{BASE}/resources/notes/", 302)]
     many = [f"d{i}:r" for i in range(101)]
     assert "at most 100 documents" in html_of(
         owner.post(url, {"action": "freeze", "doc": many}), 400

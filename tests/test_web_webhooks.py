@@ -34,10 +34,16 @@ def secret_in(html: str) -> str:
 
 def add(owner: Any, url: str, events: list[str]) -> tuple[Endpoint, str]:
     response = owner.post(
-        f"{HOOKS}new/", {"url": url, "events": events, "description": "Ops", "active": "on"}
+        f"{HOOKS}new/",
+        {"url": url, "events": events, "description": "Ops", "active": "on"},
+        follow=True,
     )
+    # POST/redirect/GET: the list after the redirect shows the secret, once.
+    assert response.redirect_chain == [(HOOKS, 302)]
     html = html_of(response)
+    assert "no-store" in response["Cache-Control"]
     endpoint = Endpoint.objects.get(url=url)
+    assert secret_in(html) not in owner.get(HOOKS).content.decode()
     return endpoint, secret_in(html)
 
 
@@ -100,7 +106,7 @@ def test_owner_pauses_rotates_and_deletes(owner: Any, receiver: Receiver) -> Non
     assert (endpoint.active, endpoint.event_list) == (False, ["session.created", "session.ended"])
     assert "paused" in html_of(owner.get(f"{HOOKS}{endpoint.pk}/"))
 
-    rotated = html_of(owner.post(f"{HOOKS}{endpoint.pk}/rotate/"))
+    rotated = html_of(owner.post(f"{HOOKS}{endpoint.pk}/rotate/", follow=True))
     new_secret = secret_in(rotated)
     assert new_secret != secret
     endpoint.refresh_from_db()

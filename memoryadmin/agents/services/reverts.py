@@ -26,6 +26,8 @@ RESTORE = "restore"
 CONFLICT = "conflict"
 UNCHANGED = "unchanged"
 DELETED = "deleted"
+# The version before the first own write was redacted: there is no text to return to.
+REDACTED = "redacted"
 
 
 @dataclass
@@ -79,6 +81,8 @@ def plan_document(
     if first == 0:
         return RevertItem(document, UNCHANGED)
     before = versions[first - 1]
+    if before.redacted_at is not None:
+        return RevertItem(document, REDACTED, restore_revision=before.revision)
     last_own = max(i for i, v in enumerate(versions) if own(v))
     # Somebody else changed the content after the first own write (a freeze or a
     # retitle changes no content and does not count).

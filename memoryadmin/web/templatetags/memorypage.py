@@ -204,6 +204,7 @@ SECTION_OF = {
     "sessions": "sessions",
     "session": "sessions",
     "session-end": "sessions",
+    "session-revert": "sessions",
     "incidents": "incidents",
     "incident": "incidents",
     "incident-contain": "incidents",

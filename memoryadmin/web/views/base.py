@@ -10,7 +10,7 @@ from typing import Any, Concatenate
 from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import render, resolve_url
-from django.utils.cache import patch_vary_headers
+from django.utils.cache import add_never_cache_headers, patch_vary_headers
 from django.utils.http import urlencode
 from django_htmx.http import HttpResponseClientRedirect
 
@@ -284,3 +284,24 @@ def error_page(
         partial="message",
         status=exc.status,
     )
+
+
+# Secrets shown once after a POST (a new key, a signing secret, an invitation): the POST
+# keeps them in the session and redirects; the page that follows takes them out again,
+# so a reload shows the page without them and repeats nothing (POST/redirect/GET).
+_ONCE = "memoryadmin.once."
+
+
+def show_once(request: HttpRequest, name: str, value: dict[str, Any]) -> None:
+    request.session[_ONCE + name] = value
+
+
+def take_once(request: HttpRequest, name: str) -> dict[str, Any] | None:
+    value = request.session.pop(_ONCE + name, None)
+    return value if isinstance(value, dict) else None
+
+
+def never_cached(response: HttpResponseBase) -> HttpResponseBase:
+    """A page showing a secret: never stored by a cache, never shown again from one."""
+    add_never_cache_headers(response)
+    return response

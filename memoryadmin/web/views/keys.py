@@ -8,7 +8,6 @@ from typing import Any
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponseBase
 from django.shortcuts import redirect
-from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from memoryadmin.memory.services.keys import (
@@ -20,7 +19,15 @@ from memoryadmin.memory.services.keys import (
 from memoryadmin.web.forms import ApiKeyForm
 from memoryadmin.web.services.lockouts import lockouts_for_project
 from memoryadmin.web.services.roles import KEYS
-from memoryadmin.web.views.base import Page, actor, page_render, project_view
+from memoryadmin.web.views.base import (
+    Page,
+    actor,
+    never_cached,
+    page_render,
+    project_view,
+    show_once,
+    take_once,
+)
 
 INVALID = 422
 
@@ -28,8 +35,13 @@ INVALID = 422
 def _render(
     request: HttpRequest, page: Page, form: ApiKeyForm, *, status: int = 200, **extra: Any
 ) -> HttpResponseBase:
+    keys = api_key_list(project_id=page.project.id)
+    made = extra.pop("made", None)
+    if made is not None:  # right after "Create key": the new key and its secret
+        extra["new_key"] = next((key for key in keys if key.pk == made["pk"]), None)
+        extra["secret"] = made["secret"]
     context = {
-        "keys": api_key_list(project_id=page.project.id),
+        "keys": keys,
         "lockouts": lockouts_for_project(project=page.project),
         "form": form,
         **extra,
@@ -40,7 +52,9 @@ def _render(
 @require_GET
 @project_view(KEYS)
 def key_list(request: HttpRequest, page: Page) -> HttpResponseBase:
-    return _render(request, page, ApiKeyForm())
+    made = take_once(request, "key")
+    response = _render(request, page, ApiKeyForm(), made=made)
+    return never_cached(response) if made else response
 
 
 @require_POST
@@ -55,10 +69,9 @@ def key_create(request: HttpRequest, page: Page) -> HttpResponseBase:
         name=form.cleaned_data["name"],
         actor=actor(request),
     )
-    # The secret is in this response only: never stored, never cached.
-    response = _render(request, page, ApiKeyForm(), new_key=key, secret=secret)
-    add_never_cache_headers(response)
-    return response
+    # Shown by the page this redirects to, once: a reload makes no second key.
+    show_once(request, "key", {"pk": key.pk, "secret": secret})
+    return redirect("web:keys", page.project.id, page.environment)
 
 
 @require_http_methods(["GET", "POST"])

@@ -3,25 +3,34 @@ roles, and invite someone new with a set-password link or a one-time password.""
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponseBase
 from django.shortcuts import redirect
 from django.urls import reverse
-from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from memoryadmin.core.errors import DomainError
 from memoryadmin.web.forms import InviteForm, RoleForm
 from memoryadmin.web.services.roles import (
     PEOPLE,
+    Invitation,
     members_list,
     role_grant,
     role_revoke,
     user_invite,
 )
-from memoryadmin.web.views.base import Page, actor, page_render, project_view
+from memoryadmin.web.views.base import (
+    Page,
+    actor,
+    never_cached,
+    page_render,
+    project_view,
+    show_once,
+    take_once,
+)
 
 INVALID = 422
 
@@ -52,7 +61,13 @@ def _back(page: Page) -> HttpResponseBase:
 @require_GET
 @project_view(PEOPLE)
 def people(request: HttpRequest, page: Page) -> HttpResponseBase:
-    return _render(request, page)
+    invited = take_once(request, "invitation")
+    if invited is None:
+        return _render(request, page)
+    # Right after an invitation: its link or password, this once.
+    link = invited.pop("link")
+    response = _render(request, page, invitation=Invitation(**invited), link=link)
+    return never_cached(response)
 
 
 @require_POST
@@ -100,10 +115,9 @@ def person_invite(request: HttpRequest, page: Page) -> HttpResponseBase:
         link = request.build_absolute_uri(
             reverse("web:password-set", args=[invitation.uid, invitation.token])
         )
-    # The password or link is in this response only: never stored, never cached.
-    response = _render(request, page, invitation=invitation, link=link)
-    add_never_cache_headers(response)
-    return response
+    # Shown by the page this redirects to, once: a reload invites nobody again.
+    show_once(request, "invitation", {**asdict(invitation), "link": link})
+    return _back(page)
 
 
 @require_http_methods(["GET", "POST"])

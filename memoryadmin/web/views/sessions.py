@@ -11,13 +11,20 @@ from memoryadmin.agents.models import SessionStatus
 from memoryadmin.agents.representations import event_dict, sessions_dicts
 from memoryadmin.agents.services.operations import operations_unsettled
 from memoryadmin.agents.services.provenance import recall_list
-from memoryadmin.agents.services.reverts import CONFLICT, session_revert
+from memoryadmin.agents.services.reverts import CONFLICT, RESTORE, session_revert
 from memoryadmin.agents.services.sessions import check_after, session_end, session_events
 from memoryadmin.agents.services.sessions import session_list as sessions_page
 from memoryadmin.core.diff import text_diff
 from memoryadmin.web.services.roles import EDIT, READ, SESSION_END
 from memoryadmin.web.services.sessions import session_in_environment
-from memoryadmin.web.views.base import Page, actor, page_render, project_view
+from memoryadmin.web.views.base import (
+    Page,
+    actor,
+    page_render,
+    project_view,
+    show_once,
+    take_once,
+)
 
 FILTER_MAX = 64
 
@@ -105,16 +112,48 @@ def session_end_confirm(request: HttpRequest, page: Page, s: str) -> HttpRespons
 @require_http_methods(["GET", "POST"])
 @project_view(EDIT)
 def session_revert_page(request: HttpRequest, page: Page, s: str) -> HttpResponseBase:
-    """GET: the plan (a dry run). POST: apply it, then show what happened."""
+    """GET: the plan (a dry run), or right after the POST what it did. POST: apply the
+    plan, then redirect to what happened (a reload applies nothing again)."""
     session = session_in_environment(
         project=page.project, environment=page.environment, session_id=s
     )
-    plan = session_revert(session=session, dry_run=request.method == "GET", actor=actor(request))
-    items = [
+    if request.method == "POST":
+        plan = session_revert(session=session, dry_run=False, actor=actor(request))
+        outcome = [
+            {
+                "resource": item.document.resource.resource_id,
+                "doc_id": item.document.doc_id,
+                "deleted": item.document.deleted,
+                "action": item.action,
+                "restore_revision": item.restore_revision,
+                "written_revision": item.written_revision,
+            }
+            for item in plan.items
+        ]
+        show_once(request, f"revert-{session.id}", {"items": outcome})
+        return redirect("web:session-revert", page.project.id, page.environment, session.id)
+    done = take_once(request, f"revert-{session.id}")
+    if done is not None:
+        items = done["items"]
+        context = {
+            "session": session,
+            "outcome": True,
+            "done": items,
+            "reverted": sum(item["action"] == RESTORE for item in items),
+        }
+        return page_render(request, "memoryadmin/session_revert.html", page, context)
+    plan = session_revert(session=session, dry_run=True, actor=actor(request))
+    rows = [
         (item, text_diff(item.document.text, item.merged or item.before_text))
         if item.action == CONFLICT
         else (item, None)
         for item in plan.items
     ]
-    context = {"session": session, "plan": plan, "items": items}
+    context = {
+        "session": session,
+        "plan": plan,
+        "items": rows,
+        # Offered only when something would be restored.
+        "restores": any(item.action == RESTORE for item in plan.items),
+    }
     return page_render(request, "memoryadmin/session_revert.html", page, context)

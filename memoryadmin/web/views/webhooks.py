@@ -9,13 +9,20 @@ from typing import Any
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponseBase
 from django.shortcuts import redirect
-from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from memoryadmin.core.errors import DomainError
 from memoryadmin.web.forms import WebhookForm, sentence
 from memoryadmin.web.services.roles import WEBHOOKS
-from memoryadmin.web.views.base import Page, actor, page_render, project_view
+from memoryadmin.web.views.base import (
+    Page,
+    actor,
+    never_cached,
+    page_render,
+    project_view,
+    show_once,
+    take_once,
+)
 from memoryadmin.webhooks import services
 from memoryadmin.webhooks.models import Endpoint
 
@@ -69,7 +76,13 @@ def _refused(form: WebhookForm, exc: DomainError) -> None:
 @require_GET
 @project_view(WEBHOOKS)
 def webhook_list(request: HttpRequest, page: Page) -> HttpResponseBase:
-    return _list(request, page, WebhookForm())
+    made = take_once(request, "webhook")
+    if made is None:
+        return _list(request, page, WebhookForm())
+    # Right after creating one: its signing secret, this once.
+    endpoint = services.endpoint_get(project=page.project, endpoint_id=made["pk"])
+    response = _list(request, page, WebhookForm(), new_endpoint=endpoint, secret=made["secret"])
+    return never_cached(response)
 
 
 @require_POST
@@ -89,17 +102,20 @@ def webhook_create(request: HttpRequest, page: Page) -> HttpResponseBase:
     except DomainError as exc:
         _refused(form, exc)
         return _list(request, page, form, status=INVALID)
-    # The secret is in this response only: never cached.
-    response = _list(request, page, WebhookForm(), new_endpoint=endpoint, secret=secret)
-    add_never_cache_headers(response)
-    return response
+    # Shown by the page this redirects to, once: a reload makes no second webhook.
+    show_once(request, "webhook", {"pk": endpoint.pk, "secret": secret})
+    return redirect("web:webhooks", page.project.id, page.environment)
 
 
 @require_GET
 @project_view(WEBHOOKS)
 def webhook_detail(request: HttpRequest, page: Page, w: int) -> HttpResponseBase:
     endpoint = services.endpoint_get(project=page.project, endpoint_id=w)
-    return _detail(request, page, endpoint)
+    rotated = take_once(request, f"webhook-secret-{endpoint.pk}")
+    if rotated is None:
+        return _detail(request, page, endpoint)
+    # Right after a rotation: the new secret, this once.
+    return never_cached(_detail(request, page, endpoint, secret=rotated["secret"]))
 
 
 @require_POST
@@ -124,9 +140,9 @@ def webhook_update(request: HttpRequest, page: Page, w: int) -> HttpResponseBase
 def webhook_rotate(request: HttpRequest, page: Page, w: int) -> HttpResponseBase:
     endpoint = services.endpoint_get(project=page.project, endpoint_id=w)
     endpoint, secret = services.endpoint_rotate_secret(endpoint=endpoint, actor=actor(request))
-    response = _detail(request, page, endpoint, secret=secret)
-    add_never_cache_headers(response)
-    return response
+    # Shown by the page this redirects to, once: a reload rotates nothing again.
+    show_once(request, f"webhook-secret-{endpoint.pk}", {"secret": secret})
+    return redirect("web:webhook", page.project.id, page.environment, endpoint.pk)
 
 
 @require_http_methods(["GET", "POST"])
