@@ -14,10 +14,6 @@ from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.models import Field, Model
-from django.db.models.base import ModelState
-from django.db.models.fields.related_descriptors import ForeignKeyDeferredAttribute
-from django.db.models.query_utils import DeferredAttribute
-from django.db.models.signals import post_init, pre_init
 
 
 @functools.cache
@@ -79,18 +75,8 @@ def instance[M: Model](model: type[M], values: Sequence[Any]) -> M:
             for converter in converters:
                 value = converter(value, expression, connection)
         converted.append(value)
-    alias = connection.alias
-    if pre_init.receivers or post_init.receivers or not _plain_attributes(model):
-        return model.from_db(alias, _attnames(model), converted)
-    # What from_db's __init__ does for such a model, without walking its fields: a
-    # hot path builds a few dozen instances per request.
-    obj = model.__new__(model)
-    attributes = obj.__dict__
-    attributes.update(zip(_attnames(model), converted, strict=True))
-    state = attributes["_state"] = ModelState()
-    state.adding = False
-    state.db = alias
-    return obj
+    # As a queryset builds its rows: every concrete field, in order, through __init__.
+    return model.from_db(connection.alias, _attnames(model), converted)
 
 
 def fetch_instance[M: Model](model: type[M], sql: str, params: Sequence[Any]) -> M | None:
@@ -105,21 +91,6 @@ def fetch_instance[M: Model](model: type[M], sql: str, params: Sequence[Any]) ->
 @functools.cache
 def _attnames(model: type[Model]) -> list[str]:
     return [f.attname for f in model._meta.concrete_fields]
-
-
-@functools.cache
-def _plain_attributes(model: type[Model]) -> bool:
-    """Whether setting each field's attribute only stores the value, as a fresh
-    instance's __init__ does (a foreign key's attribute forgets a cached related
-    object first: a fresh instance has none)."""
-    return (
-        all(
-            type(model.__dict__.get(name)) in (DeferredAttribute, ForeignKeyDeferredAttribute)
-            for name in _attnames(model)
-        )
-        and type(model).__call__ is type.__call__
-        and model.__init__ is Model.__init__
-    )
 
 
 def insert_sql(model: type[Model], names: Sequence[str], rows: int = 1) -> str:

@@ -152,17 +152,18 @@ def document_get(*, resource: Resource, doc_id: str, read: object = UNREAD) -> D
     return document
 
 
+@functools.cache
+def version_copied() -> tuple[str, ...]:
+    """What a version copies of its document: every field the two models share but their
+    own id and creation time (a version is created when its document was updated)."""
+    shared = {f.name for f in Document._meta.concrete_fields} - {"id", "created_at"}
+    return tuple(f.name for f in DocumentVersion._meta.concrete_fields if f.name in shared)
+
+
 def _record_version(document: Document, *, action: str, writer: Writer, actor: str) -> None:
     DocumentVersion.objects.create(
         document=document,
-        revision=document.revision,
-        writer_kind=writer.kind,
-        writer_session_id=writer.session_id,
-        title=document.title,
-        summary=document.summary,
-        text=document.text,
-        bytes=document.bytes,
-        agent_writes=document.agent_writes,
+        **{name: getattr(document, name) for name in version_copied()},
         action=action,
         origin=writer.origin(actor),
         created_at=document.updated_at,
@@ -313,12 +314,17 @@ def _with_records(
     quote = connection.ops.quote_name
     parts = [f"WITH updated AS ({sql})"]
     if record.version is not None:
-        copied = ["revision", "writer_kind", "writer_session_id", "title", "summary", "text"]
-        copied += ["bytes", "agent_writes"]
+        copied = version_copied()
         names = ["document_id", *copied, "action", "origin", "created_at"]
         targets = ", ".join(column(DocumentVersion, n) for n in names)
         sources = ", ".join(
-            [quote("id"), *(quote(c) for c in copied), "%s", "%s", quote("updated_at")]
+            [
+                column(Document, "id"),
+                *(column(Document, c) for c in copied),
+                "%s",
+                "%s",
+                column(Document, "updated_at"),
+            ]
         )
         parts.append(
             f", version AS (INSERT INTO {quote(DocumentVersion._meta.db_table)} ({targets})"
