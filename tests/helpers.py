@@ -783,6 +783,8 @@ class Receiver(ThreadingHTTPServer):
         self.statuses = [200]
         # A Retry-After header for answers that are not 2xx, when set.
         self.retry_after: str | None = None
+        # The body of every answer.
+        self.reply_body = b""
         self.received: list[tuple[dict[str, str], bytes, int]] = []
         self.lock = threading.Lock()
 
@@ -811,8 +813,9 @@ class _ReceiverHandler(BaseHTTPRequestHandler):
         self.send_response(status)
         if self.server.retry_after is not None and not 200 <= status <= 299:
             self.send_header("Retry-After", self.server.retry_after)
-        self.send_header("Content-Length", "0")
+        self.send_header("Content-Length", str(len(self.server.reply_body)))
         self.end_headers()
+        self.wfile.write(self.server.reply_body)
 
     def log_message(self, format: str, *args: Any) -> None:
         pass

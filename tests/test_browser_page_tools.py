@@ -6,12 +6,17 @@ action, importing an export, what an agent sees, and webhook tests and deliverie
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from memoryadmin.memory.models import AuditEntry, Document, Resource
-from tests.helpers import BROWSER_TESTS
+from memoryadmin.runner.jobs import job_run
+from memoryadmin.runner.models import Job
+from memoryadmin.webhooks.models import Delivery
+from memoryadmin.webhooks.services import endpoint_create
+from tests.helpers import BROWSER_TESTS, Receiver, serve
 
 pytestmark = BROWSER_TESTS
 
@@ -161,5 +166,56 @@ def test_support_and_viewers_are_not_offered_import(
     page.goto("/projects/acme/development/export/")
     expect(page.get_by_role("link", name="Import an export…")).to_have_count(0)
     response = page.goto("/projects/acme/development/import/")
+    assert response is not None
+    assert response.status == 403
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    yield from serve(Receiver())
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_owner_sends_a_test_event_and_reads_what_was_sent_and_answered(
+    open_page: Any, used_memory: Resource, receiver: Receiver, width: str, settings: Any
+) -> None:
+    from playwright.sync_api import expect
+
+    settings.MEMORYADMIN_WEBHOOK_BACKOFF_SECONDS = 600
+    endpoint, _ = endpoint_create(
+        project=used_memory.project, url=receiver.url, events=["document.created"], actor="test"
+    )
+    receiver.statuses = [503, 200]
+    receiver.reply_body = b"busy, try later"
+    page = open_page("olivia", viewport=WIDTHS[width])
+    page.goto(f"/projects/acme/development/webhooks/{endpoint.pk}/")
+    page.get_by_role("button", name="Send test event").click()
+    expect(page.get_by_text("Test event evt_")).to_be_visible()
+    for job in Job.objects.filter(state="pending"):
+        job_run(job.pk)
+    page.get_by_role("button", name="Send test event").click()
+    # The first answered 503: the second waits behind it, and the page says why.
+    notice = page.get_by_role("note").filter(has_text="waits behind")
+    expect(notice).to_contain_text("1 later delivery waits behind delivery")
+    expect(notice).to_contain_text("HTTP 503")
+    first = Delivery.objects.order_by("id").first()
+    assert first is not None
+    row = page.locator(f"#delivery-{first.pk}")
+    row.get_by_text("Request and reply").click()
+    expect(row.locator("pre").first).to_contain_text('"type":"webhook.test"')
+    expect(row.locator("pre").nth(1)).to_have_text("busy, try later")
+    fits(page)
+    assert page.js_errors == []
+
+
+@pytest.mark.parametrize("username", ["sam", "vera"])
+def test_support_and_viewers_have_no_webhooks(
+    open_page: Any, used_memory: Resource, username: str
+) -> None:
+    from playwright.sync_api import expect
+
+    page = open_page(username)
+    expect(page.get_by_role("link", name="Webhooks", exact=True)).to_have_count(0)
+    response = page.goto("/projects/acme/development/webhooks/")
     assert response is not None
     assert response.status == 403

@@ -166,6 +166,9 @@ urlpatterns = [
         name="api-webhook-rotate",
     ),
     path(
+        f"{WEBHOOKS}/<str:w>/test", webhook_views.WebhookTestView.as_view(), name="api-webhook-test"
+    ),
+    path(
         f"{WEBHOOKS}/<str:w>/deliveries",
         webhook_views.DeliveryListView.as_view(),
         name="api-webhook-deliveries",

@@ -63,6 +63,10 @@ class DeliveryOutput(serializers.Serializer):
     attempts = serializers.IntegerField()
     responseCode = serializers.IntegerField(allow_null=True)
     error = serializers.CharField()
+    body = serializers.CharField(help_text="The JSON sent (and signed), byte for byte.")
+    responseExcerpt = serializers.CharField(
+        help_text="The first KiB of the receiver's last reply, as text."
+    )
     createdAt = serializers.DateTimeField()
     lastAttemptAt = serializers.DateTimeField(allow_null=True)
     nextAttemptAt = serializers.DateTimeField(allow_null=True)
@@ -189,5 +193,21 @@ class RedeliverView(WebhookView):
     def post(self, request: Request, p: str, w: str, d: str) -> Response:
         delivery, _ = services.delivery_redeliver(
             endpoint=self.target(request, p, w), delivery_id=d, actor=self.actor(request)
+        )
+        return Response(delivery_dict(delivery), status=202)
+
+
+class WebhookTestView(WebhookView):
+    @extend_schema(
+        request=None,
+        responses={202: DeliveryOutput, **ERRORS},
+        operation_id="webhooks_test",
+        description="Queues a webhook.test event to this endpoint, whatever events it wants: "
+        "a delivery like any other (signed, sent in order, retried, recorded). At most "
+        f"{services.TESTS_OPEN_MAX} test events wait at once (400 past it).",
+    )
+    def post(self, request: Request, p: str, w: str) -> Response:
+        delivery = services.endpoint_send_test(
+            endpoint=self.target(request, p, w), actor=self.actor(request)
         )
         return Response(delivery_dict(delivery), status=202)

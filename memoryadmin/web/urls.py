@@ -82,6 +82,7 @@ urlpatterns = [
     path(PROJECT + "webhooks/<int:w>/", webhooks.webhook_detail, name="webhook"),
     path(PROJECT + "webhooks/<int:w>/edit/", webhooks.webhook_update, name="webhook-update"),
     path(PROJECT + "webhooks/<int:w>/rotate/", webhooks.webhook_rotate, name="webhook-rotate"),
+    path(PROJECT + "webhooks/<int:w>/test/", webhooks.webhook_test, name="webhook-test"),
     path(PROJECT + "webhooks/<int:w>/delete/", webhooks.webhook_delete, name="webhook-delete"),
     path(
         PROJECT + "webhooks/<int:w>/deliveries/<int:d>/redeliver/",

@@ -47,6 +47,18 @@ EVENT_TYPE_HEADER = "Memoryadmin-Event-Type"
 ATTEMPT_HEADER = "Memoryadmin-Delivery-Attempt"
 # How much of a receiver's answer is read: its status is what counts.
 REPLY_MAX_BYTES = 64 * 1024
+# How much of it the delivery keeps, for owners to see.
+EXCERPT_MAX_BYTES = 1024
+
+
+def reply_excerpt(body: bytes, *, oversize: bool = False) -> str:
+    """The first EXCERPT_MAX_BYTES of a reply as text (a character cut at the end is
+    dropped, undecodable bytes replaced)."""
+    if oversize:
+        return f"(the reply was over {REPLY_MAX_BYTES} bytes; not kept)"
+    return body[:EXCERPT_MAX_BYTES].decode(
+        "utf-8", "ignore" if len(body) > EXCERPT_MAX_BYTES else "replace"
+    )
 
 
 def signature(secret: str, timestamp: int, body: str) -> str:
@@ -97,9 +109,10 @@ def _claim_head(project: str, endpoint_id: int) -> Delivery | None:
     return Delivery.objects.select_related("endpoint").get(pk=pk)
 
 
-def _send(delivery: Delivery) -> tuple[int | None, str, float | None]:
+def _send(delivery: Delivery) -> tuple[int | None, str, float | None, str]:
     """One POST within one overall deadline, reading at most REPLY_MAX_BYTES of the
-    answer: (status code or None, error text, the receiver's Retry-After)."""
+    answer: (status code or None, error text, the receiver's Retry-After, the first
+    KiB of its reply)."""
     endpoint = delivery.endpoint
     timestamp = int(time.time())
     headers = {
@@ -125,15 +138,16 @@ def _send(delivery: Delivery) -> tuple[int | None, str, float | None]:
             cut=transport.abort,
         )
     if reply.failure == "timeout":
-        return None, "timed out", None
+        return None, "timed out", None, ""
     if reply.failure == "refused":
-        return None, f"refused: {reply.failure_kind}", None
+        return None, f"refused: {reply.failure_kind}", None, ""
     if reply.failure is not None:
-        return None, f"could not connect ({reply.failure_kind})", None
+        return None, f"could not connect ({reply.failure_kind})", None, ""
     assert reply.status is not None
+    excerpt = reply_excerpt(reply.body, oversize=reply.oversize)
     if 200 <= reply.status <= 299:
-        return reply.status, "", None
-    return reply.status, f"HTTP {reply.status}", retry_after(reply.headers)
+        return reply.status, "", None, excerpt
+    return reply.status, f"HTTP {reply.status}", retry_after(reply.headers), excerpt
 
 
 def _backoff(attempts: int, retry_after: float | None) -> float:
@@ -141,14 +155,21 @@ def _backoff(attempts: int, retry_after: float | None) -> float:
     return backoff_seconds(base, attempts, at_least=retry_after)
 
 
-def _settle(delivery: Delivery, code: int | None, error: str, retry_after: float | None) -> str:
+def _settle(
+    delivery: Delivery, code: int | None, error: str, retry_after: float | None, excerpt: str = ""
+) -> str:
     """Records the attempt: "delivered", "failed", "retry", or "lost" (our claim
     passed to another sender meanwhile, so this outcome does not count)."""
     now = timezone.now()
     mine = Delivery.objects.filter(
         pk=delivery.pk, state=DeliveryState.SENDING, attempts=delivery.attempts
     )
-    changes: dict[str, object] = {"response_code": code, "last_error": error, "lease_until": None}
+    changes: dict[str, object] = {
+        "response_code": code,
+        "last_error": error,
+        "lease_until": None,
+        "response_excerpt": excerpt,
+    }
     if not error:
         outcome, changes = "delivered", {**changes, "state": DeliveryState.DELIVERED}
         changes["delivered_at"] = now
@@ -194,11 +215,11 @@ def webhook_drain(*, endpoint: int) -> None:
         if delivery is None:
             return
         try:
-            code, error, retry_after = _send(delivery)
+            code, error, retry_after, excerpt = _send(delivery)
         except Exception:
             # Whatever went wrong, the delivery is tried again on its own schedule
             # rather than left claimed by a drain that failed.
             logger.exception("webhook delivery %s could not be sent", delivery.pk)
-            code, error, retry_after = None, "could not be sent (server error)", None
-        if _settle(delivery, code, error, retry_after) in {"retry", "lost"}:
+            code, error, retry_after, excerpt = None, "could not be sent (server error)", None, ""
+        if _settle(delivery, code, error, retry_after, excerpt) in {"retry", "lost"}:
             return

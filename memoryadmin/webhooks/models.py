@@ -63,6 +63,10 @@ class Delivery(models.Model):
     lease_until = models.DateTimeField(null=True, blank=True)
     response_code = models.PositiveIntegerField(null=True, blank=True)
     last_error = models.CharField(max_length=500, blank=True, default="")
+    # The first KiB of the receiver's last reply (as UTF-8 text, undecodable bytes
+    # replaced), for owners to see what it said. A database default: the outbox's
+    # INSERT names only the columns it knows.
+    response_excerpt = models.TextField(blank=True, db_default="")
     created_at = models.DateTimeField()
     last_attempt_at = models.DateTimeField(null=True, blank=True)
     delivered_at = models.DateTimeField(null=True, blank=True)

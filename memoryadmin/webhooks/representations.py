@@ -31,6 +31,9 @@ def delivery_dict(delivery: Delivery) -> dict[str, Any]:
         "attempts": delivery.attempts,
         "responseCode": delivery.response_code,
         "error": delivery.last_error,
+        # What was sent (the signed JSON) and the first KiB of the receiver's last reply.
+        "body": delivery.body,
+        "responseExcerpt": delivery.response_excerpt,
         "createdAt": iso_ms(delivery.created_at),
         "lastAttemptAt": when(delivery.last_attempt_at),
         "nextAttemptAt": when(delivery.next_attempt_at) if delivery.state == "pending" else None,

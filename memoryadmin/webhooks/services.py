@@ -23,18 +23,23 @@ from memoryadmin.core.errors import InvalidRequest, NotFound
 from memoryadmin.core.inputs import whole_number
 from memoryadmin.core.strings import string_check
 from memoryadmin.memory.models import Project
-from memoryadmin.memory.services.audit import audit_record
+from memoryadmin.memory.representations import iso_ms
+from memoryadmin.memory.services.audit import AuditFacts, audit_record
 from memoryadmin.providers.declarations import origin_check
 from memoryadmin.runner.jobs import enqueue
 from memoryadmin.webhooks.delivery import webhook_drain
-from memoryadmin.webhooks.models import Delivery, DeliveryState, Endpoint
-from memoryadmin.webhooks.outbox import EVENT_TYPES, events_column_value
+from memoryadmin.webhooks.models import OPEN_DELIVERY_STATES, Delivery, DeliveryState, Endpoint
+from memoryadmin.webhooks.outbox import EVENT_TYPES, event_body, events_column_value, new_event_id
 
 URL_MAX = 2048
 DESCRIPTION_MAX = 200
 ENDPOINTS_MAX = 20
 DELIVERY_PAGE_SIZE = 50
 SECRET_PREFIX = "whsec_"
+# The event "Send test event" sends: to that endpoint only, whatever events it wants.
+TEST_EVENT = "webhook.test"
+# Test events an endpoint may have waiting at once (each is a delivery in its queue).
+TESTS_OPEN_MAX = 5
 
 
 class WebhookNotFound(NotFound):
@@ -265,3 +270,56 @@ def deliveries_erase(
         if apply:
             Delivery.objects.filter(pk=delivery.pk).update(body=text)
     return counts
+
+
+@transaction.atomic
+def endpoint_send_test(*, endpoint: Endpoint, actor: str) -> Delivery:
+    """Queues a `webhook.test` event to this endpoint: a delivery like any other (signed,
+    sent in the endpoint's order, retried, recorded), whatever events it wants."""
+    Endpoint.objects.select_for_update().filter(pk=endpoint.pk).first()
+    waiting = Delivery.objects.filter(
+        endpoint=endpoint, event=TEST_EVENT, state__in=OPEN_DELIVERY_STATES
+    ).count()
+    if waiting >= TESTS_OPEN_MAX:
+        raise InvalidRequest(
+            f"{waiting} test events already wait to be sent to this endpoint; "
+            "send another once they are delivered or failed."
+        )
+    now = timezone.now()
+    event_id = new_event_id()
+    facts = AuditFacts(
+        project_id=endpoint.project_id,
+        environment="",
+        actor=actor,
+        action="webhook.test",
+        detail={"webhook": endpoint.pk},
+    )
+    delivery = Delivery.objects.create(
+        endpoint=endpoint,
+        event_id=event_id,
+        event=TEST_EVENT,
+        body=event_body(facts, event=TEST_EVENT, event_id=event_id, at=iso_ms(now)),
+        state=DeliveryState.PENDING,
+        next_attempt_at=now,
+        created_at=now,
+    )
+    _audit(endpoint, actor=actor, action="webhook.test", event=event_id)
+    enqueue(webhook_drain, project=endpoint.project_id, endpoint=endpoint.pk)
+    return delivery
+
+
+def delivery_queue(*, endpoint: Endpoint) -> dict[str, Any] | None:
+    """Why the endpoint's deliveries wait, if they do: deliveries go out one at a time,
+    oldest first, so while the oldest open one is failing (tried, to be tried again)
+    every later one waits behind it; a paused endpoint sends nothing. None when
+    nothing waits on anything."""
+    open_rows = Delivery.objects.filter(endpoint=endpoint, state__in=OPEN_DELIVERY_STATES)
+    head = open_rows.order_by("id").first()
+    if head is None:
+        return None
+    behind = open_rows.filter(id__gt=head.pk).count()
+    if not endpoint.active:
+        return {"reason": "paused", "head": head, "behind": behind + 1}
+    if head.attempts and head.last_error and head.state == DeliveryState.PENDING:
+        return {"reason": "failing", "head": head, "behind": behind}
+    return None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponseBase
 from django.shortcuts import redirect
@@ -60,6 +61,8 @@ def _detail(
     context = {
         "endpoint": endpoint,
         "form": form,
+        "queue": services.delivery_queue(endpoint=endpoint),
+        "max_attempts": settings.MEMORYADMIN_WEBHOOK_MAX_ATTEMPTS,
         "deliveries": deliveries,
         "next_cursor": next_cursor,
         **extra,
@@ -173,4 +176,15 @@ def delivery_redeliver(request: HttpRequest, page: Page, w: int, d: int) -> Http
         messages.success(request, f"Delivery {delivery.pk} ({delivery.event}) is queued again.")
     else:
         messages.info(request, f"Delivery {delivery.pk} is still being sent; nothing changed.")
+    return redirect("web:webhook", page.project.id, page.environment, endpoint.pk)
+
+
+@require_POST
+@project_view(WEBHOOKS)
+def webhook_test(request: HttpRequest, page: Page, w: int) -> HttpResponseBase:
+    endpoint = services.endpoint_get(project=page.project, endpoint_id=w)
+    delivery = services.endpoint_send_test(endpoint=endpoint, actor=actor(request))
+    messages.success(
+        request, f"Test event {delivery.event_id} queued: it is delivery {delivery.pk} below."
+    )
     return redirect("web:webhook", page.project.id, page.environment, endpoint.pk)
