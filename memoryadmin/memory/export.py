@@ -53,7 +53,7 @@ __all__ = ["MANIFEST_NAME"]  # re-exported: exports write it, imports read it
 CHUNK_SIZE = 200
 STREAM_CHUNK_SIZE = 500
 # Bytes of JSON Lines handed to the writer at once: few writes, memory bounded.
-WRITE_SIZE = 1 << 20
+WRITE_SIZE = 1 << 18
 _DOC_ID = DOCUMENT_FIELDS.index("doc_id")
 
 
