@@ -170,6 +170,17 @@ def check_match(*, project: Project, environment: str, value: object) -> Match:
     return Match(kind="documents", documents=tuple(documents.values()))
 
 
+def named_documents(items: Sequence[str]) -> list[dict[str, str]]:
+    """`RESOURCE/ID` strings (the CLI's options, the page's lines) as a match's documents."""
+    documents = []
+    for item in items:
+        resource, slash, doc_id = item.strip().partition("/")
+        if not slash or not resource or not doc_id:
+            raise InvalidRequest(f"A document is named RESOURCE/ID, not {item.strip()!r}.")
+        documents.append({"resource": resource, "id": doc_id})
+    return documents
+
+
 def check_erasure_reason(reason: object, match: Match) -> str:
     reason = check_reason(reason, what="erasure")
     if any(needle in reason for needle in match.needles):

@@ -12,6 +12,7 @@ from django.utils.http import urlencode
 from memoryadmin.core.errors import DomainError, LimitExceeded
 from memoryadmin.core.inputs import parse_date
 from memoryadmin.core.strings import strings_check
+from memoryadmin.erasures.services import named_documents
 from memoryadmin.memory.limits import (
     SUMMARY_MAX_BYTES,
     TITLE_MAX_BYTES,
@@ -300,4 +301,44 @@ class RedactForm(StrictForm):
         value = str(self.cleaned_data["confirm"])
         if value != "REDACT":
             raise forms.ValidationError("Type REDACT exactly to redact this version.")
+        return value
+
+
+class ErasureForm(StrictForm):
+    """What to erase: an exact text, or documents (one `resource/id` a line)."""
+
+    text = forms.CharField(
+        label="Exact text", required=False, max_length=100_000, strip=False, widget=forms.Textarea
+    )
+    documents = forms.CharField(
+        label="Or documents, one resource/id a line",
+        required=False,
+        max_length=100 * 260,
+        widget=forms.Textarea,
+    )
+    reason = forms.CharField(label="Reason (kept in the receipt)", max_length=500)
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        text, documents = cleaned.get("text") or "", (cleaned.get("documents") or "").strip()
+        if bool(text) == bool(documents):
+            raise forms.ValidationError("Give the exact text, or documents, not both.")
+        return cleaned
+
+    def match(self) -> dict[str, Any]:
+        """The match as the service reads it (the service checks what it says)."""
+        text = self.cleaned_data.get("text") or ""
+        if text:
+            return {"text": text}
+        lines = [line for line in self.cleaned_data["documents"].splitlines() if line.strip()]
+        return {"documents": named_documents(lines)}
+
+
+class ErasureConfirmForm(ErasureForm):
+    confirm = forms.CharField(label="Type ERASE to confirm", max_length=16)
+
+    def clean_confirm(self) -> str:
+        value = str(self.cleaned_data["confirm"])
+        if value != "ERASE":
+            raise forms.ValidationError("Type ERASE exactly to erase for good.")
         return value

@@ -7,6 +7,7 @@ from memoryadmin.core.environments import Environment
 from memoryadmin.web.views import (
     bulk,
     deployments,
+    erasures,
     export,
     imports,
     incidents,
@@ -76,6 +77,13 @@ urlpatterns = [
     path(PROJECT + "search/", search.search, name="search"),
     path(PROJECT + "audit/download/", reading.audit_download, name="audit-download"),
     path(PROJECT + "export/", export.export, name="export"),
+    path(PROJECT + "erasures/", erasures.erasures, name="erasures"),
+    path(PROJECT + "erasures/<str:erasure_id>/", erasures.erasure, name="erasure"),
+    path(
+        PROJECT + "erasures/<str:erasure_id>/receipt.json",
+        erasures.erasure_receipt,
+        name="erasure-receipt",
+    ),
     path(PROJECT + "import/", imports.memory_import, name="import"),
     path(PROJECT + "webhooks/", webhooks.webhook_list, name="webhooks"),
     path(PROJECT + "webhooks/new/", webhooks.webhook_create, name="webhook-create"),

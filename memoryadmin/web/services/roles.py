@@ -47,6 +47,8 @@ REVIEW = "review"
 WEBHOOKS = "webhooks"
 INCIDENTS = "incidents"
 CONTAIN = "contain"
+ERASE_PREVIEW = "erase_preview"
+ERASE = "erase"
 
 # Support staff find, read, freeze and export, and never change text.
 PERMISSIONS: dict[str, frozenset[str]] = {
@@ -68,6 +70,10 @@ PERMISSIONS: dict[str, frozenset[str]] = {
     # (ending sessions, reverting, revoking keys) is the owners'.
     INCIDENTS: frozenset({Role.OWNER, Role.SUPPORT}),
     CONTAIN: frozenset({Role.OWNER}),
+    # Support count what an erasure would remove (a dry run changes nothing); erasing
+    # for good is the owners'. Everyone reads past erasures: receipts hold no text.
+    ERASE_PREVIEW: frozenset({Role.OWNER, Role.SUPPORT}),
+    ERASE: frozenset({Role.OWNER}),
 }
 
 DESCRIPTIONS = {
@@ -86,6 +92,8 @@ DESCRIPTIONS = {
     WEBHOOKS: "manage webhooks",
     INCIDENTS: "open incidents or dry-run their containment",
     CONTAIN: "contain incidents beyond a freeze",
+    ERASE_PREVIEW: "preview erasures",
+    ERASE: "erase memory for good",
 }
 
 User = AbstractBaseUser | AnonymousUser

@@ -24,6 +24,8 @@ from memoryadmin.web.services.roles import (
     DELETE,
     DEPLOY,
     EDIT,
+    ERASE,
+    ERASE_PREVIEW,
     EXPORT,
     FREEZE,
     INCIDENTS,
@@ -121,6 +123,14 @@ class Page:
     @property
     def can_contain(self) -> bool:
         return self.membership.can(CONTAIN)
+
+    @property
+    def can_preview_erasures(self) -> bool:
+        return self.membership.can(ERASE_PREVIEW)
+
+    @property
+    def can_erase(self) -> bool:
+        return self.membership.can(ERASE)
 
     @property
     def production(self) -> bool:

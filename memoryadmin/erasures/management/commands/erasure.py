@@ -77,13 +77,7 @@ class Command(cli.Command):
 
     def _match(self, options: dict[str, Any]) -> dict[str, Any]:
         if options["documents"]:
-            documents = []
-            for item in options["documents"]:
-                resource, slash, doc_id = item.partition("/")
-                if not slash or not resource or not doc_id:
-                    raise cli.invalid(f"--document is RESOURCE/ID, not {item!r}.")
-                documents.append({"resource": resource, "id": doc_id})
-            return {"documents": documents}
+            return {"documents": services.named_documents(options["documents"])}
         if options["text_file"]:
             return {"text": cli.read_text_file(options["text_file"])}
         return {"text": cli.checked_text(options["text"], source="--text")}
