@@ -238,6 +238,7 @@ MIDDLEWARE = [
     # Before sessions and users are loaded: they read cookies and the path.
     "memoryadmin.api.middleware.RequestDoorMiddleware",
     "memoryadmin.logs.RequestLogMiddleware",
+    "memoryadmin.api.middleware.KeyUsageMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     # PAGE_MIDDLEWARE, on page routes only (API routes authenticate by key).

@@ -222,3 +222,56 @@ def test_support_and_viewers_have_no_webhooks(
     response = page.goto("/projects/acme/development/webhooks/")
     assert response is not None
     assert response.status == 403
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_owner_sees_which_key_misbehaves(
+    open_page: Any, used_memory: Resource, width: str, settings: Any
+) -> None:
+    from playwright.sync_api import expect
+    from rest_framework.test import APIClient
+
+    from memoryadmin.memory.services.keys import api_key_create
+
+    settings.MEMORYADMIN_API_RATE = "3/minute"
+    (good, good_raw), (bad, bad_raw) = (
+        api_key_create(project_id="acme", name="nightly sync"),
+        api_key_create(project_id="acme", name="chatty bot"),
+    )
+    docs = "/api/managed-agents/projects/acme/memory/notes/documents?environment=development"
+    client = APIClient()
+    client.credentials(HTTP_X_API_KEY=good_raw)
+    assert client.get(docs).status_code == 200
+    client.credentials(HTTP_X_API_KEY=bad_raw)
+    statuses = [
+        client.get(docs.replace("documents", "documents/nope")).status_code for _ in range(5)
+    ]
+    assert statuses == [404, 404, 404, 429, 429]
+    page = open_page("olivia", viewport=WIDTHS[width])
+    page.get_by_role("link", name="Keys", exact=True).click()
+    usage = page.locator(".key-usage-table")
+    chatty = usage.locator(f'tr[data-key="{bad.prefix}"]')
+    expect(chatty.locator('[data-usage="requests"]')).to_have_text("5")
+    expect(chatty.locator('[data-usage="errors"]')).to_have_text("3")
+    expect(chatty.locator('[data-usage="throttled"]')).to_have_text("2")
+    nightly = usage.locator(f'tr[data-key="{good.prefix}"]')
+    expect(nightly.locator('[data-usage="requests"]')).to_have_text("1")
+    expect(nightly.locator('[data-usage="errors"]')).to_have_text("0")
+    expect(chatty.get_by_role("img")).to_have_attribute(
+        "aria-label", "5 requests in the last 24 hours"
+    )
+    fits(page)
+    assert page.js_errors == []
+
+
+@pytest.mark.parametrize("username", ["sam", "vera"])
+def test_support_and_viewers_have_no_keys_page(
+    open_page: Any, used_memory: Resource, username: str
+) -> None:
+    from playwright.sync_api import expect
+
+    page = open_page(username)
+    expect(page.get_by_role("link", name="Keys", exact=True)).to_have_count(0)
+    response = page.goto("/projects/acme/development/keys/")
+    assert response is not None
+    assert response.status == 403

@@ -29,6 +29,7 @@ from django.utils.module_loading import import_string
 from memoryadmin.core.errors import DomainError, envelope_of
 from memoryadmin.core.jsonbody import BODY_MAX_BYTES, body_read, stream_chunks
 from memoryadmin.core.strings import string_check, strings_check
+from memoryadmin.memory.services.key_usage import key_usage_count
 
 API_PREFIXES = ("/api/", "/reference-provider/")
 
@@ -123,4 +124,19 @@ class PageMiddleware:
         if is_api(request):
             return self.api(request)
         response: HttpResponse = self.page(request)
+        return response
+
+
+class KeyUsageMiddleware:
+    """Counts each finished API request of an API key (memory/services/key_usage.py): in
+    the shared cache, never the database."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        key = getattr(request.__dict__.get("user"), "key", None)
+        if key is not None and is_api(request):
+            key_usage_count(key_id=key.pk, status=response.status_code)
         return response

@@ -6,11 +6,10 @@ import time
 from typing import Any
 
 from django.conf import settings
-from django.core.cache import cache
 from rest_framework.request import Request
 from rest_framework.throttling import BaseThrottle
 
-from memoryadmin.core.sharedcache import tolerant
+from memoryadmin.core.sharedcache import counter_bump, tolerant
 from memoryadmin.memory.models import ApiKey
 
 PERIODS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
@@ -23,12 +22,7 @@ def parse_rate(rate: str) -> tuple[int, int]:
 
 def count(name: str, period: int) -> int:
     """Adds one to the window's counter and returns it."""
-    cache.add(name, 0, timeout=period + 1)
-    try:
-        return int(cache.incr(name))
-    except ValueError:  # the window's counter expired between add and incr
-        cache.add(name, 1, timeout=period + 1)
-        return 1
+    return counter_bump(name, timeout=period + 1)
 
 
 class ApiKeyRateThrottle(BaseThrottle):

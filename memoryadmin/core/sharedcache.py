@@ -28,3 +28,16 @@ def tolerant[T](operation: Callable[[], T], fallback: T) -> T:
     except _redis_errors() as exc:
         logger.warning("The shared cache is unreachable (%s); going on without it.", exc)
         return fallback
+
+
+def counter_bump(name: str, *, timeout: int) -> int:
+    """Adds one to a counter of the shared cache (made, when missing, to last `timeout`
+    seconds) and returns it: one INCR on Redis, an ADD more for a counter's first."""
+    from django.core.cache import cache
+
+    try:
+        return int(cache.incr(name))
+    except ValueError:  # missing (new, or expired): made, unless another request did
+        if cache.add(name, 1, timeout=timeout):
+            return 1
+        return int(cache.incr(name))

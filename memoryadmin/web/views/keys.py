@@ -10,6 +10,8 @@ from django.http import HttpRequest, HttpResponseBase
 from django.shortcuts import redirect
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from memoryadmin.memory.models import ApiKey
+from memoryadmin.memory.services.key_usage import USAGE_HOURS, key_usage
 from memoryadmin.memory.services.keys import (
     api_key_create,
     api_key_get,
@@ -30,19 +32,59 @@ from memoryadmin.web.views.base import (
 )
 
 INVALID = 422
+# The usage chart's size (SVG user units): one bar per hour.
+BAR_WIDTH, CHART_HEIGHT = 6, 30
+
+
+def usage_rows(keys: list[ApiKey]) -> list[dict[str, Any]]:
+    """Each key's last day: totals, and bars of requests per hour drawn on the server
+    (errors and 429s stacked over the rest)."""
+    usage = key_usage(keys=keys)
+    peak = max((h.requests for hours in usage.values() for h in hours), default=0) or 1
+    rows = []
+    for key in keys:
+        hours = usage[key.pk]
+        bars = []
+        for index, hour in enumerate(hours):
+            height = round(CHART_HEIGHT * hour.requests / peak)
+            bad = round(CHART_HEIGHT * (hour.errors + hour.throttled) / peak)
+            bars.append(
+                {
+                    "x": index * BAR_WIDTH,
+                    "y": CHART_HEIGHT - height,
+                    "height": height,
+                    "bad_y": CHART_HEIGHT - bad,
+                    "bad": bad,
+                    "hour": hour,
+                }
+            )
+        rows.append(
+            {
+                "key": key,
+                "requests": sum(h.requests for h in hours),
+                "errors": sum(h.errors for h in hours),
+                "throttled": sum(h.throttled for h in hours),
+                "bars": bars,
+            }
+        )
+    return rows
 
 
 def _render(
     request: HttpRequest, page: Page, form: ApiKeyForm, *, status: int = 200, **extra: Any
 ) -> HttpResponseBase:
-    keys = api_key_list(project_id=page.project.id)
+    keys = list(api_key_list(project_id=page.project.id))
     made = extra.pop("made", None)
     if made is not None:  # right after "Create key": the new key and its secret
         extra["new_key"] = next((key for key in keys if key.pk == made["pk"]), None)
         extra["secret"] = made["secret"]
     context = {
         "keys": keys,
+        "usage": usage_rows(keys),
         "lockouts": lockouts_for_project(project=page.project),
+        "usage_hours": USAGE_HOURS,
+        "chart_width": USAGE_HOURS * BAR_WIDTH,
+        "chart_height": CHART_HEIGHT,
         "form": form,
         **extra,
     }
