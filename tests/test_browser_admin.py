@@ -471,8 +471,9 @@ def test_documents_list_sorts_loads_more_in_place_and_freezes_a_selection(
     expect(rows).to_have_count(len(by_size))
     assert rows.all_inner_texts() == by_size  # the same order across pages
     assert page.evaluate(COLUMN_WIDTHS) == widths
-    heights = page.evaluate(ROW_HEIGHTS)
-    assert max(heights) - min(heights) <= 1, heights  # one line per row, long titles cut
+    if viewport == DESKTOP:  # at phone width each row is a card, its title wrapped
+        heights = page.evaluate(ROW_HEIGHTS)
+        assert max(heights) - min(heights) <= 1, heights  # one line per row, long titles cut
     fits(page)
 
     # Select all on the page, then none, then two documents to freeze.

@@ -275,3 +275,111 @@ def _agent_save(session: Any, text: str) -> None:
         arguments={"memory": "notes", "text": text},
     )
     assert result["status"] == "saved", result
+
+
+# 6: at phone width, a short header and tables as cards.
+
+HEADER_BOTTOM = """() => Math.max(...['header.topbar', 'nav.tabs']
+  .map(s => document.querySelector(s)).filter(Boolean)
+  .map(e => e.getBoundingClientRect().bottom + window.scrollY))"""
+# Links, buttons and boxes of table rows that are not wholly inside the window.
+OFF_SCREEN = """() => Array.from(document.querySelectorAll(
+    'main table.grid tbody a, main table.grid tbody button, main table.grid tbody input'))
+  .filter(e => e.getClientRects().length)
+  .filter(e => e.getBoundingClientRect().right > window.innerWidth
+    || e.getBoundingClientRect().left < 0)
+  .map(e => e.textContent.trim() || e.outerHTML.slice(0, 80))"""
+
+
+def _phone_fits(page: Any) -> None:
+    assert page.evaluate(HEADER_BOTTOM) < 160, page.url
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 390, (page.url, width)
+    assert page.evaluate(OFF_SCREEN) == [], page.url
+
+
+def test_at_390px_the_header_is_short_and_every_row_is_a_card_with_its_actions(
+    open_page: Any, used_memory: Resource, project: Any
+) -> None:
+    from playwright.sync_api import expect
+
+    from memoryadmin.memory.services.documents import document_replace
+    from tests.helpers import support_session
+
+    support_session(project)
+    workshop = Document.objects.get(resource=used_memory, doc_id="workshop")
+    for number in range(3):
+        workshop = document_replace(
+            resource=used_memory,
+            doc_id="workshop",
+            expected_revision=workshop.revision,
+            text=f"Version {number}.\n",
+            actor="user:olivia",
+        )
+    page = open_page("olivia", viewport=PHONE)
+    for path in (
+        "resources/notes/",
+        "resources/notes/documents/workshop/",
+        "sessions/",
+        "people/",
+        "keys/",
+        "deployments/",
+        "audit/",
+        "webhooks/",
+        "",
+    ):
+        page.goto(f"{BASE}/{path}")
+        _phone_fits(page)
+    # The document's history: every version's Compare with its label, on screen.
+    page.goto(f"{BASE}/resources/notes/documents/workshop/")
+    history = page.locator("table.versions tbody tr")
+    expect(history.first.locator("td[data-label='Writer']")).to_be_visible()
+    compare = page.get_by_role("link", name="Compare with current")
+    expect(compare).to_have_count(3)
+    for link in compare.all():
+        link.scroll_into_view_if_needed()
+        expect(link).to_be_in_viewport()
+    # People: Remove in view; Sessions: the status in view.
+    page.goto(f"{BASE}/people/")
+    for remove in page.locator("table.grid tbody").get_by_role("link", name="Remove").all():
+        remove.scroll_into_view_if_needed()
+        expect(remove).to_be_in_viewport()
+    page.goto(f"{BASE}/sessions/")
+    status = page.locator("table.grid tbody tr").first.get_by_text("active")
+    expect(status).to_be_in_viewport()
+    # The audit filters' text inputs keep a normal height.
+    page.goto(f"{BASE}/audit/")
+    heights = page.evaluate(
+        "Array.from(document.querySelectorAll('main form input[type=text], main form select'))"
+        ".map(e => e.getBoundingClientRect().height)"
+    )
+    assert heights
+    assert max(heights) < 50, heights
+    # The Deployments card holds its content, no blank space below it.
+    page.goto(f"{BASE}/deployments/")
+    gap = page.evaluate(
+        """() => Array.from(document.querySelectorAll('main section.panel')).map(panel => {
+          const last = panel.lastElementChild.getBoundingClientRect().bottom;
+          return panel.getBoundingClientRect().bottom - last; })"""
+    )
+    assert gap
+    assert max(gap) < 40, gap
+    assert page.js_errors == []
+
+
+def test_the_proposal_page_fits_390px(open_page: Any, used_memory: Resource, project: Any) -> None:
+    from playwright.sync_api import expect
+
+    _, proposal = proposed_save(project)
+    page = open_page("olivia", viewport=PHONE)
+    page.goto(f"{BASE}/review/{proposal}/")
+    expect(page.get_by_role("button", name="Reject", exact=True)).to_be_visible()
+    _phone_fits(page)
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    page.goto(f"{BASE}/review/")
+    _phone_fits(page)
+    # 9: the inbox names the agent and its session once, in words.
+    line = page.locator("article.proposal p").first
+    expect(line).to_contain_text("Proposed by support-bot in session ses_")
+    assert "agent ·" not in line.inner_text()
+    assert page.js_errors == []

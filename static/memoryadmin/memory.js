@@ -348,3 +348,58 @@
     q.value = typed.value.trim();
   });
 })();
+
+(function () {
+  "use strict";
+  // At phone width tables are cards: each cell shows its column's name (data-label),
+  // copied here once for every table from its head. A head that is only a hidden
+  // label (actions, a checkbox) gives none.
+  function columnNames(table) {
+    const names = [];
+    const head = table.tHead && table.tHead.rows[table.tHead.rows.length - 1];
+    if (!head) {
+      return names;
+    }
+    Array.from(head.cells).forEach(function (cell) {
+      const hidden = cell.querySelector(".visually-hidden, input");
+      const text = cell.textContent.replace(/\s+/g, " ").trim();
+      const name = hidden && (hidden.matches("input") || hidden.textContent.trim() === text) ? "" : text;
+      for (let i = 0; i < (cell.colSpan || 1); i += 1) {
+        names.push(name);
+      }
+    });
+    return names;
+  }
+  function labelCells() {
+    document.querySelectorAll("table.grid").forEach(function (table) {
+      const names = columnNames(table);
+      if (!names.length) {
+        return;
+      }
+      Array.from(table.tBodies).forEach(function (body) {
+        Array.from(body.rows).forEach(function (row) {
+          let column = 0;
+          Array.from(row.cells).forEach(function (cell) {
+            const name = names[column];
+            if (name && cell.tagName === "TD" && (cell.colSpan || 1) === 1 && !cell.hasAttribute("data-label")) {
+              cell.setAttribute("data-label", name);
+            }
+            column += cell.colSpan || 1;
+          });
+        });
+      });
+    });
+  }
+  function currentTabInView() {
+    const current = document.querySelector('.section-tabs a[aria-current="page"]');
+    const tabs = current && current.closest(".tabs");
+    if (tabs && tabs.scrollWidth > tabs.clientWidth) {
+      tabs.scrollLeft = current.offsetLeft - tabs.clientWidth / 2 + current.offsetWidth / 2;
+    }
+  }
+  document.addEventListener("DOMContentLoaded", function () {
+    labelCells();
+    currentTabInView();
+  });
+  document.addEventListener("htmx:load", labelCells);
+})();

@@ -479,12 +479,19 @@ def page_header(context: template.Context) -> SafeString:
         out += [
             '\n  <div class="account">\n    <button type="button" class="link-button help-button"'
             ' data-help aria-haspopup="dialog" title="Keyboard shortcuts (?)">Shortcuts'
-            " <kbd>?</kbd></button>\n    <span>",
+            ' <kbd>?</kbd></button>\n    <span><span class="user-name">',
             _text(user.get_username()),
+            "</span>",
         ]
         if page:
             role = _text(page.role)
-            out += [' · <span class="role role-', role, '">', role, "</span>"]
+            out += [
+                '<span class="user-name"> · </span><span class="role role-',
+                role,
+                '">',
+                role,
+                "</span>",
+            ]
         out += [
             '</span>\n    <form method="post" action="',
             _escape(cached_reverse("web:logout", context=context)),
