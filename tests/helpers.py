@@ -307,6 +307,50 @@ def manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     )
 
 
+def worker_start(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """A real `manage.py worker` process (sweeping every 0.2 s), its output appended to
+    `log`."""
+    return subprocess.Popen(
+        [sys.executable, "manage.py", "worker", "--interval", "0.2"],
+        cwd=ROOT,
+        env=env,
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+    )
+
+
+def worker_stop(process: subprocess.Popen[bytes], log: Path) -> None:
+    """SIGTERM, as an operator stops a worker, then waits for it to exit."""
+    process.send_signal(signal.SIGTERM)
+    worker_stopped(process, log)
+
+
+def worker_stopped(process: subprocess.Popen[bytes], log: Path) -> None:
+    """Waits for the worker to exit. One that does not has its threads' stacks written
+    to its log (faulthandler, on SIGABRT, with PYTHONFAULTHANDLER=1), and the test fails
+    with them."""
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGABRT)
+        process.wait(timeout=10)
+        raise AssertionError("the worker did not stop:\n" + log.read_text()[-6000:]) from None
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+@contextmanager
+def worker(env: dict[str, str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """A worker process for the block, stopped (SIGTERM) after it."""
+    process = worker_start(env, log)
+    try:
+        yield process
+    finally:
+        worker_stop(process, log)
+
+
 def run_example(name: str, base_url: str, api_key: str) -> subprocess.CompletedProcess[str]:
     """One of examples/ against a live server of the project "acme"."""
     options = ["--base-url", base_url, "--api-key", api_key, "--project", "acme"]

@@ -181,7 +181,10 @@ def test_times_to_come_read_in_words(open_page: Any, used_memory: Resource, proj
     from playwright.sync_api import expect
 
     from memoryadmin.memory.models import Proposal
+    from memoryadmin.runner.jobs import enqueue
+    from memoryadmin.runner.models import Job
     from memoryadmin.webhooks import services
+    from memoryadmin.webhooks.delivery import line_of, webhook_deliver
     from memoryadmin.webhooks.models import Delivery
 
     _, proposal = proposed_save(project)
@@ -191,14 +194,23 @@ def test_times_to_come_read_in_words(open_page: Any, used_memory: Resource, proj
     endpoint, _ = services.endpoint_create(
         project=project, url="https://example.com/hooks", events=["document.created"], actor="t"
     )
+    # A delivery tried once, its job to try again in two and a half hours.
+    job = enqueue(
+        webhook_deliver,
+        project=project.id,
+        line=line_of(endpoint.pk),
+        delay=2 * 3600 + 30 * 60 + 30,
+        endpoint=endpoint.pk,
+        event="evt_1",
+    )
+    Job.objects.filter(pk=job.pk).update(attempts=1)
     Delivery.objects.create(
         endpoint=endpoint,
         event_id="evt_1",
         event="document.created",
         body="{}",
         state="pending",
-        attempts=1,
-        next_attempt_at=timezone.now() + timedelta(hours=2, minutes=30, seconds=30),
+        job=job,
         created_at=timezone.now(),
     )
     page = open_page("olivia")

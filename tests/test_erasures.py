@@ -116,7 +116,6 @@ def poisoned(
             event="document.updated",
             body=json.dumps(body, separators=(",", ":"), ensure_ascii=False),
             state=state,
-            next_attempt_at=now,
             created_at=now,
         )
     # An export uploaded on the Memory page, waiting for its import: kept on the server.

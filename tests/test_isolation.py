@@ -10,15 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import statistics
-import subprocess
-import sys
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -39,7 +34,6 @@ from memoryadmin.webhooks.models import Delivery, DeliveryState
 from memoryadmin.webhooks.services import endpoint_create
 from tests.fake_providers import FakeMem0Oss, running
 from tests.helpers import (
-    ROOT,
     Receiver,
     clean_env,
     deploy_external,
@@ -47,6 +41,7 @@ from tests.helpers import (
     held_provider,
     serve,
     suite_database_url,
+    worker,
 )
 
 SESSIONS = "/api/managed-agents/sessions"
@@ -233,26 +228,6 @@ def worker_env(**extra: str) -> dict[str, str]:
         "PYTHONFAULTHANDLER": "1",
         **extra,
     }
-
-
-@contextmanager
-def worker(env: dict[str, str], log: Any) -> Iterator[subprocess.Popen[bytes]]:
-    process = subprocess.Popen(
-        [sys.executable, "manage.py", "worker", "--interval", "0.2"],
-        cwd=ROOT,
-        env=env,
-        stdout=log.open("ab"),
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        yield process
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def peak_rss_mib(pid: int) -> float:

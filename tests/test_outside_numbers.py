@@ -32,7 +32,7 @@ from memoryadmin.memory.models import ApiKey, AuditEntry, Document, Project
 from memoryadmin.memory.services.keys import api_key_create
 from memoryadmin.runner.jobs import jobs_run_due
 from memoryadmin.runner.models import Job
-from memoryadmin.webhooks.delivery import webhook_drain
+from memoryadmin.webhooks.delivery import webhook_deliver
 from memoryadmin.webhooks.models import Delivery, Endpoint
 from memoryadmin.webhooks.services import endpoint_create
 from memoryadmin_client.webhooks import InvalidSignature, verify
@@ -53,7 +53,7 @@ API = "/api/managed-agents"
 KEYS = f"{API}/projects/acme/api-keys"
 HOOKS = f"{API}/projects/acme/webhooks"
 PAGE = "/projects/acme/development"
-DRAIN = f"{webhook_drain.__module__}.{webhook_drain.__qualname__}"
+DELIVER = f"{webhook_deliver.__module__}.{webhook_deliver.__qualname__}"
 ATTACKER_KEY_ID = 10**9
 
 # Superscript one (not a decimal: int() raises), Arabic-Indic three and fullwidth one
@@ -225,14 +225,23 @@ def numbered_endpoints(project: Project) -> dict[int, Endpoint]:
         Endpoint.objects.filter(pk=endpoint.pk).update(id=pk)
         made[pk] = Endpoint.objects.get(pk=pk)
         Delivery.objects.filter(pk__in=[pk]).delete()
+        job = Job.objects.create(
+            name=DELIVER,
+            project=project.id,
+            kwargs={"endpoint": pk, "event": f"evt_{pk}"},
+            line=f"webhook:{pk}",
+            state="dead",
+            attempts=8,
+            max_attempts=8,
+            run_after=timezone.now(),
+        )
         delivery = Delivery.objects.create(
             endpoint=made[pk],
             event_id=f"evt_{pk}",
             event="document.created",
             body="{}",
             state="failed",
-            attempts=8,
-            next_attempt_at=timezone.now(),
+            job=job,
             created_at=timezone.now(),
         )
         Delivery.objects.filter(pk=delivery.pk).update(id=pk)
@@ -438,15 +447,16 @@ def test_a_receivers_malformed_retry_after_leaves_the_delivery_pending_with_a_re
     delivery = Delivery.objects.get()
     assert len(receiver.received) == 1
     assert (delivery.state, delivery.attempts, delivery.response_code) == ("pending", 1, 503)
-    assert delivery.lease_until is None
+    assert delivery.job is not None
+    assert delivery.job.lease_until is None
     assert delivery.last_attempt_at is not None
     assert delivery.next_attempt_at is not None
     # The endpoint's own backoff: 30 s for the superscript and "soon", the cap for 5000 nines.
     wait = delivery.next_attempt_at - delivery.last_attempt_at
     assert wait >= timedelta(seconds=29), wait
-    retry = Job.objects.filter(name=DRAIN, state="pending").get()
-    assert retry.kwargs == {"endpoint": delivery.endpoint_id}
-    assert retry.run_after >= delivery.next_attempt_at - timedelta(seconds=1)
+    retry = Job.objects.filter(name=DELIVER, state="pending").get()
+    assert retry.kwargs == {"endpoint": delivery.endpoint_id, "event": delivery.event_id}
+    assert retry.pk == delivery.job_id
 
 
 # Point 8: the Python client's verify.

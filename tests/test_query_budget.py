@@ -228,7 +228,8 @@ def test_a_put_heard_by_a_webhook_writes_its_delivery_and_job_in_its_statement(
     assert response.status_code == 200
     delivery = Delivery.objects.get(event="document.updated")
     assert delivery.endpoint_id == hook.json()["id"]
-    job = Job.objects.get(kwargs={"endpoint": hook.json()["id"]})
+    job = Job.objects.get(kwargs__endpoint=hook.json()["id"])
+    assert delivery.job_id == job.pk
     # The job was handed to the task backend after the statement committed.
     assert job.dispatched_at is not None
     writes = [sql for sql in queries if sql.startswith(("WITH", "BEGIN", "COMMIT"))]

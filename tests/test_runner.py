@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -34,9 +32,15 @@ from memoryadmin.runner.jobs import (
     jobs_wake,
 )
 from memoryadmin.runner.models import Job, JobState
-from tests.helpers import is_postgres, manage, suite_database_url
+from tests.helpers import (
+    is_postgres,
+    manage,
+    suite_database_url,
+    worker_start,
+    worker_stop,
+    worker_stopped,
+)
 
-ROOT = Path(__file__).resolve().parent.parent
 CALLS: list[dict[str, Any]] = []
 
 
@@ -353,37 +357,6 @@ def _state(env: dict[str, str], label: str) -> dict[str, Any]:
     return dict(json.loads(_python(env, f"state({label!r})").strip().splitlines()[-1]))
 
 
-def _worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "manage.py", "worker", "--interval", "0.2"],
-        cwd=ROOT,
-        env=env,
-        stdout=log.open("ab"),
-        stderr=subprocess.STDOUT,
-    )
-
-
-def _stop(worker: subprocess.Popen[bytes], log: Path) -> None:
-    """SIGTERM, as an operator stops a worker."""
-    worker.send_signal(signal.SIGTERM)
-    _stopped(worker, log)
-
-
-def _stopped(worker: subprocess.Popen[bytes], log: Path) -> None:
-    """Waits for the worker to exit. One that does not has its threads' stacks written
-    to its log (faulthandler, on SIGABRT), and the test fails with them."""
-    try:
-        worker.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        worker.send_signal(signal.SIGABRT)
-        worker.wait(timeout=10)
-        raise AssertionError("the worker did not stop:\n" + log.read_text()[-6000:]) from None
-    finally:
-        if worker.poll() is None:
-            worker.kill()
-            worker.wait()
-
-
 def _wait_for(condition: Any, what: str, seconds: float = 60) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -425,7 +398,7 @@ def test_a_worker_killed_mid_job_leaves_it_to_be_retried_never_half_applied(
 ) -> None:
     marker = tmp_path / "between-the-writes"
     _python(backend_env, f"enqueue_marked(write_twice, 'killed', {str(marker)!r})")
-    first = _worker(backend_env, tmp_path / "worker.log")
+    first = worker_start(backend_env, tmp_path / "worker.log")
     try:
         _wait_for(marker.exists, "the job to reach the middle of its work")
         first.send_signal(signal.SIGKILL)
@@ -437,11 +410,11 @@ def test_a_worker_killed_mid_job_leaves_it_to_be_retried_never_half_applied(
         "jobs": [{"state": "running", "attempts": 1}],
         "steps": [],
     }
-    second = _worker(backend_env, tmp_path / "worker.log")
+    second = worker_start(backend_env, tmp_path / "worker.log")
     try:
         _wait_for(lambda: _state(backend_env, "killed")["jobs"][0]["state"] == "done", "the retry")
     finally:
-        _stop(second, tmp_path / "worker.log")
+        worker_stop(second, tmp_path / "worker.log")
     assert second.returncode == 0
     assert _state(backend_env, "killed") == {
         "jobs": [{"state": "done", "attempts": 2}],
@@ -455,7 +428,7 @@ def test_a_worker_stopped_mid_job_finishes_it_then_exits(
 ) -> None:
     marker = tmp_path / "started"
     _python(backend_env, f"enqueue_marked(write_when_told, 'stopped', {str(marker)!r})")
-    worker = _worker(backend_env, tmp_path / "worker.log")
+    worker = worker_start(backend_env, tmp_path / "worker.log")
     try:
         _wait_for(marker.exists, "the job to start")
         worker.send_signal(signal.SIGTERM)
@@ -463,7 +436,7 @@ def test_a_worker_stopped_mid_job_finishes_it_then_exits(
         assert worker.poll() is None, "the worker left its job unfinished"
         Path(f"{marker}.go").touch()
     finally:
-        _stopped(worker, tmp_path / "worker.log")
+        worker_stopped(worker, tmp_path / "worker.log")
     assert worker.returncode == 0, (tmp_path / "worker.log").read_text()[-3000:]
     assert _state(backend_env, "stopped") == {
         "jobs": [{"state": "done", "attempts": 1}],
@@ -486,11 +459,11 @@ def test_a_worker_process_delivers_webhooks_signed_in_order(
             "MEMORYADMIN_PROVIDER_ALLOW": "127.0.0.0/8",
         }
         secret = _python(env, f"print(webhook_change({receiver.url!r}, 'plan', 'spec'))")
-        worker = _worker(env, tmp_path / "worker.log")
+        worker = worker_start(env, tmp_path / "worker.log")
         try:
             _wait_for(lambda: len(receiver.events()) == 2, "two deliveries")  # noqa: B023
         finally:
-            _stop(worker, tmp_path / "worker.log")
+            worker_stop(worker, tmp_path / "worker.log")
         sent = [(verify(secret.strip(), h, body), status) for h, body, status in receiver.received]
         assert [(event["data"]["document"], status) for event, status in sent] == [
             ("plan", 500),

@@ -18,9 +18,9 @@ from rest_framework.test import APIClient
 from memoryadmin.agents.services.sessions import session_end
 from memoryadmin.memory.models import AuditEntry, Document, Project, Resource
 from memoryadmin.memory.services.documents import document_replace
-from memoryadmin.runner.jobs import jobs_run_due
+from memoryadmin.runner.jobs import job_run, jobs_run_due
 from memoryadmin.runner.models import Job
-from memoryadmin.webhooks.delivery import webhook_drain
+from memoryadmin.webhooks.delivery import webhook_deliver
 from memoryadmin.webhooks.models import Delivery, Endpoint
 from memoryadmin_client.webhooks import InvalidSignature, verify
 from tests.helpers import Keys, Receiver, is_postgres, run_threads, serve, support_session
@@ -30,7 +30,7 @@ pytestmark = pytest.mark.django_db
 HOOKS = "/api/managed-agents/projects/acme/webhooks"
 DOCS = "/api/managed-agents/projects/acme/memory/notes/documents"
 ENV = "?environment=development"
-DRAIN = f"{webhook_drain.__module__}.{webhook_drain.__qualname__}"
+DELIVER = f"{webhook_deliver.__module__}.{webhook_deliver.__qualname__}"
 
 
 @pytest.fixture
@@ -168,7 +168,7 @@ def test_an_endpoint_hears_only_the_events_it_wants_of_its_own_project(
     assert other.status_code == 201
     document = make_document("plan", text="one")
     assert not Delivery.objects.exists()  # no endpoint of acme wants document.created
-    assert not Job.objects.filter(name=DRAIN).exists()
+    assert not Job.objects.filter(name=DELIVER).exists()
     response = api.delete(f"{DOCS}/plan{ENV}", HTTP_IF_MATCH=f'"{document.revision}"')
     assert response.status_code == 204
     run_jobs()
@@ -224,27 +224,33 @@ def test_a_receivers_retry_after_postpones_the_next_attempt(
     assert len(receiver.received) == 1
 
 
-def test_a_delivery_left_claimed_by_a_sender_that_died_is_sent_once_its_lease_ends(
-    api: APIClient, receiver: Receiver, make_document: Any, settings: Any
+def test_a_delivery_left_sending_by_a_worker_that_died_is_sent_once_its_lease_ends(
+    api: APIClient, receiver: Receiver, make_document: Any
 ) -> None:
-    """A sender died between its claim and its settlement: the next drain finds the
-    delivery held and queues itself for the lease's end, so the queue moves on without
-    waiting for another event."""
+    """A worker died while sending: its job holds the endpoint's line until its lease
+    ends, then the delivery is sent again (its second attempt) and the line moves on."""
     register(api, receiver.url, ["document.created"])
-    with transaction.atomic():
-        make_document("first")
-        # The drain queued with the change never runs: the claim below is a dead sender's.
-        Job.objects.filter(name=DRAIN).delete()
-    held = timezone.now() + timedelta(seconds=1)
-    Delivery.objects.update(state="sending", attempts=1, lease_until=held)
-    webhook_drain(endpoint=Endpoint.objects.get().pk)
+    make_document("first")
+    make_document("second")
+    first, second = Delivery.objects.order_by("id")
+    assert first.job is not None
+    assert second.job is not None
+    assert first.job.line == second.job.line == f"webhook:{first.endpoint_id}"
+    assert first.job.project == "acme"
+    held = timezone.now() + timedelta(seconds=60)
+    Job.objects.filter(pk=first.job_id).update(state="running", attempts=1, lease_until=held)
+    Delivery.objects.filter(pk=first.pk).update(state="sending")
+    run_jobs()
     assert receiver.received == []
-    later = Job.objects.get(name=DRAIN, state="pending")
-    assert later.key.startswith("webhook-drain-after-lease:")
-    assert later.run_after >= held
-    assert later.project == "acme"
-    run_until(lambda: Delivery.objects.get().state == "delivered", seconds=15)
-    assert [h["Memoryadmin-Delivery-Attempt"] for h, _, _ in receiver.received] == ["2"]
+    assert Delivery.objects.get(pk=second.pk).state == "pending"
+    Job.objects.filter(pk=first.job_id).update(lease_until=timezone.now() - timedelta(seconds=1))
+    run_jobs()
+    sent = [
+        (json.loads(body)["data"]["document"], h["Memoryadmin-Delivery-Attempt"])
+        for h, body, _ in receiver.received
+    ]
+    assert sent == [("first", "2"), ("second", "1")]
+    assert set(Delivery.objects.values_list("state", flat=True)) == {"delivered"}
 
 
 def test_exhausted_deliveries_are_kept_as_failed_and_can_be_redelivered(
@@ -305,7 +311,7 @@ def test_nothing_is_delivered_for_a_rolled_back_change(
         change_then_fail()
     assert written == [1]  # written with the change...
     assert not Delivery.objects.exists()  # ...and gone with it
-    assert not Job.objects.filter(name=DRAIN).exists()
+    assert not Job.objects.filter(name=DELIVER).exists()
     run_jobs()
     assert receiver.received == []
     assert Document.objects.get(pk=document.pk).text == "one"
@@ -456,16 +462,21 @@ def test_endpoint_changes_are_audited_and_the_secret_is_shown_once(
 def test_racing_senders_deliver_each_event_exactly_once_in_order(
     api: APIClient, receiver: Receiver, make_document: Any
 ) -> None:
-    hook = register(api, receiver.url, ["document.created"])
+    register(api, receiver.url, ["document.created"])
     for index in range(20):
         make_document(f"doc-{index:02d}")
-    Job.objects.filter(name=DRAIN).delete()
+    job_ids = list(Delivery.objects.order_by("id").values_list("job_id", flat=True))
 
     def drain(_: int) -> None:
         from django.db import connection
 
+        # Each sender offers itself every job, as racing workers would.
+        deadline = time.monotonic() + 60
         try:
-            webhook_drain(endpoint=hook["id"])
+            while Delivery.objects.exclude(state="delivered").exists():
+                assert time.monotonic() < deadline, "the deliveries did not settle"
+                for job_id in job_ids:
+                    job_run(job_id)
         finally:
             connection.close()
 
@@ -475,7 +486,7 @@ def test_racing_senders_deliver_each_event_exactly_once_in_order(
     assert len(set(ids)) == 20
     documents = [json.loads(body)["data"]["document"] for _, body, _ in receiver.received]
     assert documents == [f"doc-{index:02d}" for index in range(20)]
-    assert set(Delivery.objects.values_list("state", "attempts")) == {("delivered", 1)}
+    assert set(Delivery.objects.values_list("state", "job__attempts")) == {("delivered", 1)}
 
 
 def test_the_documented_signature_check_accepts_a_delivery_and_refuses_a_forgery(

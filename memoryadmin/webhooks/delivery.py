@@ -1,17 +1,14 @@
-"""Sending deliveries: one endpoint's queue, in order, each event at most once.
+"""Sending deliveries: each one a job of the runner in its endpoint's line.
 
-`webhook_drain` (a durable job, queued with every delivery written) sends the
-endpoint's oldest open delivery, then the next, until the queue is empty or
-a delivery fails. A failed attempt is tried again after a pause that doubles
-from `MEMORYADMIN_WEBHOOK_BACKOFF_SECONDS` (or the receiver's Retry-After, if
-longer), up to `MEMORYADMIN_WEBHOOK_MAX_ATTEMPTS`; then it is kept as failed
-and the queue moves on. Deliveries after it wait meanwhile, so an endpoint
-hears of a document's changes in the order they were made.
-
-A sender claims a delivery with one conditional UPDATE (attempt counted,
-lease taken) and settles it with another that holds only while its claim
-does: two drains of the same endpoint never send the same delivery, and a
-sender that died is replaced once its lease has passed.
+A delivery is sent by `webhook_deliver`, a durable job written with the
+delivery (outbox) in the endpoint's line (`line_of`): the runner sends an
+endpoint's deliveries one at a time, oldest first, and a failing delivery
+holds those after it, so an endpoint hears of a document's changes in the
+order they were made. A failed attempt is tried again after a pause that
+doubles from `MEMORYADMIN_WEBHOOK_BACKOFF_SECONDS` (or the receiver's
+Retry-After, if longer), up to `MEMORYADMIN_WEBHOOK_MAX_ATTEMPTS`; then the
+delivery is kept as failed and the line moves on. Claim, lease, backoff and
+the dead job are the runner's; this module sends and records the outcome.
 """
 
 from __future__ import annotations
@@ -20,23 +17,16 @@ import hashlib
 import hmac
 import logging
 import time
-from datetime import timedelta
 
 import httpx
 from django.conf import settings
-from django.db.models import F, Q
 from django.utils import timezone
 
-from memoryadmin.core.backoff import backoff_seconds
 from memoryadmin.core.egress import egress_transport
 from memoryadmin.providers.wire import receive, retry_after
-from memoryadmin.runner.jobs import durable, enqueue
-from memoryadmin.webhooks.models import (
-    OPEN_DELIVERY_STATES,
-    Delivery,
-    DeliveryState,
-    Endpoint,
-)
+from memoryadmin.runner.jobs import Postpone, RetryAfter, current_job, durable
+from memoryadmin.runner.models import Job
+from memoryadmin.webhooks.models import OPEN_DELIVERY_STATES, Delivery, DeliveryState
 
 logger = logging.getLogger(__name__)
 
@@ -68,48 +58,7 @@ def signature(secret: str, timestamp: int, body: str) -> str:
     return "v1=" + hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()
 
 
-def _lease() -> timedelta:
-    return timedelta(seconds=settings.MEMORYADMIN_WEBHOOK_TIMEOUT_SECONDS * 2 + 30)
-
-
-def _claim_head(project: str, endpoint_id: int) -> Delivery | None:
-    """The endpoint's oldest open delivery, claimed, if it is due and nobody holds it.
-
-    When another sender holds it (or held it and died), a drain is queued for when
-    its lease ends, so the queue moves on even if no later event queues one."""
-    head = (
-        Delivery.objects.filter(endpoint_id=endpoint_id, state__in=OPEN_DELIVERY_STATES)
-        .order_by("id")
-        .values_list("pk", "lease_until")
-        .first()
-    )
-    if head is None:
-        return None
-    pk, held_until = head
-    now = timezone.now()
-    claimable = Q(state=DeliveryState.PENDING, next_attempt_at__lte=now) | Q(
-        state=DeliveryState.SENDING, lease_until__lt=now
-    )
-    claimed = Delivery.objects.filter(claimable, pk=pk).update(
-        state=DeliveryState.SENDING,
-        attempts=F("attempts") + 1,
-        lease_until=now + _lease(),
-        last_attempt_at=now,
-    )
-    if not claimed:
-        if held_until is not None and held_until >= now:
-            enqueue(
-                webhook_drain,
-                project=project,
-                key=f"webhook-drain-after-lease:{endpoint_id}",
-                delay=(held_until - now).total_seconds() + 1,
-                endpoint=endpoint_id,
-            )
-        return None
-    return Delivery.objects.select_related("endpoint").get(pk=pk)
-
-
-def _send(delivery: Delivery) -> tuple[int | None, str, float | None, str]:
+def _send(delivery: Delivery, attempt: int) -> tuple[int | None, str, float | None, str]:
     """One POST within one overall deadline, reading at most REPLY_MAX_BYTES of the
     answer: (status code or None, error text, the receiver's Retry-After, the first
     KiB of its reply)."""
@@ -122,7 +71,7 @@ def _send(delivery: Delivery) -> tuple[int | None, str, float | None, str]:
         EVENT_TYPE_HEADER: delivery.event,
         TIMESTAMP_HEADER: str(timestamp),
         SIGNATURE_HEADER: signature(endpoint.secret, timestamp, delivery.body),
-        ATTEMPT_HEADER: str(delivery.attempts),
+        ATTEMPT_HEADER: str(attempt),
     }
     deadline = time.monotonic() + settings.MEMORYADMIN_WEBHOOK_TIMEOUT_SECONDS
     transport = egress_transport()
@@ -150,76 +99,66 @@ def _send(delivery: Delivery) -> tuple[int | None, str, float | None, str]:
     return reply.status, f"HTTP {reply.status}", retry_after(reply.headers), excerpt
 
 
-def _backoff(attempts: int, retry_after: float | None) -> float:
-    base = settings.MEMORYADMIN_WEBHOOK_BACKOFF_SECONDS
-    return backoff_seconds(base, attempts, at_least=retry_after)
+# A paused endpoint's line waits; resuming it wakes the line at once, and this is
+# only how long a delivery that raced a resume waits at most.
+PAUSED_RECHECK_SECONDS = 60.0
 
 
-def _settle(
-    delivery: Delivery, code: int | None, error: str, retry_after: float | None, excerpt: str = ""
-) -> str:
-    """Records the attempt: "delivered", "failed", "retry", or "lost" (our claim
-    passed to another sender meanwhile, so this outcome does not count)."""
-    now = timezone.now()
-    mine = Delivery.objects.filter(
-        pk=delivery.pk, state=DeliveryState.SENDING, attempts=delivery.attempts
+def line_of(endpoint_id: int) -> str:
+    """The runner's line of an endpoint's deliveries."""
+    return f"webhook:{endpoint_id}"
+
+
+def _lease() -> float:
+    # Far beyond an attempt's deadline: a delivery is never being sent twice at once.
+    return float(settings.MEMORYADMIN_WEBHOOK_TIMEOUT_SECONDS) * 2 + 30
+
+
+def _given_up(job: Job) -> None:
+    """Attempts ran out: the delivery is kept as failed (redeliver runs it again)."""
+    Delivery.objects.filter(job_id=job.pk, state__in=OPEN_DELIVERY_STATES).update(
+        state=DeliveryState.FAILED
     )
-    changes: dict[str, object] = {
-        "response_code": code,
-        "last_error": error,
-        "lease_until": None,
-        "response_excerpt": excerpt,
-    }
+
+
+@durable(
+    max_attempts=lambda: int(settings.MEMORYADMIN_WEBHOOK_MAX_ATTEMPTS),
+    atomic=False,
+    backoff=lambda: float(settings.MEMORYADMIN_WEBHOOK_BACKOFF_SECONDS),
+    lease=_lease,
+    on_dead=_given_up,
+)
+def webhook_deliver(*, endpoint: int, event: str) -> None:
+    """One attempt of the delivery of `event` to `endpoint`; safe to run again (one
+    already settled, or whose endpoint is gone, is left as it is)."""
+    delivery = (
+        Delivery.objects.select_related("endpoint")
+        .filter(endpoint_id=endpoint, event_id=event, state__in=OPEN_DELIVERY_STATES)
+        .first()
+    )
+    if delivery is None:
+        return
+    if not delivery.endpoint.active:
+        raise Postpone(PAUSED_RECHECK_SECONDS)
+    attempt = current_job().attempts
+    rows = Delivery.objects.filter(pk=delivery.pk)
+    rows.update(state=DeliveryState.SENDING, last_attempt_at=timezone.now())
+    try:
+        code, error, wait, excerpt = _send(delivery, attempt)
+    except Exception:
+        # Whatever went wrong, the delivery is tried again on its own schedule.
+        logger.exception("webhook delivery %s could not be sent", delivery.pk)
+        code, error, wait, excerpt = None, "could not be sent (server error)", None, ""
+    outcome = {"response_code": code, "last_error": error, "response_excerpt": excerpt}
     if not error:
-        outcome, changes = "delivered", {**changes, "state": DeliveryState.DELIVERED}
-        changes["delivered_at"] = now
-    elif delivery.attempts >= settings.MEMORYADMIN_WEBHOOK_MAX_ATTEMPTS:
-        outcome, changes = "failed", {**changes, "state": DeliveryState.FAILED}
-    else:
-        pause = _backoff(delivery.attempts, retry_after)
-        outcome, changes = "retry", {**changes, "state": DeliveryState.PENDING}
-        changes["next_attempt_at"] = now + timedelta(seconds=pause)
-    if not mine.update(**changes):
-        return "lost"
-    if outcome == "retry":
-        enqueue(
-            webhook_drain,
-            project=delivery.endpoint.project_id,
-            delay=pause,
-            endpoint=delivery.endpoint_id,
-        )
-    if outcome != "delivered":
-        logger.warning(
-            "webhook delivery %s to endpoint %s, attempt %d: %s (%s)",
-            delivery.pk,
-            delivery.endpoint_id,
-            delivery.attempts,
-            error,
-            outcome,
-        )
-    return outcome
-
-
-@durable(max_attempts=20, atomic=False)
-def webhook_drain(*, endpoint: int) -> None:
-    """Sends the endpoint's due deliveries in order; stops at one to try later."""
-    while True:
-        project = (
-            Endpoint.objects.filter(pk=endpoint, active=True)
-            .values_list("project_id", flat=True)
-            .first()
-        )
-        if project is None:
-            return
-        delivery = _claim_head(project, endpoint)
-        if delivery is None:
-            return
-        try:
-            code, error, retry_after, excerpt = _send(delivery)
-        except Exception:
-            # Whatever went wrong, the delivery is tried again on its own schedule
-            # rather than left claimed by a drain that failed.
-            logger.exception("webhook delivery %s could not be sent", delivery.pk)
-            code, error, retry_after, excerpt = None, "could not be sent (server error)", None, ""
-        if _settle(delivery, code, error, retry_after, excerpt) in {"retry", "lost"}:
-            return
+        rows.update(state=DeliveryState.DELIVERED, delivered_at=timezone.now(), **outcome)
+        return
+    rows.update(state=DeliveryState.PENDING, **outcome)
+    logger.warning(
+        "webhook delivery %s to endpoint %s, attempt %d: %s",
+        delivery.pk,
+        endpoint,
+        attempt,
+        error,
+    )
+    raise RetryAfter(error, seconds=wait)

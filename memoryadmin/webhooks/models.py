@@ -2,14 +2,19 @@
 
 A delivery row is written in the transaction of the change it reports, so a
 rolled-back change sends nothing and a committed one is never lost; the
-background runner sends it (see memoryadmin/webhooks/delivery.py).
+background runner sends it, as a job of the endpoint's line (see
+memoryadmin/webhooks/delivery.py). The row records what was sent and how it
+went; its attempts and its next attempt are its job's.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.db import models
 
 from memoryadmin.memory.models import Project
+from memoryadmin.runner.models import Job
 
 
 class Endpoint(models.Model):
@@ -38,7 +43,7 @@ class Endpoint(models.Model):
 
 class DeliveryState(models.TextChoices):
     PENDING = "pending"
-    # Claimed by a sender until lease_until; past it, the sender is taken to have died.
+    # Being sent by its job (which, if its worker died, runs again past its lease).
     SENDING = "sending"
     DELIVERED = "delivered"
     # Attempts ran out; kept for owners, who can redeliver it.
@@ -58,9 +63,8 @@ class Delivery(models.Model):
     state = models.CharField(
         max_length=16, choices=DeliveryState.choices, default=DeliveryState.PENDING
     )
-    attempts = models.PositiveIntegerField(default=0)
-    next_attempt_at = models.DateTimeField()
-    lease_until = models.DateTimeField(null=True, blank=True)
+    # The runner's job that sends it (a redelivery runs the same job again).
+    job = models.ForeignKey(Job, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     response_code = models.PositiveIntegerField(null=True, blank=True)
     last_error = models.CharField(max_length=500, blank=True, default="")
     # The first KiB of the receiver's last reply (as UTF-8 text, undecodable bytes
@@ -82,3 +86,11 @@ class Delivery(models.Model):
 
     def __str__(self) -> str:
         return f"delivery {self.pk} {self.event} ({self.state})"
+
+    @property
+    def attempts(self) -> int:
+        return self.job.attempts if self.job is not None else 0
+
+    @property
+    def next_attempt_at(self) -> datetime | None:
+        return self.job.run_after if self.job is not None else None

@@ -3,10 +3,12 @@
 Every change an endpoint can hear of is audited, so the audit entry is where
 events come from: `events_for` names the events of an audit action, and the
 delivery rows are written next to the audit entry, in the same transaction.
+Each delivery comes with the runner job that sends it, in its endpoint's line.
 Where the audit entry is written by its own INSERT (`audit_record`), the
-deliveries follow in one more statement; where a replace writes its version
-and audit entry inside the UPDATE's statement (PostgreSQL), the deliveries
-are more `WITH` clauses of that statement (`outbox_statement(source=...)`). The
+deliveries and their jobs follow (one more statement on PostgreSQL); where a
+replace writes its version and audit entry inside the UPDATE's statement
+(PostgreSQL), they are more `WITH` clauses of that statement
+(`outbox_clauses(source=...)`). The
 memory app calls both through the audit listener this app registers from its
 `ready()` (`Outbox`), so the document write knows nothing of webhooks.
 
@@ -24,13 +26,15 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.db import connection
+from django.db.models import Q
 from django.utils import timezone
 
 from memoryadmin.core.rows import column, db_value
 from memoryadmin.memory.representations import iso_ms
 from memoryadmin.memory.services.audit import AuditClauses, AuditFacts
-from memoryadmin.runner.jobs import enqueue, enqueue_sql
-from memoryadmin.webhooks.delivery import webhook_drain
+from memoryadmin.runner.jobs import enqueue_many, enqueue_sql, jobs_dispatch_on_commit
+from memoryadmin.runner.models import Job
+from memoryadmin.webhooks.delivery import line_of, webhook_deliver
 from memoryadmin.webhooks.models import Delivery, DeliveryState, Endpoint
 
 EVENT_TYPES = (
@@ -117,69 +121,120 @@ def events_column_value(events: Iterable[str]) -> str:
     return "," + ",".join(sorted(set(events))) + ","
 
 
-def outbox_statement(facts: AuditFacts, *, source: str = "") -> tuple[str, list[Any]] | None:
-    """`INSERT INTO <deliveries> SELECT ... RETURNING endpoint_id`: one row per event
-    of the audited change and active endpoint of its project that wants it; None
-    when the change raises no event. With `source` (a `WITH` clause's name), a row only if
-    that clause returned one: the write happened."""
-    events = events_for(facts.action)
+def _events(facts: AuditFacts) -> list[tuple[str, str, str]]:
+    """(event id, event, body) of each event of the audited change, in order."""
+    at = iso_ms(timezone.now())
+    rows = []
+    for event in events_for(facts.action):
+        event_id = new_event_id()
+        rows.append((event_id, event, event_body(facts, event=event, event_id=event_id, at=at)))
+    return rows
+
+
+def outbox_clauses(facts: AuditFacts, *, source: str = "") -> tuple[str, list[Any]] | None:
+    """`WITH` clauses (each `, name AS (...)`) writing, for every event of the audited
+    change and active endpoint of its project that wants it, the delivery and the job
+    that sends it in the endpoint's line; `webhook_jobs` returns the jobs' ids. None
+    when the change raises no event. With `source` (a `WITH` clause's name), rows only
+    if that clause returned one: the write happened. PostgreSQL only."""
+    events = _events(facts)
     if not events or facts.project_id is None:
         return None
-    now = timezone.now()
-    at = iso_ms(now)
-    event_rows: list[Any] = []
-    for event in events:
-        event_id = new_event_id()
-        event_rows += [event_id, event, event_body(facts, event=event, event_id=event_id, at=at)]
     quote = connection.ops.quote_name
-    names = ["endpoint", "event_id", "event", "body", "state", "attempts", "next_attempt_at"]
-    names += ["created_at", "last_error"]
-    targets = ", ".join(column(Delivery, name) for name in names)
-    values = ", ".join(["(%s, %s, %s)"] * len(events))
+    values = ", ".join(["(%s, %s, %s, %s)"] * len(events))
+    event_params: list[Any] = []
+    for ordinal, event in enumerate(events):
+        event_params += [ordinal, *event]
     joined = f"{source} CROSS JOIN " if source else ""
-    sql = (
-        f"INSERT INTO {quote(Delivery._meta.db_table)} ({targets})"
-        " SELECT e.id, ev.column1, ev.column2, ev.column3, %s, 0, %s, %s, ''"
-        f" FROM {joined}{quote(Endpoint._meta.db_table)} e"
-        f" CROSS JOIN (VALUES {values}) AS ev"
+    endpoint_table = quote(Endpoint._meta.db_table)
+    rows = (
+        f"{joined}{endpoint_table} e CROSS JOIN webhook_events ev"
         f" WHERE e.{column(Endpoint, 'project')} = %s AND e.{column(Endpoint, 'active')} = %s"
-        f" AND e.{column(Endpoint, 'events')} LIKE ('%%,' || ev.column2 || ',%%')"
-        f" RETURNING {column(Delivery, 'endpoint')}"
+        f" AND e.{column(Endpoint, 'events')} LIKE ('%%,' || ev.event || ',%%')"
     )
-    at_now = db_value(Delivery, "created_at", now)
-    params = [DeliveryState.PENDING, at_now, at_now]
-    params += event_rows
-    params += [facts.project_id, True]
+    jobs_sql, jobs_params = enqueue_sql(
+        webhook_deliver,
+        project=facts.project_id,
+        rows=rows,
+        kwargs="jsonb_build_object('endpoint', e.id, 'event', ev.event_id)",
+        line="'webhook:' || e.id",
+        order="e.id, ev.ordinal",
+        returning=column(Job, "kwargs"),
+    )
+    names = ["endpoint", "event_id", "event", "body", "state", "job", "created_at", "last_error"]
+    targets = ", ".join(column(Delivery, name) for name in names)
+    kwargs = column(Job, "kwargs")
+    deliveries = (
+        f"INSERT INTO {quote(Delivery._meta.db_table)} ({targets})"
+        f" SELECT (j.{kwargs}->>'endpoint')::bigint, ev.event_id, ev.event, ev.body, %s,"
+        f" j.{column(Job, 'id')}, %s, '' FROM webhook_jobs j"
+        f" JOIN webhook_events ev ON ev.event_id = j.{kwargs}->>'event'"
+    )
+    sql = (
+        f", webhook_events (ordinal, event_id, event, body) AS (VALUES {values})"
+        f", webhook_jobs AS ({jobs_sql})"
+        f", webhook_deliveries AS ({deliveries})"
+    )
+    # In the order of their placeholders: the events, the job's columns, the rows'
+    # conditions, the delivery's columns.
+    params = [*event_params, *jobs_params, facts.project_id, True]
+    params += [DeliveryState.PENDING, db_value(Delivery, "created_at", timezone.now())]
     return sql, params
 
 
-def outbox_jobs_statement(*, project: str, deliveries: str) -> tuple[str, list[Any]]:
-    """The delivery runs of the endpoints a `WITH` clause named `deliveries` (an
-    outbox_statement) wrote to: one job per endpoint, in the same statement."""
-    endpoint = column(Delivery, "endpoint")
-    return enqueue_sql(
-        webhook_drain,
-        project=project,
-        rows=f"(SELECT DISTINCT {endpoint} FROM {deliveries}) AS d",
-        kwargs=f"jsonb_build_object('endpoint', d.{endpoint})",
-    )
-
-
 def outbox_write(facts: AuditFacts) -> None:
-    """Writes the deliveries of an audited change (the caller's transaction) and their jobs."""
-    statement = outbox_statement(facts)
-    if statement is None:
+    """Writes the deliveries of an audited change and their jobs (the caller's
+    transaction): one statement on PostgreSQL, three on other databases (none past the
+    first when no endpoint wants the change)."""
+    if connection.vendor == "postgresql":
+        clauses = outbox_clauses(facts)
+        if clauses is None:
+            return
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"WITH {clauses[0].removeprefix(', ')} SELECT id FROM webhook_jobs", clauses[1]
+            )
+            jobs_dispatch_on_commit([row[0] for row in cursor.fetchall()])
         return
-    with connection.cursor() as cursor:
-        cursor.execute(*statement)
-        endpoint_ids = [row[0] for row in cursor.fetchall()]
-    outbox_enqueue(facts.project_id or "", endpoint_ids)
-
-
-def outbox_enqueue(project: str, endpoint_ids: Iterable[int]) -> None:
-    """Queues a delivery run for each endpoint (of `project`) that got deliveries."""
-    for endpoint_id in sorted(set(endpoint_ids)):
-        enqueue(webhook_drain, project=project, endpoint=endpoint_id)
+    events = _events(facts)
+    if not events or facts.project_id is None:
+        return
+    wanted = Q()
+    for _, event, _ in events:
+        wanted |= Q(events__contains=f",{event},")
+    endpoints = (
+        Endpoint.objects.filter(wanted, project_id=facts.project_id, active=True)
+        .order_by("pk")
+        .values_list("pk", "events")
+    )
+    pairs = [
+        (endpoint, event)
+        for endpoint, wants in endpoints
+        for event in events
+        if f",{event[1]}," in wants
+    ]
+    if not pairs:
+        return
+    jobs = enqueue_many(
+        webhook_deliver,
+        project=facts.project_id,
+        jobs=[
+            (line_of(endpoint), {"endpoint": endpoint, "event": event[0]})
+            for endpoint, event in pairs
+        ],
+    )
+    now = timezone.now()
+    Delivery.objects.bulk_create(
+        Delivery(
+            endpoint_id=endpoint,
+            event_id=event_id,
+            event=event,
+            body=body,
+            job=job,
+            created_at=now,
+        )
+        for (endpoint, (event_id, event, body)), job in zip(pairs, jobs, strict=True)
+    )
 
 
 class Outbox:
@@ -189,12 +244,7 @@ class Outbox:
         outbox_write(facts)
 
     def clauses(self, facts: AuditFacts, *, source: str) -> AuditClauses | None:
-        deliveries = outbox_statement(facts, source=source)
-        if deliveries is None or facts.project_id is None:
+        clauses = outbox_clauses(facts, source=source)
+        if clauses is None:
             return None
-        jobs = outbox_jobs_statement(project=facts.project_id, deliveries="webhook_deliveries")
-        return AuditClauses(
-            sql=f", webhook_deliveries AS ({deliveries[0]}), webhook_jobs AS ({jobs[0]})",
-            params=deliveries[1] + jobs[1],
-            jobs="webhook_jobs",
-        )
+        return AuditClauses(sql=clauses[0], params=clauses[1], jobs="webhook_jobs")

@@ -26,8 +26,8 @@ from memoryadmin.memory.models import Project
 from memoryadmin.memory.representations import iso_ms
 from memoryadmin.memory.services.audit import AuditFacts, audit_record
 from memoryadmin.providers.declarations import origin_check
-from memoryadmin.runner.jobs import enqueue
-from memoryadmin.webhooks.delivery import webhook_drain
+from memoryadmin.runner.jobs import enqueue, job_again, jobs_wake
+from memoryadmin.webhooks.delivery import line_of, webhook_deliver
 from memoryadmin.webhooks.models import OPEN_DELIVERY_STATES, Delivery, DeliveryState, Endpoint
 from memoryadmin.webhooks.outbox import EVENT_TYPES, event_body, events_column_value, new_event_id
 
@@ -169,7 +169,7 @@ def endpoint_update(
         resumed = active and not endpoint.active
         endpoint.active = active
         if resumed:
-            enqueue(webhook_drain, project=endpoint.project_id, endpoint=endpoint.pk)
+            jobs_wake(line_of(endpoint.pk))
     if not changes:
         raise InvalidRequest("Give at least one of url, events, description, active.")
     endpoint.save(update_fields=["url", "events", "description", "active"])
@@ -201,7 +201,7 @@ def delivery_list(
     limit: int = DELIVERY_PAGE_SIZE,
 ) -> tuple[list[Delivery], str | None]:
     """The endpoint's deliveries, newest first, in keyset pages."""
-    rows = Delivery.objects.filter(endpoint=endpoint)
+    rows = Delivery.objects.filter(endpoint=endpoint).select_related("job")
     if state is not None:
         if state not in DeliveryState.values:
             raise InvalidRequest(f"state must be one of: {', '.join(DeliveryState.values)}.")
@@ -216,26 +216,31 @@ def delivery_redeliver(
     *, endpoint: Endpoint, delivery_id: object, actor: str
 ) -> tuple[Delivery, bool]:
     """Sends a finished delivery (delivered or failed) again: the same event id and
-    body, a fresh count of attempts, in its place in the endpoint's queue. Says
-    whether it did (a delivery still open is left as it is)."""
+    body, a fresh count of attempts, in its place in the endpoint's line (its job runs
+    again). Says whether it did (a delivery still open is left as it is)."""
     pk = whole_number(delivery_id)
     if pk is None:
         raise DeliveryNotFound(f"No delivery '{delivery_id}'.")
     rows = Delivery.objects.filter(endpoint=endpoint, pk=pk)
-    current = rows.values_list("state", flat=True).first()
-    if current is None:
+    found = rows.values_list("state", "job_id", "event_id").first()
+    if found is None:
         raise DeliveryNotFound(f"No delivery '{delivery_id}' for webhook endpoint {endpoint.pk}.")
+    _, job_id, event_id = found
     finished = rows.filter(state__in=[DeliveryState.DELIVERED, DeliveryState.FAILED]).update(
-        state=DeliveryState.PENDING,
-        attempts=0,
-        next_attempt_at=timezone.now(),
-        lease_until=None,
+        state=DeliveryState.PENDING
     )
-    delivery = rows.get()
     if finished:
-        _audit(endpoint, actor=actor, action="webhook.redeliver", event=delivery.event_id)
-        enqueue(webhook_drain, project=endpoint.project_id, endpoint=endpoint.pk)
-    return delivery, bool(finished)
+        if job_id is None or not job_again(job_id):
+            job = enqueue(
+                webhook_deliver,
+                project=endpoint.project_id,
+                line=line_of(endpoint.pk),
+                endpoint=endpoint.pk,
+                event=event_id,
+            )
+            rows.update(job=job)
+        _audit(endpoint, actor=actor, action="webhook.redeliver", event=event_id)
+    return rows.select_related("job").get(), bool(finished)
 
 
 def deliveries_erase(
@@ -294,17 +299,23 @@ def endpoint_send_test(*, endpoint: Endpoint, actor: str) -> Delivery:
         action="webhook.test",
         detail={"webhook": endpoint.pk},
     )
+    job = enqueue(
+        webhook_deliver,
+        project=endpoint.project_id,
+        line=line_of(endpoint.pk),
+        endpoint=endpoint.pk,
+        event=event_id,
+    )
     delivery = Delivery.objects.create(
         endpoint=endpoint,
         event_id=event_id,
         event=TEST_EVENT,
         body=event_body(facts, event=TEST_EVENT, event_id=event_id, at=iso_ms(now)),
         state=DeliveryState.PENDING,
-        next_attempt_at=now,
+        job=job,
         created_at=now,
     )
     _audit(endpoint, actor=actor, action="webhook.test", event=event_id)
-    enqueue(webhook_drain, project=endpoint.project_id, endpoint=endpoint.pk)
     return delivery
 
 
@@ -314,7 +325,7 @@ def delivery_queue(*, endpoint: Endpoint) -> dict[str, Any] | None:
     every later one waits behind it; a paused endpoint sends nothing. None when
     nothing waits on anything."""
     open_rows = Delivery.objects.filter(endpoint=endpoint, state__in=OPEN_DELIVERY_STATES)
-    head = open_rows.order_by("id").first()
+    head = open_rows.select_related("job").order_by("id").first()
     if head is None:
         return None
     behind = open_rows.filter(id__gt=head.pk).count()
