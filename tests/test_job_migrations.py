@@ -11,6 +11,8 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
+from memoryadmin.agents.models import ProviderOperation
+from memoryadmin.agents.services.operations import operation_dict
 from memoryadmin.runner.jobs import jobs_due
 from memoryadmin.runner.models import Job
 from memoryadmin.webhooks.models import Delivery
@@ -19,7 +21,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 BEFORE = [
     ("webhooks", "0002_delivery_reply"),
-    ("agents", "0006_operation_action"),
+    ("agents", "0008_operation_erasure_delete"),
     ("runner", "0002_job_project"),
 ]
 
@@ -82,5 +84,64 @@ def test_deliveries_in_flight_become_jobs_of_their_endpoints_line() -> None:
         assert sorted(jobs.values(), key=lambda j: j.pk) == [jobs[n] for n in rows]
         assert got["retrying"].next_attempt_at == now + timedelta(minutes=5)
         assert jobs_due() == []
+    finally:
+        _migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
+
+
+def test_operations_in_flight_become_jobs_keeping_their_checks_and_deadline() -> None:
+    apps = _migrate(BEFORE)
+    try:
+        now = timezone.now()
+        project = apps.get_model("memory", "Project").objects.create(id="old", name="Old")
+        resource = apps.get_model("memory", "Resource").objects.create(
+            project=project, environment="development", resource_id="mem", kind="mem0-oss",
+            max_bytes=8192,
+        )  # fmt: skip
+        reconcile = "memoryadmin.agents.services.operations.operation_reconcile"
+        old_jobs = apps.get_model("runner", "Job").objects
+        stale = old_jobs.create(
+            name=reconcile, project="old", kwargs={"operation_id": "mop_later"}, run_after=now
+        )
+        deadline = now + timedelta(hours=20)
+        made = {}
+        for name, state, attempts, next_check in [
+            ("later", "queued", 2, now + timedelta(minutes=5)),
+            ("due", "partial", 1, now - timedelta(seconds=1)),
+            ("dead", "dead", 12, now),
+            ("done", "succeeded", 3, now),
+        ]:
+            made[name] = apps.get_model("agents", "ProviderOperation").objects.create(
+                id=f"mop_{name}", project=project, environment="development", resource=resource,
+                principal="owner", kind="accepted_write", provider_operation="p", state=state,
+                attempts=attempts, max_attempts=12, deadline_at=deadline,
+                next_check_at=next_check, last_error="boom" if state == "dead" else "",
+                created_at=now, updated_at=now,
+                finished_at=now if state in {"dead", "succeeded"} else None,
+            ).pk  # fmt: skip
+        _migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
+        assert not Job.objects.filter(pk=stale.pk).exists()
+        got = {
+            name: ProviderOperation.objects.select_related("resource", "job").get(pk=pk)
+            for name, pk in made.items()
+        }
+        shown = {name: operation_dict(operation) for name, operation in got.items()}
+        assert {n: (o["state"], o["attempts"], o["maxAttempts"]) for n, o in shown.items()} == {
+            "later": ("queued", 2, 12),
+            "due": ("partial", 1, 12),
+            "dead": ("dead", 12, 12),
+            "done": ("succeeded", 3, 12),
+        }
+        assert {o["deadlineAt"] for o in shown.values()} == {shown["later"]["deadlineAt"]}
+        assert got["later"].next_check_at == now + timedelta(minutes=5)
+        assert (shown["dead"]["nextCheckAt"], shown["done"]["nextCheckAt"]) == (None, None)
+        assert {name: o.job.state for name, o in got.items() if o.job} == {
+            "later": "pending", "due": "pending", "dead": "dead", "done": "done",
+        }  # fmt: skip
+        assert got["dead"].job is not None
+        assert got["dead"].job.last_error == "boom"
+        assert got["later"].job is not None
+        assert got["later"].job.kwargs == {"operation_id": "mop_later"}
+        # The one whose check is due is handed to the worker; the others wait.
+        assert jobs_due() == [got["due"].job_id]
     finally:
         _migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())

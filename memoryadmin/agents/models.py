@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.db import models
 
 from memoryadmin.core.environments import Environment
 from memoryadmin.memory.models import Deployment, Document, Project, Resource
+from memoryadmin.runner.models import Job
 
 
 class SessionStatus(models.TextChoices):
@@ -255,10 +258,8 @@ class ProviderOperation(models.Model):
     state = models.CharField(
         max_length=16, choices=OperationState.choices, default=OperationState.QUEUED
     )
-    attempts = models.PositiveIntegerField(default=0)
-    max_attempts = models.PositiveIntegerField()
-    deadline_at = models.DateTimeField()
-    next_check_at = models.DateTimeField()
+    # The runner's job that checks it (its checks, their deadline, the next one).
+    job = models.ForeignKey(Job, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     last_error = models.TextField(blank=True)
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
@@ -278,3 +279,19 @@ class ProviderOperation(models.Model):
     @property
     def is_open(self) -> bool:
         return self.state in OPEN_OPERATION_STATES
+
+    @property
+    def attempts(self) -> int:
+        return self.job.attempts if self.job is not None else 0
+
+    @property
+    def max_attempts(self) -> int:
+        return self.job.max_attempts if self.job is not None else 0
+
+    @property
+    def deadline_at(self) -> datetime | None:
+        return self.job.deadline_at if self.job is not None else None
+
+    @property
+    def next_check_at(self) -> datetime | None:
+        return self.job.run_after if self.job is not None and self.is_open else None

@@ -1,4 +1,4 @@
-"""The one backoff of retried work (jobs, provider operations, webhook deliveries)."""
+"""The one backoff of retried work: the runner's, for every job kind (deliveries, operations)."""
 
 from __future__ import annotations
 

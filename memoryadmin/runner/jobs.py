@@ -197,6 +197,26 @@ def enqueue_many(
     return rows
 
 
+def enqueue_dead(function: Callable[..., Any], *, project: str, error: str, **kwargs: Any) -> Job:
+    """A job that is dead from the start: work that failed for good before the runner
+    took it (its one attempt spent, `error` kept), for owners to run again or discard
+    like any dead job."""
+    _policy(function)
+    now = timezone.now()
+    return Job.objects.create(
+        name=_path(function),
+        project=project,
+        kwargs=kwargs,
+        state=JobState.DEAD,
+        attempts=1,
+        max_attempts=1,
+        deadline_at=now,
+        run_after=now,
+        finished_at=now,
+        last_error=error[:ERROR_MAX],
+    )
+
+
 def enqueue_sql(
     function: Callable[..., Any],
     *,

@@ -1,18 +1,22 @@
 """The durable operation store: asynchronous provider operations, reconciled to where they end.
 
 An operation is recorded in the transaction that learned of it, together with
-the job that reconciles it. Reconciliation asks the provider (through its
-kind's `operation_check`) with a growing pause between checks until the
-provider reports a terminal state. Callers see `queued` or `partial` until
-then. An operation whose checks run out (attempts, or its deadline) becomes a
-dead letter: never taken for a success. Owners retry or discard dead
-letters; both are audited.
+the runner job that reconciles it (`operation_reconcile`, a job kind). Each
+attempt of the job asks the provider once (through its kind's
+`operation_check`); while the provider reports no terminal state the job
+raises RetryAfter, and the runner checks again after a growing pause. Callers
+see `queued` or `partial` until then. When the job dies (its attempts, or its
+deadline, ran out) the operation becomes a dead letter: never taken for a
+success. Owners retry (the job runs again from the start) or discard dead
+letters; both are audited. The operation row is the record; its checks, their
+deadline and the next one are its job's.
 """
 
 from __future__ import annotations
 
 import secrets
-from datetime import datetime, timedelta
+from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -29,14 +33,21 @@ from memoryadmin.agents.models import (
     ProviderOperation,
     Session,
 )
-from memoryadmin.core.backoff import backoff_seconds
 from memoryadmin.core.cursors import keyset_page
 from memoryadmin.core.environments import check_environment
 from memoryadmin.core.errors import Conflict, InvalidRequest, NotFound
 from memoryadmin.memory.models import Project, Resource
 from memoryadmin.memory.representations import iso_ms
 from memoryadmin.memory.services.audit import audit_record
-from memoryadmin.runner.jobs import durable, enqueue
+from memoryadmin.runner.jobs import (
+    RetryAfter,
+    durable,
+    enqueue,
+    enqueue_dead,
+    job_again,
+    job_discard,
+)
+from memoryadmin.runner.models import Job
 
 OPERATION_PAGE_SIZE = 50
 ERROR_MAX = 1000
@@ -52,16 +63,8 @@ def _now() -> datetime:
     return timezone.now()
 
 
-def _pause(attempts: int) -> timedelta:
-    """The pause before the next check: doubling from the base, at most an hour."""
-    base = settings.MEMORYADMIN_OPERATION_BACKOFF_SECONDS
-    return timedelta(seconds=backoff_seconds(base, attempts))
-
-
-def _schedule(operation: ProviderOperation, delay: float = 0) -> None:
-    enqueue(
-        operation_reconcile, project=operation.project_id, delay=delay, operation_id=operation.id
-    )
+def _schedule(operation_id: str, project_id: str) -> Job:
+    return enqueue(operation_reconcile, project=project_id, operation_id=operation_id)
 
 
 def operation_record(
@@ -111,9 +114,10 @@ def operation_open(
     reconciliation, in the caller's transaction."""
     now = _now()
     with transaction.atomic():
-        operation = _create(
+        return _create(
             resource,
             now,
+            job_of=lambda operation_id: _schedule(operation_id, resource.project_id),
             namespace=namespace,
             session=session,
             principal=principal,
@@ -124,20 +128,20 @@ def operation_open(
             tool=tool,
             call_id=call_id,
             record_id=record_id,
-            max_attempts=settings.MEMORYADMIN_OPERATION_MAX_ATTEMPTS,
-            deadline_at=now + timedelta(seconds=settings.MEMORYADMIN_OPERATION_DEADLINE_SECONDS),
         )
-        _schedule(operation)
-    return operation
 
 
-def _create(resource: Resource, now: datetime, **fields: Any) -> ProviderOperation:
+def _create(
+    resource: Resource, now: datetime, *, job_of: Callable[[str], Job], **fields: Any
+) -> ProviderOperation:
+    """A new operation and its job (`job_of` its id)."""
+    operation_id = "mop_" + secrets.token_hex(12)
     return ProviderOperation.objects.create(
-        id="mop_" + secrets.token_hex(12),
+        id=operation_id,
         project_id=resource.project_id,
         environment=resource.environment,
         resource=resource,
-        next_check_at=now,
+        job=job_of(operation_id),
         created_at=now,
         updated_at=now,
         **fields,
@@ -178,15 +182,19 @@ def operation_dead_letter(
         operation = _create(
             resource,
             now,
+            # Its one attempt spent: a dead job from the start.
+            job_of=lambda operation_id: enqueue_dead(
+                operation_reconcile,
+                project=resource.project_id,
+                error=error[:ERROR_MAX],
+                operation_id=operation_id,
+            ),
             namespace=namespace,
             principal=principal,
             kind=kind,
             action=action,
             record_id=record_id,
             state=OperationState.DEAD,
-            attempts=1,
-            max_attempts=1,
-            deadline_at=now,
             last_error=error[:ERROR_MAX],
             finished_at=now,
         )
@@ -194,39 +202,53 @@ def operation_dead_letter(
     return operation
 
 
-@durable(max_attempts=3, atomic=False)
-def operation_reconcile(*, operation_id: str) -> None:
-    """One check of one open operation; schedules the next while it stays open.
+def _dead_letter(job: Job) -> None:
+    """The job's checks ran out (attempts or deadline): the operation is a dead letter."""
+    operation = (
+        ProviderOperation.objects.select_related("resource")
+        .filter(job_id=job.pk, state__in=OPEN_OPERATION_STATES)
+        .first()
+    )
+    if operation is None:
+        return
+    now = _now()
+    ProviderOperation.objects.filter(pk=operation.pk).update(
+        state=OperationState.DEAD, finished_at=now, updated_at=now
+    )
+    operation.job = job
+    _audit(operation, "operation.dead_letter", AUDIT_ACTOR, error=operation.last_error)
 
-    Safe to run twice: a check that is not due yet, or of an operation that is
-    no longer open, does nothing.
+
+@durable(
+    max_attempts=lambda: int(settings.MEMORYADMIN_OPERATION_MAX_ATTEMPTS),
+    atomic=False,
+    backoff=lambda: float(settings.MEMORYADMIN_OPERATION_BACKOFF_SECONDS),
+    deadline=lambda: float(settings.MEMORYADMIN_OPERATION_DEADLINE_SECONDS),
+    on_dead=_dead_letter,
+)
+def operation_reconcile(*, operation_id: str) -> None:
+    """One check of one open operation; RetryAfter while it stays open.
+
+    Safe to run twice: a check of an operation that is no longer open does nothing.
     """
     operation = ProviderOperation.objects.select_related("resource").filter(pk=operation_id).first()
-    if operation is None or not operation.is_open or operation.next_check_at > _now():
+    if operation is None or not operation.is_open:
         return
     state, error = _check(operation)
-    attempts = operation.attempts + 1
     now = _now()
-    changes: dict[str, Any] = {"attempts": attempts, "updated_at": now, "last_error": error}
+    changes: dict[str, Any] = {"updated_at": now, "last_error": error}
     if state is not None:
         changes["state"] = state
     still_open = changes.get("state", operation.state) in OPEN_OPERATION_STATES
-    if still_open and (attempts >= operation.max_attempts or now >= operation.deadline_at):
-        changes["state"] = OperationState.DEAD
-        still_open = False
-    if still_open:
-        changes["next_check_at"] = now + _pause(attempts)
-    else:
+    if not still_open:
         changes["finished_at"] = now
-    with transaction.atomic():
-        # Only the check that saw this attempt count may write its outcome.
-        updated = ProviderOperation.objects.filter(
-            pk=operation.pk, attempts=operation.attempts, state__in=OPEN_OPERATION_STATES
-        ).update(**changes)
-        if updated and still_open:
-            _schedule(operation, delay=_pause(attempts).total_seconds())
-        if updated and changes.get("state") == OperationState.DEAD:
-            _audit(operation, "operation.dead_letter", AUDIT_ACTOR, error=error)
+    ProviderOperation.objects.filter(pk=operation.pk, state__in=OPEN_OPERATION_STATES).update(
+        **changes
+    )
+    if still_open:
+        raise RetryAfter(
+            error or f"the provider reports it {changes.get('state', operation.state)}"
+        )
 
 
 def _check(operation: ProviderOperation) -> tuple[str | None, str]:
@@ -285,7 +307,7 @@ def operations_for(
         rows = rows.filter(resource__resource_id=resource_id)
     if session_id:
         rows = rows.filter(session_id=session_id)
-    return rows.select_related("resource")
+    return rows.select_related("resource", "job")
 
 
 UNSETTLED = (*OPEN_OPERATION_STATES, OperationState.DEAD)
@@ -331,7 +353,7 @@ def operation_list(
 def operation_get(*, project: Project, environment: str, operation_id: str) -> ProviderOperation:
     check_environment(environment)
     found = (
-        ProviderOperation.objects.select_related("resource")
+        ProviderOperation.objects.select_related("resource", "job")
         .filter(project=project, environment=environment, pk=operation_id)
         .first()
     )
@@ -343,7 +365,8 @@ def operation_get(*, project: Project, environment: str, operation_id: str) -> P
 def _settle_dead_letter(
     operation: ProviderOperation, *, action: str, actor: str, changes: dict[str, Any]
 ) -> ProviderOperation:
-    """Applies `changes` to a dead letter, audited as `operation.<action>`; 409 otherwise."""
+    """Applies `changes` to a dead letter, audited as `operation.<action>`; 409 otherwise.
+    Retried, its job runs again from the start; discarded, its job is set aside."""
     with transaction.atomic():
         updated = ProviderOperation.objects.filter(
             pk=operation.pk, state=OperationState.DEAD
@@ -353,9 +376,13 @@ def _settle_dead_letter(
                 f"Operation {operation.id} is {operation.state}, not a dead letter; "
                 f"only dead letters can be {action}ed."
             )
+        if changes["state"] == OperationState.QUEUED:
+            if operation.job_id is None or not job_again(operation.job_id):
+                job = _schedule(operation.id, operation.project_id)
+                ProviderOperation.objects.filter(pk=operation.pk).update(job=job)
+        elif operation.job_id is not None:
+            job_discard(operation.job_id)
         _audit(operation, f"operation.{action}", actor)
-        if changes.get("state") == OperationState.QUEUED:
-            _schedule(operation)
     operation.refresh_from_db()
     return operation
 
@@ -367,14 +394,7 @@ def operation_retry(*, operation: ProviderOperation, actor: str) -> ProviderOper
             f"Operation {operation.id} is an incident's undo, not a provider operation to "
             "check: contain the incident again to retry it, or discard it."
         )
-    now = _now()
-    changes = {
-        "state": OperationState.QUEUED,
-        "attempts": 0,
-        "next_check_at": now,
-        "deadline_at": now + timedelta(seconds=settings.MEMORYADMIN_OPERATION_DEADLINE_SECONDS),
-        "finished_at": None,
-    }
+    changes = {"state": OperationState.QUEUED, "finished_at": None}
     return _settle_dead_letter(operation, action="retry", actor=actor, changes=changes)
 
 
@@ -402,8 +422,8 @@ def operation_dict(operation: ProviderOperation) -> dict[str, Any]:
         "attempts": operation.attempts,
         "maxAttempts": operation.max_attempts,
         "lastError": operation.last_error,
-        "deadlineAt": iso_ms(operation.deadline_at),
-        "nextCheckAt": iso_ms(operation.next_check_at) if operation.is_open else None,
+        "deadlineAt": iso_ms(deadline) if (deadline := operation.deadline_at) else None,
+        "nextCheckAt": iso_ms(next_check) if (next_check := operation.next_check_at) else None,
         "createdAt": iso_ms(operation.created_at),
         "updatedAt": iso_ms(operation.updated_at),
         "finishedAt": iso_ms(operation.finished_at) if operation.finished_at else None,
