@@ -417,20 +417,41 @@ def session_end(*, session: Session, actor: str) -> Session:
 
     Takes the lock every agent save takes, so no save commits after an end.
     """
-    locked = session_lock(session=session)
-    if not locked.is_active:
+    return sessions_end(session_ids=[session.pk], actor=actor)[0]
+
+
+@transaction.atomic
+def sessions_end(*, session_ids: list[str], actor: str) -> list[Session]:
+    """Ends many sessions as session_end ends one, in a few statements whatever their
+    number (an incident's containment): their rows locked in id order, the active ones
+    ended, each with its `session.ended` event and audit entry. Returns them all, by id."""
+    locked = list(Session.objects.select_for_update().filter(pk__in=session_ids).order_by("id"))
+    active = [session for session in locked if session.is_active]
+    if not active:
         return locked
-    locked.status = SessionStatus.ENDED
-    locked.ended_at = timezone.now()
-    Session.objects.filter(pk=locked.pk).update(status=locked.status, ended_at=locked.ended_at)
-    event_append(session=locked, type=EventType.SESSION_ENDED, data={})
-    audit_record(
-        project_id=locked.project_id,
-        environment=locked.environment,
-        actor=actor,
-        action="session.end",
-        detail={"session": locked.id, "agent": locked.agent},
+    now = timezone.now()
+    for session in active:
+        session.status, session.ended_at = SessionStatus.ENDED, now
+        session.last_seq += 1
+    Session.objects.bulk_update(active, ["status", "ended_at", "last_seq"])
+    SessionEvent.objects.bulk_create(
+        SessionEvent(
+            session=session,
+            seq=session.last_seq,
+            type=EventType.SESSION_ENDED,
+            data={},
+            created_at=now,
+        )
+        for session in active
     )
+    for session in active:
+        audit_record(
+            project_id=session.project_id,
+            environment=session.environment,
+            actor=actor,
+            action="session.end",
+            detail={"session": session.id, "agent": session.agent},
+        )
     return locked
 
 

@@ -30,13 +30,13 @@ from memoryadmin.agents.services.reverts import (
     plan_document,
     revert_apply,
 )
-from memoryadmin.agents.services.sessions import session_end
+from memoryadmin.agents.services.sessions import sessions_end
 from memoryadmin.core.errors import Conflict, DomainError, InvalidRequest, NotFound
 from memoryadmin.incidents.models import Incident
 from memoryadmin.memory.models import ApiKey, Document, DocumentVersion, Proposal, Resource
 from memoryadmin.memory.providers import manages_records
 from memoryadmin.memory.services.audit import audit_record
-from memoryadmin.memory.services.documents import document_set_agent_writes
+from memoryadmin.memory.services.documents import documents_set_agent_writes
 from memoryadmin.memory.services.keys import api_key_revoke
 from memoryadmin.memory.services.proposals import proposal_reject
 
@@ -168,37 +168,46 @@ def _documents(incident: Incident) -> tuple[dict[tuple[str, str], Document], dic
 
 
 def _freeze(report: _Report, documents: dict[tuple[str, str], Document], actor: str) -> None:
-    for (resource_id, doc_id), document in sorted(documents.items()):
+    """Every affected live document frozen, a few statements per resource."""
+    outcomes: dict[tuple[str, str], str] = {}
+    wanted: dict[str, list[str]] = defaultdict(list)
+    for key, document in sorted(documents.items()):
         if document.deleted:
-            outcome = GONE
+            outcomes[key] = GONE
         elif not document.agent_writes:
-            outcome = UNCHANGED
-        elif report.dry_run:
-            outcome = FROZEN
+            outcomes[key] = UNCHANGED
         else:
-            fresh, changed = document_set_agent_writes(
-                resource=document.resource, doc_id=doc_id, enabled=False, actor=actor
+            outcomes[key] = FROZEN
+            wanted[key[0]].append(key[1])
+    if not report.dry_run:
+        for resource_id, doc_ids in wanted.items():
+            resource = documents[(resource_id, doc_ids[0])].resource
+            changed = set(
+                documents_set_agent_writes(
+                    resource=resource, doc_ids=doc_ids, enabled=False, actor=actor
+                )
             )
-            documents[(resource_id, doc_id)] = fresh
-            fresh.resource = document.resource
-            outcome = FROZEN if changed else UNCHANGED
-        for node in _nodes(report.incident, "version"):
-            if (node["resource"], node["document"]) == (resource_id, doc_id):
-                report.mark(node["id"], FREEZE, outcome)
+            for doc_id in doc_ids:
+                outcomes[(resource_id, doc_id)] = FROZEN if doc_id in changed else UNCHANGED
+            # The revert that follows writes over the revisions the freeze made.
+            fresh = Document.objects.filter(resource=resource, doc_id__in=doc_ids)
+            for document in fresh:
+                document.resource = resource
+                documents[(resource_id, document.doc_id)] = document
+    for node in _nodes(report.incident, "version"):
+        outcome = outcomes.get((node["resource"], node["document"]))
+        if outcome is not None:
+            report.mark(node["id"], FREEZE, outcome)
 
 
 def _end_sessions(report: _Report, actor: str) -> None:
     nodes = {n["id"].removeprefix("session:"): n for n in _nodes(report.incident, "session")}
-    sessions = Session.objects.filter(pk__in=list(nodes))
-    for session in sessions.order_by("id"):
-        if not session.is_active:
-            outcome = UNCHANGED
-        elif report.dry_run:
-            outcome = ENDED
-        else:
-            ended = session_end(session=session, actor=actor)
-            outcome = ENDED if ended.status == SessionStatus.ENDED else UNCHANGED
-        report.mark(nodes[session.id]["id"], END_SESSIONS, outcome)
+    active = set(Session.objects.filter(pk__in=list(nodes)).active().values_list("id", flat=True))
+    if active and not report.dry_run:
+        ended = sessions_end(session_ids=sorted(active), actor=actor)
+        active &= {session.id for session in ended if session.status == SessionStatus.ENDED}
+    for session_id, node in sorted(nodes.items()):
+        report.mark(node["id"], END_SESSIONS, ENDED if session_id in active else UNCHANGED)
 
 
 _REVERT_OUTCOMES = {RESTORE: RESTORED, CONFLICT: MERGE, "unchanged": UNCHANGED, "deleted": GONE}

@@ -523,28 +523,61 @@ def document_set_agent_writes(
     """Freezes or unfreezes a document whatever its revision; says whether it changed.
 
     A policy change needs no revision check: it must not fail because an
-    unrelated edit moved the revision. It is still one UPDATE, so a freeze
-    that has returned wins over every agent save that commits after it.
-    """
+    unrelated edit moved the revision (documents_set_agent_writes)."""
     check_document_id(doc_id)
-    now = timezone.now()
-    changed = (
-        Document.objects.filter(resource=resource, doc_id=doc_id, deleted=False)
-        .exclude(agent_writes=enabled)
-        .update(
-            agent_writes=enabled,
-            revision=new_revision(),
-            updated_at=now,
-            writer_kind=WriterKind.OWNER,
-            writer_session_id="",
-        )
+    changed = documents_set_agent_writes(
+        resource=resource, doc_ids=[doc_id], enabled=enabled, actor=actor
     )
-    document = document_get(resource=resource, doc_id=doc_id)
-    if changed:
-        _record_version(document, action="patch", writer=OWNER, actor=actor)
-        action = "document.unfreeze" if enabled else "document.freeze"
+    return document_get(resource=resource, doc_id=doc_id), bool(changed)
+
+
+@transaction.atomic
+def documents_set_agent_writes(
+    *, resource: Resource, doc_ids: Sequence[str], enabled: bool, actor: str
+) -> list[str]:
+    """Freezes or unfreezes live documents of a resource in a few statements whatever
+    their number (one an incident freezes, or many); returns the ids that changed.
+
+    Their rows are locked and written in one UPDATE, with a version and an audit entry
+    (`document.freeze` / `document.unfreeze`) each: a freeze that has returned wins over
+    every agent save that commits after it (a save's conditional UPDATE waits for the lock
+    and then finds another revision)."""
+    rows = list(
+        Document.objects.select_for_update()
+        .filter(resource=resource, doc_id__in=list(doc_ids), deleted=False)
+        .exclude(agent_writes=enabled)
+        .order_by("id")
+    )
+    if not rows:
+        return []
+    now = timezone.now()
+    for document in rows:
+        document.resource = resource
+        document.agent_writes, document.revision, document.updated_at = enabled, new_revision(), now
+        document.writer_kind, document.writer_session_id = WriterKind.OWNER, ""
+    fields = ["agent_writes", "revision", "updated_at", "writer_kind", "writer_session_id"]
+    Document.objects.bulk_update(rows, fields)
+    DocumentVersion.objects.bulk_create(
+        DocumentVersion(
+            document=document,
+            revision=document.revision,
+            writer_kind=OWNER.kind,
+            writer_session_id="",
+            title=document.title,
+            summary=document.summary,
+            text=document.text,
+            bytes=document.bytes,
+            agent_writes=enabled,
+            action="patch",
+            origin=OWNER.origin(actor),
+            created_at=now,
+        )
+        for document in rows
+    )
+    action = "document.unfreeze" if enabled else "document.freeze"
+    for document in rows:
         _audit(resource, document, actor=actor, action=action)
-    return document, bool(changed)
+    return [document.doc_id for document in rows]
 
 
 @transaction.atomic
