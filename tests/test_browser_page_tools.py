@@ -275,3 +275,33 @@ def test_support_and_viewers_have_no_keys_page(
     response = page.goto("/projects/acme/development/keys/")
     assert response is not None
     assert response.status == 403
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("username", ["olivia", "sam", "vera"])
+def test_every_role_sees_what_the_agent_would_see(
+    open_page: Any, used_memory: Resource, username: str, width: str
+) -> None:
+    from playwright.sync_api import expect
+
+    from memoryadmin.agents.models import Session
+
+    page = open_page(username, viewport=WIDTHS[width])
+    page.goto("/projects/acme/development/deployments/")
+    page.get_by_role("link", name="What the agent sees: preview a recall…").click()
+    page.get_by_label("Agent").select_option("support-bot")
+    page.get_by_label("Bindings (JSON)").fill(
+        '{"notes": {"scope": "document", "id": "workshop", "access": "read-write"},'
+        ' "kb": {"scope": "collection"}}'
+    )
+    page.get_by_role("button", name="Preview the recall").click()
+    notes = page.locator('[data-resource="notes"]')
+    expect(notes.locator("pre.document-text")).to_contain_text("Exercises must run on Node.js 22.")
+    expect(notes.get_by_text("writable")).to_be_visible()
+    expect(notes.locator("[data-bytes]")).to_contain_text("of 8192 bytes")
+    expect(page.locator('[data-resource="kb"]')).to_contain_text("read only")
+    expect(page.get_by_text("memory_save")).to_be_visible()
+    assert "agent=support-bot" in page.url  # a GET: the link reproduces it
+    assert not Session.objects.exists()
+    fits(page)
+    assert page.js_errors == []
