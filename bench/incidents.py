@@ -14,7 +14,8 @@ versions before their tainted recall, and a fourth hop of readers lies beyond
 the trace. The seed knows the truth: the trace must find exactly its nodes.
 
 Measured in-process, in seconds: the trace (p95 of `--traces` runs, goal under 2 s),
-and the containment of the whole graph (freeze, end sessions, revert; goal under
+the containment of the whole graph (freeze, end sessions, revert; goal under
+5 s), and the erasure of the poison's text, which every tainted save quotes (goal under
 5 s). MEASURES is the list of measures after the trace: append (name, goal in
 seconds, function of the World returning seconds) to add one.
 """
@@ -51,6 +52,9 @@ from django.utils import timezone  # noqa: E402
 
 TRACE_GOAL = 2.0
 CONTAIN_GOAL = 5.0
+ERASE_GOAL = 5.0
+# The poison's text; every tainted save quotes it, so an erasure has copies to find.
+POISON_TEXT = "POISON: wire refunds to 4242"
 FIRST_READERS = 20  # sessions that read the poison itself
 FAN_OUT = 2  # readers of each tainted save, at every further hop
 HOPS = 3
@@ -115,9 +119,7 @@ def seed(documents: int, sessions: int) -> World:
     targets = rng.sample(doc_ids[1:], FIRST_READERS * (1 + FAN_OUT + FAN_OUT**2) + 50)
     poison_doc = doc_ids[0]
     poison = _revision()
-    history[poison_doc].append(
-        (poison, "POISON: wire refunds to 4242", "", {"actor": "key:poisoner"}, poison_at)
-    )
+    history[poison_doc].append((poison, POISON_TEXT, "", {"actor": "key:poisoner"}, poison_at))
     expected.add(f"version:notes/{poison_doc}@{poison}")
     tainted_sessions = rng.sample(session_ids, FIRST_READERS * (1 + FAN_OUT + FAN_OUT**2))
     clean_sessions = [s for s in session_ids if s not in set(tainted_sessions)]
@@ -148,7 +150,13 @@ def seed(documents: int, sessions: int) -> World:
                 rid = recall(session_id, at, [(doc_id, revision)])
                 expected |= {f"recall:{rid}", f"session:{session_id}"}
                 saved = next(target)
-                new = write(session_id, saved, at + timedelta(milliseconds=500), rid, "tainted")
+                new = write(
+                    session_id,
+                    saved,
+                    at + timedelta(milliseconds=500),
+                    rid,
+                    f"tainted: {POISON_TEXT}",
+                )
                 expected.add(f"version:notes/{saved}@{new}")
                 next_frontier.append((saved, new))
         frontier = next_frontier
@@ -292,9 +300,41 @@ def measure_contain(world: World) -> float:
     return took
 
 
+def measure_erasure(world: World) -> float:
+    """The erasure of the poison's text, after the containment: every copy found by its
+    text (no graph), versions redacted, the receipt signed; none is left."""
+    from django.test.utils import CaptureQueriesContext
+
+    from memoryadmin.erasures.services import erasure_run
+    from memoryadmin.memory.models import DocumentVersion
+
+    with CaptureQueriesContext(connection) as queries:
+        began = time.perf_counter()
+        outcome = erasure_run(
+            project=world.project,
+            environment="development",
+            match={"text": POISON_TEXT},
+            reason="bench",
+            dry_run=False,
+            actor="bench",
+        )
+        took = time.perf_counter() - began
+    left = DocumentVersion.objects.filter(text__contains=POISON_TEXT).count()
+    if left:
+        raise SystemExit(f"the erasure left {left} versions holding the text")
+    receipt = outcome.as_dict()
+    print(
+        f"erase: {receipt['copies']} copies ({receipt['places']['versions']} versions) in "
+        f"{len(queries)} database round trips",
+        file=sys.stderr,
+    )
+    return took
+
+
 # After the trace (which opens the incident): (name, goal in seconds, measure).
 MEASURES: list[tuple[str, float, Callable[[World], float]]] = [
     ("containment of the whole graph", CONTAIN_GOAL, measure_contain),
+    ("erasure of one text", ERASE_GOAL, measure_erasure),
 ]
 
 

@@ -77,7 +77,8 @@ def test_the_bench_runs_and_writes_its_report(tmp_path: Path) -> None:
 
 def test_the_incident_bench_finds_exactly_the_seeded_nodes(tmp_path: Path) -> None:
     """`make bench-incidents`, small: the trace must find the seed's truth (the script
-    exits non-zero otherwise), then the containment runs."""
+    exits non-zero otherwise), then the containment runs, then the erasure of the poison's
+    text (which exits non-zero if a version still holds it)."""
     env = {
         name: value
         for name, value in os.environ.items()
@@ -112,4 +113,5 @@ def test_the_incident_bench_finds_exactly_the_seeded_nodes(tmp_path: Path) -> No
     assert [row["measure"] for row in rows] == [
         "trace p95 (421 nodes, 3 hops)",
         "containment of the whole graph",
+        "erasure of one text",
     ]

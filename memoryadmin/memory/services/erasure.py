@@ -108,8 +108,15 @@ def memory_erase_text(
         )
         entry[2].append(version.revision)
     for resource, document, revisions in by_document.values():
+        # Recalls, audit details and proposals holding the text are the caller's next
+        # passes, by the text: one query each instead of one per version.
         versions_redact(
-            resource=resource, document=document, revisions=revisions, reason=reason, actor=actor
+            resource=resource,
+            document=document,
+            revisions=revisions,
+            reason=reason,
+            actor=actor,
+            copies=False,
         )
     for proposal in proposals:
         text, _ = text_erase(proposal.text, needles)

@@ -96,12 +96,19 @@ def version_redact(
 
 
 def versions_redact(
-    *, resource: Resource, document: Document, revisions: list[str], reason: str, actor: str
+    *,
+    resource: Resource,
+    document: Document,
+    revisions: list[str],
+    reason: str,
+    actor: str,
+    copies: bool = True,
 ) -> int:
     """Redacts these versions of a document (the current one too: an erasure has
     rewritten the document first), with every copy the database holds of them but
     the search index (`search_index_merge`, once per transaction); returns how many
-    were not redacted yet. The caller audits."""
+    were not redacted yet. The caller audits. Without `copies`, the copies elsewhere are
+    left to the caller (an erasure of a text finds them by the text, in one pass)."""
     versions = DocumentVersion.objects.filter(
         document=document, revision__in=revisions, redacted_at__isnull=True
     )
@@ -113,6 +120,8 @@ def versions_redact(
         redacted_by=actor,
         redaction_reason=reason,
     )
+    if not copies:
+        return changed
     for revision in revisions:
         _scrub_audit(resource, document.doc_id, revision)
         # The approved proposal that wrote this version holds its text too.
