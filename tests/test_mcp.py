@@ -607,3 +607,25 @@ def test_allowed_hosts_the_endpoint_cannot_check_stop_it_from_starting(
     )
     assert done.returncode == 6, done.stderr
     assert "'.example.com'" in done.stderr
+
+
+def test_the_server_reports_the_product_version_and_tool_descriptions_end_once(
+    endpoint: str, keys: Keys, workshop: Document
+) -> None:
+    import tomllib
+
+    from memoryadmin import __version__
+
+    async def scenario() -> Any:
+        async with connected(f"{endpoint}?{QUERY}", keys.owner) as client:
+            return client.server_info, await client.list_tools()
+
+    info, tools = run(scenario)
+    with open(os.path.join(os.path.dirname(__file__), "..", "pyproject.toml"), "rb") as file:
+        assert __version__ == tomllib.load(file)["project"]["version"]
+    assert info is not None
+    assert info.version == __version__
+    # Resource descriptions end in their own full stop: the tool's gets no second one.
+    for tool in tools.tools:
+        assert ".." not in (tool.description or ""), tool.description
+        assert (tool.description or "").endswith("."), tool.description

@@ -180,7 +180,8 @@ def _tool_definition(tool: Tool, targets: list[ToolTarget]) -> Result:
             required.append(name)
     return {
         "name": tool.name,
-        "description": f"{tool.summary} Eligible memory resources: {listed}.",
+        # One full stop at the end, whether or not the last description brings its own.
+        "description": f"{tool.summary} Eligible memory resources: {listed.rstrip('.')}.",
         "inputSchema": {
             "type": "object",
             "properties": properties,

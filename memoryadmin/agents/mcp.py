@@ -43,6 +43,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Mount
 from starlette.types import Receive, Scope, Send
 
+from memoryadmin import __version__
 from memoryadmin.agents.errors import SessionClosed
 from memoryadmin.agents.management.commands.session import memory_options
 from memoryadmin.agents.mcp_threads import Threads
@@ -268,6 +269,7 @@ def build_server(door_for: DoorFor, threads: Threads, *, sessions: bool = False)
 
     server: Server[Any] = Server(
         SERVER_NAME,
+        version=__version__,
         instructions=INSTRUCTIONS,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
