@@ -27,14 +27,15 @@ def test_owner_creates_copies_and_revokes_a_key(open_page: Any, used_memory: Res
     assert page.evaluate("navigator.clipboard.readText()") == secret
 
     key = ApiKey.objects.get(prefix=secret[:12])
-    row = page.get_by_role("row", name="deploy bot")
+    row = page.locator("table.keys").get_by_role("row", name="deploy bot")
     expect(row).to_contain_text("active")
     row.get_by_role("link", name="Revoke").click()
     dialog = page.locator("#key-dialog")
     expect(dialog.get_by_role("heading")).to_contain_text(f"Revoke key {key.prefix}")
     dialog.get_by_role("button", name="Revoke key").click()
     expect(page.get_by_text(f"Revoked {key.prefix}…")).to_be_visible()
-    expect(page.get_by_role("row", name="deploy bot")).to_contain_text("revoked")
+    keys = page.locator("table.keys")
+    expect(keys.get_by_role("row", name="deploy bot")).to_contain_text("revoked")
     page.goto("/projects/acme/development/keys/")
     assert secret not in page.content()
     key.refresh_from_db()

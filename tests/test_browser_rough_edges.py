@@ -141,7 +141,7 @@ def test_reloading_after_create_key_makes_no_second_key(
     expect(page.get_by_label("The new key")).to_have_count(0)  # shown once
     assert secret not in page.content()
     assert ApiKey.objects.count() == before + 1
-    expect(page.get_by_role("row", name="deploy bot")).to_have_count(1)
+    expect(page.locator("table.keys").get_by_role("row", name="deploy bot")).to_have_count(1)
     assert page.js_errors == []
 
 
@@ -395,3 +395,17 @@ def test_the_proposal_page_fits_390px(open_page: Any, used_memory: Resource, pro
     expect(line).to_contain_text("Proposed by support-bot in session ses_")
     assert "agent ·" not in line.inner_text()
     assert page.js_errors == []
+
+
+# 10: a document resource has no provider records pages.
+
+
+def test_a_document_resource_has_no_records_page(open_page: Any, used_memory: Resource) -> None:
+    from playwright.sync_api import expect
+
+    page = open_page("olivia")
+    response = page.goto(f"{NOTES}records/?namespace=user-1")
+    assert response is not None
+    assert response.status == 404
+    expect(page.locator("main")).to_contain_text("keeps documents, not provider records")
+    expect(page.get_by_role("navigation", name="Project sections")).to_be_visible()

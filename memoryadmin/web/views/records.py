@@ -16,7 +16,8 @@ from django.views.decorators.http import require_GET, require_POST
 
 from memoryadmin.agents.services import records as record_services
 from memoryadmin.core.cancellation import caller_connection, client_gone_probe
-from memoryadmin.core.errors import InvalidRequest
+from memoryadmin.core.errors import InvalidRequest, NotFound
+from memoryadmin.memory.models import Resource
 from memoryadmin.memory.providers import NotSupported
 from memoryadmin.web.services.roles import DELETE, EDIT, READ
 from memoryadmin.web.views.base import Page, actor, page_render, project_view
@@ -36,6 +37,15 @@ def _caller_cancels(
             return view(request, *args, **kwargs)
 
     return wrapped
+
+
+def _provider_resource(page: Page, resource_id: str) -> Resource:
+    """A resource whose records live with its provider: a document resource has no
+    records pages (404, as for a page that does not exist)."""
+    resource = page.resource(resource_id, documents=False)
+    if resource.keeps_documents:
+        raise NotFound(f"Resource '{resource_id}' keeps documents, not provider records.")
+    return resource
 
 
 def _records_url(page: Page, resource_id: str, namespace: str) -> str:
@@ -62,7 +72,7 @@ def _written(request: HttpRequest, result: dict[str, object], done: str) -> None
 @require_GET
 @project_view(READ)
 def records(request: HttpRequest, page: Page, r: str) -> HttpResponseBase:
-    resource = page.resource(r, documents=False)
+    resource = _provider_resource(page, r)
     namespace = request.GET.get("namespace", "").strip()
     query = request.GET.get("q", "").strip()[:QUERY_MAX]
     cursor = request.GET.get("cursor") or None
@@ -90,7 +100,7 @@ def records(request: HttpRequest, page: Page, r: str) -> HttpResponseBase:
 @require_GET
 @project_view(READ)
 def record_detail(request: HttpRequest, page: Page, r: str, rec: str) -> HttpResponseBase:
-    resource = page.resource(r, documents=False)
+    resource = _provider_resource(page, r)
     namespace = record_services.check_namespace(request.GET.get("namespace"))
     record = record_services.record_get(resource=resource, namespace=namespace, record_id=rec)
     history, unsupported = [], ""
@@ -121,7 +131,7 @@ def _text(request: HttpRequest) -> str:
 @require_POST
 @project_view(EDIT)
 def record_create(request: HttpRequest, page: Page, r: str) -> HttpResponseBase:
-    resource = page.resource(r, documents=False)
+    resource = _provider_resource(page, r)
     namespace = record_services.check_namespace(request.POST.get("namespace"))
     result = record_services.record_create(
         resource=resource, namespace=namespace, text=_text(request), actor=actor(request)
@@ -134,7 +144,7 @@ def record_create(request: HttpRequest, page: Page, r: str) -> HttpResponseBase:
 @require_POST
 @project_view(EDIT)
 def record_edit(request: HttpRequest, page: Page, r: str, rec: str) -> HttpResponseBase:
-    resource = page.resource(r, documents=False)
+    resource = _provider_resource(page, r)
     namespace = record_services.check_namespace(request.POST.get("namespace"))
     result = record_services.record_update(
         resource=resource,
@@ -151,7 +161,7 @@ def record_edit(request: HttpRequest, page: Page, r: str, rec: str) -> HttpRespo
 @require_POST
 @project_view(DELETE)
 def record_delete(request: HttpRequest, page: Page, r: str, rec: str) -> HttpResponseBase:
-    resource = page.resource(r, documents=False)
+    resource = _provider_resource(page, r)
     namespace = record_services.check_namespace(request.POST.get("namespace"))
     result = record_services.record_delete(
         resource=resource, namespace=namespace, record_id=rec, actor=actor(request)
