@@ -409,3 +409,28 @@ def test_a_document_resource_has_no_records_page(open_page: Any, used_memory: Re
     assert response.status == 404
     expect(page.locator("main")).to_contain_text("keeps documents, not provider records")
     expect(page.get_by_role("navigation", name="Project sections")).to_be_visible()
+
+
+# 8: history says which API key wrote.
+
+
+def test_history_names_the_api_key_that_wrote(open_page: Any, used_memory: Resource) -> None:
+    from playwright.sync_api import expect
+
+    from memoryadmin.memory.services.documents import document_replace
+    from memoryadmin.memory.services.keys import api_key_create
+
+    key, _ = api_key_create(project_id="acme", read_only=False, name="deploy bot", actor="t")
+    workshop = Document.objects.get(resource=used_memory, doc_id="workshop")
+    document_replace(
+        resource=used_memory,
+        doc_id="workshop",
+        expected_revision=workshop.revision,
+        text="Written with a key.\n",
+        actor=f"key:{key.prefix}",
+    )
+    page = open_page("olivia")
+    page.goto(f"{NOTES}documents/workshop/")
+    newest = page.locator("table.versions tbody tr").first
+    expect(newest.locator("td").nth(1)).to_have_text(f"API key deploy bot {key.prefix}…")
+    assert page.js_errors == []

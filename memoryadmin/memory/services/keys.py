@@ -319,3 +319,14 @@ def api_key_authenticate_at(
             document=document,
         )
     return _usable(key), lookup
+
+
+def api_key_names(*, project_id: str, prefixes: list[str]) -> dict[str, str]:
+    """The names of the project's keys (and of keys that reach every project) by prefix,
+    for the given prefixes (one query; none without prefixes)."""
+    if not prefixes:
+        return {}
+    rows = ApiKey.objects.filter(
+        Q(project_id=project_id) | Q(project__isnull=True), prefix__in=set(prefixes)
+    ).values_list("prefix", "name")
+    return {prefix: name for prefix, name in rows}

@@ -314,8 +314,19 @@ def size_html(size: int, max_bytes: int, *, compact: bool = False) -> str:
 
 
 @register.simple_tag(takes_context=True)
-def writer(context: template.Context, kind: str, session_id: str | None) -> SafeString:
+def writer(
+    context: template.Context, kind: str, session_id: str | None, origin: Any = None
+) -> SafeString:
     project_id, environment = context.get("p") or "", context.get("e") or ""
+    actor = str(origin.get("actor", "")) if isinstance(origin, dict) else ""
+    if kind != "agent" and actor.startswith("key:"):
+        # A write made with an API key: which one (its name, if it has one, and prefix).
+        prefix = actor[4:]
+        name = (context.get("key_names") or {}).get(prefix, "")
+        named = f"{_escape(name)} " if name else ""
+        return mark_safe(
+            f'<span class="writer writer-key">API key {named}<code>{_escape(prefix)}…</code></span>'
+        )
     return mark_safe(writer_html(kind, session_id, project_id, environment))
 
 

@@ -34,6 +34,7 @@ from memoryadmin.memory.services.documents import (
     version_get,
     version_list,
 )
+from memoryadmin.memory.services.keys import api_key_names
 from memoryadmin.memory.services.tombstones import DocumentDeleted, document_get_or_tombstone
 from memoryadmin.web.forms import AuditFilterForm
 from memoryadmin.web.services.audit_files import DOWNLOADS
@@ -194,6 +195,15 @@ def document_detail(request: HttpRequest, page: Page, r: str, d: str) -> HttpRes
             default=resource.review_default,
         ),
         "versions": history_rows(versions),
+        # Writes made with an API key name it: its name by prefix (one query).
+        "key_names": api_key_names(
+            project_id=page.project.id,
+            prefixes=[
+                str(v.origin.get("actor", ""))[4:]
+                for v in versions
+                if isinstance(v.origin, dict) and str(v.origin.get("actor", "")).startswith("key:")
+            ],
+        ),
         "next_versions": next_cursor,
         "versions_cursor": cursor,
     }
