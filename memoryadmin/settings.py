@@ -369,6 +369,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "memoryadmin.api.schema.tag_by_area",
+    ],
     "ENUM_NAME_OVERRIDES": {"EnvironmentEnum": "memoryadmin.core.environments.Environment.values"},
     # The schema and its reference page are public documentation.
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],

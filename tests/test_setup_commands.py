@@ -140,6 +140,46 @@ def test_schema_validates_and_declares_condition_headers() -> None:
 
 
 @pytest.mark.django_db
+def test_the_schema_puts_each_operation_under_its_area(client: Client) -> None:
+    schema = client.get("/api/schema/?format=json").json()
+    prefix = "/api/managed-agents"
+    tags = {
+        (method.upper(), path.removeprefix(prefix)): op["tags"]
+        for path, operations in schema["paths"].items()
+        for method, op in operations.items()
+    }
+    assert all(len(tag) == 1 for tag in tags.values())
+    areas = [tag["name"] for tag in schema["tags"]]
+    assert {tag[0] for tag in tags.values()} == set(areas)
+    assert len(areas) >= 14
+    expected = {
+        ("GET", "/projects"): "Projects",
+        ("POST", "/projects/{p}/deployments/{d}/promote"): "Deployments",
+        ("GET", "/projects/{p}/memory"): "Documents",
+        ("PUT", "/projects/{p}/memory/{r}/documents/{doc_id}"): "Documents",
+        ("POST", "/projects/{p}/memory/{r}/restore"): "Documents",
+        ("GET", "/projects/{p}/memory/search"): "Search",
+        ("GET", "/projects/{p}/memory/{r}/records/{rec}/history"): "Records",
+        ("POST", "/sessions"): "Sessions",
+        ("POST", "/sessions/{session_id}/revert"): "Sessions",
+        ("POST", "/sessions/{session_id}/memory/recall"): "Recall & tools",
+        ("POST", "/sessions/{session_id}/memory/tool-calls"): "Recall & tools",
+        ("POST", "/projects/{p}/memory/proposals/{proposal_id}/approve"): "Proposals",
+        ("POST", "/projects/{p}/memory/operations/{o}/retry"): "Operations",
+        ("POST", "/projects/{p}/memory/export"): "Exports & imports",
+        ("POST", "/projects/{p}/memory/import"): "Exports & imports",
+        ("GET", "/erasure-key"): "Erasures",
+        ("POST", "/projects/{p}/memory/erasures"): "Erasures",
+        ("POST", "/projects/{p}/memory/incidents/{i}/contain"): "Incidents",
+        ("GET", "/projects/{p}/audit"): "Audit",
+        ("POST", "/projects/{p}/api-keys/{k}/rotate"): "Keys",
+        ("PUT", "/projects/{p}/secrets/{name}"): "Secrets",
+        ("POST", "/projects/{p}/webhooks/{w}/test"): "Webhooks",
+    }
+    assert {route: tags[route][0] for route in expected} == expected
+
+
+@pytest.mark.django_db
 def test_schema_and_docs_are_served_without_a_cdn(client: Client) -> None:
     schema = client.get("/api/schema/")
     assert schema.status_code == 200
