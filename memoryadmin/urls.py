@@ -12,7 +12,14 @@ urlpatterns = [
     path("api/managed-agents/", include("memoryadmin.api.urls")),
     path("reference-provider/", include("memoryadmin.refprovider.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="api-docs"),
+    # The split view serves its init script as a file (the CSP allows no inline script).
+    path(
+        "api/docs/",
+        SpectacularSwaggerSplitView.as_view(
+            url_name="schema", template_name="memoryadmin/api_reference.html"
+        ),
+        name="api-docs",
+    ),
     path("healthz", healthz, name="health"),
     path("readyz", readyz, name="ready"),
     path("metrics", metrics_view, name="metrics"),

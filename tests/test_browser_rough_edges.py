@@ -434,3 +434,24 @@ def test_history_names_the_api_key_that_wrote(open_page: Any, used_memory: Resou
     newest = page.locator("table.versions tbody tr").first
     expect(newest.locator("td").nth(1)).to_have_text(f"API key deploy bot {key.prefix}…")
     assert page.js_errors == []
+
+
+# 10: the API reference renders its operations, by area, with no CSP error.
+
+
+def test_the_api_reference_renders_by_area_within_the_csp(open_page: Any, people: Any) -> None:
+    from playwright.sync_api import expect
+
+    page = open_page("olivia")
+    response = page.goto("/api/docs/")
+    assert response is not None
+    assert response.status == 200
+    assert "'unsafe-inline'" not in response.headers["content-security-policy"]
+    # One section per area, each with its operations.
+    expect(page.locator(".opblock-tag-section")).to_have_count(16)
+    webhooks = page.locator(".opblock-tag-section").filter(
+        has=page.get_by_role("link", name="Webhooks", exact=True)
+    )
+    expect(webhooks.locator(".opblock-summary-path", has_text="/webhooks/{w}/test")).to_be_visible()
+    expect(webhooks.locator(".opblock")).to_have_count(9)
+    assert page.js_errors == []
