@@ -135,8 +135,8 @@ def test_history_in_words_with_short_revisions_to_copy(
 
     page = open_page("olivia", viewport=viewport, permissions=["clipboard-read", "clipboard-write"])
     page.goto(f"{NOTES}documents/incident-0412/")
-    page.get_by_role("link", name="Unfreeze…").click()
-    page.get_by_role("button", name="Unfreeze").click()
+    page.get_by_label("Agents write", exact=True).check()
+    page.get_by_role("button", name="Apply").click()
     history = page.locator("table.versions tbody tr")
     expect(history.nth(0)).to_contain_text("v2 unfroze agent writes")
     expect(history.nth(1)).to_contain_text("v1 created")

@@ -143,9 +143,10 @@ def test_support_freezes_a_document_and_may_not_edit_or_delete_it(
     expect(page.get_by_role("link", name="Edit", exact=True)).to_have_count(0)
     expect(page.get_by_role("link", name="Delete…")).to_have_count(0)
 
-    page.get_by_role("link", name="Freeze agent writes…").click()
+    page.get_by_label("Agents cannot write").check()
+    page.get_by_role("button", name="Apply").click()
     confirm = page.get_by_role("button", name="Freeze agent writes")
-    expect(confirm).to_be_focused()  # focus follows the swapped-in confirmation
+    expect(confirm).to_be_focused()  # the confirmation asks first
     shoot(page, "freeze")
     page.keyboard.press("Enter")
     expect(page.get_by_role("status")).to_contain_text("Frozen")

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from memoryadmin.memory.models import Document, Resource
-from tests.helpers import BROWSER_TESTS, proposed_save
+from tests.helpers import BROWSER_TESTS, proposed_save, shoot
 
 pytestmark = BROWSER_TESTS
 
@@ -455,3 +455,60 @@ def test_the_api_reference_renders_by_area_within_the_csp(open_page: Any, people
     expect(webhooks.locator(".opblock-summary-path", has_text="/webhooks/{w}/test")).to_be_visible()
     expect(webhooks.locator(".opblock")).to_have_count(9)
     assert page.js_errors == []
+
+
+@VIEWPORTS
+def test_agent_writes_is_one_control_with_three_states(
+    open_page: Any, used_memory: Resource, viewport: dict[str, int]
+) -> None:
+    from playwright.sync_api import expect
+
+    from memoryadmin.memory.models import AuditEntry
+
+    url = f"{NOTES}documents/workshop/"
+
+    def stored() -> Document:
+        return used_memory.documents.get(doc_id="workshop")
+
+    page = open_page("olivia", viewport=viewport)
+    page.goto(url)
+    control = page.get_by_role("group", name="Agent writes")
+    expect(control.get_by_role("radio")).to_have_count(3)
+    expect(control.get_by_label("Agents write", exact=True)).to_be_checked()
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    shoot(page, f"agent-writes-{viewport['width']}px")
+
+    control.get_by_label("Agents propose, owners review").check()
+    control.get_by_role("button", name="Apply").click()
+    expect(page.get_by_role("status")).to_contain_text("wait for an owner's review")
+    expect(control.get_by_label("Agents propose, owners review")).to_be_checked()
+    assert (stored().agent_writes, stored().agent_review) == (True, True)
+
+    # Agents cannot write: the freeze asks first, as it always has.
+    control.get_by_label("Agents cannot write").check()
+    control.get_by_role("button", name="Apply").click()
+    page.get_by_role("button", name="Freeze agent writes").click()
+    expect(page.get_by_role("status")).to_contain_text("Frozen")
+    expect(control.get_by_label("Agents cannot write")).to_be_checked()
+    assert stored().agent_writes is False
+
+    control.get_by_label("Agents write", exact=True).check()
+    control.get_by_role("button", name="Apply").click()
+    expect(page.get_by_role("status")).to_contain_text("saves to workshop commit at once")
+    expect(control.get_by_label("Agents write", exact=True)).to_be_checked()
+    assert (stored().agent_writes, stored().agent_review) == (True, False)
+    modes = ("document.review", "document.freeze", "document.unfreeze")
+    actions = AuditEntry.objects.filter(document_id="workshop", action__in=modes)
+    assert list(actions.order_by("id").values_list("action", flat=True)) == [
+        "document.review",
+        "document.freeze",
+        "document.unfreeze",
+        "document.review",
+    ]
+    assert page.js_errors == []
+
+    viewer = open_page("vera", viewport=viewport)
+    viewer.goto(url)
+    expect(viewer.locator("dl.meta")).to_contain_text("enabled")
+    expect(viewer.get_by_role("radio")).to_have_count(0)
+    assert viewer.js_errors == []

@@ -444,12 +444,12 @@ def test_page_switches_a_document_to_review(
     session: Session, workshop: Document, owner: Any, web: Any
 ) -> None:
     url = "/projects/acme/development/resources/notes/documents/workshop/"
-    assert web("viewer").post(url + "review/", {"mode": "review"}).status_code == 403
-    assert owner.post(url + "review/", {"mode": "review"}).status_code == 302
+    assert web("viewer").post(url + "agent-writes/", {"agentWrites": "review"}).status_code == 403
+    assert owner.post(url + "agent-writes/", {"agentWrites": "review"}).status_code == 302
     assert current(workshop).agent_review is True
     assert "under review" in html_of(owner.get(url))
     assert save(session, "x")["status"] == "proposed"
-    assert owner.post(url + "review/", {"mode": "enabled"}).status_code == 302
+    assert owner.post(url + "agent-writes/", {"agentWrites": "enabled"}).status_code == 302
     assert save(session, "x")["status"] == "saved"
     assert AuditEntry.objects.filter(action="document.review").count() == 2
 

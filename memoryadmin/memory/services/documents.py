@@ -35,6 +35,7 @@ from memoryadmin.memory.limits import (
     TITLE_MAX_BYTES,
     VERSION_PAGE_SIZE,
     agent_writes_shown,
+    check_agent_writes,
     check_document_id,
     check_summary,
     check_text,
@@ -612,6 +613,30 @@ def document_set_review(
         )
         _audit(resource, document, actor=actor, action="document.review", agentWrites=shown)
     return document, bool(changed)
+
+
+@transaction.atomic
+def document_set_write_mode(
+    *, resource: Resource, doc_id: str, mode: str, actor: str
+) -> tuple[Document, bool]:
+    """Puts a document in one write mode (check_agent_writes) whatever its revision,
+    as a freeze or unfreeze and a review change would, with their versions and audit
+    entries; says whether it changed. Disabled keeps whether it is reviewed."""
+    mode = check_agent_writes(mode)
+    document, changed = document_set_agent_writes(
+        resource=resource, doc_id=doc_id, enabled=mode != "disabled", actor=actor
+    )
+    shown = agent_writes_shown(
+        agent_writes=document.agent_writes,
+        agent_review=document.agent_review,
+        default=resource.review_default,
+    )
+    if shown != mode:
+        document, reviewed = document_set_review(
+            resource=resource, doc_id=doc_id, review=mode == "review", actor=actor
+        )
+        changed = changed or reviewed
+    return document, changed
 
 
 @transaction.atomic

@@ -14,7 +14,6 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from memoryadmin.core.errors import DomainError, PreconditionFailed
 from memoryadmin.memory.models import ProposalState
-from memoryadmin.memory.services.documents import document_set_review
 from memoryadmin.memory.services.proposals import (
     proposal_approve,
     proposal_get,
@@ -25,11 +24,10 @@ from memoryadmin.memory.services.proposals import (
 )
 from memoryadmin.web.forms import ProposalApproveForm, ProposalRejectForm
 from memoryadmin.web.services.review import proposal_views
-from memoryadmin.web.services.roles import EDIT, FREEZE, REVIEW
+from memoryadmin.web.services.roles import EDIT, REVIEW
 from memoryadmin.web.views.base import Page, actor, page_render, project_view
 
 CONFLICT = 409
-REVIEW_MODES: dict[str, bool | None] = {"review": True, "enabled": False, "inherit": None}
 INVALID = 422
 
 
@@ -152,25 +150,3 @@ def reject(request: HttpRequest, page: Page, proposal: str) -> HttpResponseBase:
     )
     messages.success(request, f"Rejected {proposal}.")
     return redirect("web:review", page.project.id, page.environment)
-
-
-@require_POST
-@project_view(FREEZE)
-def document_review(request: HttpRequest, page: Page, r: str, d: str) -> HttpResponseBase:
-    """Sends a document's agent saves to review, or lets them through; like a freeze,
-    whatever the revision."""
-    resource = page.resource(r)
-    mode = request.POST.get("mode")
-    if mode not in REVIEW_MODES:
-        messages.error(request, "Choose review, enabled or inherit.")
-        return redirect("web:document", page.project.id, page.environment, r, d)
-    document, changed = document_set_review(
-        resource=resource, doc_id=d, review=REVIEW_MODES[mode], actor=actor(request)
-    )
-    if not changed:
-        messages.info(request, f"{document.doc_id} already was in that mode.")
-    elif mode == "review":
-        messages.success(request, f"Agent saves to {document.doc_id} now wait for review.")
-    else:
-        messages.success(request, f"Agent saves to {document.doc_id} are no longer reviewed.")
-    return redirect("web:document", page.project.id, page.environment, r, document.doc_id)

@@ -12,7 +12,7 @@ from django.shortcuts import redirect
 from django.views.decorators.http import require_http_methods, require_POST
 
 from memoryadmin.core.diff import text_diff
-from memoryadmin.core.errors import DomainError, PreconditionFailed
+from memoryadmin.core.errors import DomainError, InvalidRequest, PreconditionFailed
 from memoryadmin.memory.models import Document, Resource
 from memoryadmin.memory.services.asof import resource_restore_as_of
 from memoryadmin.memory.services.documents import (
@@ -21,6 +21,7 @@ from memoryadmin.memory.services.documents import (
     document_get,
     document_restore,
     document_set_agent_writes,
+    document_set_write_mode,
 )
 from memoryadmin.memory.services.edits import document_edit, edit_reapply
 from memoryadmin.web.forms import DeleteForm, DocumentCreateForm, DocumentEditForm, RevisionForm
@@ -219,6 +220,38 @@ def freeze(request: HttpRequest, page: Page, r: str, d: str) -> HttpResponseBase
 @project_view(FREEZE)
 def unfreeze(request: HttpRequest, page: Page, r: str, d: str) -> HttpResponseBase:
     return _set_agent_writes(request, page, r, d, enabled=True)
+
+
+WRITE_MODE_DONE = {
+    "enabled": "Agents write: saves to {} commit at once.",
+    "review": "Agents propose: saves to {} wait for an owner's review.",
+}
+
+
+@require_POST
+@project_view(FREEZE)
+def write_mode(request: HttpRequest, page: Page, r: str, d: str) -> HttpResponseBase:
+    """The document's one agent-writes control: agents write, propose, or cannot
+    write. Choosing the last asks first, as the freeze always has."""
+    resource = page.resource(r)
+    document = document_get(resource=resource, doc_id=d)
+    mode = request.POST.get("agentWrites")
+    if mode == "disabled":
+        return redirect(
+            "web:document-freeze", page.project.id, page.environment, r, document.doc_id
+        )
+    try:
+        document, changed = document_set_write_mode(
+            resource=resource, doc_id=document.doc_id, mode=str(mode), actor=actor(request)
+        )
+    except InvalidRequest:
+        messages.error(request, "Choose whether agents write, propose or cannot write.")
+        return _to_document(page, resource, document.doc_id)
+    if changed:
+        messages.success(request, WRITE_MODE_DONE[str(mode)].format(document.doc_id))
+    else:
+        messages.info(request, f"{document.doc_id} already was in that mode.")
+    return _to_document(page, resource, document.doc_id)
 
 
 @require_http_methods(["GET", "POST"])
