@@ -5,6 +5,7 @@ services, audited, and refused to roles that may not."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -262,12 +263,28 @@ def test_overview_counts_writes_by_who_and_links_the_entries_behind_them(
 ) -> None:
     from django.utils import timezone
 
+    def writes_of(html: str) -> str:
+        return html.split('id="writes-caption"')[1].split("</figure>")[0]
+
+    # used_memory: 5 creates by owners (actor "test") and 1 agent save, in development,
+    # all today: one day is not a chart.
     html = html_of(owner.get(f"{BASE}/overview/"))
     today = timezone.now().date().isoformat()
-    # used_memory: 5 creates by owners (actor "test") and 1 agent save, in development.
-    writes = html.split('id="writes-caption"')[1].split("</figure>")[0]
+    writes = writes_of(html)
     assert "Document changes per day</strong> · 6 in 30 days" in writes
+    assert "Not enough history yet" in writes
+    assert "<svg" not in writes
     assert f'<tr><th scope="row">{today}</th><td class="num">0</td>' in writes
+    sessions = html.split('id="sessions-caption"')[1].split("</figure>")[0]
+    assert "Not enough history yet" in sessions
+    assert "<svg" not in sessions
+    # The replace two days ago: two days of history, drawn.
+    agent_save = AuditEntry.objects.filter(action__startswith="document.", actor="agent")
+    assert agent_save.update(created_at=timezone.now() - timedelta(days=2)) == 1
+    html = html_of(owner.get(f"{BASE}/overview/"))
+    writes = writes_of(html)
+    assert "Not enough history yet" not in writes
+    assert writes.count("<rect") == 2
     query = f"action=document.*&amp;by=owner&amp;since={today}&amp;until={today}"
     assert f'href="{BASE}/audit/?{query}"' in writes
     assert "<svg" in writes

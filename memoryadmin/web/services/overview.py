@@ -18,6 +18,8 @@ from memoryadmin.memory.providers import kinds_keeping_documents
 from memoryadmin.memory.services.audit import ACTOR_KIND_FILTERS, ACTOR_KINDS
 
 DAYS = 30
+# Fewer days with anything to count than this draw no chart (a lone bar says nothing).
+MIN_DAYS = 2
 TOP = 8
 WRITERS = tuple(ACTOR_KINDS)
 WRITER_NAMES = ACTOR_KINDS
@@ -64,6 +66,14 @@ class DayChart:
     @property
     def total(self) -> int:
         return sum(self.totals)
+
+    @property
+    def days_counted(self) -> int:
+        return sum(1 for _, _, total in self.rows if total)
+
+    @property
+    def enough_history(self) -> bool:
+        return self.days_counted >= MIN_DAYS
 
 
 def _start(day: date) -> datetime:
