@@ -9,6 +9,7 @@ text instead. A dry run computes the same plan and writes nothing.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +37,8 @@ class RevertItem:
     action: str
     # The version the revert restores (the one before the session's first write).
     restore_revision: str = ""
+    # That version as the plan read it (the restore writes it without reading it again).
+    restore_version: DocumentVersion | None = None
     merged: str | None = None
     written_revision: str = ""
     before_text: str = ""
@@ -93,11 +96,23 @@ def plan_document(
     if _content(document) == _content(before):
         return RevertItem(document, UNCHANGED, restore_revision=before.revision)
     if not touched:
-        return RevertItem(document, RESTORE, restore_revision=before.revision)
+        return RevertItem(
+            document, RESTORE, restore_revision=before.revision, restore_version=before
+        )
     merged = text_merge(base=versions[last_own].text, mine=before.text, theirs=document.text)
     return RevertItem(
         document, CONFLICT, restore_revision=before.revision, merged=merged, before_text=before.text
     )
+
+
+def document_versions(document_ids: list[int]) -> dict[int, list[DocumentVersion]]:
+    """Every version of these documents, oldest first, by document: one query for a
+    whole plan."""
+    versions: dict[int, list[DocumentVersion]] = defaultdict(list)
+    rows = DocumentVersion.objects.filter(document_id__in=document_ids)
+    for version in rows.order_by("document_id", "id"):
+        versions[version.document_id].append(version)
+    return versions
 
 
 def session_revert_plan(*, session: Session) -> RevertPlan:
@@ -110,12 +125,18 @@ def session_revert_plan(*, session: Session) -> RevertPlan:
         .values_list("document_id", flat=True)
         .distinct()
     )
-    documents = Document.objects.select_related("resource").filter(pk__in=list(written))
+    documents = list(
+        Document.objects.select_related("resource")
+        .filter(pk__in=list(written))
+        .order_by("resource__resource_id", "doc_id")
+    )
+    versions = document_versions([d.pk for d in documents])
     plan = RevertPlan(session=session, dry_run=True)
-    for document in documents.order_by("resource__resource_id", "doc_id"):
-        versions = list(DocumentVersion.objects.filter(document=document).order_by("id"))
+    for document in documents:
         plan.items.append(
-            plan_document(document, versions, lambda v: v.writer_session_id == session.id)
+            plan_document(
+                document, versions[document.pk], lambda v: v.writer_session_id == session.id
+            )
         )
     return plan
 
@@ -133,6 +154,7 @@ def revert_apply(items: list[RevertItem], *, actor: str) -> None:
                 revision=item.restore_revision,
                 expected_revision=item.document.revision,
                 actor=actor,
+                version=item.restore_version,
             )
         except (PreconditionFailed, NotFound, Conflict):
             item.action = CONFLICT

@@ -27,6 +27,7 @@ from memoryadmin.agents.services.reverts import (
     CONFLICT,
     RESTORE,
     RevertItem,
+    document_versions,
     plan_document,
     revert_apply,
 )
@@ -227,10 +228,7 @@ def _revert_documents(
         if node.get("revision"):
             tainted[(node["resource"], node["document"])].add(node["revision"])
     targets = {key: documents[key] for key in tainted if key in documents}
-    versions: dict[int, list[DocumentVersion]] = defaultdict(list)
-    rows = DocumentVersion.objects.filter(document_id__in=[d.pk for d in targets.values()])
-    for version in rows.order_by("document_id", "id"):
-        versions[version.document_id].append(version)
+    versions = document_versions([d.pk for d in targets.values()])
     items: list[tuple[tuple[str, str], RevertItem]] = []
     for key, document in sorted(targets.items()):
         items.append((key, plan_document(document, versions[document.pk], _tainted(tainted[key]))))

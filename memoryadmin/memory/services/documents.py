@@ -749,14 +749,23 @@ def document_count(
     return documents_matching(resource=resource, query=query, facets=facets).count()
 
 
-@transaction.atomic
 def document_restore(
-    *, resource: Resource, doc_id: str, revision: str, expected_revision: str, actor: str
+    *,
+    resource: Resource,
+    doc_id: str,
+    revision: str,
+    expected_revision: str,
+    actor: str,
+    version: DocumentVersion | None = None,
 ) -> Document:
     """Makes an old version's text and summary current again (a replace under
-    `expected_revision`)."""
-    document = document_get(resource=resource, doc_id=doc_id)
-    version = version_get(document=document, revision=revision)
+    `expected_revision`). `version`: that version of this document, when the caller
+    has read it already (a revert's plan), so the restore is its one conditional write.
+    No transaction of its own: the write is conditional, so a change between the reads
+    and the write makes it fail, not overwrite."""
+    if version is None or version.revision != revision:
+        document = document_get(resource=resource, doc_id=doc_id)
+        version = version_get(document=document, revision=revision)
     if version.redacted_at is not None:
         raise Conflict(f"Version {revision} was redacted; there is nothing to restore.")
     return document_replace(
