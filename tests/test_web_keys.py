@@ -77,7 +77,11 @@ def test_create_shows_the_key_once_with_a_copy_button(
     client: Any, project: Project, client_for: Any
 ) -> None:
     owner = client("owner")
-    response = owner.post(f"{KEYS}new/", {"name": "ci", "read_only": "on"})
+    created = owner.post(f"{KEYS}new/", {"name": "ci", "read_only": "on"})
+    # POST/redirect/GET: the secret waits in the session for the page redirected to.
+    assert created.status_code == 302
+    assert created["Location"] == KEYS
+    response = owner.get(KEYS)
     assert response.status_code == 200
     assert "no-store" in response["Cache-Control"]
     html = response.content.decode()

@@ -363,6 +363,7 @@ class ImportedDocument(TypedDict):
 
 
 class ImportReport(TypedDict):
+    dryRun: bool
     created: int
     skipped: int
     failed: int
