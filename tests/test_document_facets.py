@@ -178,3 +178,17 @@ def test_the_page_says_which_facet_does_not_parse_and_lists_nothing(
     assert 'role="alert"' in html
     assert "sizeMin" in html
     assert "frozen-plan" not in html
+
+
+def test_the_filter_pushes_the_url_of_the_fields_in_use(owner: Any, mixed: Session) -> None:
+    url = "/projects/acme/development/resources/notes/"
+    # The filter form sends every field, the empty ones too.
+    sent = "q=plan&agentWrites=&writer=owner&agent=&session=&key=&updatedFrom=&sizeMin="
+    response = owner.get(f"{url}?{sent}", HTTP_HX_REQUEST="true")
+    assert response.status_code == 200
+    assert response["HX-Push-Url"] == f"{url}?q=plan&writer=owner"
+    assert ">plan<" in html_of(response)
+    cleared = owner.get(f"{url}?q=&writer=", HTTP_HX_REQUEST="true")
+    assert cleared["HX-Push-Url"] == url
+    by_id = owner.get(f"{url}?sort=id&q=&writer=", HTTP_HX_REQUEST="true")
+    assert by_id["HX-Push-Url"] == f"{url}?sort=id"

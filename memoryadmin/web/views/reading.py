@@ -11,6 +11,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import urlencode
 from django.views.decorators.http import require_GET
+from django_htmx.http import push_url
 
 from memoryadmin.agents.services.provenance import version_readers
 from memoryadmin.core.diff import text_diff
@@ -137,7 +138,17 @@ def documents(request: HttpRequest, page: Page, r: str) -> HttpResponseBase:
     }
     # htmx: the filter swaps the table body, "load more" swaps itself for the next rows.
     partial = "more" if cursor else "results"
-    return page_render(request, "memoryadmin/documents.html", page, context, partial=partial)
+    response = page_render(request, "memoryadmin/documents.html", page, context, partial=partial)
+    if partial == "results" and is_partial(request):
+        # The filter pushes the list's URL: only the fields in use, as the links spell it
+        # (the form sends every field, the empty ones too).
+        kept = "&".join(part for part in (_sort_param(sort), filters) if part)
+        push_url(response, list_url + (f"?{kept}" if kept else ""))
+    return response
+
+
+def _sort_param(sort: str) -> str:
+    return "" if sort == "updated" else urlencode({"sort": sort})
 
 
 def list_query(params: QueryDict) -> str:
