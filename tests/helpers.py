@@ -588,9 +588,9 @@ class HeldProvider(ThreadingHTTPServer):
     def origin(self) -> str:
         return f"http://127.0.0.1:{self.server_address[1]}"
 
-    def wait_for(self, count: int) -> bool:
+    def wait_for(self, count: int, timeout: float = HELD_WAIT) -> bool:
         with self.arrived:
-            return self.arrived.wait_for(lambda: len(self.bodies) >= count, timeout=HELD_WAIT)
+            return self.arrived.wait_for(lambda: len(self.bodies) >= count, timeout=timeout)
 
 
 class _HeldHandler(BaseHTTPRequestHandler):

@@ -124,8 +124,16 @@ def test_a_project_saturating_its_slow_provider_leaves_another_projects_reads_fa
             storm = ThreadPoolExecutor(24)
             try:
                 recalls = [storm.submit(recall_a, i) for i in range(24)]
-                # A holds what it may of the server's threads.
-                assert provider.wait_for(WORKERS * (THREADS // 2))
+                # A holds what it may of the server's threads. A connection lands on
+                # whichever worker accepts it first, which refuses past its share while
+                # the other may have taken none: more recalls come until every worker
+                # holds its share.
+                share = WORKERS * (THREADS // 2)
+                for wave in range(10):
+                    if provider.wait_for(share, timeout=2):
+                        break
+                    recalls += [storm.submit(recall_a, wave) for _ in range(8)]
+                assert provider.wait_for(share)
                 timings = []
                 with httpx.Client(base_url=base, timeout=60) as b:
                     for _ in range(20):
