@@ -714,8 +714,8 @@ def measure(
     slower = lambda f, m: m / f  # noqa: E731 - the measure's latency over the floor's
     row(
         "GET one document req/s ÷ bare view, one SELECT by key",
-        ">= 0.7",
-        lambda r: r >= 0.7,
+        ">= 0.85",
+        lambda r: r >= 0.85,
         lambda: interleaved(
             n,
             lambda: throughput(port, reader(floor_get), s, c),
@@ -725,8 +725,8 @@ def measure(
     )
     row(
         "conditional PUT req/s ÷ bare view, one UPDATE ... WHERE revision=",
-        ">= 0.6",
-        lambda r: r >= 0.6,
+        ">= 0.8",
+        lambda r: r >= 0.8,
         lambda: interleaved(
             n,
             lambda: throughput(port, floor_put, s, c),
@@ -736,8 +736,8 @@ def measure(
     )
     row(
         f"recall with {BOUND} document bindings ÷ one document GET (latency)",
-        "<= 2.0",
-        lambda r: r <= 2.0,
+        "<= 1.5",
+        lambda r: r <= 1.5,
         lambda: interleaved(n, lat["GET document"], lat["recall (8 documents)"]),
         slower,
     )
@@ -750,8 +750,8 @@ def measure(
     )
     row(
         f"Memory page document list @{args.documents} ÷ API list first page (latency)",
-        "<= 1.5",
-        lambda r: r <= 1.5,
+        "<= 1.2",
+        lambda r: r <= 1.2,
         lambda: interleaved(n, lat["list first page"], lat["page document list"]),
         slower,
     )
