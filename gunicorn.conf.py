@@ -25,9 +25,6 @@ bind = os.environ.get("GUNICORN_BIND", "127.0.0.1:8000").split(",")
 workers = _int("WEB_CONCURRENCY", 2)
 worker_class = "gthread"
 threads = _int("GUNICORN_THREADS", 4)
-# The application bounds each project's share of the request threads (requests
-# waiting on memory providers) by this count, read when a worker loads it.
-os.environ["MEMORYADMIN_REQUEST_THREADS"] = str(threads if worker_class == "gthread" else 1)
 # A request running longer than this gets its worker restarted.
 timeout = _int("GUNICORN_TIMEOUT", 30)
 # On SIGTERM (deploys), requests in flight get this long to finish.
@@ -52,6 +49,14 @@ if not control_socket_disable:
 # fresh for each start of the server (memoryadmin/metrics.py reads it).
 _metrics_dir = tempfile.mkdtemp(prefix="memoryadmin-metrics-")
 os.environ["PROMETHEUS_MULTIPROC_DIR"] = _metrics_dir
+
+
+def on_starting(server: Any) -> None:
+    """The application bounds each project's share of the request threads (requests
+    waiting on memory providers) by the count the workers really run, read when a
+    worker loads it: command-line options win over this file, and gunicorn runs
+    `--worker-class sync` as gthread when threads are more than one."""
+    os.environ["MEMORYADMIN_REQUEST_THREADS"] = str(max(1, server.cfg.threads))
 
 
 def post_worker_init(worker: Any) -> None:

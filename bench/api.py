@@ -6,8 +6,9 @@
 Seeds a throwaway database (bench_<name> on PostgreSQL with DATABASE_URL, a
 SQLite file under var/ otherwise) and serves it with gunicorn (2 sync
 workers) with the floor views of memoryadmin/benchfloors.py switched on by
-MEMORYADMIN_BENCH_FLOORS. A Python load generator drives both over real
-loopback sockets. Each row of the table is measured in interleaved pairs
+MEMORYADMIN_BENCH_FLOORS. wrk (when on PATH) drives the throughput rows of
+reads, Python clients the writes and the one-at-a-time latencies, all over
+real loopback sockets. Each row of the table is measured in interleaved pairs
 (floor, then measure, then measure, then floor, ...) and reports the median
 of the pairs' ratios. Database round trips per request come from the same
 requests made in-process. The table is printed and written as JSON.
@@ -167,10 +168,72 @@ Client_ = Callable[[int], Callable[[], object]]
 @dataclass
 class Load:
     rate: float  # requests per second, all clients together
-    latencies: list[float]  # seconds of each request, sorted
+    latencies: list[float]  # seconds of each request, sorted (the Python clients)
+    quantiles: dict[float, float] = field(default_factory=dict)  # seconds (wrk's)
+    longest: float = 0.0
 
     def percentile(self, p: float) -> float:
+        if self.quantiles:
+            return self.quantiles[p]
         return self.latencies[min(len(self.latencies) - 1, int(len(self.latencies) * p))]
+
+    @property
+    def most(self) -> float:
+        return self.longest or self.latencies[-1]
+
+
+WRK = shutil.which("wrk")
+LOADER = "wrk" if WRK else "Python clients (no wrk on PATH)"
+_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0}
+
+
+def _seconds(text: str) -> float:
+    number = text.rstrip("usm")
+    return float(number) * _UNITS[text[len(number) :]]
+
+
+def wrk_load(port: int, call: Call, seconds: float, c: int) -> Load:
+    """`c` kept-alive connections of wrk (one thread) for `seconds`: a load generator
+    that costs the shared cores far less than Python clients, so the rows measure the
+    server. Every answer must be 2xx."""
+    assert WRK is not None
+    assert not call.body
+    command = [
+        WRK,
+        "-t1",
+        f"-c{c}",
+        f"-d{max(1, round(seconds))}s",
+        "--latency",
+        "--timeout",
+        "10s",
+    ]
+    for name, value in call.headers.items():
+        command += ["-H", f"{name}: {value}"]
+    out = subprocess.run(
+        [*command, f"http://127.0.0.1:{port}{call.path}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    if "Non-2xx" in out or "Socket errors" in out:
+        raise SystemExit(f"{call.method} {call.path} under wrk:\n{out}")
+    quantiles, rate, longest = {}, 0.0, 0.0
+    for line in out.splitlines():
+        words = line.split()
+        if words[:1] == ["Latency"] and len(words) >= 4:
+            longest = _seconds(words[3])
+        elif len(words) == 2 and words[0] in ("50%", "99%"):
+            quantiles[float(words[0][:-1]) / 100] = _seconds(words[1])
+        elif words[:1] == ["Requests/sec:"]:
+            rate = float(words[1])
+    return Load(rate, [], quantiles, longest)
+
+
+def read_load(port: int, call: Call, seconds: float, c: int) -> Load:
+    """`c` concurrent clients repeating one read: wrk when it is on PATH, else Python."""
+    if WRK is not None and not call.body:
+        return wrk_load(port, call, seconds, c)
+    return load(port, lambda i: lambda: checked(port, call), seconds, c)
 
 
 def throughput(port: int, make: Client_, seconds: float, c: int) -> float:
@@ -458,7 +521,8 @@ def gunicorn(port: int, shipped: bool = False) -> subprocess.Popen[bytes]:
     """2 sync workers, or (`shipped`) gunicorn.conf.py with its defaults as shipped."""
     command = [str(ROOT / ".venv/bin/gunicorn"), "--config", str(ROOT / "gunicorn.conf.py")]
     if not shipped:
-        command += ["--workers", "2", "--worker-class", "sync"]
+        # One thread each: gunicorn runs "sync" as gthread when threads are more than one.
+        command += ["--workers", "2", "--worker-class", "sync", "--threads", "1"]
     server = subprocess.Popen(
         [*command, "--bind", f"127.0.0.1:{port}"],
         cwd=ROOT,
@@ -689,9 +753,6 @@ def measure(
 
         return make
 
-    def reader(call: Call) -> Client_:
-        return lambda i: lambda: checked(port, call)
-
     api_put = writer(lambda i: f"{docs}/put-{i}{q}", lambda i: f"{docs}/put-{i}{q}")
     floor_put = writer(
         lambda i: f"{FLOORS}/floor/{setup.notes_pk}/floor-put-{i}",
@@ -718,8 +779,8 @@ def measure(
         lambda r: r >= 0.85,
         lambda: interleaved(
             n,
-            lambda: throughput(port, reader(floor_get), s, c),
-            lambda: throughput(port, reader(calls["GET document"]), s, c),
+            lambda: read_load(port, floor_get, s, c).rate,
+            lambda: read_load(port, calls["GET document"], s, c).rate,
         ),
         per_second,
     )
@@ -803,7 +864,7 @@ def stack_rows(
     s, n, c = args.seconds, args.pairs, args.concurrency
 
     def rate(p: int, call: Call) -> Callable[[], float]:
-        return lambda: load(p, lambda i: lambda: checked(p, call), s, c).rate
+        return lambda: read_load(p, call, s, c).rate
 
     raw, constant = Call("GET", RAW_PATH), Call("GET", CONSTANT_API_PATH)
     for server, p in (("2 sync workers", port), ("gunicorn.conf.py as shipped", shipped)):
@@ -817,7 +878,7 @@ def stack_rows(
     runs: list[Load] = []
 
     def tail() -> tuple[float, float]:
-        got = load(shipped, lambda i: lambda: checked(shipped, get), s, c)
+        got = read_load(shipped, get, s, c)
         runs.append(got)
         return got.percentile(0.5), got.percentile(0.99)
 
@@ -834,11 +895,11 @@ def stack_rows(
         lambda p50, p99: p99 / p50,
     )
     if tail_row is not None:
-        worst = max(runs, key=lambda r: r.latencies[-1])
+        worst = max(runs, key=lambda r: r.most)
         tail_row.note = (
             f"p50 {statistics.median(r.percentile(0.5) for r in runs) * 1000:.1f} ms,"
             f" p99 {statistics.median(r.percentile(0.99) for r in runs) * 1000:.1f} ms,"
-            f" max {worst.latencies[-1] * 1000:.0f} ms"
+            f" max {worst.most * 1000:.0f} ms"
         )
     row(
         "GET one document req/s, gunicorn.conf.py as shipped ÷ 2 sync workers",
@@ -908,6 +969,7 @@ def report(
     args: argparse.Namespace, rows: list[Row], trips: dict[str, int], seeded: float, total: float
 ) -> None:
     where = f"{connection.vendor}, {args.documents} documents, gunicorn 2 sync workers"
+    where += f", reads under load by {LOADER}"
     print(
         f"\n{where} (and gunicorn.conf.py as shipped where a row says so); median of"
         f" {args.pairs} interleaved pairs (least to greatest), {args.seconds:g} s runs\n"
@@ -931,6 +993,7 @@ def report(
                 "pairs": args.pairs,
                 "seconds": args.seconds,
                 "concurrency": args.concurrency,
+                "loadGenerator": LOADER,
                 "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
                 "rows": [
                     {

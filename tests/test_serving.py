@@ -3,11 +3,13 @@ compressed hashed static files."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import stat
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -210,6 +212,10 @@ def test_gunicorn_keeps_its_workers_and_warms_them_by_default(monkeypatch: Any) 
     assert conf["max_requests"] == 0
     assert conf["max_requests_jitter"] == 0
     conf["post_worker_init"](None)  # imports every URLconf; raises if one cannot load
+    # The share of request threads follows what the workers really run, options included.
+    for threads in (1, 4, 16):
+        conf["on_starting"](SimpleNamespace(cfg=SimpleNamespace(threads=threads)))
+        assert os.environ["MEMORYADMIN_REQUEST_THREADS"] == str(threads)
     monkeypatch.setenv("GUNICORN_MAX_REQUESTS", "5000")
     shutil.rmtree(conf["_metrics_dir"], ignore_errors=True)
     conf = runpy.run_path(str(ROOT / "gunicorn.conf.py"))
