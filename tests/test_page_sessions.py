@@ -76,3 +76,30 @@ def test_a_deactivated_user_or_a_changed_password_ends_the_session(people: Peopl
         assert response.status_code == 302
         assert response["Location"].startswith("/login/")
         assert not response.wsgi_request.user.is_authenticated
+
+
+@pytest.mark.django_db
+def test_a_session_decoded_before_is_a_fresh_copy_and_needs_the_same_secret(
+    people: People,
+) -> None:
+    from django.test import override_settings
+
+    from memoryadmin.web.sessions import SessionStore
+
+    store = SessionStore()
+    store[SESSION_KEY] = str(people.viewer.pk)
+    store["list"] = [1, 2]
+    text = store.encode(store._session)
+
+    first = SessionStore().decode(text)
+    first["list"].append(3)  # what a view may do to its session
+    again = SessionStore().decode(text)
+    assert again == {SESSION_KEY: str(people.viewer.pk), "list": [1, 2]}
+    assert again is not first
+    # Signed with a secret that is no longer this instance's: not a session.
+    with override_settings(SECRET_KEY="another secret key, long enough for the checks"):
+        assert SessionStore().decode(text) == {}
+    # Tampered with: not a session, however often it comes back.
+    forged = text[:-2] + ("AA" if not text.endswith("AA") else "BB")
+    assert SessionStore().decode(forged) == {}
+    assert SessionStore().decode(forged) == {}

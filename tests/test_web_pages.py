@@ -865,7 +865,7 @@ def test_ago_says_what_timesince_says() -> None:
 
     from django.utils.timesince import timesince, timeuntil
 
-    from memoryadmin.web.templatetags.memorypage import ago
+    from memoryadmin.web.templatetags.memorypage import _ago, ago
 
     pick = random.Random(17)
     for _ in range(20000):
@@ -880,3 +880,8 @@ def test_ago_says_what_timesince_says() -> None:
         later = now + timedelta(seconds=seconds)
         expected = "in under a minute" if seconds < 60 else f"in {timeuntil(later, now)}"
         assert ago(later, now) == expected
+        # The list's column: one unit.
+        expected = "just now" if seconds < 60 else f"{timesince(then, now, depth=1)} ago"
+        assert _ago(then, now, False, 1) == expected
+        expected = "in under a minute" if seconds < 60 else f"in {timeuntil(later, now, depth=1)}"
+        assert _ago(later, now, False, 1) == expected

@@ -23,6 +23,14 @@ from memoryadmin.memory.limits import utf8_len
 register = template.Library()
 
 
+def _esc(value: str) -> str:
+    """`html.escape` (quotes included), without its five passes over the text when
+    it has nothing to escape, as most ids, titles and summaries have not."""
+    if "&" in value or "<" in value or ">" in value or '"' in value or "'" in value:
+        return _escape(value)
+    return value
+
+
 @functools.lru_cache(maxsize=4096)
 def _reversed(viewname: str, args: tuple[str, ...], prefix: str, urlconf: str) -> str:
     return reverse(viewname, args=args, urlconf=urlconf)
@@ -97,10 +105,8 @@ _AGO_UNITS = (
     (60 * 60, "hour"),
     (60, "minute"),
 )
-_MONTH_FREE = timedelta(days=28)
-
-
-_MINUTE = timedelta(minutes=1)
+_MONTH_FREE_SECONDS = timedelta(days=28).total_seconds()
+_MINUTE_SECONDS = 60.0
 
 
 @register.filter
@@ -110,31 +116,31 @@ def ago(value: datetime, now: datetime | None = None) -> str:
 
 
 def _ago(value: datetime, now: datetime, translated: bool, depth: int = 2) -> str:
-    delta = now - value
-    future = delta < timedelta(0)
+    # In seconds (microseconds exact): the comparisons are those of the timedeltas.
+    remaining = (now - value).total_seconds()
+    future = remaining < 0
     if future:
-        delta = -delta
-    if delta < _MINUTE:
+        remaining = -remaining
+    if remaining < _MINUTE_SECONDS:
         return "in under a minute" if future else "just now"
-    if delta >= _MONTH_FREE or translated:
+    if remaining >= _MONTH_FREE_SECONDS or translated:
         if future:
             return f"in {timeuntil(value, now, depth=depth)}"
         return f"{timesince(value, now, depth=depth)} ago"
     # Under 28 days no calendar month has passed: timesince's own arithmetic on
-    # the remaining seconds (`depth` adjacent units at most), without its lazy strings.
-    remaining = delta.total_seconds()
-    counts = []
-    for chunk, _ in _AGO_UNITS:
+    # the remaining seconds (from the largest unit that counts, `depth` adjacent
+    # units at most, stopping at the first that does not), without its lazy strings.
+    parts: list[str] = []
+    for chunk, unit in _AGO_UNITS:
         count = int(remaining // chunk)
-        counts.append(count)
-        remaining -= chunk * count
-    first = next(i for i, count in enumerate(counts) if count)
-    parts = []
-    for i in range(first, min(first + depth, len(counts))):
-        count = counts[i]
         if not count:
+            if parts:
+                break
+            continue
+        remaining -= chunk * count
+        parts.append(f"{count}\xa0{unit}" if count == 1 else f"{count}\xa0{unit}s")
+        if len(parts) == depth:
             break
-        parts.append(f"{count}\xa0{_AGO_UNITS[i][1]}" + ("" if count == 1 else "s"))
     words = ", ".join(parts)
     return f"in {words}" if future else f"{words} ago"
 
@@ -296,7 +302,9 @@ def time_html(
     """Relative, in `depth` units at most; the exact time on hover."""
     # "2026-01-31T09:05:00.123456+00:00": its date and time, as strftime writes them.
     stamp = value.astimezone(zone).isoformat()
-    when = _escape(_ago(value, now, translated, depth))
+    when = _ago(value, now, translated, depth)
+    if translated:  # untranslated, the words are digits, letters and spaces: nothing to escape
+        when = _escape(when)
     return f'<time datetime="{stamp}" title="{stamp[:10]} {stamp[11:19]} UTC">{when}</time>'
 
 
@@ -365,18 +373,18 @@ def document_rows(
     base = _escape(document_url)
     translated = settings.USE_I18N
     for index, row in enumerate(rows):
-        doc_id = _escape(row["doc_id"])
+        doc_id = _esc(row["doc_id"])
         focus = " autofocus" if autofocus_first and index == 0 else ""
         frozen = "" if row["agent_writes"] else '<span class="badge frozen">frozen</span>'
         pick = ""
         if selectable:  # the bulk form's checkbox: "<id>:<revision>", as bulk_selection reads
             pick = (
                 f'  <td class="pick"><input type="checkbox" name="doc" form="bulk"'
-                f' value="{doc_id}:{_escape(row["revision"])}"'
+                f' value="{doc_id}:{_esc(row["revision"])}"'
                 f' aria-label="Select {doc_id}"></td>\n'
             )
-        title = _escape(row["title"])
-        summary = _escape(row["summary"])
+        title = _esc(row["title"])
+        summary = _esc(row["summary"])
         writer = writer_html(
             row["writer_kind"], row["writer_session_id"], project_id, environment, short=True
         )
@@ -423,7 +431,60 @@ def _text(value: Any) -> str:
         return "None"
     if isinstance(value, SafeString):
         return str(value)
-    return _escape(str(value))
+    return _esc(str(value))
+
+
+@functools.lru_cache(maxsize=1024)
+def _tabs(
+    p: str,
+    e: str,
+    env_project: str,
+    production: bool,
+    url_name: str,
+    allowed: tuple[bool, ...],
+    prefix: str,
+    urlconf: str,
+) -> str:
+    """A project's environment and section tabs: the same few per project, environment,
+    section and role, so built once each (`allowed`: the role's answer for each tab
+    that needs a permission, in order)."""
+
+    def url(viewname: str, *args: str) -> str:
+        return _escape(_reversed(viewname, args, prefix, urlconf))
+
+    # The environment tabs keep a project-wide section (as `env_url`).
+    env_section = url_name if url_name in ENV_SECTIONS else "inventory"
+    out = [
+        '\n<nav class="tabs" aria-label="Project sections">\n'
+        '  <ul class="env-tabs" aria-label="Environment">\n    <li><a href="',
+        url(f"web:{env_section}", env_project, "development"),
+        '"',
+        "" if production else _CURRENT_PAGE,
+        '>Development</a></li>\n    <li><a class="prod" href="',
+        url(f"web:{env_section}", env_project, "production"),
+        '"',
+        _CURRENT_PAGE if production else "",
+        '>Production</a></li>\n  </ul>\n  \n  <ul class="section-tabs">\n',
+    ]
+    section = SECTION_OF.get(url_name, "memory")
+    permitted = iter(allowed)
+    for name, label, permission, tab in _SECTION_TABS:
+        out.append("    ")
+        if permission is not None and not next(permitted):
+            out.append("\n")
+            continue
+        current = _CURRENT_PAGE if section == tab else ""
+        link = url(name, p, e)
+        if tab == "review":
+            count = url("web:review-count", p, e)
+            out.append(
+                f'<li><a href="{link}"{current}>Review <span id="review-count"'
+                f' hx-get="{count}" hx-trigger="load" hx-swap="outerHTML"></span></a></li>\n'
+            )
+        else:
+            out.append(f'<li><a href="{link}"{current}>{label}</a></li>\n')
+    out.append("  </ul>\n</nav>\n")
+    return "".join(out)
 
 
 @register.simple_tag(takes_context=True)
@@ -512,39 +573,23 @@ def page_header(context: template.Context) -> SafeString:
         ]
     out.append("\n</header>\n")
     if page:
-        production = page.production
-        out += [
-            '\n<nav class="tabs" aria-label="Project sections">\n'
-            '  <ul class="env-tabs" aria-label="Environment">\n    <li><a href="',
-            _escape(env_url(context, "development")),
-            '"',
-            "" if production else _CURRENT_PAGE,
-            '>Development</a></li>\n    <li><a class="prod" href="',
-            _escape(env_url(context, "production")),
-            '"',
-            _CURRENT_PAGE if production else "",
-            '>Production</a></li>\n  </ul>\n  \n  <ul class="section-tabs">\n',
-        ]
-        section = nav_section(context)
-        for name, label, permission, tab in _SECTION_TABS:
-            if permission is not None:
-                out.append("    ")
-                if not getattr(page, permission):
-                    out.append("\n")
-                    continue
-            else:
-                out.append("    ")
-            current = _CURRENT_PAGE if section == tab else ""
-            url = _escape(cached_reverse(name, p, e, context=context))
-            if tab == "review":
-                count = _escape(cached_reverse("web:review-count", p, e, context=context))
-                out.append(
-                    f'<li><a href="{url}"{current}>Review <span id="review-count"'
-                    f' hx-get="{count}" hx-trigger="load" hx-swap="outerHTML"></span></a></li>\n'
-                )
-            else:
-                out.append(f'<li><a href="{url}"{current}>{label}</a></li>\n')
-        out.append("  </ul>\n</nav>\n")
+        match = getattr(context.get("request"), "resolver_match", None)
+        allowed = tuple(
+            bool(getattr(page, permission))
+            for _, _, permission, _ in _SECTION_TABS
+            if permission is not None
+        )
+        out.append(
+            _tabs(
+                p,
+                e,
+                context.get("p") or page.project.id,
+                page.production,
+                (match.url_name if match is not None else None) or "",
+                allowed,
+                *_url_env(context),
+            )
+        )
     out.append("\n")
     return mark_safe("".join(out))
 
