@@ -23,7 +23,8 @@ def _int(name: str, default: int) -> int:
 wsgi_app = "memoryadmin.wsgi:application"
 bind = os.environ.get("GUNICORN_BIND", "127.0.0.1:8000").split(",")
 workers = _int("WEB_CONCURRENCY", 2)
-worker_class = "gthread"
+# gthread, with kept-alive connections spread evenly over the workers (memoryadmin/serving.py).
+worker_class = "memoryadmin.serving.BalancedThreadWorker"
 threads = _int("GUNICORN_THREADS", 4)
 # A request running longer than this gets its worker restarted.
 timeout = _int("GUNICORN_TIMEOUT", 30)
@@ -57,6 +58,10 @@ def on_starting(server: Any) -> None:
     worker loads it: command-line options win over this file, and gunicorn runs
     `--worker-class sync` as gthread when threads are more than one."""
     os.environ["MEMORYADMIN_REQUEST_THREADS"] = str(max(1, server.cfg.threads))
+    from memoryadmin import serving
+
+    if issubclass(server.cfg.worker_class, serving.BalancedThreadWorker):
+        serving.board_create(server.cfg.workers)
 
 
 def post_worker_init(worker: Any) -> None:
@@ -70,7 +75,10 @@ def post_worker_init(worker: Any) -> None:
 def child_exit(server: Any, worker: Any) -> None:
     from prometheus_client import multiprocess
 
+    from memoryadmin import serving
+
     multiprocess.mark_process_dead(worker.pid)
+    serving.board_release(worker.pid)
 
 
 def on_exit(server: Any) -> None:

@@ -214,7 +214,9 @@ def test_gunicorn_keeps_its_workers_and_warms_them_by_default(monkeypatch: Any) 
     conf["post_worker_init"](None)  # imports every URLconf; raises if one cannot load
     # The share of request threads follows what the workers really run, options included.
     for threads in (1, 4, 16):
-        conf["on_starting"](SimpleNamespace(cfg=SimpleNamespace(threads=threads)))
+        conf["on_starting"](
+            SimpleNamespace(cfg=SimpleNamespace(threads=threads, worker_class=object))
+        )
         assert os.environ["MEMORYADMIN_REQUEST_THREADS"] == str(threads)
     monkeypatch.setenv("GUNICORN_MAX_REQUESTS", "5000")
     shutil.rmtree(conf["_metrics_dir"], ignore_errors=True)

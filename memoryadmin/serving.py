@@ -1,0 +1,134 @@
+"""gunicorn's gthread worker, with kept-alive connections spread over the workers.
+
+A kept-alive connection stays with the worker that accepted it, and every worker's
+main thread accepts as soon as the listener is readable, however busy its request
+threads are: four clients could leave three connections on one worker and one on
+the other, so one process (one core, under the GIL) did three quarters of the work.
+
+Here every worker publishes how many connections it holds on a board in memory
+shared by the master's forks (`gunicorn.conf.py` makes it before any worker
+starts). A worker accepts only while it holds fewer than its share of one more
+connection, so the least loaded ones take new clients; and a worker holding more
+than its share answers its next request with `Connection: close`, so that client
+reconnects to a worker with room. With one worker, or without a board, it is
+gthread unchanged.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import multiprocessing
+import multiprocessing.synchronize
+from typing import Any
+
+from gunicorn.workers.gthread import ThreadWorker
+
+# While a worker does not accept, it looks at the board again this often (another
+# worker's count may have risen meanwhile, making room here).
+RECHECK_SECONDS = 0.05
+
+
+class Board:
+    """Connections held by each live worker, in shared memory: one slot per worker,
+    claimed by its pid. Counts are written by their worker's main thread only and
+    read without the lock (a word is read whole)."""
+
+    def __init__(self, slots: int) -> None:
+        self.pids = multiprocessing.RawArray(ctypes.c_long, slots)
+        self.conns = multiprocessing.RawArray(ctypes.c_long, slots)
+        self.lock: multiprocessing.synchronize.Lock = multiprocessing.Lock()
+
+    def claim(self, pid: int) -> int | None:
+        """A free slot for the worker `pid` (None when all are taken: it is gthread)."""
+        with self.lock:
+            for slot, holder in enumerate(self.pids):
+                if holder in (0, pid):
+                    self.pids[slot], self.conns[slot] = pid, 0
+                    return slot
+        return None
+
+    def release(self, pid: int) -> None:
+        with self.lock:
+            for slot, holder in enumerate(self.pids):
+                if holder == pid:
+                    self.pids[slot], self.conns[slot] = 0, 0
+
+    def counts(self) -> list[int]:
+        return [self.conns[slot] for slot, pid in enumerate(self.pids) if pid]
+
+
+BOARD: Board | None = None
+
+
+def board_create(workers: int) -> Board:
+    """Made by the master before it forks the workers; twice the slots, so a worker
+    booting while the one it replaces is still being reaped finds a slot."""
+    global BOARD
+    BOARD = Board(2 * max(1, workers))
+    return BOARD
+
+
+def board_release(pid: int) -> None:
+    if BOARD is not None:
+        BOARD.release(pid)
+
+
+class BalancedThreadWorker(ThreadWorker):
+    _slot: int | None = None
+    _nr_conns = 0
+    _worker_connections = 0
+    _max_keepalived = 0
+
+    def init_process(self) -> None:
+        if BOARD is not None:
+            self._slot = BOARD.claim(self.pid)
+        super().init_process()
+
+    # gthread's counters, as properties: the board sees every change of the count.
+
+    @property
+    def nr_conns(self) -> int:
+        return self._nr_conns
+
+    @nr_conns.setter
+    def nr_conns(self, value: int) -> None:
+        self._nr_conns = value
+        if self._slot is not None and BOARD is not None:
+            BOARD.conns[self._slot] = value
+
+    def _counts(self) -> list[int] | None:
+        if self._slot is None or BOARD is None:
+            return None
+        counts = BOARD.counts()
+        return counts if len(counts) > 1 else None
+
+    @property
+    def worker_connections(self) -> int:
+        """Read by gthread's loop before each wait: it accepts while it holds fewer."""
+        counts = self._counts()
+        if counts is None:
+            return self._worker_connections
+        return min(self._worker_connections, math.ceil((sum(counts) + 1) / len(counts)))
+
+    @worker_connections.setter
+    def worker_connections(self, value: int) -> None:
+        self._worker_connections = value
+
+    @property
+    def max_keepalived(self) -> int:
+        """Read by a request thread before it answers: 0 closes the connection after
+        this answer, which a worker holding more than its share does."""
+        counts = self._counts()
+        if counts is not None and self._nr_conns > math.ceil(sum(counts) / len(counts)):
+            return 0
+        return self._max_keepalived
+
+    @max_keepalived.setter
+    def max_keepalived(self, value: int) -> None:
+        self._max_keepalived = value
+
+    def wait_for_and_dispatch_events(self, timeout: float) -> Any:
+        if not self._accepting and self._counts() is not None:
+            timeout = min(timeout, RECHECK_SECONDS)
+        return super().wait_for_and_dispatch_events(timeout)
