@@ -5,7 +5,7 @@ import json
 from datetime import datetime, timedelta
 from html import escape as _escape  # as Django's escape, without its lazy wrapper
 from typing import Any
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, quote
 
 from django import template
 from django.conf import settings
@@ -814,3 +814,132 @@ def page_assets(context: template.Context) -> SafeString:
     reads its manifest once)."""
     nonce = context.get("csp_nonce")
     return mark_safe(_assets() if nonce is None else _assets_markup(nonce))
+
+
+# The document list page (documents.html) and its htmx fragments, built here: the list
+# is the hot page, and as template nodes its few dozen variables, conditions and links
+# cost as much as its fifty rows. The markup is what the template gave, whitespace
+# included (docs/performance.md).
+
+
+def _list_rows(context: template.Context) -> str:
+    page = context["page"]
+    return document_rows(
+        context.get("rows") or [],
+        document_url=context["document_url"],
+        max_bytes=context["resource"].max_bytes,
+        project_id=context.get("p") or "",
+        environment=context.get("e") or "",
+        autofocus_first=bool(context.get("cursor")),
+        selectable=bool(page.can_freeze),
+    )
+
+
+def _load_more(context: template.Context) -> str:
+    """The row that loads the next page of rows in its place."""
+    next_cursor = context.get("next_cursor")
+    if not next_cursor:
+        return ""
+    resource = context["resource"]
+    list_url = cached_reverse(
+        "web:documents", context.get("p"), context.get("e"), resource.resource_id, context=context
+    )
+    filters = context.get("filters")
+    kept = f"{_text(filters)}&amp;" if filters else ""
+    href = (
+        f"{_escape(list_url)}?sort={_text(context.get('sort'))}&amp;{kept}"
+        f"cursor={_esc(quote(next_cursor, safe='/'))}"
+    )
+    columns = "8" if context["page"].can_freeze else "7"
+    return (
+        f'\n<tr class="load-more">\n  <td colspan="{columns}">\n    \n'
+        f'    <a href="{href}"\n'
+        f'       hx-get="{href}"\n'
+        '       hx-target="closest tr" hx-swap="outerHTML">Load more documents</a>\n'
+        "  </td>\n</tr>\n"
+    )
+
+
+def _results(context: template.Context) -> str:
+    """The table's body: the rows (or why there are none) and "load more"."""
+    empty = ""
+    if not context.get("rows"):
+        columns = "8" if context["page"].can_freeze else "7"
+        query = context.get("query")
+        facets = context.get("facets")
+        narrowed = facets is not None and facets.narrowed
+        if query:
+            filters = " and the filters" if narrowed else ""
+            message = f"No documents match “{_text(query)}”{filters}."
+        elif narrowed:
+            message = "No documents match the filters."
+        else:
+            message = "No documents yet."
+        empty = f'\n    <tr><td colspan="{columns}" role="status">{message}</td></tr>\n    '
+    return f"\n    {_list_rows(context)}{empty}\n    {_load_more(context)}\n  "
+
+
+@register.simple_tag(takes_context=True)
+def document_results(context: template.Context) -> SafeString:
+    """The filter's fragment: the table's body."""
+    return mark_safe(_results(context))
+
+
+@register.simple_tag(takes_context=True)
+def document_more(context: template.Context) -> SafeString:
+    """ "Load more"'s fragment: the next rows and their own "load more"."""
+    return mark_safe(_list_rows(context) + _load_more(context))
+
+
+@register.simple_tag(takes_context=True)
+def documents_page(context: template.Context) -> SafeString:
+    """The page's content: the resource's heading, the list's controls and its table."""
+    page = context["page"]
+    resource: Any = context.get("resource")
+    p, e = context.get("p"), context.get("e")
+    # No resource: the total's URL opened as a page, the layout around nothing, as the
+    # template rendered it (missing values are empty).
+    rid = "" if resource is None else _text(resource.resource_id)
+    keeps_documents = resource is not None and resource.keeps_documents
+    inventory = _escape(cached_reverse("web:inventory", p, e, context=context))
+    out = [
+        '\n<nav class="crumbs" aria-label="Breadcrumb">'
+        f'<a href="{inventory}">Memory</a> <span aria-hidden="true">\u203a</span>'
+        f' <span aria-current="page">{rid}</span></nav>\n'
+        f'<div class="heading-row">\n  <h1>{rid}</h1>\n  '
+    ]
+    if page.can_edit and keeps_documents:
+        create = cached_reverse("web:document-create", p, e, resource.resource_id, context=context)
+        out.append(f'<a class="button primary" href="{_escape(create)}">New document</a>')
+    kind, description, max_bytes = (
+        ("", "", "")
+        if resource is None
+        else (_text(resource.kind), _text(resource.description), _text(resource.max_bytes))
+    )
+    out.append(
+        f'\n</div>\n<p class="muted">{description} · {kind} provider · maxBytes {max_bytes}</p>\n'
+    )
+    if not keeps_documents:
+        out.append(
+            f'\n<p class="notice">This resource is a {kind} provider: its records live with'
+            " the provider, not here.</p>\n"
+        )
+    else:
+        list_url = cached_reverse("web:documents", p, e, resource.resource_id, context=context)
+        out += [
+            "\n\n",
+            documents_head(context, list_url),
+            "\n  ",
+            _results(context),
+            "\n  </tbody>\n</table>\n</div>\n",
+        ]
+        if context.get("cursor"):
+            filters = context.get("filters")
+            kept = f"&amp;{_text(filters)}" if filters else ""
+            out.append(
+                f'<p><a href="{_escape(list_url)}?sort={_text(context.get("sort"))}{kept}">'
+                "Back to the first page</a></p>"
+            )
+        out.append("\n")
+    out.append("\n")
+    return mark_safe("".join(out))
