@@ -28,7 +28,7 @@ from memoryadmin.agents.models import Binding, EventType, Recall, Scope, Session
 from memoryadmin.agents.representations import source_dict, tool_document_dict
 from memoryadmin.agents.services.sessions import event_append, session_lock
 from memoryadmin.core.errors import InvalidRequest, LimitExceeded, NotFound, PreconditionFailed
-from memoryadmin.core.rows import column, columns, instance, table
+from memoryadmin.core.rows import column, columns_of, table, values_of
 from memoryadmin.memory.limits import (
     DOCUMENT_ID_RE,
     MAX_BYTES_DEFAULT,
@@ -39,6 +39,7 @@ from memoryadmin.memory.limits import (
     utf8_len,
 )
 from memoryadmin.memory.models import Document, Proposal, Resource, WriterKind
+from memoryadmin.memory.representations import DOCUMENT_FIELDS
 from memoryadmin.memory.services.documents import (
     AgentWritesDisabled,
     Writer,
@@ -82,24 +83,32 @@ def collection_overview(*, binding: Binding) -> Projection:
     return Projection(text="\n".join(lines), sources=sources, writable=False)
 
 
-def _bound_documents(bindings: list[Binding]) -> dict[tuple[int, str], Document]:
-    """The live documents of document bindings, read in one query."""
+def _bound_documents(bindings: list[Binding]) -> dict[tuple[int, str], dict[str, Any]]:
+    """The live documents of document bindings (their DOCUMENT_FIELDS by name), read in
+    one query."""
     wanted = [b for b in bindings if b.scope == Scope.DOCUMENT]
     if not wanted:
         return {}
     if all(hasattr(b, "bound_document") for b in wanted):  # read with the session
-        read = (b.bound_document for b in wanted)
-        return {(d.resource_id, d.doc_id): d for d in read if d is not None}
+        return {
+            (b.resource_id, b.target_id): b.bound_document
+            for b in wanted
+            if b.bound_document is not None
+        }
     key = f"({column(Document, 'resource')} = %s AND {column(Document, 'doc_id')} = %s)"
     sql = (
-        f"SELECT {columns(Document)} FROM {table(Document)}"
+        f"SELECT {column(Document, 'resource')}, {columns_of(Document, DOCUMENT_FIELDS)}"
+        f" FROM {table(Document)}"
         f" WHERE NOT {column(Document, 'deleted')} AND ({' OR '.join([key] * len(wanted))})"
     )
     with connection.cursor() as cursor:
         cursor.execute(sql, [v for b in wanted for v in (b.resource_id, b.target_id)])
         rows = cursor.fetchall()
-    documents = (instance(Document, row) for row in rows)
-    return {(d.resource_id, d.doc_id): d for d in documents}
+    found = {}
+    for resource_pk, *values in rows:
+        document = values_of(Document, DOCUMENT_FIELDS, values)
+        found[(resource_pk, document["doc_id"])] = document
+    return found
 
 
 def document_projections(*, bindings: list[Binding]) -> dict[str, Projection]:
@@ -124,10 +133,10 @@ def document_projections(*, bindings: list[Binding]) -> dict[str, Projection]:
                 reason="not_found",
             )
         projections[resource_id] = Projection(
-            text=found.text,
+            text=found["text"],
             sources=[source_dict(found)],
-            writable=found.agent_writes,
-            revision=found.revision,
+            writable=found["agent_writes"],
+            revision=found["revision"],
         )
     return projections
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from django.db import models
 
 from memoryadmin.core.environments import Environment
-from memoryadmin.memory.models import Deployment, Document, Project, Resource
+from memoryadmin.memory.models import Deployment, Project, Resource
 from memoryadmin.runner.models import Job
 
 
@@ -89,9 +90,9 @@ class Binding(models.Model):
     access = models.CharField(max_length=16, choices=Access.choices, default=Access.READ)
     # Collections only: whether the binding offers memory_search.
     search = models.BooleanField(default=False)
-    # Not a field: a document binding's live document (None: missing), set when read
-    # with the session for a recall; unset otherwise.
-    bound_document: Document | None
+    # Not a field: a document binding's live document (None: missing) as its
+    # DOCUMENT_FIELDS by name, set when read with the session for a recall; unset otherwise.
+    bound_document: dict[str, Any] | None
 
     class Meta:
         constraints = [

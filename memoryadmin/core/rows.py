@@ -8,12 +8,14 @@ query with the ORM costs more than the round trip it makes.
 from __future__ import annotations
 
 import functools
+import json
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import orjson
 from django.db import DEFAULT_DB_ALIAS, connection, connections
-from django.db.models import Field, Model
+from django.db.models import Field, JSONField, Model
 
 
 @functools.cache
@@ -39,44 +41,72 @@ def columns(model: type[Model], alias: str = "") -> str:
     return _columns(model, alias, connection.vendor)
 
 
+@functools.cache
+def _columns_of(model: type[Model], names: tuple[str, ...], alias: str, vendor: str) -> str:
+    prefix = f"{alias}." if alias else ""
+    return ", ".join(prefix + column(model, name) for name in names)
+
+
+def columns_of(model: type[Model], names: Sequence[str], alias: str = "") -> str:
+    """The named fields' columns, quoted, in `names` order (optionally `alias.`-qualified):
+    a row of them becomes values with `values_of`."""
+    return _columns_of(model, tuple(names), alias, connection.vendor)
+
+
 def table(model: type[Model]) -> str:
     """A model's table, quoted."""
     return connection.ops.quote_name(model._meta.db_table)
 
 
 type Converter = Callable[[Any, Any, Any], Any]
-# Per connection (converters may be bound to it), per model: each field's converters.
-_converters: weakref.WeakKeyDictionary[Any, dict[type[Model], list[tuple[Any, list[Converter]]]]]
+type Converters = list[tuple[Any, list[Converter]]]
+# Per connection (converters may be bound to it), per model and fields (None: every
+# concrete field): each field's converters.
+_converters: weakref.WeakKeyDictionary[
+    Any, dict[tuple[type[Model], tuple[str, ...] | None], Converters]
+]
 _converters = weakref.WeakKeyDictionary()
 
 
-def _field_converters(model: type[Model]) -> list[tuple[Any, list[Converter]]]:
+def _field_converters(model: type[Model], names: tuple[str, ...] | None = None) -> Converters:
     wrapper = connections[DEFAULT_DB_ALIAS]
     by_model = _converters.setdefault(wrapper, {})
-    found = by_model.get(model)
+    found = by_model.get((model, names))
     if found is None:
         found = []
-        for field in model._meta.concrete_fields:
+        fields = model._meta.concrete_fields if names is None else [_field(model, n) for n in names]
+        for field in fields:
             expression = field.get_col(model._meta.db_table)
             converters = [
                 *wrapper.ops.get_db_converters(expression),
                 *field.get_db_converters(wrapper),
             ]
             found.append((expression, converters))
-        by_model[model] = found
+        by_model[(model, names)] = found
     return found
+
+
+def _converted(converters: Converters, values: Sequence[Any]) -> list[Any]:
+    converted = []
+    for (expression, field_converters), value in zip(converters, values, strict=True):
+        if value is not None:
+            for converter in field_converters:
+                value = converter(value, expression, connection)
+        converted.append(value)
+    return converted
 
 
 def instance[M: Model](model: type[M], values: Sequence[Any]) -> M:
     """A model instance from its concrete columns' values, in `columns` order."""
-    converted = []
-    for (expression, converters), value in zip(_field_converters(model), values, strict=True):
-        if value is not None:
-            for converter in converters:
-                value = converter(value, expression, connection)
-        converted.append(value)
+    converted = _converted(_field_converters(model), values)
     # As a queryset builds its rows: every concrete field, in order, through __init__.
     return model.from_db(connection.alias, _attnames(model), converted)
+
+
+def values_of(model: type[Model], names: Sequence[str], values: Sequence[Any]) -> dict[str, Any]:
+    """The named fields' values by name from a row of `columns_of(model, names)`,
+    converted as `.values(*names)` converts them: no model instance, where none is needed."""
+    return dict(zip(names, _converted(_field_converters(model, tuple(names)), values), strict=True))
 
 
 def fetch_instance[M: Model](model: type[M], sql: str, params: Sequence[Any]) -> M | None:
@@ -111,10 +141,45 @@ def db_value(model: type[Model], name: str, value: Any) -> Any:
     return _field(model, name).get_db_prep_save(value, connection)
 
 
+def json_text(value: Any) -> bytes:
+    """`value` as JSON text: orjson's (compact, UTF-8), or json.dumps's in the same form
+    for what orjson refuses (an integer past 64 bits, a key that is not a string)."""
+    try:
+        return orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _as_is(encoded: bytes) -> bytes:
+    return encoded
+
+
+def json_db_value(value: Any) -> Any:
+    """A JSON field's value as the database takes it, encoded once by `json_text` (Django
+    encodes with json.dumps): on PostgreSQL a jsonb parameter of those bytes, elsewhere
+    their text. None stays SQL NULL, as `save` sends it."""
+    if value is None:
+        return None
+    encoded = json_text(value)
+    if connection.vendor == "postgresql":
+        from psycopg.types.json import Jsonb
+
+        return Jsonb(encoded, dumps=_as_is)
+    return encoded.decode()
+
+
 def prepared(obj: Model, names: Sequence[str]) -> list[Any]:
-    """`obj`'s values of the named fields as the database takes them (as `save` sends them)."""
+    """`obj`'s values of the named fields as the database takes them (as `save` sends
+    them; JSON fields encoded by `json_text`)."""
     model = type(obj)
-    return [db_value(model, name, getattr(obj, _field(model, name).attname)) for name in names]
+    values = []
+    for name in names:
+        field = _field(model, name)
+        value = getattr(obj, field.attname)
+        values.append(
+            json_db_value(value) if isinstance(field, JSONField) else db_value(model, name, value)
+        )
+    return values
 
 
 def concrete_names(model: type[Model], *, auto: bool = True) -> list[str]:

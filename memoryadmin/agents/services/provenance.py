@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from django.db import connection
@@ -37,35 +38,43 @@ def recall_sources(
 _SOURCE_FIELDS = ("resource", "doc_id", "revision")
 
 
+@functools.lru_cache(maxsize=64)
+def _store_sql(vendor: str, sources: int) -> tuple[str, str | None]:
+    """The recall's INSERT with `sources` source rows: on PostgreSQL one statement (the
+    sources' INSERT reads the recall row a `WITH` clause inserted), elsewhere the
+    recall's INSERT and the sources' (None without sources)."""
+    recall = insert_sql(Recall, concrete_names(Recall))
+    if not sources:
+        return recall, None
+    if vendor != "postgresql":
+        return recall, insert_sql(RecallSource, ("recall", *_SOURCE_FIELDS), sources)
+    targets = ", ".join(column(RecallSource, n) for n in ("recall", *_SOURCE_FIELDS))
+    rows = ", ".join(["(%s, %s, %s)"] * sources)
+    together = (
+        f"WITH stored AS ({recall} RETURNING {column(Recall, 'id')})"
+        f" INSERT INTO {table(RecallSource)} ({targets})"
+        f" SELECT stored.{column(Recall, 'id')}, v.resource_id, v.doc_id, v.revision"
+        f" FROM stored, (VALUES {rows}) AS v (resource_id, doc_id, revision)"
+    )
+    return together, None
+
+
 def recall_store(*, recall: Recall, sources: list[SourceRow]) -> None:
-    """Inserts the recall and its sources: on PostgreSQL in one statement (the
-    sources' INSERT reads the recall row a `WITH` clause inserted), elsewhere two.
+    """Inserts the recall and its sources: on PostgreSQL in one statement, elsewhere two.
+    Its JSON (the `memory` the model was shown) is encoded once, by orjson.
 
     Committed durably before the answer goes out (the server's own synchronous
     commit, as for every other write): an incident's trace rests on who read what,
     so a recall whose answer reached the host is on disk. Concurrent recalls share
     their WAL flushes (PostgreSQL's group commit)."""
-    names = concrete_names(Recall)
-    sql, params = insert_sql(Recall, names), prepared(recall, names)
-    values = [v for source in sources for v in source]
-    together = bool(sources) and connection.vendor == "postgresql"
-    if together:
-        targets = ", ".join(column(RecallSource, n) for n in ("recall", *_SOURCE_FIELDS))
-        rows = ", ".join(["(%s, %s, %s)"] * len(sources))
-        sql = (
-            f"WITH stored AS ({sql} RETURNING {column(Recall, 'id')})"
-            f" INSERT INTO {table(RecallSource)} ({targets})"
-            f" SELECT stored.{column(Recall, 'id')}, v.resource_id, v.doc_id, v.revision"
-            f" FROM stored, (VALUES {rows}) AS v (resource_id, doc_id, revision)"
-        )
-        params += values
+    sql, sources_sql = _store_sql(connection.vendor, len(sources))
+    params = prepared(recall, concrete_names(Recall))
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        if sources and not together:
-            cursor.execute(
-                insert_sql(RecallSource, ("recall", *_SOURCE_FIELDS), len(sources)),
-                [v for source in sources for v in (recall.id, *source)],
-            )
+        if sources_sql is None:
+            cursor.execute(sql, params + [v for source in sources for v in source])
+        else:
+            cursor.execute(sql, params)
+            cursor.execute(sources_sql, [v for source in sources for v in (recall.id, *source)])
     recall._state.adding = False
     recall._state.db = connection.alias
 

@@ -27,11 +27,12 @@ from memoryadmin.core.cursors import keyset_page
 from memoryadmin.core.environments import Environment, check_environment
 from memoryadmin.core.errors import Forbidden, InvalidRequest, NotFound, PreconditionFailed
 from memoryadmin.core.inputs import parse_int
-from memoryadmin.core.rows import column, columns, instance, table
+from memoryadmin.core.rows import column, columns, columns_of, instance, table, values_of
 from memoryadmin.core.strings import strings_check
 from memoryadmin.memory.limits import check_agent_id
 from memoryadmin.memory.models import ApiKey, Deployment, Document, Project, Resource
 from memoryadmin.memory.providers import keeps_documents
+from memoryadmin.memory.representations import DOCUMENT_FIELDS
 from memoryadmin.memory.services.audit import audit_record
 from memoryadmin.memory.services.deployments import (
     active_deployment,
@@ -260,7 +261,8 @@ def _session_sql(
 ) -> str:
     """The session with its deployment; `with_bindings`: one row per binding, with
     its resource, by resource id (one row of NULLs when there is none);
-    `with_documents`: and a document binding's live document (NULLs otherwise);
+    `with_documents`: and a document binding's live document, its DOCUMENT_FIELDS
+    (NULLs otherwise);
     `with_key` (PostgreSQL): all of it LEFT JOINed to the API key of the request, whose
     columns come first (parameters: the session id, then the key's hash)."""
     selected = f"{columns(Session, 's')}, {columns(Deployment, 'd')}"
@@ -279,7 +281,7 @@ def _session_sql(
         )
         order = f" ORDER BY r.{column(Resource, 'resource_id')}"
     if with_documents:
-        selected += f", {columns(Document, 'doc')}"
+        selected += f", {columns_of(Document, DOCUMENT_FIELDS, 'doc')}"
         joined += (
             f" LEFT JOIN {table(Document)} doc"
             f" ON b.{column(Binding, 'scope')} = '{Scope.DOCUMENT.value}'"
@@ -325,8 +327,11 @@ def _session_rows(
         binding.session = session
         if with_documents:
             # Read in the same statement: the document provider need not read it again.
+            # Its fields as values, not a model: a recall reads nothing else of it.
             found = row[resource_end_at:]
-            binding.bound_document = instance(Document, found) if found[0] is not None else None
+            binding.bound_document = (
+                values_of(Document, DOCUMENT_FIELDS, found) if found[0] is not None else None
+            )
         bindings.append(binding)
     return session, bindings
 
