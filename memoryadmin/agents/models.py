@@ -151,9 +151,12 @@ class RecallSource(models.Model):
     recall = models.ForeignKey(
         Recall, on_delete=models.CASCADE, related_name="sources", db_constraint=False
     )
-    # Looked up by recall_source_by_revision, whose first column it is.
+    # Looked up by recall_source_by_revision, whose first column it is. The resource is
+    # that of a binding the recall just read; no check in the database either (each
+    # recall's commit locked every bound resource's row to check it). Deletes cascade
+    # through the ORM.
     resource = models.ForeignKey(
-        Resource, on_delete=models.CASCADE, related_name="+", db_index=False
+        Resource, on_delete=models.CASCADE, related_name="+", db_index=False, db_constraint=False
     )
     doc_id = models.CharField(max_length=128)
     revision = models.CharField(max_length=40)
