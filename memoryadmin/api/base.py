@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+from typing import Any
+
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework.request import Request
@@ -43,7 +46,40 @@ WRITE_ERRORS = {
 }
 
 
+_ALLOW: dict[type, str] = {}
+
+
+@functools.cache
+def _shared(classes: tuple[type, ...]) -> tuple[Any, ...]:
+    return tuple(cls() for cls in classes)
+
+
 class ApiView(APIView):
+    # DRF instantiates its renderers, parsers, authenticators and permissions per
+    # request; theirs hold no state, so each view class shares one of each.
+    # Throttles keep per-request state (the wait) and stay per request.
+    def get_renderers(self) -> list[Any]:
+        return list(_shared(tuple(self.renderer_classes)))
+
+    def get_parsers(self) -> list[Any]:
+        return list(_shared(tuple(self.parser_classes)))
+
+    def get_authenticators(self) -> list[Any]:
+        return list(_shared(tuple(self.authentication_classes)))
+
+    def get_permissions(self) -> list[Any]:
+        return list(_shared(tuple(self.permission_classes)))
+
+    @property
+    def default_response_headers(self) -> dict[str, str]:
+        allow = _ALLOW.get(type(self))
+        if allow is None:  # DRF's header, the same for every instance of a class
+            allow = _ALLOW[type(self)] = ", ".join(self.allowed_methods)
+        headers = {"Allow": allow}
+        if len(self.renderer_classes) > 1:
+            headers["Vary"] = "Accept"
+        return headers
+
     def key(self, request: Request) -> ApiKey:
         assert isinstance(request.auth, ApiKey)
         return request.auth

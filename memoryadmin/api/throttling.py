@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
@@ -15,6 +16,7 @@ from memoryadmin.memory.models import ApiKey
 PERIODS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
 
 
+@functools.cache
 def parse_rate(rate: str) -> tuple[int, int]:
     count, _, period = rate.partition("/")
     return int(count), PERIODS[period]

@@ -2,7 +2,9 @@
 
 Hot paths (the key look-up, a document read) build their SQL once per process
 and convert rows with converters looked up once per connection: composing a
-query with the ORM costs more than the round trip it makes.
+query with the ORM costs more than the round trip it makes. Each use of
+`django.db.connection` looks the thread's connection up again, so these helpers
+look it up once a call (and its vendor once a process: the engine is a setting).
 """
 
 from __future__ import annotations
@@ -19,6 +21,11 @@ from django.db.models import Field, JSONField, Model
 
 
 @functools.cache
+def _vendor() -> str:
+    return connections[DEFAULT_DB_ALIAS].vendor
+
+
+@functools.cache
 def _column(model: type[Model], name: str, vendor: str) -> str:
     field = _field(model, name)
     assert field.column is not None
@@ -27,7 +34,7 @@ def _column(model: type[Model], name: str, vendor: str) -> str:
 
 def column(model: type[Model], name: str) -> str:
     """A field's column, quoted."""
-    return _column(model, name, connection.vendor)
+    return _column(model, name, _vendor())
 
 
 @functools.cache
@@ -38,7 +45,7 @@ def _columns(model: type[Model], alias: str, vendor: str) -> str:
 
 def columns(model: type[Model], alias: str = "") -> str:
     """The model's concrete columns, quoted, in field order (optionally `alias.`-qualified)."""
-    return _columns(model, alias, connection.vendor)
+    return _columns(model, alias, _vendor())
 
 
 @functools.cache
@@ -50,7 +57,7 @@ def _columns_of(model: type[Model], names: tuple[str, ...], alias: str, vendor: 
 def columns_of(model: type[Model], names: Sequence[str], alias: str = "") -> str:
     """The named fields' columns, quoted, in `names` order (optionally `alias.`-qualified):
     a row of them becomes values with `values_of`."""
-    return _columns_of(model, tuple(names), alias, connection.vendor)
+    return _columns_of(model, tuple(names), alias, _vendor())
 
 
 def table(model: type[Model]) -> str:
@@ -59,54 +66,68 @@ def table(model: type[Model]) -> str:
 
 
 type Converter = Callable[[Any, Any, Any], Any]
-type Converters = list[tuple[Any, list[Converter]]]
 # Per connection (converters may be bound to it), per model and fields (None: every
-# concrete field): each field's converters.
+# concrete field): the fields that have converters (most have none), by position,
+# with their column expression.
+type Converters = list[tuple[int, Any, list[Converter]]]
 _converters: weakref.WeakKeyDictionary[
     Any, dict[tuple[type[Model], tuple[str, ...] | None], Converters]
 ]
 _converters = weakref.WeakKeyDictionary()
 
 
-def _field_converters(model: type[Model], names: tuple[str, ...] | None = None) -> Converters:
-    wrapper = connections[DEFAULT_DB_ALIAS]
-    by_model = _converters.setdefault(wrapper, {})
+def _field_converters(
+    wrapper: Any, model: type[Model], names: tuple[str, ...] | None = None
+) -> Converters:
+    by_model = _converters.get(wrapper)
+    if by_model is None:
+        by_model = _converters.setdefault(wrapper, {})
     found = by_model.get((model, names))
     if found is None:
         found = []
         fields = model._meta.concrete_fields if names is None else [_field(model, n) for n in names]
-        for field in fields:
+        for i, field in enumerate(fields):
             expression = field.get_col(model._meta.db_table)
             converters = [
                 *wrapper.ops.get_db_converters(expression),
                 *field.get_db_converters(wrapper),
             ]
-            found.append((expression, converters))
+            if converters:
+                found.append((i, expression, converters))
         by_model[(model, names)] = found
     return found
 
 
-def _converted(converters: Converters, values: Sequence[Any]) -> list[Any]:
-    converted = []
-    for (expression, field_converters), value in zip(converters, values, strict=True):
+def _converted(wrapper: Any, converters: Converters, values: Sequence[Any]) -> Sequence[Any]:
+    if not converters:
+        return values
+    converted = list(values)
+    for i, expression, field_converters in converters:
+        value = converted[i]
         if value is not None:
             for converter in field_converters:
-                value = converter(value, expression, connection)
-        converted.append(value)
+                value = converter(value, expression, wrapper)
+            converted[i] = value
     return converted
 
 
 def instance[M: Model](model: type[M], values: Sequence[Any]) -> M:
     """A model instance from its concrete columns' values, in `columns` order."""
-    converted = _converted(_field_converters(model), values)
+    wrapper = connections[DEFAULT_DB_ALIAS]
+    names = _attnames(model)
+    if len(values) != len(names):
+        raise ValueError(f"{model.__name__}: {len(values)} values for {len(names)} fields")
+    converted = _converted(wrapper, _field_converters(wrapper, model), values)
     # As a queryset builds its rows: every concrete field, in order, through __init__.
-    return model.from_db(connection.alias, _attnames(model), converted)
+    return model.from_db(wrapper.alias, names, converted)
 
 
 def values_of(model: type[Model], names: Sequence[str], values: Sequence[Any]) -> dict[str, Any]:
     """The named fields' values by name from a row of `columns_of(model, names)`,
     converted as `.values(*names)` converts them: no model instance, where none is needed."""
-    return dict(zip(names, _converted(_field_converters(model, tuple(names)), values), strict=True))
+    wrapper = connections[DEFAULT_DB_ALIAS]
+    converters = _field_converters(wrapper, model, tuple(names))
+    return dict(zip(names, _converted(wrapper, converters, values), strict=True))
 
 
 def fetch_instance[M: Model](model: type[M], sql: str, params: Sequence[Any]) -> M | None:
@@ -138,7 +159,7 @@ def _field(model: type[Model], name: str) -> Field[Any, Any]:
 
 def db_value(model: type[Model], name: str, value: Any) -> Any:
     """`value` of the named field as the database takes it (as `save` sends it)."""
-    return _field(model, name).get_db_prep_save(value, connection)
+    return _field(model, name).get_db_prep_save(value, connections[DEFAULT_DB_ALIAS])
 
 
 def json_text(value: Any) -> bytes:
@@ -161,7 +182,7 @@ def json_db_value(value: Any) -> Any:
     if value is None:
         return None
     encoded = json_text(value)
-    if connection.vendor == "postgresql":
+    if _vendor() == "postgresql":
         from psycopg.types.json import Jsonb
 
         return Jsonb(encoded, dumps=_as_is)

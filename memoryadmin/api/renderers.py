@@ -1,0 +1,70 @@
+"""The API's one renderer and its content negotiation.
+
+Every API response is JSON. The body is encoded with orjson, as DRF's JSONRenderer
+would write it (compact, UTF-8, U+2028 and U+2029 escaped, times and other
+non-JSON values through DRF's encoder); anything orjson refuses (an integer past
+64 bits, a key that is not a string, an indent asked for) is left to DRF's renderer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import orjson
+from rest_framework import renderers
+from rest_framework.negotiation import DefaultContentNegotiation
+from rest_framework.request import Request
+from rest_framework.utils.encoders import JSONEncoder
+
+# DRF's encoder, for what orjson hands back: datetimes (DRF's form: milliseconds, Z),
+# dates, times, decimals, lazy strings, querysets.
+_default = JSONEncoder().default
+_OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
+
+
+class JSONRenderer(renderers.JSONRenderer):
+    def render(
+        self,
+        data: Any,
+        accepted_media_type: str | None = None,
+        renderer_context: Mapping[str, Any] | None = None,
+    ) -> bytes:
+        if data is None:
+            return b""
+        plain = (accepted_media_type is None or ";" not in accepted_media_type) and not (
+            renderer_context and renderer_context.get("indent")
+        )
+        if plain:
+            try:
+                body = orjson.dumps(data, default=_default, option=_OPTIONS)
+            except orjson.JSONEncodeError:
+                pass
+            else:
+                # As DRF's renderer: JSON may hold them, JavaScript strings may not.
+                if b"\xe2\x80\xa8" in body or b"\xe2\x80\xa9" in body:
+                    body = body.replace(b"\xe2\x80\xa8", b"\\u2028")
+                    body = body.replace(b"\xe2\x80\xa9", b"\\u2029")
+                return body
+        return super().render(data, accepted_media_type, renderer_context)
+
+
+class ContentNegotiation(DefaultContentNegotiation):
+    """DRF's negotiation, answered at once in the common case: one renderer, no
+    `format` override and an Accept header that is absent, `*/*` or the renderer's
+    own type, which DRF would answer with that renderer and its type too."""
+
+    def select_renderer(
+        self,
+        request: Request,
+        renderers: Iterable[renderers.BaseRenderer],
+        format_suffix: str | None = None,
+    ) -> tuple[renderers.BaseRenderer, str]:
+        if isinstance(renderers, list) and len(renderers) == 1 and format_suffix is None:
+            renderer = renderers[0]
+            accept = request.META.get("HTTP_ACCEPT")
+            if accept in (None, "*/*", renderer.media_type) and (
+                self.settings.URL_FORMAT_OVERRIDE not in request._request.GET
+            ):
+                return renderer, renderer.media_type
+        return super().select_renderer(request, renderers, format_suffix)
