@@ -15,13 +15,15 @@ Imported by the settings (no Django models here).
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import sys
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import orjson
 import structlog
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
@@ -31,20 +33,43 @@ from django.utils.functional import SimpleLazyObject, empty
 
 from memoryadmin.core.addresses import client_address
 
+_second: tuple[int, str] = (0, "")
+
+
+def utc_timestamp(logger: Any, method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+    """`timestamp`: the time in UTC, ISO 8601 to the microsecond (`...T06:19:19.576902Z`).
+    The date and time of day are formatted once a second."""
+    global _second
+    now = time.time()
+    second = int(now)
+    if _second[0] != second:
+        _second = (second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)))
+    event_dict["timestamp"] = f"{_second[1]}.{int((now - second) * 1e6):06d}Z"
+    return event_dict
+
+
 SHARED_PROCESSORS: list[Any] = [
     structlog.contextvars.merge_contextvars,
     structlog.stdlib.add_logger_name,
     structlog.stdlib.add_log_level,
-    structlog.processors.TimeStamper(fmt="iso", utc=True),
+    utc_timestamp,
 ]
 
 REQUEST_LOGGER = "memoryadmin.request"
 
 
+def _dumps(value: dict[str, Any], default: Callable[[Any], Any]) -> str:
+    try:
+        return orjson.dumps(value, default=default).decode()
+    except TypeError:
+        # An unpaired surrogate or a key that is not a string: escaped as json does.
+        return json.dumps(value, default=default)
+
+
 _RENDER: list[Any] = [
     # The traceback as text: no local variables, which may hold secrets.
     structlog.processors.format_exc_info,
-    structlog.processors.JSONRenderer(),
+    structlog.processors.JSONRenderer(serializer=_dumps),
 ]
 
 
@@ -153,8 +178,20 @@ def request_log(level: int, event: str, **fields: Any) -> None:
     _logger.handle(record)
 
 
+_STATUS_LEVELS = {4: logging.WARNING, 5: logging.ERROR}
+
+
 def _status_level(status: int) -> int:
-    return {4: logging.WARNING, 5: logging.ERROR}.get(status // 100, logging.INFO)
+    return _STATUS_LEVELS.get(status // 100, logging.INFO)
+
+
+def _request_id() -> str:
+    """A random (version 4) UUID, as `str(uuid.uuid4())` writes it, for a fifth of its cost."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = raw[6] & 0x0F | 0x40
+    raw[8] = raw[8] & 0x3F | 0x80
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def _finished_fields(request: HttpRequest) -> dict[str, Any]:
@@ -193,7 +230,7 @@ class RequestLogMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse:
         request._log_started = time.perf_counter()  # type: ignore[attr-defined]
         request_id = self.trust_request_id and request.META.get("HTTP_X_REQUEST_ID")
-        context = {"request_id": request_id or str(uuid.uuid4()), "ip": client_address(request)}
+        context = {"request_id": request_id or _request_id(), "ip": client_address(request)}
         tokens = structlog.contextvars.bind_contextvars(**context)
         try:
             if _logger.isEnabledFor(logging.DEBUG):

@@ -12,7 +12,7 @@ import hmac
 import os
 import time
 from collections.abc import Callable
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from django.conf import settings
 from django.db import connections
@@ -85,19 +85,43 @@ def pool_observe() -> None:
     POOL.labels("waiting").set(stats.get("requests_waiting", 0))
 
 
+# A worker's pool gauges are written at most this often by its requests (and by each
+# scrape the worker answers): a scrape sees every live worker's pool as of at most this
+# many seconds ago.
+POOL_EVERY_SECONDS = 1.0
+
+
 class MetricsMiddleware:
-    """Counts and times every request; outermost, so its time includes the middleware."""
+    """Counts and times every request; outermost, so its time includes the middleware.
+
+    Each series' child is looked up once per process (`labels()` takes a lock and
+    builds its key on every call); every request still writes its count and time.
+    """
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
+        self.latency: dict[tuple[str | None, str], Any] = {}
+        self.requests: dict[tuple[str | None, str, int], Any] = {}
+        self.pool_at = -POOL_EVERY_SECONDS
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         started = time.perf_counter()
         response = self.get_response(request)
-        route = _route(request)
-        LATENCY.labels(request.method, route).observe(time.perf_counter() - started)
-        REQUESTS.labels(request.method, route, str(response.status_code)).inc()
-        pool_observe()
+        finished = time.perf_counter()
+        method, route, status = request.method, _route(request), response.status_code
+        latency = self.latency.get((method, route))
+        if latency is None:
+            latency = self.latency[method, route] = LATENCY.labels(method, route)
+        latency.observe(finished - started)
+        counter = self.requests.get((method, route, status))
+        if counter is None:
+            counter = self.requests[method, route, status] = REQUESTS.labels(
+                method, route, str(status)
+            )
+        counter.inc()
+        if finished - self.pool_at >= POOL_EVERY_SECONDS:
+            self.pool_at = finished
+            pool_observe()
         return response
 
 

@@ -244,7 +244,8 @@ MIDDLEWARE = [
     # PAGE_MIDDLEWARE, on page routes only (API routes authenticate by key).
     "memoryadmin.api.middleware.PageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "django.middleware.csp.ContentSecurityPolicyMiddleware",
+    # Django's, with the policy built once per process (memoryadmin/api/middleware.py).
+    "memoryadmin.api.middleware.ContentSecurityPolicyMiddleware",
     # Last, as django-axes asks: it turns a locked-out login into the lockout page.
     "axes.middleware.AxesMiddleware",
 ]

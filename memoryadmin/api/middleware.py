@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import copy
 import io
 from collections.abc import Callable
 from typing import Any
@@ -23,12 +24,14 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.handlers.exception import convert_exception_to_response
 from django.core.handlers.wsgi import WSGIRequest
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.middleware import csp
 from django.shortcuts import render
+from django.utils.csp import CSP, build_policy
 from django.utils.module_loading import import_string
 
 from memoryadmin.core.errors import DomainError, envelope_of
 from memoryadmin.core.jsonbody import BODY_MAX_BYTES, body_read, stream_chunks
-from memoryadmin.core.strings import string_check, strings_check
+from memoryadmin.core.strings import string_check, string_problem, strings_check
 from memoryadmin.memory.services.key_usage import key_usage_count
 
 API_PREFIXES = ("/api/", "/reference-provider/")
@@ -47,15 +50,36 @@ def _header_name(meta_key: str) -> str:
     return meta_key.removeprefix("HTTP_").replace("_", "-").title()
 
 
+_LENGTH_AND_TYPE = frozenset({"CONTENT_TYPE", "CONTENT_LENGTH"})
+
+
+def _headers(request: HttpRequest) -> list[tuple[str, str]]:
+    return [
+        (key, value)
+        for key, value in request.META.items()
+        if (key.startswith("HTTP_") or key in _LENGTH_AND_TYPE) and isinstance(value, str)
+    ]
+
+
 def request_strings_check(request: HttpRequest) -> None:
+    """The string rule for the path, the query (names and values) and every header.
+
+    One search of them all first: only a request that breaks the rule is checked part by
+    part, to name the field (the query is parsed only when there is one)."""
+    headers = _headers(request)
+    query = request.META.get("QUERY_STRING")
+    parts = [request.path, *(value for _, value in headers)]
+    if query:
+        parts.extend(f"{name}\n{value}" for name, values in request.GET.lists() for value in values)
+    if string_problem("\n".join(parts)) is None:
+        return
     string_check(request.path, field="path")
-    for name, values in request.GET.lists():
-        for value in values:
-            strings_check({name: value}, field="query")
-    for key, value in request.META.items():
-        header = key.startswith("HTTP_") or key in {"CONTENT_TYPE", "CONTENT_LENGTH"}
-        if header and isinstance(value, str):
-            strings_check({_header_name(key): value}, field="header")
+    if query:
+        for name, values in request.GET.lists():
+            for value in values:
+                strings_check({name: value}, field="query")
+    for key, value in headers:
+        strings_check({_header_name(key): value}, field="header")
 
 
 def chunked_body_read(request: HttpRequest) -> None:
@@ -139,4 +163,32 @@ class KeyUsageMiddleware:
         key = getattr(request.__dict__.get("user"), "key", None)
         if key is not None and is_api(request):
             key_usage_count(key_id=key.pk, status=response.status_code)
+        return response
+
+
+class ContentSecurityPolicyMiddleware(csp.ContentSecurityPolicyMiddleware):
+    """Django's, with the settings' policies built once per process for the responses that
+    use no nonce and set no policy of their own (nearly all): Django builds the header
+    again for every response."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        super().__init__(get_response)
+        self.built: tuple[Any, Any, list[tuple[str, str]]] | None = None
+
+    def _policies(self) -> list[tuple[str, str]]:
+        configs = (settings.SECURE_CSP, settings.SECURE_CSP_REPORT_ONLY)
+        built = self.built
+        if built is None or (built[0], built[1]) != configs:
+            headers = zip((CSP.HEADER_ENFORCE, CSP.HEADER_REPORT_ONLY), configs, strict=True)
+            policies = [(str(h), build_policy(c)) for h, c in headers if c]  # type: ignore[arg-type]
+            built = self.built = (copy.deepcopy(configs[0]), copy.deepcopy(configs[1]), policies)
+        return built[2]
+
+    def process_response(self, request: HttpRequest, response: HttpResponse) -> HttpResponse:
+        own = hasattr(response, "_csp_config") or hasattr(response, "_csp_ro_config")
+        if own or csp.get_nonce(request):
+            return super().process_response(request, response)
+        for header, policy in self._policies():
+            if header not in response:
+                response.headers[header] = policy
         return response
