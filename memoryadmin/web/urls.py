@@ -74,6 +74,10 @@ urlpatterns = [
     path("switch/", reading.switch, name="switch"),
     path("projects/<slug:p>/", reading.project_home, name="project"),
     path(PROJECT, reading.inventory, name="inventory"),
+    # The document list (the hot page) and its total early: a URL is matched against
+    # each pattern in turn, and no other pattern matches theirs.
+    path(RESOURCE, reading.documents, name="documents"),
+    path(RESOURCE + "total/", reading.documents_total, name="documents-total"),
     path(PROJECT + "audit/", reading.audit, name="audit"),
     path(PROJECT + "search/", search.search, name="search"),
     path(PROJECT + "audit/download/", reading.audit_download, name="audit-download"),
@@ -136,8 +140,6 @@ urlpatterns = [
     path(PROJECT + "review/<str:proposal>/", review.proposal_detail, name="proposal"),
     path(PROJECT + "review/<str:proposal>/approve/", review.approve, name="proposal-approve"),
     path(PROJECT + "review/<str:proposal>/reject/", review.reject, name="proposal-reject"),
-    path(RESOURCE, reading.documents, name="documents"),
-    path(RESOURCE + "total/", reading.documents_total, name="documents-total"),
     path(RESOURCE + "new/", writing.create, name="document-create"),
     path(RESOURCE + "bulk/", bulk.documents_bulk_view, name="documents-bulk"),
     path(RESOURCE + "as-of/", reading.documents_as_of, name="documents-as-of"),
