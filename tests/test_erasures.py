@@ -413,3 +413,22 @@ def test_verify_example_in_the_docs_runs(
     )
     assert done.returncode == 0, done.stderr
     assert "valid" in done.stdout
+
+
+def test_a_recall_stores_what_it_answered_and_an_erasure_finds_it(
+    api: APIClient, project: Project, make_document: Callable[..., Any]
+) -> None:
+    """The recall's JSON is encoded once for the store (not by Django's json.dumps): the
+    row holds what the answer held, and a text with quotes, a backslash, non-ASCII and
+    U+2028 is found in it as in every other table."""
+    needle = 'Café "Zürich" \\ 東京\u2028ok'
+    make_document("workshop", title="Plan", text=f"Rules: {needle}.")
+    session = support_session(project)
+    answer = recall_create(session=session, use=["notes"])
+    stored = session.recalls.get(pk=answer["recallId"])
+    assert stored.memory == answer["memory"]
+    assert stored.memory["notes"]["text"] == f"Rules: {needle}."
+
+    preview = erase(api, match={"text": needle}, dryRun=True)
+    assert preview.status_code == 200, preview.json()
+    assert preview.json()["places"]["recalls"] == 1
