@@ -130,6 +130,12 @@ def _ago(value: datetime, now: datetime, translated: bool, depth: int = 2) -> st
     # Under 28 days no calendar month has passed: timesince's own arithmetic on
     # the remaining seconds (from the largest unit that counts, `depth` adjacent
     # units at most, stopping at the first that does not), without its lazy strings.
+    if depth == 1:  # a list's column: the largest unit alone
+        for chunk, unit in _AGO_UNITS:
+            if remaining >= chunk:
+                count = int(remaining // chunk)
+                words = f"{count}\xa0{unit}" if count == 1 else f"{count}\xa0{unit}s"
+                return f"in {words}" if future else f"{words} ago"
     parts: list[str] = []
     for chunk, unit in _AGO_UNITS:
         count = int(remaining // chunk)
@@ -373,18 +379,26 @@ def document_rows(
     base = _escape(document_url)
     translated = settings.USE_I18N
     for index, row in enumerate(rows):
-        doc_id = _esc(row["doc_id"])
+        doc_id, revision, title, summary = (
+            row["doc_id"],
+            row["revision"],
+            row["title"],
+            row["summary"],
+        )
+        # One look for anything to escape in the row's text, not one per field.
+        text = f"{doc_id}{revision}{title}{summary}"
+        if "&" in text or "<" in text or ">" in text or '"' in text or "'" in text:
+            doc_id, revision = _escape(doc_id), _escape(revision)
+            title, summary = _escape(title), _escape(summary)
         focus = " autofocus" if autofocus_first and index == 0 else ""
         frozen = "" if row["agent_writes"] else '<span class="badge frozen">frozen</span>'
         pick = ""
         if selectable:  # the bulk form's checkbox: "<id>:<revision>", as bulk_selection reads
             pick = (
                 f'  <td class="pick"><input type="checkbox" name="doc" form="bulk"'
-                f' value="{doc_id}:{_esc(row["revision"])}"'
+                f' value="{doc_id}:{revision}"'
                 f' aria-label="Select {doc_id}"></td>\n'
             )
-        title = _esc(row["title"])
-        summary = _esc(row["summary"])
         writer = writer_html(
             row["writer_kind"], row["writer_session_id"], project_id, environment, short=True
         )
