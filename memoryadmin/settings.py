@@ -169,15 +169,20 @@ def database_from_url(url: str | None) -> dict[str, Any]:
             options.setdefault("server_side_binding", True)
             options.setdefault("prepare_threshold", 2)
         if env_bool("DATABASE_POOL", True):
+            from memoryadmin.core.dbpool import pool_check
+
             options["pool"] = {
                 "min_size": env_int("DATABASE_POOL_MIN", 1),
                 "max_size": env_int("DATABASE_POOL_MAX", 20),
                 "timeout": env_float("DATABASE_POOL_TIMEOUT", 3.0),
+                # Checked when taken, unless checked within the last second.
+                "check": pool_check,
             }
         return {
             "ENGINE": "django.db.backends.postgresql",
-            # Pooled connections are checked when taken, so after an outage a dead one is
-            # replaced instead of failing a request.
+            # Pooled connections are checked when taken (at most once a second each,
+            # core/dbpool.py), so after an outage a dead one is replaced instead of
+            # failing a request.
             "CONN_HEALTH_CHECKS": True,
             "NAME": unquote(parts.path.lstrip("/")) or "postgres",
             "USER": unquote(parts.username or ""),
