@@ -3,8 +3,11 @@ Memory page clients, an agent session, and the browser of the browser tests."""
 
 from __future__ import annotations
 
+import fcntl
 import os
+import shutil
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,12 +36,31 @@ from tests.helpers import (
 )
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     on_postgres = os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://"))
     skip = pytest.mark.skip(reason="needs PostgreSQL: set DATABASE_URL=postgres://...")
     for item in items:
         if "postgres" in item.keywords and not on_postgres:
             item.add_marker(skip)
+    # The long tests first, the many short ones last, so that the workers of `-n auto`
+    # end together (with `--dist worksteal`, pyproject.toml) instead of one running the
+    # last server or browser test alone. The long ones are the tests that commit
+    # (servers, browsers, processes; pytest-django, whose ordering this runs after, puts
+    # them after the others) and those without the database (processes); the short ones
+    # run in a transaction rolled back after them. The order is otherwise kept: modules
+    # stay together, for their module fixtures.
+    items.sort(key=_rolled_back)
+
+
+def _rolled_back(item: Any) -> bool:
+    fixtures = getattr(item, "fixturenames", ())
+    if "transactional_db" in fixtures or "live_server" in fixtures:
+        return False
+    marker = item.get_closest_marker("django_db")
+    if marker is not None:
+        return not (marker.kwargs.get("transaction") or marker.kwargs.get("reset_sequences"))
+    return "db" in fixtures
 
 
 @pytest.fixture(autouse=True)
@@ -89,6 +111,38 @@ def hindsight() -> Iterator[Any]:
 
     with running(FakeHindsight(token="hindsight-test")) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def migrated_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Callable[[Path], Path]:
+    """`migrated_sqlite(path)` puts a migrated, empty SQLite database at `path`, for the
+    processes a test starts whose set-up is "a migrated database" (not the migration
+    itself: tests of `migrate` run it). The database is migrated once for the run, by
+    `manage.py migrate` as a deployment runs it, and shared by every xdist worker: a
+    migration costs seconds of CPU, a copy milliseconds."""
+    from tests.helpers import clean_env, manage
+
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    template = shared / "migrated.sqlite3"
+    with (shared / "migrated.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not template.exists():
+            building = shared / "migrated.building.sqlite3"
+            env = clean_env(
+                DATABASE_URL=f"sqlite:///{building}",
+                MEMORYADMIN_DEV_SECRETS="1",
+                MEMORYADMIN_VAR_DIR=str(shared / "migrated-var"),
+            )
+            done = manage("migrate", "--noinput", "-v0", env=env)
+            assert done.returncode == 0, done.stderr
+            building.rename(template)
+
+    def copy(path: Path) -> Path:
+        shutil.copy(template, path)
+        return path
+
+    return copy
 
 
 @pytest.fixture(scope="session")

@@ -662,13 +662,13 @@ def _base_env(var_dir: Path, db: Path) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def cli_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def cli_template(
+    tmp_path_factory: pytest.TempPathFactory, migrated_sqlite: Callable[[Path], Path]
+) -> Path:
     """A migrated SQLite file with project acme, notes and kb in both environments."""
     root = tmp_path_factory.mktemp("cli-template")
-    db = root / "db.sqlite3"
+    db = migrated_sqlite(root / "db.sqlite3")
     template = Cli(env=_base_env(root, db), db=db)
-    migrated = template.run("migrate", "--skip-checks", "-v0")
-    assert migrated.returncode == 0, migrated.stderr
     template.seed(
         "from memoryadmin.memory.services.deployments import deployment_create\n"
         "from memoryadmin.memory.services.projects import project_create\n"

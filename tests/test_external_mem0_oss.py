@@ -403,13 +403,14 @@ def test_a_cancelled_attempt_stops_at_once(mem: Resource, mem0_oss: FakeMem0Oss)
 
 
 @pytest.mark.django_db(transaction=True)
-def test_record_ids_resolve_after_a_server_restart(tmp_path: Any, mem0_oss: FakeMem0Oss) -> None:
+def test_record_ids_resolve_after_a_server_restart(
+    tmp_path: Any, mem0_oss: FakeMem0Oss, migrated_sqlite: Any
+) -> None:
     env = clean_env(
         DJANGO_SETTINGS_MODULE="tests.settings",
-        DATABASE_URL=f"sqlite:///{tmp_path}/db.sqlite3",
+        DATABASE_URL=f"sqlite:///{migrated_sqlite(tmp_path / 'db.sqlite3')}",
         MEMORYADMIN_VAR_DIR=str(tmp_path / "var"),
     )
-    assert manage("migrate", "--noinput", "-v0", env=env).returncode == 0
     setup = manage(
         "shell",
         "-c",

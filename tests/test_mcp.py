@@ -276,18 +276,17 @@ def test_a_runtime_tool_named_memory_recall_is_the_one_served() -> None:
 
 
 @pytest.fixture(scope="module")
-def stdio_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+def stdio_env(tmp_path_factory: pytest.TempPathFactory, migrated_sqlite: Any) -> dict[str, str]:
     """A SQLite database of their own for the server subprocesses, with the demo set up."""
     var = tmp_path_factory.mktemp("my-notes")
     env = clean_env(
-        DATABASE_URL=f"sqlite:///{var}/db.sqlite3",
+        DATABASE_URL=f"sqlite:///{migrated_sqlite(var / 'db.sqlite3')}",
         MEMORYADMIN_VAR_DIR=str(var),
         MEMORYADMIN_DEV_SECRETS="1",
         MEMORYADMIN_PROVIDER_ALLOW="127.0.0.0/8",
     )
-    for command in (("migrate", "-v0"), ("demo",)):
-        done = manage(*command, env=env)
-        assert done.returncode == 0, done.stderr
+    done = manage("demo", env=env)
+    assert done.returncode == 0, done.stderr
     return env
 
 
@@ -437,6 +436,14 @@ def read_in_thread(url: str, key: str, uri: str) -> tuple[threading.Thread, list
     return thread, out
 
 
+# "At once", for a new session and its calls while another project's provider call is held:
+# well under a second on a quiet machine, and a few on one busy with the rest of the suite
+# (CI runs a worker per core), where a bound of 1 s failed. A call that waited for the held
+# one would wait for it to end: the provider deadline (10 s), and the held call is still
+# open when these are checked.
+AT_ONCE = 5.0
+
+
 def timed_read(url: str, key: str, uri: str) -> tuple[float, str]:
     async def read() -> str:
         async with connected(url, key) as client:
@@ -456,7 +463,7 @@ def test_a_slow_provider_of_one_project_holds_up_no_other_project(
         # While globex's provider holds its recall, acme reads its document at once.
         elapsed, text = timed_read(f"{url}?{QUERY}", keys.owner, "memory://notes")
         assert text == workshop.text
-        assert elapsed < 1, f"acme waited {elapsed:.1f} s"
+        assert elapsed < AT_ONCE, f"acme waited {elapsed:.1f} s"
         assert slow.is_alive()
         assert not out
         scripted.release.set()
@@ -502,7 +509,7 @@ def test_a_project_past_its_share_is_refused_at_once_and_others_are_served(
         held.join(15)
     assert out == [HELD_TEXT]
     assert [t.name for t in seen["tools"].tools] == ["memory_recall"]
-    assert seen["refused in"] < 1, f"globex's refusals took {seen['refused in']:.1f} s"
+    assert seen["refused in"] < AT_ONCE, f"globex's refusals took {seen['refused in']:.1f} s"
     assert seen["recall"].is_error
     error = seen["recall"].structured_content["error"]
     assert error["code"] == "rate_limited"
@@ -514,7 +521,7 @@ def test_a_project_past_its_share_is_refused_at_once_and_others_are_served(
         assert 1 <= refused.data["error"]["details"]["retryAfter"] <= 10
     # acme still found its thread at once.
     assert seen["acme"] == workshop.text
-    assert seen["acme in"] < 1, f"acme waited {seen['acme in']:.1f} s"
+    assert seen["acme in"] < AT_ONCE, f"acme waited {seen['acme in']:.1f} s"
     # The third session was never opened; the provider saw the two admitted recalls only.
     keys_of = Session.objects.filter(project=slow_project).values_list("idempotency_key")
     assert len(keys_of) == 2

@@ -7,7 +7,7 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -325,7 +325,7 @@ def _database_url(tmp_path: Path) -> str:
 
 
 @pytest.fixture
-def worker_env(tmp_path: Path) -> dict[str, str]:
+def worker_env(tmp_path: Path, migrated_sqlite: Callable[[Path], Path]) -> dict[str, str]:
     env = {
         **os.environ,
         "DATABASE_URL": _database_url(tmp_path),
@@ -339,7 +339,7 @@ def worker_env(tmp_path: Path) -> dict[str, str]:
         "PYTHONFAULTHANDLER": "1",
     }
     if not is_postgres():
-        _manage(env, "migrate", "-v0")
+        migrated_sqlite(tmp_path / "worker.sqlite3")
     return env
 
 

@@ -159,19 +159,20 @@ def test_password_validators_refuse_weak_passwords() -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_gunicorn_serves_compressed_hashed_static_files_in_production(tmp_path: Path) -> None:
-    """The production command of the Makefile, on a loopback port behind a (simulated)
-    TLS-terminating proxy."""
+def test_gunicorn_serves_compressed_hashed_static_files_in_production(
+    tmp_path: Path, migrated_sqlite: Any
+) -> None:
+    """The production command of the Makefile (collectstatic, then gunicorn), on a migrated
+    database, on a loopback port behind a (simulated) TLS-terminating proxy."""
     env = clean_env(
         **production_env(),
         MEMORYADMIN_VAR_DIR=str(tmp_path / "var"),
         DJANGO_STATIC_ROOT=str(tmp_path / "static"),
     )
-    env["DATABASE_URL"] = f"sqlite:///{tmp_path}/db.sqlite3"
+    env["DATABASE_URL"] = f"sqlite:///{migrated_sqlite(tmp_path / 'db.sqlite3')}"
     env["MEMORYADMIN_METRICS_TOKEN"] = "scrape-token"
-    for command in (["migrate", "--noinput", "-v0"], ["collectstatic", "--noinput", "-v0"]):
-        result = manage(*command, env=env)
-        assert result.returncode == 0, result.stderr
+    result = manage("collectstatic", "--noinput", "-v0", env=env)
+    assert result.returncode == 0, result.stderr
     headers = {"Host": "memory.example.com", "X-Forwarded-Proto": "https"}
     with gunicorn(env, workers=2) as base:
         # Plain HTTP (no proxy header) is redirected to HTTPS; probes are not.
@@ -205,10 +206,14 @@ def test_gunicorn_keeps_its_workers_and_warms_them_by_default(monkeypatch: Any) 
     the project again), and each imports the URLconf before it accepts a request."""
     import runpy
 
-    # The file sets these for the server's workers; the test's process gets its own back.
+    # The file sets these for the server's workers; the test's process gets its own back
+    # (set first, so that monkeypatch removes afterwards what was not there: a metrics
+    # folder left in this process's environment, removed below, broke the processes
+    # later tests start).
     names = ["GUNICORN_MAX_REQUESTS", "GUNICORN_MAX_REQUESTS_JITTER"]
     for name in [*names, "PROMETHEUS_MULTIPROC_DIR", "MEMORYADMIN_REQUEST_THREADS"]:
-        monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
     conf = runpy.run_path(str(ROOT / "gunicorn.conf.py"))
     assert conf["max_requests"] == 0
     assert conf["max_requests_jitter"] == 0
