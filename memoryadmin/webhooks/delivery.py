@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from memoryadmin.core.egress import egress_transport
 from memoryadmin.providers.wire import receive, retry_after
-from memoryadmin.runner.jobs import Postpone, RetryAfter, current_job, durable
+from memoryadmin.runner.jobs import Postpone, RetryAfter, current_job, durable, enqueue
 from memoryadmin.runner.models import Job
 from memoryadmin.webhooks.models import OPEN_DELIVERY_STATES, Delivery, DeliveryState
 
@@ -104,9 +104,25 @@ def _send(delivery: Delivery, attempt: int) -> tuple[int | None, str, float | No
 PAUSED_RECHECK_SECONDS = 60.0
 
 
+# The runner's line of an endpoint's deliveries is this and the endpoint's id (the
+# outbox's one statement builds it in SQL from the same prefix).
+LINE_PREFIX = "webhook:"
+
+
 def line_of(endpoint_id: int) -> str:
     """The runner's line of an endpoint's deliveries."""
-    return f"webhook:{endpoint_id}"
+    return f"{LINE_PREFIX}{endpoint_id}"
+
+
+def delivery_enqueue(*, project_id: str, endpoint_id: int, event_id: str) -> Job:
+    """The job that sends one delivery, in its endpoint's line (the caller's transaction)."""
+    return enqueue(
+        webhook_deliver,
+        project=project_id,
+        line=line_of(endpoint_id),
+        endpoint=endpoint_id,
+        event=event_id,
+    )
 
 
 def _lease() -> float:

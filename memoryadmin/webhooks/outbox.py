@@ -34,7 +34,7 @@ from memoryadmin.memory.representations import iso_ms
 from memoryadmin.memory.services.audit import AuditClauses, AuditFacts
 from memoryadmin.runner.jobs import enqueue_many, enqueue_sql, jobs_dispatch_on_commit
 from memoryadmin.runner.models import Job
-from memoryadmin.webhooks.delivery import line_of, webhook_deliver
+from memoryadmin.webhooks.delivery import LINE_PREFIX, line_of, webhook_deliver
 from memoryadmin.webhooks.models import Delivery, DeliveryState, Endpoint
 
 EVENT_TYPES = (
@@ -157,7 +157,7 @@ def outbox_clauses(facts: AuditFacts, *, source: str = "") -> tuple[str, list[An
         project=facts.project_id,
         rows=rows,
         kwargs="jsonb_build_object('endpoint', e.id, 'event', ev.event_id)",
-        line="'webhook:' || e.id",
+        line=f"'{LINE_PREFIX}' || e.id",
         order="e.id, ev.ordinal",
         returning=column(Job, "kwargs"),
     )

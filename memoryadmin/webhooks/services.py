@@ -26,8 +26,8 @@ from memoryadmin.memory.models import Project
 from memoryadmin.memory.representations import iso_ms
 from memoryadmin.memory.services.audit import AuditFacts, audit_record
 from memoryadmin.providers.declarations import origin_check
-from memoryadmin.runner.jobs import enqueue, job_again, jobs_wake
-from memoryadmin.webhooks.delivery import line_of, webhook_deliver
+from memoryadmin.runner.jobs import job_again, jobs_wake
+from memoryadmin.webhooks.delivery import delivery_enqueue, line_of
 from memoryadmin.webhooks.models import OPEN_DELIVERY_STATES, Delivery, DeliveryState, Endpoint
 from memoryadmin.webhooks.outbox import EVENT_TYPES, event_body, events_column_value, new_event_id
 
@@ -231,12 +231,8 @@ def delivery_redeliver(
     )
     if finished:
         if job_id is None or not job_again(job_id):
-            job = enqueue(
-                webhook_deliver,
-                project=endpoint.project_id,
-                line=line_of(endpoint.pk),
-                endpoint=endpoint.pk,
-                event=event_id,
+            job = delivery_enqueue(
+                project_id=endpoint.project_id, endpoint_id=endpoint.pk, event_id=event_id
             )
             rows.update(job=job)
         _audit(endpoint, actor=actor, action="webhook.redeliver", event=event_id)
@@ -299,12 +295,8 @@ def endpoint_send_test(*, endpoint: Endpoint, actor: str) -> Delivery:
         action="webhook.test",
         detail={"webhook": endpoint.pk},
     )
-    job = enqueue(
-        webhook_deliver,
-        project=endpoint.project_id,
-        line=line_of(endpoint.pk),
-        endpoint=endpoint.pk,
-        event=event_id,
+    job = delivery_enqueue(
+        project_id=endpoint.project_id, endpoint_id=endpoint.pk, event_id=event_id
     )
     delivery = Delivery.objects.create(
         endpoint=endpoint,
