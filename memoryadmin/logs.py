@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -185,15 +185,6 @@ def _status_level(status: int) -> int:
     return _STATUS_LEVELS.get(status // 100, logging.INFO)
 
 
-def _request_id() -> str:
-    """A random (version 4) UUID, as `str(uuid.uuid4())` writes it, for a fifth of its cost."""
-    raw = bytearray(os.urandom(16))
-    raw[6] = raw[6] & 0x0F | 0x40
-    raw[8] = raw[8] & 0x3F | 0x80
-    h = raw.hex()
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
-
-
 def _finished_fields(request: HttpRequest) -> dict[str, Any]:
     fields = {"request": _path(request), **who(request)}
     started = getattr(request, "_log_started", None)
@@ -230,7 +221,7 @@ class RequestLogMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse:
         request._log_started = time.perf_counter()  # type: ignore[attr-defined]
         request_id = self.trust_request_id and request.META.get("HTTP_X_REQUEST_ID")
-        context = {"request_id": request_id or _request_id(), "ip": client_address(request)}
+        context = {"request_id": request_id or str(uuid.uuid4()), "ip": client_address(request)}
         tokens = structlog.contextvars.bind_contextvars(**context)
         try:
             if _logger.isEnabledFor(logging.DEBUG):
