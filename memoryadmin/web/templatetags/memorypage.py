@@ -23,12 +23,15 @@ from memoryadmin.memory.limits import utf8_len
 register = template.Library()
 
 
+def _needs_escape(value: str) -> bool:
+    """Whether `html.escape` (quotes included) would change `value`."""
+    return "&" in value or "<" in value or ">" in value or '"' in value or "'" in value
+
+
 def _esc(value: str) -> str:
     """`html.escape` (quotes included), without its five passes over the text when
     it has nothing to escape, as most ids, titles and summaries have not."""
-    if "&" in value or "<" in value or ">" in value or '"' in value or "'" in value:
-        return _escape(value)
-    return value
+    return _escape(value) if _needs_escape(value) else value
 
 
 @functools.lru_cache(maxsize=4096)
@@ -171,15 +174,10 @@ ENV_SECTIONS = frozenset(
 )
 
 
-@register.simple_tag(takes_context=True)
-def env_url(context: template.Context, environment: str) -> str:
-    request = context.get("request")
-    page = context.get("page")
-    match = getattr(request, "resolver_match", None)
-    name = match.url_name if match is not None else None
-    section = name if name in ENV_SECTIONS else "inventory"
-    project_id = context.get("p") or (page.project.id if page is not None else "")
-    return cached_reverse(f"web:{section}", project_id, environment, context=context)
+def env_section(url_name: str) -> str:
+    """The section an environment tab links to: the page's own where it exists in every
+    environment, else the inventory."""
+    return url_name if url_name in ENV_SECTIONS else "inventory"
 
 
 @register.filter
@@ -248,11 +246,9 @@ SECTION_OF = {
 }
 
 
-@register.simple_tag(takes_context=True)
-def nav_section(context: template.Context) -> str:
-    match = getattr(context.get("request"), "resolver_match", None)
-    name = match.url_name if match is not None else ""
-    return SECTION_OF.get(name or "", "memory")
+def nav_section(url_name: str) -> str:
+    """The section tab a page highlights."""
+    return SECTION_OF.get(url_name, "memory")
 
 
 @register.filter
@@ -386,8 +382,7 @@ def document_rows(
             row["summary"],
         )
         # One look for anything to escape in the row's text, not one per field.
-        text = f"{doc_id}{revision}{title}{summary}"
-        if "&" in text or "<" in text or ">" in text or '"' in text or "'" in text:
+        if _needs_escape(f"{doc_id}{revision}{title}{summary}"):
             doc_id, revision = _escape(doc_id), _escape(revision)
             title, summary = _escape(title), _escape(summary)
         focus = " autofocus" if autofocus_first and index == 0 else ""
@@ -466,21 +461,21 @@ def _tabs(
     def url(viewname: str, *args: str) -> str:
         return _escape(_reversed(viewname, args, prefix, urlconf))
 
-    # The environment tabs keep a project-wide section (as `env_url`).
-    env_section = url_name if url_name in ENV_SECTIONS else "inventory"
+    # The environment tabs keep a project-wide section.
+    target = env_section(url_name)
     out = [
         '\n<nav class="tabs" aria-label="Project sections">\n'
         '  <ul class="env-tabs" aria-label="Environment">\n    <li><a href="',
-        url(f"web:{env_section}", env_project, "development"),
+        url(f"web:{target}", env_project, "development"),
         '"',
         "" if production else _CURRENT_PAGE,
         '>Development</a></li>\n    <li><a class="prod" href="',
-        url(f"web:{env_section}", env_project, "production"),
+        url(f"web:{target}", env_project, "production"),
         '"',
         _CURRENT_PAGE if production else "",
         '>Production</a></li>\n  </ul>\n  \n  <ul class="section-tabs">\n',
     ]
-    section = SECTION_OF.get(url_name, "memory")
+    section = nav_section(url_name)
     permitted = iter(allowed)
     for name, label, permission, tab in _SECTION_TABS:
         out.append("    ")
