@@ -32,6 +32,8 @@ from tests.helpers import (
     PASSWORD,
     Keys,
     People,
+    clean_env,
+    manage,
     support_session,
 )
 
@@ -120,8 +122,6 @@ def migrated_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Callable[[Path]
     itself: tests of `migrate` run it). The database is migrated once for the run, by
     `manage.py migrate` as a deployment runs it, and shared by every xdist worker: a
     migration costs seconds of CPU, a copy milliseconds."""
-    from tests.helpers import clean_env, manage
-
     base = tmp_path_factory.getbasetemp()
     shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
     template = shared / "migrated.sqlite3"
