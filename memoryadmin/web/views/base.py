@@ -45,6 +45,9 @@ from memoryadmin.web.services.roles import (
 )
 from memoryadmin.web.services.sessions import session_agents
 
+# A form that does not validate is shown again, with its errors, under this status.
+INVALID = 422
+
 
 @dataclass(frozen=True)
 class Page:

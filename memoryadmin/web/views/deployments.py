@@ -23,9 +23,7 @@ from memoryadmin.providers.services.secrets import secret_list, secret_set
 from memoryadmin.web.forms import SecretForm
 from memoryadmin.web.services.deployments import deployments_active
 from memoryadmin.web.services.roles import DEPLOY, READ, SECRETS
-from memoryadmin.web.views.base import Page, actor, page_render, project_view
-
-INVALID = 422
+from memoryadmin.web.views.base import INVALID, Page, actor, page_render, project_view
 
 
 def _render(

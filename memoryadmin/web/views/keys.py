@@ -22,6 +22,7 @@ from memoryadmin.web.forms import ApiKeyForm
 from memoryadmin.web.services.lockouts import lockouts_for_project
 from memoryadmin.web.services.roles import KEYS
 from memoryadmin.web.views.base import (
+    INVALID,
     Page,
     actor,
     never_cached,
@@ -31,7 +32,6 @@ from memoryadmin.web.views.base import (
     take_once,
 )
 
-INVALID = 422
 # The usage chart's size (SVG user units): one bar per hour.
 BAR_WIDTH, CHART_HEIGHT = 6, 30
 

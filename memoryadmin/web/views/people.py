@@ -23,6 +23,7 @@ from memoryadmin.web.services.roles import (
     user_invite,
 )
 from memoryadmin.web.views.base import (
+    INVALID,
     Page,
     actor,
     never_cached,
@@ -31,8 +32,6 @@ from memoryadmin.web.views.base import (
     show_once,
     take_once,
 )
-
-INVALID = 422
 
 
 def _render(

@@ -25,10 +25,9 @@ from memoryadmin.memory.services.proposals import (
 from memoryadmin.web.forms import ProposalApproveForm, ProposalRejectForm
 from memoryadmin.web.services.review import proposal_views
 from memoryadmin.web.services.roles import EDIT, REVIEW
-from memoryadmin.web.views.base import Page, actor, page_render, project_view
+from memoryadmin.web.views.base import INVALID, Page, actor, page_render, project_view
 
 CONFLICT = 409
-INVALID = 422
 
 
 @require_GET

@@ -16,6 +16,7 @@ from memoryadmin.core.errors import DomainError
 from memoryadmin.web.forms import WebhookForm, sentence
 from memoryadmin.web.services.roles import WEBHOOKS
 from memoryadmin.web.views.base import (
+    INVALID,
     Page,
     actor,
     never_cached,
@@ -26,8 +27,6 @@ from memoryadmin.web.views.base import (
 )
 from memoryadmin.webhooks import services
 from memoryadmin.webhooks.models import Endpoint
-
-INVALID = 422
 
 
 def _list(

@@ -26,10 +26,9 @@ from memoryadmin.memory.services.documents import (
 from memoryadmin.memory.services.edits import document_edit, edit_reapply
 from memoryadmin.web.forms import DeleteForm, DocumentCreateForm, DocumentEditForm, RevisionForm
 from memoryadmin.web.services.roles import DELETE, EDIT, FREEZE
-from memoryadmin.web.views.base import Page, actor, page_render, project_view
+from memoryadmin.web.views.base import INVALID, Page, actor, page_render, project_view
 from memoryadmin.web.views.reading import as_of_context
 
-INVALID = 422
 CONFLICT = 409
 
 
