@@ -63,6 +63,11 @@ POOL = Gauge(
 )
 
 UNMATCHED = "<unmatched>"
+# The method label of a request whose method is none of these: a client chooses the
+# method, and each new label would be a new series (and memo entry) for as long as the
+# worker lives.
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+OTHER_METHOD = "<other>"
 
 
 def _route(request: HttpRequest) -> str:
@@ -109,6 +114,8 @@ class MetricsMiddleware:
         response = self.get_response(request)
         finished = time.perf_counter()
         method, route, status = request.method, _route(request), response.status_code
+        if method not in METHODS:
+            method = OTHER_METHOD
         latency = self.latency.get((method, route))
         if latency is None:
             latency = self.latency[method, route] = LATENCY.labels(method, route)

@@ -164,6 +164,17 @@ def test_metrics_count_and_time_requests_by_route(
     assert scrape(client)[("memoryadmin_http_requests_total", unmatched)] >= 1
 
 
+def test_methods_a_client_makes_up_share_one_series(api: Any, client: Any, settings: Any) -> None:
+    settings.MEMORYADMIN_METRICS_TOKEN = "scrape-token"
+    for method in ("BREW", "PROPFIND", "X" * 40):
+        assert api.generic(method, f"{DOCS}{DEV}").status_code == 405
+    values = scrape(client)
+    other = (("method", "<other>"), ("route", ROUTE), ("status", "405"))
+    assert values[("memoryadmin_http_requests_total", other)] >= 3
+    methods = {dict(labels)["method"] for name, labels in values if "method" in dict(labels)}
+    assert not methods & {"BREW", "PROPFIND", "X" * 40}
+
+
 @pytest.mark.postgres
 def test_metrics_report_the_database_pool(
     api: Any, client: Any, settings: Any, project: Any
