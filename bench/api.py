@@ -859,7 +859,7 @@ def stack_rows(
     """What the stack costs before any view runs (a constant view through every
     middleware against the raw WSGI answer, on each server), and the shipped
     configuration's tail and throughput against sync workers."""
-    from memoryadmin.benchfloors import CONSTANT_API_PATH, RAW_PATH
+    from memoryadmin.benchfloors import BARE_PATH, CONSTANT_API_PATH, RAW_PATH
 
     s, n, c = args.seconds, args.pairs, args.concurrency
 
@@ -875,6 +875,13 @@ def stack_rows(
             lambda p=p: interleaved(n, rate(p, raw), rate(p, constant), warm=True),
             lambda f, m: m / f,
         )
+    row(
+        "constant JSON view through Django without middleware ÷ raw WSGI, 2 sync workers (req/s)",
+        "(context)",
+        lambda r: True,
+        lambda: interleaved(n, rate(port, raw), rate(port, Call("GET", BARE_PATH)), warm=True),
+        lambda f, m: m / f,
+    )
     runs: list[Load] = []
 
     def tail() -> tuple[float, float]:

@@ -5,7 +5,9 @@ bench measures the API and its floor in the same server processes, through the
 same middleware, and reports the API's numbers as ratios of these. Beside them,
 a constant JSON view (on an API route and on a page route) measures what the
 stack itself costs, against the raw WSGI answer of `memoryadmin/wsgi.py` for
-`RAW_PATH`, which never reaches Django.
+`RAW_PATH`, which never reaches Django, and against the same view behind Django's
+own WSGI handler with no middleware at all (`BARE_PATH`): what Django's handler
+costs before any middleware of ours or its own.
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ import secrets
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from django.core.handlers.wsgi import WSGIHandler
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.test.utils import override_settings
 from django.urls import path
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
@@ -26,19 +30,33 @@ PREFIX = "api/managed-agents/bench/"
 CONSTANT_API_PATH = f"/{PREFIX}constant"
 CONSTANT_PAGE_PATH = "/bench/constant"
 RAW_PATH = "/bench/raw"
+BARE_PATH = "/bench/bare"
 CONSTANT = b'{"status": "ok"}'
 
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 
+class BareHandler(WSGIHandler):
+    """Django's WSGI handler with an empty middleware list."""
+
+    def load_middleware(self, is_async: bool = False) -> None:
+        with override_settings(MIDDLEWARE=[]):
+            super().load_middleware(is_async)
+
+
 def raw_wsgi(app: WSGIApp) -> WSGIApp:
-    """`app`, except that `RAW_PATH` is answered here with `CONSTANT`: no Django at all."""
+    """`app`, except that `RAW_PATH` is answered here with `CONSTANT` (no Django at all)
+    and `BARE_PATH` by Django without middleware."""
     headers = [("Content-Type", "application/json"), ("Content-Length", str(len(CONSTANT)))]
+    bare = BareHandler()
 
     def application(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        if environ.get("PATH_INFO") == RAW_PATH:
+        path = environ.get("PATH_INFO")
+        if path == RAW_PATH:
             start_response("200 OK", headers)
             return [CONSTANT]
+        if path == BARE_PATH:
+            return bare(environ, start_response)
         return app(environ, start_response)
 
     return application
@@ -87,6 +105,7 @@ def document_update(request: HttpRequest, resource_pk: int, doc_id: str) -> Http
 urlpatterns = [
     path(CONSTANT_API_PATH.lstrip("/"), constant),
     path(CONSTANT_PAGE_PATH.lstrip("/"), constant),
+    path(BARE_PATH.lstrip("/"), constant),
     path(f"{PREFIX}floor/<int:resource_pk>/<str:doc_id>", document_read),
     path(f"{PREFIX}floor-put/<int:resource_pk>/<str:doc_id>", document_update),
 ]
