@@ -340,9 +340,13 @@ def contexts(browser: Any) -> Iterator[list[Any]]:
 
 @pytest.fixture
 def open_page(browser: Any, contexts: list[Any], live_server: Any) -> Any:
-    """A page in a fresh browser context (its own cookies), logged in as `username`."""
+    """A page in a fresh browser context (its own cookies), logged in as `username` and on
+    the project's development page. `through_form=True` logs in as a person does, through
+    the login form; otherwise the context starts with the session cookie of a login
+    (`Client.force_login`), so that the test's page is the first one the browser loads
+    (the form is a page load, a post and a redirect: most of a second on a busy machine)."""
 
-    def make(username: str, **options: Any) -> Any:
+    def make(username: str, *, through_form: bool = False, **options: Any) -> Any:
         options.setdefault("viewport", {"width": 1280, "height": 860})
         context = browser.new_context(base_url=live_server.url, **options)
         context.set_default_timeout(20_000)
@@ -354,14 +358,36 @@ def open_page(browser: Any, contexts: list[Any], live_server: Any) -> Any:
         page.on("pageerror", lambda error: errors.append(str(error)))
         page.on("console", lambda message: _console_error(message, errors))
         page.js_errors = errors
-        page.goto("/")
-        page.get_by_label("Username").fill(username)
-        page.get_by_label("Password").fill(PASSWORD)
-        page.get_by_role("button", name="Log in").click()
+        if through_form:
+            page.goto("/")
+            page.get_by_label("Username").fill(username)
+            page.get_by_label("Password").fill(PASSWORD)
+            page.get_by_role("button", name="Log in").click()
+        else:
+            context.add_cookies([_session_cookie(username, live_server.url)])
+            page.goto("/")
         page.wait_for_url("**/projects/acme/development/")
         return page
 
     return make
+
+
+def _session_cookie(username: str, url: str) -> dict[str, Any]:
+    """The session cookie of `username` logged in, as the login view sets it."""
+    from django.conf import settings
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    client = Client()
+    client.force_login(get_user_model().objects.get(username=username))
+    return {
+        "name": settings.SESSION_COOKIE_NAME,
+        "value": client.cookies[settings.SESSION_COOKIE_NAME].value,
+        "url": url,
+        "httpOnly": settings.SESSION_COOKIE_HTTPONLY,
+        "secure": settings.SESSION_COOKIE_SECURE,
+        "sameSite": str(settings.SESSION_COOKIE_SAMESITE),
+    }
 
 
 def _console_error(message: Any, errors: list[str]) -> None:

@@ -24,7 +24,7 @@ def test_owner_logs_in_filters_opens_and_edits_a_document(
 ) -> None:
     from playwright.sync_api import expect
 
-    page = open_page("olivia")
+    page = open_page("olivia", through_form=True)
     expect(page.get_by_role("heading", name="Memory")).to_be_visible()
     expect(page.get_by_role("row", name="archive")).to_contain_text("retired")
     shoot(page, "inventory")
