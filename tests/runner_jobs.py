@@ -1,6 +1,6 @@
 """Durable jobs the suite runs in real worker processes (tests/test_runner.py).
 
-`python manage.py shell -c` calls `enqueue_*` and `state` here, with the same
+`python manage.py shell -c` calls `enqueue_*`, `state` and `wait_done` here, with the same
 database as the worker, so the test sees what a worker did only through the
 database, as an operator would.
 """
@@ -72,6 +72,19 @@ def state(label: str) -> None:
         if entry.detail.get("label") == label
     )
     print(json.dumps({"jobs": jobs, "steps": steps}))
+
+
+def wait_done(label: str, seconds: float = 60) -> None:
+    """Waits (a minute at most) for the first job of `label` to be done, reading the
+    database every 50 ms: one process for the whole wait. Prints whether it is."""
+    deadline = time.monotonic() + seconds
+    while True:
+        first = Job.objects.filter(kwargs__label=label).order_by("pk").first()
+        done = first is not None and first.state == "done"
+        if done or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    print(json.dumps(done))
 
 
 def webhook_change(url: str, *doc_ids: str) -> str:

@@ -412,7 +412,8 @@ def test_a_worker_killed_mid_job_leaves_it_to_be_retried_never_half_applied(
     }
     second = worker_start(backend_env, tmp_path / "worker.log")
     try:
-        _wait_for(lambda: _state(backend_env, "killed")["jobs"][0]["state"] == "done", "the retry")
+        waited = _python(backend_env, "wait_done('killed')").strip().splitlines()[-1]
+        assert waited == "true", "timed out waiting for the retry"
     finally:
         worker_stop(second, tmp_path / "worker.log")
     assert second.returncode == 0
