@@ -16,8 +16,9 @@ query parameters, under the same names), one method turns them into conditions.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import astuple, dataclass, fields
+from dataclasses import dataclass, fields
 from datetime import date, datetime
+from functools import cached_property
 
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
@@ -56,14 +57,19 @@ class DocumentFacets:
     size_min: int | None = None
     size_max: int | None = None
 
-    @property
+    # Worked out once per instance (the facets are frozen): a page asks several times.
+    @cached_property
+    def _values(self) -> tuple[str | date | int | None, ...]:
+        return tuple(getattr(self, item.name) for item in fields(self))
+
+    @cached_property
     def narrowed(self) -> bool:
-        return any(value not in ("", None) for value in astuple(self))
+        return any(value not in ("", None) for value in self._values)
 
     @property
     def scope(self) -> str:
         """What a keyset cursor of the narrowed list is bound to."""
-        return ":".join("" if value is None else str(value) for value in astuple(self))
+        return ":".join("" if value is None else str(value) for value in self._values)
 
     def params(self) -> dict[str, str]:
         """The facets as query parameters (the inverse of `document_facets`)."""
