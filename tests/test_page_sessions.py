@@ -103,3 +103,67 @@ def test_a_session_decoded_before_is_a_fresh_copy_and_needs_the_same_secret(
     forged = text[:-2] + ("AA" if not text.endswith("AA") else "BB")
     assert SessionStore().decode(forged) == {}
     assert SessionStore().decode(forged) == {}
+
+
+def _project_page(persona: str) -> str:
+    return "/projects/globex/development/" if persona == "oscar" else INVENTORY
+
+
+@pytest.mark.django_db
+def test_a_session_read_before_reads_its_user_in_its_own_query_with_the_same_checks(
+    people: People,
+) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    clients = {name: Client() for name in ("olivia", "sam", "vera", "oscar", "ended")}
+    for name, client in clients.items():
+        assert password_login(client, "olivia" if name == "ended" else name, PASSWORD)
+        # The first page reads the session, then the user with the role.
+        first = client.get(_project_page(name))
+        assert first.status_code == 200
+    with CaptureQueriesContext(connection) as captured:
+        again = clients["olivia"].get(INVENTORY)
+    assert again.status_code == 200
+    assert again.wsgi_request.user == people.owner
+    assert again.context["page"].role == "owner"
+    sessions = [q["sql"] for q in captured if "django_session" in q["sql"]]
+    assert len(sessions) == 1, captured.captured_queries
+    assert "web_projectrole" in sessions[0], sessions
+    assert "auth_user" in sessions[0], sessions
+
+    # What ends a session ends it as before, the user read in the session's query.
+    people.support.is_active = False
+    people.support.save(update_fields=["is_active"])
+    people.viewer.set_password("another-long-password-2")
+    people.viewer.save(update_fields=["password"])
+    people.outsider.delete()
+    StoredSession.objects.filter(session_key=clients["ended"].session.session_key).delete()
+    for name in ("sam", "vera", "oscar", "ended"):
+        response = clients[name].get(_project_page(name))
+        assert response.status_code == 302, name
+        assert response["Location"].startswith("/login/"), name
+        assert not response.wsgi_request.user.is_authenticated, name
+    assert clients["olivia"].get(INVENTORY).status_code == 200
+
+
+@pytest.mark.django_db
+def test_a_session_that_names_another_user_than_remembered_reads_the_user_it_names(
+    people: People,
+) -> None:
+    from memoryadmin.web import sessions
+
+    client = Client()
+    assert password_login(client, "vera", PASSWORD)
+    assert client.get(INVENTORY).status_code == 200
+    key = client.cookies[settings.SESSION_COOKIE_NAME].value
+    assert sessions._users[key] == people.viewer.pk
+    # As if the session had named the owner when this instance last read it.
+    sessions._users[key] = people.owner.pk
+
+    response = client.get(INVENTORY)
+
+    assert response.status_code == 200
+    assert response.wsgi_request.user == people.viewer
+    assert response.context["page"].role == "viewer"
+    assert sessions._users[key] == people.viewer.pk

@@ -168,6 +168,17 @@ def test_memory_page_document_list_reads_the_role_once(
     assert "memory_deployment" in roles[0], queries
     assert '<option value="support-bot">support-bot</option>' in html
     assert not any("COUNT(" in q.upper() for q in queries), queries
+    # Once this instance has read the session, the user and all the rest come in the
+    # session's own query: two round trips with the keyset page.
+    response, queries = counted(lambda: owner.get(url))
+    assert response.status_code == 200
+    again = html_of(response)
+    for index in range(3):
+        href = reverse("web:document", args=["acme", "development", "notes", f"doc-{index}"])
+        assert f'<a href="{href}"' in again
+    assert len(queries) == 2, queries
+    assert "django_session" in queries[0], queries
+    assert "memory_deployment" in queries[0], queries
     total_url = url + "total/"
     assert f'hx-get="{total_url}" hx-trigger="load, ' in html
     response, queries = counted(lambda: owner.get(total_url, HTTP_HX_REQUEST="true"))

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.backends import ModelBackend
@@ -43,17 +44,44 @@ class UserBackend(ModelBackend):
         return user if user is not None and self.user_can_authenticate(user) else None
 
 
-# Reads the signed-in user's row, given its id, with whatever else the request reads
-# with it (the page's role: memoryadmin.web.services.roles.PageRead).
-type UserReader = Callable[[Any], Any]
+@dataclass(frozen=True)
+class SessionLookup:
+    """The session's read (memoryadmin.web.sessions) as parts of a query, for a reader
+    that reads the user in the same query: `data` is the session's text, `source` its
+    table (aliased), `where` the condition on it with `params`, which picks its row."""
+
+    data: str
+    source: str
+    where: str
+    params: Sequence[Any]
+
+
+class UserReader(Protocol):
+    """Reads the signed-in user's row, given its id, with whatever else the request
+    reads with it (the page's role: memoryadmin.web.services.roles.PageRead)."""
+
+    def __call__(self, user_id: Any) -> Any: ...
+
+    def read_with_session(self, session: SessionLookup, user_id: Any) -> Any:
+        """The session's text (None: no such session), read in one query with what
+        `self(user_id)` reads, which it then answers without a query of its own."""
+        ...
+
+
 _reader: ContextVar[UserReader | None] = ContextVar("memoryadmin_user_reader", default=None)
+
+
+def user_reader() -> UserReader | None:
+    """The reader of the block of `users_read_with` running now, if any."""
+    return _reader.get()
 
 
 @contextmanager
 def users_read_with(reader: UserReader) -> Iterator[None]:
     """Inside the block a user's first read (`request.user`) is `reader`'s: one query
-    for the user and what a page needs with it. Django's checks of the session and
-    the user are unchanged."""
+    for the user and what a page needs with it, and the session's own when the session
+    is known to name that user (memoryadmin.web.sessions). Django's checks of the
+    session and the user are unchanged."""
     token = _reader.set(reader)
     try:
         yield

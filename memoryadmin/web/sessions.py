@@ -17,13 +17,14 @@ import json
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth import BACKEND_SESSION_KEY
+from django.contrib.auth import BACKEND_SESSION_KEY, SESSION_KEY, get_user_model
 from django.contrib.sessions.backends import db
+from django.core.exceptions import ValidationError
 from django.core.signing import JSONSerializer
-from django.db import connections, router
+from django.db import DEFAULT_DB_ALIAS, connections, router
 from django.utils import timezone
 
-from memoryadmin.web.auth import STORED_BACKEND, USER_BACKEND
+from memoryadmin.web.auth import STORED_BACKEND, USER_BACKEND, SessionLookup, user_reader
 
 
 @functools.cache
@@ -32,6 +33,45 @@ def _select_sql(alias: str, table: str, data: str, key: str, expiry: str) -> str
     return (
         f"SELECT {quote(data)} FROM {quote(table)} WHERE {quote(key)} = %s AND {quote(expiry)} > %s"
     )
+
+
+@functools.cache
+def _lookup_sql(alias: str, table: str, data: str, key: str, expiry: str) -> tuple[str, str, str]:
+    """`_select_sql` as parts of a query that reads more (SessionLookup)."""
+    quote = connections[alias].ops.quote_name
+    return (
+        f"s.{quote(data)}",
+        f"{quote(table)} s",
+        f"s.{quote(key)} = %s AND s.{quote(expiry)} > %s",
+    )
+
+
+# The user each session named when it was last read here, by session key: a page's
+# user is then read in the session's own query (`user_reader`). Only a guess for that
+# query: what it read is used only when the session it returned names the same user.
+_USERS_MAX = 1024
+_users: dict[str, Any] = {}
+
+
+def _user_of(data: dict[str, Any]) -> Any:
+    """The user id a session's data names, as Django's auth reads it (None: none)."""
+    value = data.get(SESSION_KEY)
+    if value is None:
+        return None
+    try:
+        return get_user_model()._meta.pk.to_python(value)
+    except ValidationError:
+        return None
+
+
+def _remember_user(key: str | None, data: dict[str, Any]) -> None:
+    user = _user_of(data)
+    if key is None or user is None:
+        _users.pop(key or "", None)
+    elif _users.get(key) != user:
+        if len(_users) >= _USERS_MAX:
+            _users.clear()
+        _users[key] = user
 
 
 # Sessions decoded before, by their stored text and the secrets that signed it: the
@@ -70,7 +110,7 @@ class SessionStore(db.SessionStore):
         alias = router.db_for_read(model)
         connection = connections[alias]
         meta = model._meta
-        sql = _select_sql(
+        names = (
             alias,
             meta.db_table,
             meta.get_field("session_data").column,
@@ -78,15 +118,28 @@ class SessionStore(db.SessionStore):
             meta.get_field("expire_date").column,
         )
         now = connection.ops.adapt_datetimefield_value(timezone.now())
-        with connection.cursor() as cursor:
-            cursor.execute(sql, [self.session_key, now])
-            row = cursor.fetchone()
+        key = self.session_key
+        reader = user_reader()
+        # The user this session named last time, read with it in one query by the page's
+        # reader (which reads the default database).
+        known = None if reader is None or alias != DEFAULT_DB_ALIAS else _users.get(key or "")
+        row: tuple[Any, ...] | None
+        if reader is not None and known is not None:
+            lookup = SessionLookup(*_lookup_sql(*names), params=(key, now))
+            text = reader.read_with_session(lookup, known)
+            row = None if text is None else (text,)
+        else:
+            with connection.cursor() as cursor:
+                cursor.execute(_select_sql(*names), [key, now])
+                row = cursor.fetchone()
         if row is None:
             # As Django's: a missing or expired session forgets its key (a new one
             # is made if anything is stored).
+            _users.pop(key or "", None)
             self._session_key = None
             return {}
         data = self.decode(row[0])
+        _remember_user(key, data)
         if data.get(BACKEND_SESSION_KEY) == STORED_BACKEND:
             data[BACKEND_SESSION_KEY] = USER_BACKEND
         return data

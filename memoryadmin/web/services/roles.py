@@ -29,6 +29,7 @@ from memoryadmin.core.rows import column, columns, instance, table
 from memoryadmin.memory.models import Project, Resource
 from memoryadmin.memory.services.audit import audit_record
 from memoryadmin.memory.services.projects import project_get
+from memoryadmin.web.auth import SessionLookup
 from memoryadmin.web.models import ProjectRole, Role
 from memoryadmin.web.services.sessions import agents_sql, agents_value
 
@@ -201,6 +202,8 @@ class PageRead:
     is called with the session's user id and reads the user with `memberships_for_user`'s
     memberships, the resource a page names (as `memberships_and_resource`) and, if asked,
     the project's agents (`session_agents`): one round trip instead of two or three.
+    When the session is known to name a user, the session's read reads all that too
+    (`read_with_session`), and the call for that user is answered from it.
     """
 
     project_id: str
@@ -212,19 +215,48 @@ class PageRead:
     memberships: list[Membership] = field(default_factory=list)
     named: Resource | None = None
     agents: list[str] | None = None
+    # Read with the session: the user id asked for, and the rows (the session's text
+    # left out) that the call for that id takes instead of querying.
+    _read: tuple[Any, list[tuple[Any, ...]]] | None = field(default=None, repr=False)
+
+    def _params(self, user_id: Any, session: SessionLookup | None) -> list[Any]:
+        params: list[Any] = [self.project_id] if self.with_agents else []
+        if session is not None:  # the user is joined to the session's row
+            params.append(user_id)
+        if self.resource_id is not None:
+            params += [self.project_id, self.environment, self.resource_id]
+        return [*params, *session.params] if session is not None else [*params, user_id]
+
+    def _sql(self, session: SessionLookup | None) -> str:
+        parts = None if session is None else (session.data, session.source, session.where)
+        return _page_read_sql(
+            connection.vendor,
+            get_user_model(),
+            self.resource_id is not None,
+            self.with_agents,
+            parts,
+        )
+
+    def read_with_session(self, session: SessionLookup, user_id: Any) -> Any:
+        with connection.cursor() as cursor:
+            cursor.execute(self._sql(session), self._params(user_id, session))
+            rows = cursor.fetchall()
+        if not rows:
+            return None
+        self._read = (user_id, [row[1:] for row in rows])
+        return rows[0][0]
 
     def __call__(self, user_id: Any) -> AbstractBaseUser | None:
         model = get_user_model()
-        sql = _page_read_sql(
-            connection.vendor, model, self.resource_id is not None, self.with_agents
-        )
-        params: list[Any] = [self.project_id] if self.with_agents else []
-        if self.resource_id is not None:
-            params += [self.project_id, self.environment, self.resource_id]
-        with connection.cursor() as cursor:
-            cursor.execute(sql, [*params, user_id])
-            rows = cursor.fetchall()
-        if not rows:
+        read, self._read = self._read, None
+        if read is not None and read[0] == user_id:
+            rows = read[1]
+        else:
+            with connection.cursor() as cursor:
+                cursor.execute(self._sql(None), self._params(user_id, None))
+                rows = cursor.fetchall()
+        # No row, or (read with the session) the session's row without its user.
+        if not rows or rows[0][_pk_index(model)] is None:
             return None
         user_end = len(model._meta.concrete_fields)
         project_end = user_end + 1 + len(Project._meta.concrete_fields)
@@ -247,16 +279,34 @@ class PageRead:
 
 
 @functools.cache
-def _page_read_sql(vendor: str, user: type[Model], with_resource: bool, with_agents: bool) -> str:
+def _pk_index(model: type[Model]) -> int:
+    return model._meta.concrete_fields.index(model._meta.pk)
+
+
+@functools.cache
+def _page_read_sql(
+    vendor: str,
+    user: type[Model],
+    with_resource: bool,
+    with_agents: bool,
+    session: tuple[str, str, str] | None = None,
+) -> str:
+    """PageRead's query; with `session` (SessionLookup's data, source and where), from the
+    session's row, the user joined to it by the id given, the session's text first."""
     project_id = f"p.{column(Project, 'id')}"
-    sql = f"SELECT {columns(user, 'u')}, pr.{column(ProjectRole, 'role')}, {columns(Project, 'p')}"
+    user_pk = f"u.{column(user, user._meta.pk.name)}"
+    sql = "SELECT " if session is None else f"SELECT {session[0]}, "
+    sql += f"{columns(user, 'u')}, pr.{column(ProjectRole, 'role')}, {columns(Project, 'p')}"
     if with_resource:
         sql += f", {columns(Resource, 'r')}"
     if with_agents:
         sql += f", CASE WHEN {project_id} = %s THEN {agents_sql(project_id)} END"
+    if session is None:
+        sql += f" FROM {table(user)} u"
+    else:
+        sql += f" FROM {session[1]} LEFT JOIN {table(user)} u ON {user_pk} = %s"
     sql += (
-        f" FROM {table(user)} u LEFT JOIN {table(ProjectRole)} pr"
-        f" ON pr.{column(ProjectRole, 'user')} = u.{column(user, user._meta.pk.name)}"
+        f" LEFT JOIN {table(ProjectRole)} pr ON pr.{column(ProjectRole, 'user')} = {user_pk}"
         f" LEFT JOIN {table(Project)} p ON {project_id} = pr.{column(ProjectRole, 'project')}"
     )
     if with_resource:
@@ -265,7 +315,8 @@ def _page_read_sql(vendor: str, user: type[Model], with_resource: bool, with_age
             f" AND {project_id} = %s AND r.{column(Resource, 'environment')} = %s"
             f" AND r.{column(Resource, 'resource_id')} = %s"
         )
-    return sql + f" WHERE u.{column(user, user._meta.pk.name)} = %s ORDER BY {project_id}"
+    where = f"{user_pk} = %s" if session is None else session[2]
+    return sql + f" WHERE {where} ORDER BY {project_id}"
 
 
 def _user_by_name(username: str) -> AbstractBaseUser:
