@@ -7,7 +7,6 @@ from typing import Any
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponseBase, QueryDict, StreamingHttpResponse
 from django.shortcuts import redirect
-from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import urlencode
 from django.views.decorators.http import require_GET
@@ -41,6 +40,7 @@ from memoryadmin.web.forms import AuditFilterForm
 from memoryadmin.web.services.audit_files import DOWNLOADS
 from memoryadmin.web.services.history import history_rows
 from memoryadmin.web.services.roles import READ, membership_get, memberships_for_user
+from memoryadmin.web.templatetags.memorypage import cached_reverse
 from memoryadmin.web.views.base import Page, error_page, is_partial, page_render, project_view
 from memoryadmin.web.views.providers import provider_resource
 
@@ -113,7 +113,7 @@ def documents(request: HttpRequest, page: Page, r: str) -> HttpResponseBase:
         rows, next_cursor = document_list(
             resource=resource, cursor=cursor, query=query, sort=sort, facets=facets
         )
-    list_url = reverse("web:documents", args=[page.project.id, page.environment, r])
+    list_url = cached_reverse("web:documents", page.project.id, page.environment, r)
     filters = list_filters(query, facets)
     context = {
         # A document's page is this list's URL plus documents/<id>/: reversed once, not per row.
