@@ -114,6 +114,7 @@ def documents(request: HttpRequest, page: Page, r: str) -> HttpResponseBase:
             resource=resource, cursor=cursor, query=query, sort=sort, facets=facets
         )
     list_url = cached_reverse("web:documents", page.project.id, page.environment, r)
+    swap = is_partial(request)
     filters = list_filters(query, facets)
     context = {
         # A document's page is this list's URL plus documents/<id>/: reversed once, not per row.
@@ -130,16 +131,16 @@ def documents(request: HttpRequest, page: Page, r: str) -> HttpResponseBase:
         # The query string of the filter and facets ("q=…&writer=…"), for the links and
         # forms that keep them (sort, load more, select all matching).
         "filters": filters,
-        "agents": [] if is_partial(request) else page.project_agents(),
+        "agents": [] if swap else page.project_agents(),
         # The total shows outside the rows, on full pages only (not htmx swaps of
         # rows), and loads after the page (its COUNT grows with the resource) with the
         # filter form's fields, again whenever they change.
-        "total_url": None if is_partial(request) or facets_error else list_url + "total/",
+        "total_url": None if swap or facets_error else list_url + "total/",
     }
     # htmx: the filter swaps the table body, "load more" swaps itself for the next rows.
     partial = "more" if cursor else "results"
     response = page_render(request, "memoryadmin/documents.html", page, context, partial=partial)
-    if partial == "results" and is_partial(request):
+    if partial == "results" and swap:
         # The filter pushes the list's URL: only the fields in use, as the links spell it
         # (the form sends every field, the empty ones too).
         kept = "&".join(part for part in (_sort_param(sort), filters) if part)
