@@ -3,7 +3,9 @@
 Every Memory page reads its session first; composing that look-up with the
 ORM cost about as much as the database took to answer it. The rows, their
 expiry, writes, logout (`flush`) and `clearsessions` are Django's own: only
-the read differs, and it asks the same question (the key's row, unexpired).
+the read differs, and it asks the same question (the key's row, unexpired),
+with the page's user and what the page reads with them when this instance saw the
+session name that user before (`memoryadmin.web.auth.user_reader`).
 
 The session names the backend of its user as Django's ModelBackend, the name every
 version of the product stores; this one reads it as its subclass UserBackend
@@ -28,22 +30,21 @@ from memoryadmin.web.auth import STORED_BACKEND, USER_BACKEND, SessionLookup, us
 
 
 @functools.cache
-def _select_sql(alias: str, table: str, data: str, key: str, expiry: str) -> str:
-    quote = connections[alias].ops.quote_name
-    return (
-        f"SELECT {quote(data)} FROM {quote(table)} WHERE {quote(key)} = %s AND {quote(expiry)} > %s"
-    )
-
-
-@functools.cache
 def _lookup_sql(alias: str, table: str, data: str, key: str, expiry: str) -> tuple[str, str, str]:
-    """`_select_sql` as parts of a query that reads more (SessionLookup)."""
+    """The session's read as parts of a query (SessionLookup): its text, its table as
+    `s`, and the condition that picks the key's row, unexpired."""
     quote = connections[alias].ops.quote_name
     return (
         f"s.{quote(data)}",
         f"{quote(table)} s",
         f"s.{quote(key)} = %s AND s.{quote(expiry)} > %s",
     )
+
+
+@functools.cache
+def _select_sql(alias: str, table: str, data: str, key: str, expiry: str) -> str:
+    data_sql, source, where = _lookup_sql(alias, table, data, key, expiry)
+    return f"SELECT {data_sql} FROM {source} WHERE {where}"
 
 
 # The user each session named when it was last read here, by session key: a page's
