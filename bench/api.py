@@ -673,18 +673,24 @@ def main() -> None:
 
     settings.ALLOWED_HOSTS = ["*"]
     settings.DEBUG = False
-    test = connection.settings_dict.setdefault("TEST", {})
-    if connection.vendor == "postgresql":
-        test["NAME"] = f"bench_{connection.settings_dict['NAME']}"
-    else:
-        (ROOT / "var").mkdir(exist_ok=True)
-        test["NAME"] = str(ROOT / "var" / "bench.sqlite3")
-    old_name = connection.creation.create_test_db(verbosity=0, autoclobber=True)
+    old_name = throwaway_database("bench")
     try:
         run(args)
     finally:
         connection.close()
         connection.creation.destroy_test_db(old_name, verbosity=0)
+
+
+def throwaway_database(name: str, *, keepdb: bool = False) -> str:
+    """Creates (or, with `keepdb`, reuses) the database a bench seeds: <name>_<database>
+    on PostgreSQL, var/<name>.sqlite3 with SQLite; returns what `destroy_test_db` takes."""
+    test = connection.settings_dict.setdefault("TEST", {})
+    if connection.vendor == "postgresql":
+        test["NAME"] = f"{name}_{connection.settings_dict['NAME']}"
+    else:
+        (ROOT / "var").mkdir(exist_ok=True)
+        test["NAME"] = str(ROOT / "var" / f"{name}.sqlite3")
+    return connection.creation.create_test_db(verbosity=0, autoclobber=True, keepdb=keepdb)
 
 
 def run(args: argparse.Namespace) -> None:

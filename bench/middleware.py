@@ -50,12 +50,15 @@ PATHS = [benchfloors.CONSTANT_API_PATH, benchfloors.CONSTANT_PAGE_PATH]
 WSGI = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 
-def environ(path: str) -> dict[str, Any]:
-    return {
-        "REQUEST_METHOD": "GET",
+def environ(path: str, method: str = "GET", body: bytes = b"", **headers: str) -> dict[str, Any]:
+    """A WSGI environ for `path` (with its query), `body` (JSON) and more headers (by
+    their WSGI names: x_api_key for x-api-key)."""
+    path, _, query = path.partition("?")
+    env = {
+        "REQUEST_METHOD": method,
         "SCRIPT_NAME": "",
         "PATH_INFO": path,
-        "QUERY_STRING": "",
+        "QUERY_STRING": query,
         "SERVER_NAME": "127.0.0.1",
         "SERVER_PORT": "8000",
         "SERVER_PROTOCOL": "HTTP/1.1",
@@ -65,12 +68,17 @@ def environ(path: str) -> dict[str, Any]:
         "HTTP_ACCEPT": "*/*",
         "wsgi.version": (1, 0),
         "wsgi.url_scheme": "http",
-        "wsgi.input": io.BytesIO(b""),
+        "wsgi.input": io.BytesIO(body),
         "wsgi.errors": sys.stderr,
         "wsgi.multithread": True,
         "wsgi.multiprocess": True,
         "wsgi.run_once": False,
     }
+    if body:
+        env["CONTENT_LENGTH"] = str(len(body))
+        env["CONTENT_TYPE"] = "application/json"
+    env.update({f"HTTP_{name.upper()}": value for name, value in headers.items()})
+    return env
 
 
 def handler(middleware: list[str]) -> WSGI:
@@ -96,12 +104,8 @@ def per_request(app: WSGI, path: str, requests: int) -> float:
     return elapsed / requests * 1e6
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=300, help="per stack and round")
-    parser.add_argument("--rounds", type=int, default=20)
-    parser.add_argument("--path", action="append", help=f"default: {' and '.join(PATHS)}")
-    args = parser.parse_args()
+def quiet() -> None:
+    """Settings as served (any host, no debug; errors raised), request logs to /dev/null."""
     settings.ALLOWED_HOSTS = ["*"]
     settings.DEBUG = False
     settings.DEBUG_PROPAGATE_EXCEPTIONS = True
@@ -110,6 +114,14 @@ def main() -> None:
         if isinstance(h, logging.StreamHandler):
             h.setStream(null)
 
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=300, help="per stack and round")
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--path", action="append", help=f"default: {' and '.join(PATHS)}")
+    args = parser.parse_args()
+    quiet()
     full = list(settings.MIDDLEWARE)
     # Stack i is the first i middleware of MIDDLEWARE (the outermost i).
     apps = [handler(full[:i]) for i in range(len(full) + 1)]

@@ -1,0 +1,162 @@
+"""A document's GET and conditional PUT against their floors, measured in-process.
+
+    .venv/bin/python bench/documents.py [--requests 300] [--rounds 10] [--profile GET|PUT]
+
+Seeds a throwaway database (bench_<name> on PostgreSQL with DATABASE_URL, a SQLite
+file under var/ otherwise) with one resource, a few documents and an API key,
+builds Django's WSGI handler (as gunicorn serves it) with the bench's floor views
+(`memoryadmin/benchfloors.py`) and calls it directly, through the full middleware
+stack: GET of a document by the API and by its one-SELECT floor, and a conditional
+PUT (If-Match, 2,000 characters of text, as `make bench` sends) by the API and by
+its one-UPDATE floor. Time is this thread's CPU time (`time.thread_time`, which
+other processes on a shared machine barely move; the database's own time is not in
+it), least of the rounds' means, in microseconds per request; `--profile` prints
+where the API's request spends it instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import os
+import pstats
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+os.environ.setdefault("MEMORYADMIN_API_RATE", "1000000/second")
+# isort: off
+# First: the stack as bench/middleware.py builds it (floors on, request logs at INFO).
+from middleware import WSGI, environ, quiet
+from api import throwaway_database
+
+# isort: on
+from django.core.handlers.wsgi import WSGIHandler
+from django.db import connection
+
+API = "/api/managed-agents"
+FLOORS = f"{API}/bench"
+PROJECT, ENV = "bench", "development"
+TEXT = json.dumps({"text": "w" * 2000}).encode()
+
+
+class Caller:
+    """One kind of request, made again and again (a PUT with the ETag its last one got)."""
+
+    def __init__(self, app: WSGI, make: Callable[[str], dict[str, Any]], etag: str = "") -> None:
+        self.app, self.make, self.etag = app, make, etag
+
+    def once(self) -> None:
+        got: dict[str, Any] = {}
+
+        def start_response(status: str, headers: Any, exc_info: Any = None) -> None:
+            got["status"], got["headers"] = status, dict(headers)
+
+        body = self.app(self.make(self.etag), start_response)
+        b"".join(body)
+        getattr(body, "close", lambda: None)()
+        if not got["status"].startswith("200"):
+            raise SystemExit(f"{got['status']}: {b''.join(body)!r}")
+        self.etag = got["headers"].get("ETag", self.etag)
+
+    def per_request(self, requests: int) -> float:
+        started = time.thread_time()
+        for _ in range(requests):
+            self.once()
+        return (time.thread_time() - started) / requests * 1e6
+
+
+def seed() -> tuple[str, int]:
+    from memoryadmin.memory.models import Resource
+    from memoryadmin.memory.services.deployments import deployment_create
+    from memoryadmin.memory.services.documents import document_create
+    from memoryadmin.memory.services.keys import api_key_create
+    from memoryadmin.memory.services.projects import project_create
+
+    project = project_create(project_id=PROJECT)
+    memory = [{"id": "notes", "description": "Bench.", "provider": {"maxBytes": 16384}}]
+    deployment_create(project=project, agent="bench", memory=memory, promote=ENV, actor="bench")
+    notes = Resource.objects.get(project=project, resource_id="notes")
+    for doc_id in ("doc-1", "put-0", "floor-put-0"):
+        document_create(resource=notes, doc_id=doc_id, title="Bench", text="x" * 2000, actor="b")
+    _, secret = api_key_create(project_id=PROJECT, actor="bench")
+    return secret, notes.pk
+
+
+def callers(app: WSGI, key: str, notes_pk: int) -> dict[str, Caller]:
+    docs = f"{API}/projects/{PROJECT}/memory/notes/documents"
+    q = f"?environment={ENV}"
+
+    def get(path: str) -> Callable[[str], dict[str, Any]]:
+        return lambda _etag: environ(path, x_api_key=key)
+
+    def put(path: str) -> Callable[[str], dict[str, Any]]:
+        return lambda etag: environ(path, "PUT", TEXT, x_api_key=key, if_match=etag)
+
+    found = {
+        "GET": Caller(app, get(f"{docs}/doc-1{q}")),
+        "GET floor": Caller(app, get(f"{FLOORS}/floor/{notes_pk}/doc-1")),
+        "PUT": Caller(app, put(f"{docs}/put-0{q}")),
+        "PUT floor": Caller(app, put(f"{FLOORS}/floor-put/{notes_pk}/floor-put-0")),
+    }
+    for name, read in (("PUT", f"{docs}/put-0{q}"), ("PUT floor", f"{docs}/floor-put-0{q}")):
+        reader = Caller(app, get(read))
+        reader.once()
+        found[name].etag = reader.etag
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=300, help="per kind and round")
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--profile", choices=["GET", "PUT", "GET floor", "PUT floor"])
+    parser.add_argument("--dump", help="with --profile: write the profile's stats to this file")
+    parser.add_argument("--sort", default="tottime", help="the profile's order")
+    parser.add_argument("--callees", action="append", help="with --profile: what these call")
+    parser.add_argument("--keepdb", action="store_true", help="keep the database for the next run")
+    args = parser.parse_args()
+    quiet()
+    old_name = throwaway_database("bench_documents", keepdb=args.keepdb)
+    try:
+        if args.keepdb:
+            from django.core.management import call_command
+
+            call_command("flush", interactive=False, verbosity=0)
+        key, notes_pk = seed()
+        found = callers(WSGIHandler(), key, notes_pk)
+        for caller in found.values():
+            caller.per_request(100)  # warm
+        if args.profile:
+            profile = cProfile.Profile(time.thread_time)
+            profile.runcall(found[args.profile].per_request, args.requests * args.rounds)
+            if args.dump:
+                profile.dump_stats(args.dump)
+            stats = pstats.Stats(profile).sort_stats(args.sort)
+            stats.print_stats(45)
+            for name in args.callees or []:
+                stats.print_callees(name)
+            return
+        times: dict[str, list[float]] = {name: [] for name in found}
+        for _ in range(args.rounds):
+            for name, caller in found.items():
+                times[name].append(caller.per_request(args.requests))
+        us = {name: min(t) for name, t in times.items()}
+        print(f"{connection.vendor}: least of {args.rounds} rounds of {args.requests} requests")
+        print("| request | us per request (CPU) | floor's | floor / request |")
+        print("| --- | --- | --- | --- |")
+        for name in ("GET", "PUT"):
+            floor = us[f"{name} floor"]
+            print(f"| {name} | {us[name]:.0f} | {floor:.0f} | {floor / us[name]:.2f} |")
+    finally:
+        connection.close()
+        if not args.keepdb:
+            connection.creation.destroy_test_db(old_name, verbosity=0)
+
+
+if __name__ == "__main__":
+    main()
