@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import orjson
@@ -160,6 +160,19 @@ def _field(model: type[Model], name: str) -> Field[Any, Any]:
 def db_value(model: type[Model], name: str, value: Any) -> Any:
     """`value` of the named field as the database takes it (as `save` sends it)."""
     return _field(model, name).get_db_prep_save(value, connections[DEFAULT_DB_ALIAS])
+
+
+@functools.cache
+def _fields(model: type[Model], names: tuple[str, ...]) -> tuple[Field[Any, Any], ...]:
+    return tuple(_field(model, name) for name in names)
+
+
+def db_values(model: type[Model], names: Sequence[str], values: Iterable[Any]) -> list[Any]:
+    """The named fields' `values` as the database takes them (as `db_value` gives each)."""
+    wrapper = connections[DEFAULT_DB_ALIAS]
+    fields = _fields(model, tuple(names))
+    pairs = zip(fields, values, strict=True)
+    return [field.get_db_prep_save(value, wrapper) for field, value in pairs]
 
 
 def json_text(value: Any) -> bytes:

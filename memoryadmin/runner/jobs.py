@@ -25,6 +25,7 @@ oldest first (a webhook endpoint's deliveries).
 from __future__ import annotations
 
 import contextvars
+import functools
 import logging
 import traceback
 from collections.abc import Callable, Iterator
@@ -34,7 +35,7 @@ from datetime import timedelta
 from typing import Any, ParamSpec, TypeVar
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Exists, F, OuterRef, Q
 from django.tasks import task
 from django.utils import timezone
@@ -233,20 +234,27 @@ def enqueue_sql(
     `line` of its line, `order` (an ORDER BY) the order of their ids, `returning` more
     columns to return. Hand the ids it returns to `jobs_dispatch_on_commit`."""
     policy = _policy(function)
+    now = timezone.now()
+    params = [_path(function), project, JobState.PENDING, _value(policy.max_attempts)]
+    params += [_deadline(policy, now), now, now]
+    return _enqueue_statement(connection.vendor, rows, kwargs, line, order, returning), params
+
+
+@functools.cache
+def _enqueue_statement(
+    vendor: str, rows: str, kwargs: str, line: str, order: str, returning: str
+) -> str:
+    """`enqueue_sql`'s statement, the same text for the same arguments: built once."""
     names = ["name", "project", "kwargs", "key", "line", "state", "attempts", "max_attempts"]
     names += ["deadline_at", "run_after", "created_at", "last_error"]
     targets = ", ".join(column(Job, name) for name in names)
-    now = timezone.now()
     extra = f", {returning}" if returning else ""
-    sql = (
+    return (
         f"INSERT INTO {table(Job)} ({targets})"
         f" SELECT %s, %s, {kwargs}, '', {line}, %s, 0, %s, %s, %s, %s, '' FROM {rows}"
         f"{f' ORDER BY {order}' if order else ''}"
         f" RETURNING {column(Job, 'id')}{extra}"
     )
-    params = [_path(function), project, JobState.PENDING, _value(policy.max_attempts)]
-    params += [_deadline(policy, now), now, now]
-    return sql, params
 
 
 def jobs_dispatch_on_commit(job_ids: list[int]) -> None:

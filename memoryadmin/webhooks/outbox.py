@@ -20,6 +20,7 @@ hears of it: nothing is cached.
 
 from __future__ import annotations
 
+import functools
 import json
 import secrets
 from collections.abc import Iterable
@@ -29,7 +30,7 @@ from django.db import connection
 from django.db.models import Q
 from django.utils import timezone
 
-from memoryadmin.core.rows import column, db_value
+from memoryadmin.core.rows import column, db_value, table
 from memoryadmin.memory.representations import iso_ms
 from memoryadmin.memory.services.audit import AuditClauses, AuditFacts
 from memoryadmin.runner.jobs import enqueue_many, enqueue_sql, jobs_dispatch_on_commit
@@ -140,46 +141,57 @@ def outbox_clauses(facts: AuditFacts, *, source: str = "") -> tuple[str, list[An
     events = _events(facts)
     if not events or facts.project_id is None:
         return None
-    quote = connection.ops.quote_name
-    values = ", ".join(["(%s, %s, %s, %s)"] * len(events))
     event_params: list[Any] = []
     for ordinal, event in enumerate(events):
         event_params += [ordinal, *event]
-    joined = f"{source} CROSS JOIN " if source else ""
-    endpoint_table = quote(Endpoint._meta.db_table)
-    rows = (
-        f"{joined}{endpoint_table} e CROSS JOIN webhook_events ev"
-        f" WHERE e.{column(Endpoint, 'project')} = %s AND e.{column(Endpoint, 'active')} = %s"
-        f" AND e.{column(Endpoint, 'events')} LIKE ('%%,' || ev.event || ',%%')"
-    )
+    vendor = connection.vendor
     jobs_sql, jobs_params = enqueue_sql(
         webhook_deliver,
         project=facts.project_id,
-        rows=rows,
+        rows=_endpoint_rows(vendor, source),
         kwargs="jsonb_build_object('endpoint', e.id, 'event', ev.event_id)",
         line=f"'{LINE_PREFIX}' || e.id",
         order="e.id, ev.ordinal",
         returning=column(Job, "kwargs"),
     )
-    names = ["endpoint", "event_id", "event", "body", "state", "job", "created_at", "last_error"]
-    targets = ", ".join(column(Delivery, name) for name in names)
-    kwargs = column(Job, "kwargs")
-    deliveries = (
-        f"INSERT INTO {quote(Delivery._meta.db_table)} ({targets})"
-        f" SELECT (j.{kwargs}->>'endpoint')::bigint, ev.event_id, ev.event, ev.body, %s,"
-        f" j.{column(Job, 'id')}, %s, '' FROM webhook_jobs j"
-        f" JOIN webhook_events ev ON ev.event_id = j.{kwargs}->>'event'"
-    )
-    sql = (
-        f", webhook_events (ordinal, event_id, event, body) AS (VALUES {values})"
-        f", webhook_jobs AS ({jobs_sql})"
-        f", webhook_deliveries AS ({deliveries})"
-    )
     # In the order of their placeholders: the events, the job's columns, the rows'
     # conditions, the delivery's columns.
     params = [*event_params, *jobs_params, facts.project_id, True]
     params += [DeliveryState.PENDING, db_value(Delivery, "created_at", timezone.now())]
-    return sql, params
+    return _outbox_sql(vendor, len(events), jobs_sql), params
+
+
+@functools.cache
+def _endpoint_rows(vendor: str, source: str) -> str:
+    """The rows of the jobs: each pair of an active endpoint of the project (the next
+    parameters: the project and True) and an event it wants."""
+    joined = f"{source} CROSS JOIN " if source else ""
+    return (
+        f"{joined}{table(Endpoint)} e CROSS JOIN webhook_events ev"
+        f" WHERE e.{column(Endpoint, 'project')} = %s AND e.{column(Endpoint, 'active')} = %s"
+        f" AND e.{column(Endpoint, 'events')} LIKE ('%%,' || ev.event || ',%%')"
+    )
+
+
+@functools.cache
+def _outbox_sql(vendor: str, events: int, jobs_sql: str) -> str:
+    """The clauses of `events` events whose jobs `jobs_sql` inserts: the same text for
+    every change of as many events, built once."""
+    values = ", ".join(["(%s, %s, %s, %s)"] * events)
+    names = ["endpoint", "event_id", "event", "body", "state", "job", "created_at", "last_error"]
+    targets = ", ".join(column(Delivery, name) for name in names)
+    kwargs = column(Job, "kwargs")
+    deliveries = (
+        f"INSERT INTO {table(Delivery)} ({targets})"
+        f" SELECT (j.{kwargs}->>'endpoint')::bigint, ev.event_id, ev.event, ev.body, %s,"
+        f" j.{column(Job, 'id')}, %s, '' FROM webhook_jobs j"
+        f" JOIN webhook_events ev ON ev.event_id = j.{kwargs}->>'event'"
+    )
+    return (
+        f", webhook_events (ordinal, event_id, event, body) AS (VALUES {values})"
+        f", webhook_jobs AS ({jobs_sql})"
+        f", webhook_deliveries AS ({deliveries})"
+    )
 
 
 def outbox_write(facts: AuditFacts) -> None:

@@ -17,7 +17,8 @@ import contextlib
 import functools
 import secrets
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+from dataclasses import fields as dataclass_fields
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
@@ -28,7 +29,15 @@ from django.utils import timezone
 from memoryadmin.core.cursors import keyset_page
 from memoryadmin.core.erasing import text_erase
 from memoryadmin.core.errors import Conflict, InvalidRequest, NotFound, PreconditionFailed
-from memoryadmin.core.rows import column, columns, db_value, fetch_instance, instance, table
+from memoryadmin.core.rows import (
+    column,
+    columns,
+    db_value,
+    db_values,
+    fetch_instance,
+    instance,
+    table,
+)
 from memoryadmin.memory.limits import (
     LIST_PAGE_SIZE,
     SUMMARY_MAX_BYTES,
@@ -258,9 +267,39 @@ class Record:
     writer: Writer = OWNER
 
 
-def _sql_value(model: type[Any], name: str, value: Any) -> tuple[str, Any]:
-    """A field's quoted column and `value` as the database takes it."""
-    return column(model, name), db_value(model, name, value)
+# A condition of a conditional write beyond its key and revision: a field and either
+# None (equal to the next parameter) or whether it is NULL (`<field>__isnull` in a guard).
+type Condition = tuple[str, bool | None]
+
+
+def _conditions(
+    require_agent_writes: bool, guard: dict[str, Any] | None
+) -> tuple[tuple[Condition, ...], list[tuple[str, Any]]]:
+    """The conditions of a write (their shape) and the values of those that take one."""
+    shape: list[Condition] = []
+    values: list[tuple[str, Any]] = []
+    conditions = {"agent_writes": True} if require_agent_writes else {}
+    for name, value in {**conditions, **(guard or {})}.items():
+        if name.endswith("__isnull"):
+            shape.append((name.removesuffix("__isnull"), bool(value)))
+        else:
+            shape.append((name, None))
+            values.append((name, value))
+    return tuple(shape), values
+
+
+@functools.cache
+def _update_statement(vendor: str, names: tuple[str, ...], shape: tuple[Condition, ...]) -> str:
+    """`UPDATE ... SET <names> WHERE <key, revision, live, shape> RETURNING <row>`: the
+    same text for every write of one shape, built once (and prepared by the database)."""
+    sets = ", ".join(f"{column(Document, name)} = %s" for name in names)
+    where = " AND ".join(
+        f"{column(Document, name)} = %s" for name in ("resource", "doc_id", "revision", "deleted")
+    )
+    for name, null in shape:
+        test = "= %s" if null is None else "IS NULL" if null else "IS NOT NULL"
+        where += f" AND {column(Document, name)} {test}"
+    return f"UPDATE {table(Document)} SET {sets} WHERE {where} RETURNING {columns(Document)}"
 
 
 def _update_sql(
@@ -273,36 +312,46 @@ def _update_sql(
     guard: dict[str, Any] | None,
 ) -> tuple[str, list[Any]]:
     """`UPDATE ... WHERE <key, revision, live[, agent writes]> RETURNING <row>`."""
-    sets: list[str] = []
-    params: list[Any] = []
-    for name, value in fields.items():
-        target, prepared = _sql_value(Document, name, value)
-        sets.append(f"{target} = %s")
-        params.append(prepared)
-    quote = connection.ops.quote_name
-    where = f"{quote('resource_id')} = %s AND {quote('doc_id')} = %s AND {quote('revision')} = %s"
-    where += f" AND {quote('deleted')} = %s"
+    shape, conditions = _conditions(require_agent_writes, guard)
+    names = tuple(fields)
+    params = db_values(Document, names, fields.values())
     params += [resource.pk, doc_id, expected_revision, False]
-    conditions = {"agent_writes": True} if require_agent_writes else {}
-    for name, value in {**conditions, **(guard or {})}.items():
-        if name.endswith("__isnull"):
-            null = "IS NULL" if value else "IS NOT NULL"
-            where += f" AND {column(Document, name.removesuffix('__isnull'))} {null}"
-            continue
-        target, prepared = _sql_value(Document, name, value)
-        where += f" AND {target} = %s"
-        params.append(prepared)
-    sql = (
-        f"UPDATE {quote(Document._meta.db_table)} SET {', '.join(sets)} WHERE {where}"
-        f" RETURNING {columns(Document)}"
-    )
-    return sql, params
+    params += db_values(Document, [name for name, _ in conditions], [v for _, v in conditions])
+    return _update_statement(connection.vendor, names, shape), params
 
 
 def _records_in_update_statement() -> bool:
     """Whether a recorded write's version, audit entry and deliveries ride on its
     UPDATE as `WITH` clauses (PostgreSQL's data-modifying CTEs)."""
     return connection.vendor == "postgresql"
+
+
+@functools.cache
+def _version_clause(vendor: str) -> str:
+    """The `WITH` clause inserting the version of the row `updated` returns; its
+    parameters are the version's action and origin."""
+    copied = version_copied()
+    names = ["document_id", *copied, "action", "origin", "created_at"]
+    targets = ", ".join(column(DocumentVersion, n) for n in names)
+    sources = [column(Document, "id"), *(column(Document, c) for c in copied), "%s", "%s"]
+    sources.append(column(Document, "updated_at"))
+    return (
+        f", version AS (INSERT INTO {table(DocumentVersion)} ({targets})"
+        f" SELECT {', '.join(sources)} FROM updated)"
+    )
+
+
+# The audit entry's fields, as AuditFacts names them, then its time.
+_AUDIT_NAMES = (*(f.name for f in dataclass_fields(AuditFacts)), "created_at")
+
+
+@functools.cache
+def _audit_clause(vendor: str) -> str:
+    """The `WITH` clause inserting the audit entry (parameters: `_AUDIT_NAMES`), only if
+    `updated` returned the row: the write happened."""
+    targets = ", ".join(column(AuditEntry, name) for name in _AUDIT_NAMES)
+    values = ", ".join(["%s"] * len(_AUDIT_NAMES))
+    return f", audit AS (INSERT INTO {table(AuditEntry)} ({targets}) SELECT {values} FROM updated)"
 
 
 def _with_records(
@@ -312,41 +361,18 @@ def _with_records(
     (webhook deliveries and their jobs), as one PostgreSQL statement; says how many
     columns of job ids end the row it returns (one per listener that added clauses)."""
     sql, params = update
-    quote = connection.ops.quote_name
+    vendor = connection.vendor
     parts = [f"WITH updated AS ({sql})"]
     if record.version is not None:
-        copied = version_copied()
-        names = ["document_id", *copied, "action", "origin", "created_at"]
-        targets = ", ".join(column(DocumentVersion, n) for n in names)
-        sources = ", ".join(
-            [
-                column(Document, "id"),
-                *(column(Document, c) for c in copied),
-                "%s",
-                "%s",
-                column(Document, "updated_at"),
-            ]
-        )
-        parts.append(
-            f", version AS (INSERT INTO {quote(DocumentVersion._meta.db_table)} ({targets})"
-            f" SELECT {sources} FROM updated)"
-        )
-        origin = _sql_value(DocumentVersion, "origin", record.writer.origin(record.actor))[1]
-        params += [record.version, origin]
+        parts.append(_version_clause(vendor))
+        origin = record.writer.origin(record.actor)
+        params += [record.version, db_value(DocumentVersion, "origin", origin)]
     facts = _facts(
         resource, doc_id, revision, actor=record.actor, action=record.action, detail=record.detail
     )
-    columns_, values = [], []
-    for name, value in {**asdict(facts), "created_at": timezone.now()}.items():
-        target, prepared = _sql_value(AuditEntry, name, value)
-        columns_.append(target)
-        values.append(prepared)
-    params += values
-    # FROM updated: the entry is written only if the UPDATE wrote the row.
-    parts.append(
-        f", audit AS (INSERT INTO {quote(AuditEntry._meta.db_table)} ({', '.join(columns_)})"
-        f" SELECT {', '.join(['%s'] * len(values))} FROM updated)"
-    )
+    parts.append(_audit_clause(vendor))
+    values = [getattr(facts, name) for name in _AUDIT_NAMES[:-1]]
+    params += db_values(AuditEntry, _AUDIT_NAMES, [*values, timezone.now()])
     queued: list[str] = []
     for listener in audit_listeners():
         clauses = listener.clauses(facts, source="updated")
