@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework.request import Request
@@ -79,6 +80,23 @@ class ApiView(APIView):
         if len(self.renderer_classes) > 1:
             headers["Vary"] = "Accept"
         return headers
+
+    def rendered(
+        self,
+        request: Request,
+        data: Any,
+        *,
+        status: int = 200,
+        headers: dict[str, str] | None = None,
+    ) -> HttpResponse:
+        """`Response(data, status=status, headers=headers)` as DRF renders it for this
+        request (its negotiated renderer and media type), rendered here: the same body
+        and headers, without a template response to render later (a hot path's answer)."""
+        renderer = request.accepted_renderer
+        media_type, charset = renderer.media_type, renderer.charset
+        body = renderer.render(data, request.accepted_media_type, self.get_renderer_context())
+        content_type = media_type if charset is None else f"{media_type}; charset={charset}"
+        return HttpResponse(body, status=status, content_type=content_type, headers=headers)
 
     def key(self, request: Request) -> ApiKey:
         assert isinstance(request.auth, ApiKey)

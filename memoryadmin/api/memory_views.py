@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from django.http import StreamingHttpResponse
+from django.http import HttpResponse, StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework.request import Request
@@ -38,7 +38,7 @@ class DocumentRestoreView(ApiView):
         description="Makes the text and summary of an old version (named by its revision) "
         "current again, as a new version; the same rules as a replace.",
     )
-    def post(self, request: Request, p: str, r: str, doc_id: str, revision: str) -> Response:
+    def post(self, request: Request, p: str, r: str, doc_id: str, revision: str) -> HttpResponse:
         resource = self.resource(request, p, r, write=True)
         expected = required_if_match(request)
         document = document_services.document_restore(
@@ -48,7 +48,7 @@ class DocumentRestoreView(ApiView):
             expected_revision=expected,
             actor=self.actor(request),
         )
-        return document_response(document, resource)
+        return document_response(self, request, document, resource)
 
 
 class VersionRedactView(ApiView):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.http import HttpResponse
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
@@ -254,14 +255,14 @@ def _write_mode(value: object) -> dict[str, bool]:
     return {} if value is None else agent_write_fields(check_agent_writes(value))
 
 
-def document_response(document: Document, resource: Resource, status: int = 200) -> Response:
-    return Response(
-        document_dict(
-            document, max_bytes=resource.max_bytes, review_default=resource.review_default
-        ),
-        status=status,
-        headers={"ETag": etag(document.revision)},
+def document_response(
+    view: ApiView, request: Request, document: Document, resource: Resource, status: int = 200
+) -> HttpResponse:
+    """The document object with its revision as ETag, rendered by `view` for `request`."""
+    data = document_dict(
+        document, max_bytes=resource.max_bytes, review_default=resource.review_default
     )
+    return view.rendered(request, data, status=status, headers={"ETag": etag(document.revision)})
 
 
 class DocumentDetailView(ApiView):
@@ -273,9 +274,9 @@ class DocumentDetailView(ApiView):
         responses={200: s.DocumentOutput, **ERRORS},
         operation_id="documents_retrieve",
     )
-    def get(self, request: Request, p: str, r: str, doc_id: str) -> Response:
+    def get(self, request: Request, p: str, r: str, doc_id: str) -> HttpResponse:
         resource = self.resource(request, p, r)
-        return document_response(self.document(request, resource, doc_id), resource)
+        return document_response(self, request, self.document(request, resource, doc_id), resource)
 
     @extend_schema(
         parameters=[ENVIRONMENT, IF_NONE_MATCH, IF_MATCH_OPTIONAL],
@@ -289,7 +290,7 @@ class DocumentDetailView(ApiView):
         description="Create with If-None-Match: * (body: DocumentCreateInput), or replace "
         "text and summary with If-Match (body: DocumentReplaceInput).",
     )
-    def put(self, request: Request, p: str, r: str, doc_id: str) -> Response:
+    def put(self, request: Request, p: str, r: str, doc_id: str) -> HttpResponse:
         resource = self.resource(request, p, r, write=True)
         if put_mode(request) == "create":
             data = s.validated(s.DocumentCreateInput, request)
@@ -302,7 +303,7 @@ class DocumentDetailView(ApiView):
                 **_write_mode(data.get("agentWrites")),
                 actor=self.actor(request),
             )
-            return document_response(document, resource, status=201)
+            return document_response(self, request, document, resource, status=201)
         revision = required_if_match(request)
         data = s.validated(s.DocumentReplaceInput, request)
         document = document_services.document_replace(
@@ -313,7 +314,7 @@ class DocumentDetailView(ApiView):
             summary=data.get("summary"),
             actor=self.actor(request),
         )
-        return document_response(document, resource)
+        return document_response(self, request, document, resource)
 
     @extend_schema(
         parameters=[ENVIRONMENT, IF_MATCH],
@@ -321,7 +322,7 @@ class DocumentDetailView(ApiView):
         responses={200: s.DocumentOutput, **WRITE_ERRORS},
         operation_id="documents_patch",
     )
-    def patch(self, request: Request, p: str, r: str, doc_id: str) -> Response:
+    def patch(self, request: Request, p: str, r: str, doc_id: str) -> HttpResponse:
         resource = self.resource(request, p, r, write=True)
         revision = required_if_match(request)
         data = s.validated(s.DocumentPatchInput, request)
@@ -333,14 +334,14 @@ class DocumentDetailView(ApiView):
             **_write_mode(data.get("agentWrites")),
             actor=self.actor(request),
         )
-        return document_response(document, resource)
+        return document_response(self, request, document, resource)
 
     @extend_schema(
         parameters=[ENVIRONMENT, IF_MATCH],
         responses={204: None, **WRITE_ERRORS},
         operation_id="documents_delete",
     )
-    def delete(self, request: Request, p: str, r: str, doc_id: str) -> Response:
+    def delete(self, request: Request, p: str, r: str, doc_id: str) -> HttpResponse:
         resource = self.resource(request, p, r, write=True)
         revision = required_if_match(request)
         document_services.document_delete(
@@ -447,7 +448,7 @@ class ProposalApproveView(ApiView):
         "carry currentRevision and, when the changes do not overlap, the merged text. "
         "409 proposal_decided when it is no longer pending.",
     )
-    def post(self, request: Request, p: str, proposal_id: str) -> Response:
+    def post(self, request: Request, p: str, proposal_id: str) -> HttpResponse:
         project = self.project(request, p, write=True)
         environment = self.environment(request)
         revision = required_if_match(request)
@@ -464,7 +465,7 @@ class ProposalApproveView(ApiView):
         resource = deployment_services.resource_get(
             project=project, environment=environment, resource_id=document.resource.resource_id
         )
-        return document_response(document, resource)
+        return document_response(self, request, document, resource)
 
 
 class ProposalRejectView(ApiView):
