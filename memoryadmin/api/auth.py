@@ -13,6 +13,8 @@ from memoryadmin.core.environments import Environment
 from memoryadmin.memory.models import ApiKey
 from memoryadmin.memory.services.keys import api_key_authenticate, api_key_authenticate_at
 
+ENVIRONMENTS = frozenset(Environment.values)  # a property that builds a list on each use
+
 
 class KeyHolder:
     """Stands in for `request.user` on API requests."""
@@ -49,7 +51,7 @@ class ApiKeyAuthentication(BaseAuthentication):
                 raw=raw.strip(), session_id=session_id
             )
             request.session_lookup = session_lookup  # type: ignore[attr-defined]
-        elif project_id and resource_id and environment in Environment.values:
+        elif project_id and resource_id and environment in ENVIRONMENTS:
             # A document read (GET) reads the document with them too.
             doc_id = kwargs.get("doc_id")
             reads_document = request.method == "GET" and getattr(
