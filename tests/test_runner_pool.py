@@ -63,7 +63,8 @@ def test_a_project_runs_at_most_its_share_and_others_start_at_once(settings: Any
         assert pool.running("acme") == 1
         RELEASE["b0"].set()
         time.sleep(0.2)
-        assert STARTED == ["a0", "b0"], "a second acme job ran beside the first"
+        # Two threads started a0 and b0 at once, in either order; nothing else since.
+        assert sorted(STARTED) == ["a0", "b0"], "a second acme job ran beside the first"
         RELEASE["a0"].set()
         assert started(3)[2] == "a1"
         RELEASE["a1"].set()
