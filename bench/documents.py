@@ -32,15 +32,12 @@ os.environ.setdefault("MEMORYADMIN_API_RATE", "1000000/second")
 # isort: off
 # First: the stack as bench/middleware.py builds it (floors on, request logs at INFO).
 from middleware import WSGI, environ, quiet
-from api import throwaway_database
+from api import API, ENV, FLOORS, PROJECT, throwaway_database
 
 # isort: on
 from django.core.handlers.wsgi import WSGIHandler
 from django.db import connection
 
-API = "/api/managed-agents"
-FLOORS = f"{API}/bench"
-PROJECT, ENV = "bench", "development"
 TEXT = json.dumps({"text": "w" * 2000}).encode()
 
 
