@@ -10,6 +10,7 @@ import uuid
 from typing import Any
 
 import pytest
+import structlog
 from django.http import HttpRequest, HttpResponse
 from django.test import Client
 from django.urls import path
@@ -34,7 +35,19 @@ def _nonce(request: HttpRequest) -> HttpResponse:
     return HttpResponse(f"nonce {request._csp_nonce}")  # type: ignore[attr-defined]
 
 
-urlpatterns = [path("plain", _plain), path("own", _own_policy), path("nonce", _nonce)]
+def _logging(request: HttpRequest) -> HttpResponse:
+    logging.getLogger("memoryadmin.somewhere").warning("standard %s", "line")
+    with structlog.contextvars.bound_contextvars(job="j-1"):
+        structlog.get_logger("memoryadmin.elsewhere").warning("structlog_line", n=1)
+    return HttpResponse("logged")
+
+
+urlpatterns = [
+    path("plain", _plain),
+    path("own", _own_policy),
+    path("nonce", _nonce),
+    path("logging", _logging),
+]
 
 
 @pytest.mark.urls(__name__)
@@ -84,6 +97,40 @@ def test_request_ids_are_random_uuids_and_timestamps_microseconds(
         assert str(parsed) == request_id
     for line in lines:
         assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", line["timestamp"])
+
+
+@pytest.mark.urls(__name__)
+def test_lines_written_while_a_request_runs_carry_its_id_and_address(
+    log_lines: LogLines,  # noqa: F811
+) -> None:
+    response = Client(REMOTE_ADDR="10.0.0.9").get("/logging")
+    assert response.status_code == 200
+    lines = log_lines()
+    (standard,) = [line for line in lines if line.get("event") == "standard line"]
+    (bound,) = [line for line in lines if line.get("event") == "structlog_line"]
+    (done,) = [line for line in lines if line.get("request") == "GET /logging"]
+    assert done["event"] == "request_finished"
+    uuid.UUID(done["request_id"])
+    for line in (standard, bound):
+        assert line["request_id"] == done["request_id"]
+        assert line["ip"] == "10.0.0.9"
+        assert line["level"] == "warning"
+    assert standard["logger"] == "memoryadmin.somewhere"
+    # What code binds itself is merged too, and only while it is bound.
+    assert bound["job"] == "j-1"
+    assert bound["n"] == 1
+    assert "job" not in done
+    # After the request, nothing of it is left in the context.
+    logging.getLogger("memoryadmin.somewhere").warning("after")
+    (after,) = [line for line in log_lines() if line.get("event") == "after"]
+    assert "request_id" not in after
+    assert "ip" not in after
+    # The records skip what no line shows; the process id stays for gunicorn's lines.
+    assert (logging.logThreads, logging.logMultiprocessing, logging.logProcesses) == (
+        False,
+        False,
+        True,
+    )
 
 
 def test_a_line_with_an_unpaired_surrogate_is_still_one_json_object(
