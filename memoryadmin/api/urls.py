@@ -27,9 +27,16 @@ SESSION = "sessions/<str:session_id>"
 WEBHOOKS = "projects/<str:p>/webhooks"
 
 urlpatterns = [
-    # First, as the hot path (a document's read and write): Django tries the routes in
-    # order, and none of those it went before matches a path of six segments.
+    # First, the hot paths (a document's read and write, a session's recall and tool
+    # calls): Django tries the routes in order, and no route of another shape matches
+    # their paths (six and four segments), so the order changes nothing else.
     path(f"{DOCUMENTS}/<str:doc_id>", views.DocumentDetailView.as_view(), name="api-document"),
+    path(f"{SESSION}/memory/recall", session_views.RecallView.as_view(), name="api-session-recall"),
+    path(
+        f"{SESSION}/memory/tool-calls",
+        session_views.ToolCallView.as_view(),
+        name="api-session-tool-calls",
+    ),
     path("projects", views.ProjectListView.as_view(), name="api-projects"),
     path("projects/<str:p>", views.ProjectDetailView.as_view(), name="api-project"),
     path(
@@ -147,13 +154,7 @@ urlpatterns = [
     path(
         f"{SESSION}/recalls", session_views.SessionRecallsView.as_view(), name="api-session-recalls"
     ),
-    path(f"{SESSION}/memory/recall", session_views.RecallView.as_view(), name="api-session-recall"),
     path(f"{SESSION}/memory/cancel", session_views.CancelView.as_view(), name="api-session-cancel"),
-    path(
-        f"{SESSION}/memory/tool-calls",
-        session_views.ToolCallView.as_view(),
-        name="api-session-tool-calls",
-    ),
     path("projects/<str:p>/secrets", secret_views.SecretListView.as_view(), name="api-secrets"),
     path(
         "projects/<str:p>/secrets/<str:name>",
