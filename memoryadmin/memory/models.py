@@ -133,7 +133,10 @@ class DocumentQuerySet(models.QuerySet["Document"]):
 
 
 class Document(models.Model):
-    resource = models.ForeignKey(Resource, on_delete=models.CASCADE, related_name="documents")
+    # Indexed by unique_document_id, which leads with it (every index costs each write).
+    resource = models.ForeignKey(
+        Resource, on_delete=models.CASCADE, related_name="documents", db_index=False
+    )
     doc_id = models.CharField(max_length=128)
     title = models.CharField(max_length=240, blank=True)
     text = models.TextField(blank=True)
@@ -175,7 +178,10 @@ class Document(models.Model):
 class DocumentVersion(models.Model):
     """One row per committed write of a document."""
 
-    document = models.ForeignKey(Document, on_delete=models.CASCADE, related_name="versions")
+    # Indexed by unique_version_revision and version_newest_first, which lead with it.
+    document = models.ForeignKey(
+        Document, on_delete=models.CASCADE, related_name="versions", db_index=False
+    )
     revision = models.CharField(max_length=40)
     writer_kind = models.CharField(max_length=8, choices=WriterKind.choices)
     writer_session_id = models.CharField(max_length=64, blank=True)
@@ -278,8 +284,14 @@ class Proposal(models.Model):
 
 class AuditEntry(models.Model):
     # null project: an action on something that spans projects (an all-projects key).
+    # Indexed by audit_newest_first and audit_by_document, which lead with it.
     project = models.ForeignKey(
-        Project, null=True, blank=True, on_delete=models.CASCADE, related_name="audit_entries"
+        Project,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="audit_entries",
+        db_index=False,
     )
     environment = models.CharField(max_length=16, blank=True)
     # Who acted: "user:<name>", "key:<prefix>" or "cli:<os user>".
