@@ -474,7 +474,8 @@ REDIS_URL = os.environ.get("REDIS_URL", "")
 if REDIS_URL:
     CACHES = {
         "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            # Django's, with one client per pool and one-trip counters.
+            "BACKEND": "memoryadmin.core.rediscache.RedisCache",
             "LOCATION": REDIS_URL,
             "KEY_PREFIX": os.environ.get("MEMORYADMIN_CACHE_PREFIX", "memoryadmin"),
         }

@@ -339,7 +339,7 @@ def test_rate_limit_per_key_is_429_with_retry_after(keys: Keys, client_for: Any)
 
 UNREACHABLE_REDIS = {
     "default": {
-        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "BACKEND": "memoryadmin.core.rediscache.RedisCache",
         "LOCATION": "redis://127.0.0.1:1/0",  # nothing listens on port 1
     }
 }
@@ -377,7 +377,7 @@ def test_caches_use_redis_when_redis_url_is_set() -> None:
     redis = settings_in_subprocess(
         {"REDIS_URL": "redis://cache.internal:6379/2"}, "s.CACHES['default']"
     )
-    assert "django.core.cache.backends.redis.RedisCache" in redis.stdout
+    assert "memoryadmin.core.rediscache.RedisCache" in redis.stdout
     assert "redis://cache.internal:6379/2" in redis.stdout
     local = settings_in_subprocess(
         {"REDIS_URL": ""}, "s.CACHES['default']['BACKEND'], s.MEMORYADMIN_API_KEY_CACHE_SECONDS"

@@ -32,9 +32,12 @@ def tolerant[T](operation: Callable[[], T], fallback: T) -> T:
 
 def counter_bump(name: str, *, timeout: int) -> int:
     """Adds one to a counter of the shared cache (made, when missing, to last `timeout`
-    seconds) and returns it: one INCR on Redis, an ADD more for a counter's first."""
+    seconds) and returns it: one round trip on Redis (core/rediscache.py)."""
     from django.core.cache import cache
 
+    bump = getattr(cache, "counter_bump", None)
+    if bump is not None:
+        return int(bump(name, timeout=timeout))
     try:
         return int(cache.incr(name))
     except ValueError:  # missing (new, or expired): made, unless another request did

@@ -1,0 +1,90 @@
+"""The shared cache on Redis (memoryadmin/core/rediscache.py): counters in one round trip,
+made with their expiry, read back by Django's own reads; one client per pool; and an API
+key's rate limit, last use and usage counted through it. Skips without a local Redis."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.core.cache import cache
+from django.test.utils import override_settings
+
+from memoryadmin.core.sharedcache import counter_bump
+from memoryadmin.memory.models import ApiKey
+from memoryadmin.memory.services.key_usage import key_usage
+from tests.helpers import DEV, DOCS, Keys
+
+# Database 5 of the local Redis unless told otherwise; the test deletes only its own keys.
+REDIS_URL = os.environ.get("MEMORYADMIN_TEST_REDIS_URL", "redis://127.0.0.1:6379/5")
+
+
+@pytest.fixture
+def redis_cache() -> Iterator[Any]:
+    """The default cache on Redis under a prefix of this test; the raw client beside it."""
+    import redis
+
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        pytest.skip(f"needs Redis at {REDIS_URL}: {exc}")
+    prefix = f"sharedcache-{uuid.uuid4().hex[:12]}"
+    caches = {
+        "default": {
+            "BACKEND": "memoryadmin.core.rediscache.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": prefix,
+        }
+    }
+    try:
+        with override_settings(CACHES=caches):
+            yield client
+    finally:
+        for name in client.scan_iter(match=f"{prefix}:*"):
+            client.delete(name)
+        client.close()
+
+
+def test_a_counter_is_made_with_its_expiry_and_read_back_by_django(redis_cache: Any) -> None:
+    assert [counter_bump("hits", timeout=120) for _ in range(3)] == [1, 2, 3]
+    raw = cache.make_and_validate_key("hits")
+    ttl = redis_cache.ttl(raw)
+    assert 100 < ttl <= 120
+    # Bumping it again keeps the expiry it was made with.
+    redis_cache.expire(raw, 50)
+    assert counter_bump("hits", timeout=120) == 4
+    assert redis_cache.ttl(raw) <= 50
+    assert cache.get("hits") == 4
+    assert cache.get_many(["hits", "other"]) == {"hits": 4}
+    assert cache.incr("hits") == 5
+
+
+def test_a_counter_that_expired_starts_again(redis_cache: Any) -> None:
+    assert counter_bump("window", timeout=60) == 1
+    redis_cache.delete(cache.make_and_validate_key("window"))
+    assert counter_bump("window", timeout=60) == 1
+
+
+def test_every_operation_shares_one_client_of_the_pool(redis_cache: Any) -> None:
+    backend = cache._cache  # type: ignore[attr-defined]
+    assert backend.get_client(write=True) is backend.get_client("any", write=True)
+    assert cache.add("mark", 1, timeout=60)
+    assert not cache.add("mark", 1, timeout=60)
+    cache.delete("mark")
+    assert cache.add("mark", 1, timeout=60)
+
+
+def test_api_requests_count_through_redis(
+    redis_cache: Any, keys: Keys, client_for: Any, settings: Any
+) -> None:
+    settings.MEMORYADMIN_API_RATE = "3/minute"
+    owner = client_for(keys.owner)
+    assert [owner.get(f"{DOCS}{DEV}").status_code for _ in range(4)] == [200, 200, 200, 429]
+    key = ApiKey.objects.get(prefix=keys.owner[:12])
+    assert key.last_used_at is not None
+    now = key_usage(keys=[key])[key.pk][-1]
+    assert (now.requests, now.errors, now.throttled) == (4, 0, 1)
