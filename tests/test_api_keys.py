@@ -21,9 +21,10 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from memoryadmin.core import cli
-from memoryadmin.memory.models import ApiKey, AuditEntry, Project
+from memoryadmin.memory.models import ApiKey, AuditEntry, Project, Resource
+from memoryadmin.memory.services import keys as keys_service
 from memoryadmin.memory.services.keys import api_key_create
-from tests.helpers import Keys
+from tests.helpers import DEV, DOCS, Keys
 
 KEYS = "/api/managed-agents/projects/acme/api-keys"
 PROJECT = "/api/managed-agents/projects/acme"
@@ -278,7 +279,9 @@ def test_api_revoking_itself_ends_its_own_access(keys: Keys, api: APIClient) -> 
 # The look-up behind every request.
 
 
-def test_last_used_is_written_at_most_once_a_minute(keys: Keys, client_for: Any) -> None:
+def test_last_used_is_written_at_most_once_a_minute(
+    keys: Keys, client_for: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     key = key_of(keys.owner)
     assert key.last_used_at is None
     assert works(client_for, keys.owner) == 200
@@ -288,9 +291,38 @@ def test_last_used_is_written_at_most_once_a_minute(keys: Keys, client_for: Any)
     ApiKey.objects.filter(pk=key.pk).update(last_used_at=earlier)
     assert works(client_for, keys.owner) == 200
     assert key_of(keys.owner).last_used_at == earlier  # no write within the minute
-    cache.delete(f"apikey-used:{key.pk}")  # the minute is over
+    cache.delete(f"apikey-used:{key.pk}")  # the mark's minute is over
+    later = keys_service._clock() + keys_service.LAST_USED_EVERY
+    monkeypatch.setattr(keys_service, "_clock", lambda: later)  # and this process's
     assert works(client_for, keys.owner) == 200
     assert key_of(keys.owner).last_used_at > first  # type: ignore[operator]
+
+
+def test_a_lost_mark_is_tried_again_once_the_minute_is_over(
+    keys: Keys, client_for: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert works(client_for, keys.owner) == 200
+    key = key_of(keys.owner)
+    assert key.last_used_at is not None
+    ApiKey.objects.filter(pk=key.pk).update(last_used_at=None)
+    cache.clear()  # the shared cache lost the mark within the minute
+    assert works(client_for, keys.owner) == 200
+    assert key_of(keys.owner).last_used_at is None  # this process made it: no new try
+    later = keys_service._clock() + keys_service.LAST_USED_EVERY
+    monkeypatch.setattr(keys_service, "_clock", lambda: later)
+    assert works(client_for, keys.owner) == 200
+    assert key_of(keys.owner).last_used_at is not None
+
+
+def test_a_mark_another_process_made_is_asked_for_again(keys: Keys, client_for: Any) -> None:
+    # This process did not make the mark: each request asks the cache.
+    key = key_of(keys.owner)
+    cache.add(f"apikey-used:{key.pk}", 1, timeout=60)
+    assert works(client_for, keys.owner) == 200
+    assert key_of(keys.owner).last_used_at is None
+    cache.delete(f"apikey-used:{key.pk}")  # its minute is over
+    assert works(client_for, keys.owner) == 200
+    assert key_of(keys.owner).last_used_at is not None
 
 
 def test_a_cached_look_up_trusts_the_cache_until_it_expires(keys: Keys, client_for: Any) -> None:
@@ -298,8 +330,54 @@ def test_a_cached_look_up_trusts_the_cache_until_it_expires(keys: Keys, client_f
     assert works(client_for, keys.owner) == 200
     ApiKey.objects.filter(prefix=keys.owner[:12]).update(revoked_at=timezone.now())
     assert works(client_for, keys.owner) == 200
-    cache.delete(f"apikey:{key_of(keys.owner).hashed}")  # the entry's 5 seconds are over
+    cache.delete(keys_service._cache_key(key_of(keys.owner).hashed))  # its 5 seconds are over
     assert works(client_for, keys.owner) == 401
+
+
+UNUSED_BY_REQUESTS = {"name", "hashed", "created_at", "last_used_at"}
+
+
+@override_settings(MEMORYADMIN_API_KEY_CACHE_SECONDS=5)
+def test_a_requests_key_holds_the_fields_the_request_uses(keys: Keys, notes: Resource) -> None:
+    row = key_of(keys.owner)
+    read = [
+        keys_service.api_key_authenticate(raw=keys.owner),  # from the database
+        keys_service.api_key_authenticate(raw=keys.owner),  # from the cache
+        keys_service.api_key_authenticate_at(
+            raw=keys.owner, project_id="acme", environment="development", resource_id="notes"
+        )[0],
+    ]
+    for key in read:
+        assert key is not None
+        assert key.get_deferred_fields() == UNUSED_BY_REQUESTS
+        fields = ("pk", "project_id", "prefix", "read_only", "revoked_at")
+        assert [getattr(key, f) for f in fields] == [getattr(row, f) for f in fields]
+    assert read[0].name == row.name  # a deferred field is read when used
+
+
+@pytest.mark.parametrize("cached", [0, 5])
+def test_a_document_read_refuses_a_key_once_revoked_or_its_grace_over(
+    keys: Keys, client_for: Any, make_document: Any, settings: Any, cached: int
+) -> None:
+    # The document route reads the key with the document, never from the cache.
+    settings.MEMORYADMIN_API_KEY_CACHE_SECONDS = cached
+    make_document("workshop", text="Node 22.")
+    read = f"{DOCS}/workshop{DEV}"
+    owner, reader = client_for(keys.owner), client_for(keys.read_only)
+    assert owner.get(read).status_code == 200
+    key_services_revoke(keys.owner)
+    assert owner.get(read).status_code == 401
+    assert reader.get(read).status_code == 200
+    ApiKey.objects.filter(prefix=keys.read_only[:12]).update(
+        revoked_at=timezone.now() + timedelta(seconds=30)  # a rotation's grace
+    )
+    assert reader.get(read).status_code == 200
+    ApiKey.objects.filter(prefix=keys.read_only[:12]).update(revoked_at=timezone.now())
+    assert reader.get(read).status_code == 401
+
+
+def key_services_revoke(secret: str) -> None:
+    keys_service.api_key_revoke(key=key_of(secret), actor="test")
 
 
 @override_settings(MEMORYADMIN_API_KEY_CACHE_SECONDS=0)

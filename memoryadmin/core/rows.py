@@ -122,6 +122,25 @@ def instance[M: Model](model: type[M], values: Sequence[Any]) -> M:
     return model.from_db(wrapper.alias, names, converted)
 
 
+@functools.cache
+def _field_order(model: type[Model], names: tuple[str, ...]) -> list[str]:
+    attnames = [_field(model, name).attname for name in names]
+    order = [f.attname for f in model._meta.concrete_fields if f.attname in attnames]
+    if attnames != order:
+        raise ValueError(f"{model.__name__}: {names} are not in the model's field order")
+    return attnames
+
+
+def instance_of[M: Model](model: type[M], names: Sequence[str], values: Sequence[Any]) -> M:
+    """A model instance from the named fields' values (a row of `columns_of(model, names)`,
+    `names` in the model's field order); the other fields are deferred, as `.only(*names)`
+    leaves them: read from the database if ever used."""
+    wrapper = connections[DEFAULT_DB_ALIAS]
+    attnames = _field_order(model, tuple(names))
+    converted = _converted(wrapper, _field_converters(wrapper, model, tuple(names)), values)
+    return model.from_db(wrapper.alias, attnames, converted)
+
+
 def values_of(model: type[Model], names: Sequence[str], values: Sequence[Any]) -> dict[str, Any]:
     """The named fields' values by name from a row of `columns_of(model, names)`,
     converted as `.values(*names)` converts them: no model instance, where none is needed."""

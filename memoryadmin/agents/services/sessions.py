@@ -42,7 +42,10 @@ from memoryadmin.memory.services.deployments import (
 from memoryadmin.memory.services.documents import document_create, document_get
 from memoryadmin.memory.services.keys import (
     api_key_authenticate,
+    api_key_columns,
     api_key_hashed,
+    api_key_of_row,
+    api_key_row_width,
     api_key_usable,
 )
 
@@ -291,7 +294,7 @@ def _session_sql(
         )
     if with_key:
         return (
-            f"SELECT {columns(ApiKey, 'k')}, {selected} FROM {table(ApiKey)} k"
+            f"SELECT {api_key_columns('k')}, {selected} FROM {table(ApiKey)} k"
             f" LEFT JOIN ({joined}) ON s.{column(Session, 'id')} = %s"
             f" WHERE k.{column(ApiKey, 'hashed')} = %s{order}"
         )
@@ -395,8 +398,8 @@ def api_key_authenticate_with_session(
         rows = cursor.fetchall()
     if not rows:
         return None, None
-    width = len(ApiKey._meta.concrete_fields)
-    key = api_key_usable(instance(ApiKey, rows[0][:width]))
+    width = api_key_row_width()
+    key = api_key_usable(api_key_of_row(rows[0]))
     session, bindings = _session_rows(
         session_id,
         with_bindings=True,

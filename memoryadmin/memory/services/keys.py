@@ -4,7 +4,8 @@ Look-ups are cached for `MEMORYADMIN_API_KEY_CACHE_SECONDS` (at most 5), so a
 key revoked on one instance stops working on every other instance within that
 bound; the instance that revokes it drops its cache entry at once (and with
 Redis as the shared cache, every instance does). `last_used_at` is written at
-most once a minute per key, not on every request.
+most once a minute per key, not on every request; the process that wrote it tries
+no other mark within that minute.
 
 A request to a memory resource resolves its key and the resource in one
 query (`api_key_authenticate_at`): that look-up is never cached, so the key
@@ -16,6 +17,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import secrets
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -28,7 +31,7 @@ from django.utils import timezone
 
 from memoryadmin.core.errors import Conflict, InvalidRequest, NotFound
 from memoryadmin.core.inputs import whole_number
-from memoryadmin.core.rows import column, columns, fetch_instance, instance, table
+from memoryadmin.core.rows import column, columns, columns_of, instance, instance_of, table
 from memoryadmin.core.sharedcache import tolerant
 from memoryadmin.memory.models import ApiKey, Document, Resource
 from memoryadmin.memory.services.audit import audit_record
@@ -57,7 +60,9 @@ def _hash(raw: str) -> str:
 
 
 def _cache_key(hashed: str) -> str:
-    return f"apikey:{hashed}"
+    # An entry is the key's row of REQUEST_FIELDS ("v2": entries of another shape are
+    # never read, and expire within MEMORYADMIN_API_KEY_CACHE_SECONDS).
+    return f"apikey:v2:{hashed}"
 
 
 def _audit(*, key: ApiKey, actor: str, action: str, **detail: Any) -> None:
@@ -187,35 +192,70 @@ def api_key_rotate(*, key: ApiKey, actor: str, grace_seconds: int = 0) -> tuple[
 
 # Look-up on every request.
 
-_FIELDS = ("pk", "project_id", "name", "prefix", "hashed", "read_only", "revoked_at")
+# The fields a request's key is read with (by every look-up, and in the look-up cache):
+# what the request path uses, in the model's order. The others stay deferred, read from
+# the database if ever used.
+REQUEST_FIELDS = ("id", "project", "prefix", "read_only", "revoked_at")
 
 
-def _from_cache(value: tuple[Any, ...]) -> ApiKey:
-    return ApiKey(**dict(zip(_FIELDS, value, strict=True)))
+def api_key_columns(alias: str = "") -> str:
+    """The columns a request's key is read with (`REQUEST_FIELDS`), for a query that
+    reads it with more; its row's first values become the key by `api_key_of_row`."""
+    return columns_of(ApiKey, REQUEST_FIELDS, alias)
+
+
+def api_key_of_row(row: Sequence[Any]) -> ApiKey:
+    """The key of a row starting with `api_key_columns` (the rest is ignored)."""
+    return instance_of(ApiKey, REQUEST_FIELDS, row[: len(REQUEST_FIELDS)])
+
+
+def api_key_row_width() -> int:
+    """How many values of such a row are the key's."""
+    return len(REQUEST_FIELDS)
 
 
 @functools.cache
 def _key_sql(vendor: str) -> str:
-    return f"SELECT {columns(ApiKey)} FROM {table(ApiKey)} WHERE {column(ApiKey, 'hashed')} = %s"
+    return f"SELECT {api_key_columns()} FROM {table(ApiKey)} WHERE {column(ApiKey, 'hashed')} = %s"
 
 
 def _load(hashed: str) -> ApiKey | None:
     ttl = settings.MEMORYADMIN_API_KEY_CACHE_SECONDS
     cached = tolerant(lambda: cache.get(_cache_key(hashed)), None) if ttl else None
     if cached is not None:
-        return _from_cache(cached)
-    key = fetch_instance(ApiKey, _key_sql(connection.vendor), [hashed])
-    if key is not None and ttl:
-        value = tuple(getattr(key, f) for f in _FIELDS)
+        return api_key_of_row(cached)
+    with connection.cursor() as cursor:
+        cursor.execute(_key_sql(connection.vendor), [hashed])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    if ttl:
+        value = tuple(row)
         tolerant(lambda: cache.set(_cache_key(hashed), value, timeout=ttl), None)
-    return key
+    return api_key_of_row(row)
+
+
+# Per process: until when (this clock) the last-use mark a request of this process
+# made for a key (by id and prefix) holds. The mark lives LAST_USED_EVERY seconds from
+# its `add`, which began after the time kept here, so no `add` before then could succeed
+# (unless the cache lost the mark: then the use is recorded when this time is over).
+_clock = time.monotonic
+_marked_until: dict[tuple[int, str], float] = {}
+MARKS_KEPT = 4096
 
 
 def _touch(key: ApiKey, now: datetime) -> None:
     # cache.add succeeds for one caller per key and minute (across instances
     # when the cache is shared), so last_used_at costs one write a minute.
     # Without the cache nothing is written: a later request records the use.
+    mark = (key.pk, key.prefix)
+    started = _clock()
+    if _marked_until.get(mark, 0.0) > started:
+        return
     if tolerant(lambda: cache.add(f"apikey-used:{key.pk}", 1, timeout=LAST_USED_EVERY), False):
+        if len(_marked_until) >= MARKS_KEPT:
+            _marked_until.clear()
+        _marked_until[mark] = started + LAST_USED_EVERY
         ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)
 
 
@@ -267,7 +307,7 @@ class ResourceLookup:
 def _key_and_resource_sql(vendor: str, with_document: bool) -> str:
     resource_pk = f"r.{column(Resource, 'id')}"
     return (
-        f"SELECT {columns(ApiKey, 'k')}, {columns(Resource, 'r')}"
+        f"SELECT {api_key_columns('k')}, {columns(Resource, 'r')}"
         + (f", {columns(Document, 'd')}" if with_document else "")
         + f" FROM {table(ApiKey)} k LEFT JOIN {table(Resource)} r"
         f" ON r.{column(Resource, 'project')} = %s"
@@ -303,8 +343,8 @@ def api_key_authenticate_at(
         row = cursor.fetchone()
     if row is None:
         return None, lookup
-    width = len(ApiKey._meta.concrete_fields)
-    key = instance(ApiKey, row[:width])
+    width = api_key_row_width()
+    key = api_key_of_row(row)
     if row[width] is not None:
         end = width + len(Resource._meta.concrete_fields)
         document = None
