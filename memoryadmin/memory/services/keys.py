@@ -4,8 +4,8 @@ Look-ups are cached for `MEMORYADMIN_API_KEY_CACHE_SECONDS` (at most 5), so a
 key revoked on one instance stops working on every other instance within that
 bound; the instance that revokes it drops its cache entry at once (and with
 Redis as the shared cache, every instance does). `last_used_at` is written at
-most once a minute per key, not on every request; the process that wrote it tries
-no other mark within that minute.
+most once a minute per key, not on every request; the process whose request made
+that minute's mark does not ask the cache for another within it.
 
 A request to a memory resource resolves its key and the resource in one
 query (`api_key_authenticate_at`): that look-up is never cached, so the key
