@@ -6,6 +6,7 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,21 @@ from tests.helpers import (
     manage,
     support_session,
 )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The Python processes the suite starts (manage.py commands, servers, workers,
+    examples: over a hundred a run, and the xdist workers) share one bytecode cache for
+    the run, in a temporary folder, instead of each compiling memoryadmin's modules again
+    where PYTHONDONTWRITEBYTECODE is set. Nothing is written into the checkout. Set in
+    the first pytest process only, before it starts any worker; a PYTHONPYCACHEPREFIX
+    already set is kept."""
+    if os.environ.get("PYTEST_XDIST_WORKER") or os.environ.get("PYTHONPYCACHEPREFIX"):
+        return
+    prefix = tempfile.mkdtemp(prefix="memoryadmin-pycache-")
+    os.environ["PYTHONPYCACHEPREFIX"] = prefix
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    config.add_cleanup(lambda: shutil.rmtree(prefix, ignore_errors=True))
 
 
 @pytest.hookimpl(trylast=True)
