@@ -54,6 +54,68 @@ def pytest_configure(config: pytest.Config) -> None:
     config.add_cleanup(lambda: shutil.rmtree(prefix, ignore_errors=True))
 
 
+# What decides the static files WhiteNoise finds and how it serves them.
+_STATIC_FILES_SETTINGS = [
+    "DEBUG",
+    "STATIC_URL",
+    "STATICFILES_DIRS",
+    "STATICFILES_FINDERS",
+    "INSTALLED_APPS",
+    "FORCE_SCRIPT_NAME",
+    *(
+        f"WHITENOISE_{name}"
+        for name in (
+            "AUTOREFRESH",
+            "MAX_AGE",
+            "ALLOW_ALL_ORIGINS",
+            "CHARSET",
+            "MIMETYPES",
+            "ADD_HEADERS_FUNCTION",
+            "INDEX_FILE",
+            "IMMUTABLE_FILE_TEST",
+            "USE_FINDERS",
+            "STATIC_PREFIX",
+        )
+    ),
+]
+
+
+def _static_files_found_once() -> None:
+    """WhiteNoise finds the static files once per test process, not once per Client.
+
+    Every Django test client (and APIClient) loads the middleware on its first request,
+    and WhiteNoiseMiddleware, serving from the source folders (WHITENOISE_USE_FINDERS,
+    tests/settings.py), then lists and stats every static file again: most of the cost of
+    a client's first request, thousands of times a run. A deployed process builds the same
+    table once, at start-up. The table built for the same settings is reused; anything
+    that changes what the finders see or how files are served builds a new one."""
+    from django.conf import settings
+    from whitenoise.middleware import WhiteNoiseMiddleware
+
+    scan = WhiteNoiseMiddleware.add_files_from_finders
+    tables: dict[str, dict[str, Any]] = {}
+
+    def add_files_from_finders(self: WhiteNoiseMiddleware) -> None:
+        key = repr(
+            [self.static_prefix, self.max_age]
+            + [getattr(settings, name, None) for name in _STATIC_FILES_SETTINGS]
+        )
+        if key not in tables:
+            kept, self.files = self.files, {}
+            try:
+                scan(self)
+                tables[key] = self.files
+            finally:
+                self.files = {**kept, **self.files}
+        else:
+            self.files.update(tables[key])
+
+    WhiteNoiseMiddleware.add_files_from_finders = add_files_from_finders  # type: ignore[method-assign]
+
+
+_static_files_found_once()
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     on_postgres = os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://"))
