@@ -17,17 +17,19 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
+from tests.helpers import suite_database_url
+
 ROOT = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.django_db
 
 
 def _database_url() -> str:
+    """On PostgreSQL, the suite's own test database (test_<name>[_gwN]): the benches make
+    theirs beside it, named after it (bench_test_<name>_gw0), so that concurrent suites
+    and xdist workers never share one. On SQLite, none: the benches use files of their own."""
     if connection.vendor == "postgresql":
-        db = connection.settings_dict
-        user = db.get("USER") or "postgres"
-        auth = f"{user}:{db['PASSWORD']}" if db.get("PASSWORD") else user
-        return f"postgres://{auth}@{db.get('HOST') or '127.0.0.1'}:{db.get('PORT') or 5432}/ci"
+        return suite_database_url()
     return ""
 
 
@@ -39,7 +41,7 @@ def test_the_bench_runs_and_writes_its_report(tmp_path: Path) -> None:
     }
     env["DJANGO_STATIC_ROOT"] = str(tmp_path / "static")
     if url := _database_url():
-        # The bench makes its own database beside the suite's: bench_ci.
+        # The bench makes its own database beside the suite's (see _database_url).
         env["DATABASE_URL"] = url
     report = tmp_path / "bench.json"
     done = subprocess.run(
