@@ -116,6 +116,60 @@ def _static_files_found_once() -> None:
 _static_files_found_once()
 
 
+def _post_flush_rows_replayed() -> None:
+    """After the first flush of a test that commits, the rows that post_migrate writes back
+    are written from a record of them, not by running every app's post_migrate again.
+
+    Each test that commits (a transactional test: servers, browsers, processes) ends with
+    Django's `flush`, which empties every table and then sends post_migrate so that the
+    content types and permissions exist again: 45 ms a test, of which the flush itself is
+    2. When the receivers are Django's own (contenttypes, auth) and the tables are empty,
+    their result is always the same rows: written in the same order (so with the ids the
+    receivers would give them), and the content type cache emptied as they leave it.
+    Otherwise post_migrate runs as it does without this."""
+    from django.contrib.auth.models import Permission
+    from django.contrib.contenttypes.models import ContentType
+    from django.core.management.commands import flush
+    from django.core.management.sql import emit_post_migrate_signal as emit
+    from django.db.models.signals import post_migrate
+
+    records: dict[Any, tuple[list[tuple[str, str]], list[tuple[int, str, str]]]] = {}
+
+    def emit_post_migrate_signal(verbosity: int, interactive: bool, db: str, **kwargs: Any) -> None:
+        key = (db, tuple(receiver[0] for receiver in post_migrate.receivers))
+        types = ContentType.objects.using(db)
+        permissions = Permission.objects.using(db)
+        empty = not types.exists() and not permissions.exists()
+        if key not in records or not empty or verbosity >= 2 or kwargs:
+            emit(verbosity, interactive, db, **kwargs)
+            if empty and not kwargs:
+                made = list(types.order_by("id"))
+                position = {ct.pk: n for n, ct in enumerate(made)}
+                records[key] = (
+                    [(ct.app_label, ct.model) for ct in made],
+                    [
+                        (position[p.content_type_id], p.codename, p.name)
+                        for p in permissions.order_by("id")
+                    ],
+                )
+            return
+        made_types, made_permissions = records[key]
+        types.bulk_create([ContentType(app_label=a, model=m) for a, m in made_types])
+        ids = list(types.order_by("id").values_list("id", flat=True))
+        permissions.bulk_create(
+            [
+                Permission(content_type_id=ids[n], codename=codename, name=name)
+                for n, codename, name in made_permissions
+            ]
+        )
+        ContentType.objects.clear_cache()
+
+    flush.emit_post_migrate_signal = emit_post_migrate_signal  # type: ignore[attr-defined]
+
+
+_post_flush_rows_replayed()
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     on_postgres = os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://"))
