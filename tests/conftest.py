@@ -40,18 +40,26 @@ from tests.helpers import (
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """The Python processes the suite starts (manage.py commands, servers, workers,
-    examples: over a hundred a run, and the xdist workers) share one bytecode cache for
-    the run, in a temporary folder, instead of each compiling memoryadmin's modules again
-    where PYTHONDONTWRITEBYTECODE is set. Nothing is written into the checkout. Set in
-    the first pytest process only, before it starts any worker; a PYTHONPYCACHEPREFIX
-    already set is kept."""
-    if os.environ.get("PYTEST_XDIST_WORKER") or os.environ.get("PYTHONPYCACHEPREFIX"):
+    """The Python processes the tests start (manage.py commands, servers, workers,
+    examples: over a hundred a run) share one bytecode cache for the run, in a temporary
+    folder, instead of each compiling memoryadmin's modules again where
+    PYTHONDONTWRITEBYTECODE is set. Nothing is written into the checkout.
+
+    The pytest processes themselves keep the bytecode they start with (a cache of their
+    own, empty, would cost each xdist worker seconds more than it saves): the first one
+    makes the folder and passes it on in _MEMORYADMIN_TEST_PYCACHE; each one that runs
+    tests sets PYTHONPYCACHEPREFIX for its children only. One already set is kept."""
+    if os.environ.get("PYTHONPYCACHEPREFIX"):
         return
-    prefix = tempfile.mkdtemp(prefix="memoryadmin-pycache-")
+    prefix = os.environ.get("_MEMORYADMIN_TEST_PYCACHE")
+    if prefix is None:
+        prefix = tempfile.mkdtemp(prefix="memoryadmin-pycache-")
+        os.environ["_MEMORYADMIN_TEST_PYCACHE"] = prefix
+        config.add_cleanup(lambda: shutil.rmtree(prefix, ignore_errors=True))
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        return  # the xdist controller: it starts the workers, and runs no test
     os.environ["PYTHONPYCACHEPREFIX"] = prefix
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-    config.add_cleanup(lambda: shutil.rmtree(prefix, ignore_errors=True))
 
 
 # What decides the static files WhiteNoise finds and how it serves them.
