@@ -7,6 +7,7 @@ import fcntl
 import os
 import shutil
 import tempfile
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -142,13 +143,19 @@ def _post_flush_rows_replayed() -> None:
     from django.db.models.signals import post_migrate
 
     records: dict[Any, tuple[list[tuple[str, str]], list[tuple[int, str, str]]]] = {}
+    own = {"django.contrib.auth.management", "django.contrib.contenttypes.management"}
+
+    def only_django_s_own() -> bool:
+        receivers = [entry[1] for entry in post_migrate.receivers]
+        found = [r() if isinstance(r, weakref.ReferenceType) else r for r in receivers]
+        return all(getattr(receiver, "__module__", None) in own for receiver in found)
 
     def emit_post_migrate_signal(verbosity: int, interactive: bool, db: str, **kwargs: Any) -> None:
         key = (db, tuple(receiver[0] for receiver in post_migrate.receivers))
         types = ContentType.objects.using(db)
         permissions = Permission.objects.using(db)
         empty = not types.exists() and not permissions.exists()
-        if key not in records or not empty or verbosity >= 2 or kwargs:
+        if key not in records or not empty or verbosity >= 2 or kwargs or not only_django_s_own():
             emit(verbosity, interactive, db, **kwargs)
             if empty and not kwargs:
                 made = list(types.order_by("id"))
