@@ -84,6 +84,30 @@ def is_postgres() -> bool:
     return connection.vendor == "postgresql"
 
 
+# The local Redis the tests that need one use (database 5 unless told otherwise).
+TEST_REDIS_URL = os.environ.get("MEMORYADMIN_TEST_REDIS_URL", "redis://127.0.0.1:6379/5")
+
+
+@contextmanager
+def redis_prefix(label: str) -> Iterator[tuple[Any, str]]:
+    """A client of the test Redis and a cache prefix of one test (`<label>-<random>`);
+    skips without a Redis; afterwards deletes the keys under the prefix, and only them."""
+    import redis
+
+    client = redis.Redis.from_url(TEST_REDIS_URL)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        pytest.skip(f"needs Redis at {TEST_REDIS_URL} (redis-server; .ci/run starts one): {exc}")
+    prefix = f"{label}-{secrets.token_hex(6)}"
+    try:
+        yield client, prefix
+    finally:
+        for name in client.scan_iter(match=f"{prefix}:*"):
+            client.delete(name)
+        client.close()
+
+
 def run_threads(count: int, work: Callable[[int], Any]) -> list[Any]:
     """Runs work(i) in `count` real threads released together by a barrier."""
     barrier = threading.Barrier(count)

@@ -10,7 +10,6 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,13 +25,13 @@ from memoryadmin.agents.models import Binding, Session, SessionEvent
 from memoryadmin.memory.models import ApiKey, Document, DocumentVersion, Project, Resource
 from memoryadmin.memory.services.documents import document_create
 from memoryadmin.memory.services.keys import api_key_create
-from tests.helpers import DEV, DOCS, run_threads
+from tests.helpers import DEV, DOCS, TEST_REDIS_URL, run_threads
+from tests.helpers import redis_prefix as redis_prefix_of
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 ROOT = Path(__file__).resolve().parent.parent
 # Database 5 of the local Redis unless told otherwise; the test deletes only its own keys.
-REDIS_URL = os.environ.get("MEMORYADMIN_TEST_REDIS_URL", "redis://127.0.0.1:6379/5")
 RATE = 30  # requests per key and day on both instances together
 REVOCATION_BOUND = 5.0  # seconds: MEMORYADMIN_API_KEY_CACHE_SECONDS at most
 RW = {"notes": {"scope": "document", "id": "workshop", "access": "read-write"}}
@@ -49,19 +48,9 @@ class Instances:
 
 @pytest.fixture(scope="module")
 def redis_prefix() -> Iterator[str]:
-    """A cache prefix of this test in Redis database 5; skips without a Redis."""
-    import redis
-
-    client = redis.Redis.from_url(REDIS_URL)
-    try:
-        client.ping()
-    except redis.RedisError as exc:
-        pytest.skip(f"needs Redis at {REDIS_URL} (redis-server; .ci/run starts one): {exc}")
-    prefix = f"instances-{uuid.uuid4().hex[:12]}"
-    yield prefix
-    for name in client.scan_iter(match=f"{prefix}:*"):
-        client.delete(name)
-    client.close()
+    """A cache prefix of this test in the test Redis; skips without a Redis."""
+    with redis_prefix_of("instances") as (_, prefix):
+        yield prefix
 
 
 def _free_port() -> int:
@@ -104,7 +93,7 @@ def servers(
         **os.environ,
         "DATABASE_URL": _database_url(),
         "DATABASE_POOL_MAX": "8",
-        "REDIS_URL": REDIS_URL,
+        "REDIS_URL": TEST_REDIS_URL,
         "MEMORYADMIN_CACHE_PREFIX": redis_prefix,
         "MEMORYADMIN_API_RATE": f"{RATE}/day",
         "DJANGO_SETTINGS_MODULE": "memoryadmin.settings",

@@ -4,8 +4,6 @@ key's rate limit, last use and usage counted through it. Skips without a local R
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,37 +14,22 @@ from django.test.utils import override_settings
 from memoryadmin.core.sharedcache import counter_bump
 from memoryadmin.memory.models import ApiKey
 from memoryadmin.memory.services.key_usage import key_usage
-from tests.helpers import DEV, DOCS, Keys
-
-# Database 5 of the local Redis unless told otherwise; the test deletes only its own keys.
-REDIS_URL = os.environ.get("MEMORYADMIN_TEST_REDIS_URL", "redis://127.0.0.1:6379/5")
+from tests.helpers import DEV, DOCS, TEST_REDIS_URL, Keys, redis_prefix
 
 
 @pytest.fixture
 def redis_cache() -> Iterator[Any]:
     """The default cache on Redis under a prefix of this test; the raw client beside it."""
-    import redis
-
-    client = redis.Redis.from_url(REDIS_URL)
-    try:
-        client.ping()
-    except redis.RedisError as exc:
-        pytest.skip(f"needs Redis at {REDIS_URL}: {exc}")
-    prefix = f"sharedcache-{uuid.uuid4().hex[:12]}"
-    caches = {
-        "default": {
-            "BACKEND": "memoryadmin.core.rediscache.RedisCache",
-            "LOCATION": REDIS_URL,
-            "KEY_PREFIX": prefix,
+    with redis_prefix("sharedcache") as (client, prefix):
+        caches = {
+            "default": {
+                "BACKEND": "memoryadmin.core.rediscache.RedisCache",
+                "LOCATION": TEST_REDIS_URL,
+                "KEY_PREFIX": prefix,
+            }
         }
-    }
-    try:
         with override_settings(CACHES=caches):
             yield client
-    finally:
-        for name in client.scan_iter(match=f"{prefix}:*"):
-            client.delete(name)
-        client.close()
 
 
 def test_a_counter_is_made_with_its_expiry_and_read_back_by_django(redis_cache: Any) -> None:
