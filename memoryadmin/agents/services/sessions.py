@@ -41,11 +41,11 @@ from memoryadmin.memory.services.deployments import (
 )
 from memoryadmin.memory.services.documents import document_create, document_get
 from memoryadmin.memory.services.keys import (
+    API_KEY_ROW_WIDTH,
     api_key_authenticate,
     api_key_columns,
     api_key_hashed,
     api_key_of_row,
-    api_key_row_width,
     api_key_usable,
 )
 
@@ -398,7 +398,7 @@ def api_key_authenticate_with_session(
         rows = cursor.fetchall()
     if not rows:
         return None, None
-    width = api_key_row_width()
+    width = API_KEY_ROW_WIDTH
     key = api_key_usable(api_key_of_row(rows[0]))
     session, bindings = _session_rows(
         session_id,

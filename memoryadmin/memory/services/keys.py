@@ -196,6 +196,8 @@ def api_key_rotate(*, key: ApiKey, actor: str, grace_seconds: int = 0) -> tuple[
 # what the request path uses, in the model's order. The others stay deferred, read from
 # the database if ever used.
 REQUEST_FIELDS = ("id", "project", "prefix", "read_only", "revoked_at")
+# How many values of a row of `api_key_columns` are the key's.
+API_KEY_ROW_WIDTH = len(REQUEST_FIELDS)
 
 
 def api_key_columns(alias: str = "") -> str:
@@ -206,12 +208,7 @@ def api_key_columns(alias: str = "") -> str:
 
 def api_key_of_row(row: Sequence[Any]) -> ApiKey:
     """The key of a row starting with `api_key_columns` (the rest is ignored)."""
-    return instance_of(ApiKey, REQUEST_FIELDS, row[: len(REQUEST_FIELDS)])
-
-
-def api_key_row_width() -> int:
-    """How many values of such a row are the key's."""
-    return len(REQUEST_FIELDS)
+    return instance_of(ApiKey, REQUEST_FIELDS, row[:API_KEY_ROW_WIDTH])
 
 
 @functools.cache
@@ -343,7 +340,7 @@ def api_key_authenticate_at(
         row = cursor.fetchone()
     if row is None:
         return None, lookup
-    width = api_key_row_width()
+    width = API_KEY_ROW_WIDTH
     key = api_key_of_row(row)
     if row[width] is not None:
         end = width + len(Resource._meta.concrete_fields)
