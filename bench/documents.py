@@ -1,6 +1,6 @@
-"""A document's GET and conditional PUT against their floors, measured in-process.
+"""A document's GET and PUT against their floors, and a recall, measured in-process.
 
-    .venv/bin/python bench/documents.py [--requests 300] [--rounds 10] [--profile GET|PUT]
+    .venv/bin/python bench/documents.py [--requests 300] [--rounds 10] [--profile GET|PUT|recall]
 
 Seeds a throwaway database (bench_<name> on PostgreSQL with DATABASE_URL, a SQLite
 file under var/ otherwise) with one resource, a few documents and an API key,
@@ -8,10 +8,11 @@ builds Django's WSGI handler (as gunicorn serves it) with the bench's floor view
 (`memoryadmin/benchfloors.py`) and calls it directly, through the full middleware
 stack: GET of a document by the API and by its one-SELECT floor, and a conditional
 PUT (If-Match, 2,000 characters of text, as `make bench` sends) by the API and by
-its one-UPDATE floor. Time is this thread's CPU time (`time.thread_time`, which
-other processes on a shared machine barely move; the database's own time is not in
-it), least of the rounds' means, in microseconds per request; `--profile` prints
-where the API's request spends it instead.
+its one-UPDATE floor, and a recall of a session with eight document bindings of
+2,000 characters each (as `make bench` seeds it). Time is this thread's CPU time
+(`time.thread_time`, which other processes on a shared machine barely move; the
+database's own time is not in it), least of the rounds' means, in microseconds per
+request; `--profile` prints where the request spends it instead.
 """
 
 from __future__ import annotations
@@ -67,7 +68,11 @@ class Caller:
         return (time.thread_time() - started) / requests * 1e6
 
 
-def seed() -> tuple[str, int]:
+BOUND = 8  # document bindings of the recall's session, as `make bench` binds
+
+
+def seed() -> tuple[str, int, str]:
+    from memoryadmin.agents.services.sessions import session_create
     from memoryadmin.memory.models import Resource
     from memoryadmin.memory.services.deployments import deployment_create
     from memoryadmin.memory.services.documents import document_create
@@ -75,16 +80,29 @@ def seed() -> tuple[str, int]:
     from memoryadmin.memory.services.projects import project_create
 
     project = project_create(project_id=PROJECT)
-    memory = [{"id": "notes", "description": "Bench.", "provider": {"maxBytes": 16384}}]
+    bound = [f"bound-{i}" for i in range(BOUND)]
+    memory = [
+        {"id": rid, "description": "Bench.", "provider": {"maxBytes": 16384}}
+        for rid in ["notes", *bound]
+    ]
     deployment_create(project=project, agent="bench", memory=memory, promote=ENV, actor="bench")
     notes = Resource.objects.get(project=project, resource_id="notes")
     for doc_id in ("doc-1", "put-0", "floor-put-0"):
         document_create(resource=notes, doc_id=doc_id, title="Bench", text="x" * 2000, actor="b")
+    for resource in Resource.objects.filter(project=project, resource_id__in=bound):
+        document_create(resource=resource, doc_id="card", title="Card", text="y" * 2000, actor="b")
+    session, _ = session_create(
+        project=project,
+        agent_id=f"bench@{ENV}",
+        memory={rid: {"scope": "document", "id": "card"} for rid in bound},
+        idempotency_key="bench",
+        actor="bench",
+    )
     _, secret = api_key_create(project_id=PROJECT, actor="bench")
-    return secret, notes.pk
+    return secret, notes.pk, session.id
 
 
-def callers(app: WSGI, key: str, notes_pk: int) -> dict[str, Caller]:
+def callers(app: WSGI, key: str, notes_pk: int, session_id: str) -> dict[str, Caller]:
     docs = f"{API}/projects/{PROJECT}/memory/notes/documents"
     q = f"?environment={ENV}"
 
@@ -99,6 +117,12 @@ def callers(app: WSGI, key: str, notes_pk: int) -> dict[str, Caller]:
         "GET floor": Caller(app, get(f"{FLOORS}/floor/{notes_pk}/doc-1")),
         "PUT": Caller(app, put(f"{docs}/put-0{q}")),
         "PUT floor": Caller(app, put(f"{FLOORS}/floor-put/{notes_pk}/floor-put-0")),
+        "recall": Caller(
+            app,
+            lambda _etag: environ(
+                f"{API}/sessions/{session_id}/memory/recall", "POST", b"{}", x_api_key=key
+            ),
+        ),
     }
     for name, read in (("PUT", f"{docs}/put-0{q}"), ("PUT floor", f"{docs}/floor-put-0{q}")):
         reader = Caller(app, get(read))
@@ -111,7 +135,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=300, help="per kind and round")
     parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--profile", choices=["GET", "PUT", "GET floor", "PUT floor"])
+    parser.add_argument("--profile", choices=["GET", "PUT", "GET floor", "PUT floor", "recall"])
     parser.add_argument("--dump", help="with --profile: write the profile's stats to this file")
     parser.add_argument("--sort", default="tottime", help="the profile's order")
     parser.add_argument("--callees", action="append", help="with --profile: what these call")
@@ -124,8 +148,8 @@ def main() -> None:
             from django.core.management import call_command
 
             call_command("flush", interactive=False, verbosity=0)
-        key, notes_pk = seed()
-        found = callers(WSGIHandler(), key, notes_pk)
+        key, notes_pk, session_id = seed()
+        found = callers(WSGIHandler(), key, notes_pk, session_id)
         for caller in found.values():
             caller.per_request(100)  # warm
         if args.profile:
@@ -149,6 +173,8 @@ def main() -> None:
         for name in ("GET", "PUT"):
             floor = us[f"{name} floor"]
             print(f"| {name} | {us[name]:.0f} | {floor:.0f} | {floor / us[name]:.2f} |")
+        print(f"recall ({BOUND} document bindings) {us['recall']:.0f} us, ")
+        print(f"{us['recall'] / us['GET']:.2f} times a GET (CPU; the bench's row is latency)")
     finally:
         connection.close()
         if not args.keepdb:

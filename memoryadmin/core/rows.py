@@ -149,6 +149,15 @@ def values_of(model: type[Model], names: Sequence[str], values: Sequence[Any]) -
     return dict(zip(names, _converted(wrapper, converters, values), strict=True))
 
 
+def related_set(obj: Model, name: str, value: Model) -> None:
+    """Gives `obj` its related object of the foreign key `name`, as `select_related`
+    gives it a joined row's: into the field's cache, the key's column already read with
+    `obj` (assigning through the descriptor would check and set it again)."""
+    field = _field(type(obj), name)
+    assert field.many_to_one, name
+    field.set_cached_value(obj, value)  # type: ignore[attr-defined]
+
+
 def fetch_instance[M: Model](model: type[M], sql: str, params: Sequence[Any]) -> M | None:
     """The one row `sql` (selecting `columns(model)`) returns, as an instance; None
     when it returns none."""

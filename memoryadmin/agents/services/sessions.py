@@ -27,7 +27,15 @@ from memoryadmin.core.cursors import keyset_page
 from memoryadmin.core.environments import Environment, check_environment
 from memoryadmin.core.errors import Forbidden, InvalidRequest, NotFound, PreconditionFailed
 from memoryadmin.core.inputs import parse_int
-from memoryadmin.core.rows import column, columns, columns_of, instance, table, values_of
+from memoryadmin.core.rows import (
+    column,
+    columns,
+    columns_of,
+    instance,
+    related_set,
+    table,
+    values_of,
+)
 from memoryadmin.core.strings import strings_check
 from memoryadmin.memory.limits import check_agent_id
 from memoryadmin.memory.models import ApiKey, Deployment, Document, Project, Resource
@@ -320,14 +328,16 @@ def _session_rows(
     binding_end_at = deployment_end_at + len(Binding._meta.concrete_fields)
     resource_end_at = binding_end_at + len(Resource._meta.concrete_fields)
     session = instance(Session, rows[0][:session_end_at])
-    session.deployment = instance(Deployment, rows[0][session_end_at:deployment_end_at])
+    related_set(
+        session, "deployment", instance(Deployment, rows[0][session_end_at:deployment_end_at])
+    )
     bindings = []
     for row in rows if with_bindings else []:
         if row[deployment_end_at] is None:  # no binding: the LEFT JOIN's empty row
             continue
         binding = instance(Binding, row[deployment_end_at:binding_end_at])
-        binding.resource = instance(Resource, row[binding_end_at:resource_end_at])
-        binding.session = session
+        related_set(binding, "resource", instance(Resource, row[binding_end_at:resource_end_at]))
+        related_set(binding, "session", session)
         if with_documents:
             # Read in the same statement: the document provider need not read it again.
             # Its fields as values, not a model: a recall reads nothing else of it.
