@@ -57,8 +57,11 @@ serve: $(VENV)/.installed
 	$(VPY) manage.py collectstatic --noinput -v0
 	$(VENV)/bin/gunicorn --config gunicorn.conf.py
 
+# Python keeps the project's bytecode and pytest its rewritten test modules (in the
+# ignored __pycache__ folders) from one run to the next, even where the machine sets
+# PYTHONDONTWRITEBYTECODE: each run would compile and rewrite them again (docs/decisions.md).
 test: $(VENV)/.installed
-	$(VENV)/bin/pytest $(PYTEST_ARGS)
+	env -u PYTHONDONTWRITEBYTECODE $(VENV)/bin/pytest $(PYTEST_ARGS)
 
 # The browser tests, replacing the images in docs/screenshots (a plain `make test` changes no file).
 screenshots: $(VENV)/.installed
@@ -97,3 +100,4 @@ bench-incidents: $(VENV)/.installed
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

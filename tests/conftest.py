@@ -6,6 +6,7 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
+import sys
 import tempfile
 import weakref
 from collections.abc import Callable, Iterator
@@ -41,16 +42,17 @@ from tests.helpers import (
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """The Python processes the tests start (manage.py commands, servers, workers,
-    examples: over a hundred a run) share one bytecode cache for the run, in a temporary
-    folder, instead of each compiling memoryadmin's modules again where
-    PYTHONDONTWRITEBYTECODE is set. Nothing is written into the checkout.
+    """Where PYTHONDONTWRITEBYTECODE is set (`make test` unsets it: Python then keeps the
+    bytecode in the checkout's ignored __pycache__ folders, for every process of this run
+    and the next), the Python processes the tests start (manage.py commands, servers,
+    workers, examples: over a hundred a run) share one bytecode cache for the run, in a
+    temporary folder, instead of each compiling memoryadmin's modules again.
 
     The pytest processes themselves keep the bytecode they start with (a cache of their
     own, empty, would cost each xdist worker seconds more than it saves): the first one
     makes the folder and passes it on in _MEMORYADMIN_TEST_PYCACHE; each one that runs
     tests sets PYTHONPYCACHEPREFIX for its children only. One already set is kept."""
-    if os.environ.get("PYTHONPYCACHEPREFIX"):
+    if os.environ.get("PYTHONPYCACHEPREFIX") or not sys.dont_write_bytecode:
         return
     prefix = os.environ.get("_MEMORYADMIN_TEST_PYCACHE")
     if prefix is None:
