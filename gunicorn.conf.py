@@ -66,12 +66,16 @@ def on_starting(server: Any) -> None:
 
 def post_worker_init(worker: Any) -> None:
     """Before a worker accepts: every URLconf and the views they name are imported, so
-    its first request does not pay for that (seconds on a busy machine). What the
-    imports made lives as long as the worker: frozen, a full pass of the garbage
-    collector, when one comes, does not walk it (about 126,000 objects, tens of ms)."""
+    its first request does not pay for that (seconds on a busy machine), and so is the
+    HTTP client of provider calls and webhooks (which other processes import at their
+    first call). What the imports made lives as long as the worker: frozen, a full pass
+    of the garbage collector, when one comes, does not walk it (about 126,000 objects,
+    tens of ms)."""
     import gc
 
     from django.urls import reverse
+
+    import memoryadmin.core.egress  # noqa: F401
 
     reverse("health")
     gc.collect()

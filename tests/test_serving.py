@@ -9,6 +9,7 @@ import re
 import shutil
 import stat
 import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -232,6 +233,50 @@ def test_gunicorn_keeps_its_workers_and_warms_them_by_default(monkeypatch: Any) 
     conf = runpy.run_path(str(ROOT / "gunicorn.conf.py"))
     assert conf["max_requests"] == 5000
     shutil.rmtree(conf["_metrics_dir"], ignore_errors=True)
+
+
+# What starting a process does not import (docs/decisions.md, Performance): each is
+# imported by its first use, and the first use of each below shows it then is.
+FIRST_USE = {
+    # The HTTP client of provider calls and webhooks (gunicorn's workers import it
+    # before they accept).
+    "httpx": "from memoryadmin.providers.wire import Reply; Reply()",
+}
+
+
+def test_starting_a_process_leaves_what_it_may_never_use_unimported(tmp_path: Path) -> None:
+    """Neither Django's start (every command, the worker, the MCP server) nor the system
+    checks, which load every URLconf and the views they name, import these."""
+    names = list(FIRST_USE)
+    code = "\n".join(
+        [
+            "import io, sys, django",
+            "from django.core.management import call_command",
+            "django.setup()",
+            "call_command('check', stdout=io.StringIO())",
+            f"print(' '.join(n for n in {names!r} if n in sys.modules))",
+            *FIRST_USE.values(),
+            f"print(' '.join(n for n in {names!r} if n in sys.modules))",
+        ]
+    )
+    env = clean_env(
+        DJANGO_SETTINGS_MODULE="tests.settings",
+        MEMORYADMIN_DEV_SECRETS="1",
+        MEMORYADMIN_VAR_DIR=str(tmp_path),
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    at_start, after_use = done.stdout.split("\n")[:2]
+    assert at_start == ""
+    assert after_use.split() == names
 
 
 def test_the_bench_floors_are_off_in_production(client: Any) -> None:

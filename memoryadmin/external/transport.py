@@ -21,12 +21,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
 from django.views.decorators.debug import sensitive_variables
 
 from memoryadmin.core.cancellation import Cancellation, current_cancellation, stop_watch
 from memoryadmin.core.concurrency import Deadline
-from memoryadmin.core.egress import egress_transport
 from memoryadmin.core.errors import InvalidRequest
 from memoryadmin.core.jsonbody import BODY_MAX_BYTES
 from memoryadmin.memory.models import Resource
@@ -232,6 +230,11 @@ def _exchange(connection: Connection, request: Request) -> Reply:
 def _attempt(connection: Connection, request: Request, deadline: float) -> Reply:
     """One attempt, on a connection of its own: the watchdog cuts it at the deadline (a
     timeout), and the caller's cancellation or the calling slot's event at once."""
+    # The HTTP client is imported by the first call, not when the kinds register.
+    import httpx
+
+    from memoryadmin.core.egress import egress_transport
+
     transport = egress_transport()
     why: list[str] = []
 

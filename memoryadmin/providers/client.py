@@ -17,12 +17,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
 from django.views.decorators.debug import sensitive_variables
 
 from memoryadmin.core.cancellation import Cancellation, current_cancellation
 from memoryadmin.core.concurrency import Deadline, provider_call
-from memoryadmin.core.egress import EgressTransport
 from memoryadmin.core.errors import (
     InvalidRequest,
     InvalidToolArguments,
@@ -145,6 +143,11 @@ def _exchange(
     default the current scope's), the attempt in flight is stopped by
     closing its connection, and the reply is `cancelled`.
     """
+    # The HTTP client is imported by the first call, not when the kind registers.
+    import httpx
+
+    from memoryadmin.core.egress import EgressTransport
+
     cancellation = cancellation or current_cancellation()
     transport = EgressTransport()
     with httpx.Client(transport=transport, follow_redirects=False, trust_env=False) as client:

@@ -10,7 +10,6 @@ import re
 from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import unquote, urlsplit
 
-from memoryadmin.core.egress import SETTING, literal_address, origin_address_check
 from memoryadmin.core.errors import InvalidRequest
 from memoryadmin.memory.limits import (
     DESCRIPTION_MAX_BYTES,
@@ -80,10 +79,14 @@ def _check_fields(raw: dict[str, Any], allowed: set[str], where: str) -> None:
         _fail(f"{where} has unknown fields: {', '.join(sorted(unknown))}.")
 
 
-# Origins.
+# Origins. The address rules live beside the HTTP transport that applies them on every
+# connection (core/egress.py, which imports httpx) and are imported when an origin is
+# checked: a process that checks none does not load the HTTP client.
 
 
 def is_loopback_host(host: str) -> bool:
+    from memoryadmin.core.egress import literal_address
+
     if host.lower() in LOOPBACK_NAMES:
         return True
     address = literal_address(host)
@@ -92,6 +95,8 @@ def is_loopback_host(host: str) -> bool:
 
 def _origin_host(host: str | None, where: str) -> str:
     """The host as the origin shows it; a literal address in its canonical spelling."""
+    from memoryadmin.core.egress import literal_address
+
     if not host:
         _fail(f"{where} must name a host.")
     address = literal_address(host)
@@ -103,6 +108,8 @@ def _origin_host(host: str | None, where: str) -> str:
 
 
 def _refuse_unreachable(host: str, where: str, *, resolve_names: bool, kind: str) -> None:
+    from memoryadmin.core.egress import SETTING, literal_address, origin_address_check
+
     literal = literal_address(host)
     if literal is None and not resolve_names:
         return

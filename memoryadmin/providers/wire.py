@@ -24,12 +24,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 from django.views.decorators.debug import sensitive_variables
 
-from memoryadmin.core.egress import egress_refusal
 from memoryadmin.core.errors import DomainError, LimitExceeded
 from memoryadmin.core.inputs import whole_number
 from memoryadmin.core.jsonbody import body_read, json_parse
@@ -39,6 +37,9 @@ from memoryadmin.memory.services.audit import audit_record
 from memoryadmin.providers.declarations import credential_header
 from memoryadmin.providers.errors import SecretNotBound, SecretNotFound
 from memoryadmin.providers.services.secrets import secret_for_request
+
+if TYPE_CHECKING:
+    import httpx
 
 logger = logging.getLogger(__name__)
 
@@ -51,12 +52,19 @@ RETRY_AFTER_MAX = 2**31
 AUDIT_ACTOR = "system:providers"
 
 
+def _no_headers() -> httpx.Headers:
+    # httpx is imported when a provider is first called, not when its kind registers.
+    import httpx
+
+    return httpx.Headers()
+
+
 @dataclass
 class Reply:
     """What one operation got back: an HTTP answer, or why there is none."""
 
     status: int | None = None
-    headers: httpx.Headers = field(default_factory=httpx.Headers)
+    headers: httpx.Headers = field(default_factory=_no_headers)
     body: bytes = b""
     # "timeout" or "transport" when no complete answer arrived, "refused" when the
     # egress rule stopped the connection before it was attempted, "cancelled" when
@@ -142,6 +150,10 @@ def _read(
     stream: contextlib.AbstractContextManager[httpx.Response], *, deadline: float, limit: int
 ) -> Reply:
     """Opens `stream` (the request is sent) and reads its answer."""
+    import httpx
+
+    from memoryadmin.core.egress import egress_refusal
+
     try:
         with stream as response:
             reply = Reply(status=response.status_code, headers=response.headers)

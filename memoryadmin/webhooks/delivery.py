@@ -18,11 +18,9 @@ import hmac
 import logging
 import time
 
-import httpx
 from django.conf import settings
 from django.utils import timezone
 
-from memoryadmin.core.egress import egress_transport
 from memoryadmin.providers.wire import receive, retry_after
 from memoryadmin.runner.jobs import Postpone, RetryAfter, current_job, durable, enqueue
 from memoryadmin.runner.models import Job
@@ -73,6 +71,11 @@ def _send(delivery: Delivery, attempt: int) -> tuple[int | None, str, float | No
         SIGNATURE_HEADER: signature(endpoint.secret, timestamp, delivery.body),
         ATTEMPT_HEADER: str(attempt),
     }
+    # The HTTP client is imported by the first delivery, not by every process.
+    import httpx
+
+    from memoryadmin.core.egress import egress_transport
+
     deadline = time.monotonic() + settings.MEMORYADMIN_WEBHOOK_TIMEOUT_SECONDS
     transport = egress_transport()
     with httpx.Client(transport=transport, follow_redirects=False, trust_env=False) as client:
