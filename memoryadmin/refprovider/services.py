@@ -16,8 +16,6 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import best_match
 
 from memoryadmin.core.errors import error_envelope
 from memoryadmin.core.inputs import InvalidInput, parse_instant
@@ -188,6 +186,10 @@ def _arguments(call: Call) -> tuple[dict[str, Any], dict[str, Any]]:
     arguments = call.body.get("arguments")
     if not isinstance(arguments, dict):
         raise _invalid("arguments must be an object.")
+    # Imported here: only tool calls need jsonschema, not every process that loads the URLconf.
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import best_match
+
     error = best_match(Draft202012Validator(tool["input"]).iter_errors(arguments))
     if error is not None:
         raise ProtocolError(400, "invalid_arguments", f"{tool['name']}: {error.message}")
