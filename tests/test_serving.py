@@ -244,6 +244,8 @@ FIRST_USE = {
     # The JSON Schema validator of tool arguments (the reference provider's too).
     "jsonschema": "from memoryadmin.core.tools import tool_arguments_validate as v; "
     "v(tool={'name': 't', 'input': {'type': 'object'}}, arguments={})",
+    # The signing library of erasure receipts.
+    "cryptography": "from memoryadmin.erasures.receipts import public_key; public_key()",
 }
 
 

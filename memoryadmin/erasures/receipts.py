@@ -8,6 +8,9 @@ must escape), integers only, no floats. For the values a receipt holds this is
 RFC 8785 (JCS). The key is `MEMORYADMIN_ERASURE_SIGNING_KEY` (32 bytes, base64);
 its public half is published at `/api/managed-agents/erasure-key` and printed by
 `manage.py erasure key`.
+
+cryptography is imported by the functions that sign, verify or read a key, not by every
+process that loads the erasure services.
 """
 
 from __future__ import annotations
@@ -17,14 +20,17 @@ import binascii
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from django.conf import settings
 
 from memoryadmin.core.errors import DomainError
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+        Ed25519PrivateKey,
+        Ed25519PublicKey,
+    )
 
 FORMAT = "memoryadmin.erasure-receipt"
 FORMAT_VERSION = 1
@@ -60,6 +66,8 @@ def _check_canonical(value: Any) -> None:
 
 
 def _private_key() -> Ed25519PrivateKey:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
     raw = settings.MEMORYADMIN_ERASURE_SIGNING_KEY
     if not raw:
         raise SigningKeyMissing(
@@ -78,6 +86,8 @@ def _private_key() -> Ed25519PrivateKey:
 
 
 def _raw_public(key: Ed25519PublicKey) -> bytes:
+    from cryptography.hazmat.primitives import serialization
+
     return key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
 
 
@@ -95,6 +105,9 @@ class PublicKey:
         return key_id(self.raw)
 
     def as_dict(self) -> dict[str, str]:
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
         key = Ed25519PublicKey.from_public_bytes(self.raw)
         pem = key.public_bytes(
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
@@ -128,6 +141,9 @@ def sign(receipt: dict[str, Any]) -> dict[str, Any]:
 
 def public_key_parse(text: str) -> bytes:
     """A public key as published: 32 bytes in base64, or a PEM public key."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
     text = text.strip()
     if text.startswith("-----BEGIN"):
         try:
@@ -149,6 +165,9 @@ def public_key_parse(text: str) -> bytes:
 def verify(document: object, public: bytes) -> dict[str, Any]:
     """The receipt of a signed document if its signature holds under `public`;
     ReceiptInvalid saying why otherwise."""
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
     if not isinstance(document, dict) or set(document) != {"receipt", "signature"}:
         raise ReceiptInvalid('A signed receipt is an object of "receipt" and "signature".')
     receipt, signature = document["receipt"], document["signature"]
