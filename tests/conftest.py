@@ -35,6 +35,7 @@ from tests.helpers import (
     PASSWORD,
     Keys,
     People,
+    chromium_features_kept,
     clean_env,
     manage,
     support_session,
@@ -475,6 +476,7 @@ def browser() -> Iterator[Any]:
             browser = playwright.chromium.launch(
                 executable_path=str(CHROMIUM), args=BROWSER_ARGS, headless=True
             )
+            chromium_features_kept()
             yield browser
             browser.close()
 

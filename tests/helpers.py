@@ -246,6 +246,35 @@ def fragment_of(response: Any) -> str:
 
 CHROMIUM = Path("/usr/bin/chromium")
 SCREENSHOTS = Path(__file__).resolve().parent.parent / "docs" / "screenshots"
+# Chromium keeps the last --disable-features it is given, and Playwright passes its own
+# first: the suite's list repeats Playwright's (1.65) and adds its own.
+# `chromium_features_kept` fails the browser tests when a Playwright upgrade adds one.
+PLAYWRIGHT_DISABLED_FEATURES = [
+    "AvoidUnnecessaryBeforeUnloadCheckSync",
+    "DestroyProfileOnBrowserClose",
+    "HttpsUpgrades",
+    "HttpsFirstBalancedModeAutoEnable",
+    "LensOverlay",
+    "MediaRouter",
+    "PaintHolding",
+    "ThirdPartyStoragePartitioning",
+    "AvoidCorsURLLoaderRestartOnRedirect",
+    "TcpPortRandomizationWin",
+    "OptimizationHints",
+    "NetworkTimeServiceQuerying",
+    "AimEnabled",
+    "PreconnectToSearch",
+    "msForceBrowserSignIn",
+    "msEdgeUpdateLaunchServicesPreferredVersion",
+]
+DISABLED_FEATURES = [
+    *PLAYWRIGHT_DISABLED_FEATURES,
+    # The address bar's drop-down is a page of its own, loaded in a renderer of its own in
+    # every new window, so in every browser context the tests open: headless, nobody sees
+    # it, and it cost more CPU than the test's own page.
+    "WebUIOmniboxPopup",
+    "WebUIOmniboxAimPopup",
+]
 BROWSER_ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -253,6 +282,7 @@ BROWSER_ARGS = [
     "--disable-component-update",
     "--disable-sync",
     "--no-first-run",
+    "--disable-features=" + ",".join(DISABLED_FEATURES),
 ]
 # The marks of every browser test module (its `pytestmark`).
 BROWSER_TESTS = [
@@ -263,6 +293,37 @@ BROWSER_TESTS = [
         reason="needs Chromium at /usr/bin/chromium (apt-get install chromium)",
     ),
 ]
+
+
+def chromium_features_kept() -> None:
+    """Fails unless the Chromium this process started last got every feature that Playwright
+    disables in the --disable-features that it keeps (the last one), and does nothing where
+    no such process is found (no /proc)."""
+    command_lines = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError):
+            arguments = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+            if "--remote-debugging-pipe" in arguments and _descends_from_here(int(entry.name)):
+                command_lines.append(arguments)
+    for arguments in command_lines:
+        given = [
+            a.split("=", 1)[1].split(",") for a in arguments if a.startswith("--disable-features=")
+        ]
+        missing = set(given[0]) - set(given[-1])
+        assert not missing, (
+            f"add {sorted(missing)} to PLAYWRIGHT_DISABLED_FEATURES (tests/helpers.py)"
+        )
+
+
+def _descends_from_here(pid: int) -> bool:
+    while pid > 1:
+        if pid == os.getpid():
+            return True
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return False
+    return False
 
 
 def shoot(page: Any, name: str, *, full_page: bool = False) -> None:
