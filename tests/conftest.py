@@ -492,12 +492,16 @@ def contexts(browser: Any) -> Iterator[list[Any]]:
 @pytest.fixture
 def open_page(browser: Any, contexts: list[Any], live_server: Any) -> Any:
     """A page in a fresh browser context (its own cookies), logged in as `username` and on
-    the project's development page. `through_form=True` logs in as a person does, through
-    the login form; otherwise the context starts with the session cookie of a login
-    (`Client.force_login`), so that the test's page is the first one the browser loads
-    (the form is a page load, a post and a redirect: most of a second on a busy machine)."""
+    the project's development page, or on `path` when one is given (the page must answer
+    there, not redirect: a test whose first page is elsewhere loads no other first).
+    `through_form=True` logs in as a person does, through the login form; otherwise the
+    context starts with the session cookie of a login (`Client.force_login`), so that the
+    test's page is the first one the browser loads (the form is a page load, a post and a
+    redirect: most of a second on a busy machine)."""
 
-    def make(username: str, *, through_form: bool = False, **options: Any) -> Any:
+    def make(
+        username: str, path: str | None = None, *, through_form: bool = False, **options: Any
+    ) -> Any:
         options.setdefault("viewport", {"width": 1280, "height": 860})
         context = browser.new_context(base_url=live_server.url, **options)
         context.set_default_timeout(20_000)
@@ -510,14 +514,18 @@ def open_page(browser: Any, contexts: list[Any], live_server: Any) -> Any:
         page.on("console", lambda message: _console_error(message, errors))
         page.js_errors = errors
         if through_form:
+            assert path is None, "the login form leads to the development page"
             page.goto("/")
             page.get_by_label("Username").fill(username)
             page.get_by_label("Password").fill(PASSWORD)
             page.get_by_role("button", name="Log in").click()
         else:
             context.add_cookies([_session_cookie(username, live_server.url)])
-            page.goto("/")
-        page.wait_for_url("**/projects/acme/development/")
+            page.goto(path or "/")
+        if path is None:
+            page.wait_for_url("**/projects/acme/development/")
+        else:
+            assert page.url == live_server.url + path, page.url
         return page
 
     return make

@@ -45,9 +45,9 @@ def test_every_page_fits_the_screen_and_keeps_one_environment_switcher(
 ) -> None:
     from playwright.sync_api import expect
 
-    page = open_page("olivia", viewport=viewport)
+    page = open_page("olivia", viewport=viewport)  # on the development page, f"{BASE}/"
+    fits(page)
     for url in [
-        f"{BASE}/",
         NOTES,
         WORKSHOP,
         f"{WORKSHOP}edit/",
@@ -101,8 +101,7 @@ def test_a_deleted_document_shows_its_tombstone(
 ) -> None:
     from playwright.sync_api import expect
 
-    page = open_page("olivia", viewport=viewport)
-    page.goto(WORKSHOP)
+    page = open_page("olivia", WORKSHOP, viewport=viewport)
     page.get_by_role("link", name="Delete…").click()
     field = page.get_by_label("Type workshop to confirm")
     field.fill("works")
@@ -133,8 +132,12 @@ def test_history_in_words_with_short_revisions_to_copy(
 ) -> None:
     from playwright.sync_api import expect
 
-    page = open_page("olivia", viewport=viewport, permissions=["clipboard-read", "clipboard-write"])
-    page.goto(f"{NOTES}documents/incident-0412/")
+    page = open_page(
+        "olivia",
+        f"{NOTES}documents/incident-0412/",
+        viewport=viewport,
+        permissions=["clipboard-read", "clipboard-write"],
+    )
     page.get_by_label("Agents write", exact=True).check()
     page.get_by_role("button", name="Apply").click()
     history = page.locator("table.versions tbody tr")
@@ -159,8 +162,7 @@ def test_new_document_shows_every_mistake_at_once(
 ) -> None:
     from playwright.sync_api import expect
 
-    page = open_page("olivia", viewport=viewport)
-    page.goto(f"{NOTES}new/")
+    page = open_page("olivia", f"{NOTES}new/", viewport=viewport)
     page.get_by_label("Document id").fill("workshop")
     page.get_by_label("Title").fill("Again")
     page.get_by_label("Text", exact=True).fill("x" * 8193)
@@ -184,8 +186,7 @@ def test_audit_log_filters_and_downloads(
 ) -> None:
     from playwright.sync_api import expect
 
-    page = open_page("olivia", viewport=viewport)
-    page.goto(f"{BASE}/audit/")
+    page = open_page("olivia", f"{BASE}/audit/", viewport=viewport)
     page.get_by_label("Document id contains").fill("SHOP")
     page.get_by_label("Action").select_option("document.create")
     page.get_by_role("button", name="Filter").click()
@@ -210,8 +211,7 @@ def test_export_lists_boxes_beside_labels_with_counts_and_select_all_or_none(
 ) -> None:
     from playwright.sync_api import expect
 
-    page = open_page("olivia", viewport=viewport)
-    page.goto(f"{BASE}/export/")
+    page = open_page("olivia", f"{BASE}/export/", viewport=viewport)
     count = page.locator("[data-selection-count]")
     expect(count).to_have_text("3 of 3 resources selected, 5 documents")
     page.get_by_role("link", name="Select none").click()
@@ -291,8 +291,7 @@ def test_keyboard_moves_in_lists_cancels_confirmations_and_explains_itself(
 ) -> None:
     from playwright.sync_api import expect
 
-    page = open_page("olivia", viewport=viewport)
-    page.goto(NOTES)
+    page = open_page("olivia", NOTES, viewport=viewport)
     page.keyboard.press("/")
     expect(page.get_by_label("Filter by id or title")).to_be_focused()
     page.keyboard.press("Tab")
@@ -395,14 +394,12 @@ def test_owner_invites_changes_a_role_and_promotes_an_earlier_deployment(
 def test_dark_mode_follows_the_system_setting(
     open_page: Any, used_memory: Resource, viewport: dict[str, int]
 ) -> None:
-    page = open_page("olivia", viewport=viewport, color_scheme="dark")
-    page.goto(WORKSHOP)
+    page = open_page("olivia", WORKSHOP, viewport=viewport, color_scheme="dark")
     background = page.evaluate("getComputedStyle(document.documentElement).backgroundColor")
     text = page.evaluate("getComputedStyle(document.body).color")
     assert background == "rgb(20, 24, 29)"
     assert text == "rgb(227, 232, 238)"
-    light = open_page("olivia", viewport=viewport, color_scheme="light")
-    light.goto(WORKSHOP)
+    light = open_page("olivia", WORKSHOP, viewport=viewport, color_scheme="light")
     assert light.evaluate("getComputedStyle(document.documentElement).backgroundColor") == (
         "rgb(255, 255, 255)"
     )
@@ -474,8 +471,7 @@ def test_documents_list_sorts_loads_more_in_place_and_freezes_a_selection(
     )
     live = used_memory.documents.filter(deleted=False)
     by_size = list(live.order_by("-bytes", "doc_id").values_list("doc_id", flat=True))
-    page = open_page("olivia", viewport=viewport)
-    page.goto(NOTES)
+    page = open_page("olivia", NOTES, viewport=viewport)
     expect(page.locator("[data-total]")).to_have_text(f"{len(by_size)} documents")
     page.get_by_role("navigation", name="Sort documents").get_by_role("link", name="Size").click()
     expect(page).to_have_url(re.compile(r"sort=size"))

@@ -48,8 +48,9 @@ def test_owner_previews_erases_and_downloads_the_receipt(
 ) -> None:
     from playwright.sync_api import expect
 
-    page = open_page("olivia", viewport={"width": width, "height": 860})
-    page.goto("/projects/acme/development/erasures/")
+    page = open_page(
+        "olivia", "/projects/acme/development/erasures/", viewport={"width": width, "height": 860}
+    )
     expect(page.get_by_role("heading", name="Erasures in development")).to_be_visible()
     fill(page)
     expect(page.get_by_role("heading", name="4 copies would be erased")).to_be_visible()
@@ -86,8 +87,9 @@ def test_support_previews_but_cannot_erase(
 ) -> None:
     from playwright.sync_api import expect
 
-    page = open_page("sam", viewport={"width": width, "height": 860})
-    page.goto("/projects/acme/development/erasures/")
+    page = open_page(
+        "sam", "/projects/acme/development/erasures/", viewport={"width": width, "height": 860}
+    )
     fill(page)
     expect(page.get_by_role("heading", name="4 copies would be erased")).to_be_visible()
     expect(page.get_by_text("Only owners can erase.")).to_be_visible()
@@ -116,8 +118,9 @@ def test_a_viewer_reads_past_erasures_only(
         {"text": POISON, "reason": "Poisoned", "confirm": "ERASE", "erase": ""},
     )
     erasure = Erasure.objects.get()
-    page = open_page("vera", viewport={"width": width, "height": 860})
-    page.goto("/projects/acme/development/erasures/")
+    page = open_page(
+        "vera", "/projects/acme/development/erasures/", viewport={"width": width, "height": 860}
+    )
     expect(page.get_by_role("button", name="Preview")).to_have_count(0)
     page.get_by_role("link", name=erasure.id).click()
     expect(page.locator("pre.receipt")).to_contain_text(erasure.id)

@@ -35,8 +35,9 @@ def test_support_traces_a_version_reads_the_graph_and_freezes(
     from playwright.sync_api import expect
 
     poisoned = world["poisoned"].revision
-    page = open_page("sam")
-    page.goto(f"/projects/acme/development/resources/notes/documents/runbook/versions/{poisoned}/")
+    page = open_page(
+        "sam", f"/projects/acme/development/resources/notes/documents/runbook/versions/{poisoned}/"
+    )
     page.get_by_role("button", name="Trace an incident from this version").click()
     expect(
         page.get_by_role("heading", name=f"Version {poisoned[:8]} of notes/runbook")
@@ -80,8 +81,11 @@ def test_an_owner_contains_on_a_phone(
         hops=3,
         actor="user:sam",
     )
-    page = open_page("olivia", viewport={"width": 390, "height": 844})
-    page.goto(f"/projects/acme/development/incidents/{incident.id}/")
+    page = open_page(
+        "olivia",
+        f"/projects/acme/development/incidents/{incident.id}/",
+        viewport={"width": 390, "height": 844},
+    )
     expect(page.get_by_role("heading", name="Refund poison")).to_be_visible()
     _no_sideways_scroll(page)
     shoot(page, "incident-phone", full_page=True)

@@ -85,14 +85,12 @@ def test_a_conflicting_save_shows_both_texts_and_the_edit_is_reapplied(
     role_grant(username="otto", project_id="acme", role="owner", actor="test")
     edit_url = "/projects/acme/development/resources/notes/documents/workshop/edit/"
 
-    first = open_page("olivia")
-    first.goto(edit_url)
+    first = open_page("olivia", edit_url)
     first.get_by_label("Text", exact=True).fill(
         "Exercises must run on Node.js 22 or newer.\nNo paid external services for the demo.\n"
     )
 
-    second = open_page("otto")
-    second.goto(edit_url)
+    second = open_page("otto", edit_url)
     second.get_by_label("Text", exact=True).fill(
         "Exercises must run on Node.js 22.\nNo paid external services for the demo.\n"
         "Bring a laptop.\n"
@@ -138,8 +136,7 @@ def test_support_freezes_a_document_and_may_not_edit_or_delete_it(
     from playwright.sync_api import expect
 
     document_url = "/projects/acme/development/resources/notes/documents/workshop/"
-    page = open_page("sam")
-    page.goto(document_url)
+    page = open_page("sam", document_url)
     expect(page.get_by_role("link", name="Edit", exact=True)).to_have_count(0)
     expect(page.get_by_role("link", name="Delete…")).to_have_count(0)
 

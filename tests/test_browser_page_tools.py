@@ -36,8 +36,7 @@ def test_facets_narrow_the_list_and_a_shared_link_reproduces_the_view(
 ) -> None:
     from playwright.sync_api import expect
 
-    page = open_page(username, viewport=WIDTHS[width])
-    page.goto(NOTES)
+    page = open_page(username, NOTES, viewport=WIDTHS[width])
     rows = page.locator("#document-rows tr")
     expect(rows).to_have_count(4)
     page.get_by_text("More filters").click()
@@ -87,8 +86,7 @@ def test_select_all_matching_freezes_every_match_beyond_the_page(
 
     for i in range(55):
         make_document(f"batch-{i:02d}", title=f"Batch {i}")
-    page = open_page(username, viewport=WIDTHS[width])
-    page.goto(NOTES)
+    page = open_page(username, NOTES, viewport=WIDTHS[width])
     # Typed, not submitted: htmx filters the rows; the bulk form sends what is typed.
     page.get_by_label("Filter by id or title").press_sequentially("batch", delay=20)
     expect(page.locator("#document-rows tr.load-more")).to_have_count(1)
@@ -113,8 +111,7 @@ def test_select_all_matching_freezes_every_match_beyond_the_page(
 def test_a_viewer_has_no_bulk_actions(open_page: Any, used_memory: Resource) -> None:
     from playwright.sync_api import expect
 
-    page = open_page("vera")
-    page.goto(NOTES)
+    page = open_page("vera", NOTES)
     expect(page.locator("#document-rows tr")).to_have_count(4)
     expect(page.get_by_label("Select all matching")).to_have_count(0)
     expect(page.get_by_role("button", name="Freeze selected", exact=True)).to_have_count(0)
@@ -127,8 +124,7 @@ def test_owner_imports_an_export_after_its_dry_run(
     from playwright.sync_api import expect
 
     settings.VAR_DIR = tmp_path
-    page = open_page("olivia", viewport=WIDTHS[width])
-    page.goto("/projects/acme/development/export/")
+    page = open_page("olivia", "/projects/acme/development/export/", viewport=WIDTHS[width])
     with page.expect_download() as info:
         page.get_by_role("button", name="Download zip").click()
     exported = info.value.path()
@@ -165,8 +161,7 @@ def test_support_and_viewers_are_not_offered_import(
 ) -> None:
     from playwright.sync_api import expect
 
-    page = open_page(username)
-    page.goto("/projects/acme/development/export/")
+    page = open_page(username, "/projects/acme/development/export/")
     expect(page.get_by_role("link", name="Import an export…")).to_have_count(0)
     response = page.goto("/projects/acme/development/import/")
     assert response is not None
@@ -190,8 +185,9 @@ def test_owner_sends_a_test_event_and_reads_what_was_sent_and_answered(
     )
     receiver.statuses = [503, 200]
     receiver.reply_body = b"busy, try later"
-    page = open_page("olivia", viewport=WIDTHS[width])
-    page.goto(f"/projects/acme/development/webhooks/{endpoint.pk}/")
+    page = open_page(
+        "olivia", f"/projects/acme/development/webhooks/{endpoint.pk}/", viewport=WIDTHS[width]
+    )
     page.get_by_role("button", name="Send test event").click()
     expect(page.get_by_text("Test event evt_")).to_be_visible()
     for job in Job.objects.filter(state="pending"):
@@ -286,8 +282,7 @@ def test_every_role_sees_what_the_agent_would_see(
 
     from memoryadmin.agents.models import Session
 
-    page = open_page(username, viewport=WIDTHS[width])
-    page.goto("/projects/acme/development/deployments/")
+    page = open_page(username, "/projects/acme/development/deployments/", viewport=WIDTHS[width])
     page.get_by_role("link", name="What the agent sees: preview a recall…").click()
     page.get_by_label("Agent").select_option("support-bot")
     page.get_by_label("Bindings (JSON)").fill(

@@ -46,8 +46,7 @@ def test_the_document_list_at_1280_cuts_no_cell_but_the_summary(
         writer_session_id=SESSION_ID,
         updated_at=timezone.now() - timedelta(days=13, hours=23),
     )
-    page = open_page("olivia", viewport=DESKTOP)
-    page.goto(NOTES)
+    page = open_page("olivia", NOTES, viewport=DESKTOP)
     row = page.get_by_role("row", name="sizes")
     expect(row).to_contain_text("3 weeks ago")
     expect(row).to_contain_text("3.6 KiB")
@@ -67,8 +66,7 @@ def test_the_filtered_list_counts_what_matches(
 ) -> None:
     from playwright.sync_api import expect
 
-    page = open_page("vera", viewport=viewport)
-    page.goto(NOTES)
+    page = open_page("vera", NOTES, viewport=viewport)
     total = page.locator("[data-total]")
     expect(total).to_have_text("4 documents")
     page.get_by_label("Filter by id or title").fill("work")
@@ -88,8 +86,7 @@ def test_bulk_actions_wait_for_a_ticked_box(
 ) -> None:
     from playwright.sync_api import expect
 
-    page = open_page("olivia", viewport=viewport)
-    page.goto(NOTES)
+    page = open_page("olivia", NOTES, viewport=viewport)
     freeze = page.get_by_role("button", name="Freeze selected", exact=True)
     delete = page.get_by_role("button", name="Delete selected", exact=True)
     expect(freeze).to_be_disabled()
@@ -128,8 +125,7 @@ def test_reloading_after_create_key_makes_no_second_key(
 
     from memoryadmin.memory.models import ApiKey
 
-    page = open_page("olivia", viewport=viewport)
-    page.goto(f"{BASE}/keys/")
+    page = open_page("olivia", f"{BASE}/keys/", viewport=viewport)
     before = ApiKey.objects.count()
     page.get_by_label("Name").fill("deploy bot")
     page.get_by_role("button", name="Create key").click()
@@ -152,8 +148,7 @@ def test_reloading_after_a_webhook_is_made_or_rotated_repeats_nothing(
 
     from memoryadmin.webhooks.models import Endpoint
 
-    page = open_page("olivia")
-    page.goto(f"{BASE}/webhooks/")
+    page = open_page("olivia", f"{BASE}/webhooks/")
     page.get_by_label("URL").fill("https://example.com/hooks")
     page.get_by_label("document.created").check()
     page.get_by_role("button", name="Add webhook").click()
@@ -213,8 +208,7 @@ def test_times_to_come_read_in_words(open_page: Any, used_memory: Resource, proj
         job=job,
         created_at=timezone.now(),
     )
-    page = open_page("olivia")
-    page.goto(f"{BASE}/review/{proposal}/")
+    page = open_page("olivia", f"{BASE}/review/{proposal}/")
     expect(page.locator("main")).to_contain_text("expires in 1\xa0week")
     page.goto(f"{BASE}/webhooks/{endpoint.pk}/")
     expect(page.locator("main")).to_contain_text("next in 2\xa0hours, 30\xa0minutes")
@@ -242,9 +236,7 @@ def test_the_revert_page_is_a_sessions_page_and_says_what_it_did(
     version_redact(
         resource=used_memory, doc_id="workshop", revision=first, reason="leak", actor="t"
     )
-    page = open_page("olivia", viewport=viewport)
-    url = f"{BASE}/sessions/{session.id}/revert/"
-    page.goto(url)
+    page = open_page("olivia", f"{BASE}/sessions/{session.id}/revert/", viewport=viewport)
     nav = page.get_by_role("navigation", name="Project sections")
     expect(nav.get_by_role("link", name="Sessions")).to_have_attribute("aria-current", "page")
     expect(nav.get_by_role("link", name="Memory")).not_to_have_attribute("aria-current", "page")
@@ -328,7 +320,8 @@ def test_at_390px_the_header_is_short_and_every_row_is_a_card_with_its_actions(
             text=f"Version {number}.\n",
             actor="user:olivia",
         )
-    page = open_page("olivia", viewport=PHONE)
+    page = open_page("olivia", viewport=PHONE)  # on the development page, f"{BASE}/"
+    _phone_fits(page)
     for path in (
         "resources/notes/",
         "resources/notes/documents/workshop/",
@@ -338,7 +331,6 @@ def test_at_390px_the_header_is_short_and_every_row_is_a_card_with_its_actions(
         "deployments/",
         "audit/",
         "webhooks/",
-        "",
     ):
         page.goto(f"{BASE}/{path}")
         _phone_fits(page)
@@ -383,8 +375,7 @@ def test_the_proposal_page_fits_390px(open_page: Any, used_memory: Resource, pro
     from playwright.sync_api import expect
 
     _, proposal = proposed_save(project)
-    page = open_page("olivia", viewport=PHONE)
-    page.goto(f"{BASE}/review/{proposal}/")
+    page = open_page("olivia", f"{BASE}/review/{proposal}/", viewport=PHONE)
     expect(page.get_by_role("button", name="Reject", exact=True)).to_be_visible()
     _phone_fits(page)
     assert page.evaluate("document.documentElement.scrollWidth") <= 390
@@ -429,8 +420,7 @@ def test_history_names_the_api_key_that_wrote(open_page: Any, used_memory: Resou
         text="Written with a key.\n",
         actor=f"key:{key.prefix}",
     )
-    page = open_page("olivia")
-    page.goto(f"{NOTES}documents/workshop/")
+    page = open_page("olivia", f"{NOTES}documents/workshop/")
     newest = page.locator("table.versions tbody tr").first
     expect(newest.locator("td").nth(1)).to_have_text(f"API key deploy bot {key.prefix}…")
     assert page.js_errors == []
@@ -470,8 +460,7 @@ def test_agent_writes_is_one_control_with_three_states(
     def stored() -> Document:
         return used_memory.documents.get(doc_id="workshop")
 
-    page = open_page("olivia", viewport=viewport)
-    page.goto(url)
+    page = open_page("olivia", url, viewport=viewport)
     control = page.get_by_role("group", name="Agent writes")
     expect(control.get_by_role("radio")).to_have_count(3)
     expect(control.get_by_label("Agents write", exact=True)).to_be_checked()
@@ -507,8 +496,7 @@ def test_agent_writes_is_one_control_with_three_states(
     ]
     assert page.js_errors == []
 
-    viewer = open_page("vera", viewport=viewport)
-    viewer.goto(url)
+    viewer = open_page("vera", url, viewport=viewport)
     expect(viewer.locator("dl.meta")).to_contain_text("enabled")
     expect(viewer.get_by_role("radio")).to_have_count(0)
     assert viewer.js_errors == []
