@@ -158,12 +158,18 @@ def related_set(obj: Model, name: str, value: Model) -> None:
     field.set_cached_value(obj, value)  # type: ignore[attr-defined]
 
 
+def fetch_row(sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
+    """The first row `sql` returns, as the database driver gives it; None when none."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row: tuple[Any, ...] | None = cursor.fetchone()
+    return row
+
+
 def fetch_instance[M: Model](model: type[M], sql: str, params: Sequence[Any]) -> M | None:
     """The one row `sql` (selecting `columns(model)`) returns, as an instance; None
     when it returns none."""
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        row = cursor.fetchone()
+    row = fetch_row(sql, params)
     return None if row is None else instance(model, row)
 
 

@@ -35,6 +35,7 @@ from memoryadmin.core.rows import (
     db_value,
     db_values,
     fetch_instance,
+    fetch_row,
     instance,
     table,
 )
@@ -411,9 +412,7 @@ def _conditional_update(
     queued = 0
     if record is not None and together:
         sql, params, queued = _with_records(update, resource, doc_id, revision, record)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        row = cursor.fetchone()
+    row = fetch_row(sql, params)
     if row is None:
         raise _explain_no_rows(resource, doc_id)
     if queued:

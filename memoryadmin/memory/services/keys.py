@@ -31,7 +31,15 @@ from django.utils import timezone
 
 from memoryadmin.core.errors import Conflict, InvalidRequest, NotFound
 from memoryadmin.core.inputs import whole_number
-from memoryadmin.core.rows import column, columns, columns_of, instance, instance_of, table
+from memoryadmin.core.rows import (
+    column,
+    columns,
+    columns_of,
+    fetch_row,
+    instance,
+    instance_of,
+    table,
+)
 from memoryadmin.core.sharedcache import tolerant
 from memoryadmin.memory.models import ApiKey, Document, Resource
 from memoryadmin.memory.services.audit import audit_record
@@ -221,9 +229,7 @@ def _load(hashed: str) -> ApiKey | None:
     cached = tolerant(lambda: cache.get(_cache_key(hashed)), None) if ttl else None
     if cached is not None:
         return api_key_of_row(cached)
-    with connection.cursor() as cursor:
-        cursor.execute(_key_sql(connection.vendor), [hashed])
-        row = cursor.fetchone()
+    row = fetch_row(_key_sql(connection.vendor), [hashed])
     if row is None:
         return None
     if ttl:
@@ -332,12 +338,10 @@ def api_key_authenticate_at(
     if not _well_formed(raw):
         return None, lookup
     params = [project_id, environment, resource_id]
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _key_and_resource_sql(connection.vendor, doc_id is not None),
-            [*params, *([] if doc_id is None else [doc_id]), _hash(raw)],
-        )
-        row = cursor.fetchone()
+    row = fetch_row(
+        _key_and_resource_sql(connection.vendor, doc_id is not None),
+        [*params, *([] if doc_id is None else [doc_id]), _hash(raw)],
+    )
     if row is None:
         return None, lookup
     width = API_KEY_ROW_WIDTH

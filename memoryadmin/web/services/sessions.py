@@ -10,7 +10,7 @@ from memoryadmin.agents.errors import SessionNotFound
 from memoryadmin.agents.models import Session
 from memoryadmin.agents.services.sessions import session_get
 from memoryadmin.core.environments import check_environment
-from memoryadmin.core.rows import column, table
+from memoryadmin.core.rows import column, fetch_row, table
 from memoryadmin.memory.models import Deployment, Project
 
 
@@ -28,9 +28,7 @@ def session_in_environment(*, project: Project, environment: str, session_id: st
 
 def session_agents(*, project: Project) -> list[str]:
     """The agents that have a deployment in the project: the choices of the agent filter."""
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {agents_sql('%s')}", [project.id])
-        row = cursor.fetchone()
+    row = fetch_row(f"SELECT {agents_sql('%s')}", [project.id])
     return agents_value(row[0] if row else None)
 
 
