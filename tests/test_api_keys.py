@@ -7,10 +7,8 @@ import getpass
 import json
 import os
 import subprocess
-import sys
 from datetime import timedelta
 from io import StringIO
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,12 +22,11 @@ from memoryadmin.core import cli
 from memoryadmin.memory.models import ApiKey, AuditEntry, Project, Resource
 from memoryadmin.memory.services import keys as keys_service
 from memoryadmin.memory.services.keys import api_key_create
-from tests.helpers import DEV, DOCS, Keys
+from tests.helpers import DEV, DOCS, Keys, python
 
 KEYS = "/api/managed-agents/projects/acme/api-keys"
 PROJECT = "/api/managed-agents/projects/acme"
 ACTOR = f"cli:{getpass.getuser()}"
-REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(autouse=True)
@@ -441,14 +438,7 @@ def settings_in_subprocess(
 ) -> subprocess.CompletedProcess[str]:
     code = f"import memoryadmin.settings as s; print({expression})"
     # Debug mode: these settings are read without the production secrets.
-    return subprocess.run(
-        [sys.executable, "-c", code],
-        env={**os.environ, "DJANGO_DEBUG": "1", **env},
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=REPO,
-    )
+    return python("-c", code, env={**os.environ, "DJANGO_DEBUG": "1", **env})
 
 
 def test_caches_use_redis_when_redis_url_is_set() -> None:

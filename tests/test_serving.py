@@ -9,7 +9,6 @@ import re
 import shutil
 import stat
 import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -18,7 +17,16 @@ import httpx
 import pytest
 
 from memoryadmin.demo.project import demo_setup
-from tests.helpers import GUNICORN, ROOT, clean_env, free_port, gunicorn, manage, production_env
+from tests.helpers import (
+    GUNICORN,
+    ROOT,
+    clean_env,
+    free_port,
+    gunicorn,
+    manage,
+    production_env,
+    python,
+)
 
 
 def mode(path: Path) -> int:
@@ -269,15 +277,7 @@ def test_starting_a_process_leaves_what_it_may_never_use_unimported(tmp_path: Pa
         MEMORYADMIN_DEV_SECRETS="1",
         MEMORYADMIN_VAR_DIR=str(tmp_path),
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = python("-c", code, env=env)
     assert done.returncode == 0, done.stderr
     at_start, after_use = done.stdout.split("\n")[:2]
     assert at_start == ""
