@@ -56,6 +56,7 @@ from django.utils import timezone  # noqa: E402
 PROJECT = "bench"
 ENV = "development"
 BOUND = 8  # document bindings of the recall session
+BOUND_IDS = [f"bound-{i}" for i in range(BOUND)]  # their resources
 TINY = "bound-0"  # a resource of one document (the export's start-up cost)
 SMALL = 1000  # documents of the small resource (list @1k)
 DEEP_PAGE = 500
@@ -396,10 +397,30 @@ def _bulk(resource: Any, count: int, prefix: str = "doc") -> None:
     print(file=sys.stderr)
 
 
+def recall_session(project: Any, resources: dict[str, Any]) -> Any:
+    """The recall's session, of the deployment in `ENV`: each of the `BOUND_IDS`
+    resources (in `resources`, by id) gets a document "card" of 2,000 characters, and
+    the session binds each of them by document."""
+    from memoryadmin.agents.services.sessions import session_create
+    from memoryadmin.memory.services.documents import document_create
+
+    for rid in BOUND_IDS:
+        document_create(
+            resource=resources[rid], doc_id="card", title="Card", text="y" * 2000, actor="bench"
+        )
+    session, _ = session_create(
+        project=project,
+        agent_id=f"bench@{ENV}",
+        memory={rid: {"scope": "document", "id": "card"} for rid in BOUND_IDS},
+        idempotency_key="bench",
+        actor="bench",
+    )
+    return session
+
+
 def seed(documents: int, concurrency: int) -> Setup:
     from django.contrib.auth import get_user_model
 
-    from memoryadmin.agents.services.sessions import session_create
     from memoryadmin.core.cursors import cursor_dump
     from memoryadmin.memory.models import Document, Resource
     from memoryadmin.memory.services.deployments import deployment_create
@@ -409,32 +430,21 @@ def seed(documents: int, concurrency: int) -> Setup:
     from memoryadmin.web.services.roles import role_grant
 
     project = project_create(project_id=PROJECT)
-    bound = [f"bound-{i}" for i in range(BOUND)]
     memory = [
         {"id": rid, "description": "Bench memory.", "provider": {"maxBytes": 16384}}
-        for rid in ["notes", "small", *bound]
+        for rid in ["notes", "small", *BOUND_IDS]
     ]
     deployment_create(project=project, agent="bench", memory=memory, promote=ENV, actor="bench")
     resources = {r.resource_id: r for r in Resource.objects.filter(project=project)}
     _bulk(resources["notes"], documents)
     _bulk(resources["small"], SMALL)
-    for rid in bound:
-        document_create(
-            resource=resources[rid], doc_id="card", title="Card", text="y" * 2000, actor="bench"
-        )
     # Each load client writes a document of its own, through the API and the floor.
     for i in range(concurrency):
         for prefix in ("put", "floor-put"):
             document_create(
                 resource=resources["notes"], doc_id=f"{prefix}-{i}", title="Written", actor="bench"
             )
-    session, _ = session_create(
-        project=project,
-        agent_id=f"bench@{ENV}",
-        memory={rid: {"scope": "document", "id": "card"} for rid in bound},
-        idempotency_key="bench",
-        actor="bench",
-    )
+    session = recall_session(project, resources)
     user = get_user_model().objects.create_user("bench", password=None)
     role_grant(username="bench", project_id=PROJECT, role="owner", actor="bench")
     web = Client()

@@ -33,7 +33,7 @@ os.environ.setdefault("MEMORYADMIN_API_RATE", "1000000/second")
 # isort: off
 # First: the stack as bench/middleware.py builds it (floors on, request logs at INFO).
 from middleware import WSGI, environ, quiet
-from api import API, ENV, FLOORS, PROJECT, throwaway_database
+from api import API, BOUND, BOUND_IDS, ENV, FLOORS, PROJECT, recall_session, throwaway_database
 
 # isort: on
 from django.core.handlers.wsgi import WSGIHandler
@@ -68,11 +68,7 @@ class Caller:
         return (time.thread_time() - started) / requests * 1e6
 
 
-BOUND = 8  # document bindings of the recall's session, as `make bench` binds
-
-
 def seed() -> tuple[str, int, str]:
-    from memoryadmin.agents.services.sessions import session_create
     from memoryadmin.memory.models import Resource
     from memoryadmin.memory.services.deployments import deployment_create
     from memoryadmin.memory.services.documents import document_create
@@ -80,23 +76,16 @@ def seed() -> tuple[str, int, str]:
     from memoryadmin.memory.services.projects import project_create
 
     project = project_create(project_id=PROJECT)
-    bound = [f"bound-{i}" for i in range(BOUND)]
     memory = [
         {"id": rid, "description": "Bench.", "provider": {"maxBytes": 16384}}
-        for rid in ["notes", *bound]
+        for rid in ["notes", *BOUND_IDS]
     ]
     deployment_create(project=project, agent="bench", memory=memory, promote=ENV, actor="bench")
     notes = Resource.objects.get(project=project, resource_id="notes")
     for doc_id in ("doc-1", "put-0", "floor-put-0"):
         document_create(resource=notes, doc_id=doc_id, title="Bench", text="x" * 2000, actor="b")
-    for resource in Resource.objects.filter(project=project, resource_id__in=bound):
-        document_create(resource=resource, doc_id="card", title="Card", text="y" * 2000, actor="b")
-    session, _ = session_create(
-        project=project,
-        agent_id=f"bench@{ENV}",
-        memory={rid: {"scope": "document", "id": "card"} for rid in bound},
-        idempotency_key="bench",
-        actor="bench",
+    session = recall_session(
+        project, {r.resource_id: r for r in Resource.objects.filter(project=project)}
     )
     _, secret = api_key_create(project_id=PROJECT, actor="bench")
     return secret, notes.pk, session.id
