@@ -162,8 +162,11 @@ def main() -> None:
         for name in ("GET", "PUT"):
             floor = us[f"{name} floor"]
             print(f"| {name} | {us[name]:.0f} | {floor:.0f} | {floor / us[name]:.2f} |")
-        print(f"recall ({BOUND} document bindings) {us['recall']:.0f} us, ")
-        print(f"{us['recall'] / us['GET']:.2f} times a GET (CPU; the bench's row is latency)")
+        ratio = us["recall"] / us["GET"]
+        print(
+            f"recall ({BOUND} document bindings): {us['recall']:.0f} us,"
+            f" {ratio:.2f} times a GET (CPU; the bench's row is latency)"
+        )
     finally:
         connection.close()
         if not args.keepdb:
