@@ -367,7 +367,7 @@ class Setup:
     deep_page: int
 
 
-def _bulk(resource: Any, count: int, prefix: str = "doc") -> None:
+def documents_bulk(resource: Any, count: int, prefix: str = "doc") -> None:
     from memoryadmin.memory.models import Document
     from memoryadmin.memory.services.documents import new_revision
 
@@ -436,8 +436,8 @@ def seed(documents: int, concurrency: int) -> Setup:
     ]
     deployment_create(project=project, agent="bench", memory=memory, promote=ENV, actor="bench")
     resources = {r.resource_id: r for r in Resource.objects.filter(project=project)}
-    _bulk(resources["notes"], documents)
-    _bulk(resources["small"], SMALL)
+    documents_bulk(resources["notes"], documents)
+    documents_bulk(resources["small"], SMALL)
     # Each load client writes a document of its own, through the API and the floor.
     for i in range(concurrency):
         for prefix in ("put", "floor-put"):

@@ -1,6 +1,6 @@
-"""A document's GET and PUT against their floors, and a recall, measured in-process.
+"""A document's GET and PUT against their floors, a recall and lists, measured in-process.
 
-    .venv/bin/python bench/documents.py [--requests 300] [--rounds 10] [--profile GET|PUT|recall]
+    .venv/bin/python bench/documents.py [--requests 300] [--rounds 10] [--profile NAME]
 
 Seeds a throwaway database (bench_<name> on PostgreSQL with DATABASE_URL, a SQLite
 file under var/ otherwise) with one resource, a few documents and an API key,
@@ -9,7 +9,9 @@ builds Django's WSGI handler (as gunicorn serves it) with the bench's floor view
 stack: GET of a document by the API and by its one-SELECT floor, and a conditional
 PUT (If-Match, 2,000 characters of text, as `make bench` sends) by the API and by
 its one-UPDATE floor, and a recall of a session with eight document bindings of
-2,000 characters each (as `make bench` seeds it). Time is this thread's CPU time
+2,000 characters each (as `make bench` seeds it), and the first page of the resource's
+documents (60 of them, 50 a page) by the API and on the Memory page (a logged-in owner
+with the CSRF cookie of a first page, as `make bench` reads it). Time is this thread's CPU time
 (`time.thread_time`, which other processes on a shared machine barely move; the
 database's own time is not in it), least of the rounds' means, in microseconds per
 request; `--profile` prints where the request spends it instead.
@@ -33,12 +35,23 @@ os.environ.setdefault("MEMORYADMIN_API_RATE", "1000000/second")
 # isort: off
 # First: the stack as bench/middleware.py builds it (floors on, request logs at INFO).
 from middleware import WSGI, environ, quiet
-from api import API, BOUND, BOUND_IDS, ENV, FLOORS, PROJECT, recall_session, throwaway_database
+from api import (
+    API,
+    BOUND,
+    BOUND_IDS,
+    ENV,
+    FLOORS,
+    PROJECT,
+    documents_bulk,
+    recall_session,
+    throwaway_database,
+)
 
 # isort: on
 from django.core.handlers.wsgi import WSGIHandler
 from django.db import connection
 
+LISTED = 60
 TEXT = json.dumps({"text": "w" * 2000}).encode()
 
 
@@ -68,12 +81,18 @@ class Caller:
         return (time.thread_time() - started) / requests * 1e6
 
 
-def seed() -> tuple[str, int, str]:
+def seed() -> tuple[str, int, str, str]:
+    from django.conf import settings
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+    from django.urls import reverse
+
     from memoryadmin.memory.models import Resource
     from memoryadmin.memory.services.deployments import deployment_create
     from memoryadmin.memory.services.documents import document_create
     from memoryadmin.memory.services.keys import api_key_create
     from memoryadmin.memory.services.projects import project_create
+    from memoryadmin.web.services.roles import role_grant
 
     project = project_create(project_id=PROJECT)
     memory = [
@@ -87,12 +106,25 @@ def seed() -> tuple[str, int, str]:
     session = recall_session(
         project, {r.resource_id: r for r in Resource.objects.filter(project=project)}
     )
+    # A list's first page is full (50 rows), as at the bench's 100,000 documents.
+    documents_bulk(notes, LISTED)
     _, secret = api_key_create(project_id=PROJECT, actor="bench")
-    return secret, notes.pk, session.id
+    # The Memory page's reader: logged in, with the CSRF cookie of a first page.
+    user = get_user_model().objects.create_user("bench", password=None)
+    role_grant(username="bench", project_id=PROJECT, role="owner", actor="bench")
+    web = Client()
+    web.force_login(user)
+    assert web.get(reverse("web:inventory", args=[PROJECT, ENV])).status_code == 200
+    names = [settings.SESSION_COOKIE_NAME, settings.CSRF_COOKIE_NAME]
+    cookie = "; ".join(f"{name}={web.cookies[name].value}" for name in names)
+    return secret, notes.pk, session.id, cookie
 
 
-def callers(app: WSGI, key: str, notes_pk: int, session_id: str) -> dict[str, Caller]:
+def callers(app: WSGI, key: str, notes_pk: int, session_id: str, cookie: str) -> dict[str, Caller]:
+    from django.urls import reverse
+
     docs = f"{API}/projects/{PROJECT}/memory/notes/documents"
+    page = reverse("web:documents", args=[PROJECT, ENV, "notes"])
     q = f"?environment={ENV}"
 
     def get(path: str) -> Callable[[str], dict[str, Any]]:
@@ -112,6 +144,8 @@ def callers(app: WSGI, key: str, notes_pk: int, session_id: str) -> dict[str, Ca
                 f"{API}/sessions/{session_id}/memory/recall", "POST", b"{}", x_api_key=key
             ),
         ),
+        "list": Caller(app, get(f"{docs}{q}")),
+        "page": Caller(app, lambda _etag: environ(page, cookie=cookie)),
     }
     for name, read in (("PUT", f"{docs}/put-0{q}"), ("PUT floor", f"{docs}/floor-put-0{q}")):
         reader = Caller(app, get(read))
@@ -124,7 +158,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=300, help="per kind and round")
     parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--profile", choices=["GET", "PUT", "GET floor", "PUT floor", "recall"])
+    parser.add_argument(
+        "--profile", choices=["GET", "PUT", "GET floor", "PUT floor", "recall", "list", "page"]
+    )
     parser.add_argument("--dump", help="with --profile: write the profile's stats to this file")
     parser.add_argument("--sort", default="tottime", help="the profile's order")
     parser.add_argument("--callees", action="append", help="with --profile: what these call")
@@ -137,8 +173,8 @@ def main() -> None:
             from django.core.management import call_command
 
             call_command("flush", interactive=False, verbosity=0)
-        key, notes_pk, session_id = seed()
-        found = callers(WSGIHandler(), key, notes_pk, session_id)
+        key, notes_pk, session_id, cookie = seed()
+        found = callers(WSGIHandler(), key, notes_pk, session_id, cookie)
         for caller in found.values():
             caller.per_request(100)  # warm
         if args.profile:
@@ -166,6 +202,10 @@ def main() -> None:
         print(
             f"recall ({BOUND} document bindings): {us['recall']:.0f} us,"
             f" {ratio:.2f} times a GET (CPU; the bench's row is latency)"
+        )
+        print(
+            f"Memory page list: {us['page']:.0f} us, {us['page'] / us['list']:.2f} times the"
+            f" API list's first page ({us['list']:.0f} us; {LISTED} documents, 50 a page)"
         )
     finally:
         connection.close()
