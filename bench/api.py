@@ -418,16 +418,30 @@ def recall_session(project: Any, resources: dict[str, Any]) -> Any:
     return session
 
 
-def seed(documents: int, concurrency: int) -> Setup:
+def page_cookie() -> str:
+    """The Cookie header of the Memory page's reader: the project's owner, logged in, with
+    the CSRF cookie a browser holds after its first page (later pages reuse its secret)."""
     from django.contrib.auth import get_user_model
 
+    from memoryadmin.web.services.roles import role_grant
+
+    user = get_user_model().objects.create_user("bench", password=None)
+    role_grant(username="bench", project_id=PROJECT, role="owner", actor="bench")
+    web = Client()
+    web.force_login(user)
+    first = web.get(reverse("web:inventory", args=[PROJECT, ENV]))
+    assert first.status_code == 200, first.status_code
+    cookies = [settings.SESSION_COOKIE_NAME, settings.CSRF_COOKIE_NAME]
+    return "; ".join(f"{name}={web.cookies[name].value}" for name in cookies)
+
+
+def seed(documents: int, concurrency: int) -> Setup:
     from memoryadmin.core.cursors import cursor_dump
     from memoryadmin.memory.models import Document, Resource
     from memoryadmin.memory.services.deployments import deployment_create
     from memoryadmin.memory.services.documents import document_create
     from memoryadmin.memory.services.keys import api_key_create
     from memoryadmin.memory.services.projects import project_create
-    from memoryadmin.web.services.roles import role_grant
 
     project = project_create(project_id=PROJECT)
     memory = [
@@ -445,15 +459,8 @@ def seed(documents: int, concurrency: int) -> Setup:
                 resource=resources["notes"], doc_id=f"{prefix}-{i}", title="Written", actor="bench"
             )
     session = recall_session(project, resources)
-    user = get_user_model().objects.create_user("bench", password=None)
-    role_grant(username="bench", project_id=PROJECT, role="owner", actor="bench")
-    web = Client()
-    web.force_login(user)
+    cookie = page_cookie()
     notes = resources["notes"]
-    # A browser holds the CSRF cookie after its first page: later pages reuse its secret.
-    first = web.get(reverse("web:inventory", args=[PROJECT, ENV]))
-    assert first.status_code == 200, first.status_code
-    cookies = [settings.SESSION_COOKIE_NAME, settings.CSRF_COOKIE_NAME]
     deep_page = min(DEEP_PAGE, max(1, documents // 50 - 1))
     last = (
         Document.objects.live()
@@ -475,7 +482,7 @@ def seed(documents: int, concurrency: int) -> Setup:
         tiny_pk=resources[TINY].pk,
         doc_id=f"doc-{documents // 2:06d}",
         session_id=session.id,
-        cookie="; ".join(f"{name}={web.cookies[name].value}" for name in cookies),
+        cookie=cookie,
         deep_cursor=deep_cursor,
         deep_page=deep_page,
     )

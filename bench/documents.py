@@ -43,6 +43,7 @@ from api import (
     FLOORS,
     PROJECT,
     documents_bulk,
+    page_cookie,
     recall_session,
     throwaway_database,
 )
@@ -82,17 +83,11 @@ class Caller:
 
 
 def seed() -> tuple[str, int, str, str]:
-    from django.conf import settings
-    from django.contrib.auth import get_user_model
-    from django.test import Client
-    from django.urls import reverse
-
     from memoryadmin.memory.models import Resource
     from memoryadmin.memory.services.deployments import deployment_create
     from memoryadmin.memory.services.documents import document_create
     from memoryadmin.memory.services.keys import api_key_create
     from memoryadmin.memory.services.projects import project_create
-    from memoryadmin.web.services.roles import role_grant
 
     project = project_create(project_id=PROJECT)
     memory = [
@@ -109,15 +104,7 @@ def seed() -> tuple[str, int, str, str]:
     # A list's first page is full (50 rows), as at the bench's 100,000 documents.
     documents_bulk(notes, LISTED)
     _, secret = api_key_create(project_id=PROJECT, actor="bench")
-    # The Memory page's reader: logged in, with the CSRF cookie of a first page.
-    user = get_user_model().objects.create_user("bench", password=None)
-    role_grant(username="bench", project_id=PROJECT, role="owner", actor="bench")
-    web = Client()
-    web.force_login(user)
-    assert web.get(reverse("web:inventory", args=[PROJECT, ENV])).status_code == 200
-    names = [settings.SESSION_COOKIE_NAME, settings.CSRF_COOKIE_NAME]
-    cookie = "; ".join(f"{name}={web.cookies[name].value}" for name in names)
-    return secret, notes.pk, session.id, cookie
+    return secret, notes.pk, session.id, page_cookie()
 
 
 def callers(app: WSGI, key: str, notes_pk: int, session_id: str, cookie: str) -> dict[str, Caller]:
