@@ -481,7 +481,8 @@ if REDIS_URL:
         }
     }
 else:
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    # Django's local-memory cache, with one-step counters.
+    CACHES = {"default": {"BACKEND": "memoryadmin.core.localcache.LocalCache"}}
 
 
 # Background jobs (memoryadmin/runner, docs/operations.md) ride on Django's tasks

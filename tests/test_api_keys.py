@@ -451,7 +451,7 @@ def test_caches_use_redis_when_redis_url_is_set() -> None:
         {"REDIS_URL": ""}, "s.CACHES['default']['BACKEND'], s.MEMORYADMIN_API_KEY_CACHE_SECONDS"
     )
     # Per-process caches: key look-ups are not cached, so a revocation holds at once.
-    assert local.stdout.strip() == "django.core.cache.backends.locmem.LocMemCache 0"
+    assert local.stdout.strip() == "memoryadmin.core.localcache.LocalCache 0"
     shared = settings_in_subprocess(
         {"REDIS_URL": "redis://cache.internal:6379/2"}, "s.MEMORYADMIN_API_KEY_CACHE_SECONDS"
     )

@@ -1,14 +1,17 @@
 """The shared cache on Redis (memoryadmin/core/rediscache.py): counters in one round trip,
 made with their expiry, read back by Django's own reads; one client per pool; and an API
-key's rate limit, last use and usage counted through it. Skips without a local Redis."""
+key's rate limit, last use and usage counted through it (skips without a local Redis).
+The same counters in one process's cache (memoryadmin/core/localcache.py)."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.core.cache import cache
+from django.core.cache import cache, caches
 from django.test.utils import override_settings
 
 from memoryadmin.core.sharedcache import counter_bump
@@ -30,6 +33,61 @@ def redis_cache() -> Iterator[Any]:
         }
         with override_settings(CACHES=caches):
             yield client
+
+
+@pytest.fixture
+def local_cache() -> Iterator[Any]:
+    """The default cache in this process, empty, as without REDIS_URL."""
+    caches_setting = {
+        "default": {"BACKEND": "memoryadmin.core.localcache.LocalCache", "LOCATION": "counters"}
+    }
+    with override_settings(CACHES=caches_setting):
+        backend = caches["default"]
+        backend.clear()
+        yield backend
+        backend.clear()
+
+
+def test_a_local_counter_is_made_with_its_expiry_and_read_back_by_django(local_cache: Any) -> None:
+    assert [counter_bump("hits", timeout=120) for _ in range(3)] == [1, 2, 3]
+    name = local_cache.make_key("hits")
+    assert 100 < local_cache._expire_info[name] - time.time() <= 120
+    # Bumping it again keeps the expiry it was made with.
+    local_cache._expire_info[name] = time.time() + 50
+    assert counter_bump("hits", timeout=120) == 4
+    assert local_cache._expire_info[name] - time.time() <= 50
+    assert cache.get("hits") == 4
+    assert cache.get_many(["hits", "other"]) == {"hits": 4}
+    assert cache.incr("hits") == 5
+    assert counter_bump("hits", timeout=120) == 6
+
+
+def test_a_local_counter_that_expired_starts_again(local_cache: Any) -> None:
+    assert counter_bump("window", timeout=60) == 1
+    assert counter_bump("window", timeout=60) == 2
+    local_cache._expire_info[local_cache.make_key("window")] = time.time() - 1
+    assert counter_bump("window", timeout=60) == 1
+    cache.delete("window")
+    assert counter_bump("window", timeout=0) == 1
+    assert local_cache._expire_info[local_cache.make_key("window")] - time.time() > 0
+
+
+def test_local_counters_lose_no_count_between_threads(local_cache: Any) -> None:
+    seen: list[int] = []
+    lock = threading.Lock()
+
+    def bump() -> None:
+        got = [counter_bump("shared", timeout=60) for _ in range(500)]
+        with lock:
+            seen.extend(got)
+
+    threads = [threading.Thread(target=bump) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(seen) == list(range(1, 4001))
+    assert cache.get("shared") == 4000
 
 
 def test_a_counter_is_made_with_its_expiry_and_read_back_by_django(redis_cache: Any) -> None:

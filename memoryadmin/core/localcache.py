@@ -1,0 +1,36 @@
+"""The cache of one process (no `REDIS_URL`): Django's `LocMemCache`, with `counter_bump`.
+
+A counter's increment, made with its expiry when it is new, under the cache's own lock in
+one step, as `RedisCache.counter_bump` does in one round trip (core/rediscache.py).
+Django's `incr` validates the key for memcached (a pass over its characters), unpickles
+and pickles the value, and a missing counter's `add` does it all again: two of them on
+every API request cost as much as a tenth of a document's GET.
+
+Counters are stored as Django stores any value (pickled), so `get`, `get_many` and `incr`
+read them. Their names are ours (ASCII, no spaces), never a client's, so memcached's key
+warnings have nothing to say about them.
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+from django.core.cache.backends.locmem import LocMemCache
+
+
+class LocalCache(LocMemCache):
+    def counter_bump(self, key: str, *, timeout: int, version: int | None = None) -> int:
+        """Adds one to the counter `key` and returns it; a new (or expired) counter lasts
+        `timeout` seconds (at least one)."""
+        name = self.make_key(key, version=version)
+        store: Any = self  # LocMemCache's own lock, entries and expiry (not in its stubs)
+        with store._lock:
+            if store._has_expired(name):
+                value = 1
+                store._set(name, pickle.dumps(value, self.pickle_protocol), max(1, int(timeout)))
+            else:
+                value = int(pickle.loads(store._cache[name])) + 1
+                store._cache[name] = pickle.dumps(value, self.pickle_protocol)
+                store._cache.move_to_end(name, last=False)
+        return value
