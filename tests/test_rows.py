@@ -6,8 +6,10 @@ from typing import Any
 
 import pytest
 from django.db import connection
+from django.db.models.query_utils import DeferredAttribute
 from django.db.models.signals import post_init
 
+from memoryadmin.core import rows
 from memoryadmin.core.rows import columns, instance, table
 from memoryadmin.memory.models import Document, Resource
 from memoryadmin.memory.services.documents import document_create
@@ -36,6 +38,9 @@ def test_an_instance_from_a_row_is_the_one_the_orm_reads(notes: Resource) -> Non
 
     assert type(built) is Document
     assert _fields(built) == _fields(read)
+    assert {k: v for k, v in vars(built).items() if k != "_state"} == {
+        k: v for k, v in vars(read).items() if k != "_state"
+    }
     assert (built._state.adding, built._state.db) == (False, read._state.db)
     # A foreign key resolves, and the instance saves as an update, not an insert.
     assert built.resource == notes
@@ -61,3 +66,31 @@ def test_instance_initialisation_receivers_still_see_every_instance(notes: Resou
 
     assert seen == [built]
     assert built.title == "Card"
+
+
+class _Watched(DeferredAttribute):
+    """A field attribute that does something when set (as some fields' do)."""
+
+    set_to: list[Any] = []
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        self.set_to.append(value)
+        obj.__dict__[self.field.attname] = value
+
+
+@pytest.mark.django_db
+def test_a_field_whose_attribute_does_more_when_set_is_set_through_it(
+    notes: Resource, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    created = document_create(resource=notes, doc_id="card", title="Card", text="x", actor="t")
+    monkeypatch.setattr(Document, "title", _Watched(Document._meta.get_field("title")))
+    rows._plain.cache_clear()
+    try:
+        built = instance(Document, _row(created))
+    finally:
+        monkeypatch.undo()
+        rows._plain.cache_clear()
+
+    assert _Watched.set_to == ["Card"]
+    assert built.title == "Card"
+    assert rows._plain(Document)
