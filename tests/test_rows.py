@@ -9,6 +9,7 @@ from django.db import connection
 from django.db.models.query_utils import DeferredAttribute
 from django.db.models.signals import post_init
 
+from memoryadmin.agents.models import Session
 from memoryadmin.core import rows
 from memoryadmin.core.rows import columns, instance, table
 from memoryadmin.memory.models import Document, Resource
@@ -94,3 +95,42 @@ def test_a_field_whose_attribute_does_more_when_set_is_set_through_it(
     assert _Watched.set_to == ["Card"]
     assert built.title == "Card"
     assert rows._plain(Document)
+
+
+@pytest.mark.django_db
+def test_json_columns_read_as_the_orm_reads_them(session: Session) -> None:
+    labels: dict[str, Any] = {
+        "big": 123456789012345678901234567890,
+        "edge": [2**63 - 1, -(2**63), 2**64, 0.1, -0.0, 1e308, 5e-324],
+        "digits": "1234567890123456789012",
+        "text": 'é😀 "quoted" \\ \u2028',
+        "nested": [[[{"a": [None, True, False]}]]],
+        "dup": {"k": 1},
+    }
+    Session.objects.filter(pk=session.pk).update(labels=labels)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {columns(Session)} FROM {table(Session)} WHERE id = %s", [session.pk]
+        )
+        row = cursor.fetchone()
+
+    built = instance(Session, row)
+
+    read = Session.objects.get(pk=session.pk)
+    # The same values of the same types (PostgreSQL's jsonb writes some numbers back in
+    # its own form: 1e308 as its 309 digits, an integer the standard library reads).
+    assert repr(built.labels) == repr(read.labels)
+    assert type(built.labels["big"]) is int
+    if connection.vendor == "sqlite":
+        assert repr(built.labels) == repr(labels)
+
+
+@pytest.mark.django_db
+def test_json_text_orjson_refuses_is_read_by_the_fields_own_converter() -> None:
+    field = Session._meta.get_field("labels")
+    convert = rows._json_loads(field)[0]
+    nan = convert('{"x": NaN}', None, connection)
+    assert nan["x"] != nan["x"]
+    assert convert('"\\ud800"', None, connection) == "\ud800"
+    assert convert("not json", None, connection) == "not json"
+    assert convert('{"n": 99999999999999999999}', None, connection) == {"n": 99999999999999999999}

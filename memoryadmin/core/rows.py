@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import functools
 import json
-import weakref
+import re
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import orjson
 from django.db import DEFAULT_DB_ALIAS, connection, connections
@@ -74,18 +74,17 @@ type Converter = Callable[[Any, Any, Any], Any]
 # concrete field): the fields that have converters (most have none), by position,
 # with their column expression.
 type Converters = list[tuple[int, Any, list[Converter]]]
-_converters: weakref.WeakKeyDictionary[
-    Any, dict[tuple[type[Model], tuple[str, ...] | None], Converters]
-]
-_converters = weakref.WeakKeyDictionary()
 
 
 def _field_converters(
     wrapper: Any, model: type[Model], names: tuple[str, ...] | None = None
 ) -> Converters:
-    by_model = _converters.get(wrapper)
+    # Kept on the connection's wrapper (one per thread): a plain attribute, read faster
+    # than a weak mapping keyed by it.
+    by_model: dict[tuple[type[Model], tuple[str, ...] | None], Converters] | None
+    by_model = wrapper.__dict__.get("_row_converters")
     if by_model is None:
-        by_model = _converters.setdefault(wrapper, {})
+        by_model = wrapper.__dict__.setdefault("_row_converters", {})
     found = by_model.get((model, names))
     if found is None:
         found = []
@@ -94,12 +93,46 @@ def _field_converters(
             expression = field.get_col(model._meta.db_table)
             converters = [
                 *wrapper.ops.get_db_converters(expression),
-                *field.get_db_converters(wrapper),
+                *(_json_loads(field) if _plain_json(field) else field.get_db_converters(wrapper)),
             ]
             if converters:
                 found.append((i, expression, converters))
         by_model[(model, names)] = found
     return found
+
+
+# A number orjson would read otherwise than the standard library: an integer past 64
+# bits becomes a float there (and anything with 19 digits in a row may be one).
+_LONG_NUMBER = re.compile(r"[0-9]{19}")
+
+
+def _plain_json(field: Field[Any, Any]) -> bool:
+    """A JSON field read as Django's own reads it: no decoder, no converter of its own."""
+    kind = type(field)
+    return (
+        isinstance(field, JSONField)
+        and field.decoder is None
+        and getattr(kind, "from_db_value", None) is JSONField.from_db_value
+        and kind.get_db_converters is Field.get_db_converters
+    )
+
+
+def _json_loads(field: Field[Any, Any]) -> list[Converter]:
+    """A JSON field's converter (`from_db_value`, the standard library's `json.loads`)
+    reading its text with orjson, which is several times faster on the recall's documents
+    and gives the same values; the field's own for what orjson refuses or would read
+    differently (NaN, an unpaired surrogate, a long integer) and for what is not text."""
+    fallback = cast(JSONField[Any], field).from_db_value
+
+    def convert(value: Any, expression: Any, wrapper: Any) -> Any:
+        if type(value) is str and not _LONG_NUMBER.search(value):
+            try:
+                return orjson.loads(value)
+            except orjson.JSONDecodeError:
+                pass
+        return fallback(value, expression, wrapper)
+
+    return [convert]
 
 
 def _converted(wrapper: Any, converters: Converters, values: Sequence[Any]) -> Sequence[Any]:
