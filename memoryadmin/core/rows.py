@@ -21,7 +21,7 @@ from django.db.models import Field, JSONField, Model
 from django.db.models.base import ModelState
 from django.db.models.fields.related_descriptors import ForeignKeyDeferredAttribute
 from django.db.models.query_utils import DeferredAttribute
-from django.db.models.signals import post_init, pre_init
+from django.db.models.signals import ModelSignal, post_init, pre_init
 
 
 @functools.cache
@@ -177,6 +177,11 @@ def _class_attribute(model: type[Model], name: str) -> Any:
     return None
 
 
+def _listened(signal: ModelSignal, model: type[Model]) -> bool:
+    # No receiver at all (as in this project): no need to ask which the model has.
+    return bool(signal.receivers) and signal.has_listeners(model)
+
+
 def instance[M: Model](model: type[M], values: Sequence[Any]) -> M:
     """A model instance from its concrete columns' values, in `columns` order."""
     wrapper = connections[DEFAULT_DB_ALIAS]
@@ -184,7 +189,7 @@ def instance[M: Model](model: type[M], values: Sequence[Any]) -> M:
     if len(values) != len(names):
         raise ValueError(f"{model.__name__}: {len(values)} values for {len(names)} fields")
     converted = _converted(wrapper, _field_converters(wrapper, model), values)
-    if _plain(model) and not (pre_init.has_listeners(model) or post_init.has_listeners(model)):
+    if _plain(model) and not (_listened(pre_init, model) or _listened(post_init, model)):
         # What `from_db` makes of it (every concrete field, in order, through __init__),
         # without __init__'s pass through each field's descriptor: a third of the time.
         obj = model.__new__(model)
