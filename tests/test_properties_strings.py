@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from rest_framework.test import APIClient
 
-from memoryadmin.core.strings import FORBIDDEN_RE
+from memoryadmin.core.strings import FORBIDDEN_RE, string_breaks_rule, string_problem
 from memoryadmin.memory.models import Document
 from tests.helpers import DEV, DOCS
 
@@ -193,3 +193,18 @@ def test_memory_save(
     elif response.status_code == 200 and response.json()["result"]["status"] == "saved":
         assert (document.text, document.summary) == (on_the_wire(text), on_the_wire(summary))
     lists_read(api, page, "documents", "sessions")
+
+
+@given(
+    text=st.lists(st.one_of(CHARACTERS, st.sampled_from(["a", " ", "~"])), max_size=40).map("".join)
+)
+def test_the_quick_check_agrees_with_the_pattern_on_every_string(text: str) -> None:
+    match = FORBIDDEN_RE.search(text)
+    assert string_breaks_rule(text) is (match is not None)
+    problem = string_problem(text)
+    if match is None:
+        assert problem is None
+    elif match.group() == "\x00":
+        assert problem == "a NUL character (U+0000)"
+    else:
+        assert problem == f"an unpaired surrogate (U+{ord(match.group()):04X})"

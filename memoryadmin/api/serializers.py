@@ -17,7 +17,7 @@ from rest_framework.validators import ProhibitSurrogateCharactersValidator
 
 from memoryadmin.core.environments import Environment
 from memoryadmin.core.errors import InvalidRequest
-from memoryadmin.core.strings import FORBIDDEN_RE
+from memoryadmin.core.strings import string_breaks_rule
 
 
 class StrictCharField(serializers.CharField):
@@ -99,7 +99,7 @@ def _plain_check(field: serializers.Field[Any, Any, Any, Any]) -> Check | None:
                 isinstance(value, str)
                 and (blank or value != "")
                 and (most is None or len(value) <= most)
-                and not FORBIDDEN_RE.search(value)
+                and not string_breaks_rule(value)
             )
 
         return string
