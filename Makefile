@@ -10,7 +10,7 @@ PORT ?= 8000
 # The suite runs on every core; PYTEST_ARGS="-n0 tests/test_x.py" runs part of it in one process.
 PYTEST_ARGS ?= -n auto
 
-.PHONY: run serve test screenshots lint format bench bench-middleware bench-search bench-incidents schema clean
+.PHONY: run serve test screenshots lint format bench bench-middleware bench-instructions bench-search bench-incidents schema clean
 
 # The first Python >= 3.12 found: $PYTHON, python3.14/3.13/3.12 on PATH, then the
 # newest pyenv-installed 3.12+.
@@ -39,7 +39,7 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt
 
 # Development: debug mode (`run`) or missing secrets generated into var/.
 run: export DJANGO_DEBUG ?= 1
-schema bench bench-middleware bench-search bench-incidents: export MEMORYADMIN_DEV_SECRETS ?= 1
+schema bench bench-middleware bench-instructions bench-search bench-incidents: export MEMORYADMIN_DEV_SECRETS ?= 1
 
 # The demo's http provider is this server on loopback: allow loopback egress.
 run: export MEMORYADMIN_PROVIDER_ALLOW ?= 127.0.0.0/8,::1/128
@@ -88,6 +88,10 @@ bench: $(VENV)/.installed
 # What each middleware adds to a request, in-process (CPU time, microseconds).
 bench-middleware: $(VENV)/.installed
 	$(VPY) bench/middleware.py
+
+# Instructions per request of a GET, a PUT, their floors and a recall, in-process (valgrind).
+bench-instructions: $(VENV)/.installed
+	$(VPY) bench/instructions.py $(BENCH_ARGS)
 
 # Search at 100,000 documents, as ratios to the list's first page (slow to seed: minutes).
 bench-search: $(VENV)/.installed

@@ -14,7 +14,8 @@ documents (60 of them, 50 a page) by the API and on the Memory page (a logged-in
 with the CSRF cookie of a first page, as `make bench` reads it). Time is this thread's CPU time
 (`time.thread_time`, which other processes on a shared machine barely move; the
 database's own time is not in it), least of the rounds' means, in microseconds per
-request; `--profile` prints where the request spends it instead.
+request; `--profile` prints where the request spends it instead, and `bench/instructions.py`
+counts the instructions each request executes (the same from run to run, on any load).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from api import (
     ENV,
     FLOORS,
     PROJECT,
+    collect_static,
     documents_bulk,
     page_cookie,
     recall_session,
@@ -141,6 +143,25 @@ def callers(app: WSGI, key: str, notes_pk: int, session_id: str, cookie: str) ->
     return found
 
 
+def counted(found: dict[str, Caller], names: list[str], requests: int, folder: Path) -> None:
+    """For each kind: says `START kind` and waits for `go` in `folder` (where the counting
+    starts), makes the requests, says `END kind` and waits for `stop` (where it is read)."""
+
+    def wait(name: str) -> None:
+        while not (folder / name).exists():
+            time.sleep(0.05)
+        (folder / name).unlink()
+
+    for name in names:
+        caller = found[name]
+        print("START", name, flush=True)
+        wait("go")
+        for _ in range(requests):
+            caller.once()
+        print("END", name, flush=True)
+        wait("stop")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=300, help="per kind and round")
@@ -152,8 +173,15 @@ def main() -> None:
     parser.add_argument("--sort", default="tottime", help="the profile's order")
     parser.add_argument("--callees", action="append", help="with --profile: what these call")
     parser.add_argument("--keepdb", action="store_true", help="keep the database for the next run")
+    parser.add_argument(
+        "--count",
+        action="append",
+        help="under bench/instructions.py: make --requests of these, one kind at a time",
+    )
+    parser.add_argument("--handshake", help="with --count: the folder of its handshake files")
     args = parser.parse_args()
     quiet()
+    collect_static()  # the Memory page (the seed's first page, the page kind) needs them
     old_name = throwaway_database("bench_documents", keepdb=args.keepdb)
     try:
         if args.keepdb:
@@ -164,6 +192,9 @@ def main() -> None:
         found = callers(WSGIHandler(), key, notes_pk, session_id, cookie)
         for caller in found.values():
             caller.per_request(100)  # warm
+        if args.count:
+            counted(found, args.count, args.requests, Path(args.handshake))
+            return
         if args.profile:
             profile = cProfile.Profile(time.thread_time)
             profile.runcall(found[args.profile].per_request, args.requests * args.rounds)
