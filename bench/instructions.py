@@ -16,7 +16,6 @@ Needs valgrind (`apt-get install valgrind`).
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import shutil
 import subprocess
@@ -62,7 +61,7 @@ def main() -> None:
     for kind in args.kinds:
         command += ["--count", kind]
     process = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=os.environ
+        command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
     )
     counts: dict[str, float] = {}
     try:

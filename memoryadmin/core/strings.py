@@ -27,17 +27,15 @@ _NUL_PROBLEM = "a NUL character (U+0000)"
 
 
 def string_breaks_rule(value: str) -> bool:
-    """Whether something in `value` breaks the rule. An ASCII string (asked of Python in
-    constant time) can hold no surrogate: only NUL is looked for, at the speed of a byte
-    search, where the pattern costs about 6 ns a character (12 us for a 2,000-character
-    document text, read several times by a write)."""
-    if value.isascii():
-        return "\x00" in value
-    return FORBIDDEN_RE.search(value) is not None
+    """Whether something in `value` breaks the rule."""
+    return string_problem(value) is not None
 
 
 def string_problem(value: str) -> str | None:
-    """What breaks the rule in `value` (None when nothing does)."""
+    """What breaks the rule in `value` (None when nothing does). An ASCII string (asked of
+    Python in constant time) can hold no surrogate: only NUL is looked for, at the speed
+    of a byte search, where the pattern costs about 6 ns a character (12 us for a
+    2,000-character document text, read several times by a write)."""
     if value.isascii():
         return _NUL_PROBLEM if "\x00" in value else None
     match = FORBIDDEN_RE.search(value)
