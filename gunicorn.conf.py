@@ -23,7 +23,9 @@ def _int(name: str, default: int) -> int:
 wsgi_app = "memoryadmin.wsgi:application"
 bind = os.environ.get("GUNICORN_BIND", "127.0.0.1:8000").split(",")
 workers = _int("WEB_CONCURRENCY", 2)
-# gthread, with kept-alive connections spread evenly over the workers (memoryadmin/serving.py).
+# gthread, with kept-alive connections spread evenly over the workers, each kept by its
+# request thread between requests while no other needs it (memoryadmin/serving.py;
+# GUNICORN_LINGER_MS).
 worker_class = "memoryadmin.serving.BalancedThreadWorker"
 threads = _int("GUNICORN_THREADS", 4)
 # A request running longer than this gets its worker restarted.

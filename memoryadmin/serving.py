@@ -12,6 +12,14 @@ connection, so the least loaded ones take new clients; and a worker holding more
 than its share answers its next request with `Connection: close`, so that client
 reconnects to a worker with room. With one worker, or without a board, it is
 gthread unchanged.
+
+And a kept-alive connection stays with its request thread between requests while
+the worker holds no more connections than it has threads: gthread hands every
+connection back to its main thread after each answer (the future's callback, the
+wake-up pipe, two poller changes, a hand-off to the pool again), which cost more
+than a small request itself. The thread waits for the next request up to
+`GUNICORN_LINGER_MS` (a second by default); it gives the connection back at once
+when another connection comes and would have no thread, and when the worker stops.
 """
 
 from __future__ import annotations
@@ -20,13 +28,28 @@ import ctypes
 import math
 import multiprocessing
 import multiprocessing.synchronize
+import os
+import select
 from typing import Any
 
-from gunicorn.workers.gthread import ThreadWorker
+from gunicorn.workers.gthread import TConn, ThreadWorker
 
 # While a worker does not accept, it looks at the board again this often (another
 # worker's count may have risen meanwhile, making room here).
 RECHECK_SECONDS = 0.05
+
+
+def linger_seconds() -> float:
+    """How long a request thread keeps an idle kept-alive connection: `GUNICORN_LINGER_MS`
+    (0 turns it off), a second by default, never more than the keep-alive itself."""
+    raw = os.environ.get("GUNICORN_LINGER_MS", "").strip()
+    try:
+        ms = int(raw) if raw else 1000
+    except ValueError:
+        raise SystemExit(f"GUNICORN_LINGER_MS must be an integer, not {raw!r}") from None
+    if ms < 0:
+        raise SystemExit(f"GUNICORN_LINGER_MS must be 0 or more, not {ms}")
+    return ms / 1000
 
 
 class Board:
@@ -79,11 +102,35 @@ class BalancedThreadWorker(ThreadWorker):
     _nr_conns = 0
     _worker_connections = 0
     _max_keepalived = 0
+    # A pipe holding one byte while request threads must not keep idle connections
+    # (more connections than threads, or the worker stopping): they poll it too.
+    _crowd: tuple[int, int] | None = None
+    _crowded = False
+    _linger = 0.0
 
     def init_process(self) -> None:
         if BOARD is not None:
             self._slot = BOARD.claim(self.pid)
+        self._linger = min(linger_seconds(), float(self.cfg.keepalive))
+        if self._linger > 0:
+            self._crowd = os.pipe()
+            for fd in self._crowd:
+                os.set_blocking(fd, False)
         super().init_process()
+
+    def _crowd_set(self, crowded: bool) -> None:
+        """Main thread only (gthread changes its counts there, and signals run there)."""
+        if self._crowd is None or crowded == self._crowded:
+            return
+        self._crowded = crowded
+        if crowded:
+            os.write(self._crowd[1], b"\0")
+        else:
+            os.read(self._crowd[0], 1)
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        super().handle_exit(sig, frame)
+        self._crowd_set(True)
 
     # gthread's counters, as properties: the board sees every change of the count.
 
@@ -96,6 +143,8 @@ class BalancedThreadWorker(ThreadWorker):
         self._nr_conns = value
         if self._slot is not None and BOARD is not None:
             BOARD.conns[self._slot] = value
+        if self.alive:
+            self._crowd_set(value > self.cfg.threads)
 
     def _counts(self) -> list[int] | None:
         if self._slot is None or BOARD is None:
@@ -132,3 +181,24 @@ class BalancedThreadWorker(ThreadWorker):
         if not self._accepting and self._counts() is not None:
             timeout = min(timeout, RECHECK_SECONDS)
         return super().wait_for_and_dispatch_events(timeout)
+
+    def handle(self, conn: TConn) -> Any:
+        """gthread's, then the next requests of the same kept-alive connection in this
+        thread while they come within the linger and nobody needs the thread."""
+        keep = super().handle(conn)
+        while keep is True and not self._crowded and self._next_request(conn):
+            keep = super().handle(conn)
+        return keep
+
+    def _next_request(self, conn: TConn) -> bool:
+        """Whether `conn` has its next request (or end of stream) to read within the
+        linger, before the worker gets crowded or stops."""
+        if self._crowd is None:
+            return False
+        if conn.parser.unreader.buf.getvalue():
+            return True  # already read ahead with the last body
+        poller = select.poll()
+        poller.register(conn.sock, select.POLLIN)
+        poller.register(self._crowd[0], select.POLLIN)
+        ready = poller.poll(self._linger * 1000)
+        return any(fd != self._crowd[0] for fd, _ in ready) and not self._crowded

@@ -1,20 +1,33 @@
-"""The shipped server spreads kept-alive connections over its workers
-(memoryadmin/serving.py): a real gunicorn with gunicorn.conf.py, real sockets, and
-each worker's connections read from /proc."""
+"""The shipped worker (memoryadmin/serving.py) spreads kept-alive connections over its
+workers, and keeps a kept-alive connection in its request thread between requests
+while no other connection needs the thread: a real gunicorn (with gunicorn.conf.py,
+or with the worker alone and tests/serving_app.py), real sockets, and each worker's
+connections read from /proc."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
 import subprocess
 import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import GUNICORN, ROOT, clean_env, free_port, production_env, wait_until_up
+from tests.helpers import (
+    GUNICORN,
+    ROOT,
+    clean_env,
+    free_port,
+    production_env,
+    wait_until,
+    wait_until_up,
+)
 
 pytestmark = pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="needs Linux /proc")
 
@@ -26,6 +39,7 @@ class KeptAlive:
         self.port = port
         self.sock: socket.socket | None = None
         self.opened = 0
+        self.body = b""
 
     def open(self) -> None:
         self.sock = socket.create_connection(("127.0.0.1", self.port), timeout=10)
@@ -54,6 +68,7 @@ class KeptAlive:
         length = int(headers["content-length"])
         while len(body) < length:
             body += self.sock.recv(65536)
+        self.body = body
         if headers.get("connection", "").lower() == "close":
             self.close()
         return int(lines[0].split()[1])
@@ -128,3 +143,91 @@ def test_four_kept_alive_clients_end_up_two_on_each_of_two_workers(tmp_path: Pat
             client.close()
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=30)
+
+
+@contextlib.contextmanager
+def counting_server(*, threads: int, linger_ms: int) -> Iterator[subprocess.Popen[str]]:
+    """One worker of the shipped class (counting hand-backs) serving tests/serving_app.py
+    with `threads` request threads, a 30 s keep-alive and `GUNICORN_LINGER_MS`."""
+    port = free_port()
+    command = [
+        # Not gunicorn.conf.py (read from the checkout by default): the test app's settings.
+        *(GUNICORN, "--config", "python:tests.serving_app"),
+        *("--workers", "1", "--threads", str(threads)),
+        *("--keep-alive", "30"),
+        *("--worker-class", "tests.serving_app.CountingWorker"),
+        *("--bind", f"127.0.0.1:{port}", "tests.serving_app:app"),
+    ]
+    env = clean_env(GUNICORN_LINGER_MS=str(linger_ms))
+    process = subprocess.Popen(command, cwd=ROOT, env=env, text=True)
+    process.port = port  # type: ignore[attr-defined]
+    try:
+        wait_until_up(f"http://127.0.0.1:{port}/", process)
+        yield process
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            process.wait(timeout=30)
+
+
+def handed_back(client: KeptAlive) -> int:
+    assert client.get("/") == 200
+    count: int = json.loads(client.body)["handedBack"]
+    return count
+
+
+def hand_backs_over_twenty_requests(linger_ms: int) -> list[int]:
+    """Twenty requests on one connection, each sent after the last answer: how many
+    times the connection had been handed back to the main thread before each."""
+    with counting_server(threads=2, linger_ms=linger_ms) as server:
+        port = server.port  # type: ignore[attr-defined]
+        client = KeptAlive(port)
+        handed_back(client)
+
+        def only_ours() -> bool:
+            return sum(connections_by_worker(server.pid, port).values()) == 1
+
+        # The start-up probe's connection is closed (handed back) by now.
+        wait_until(only_ours, "the probe's connection to close")
+        first = handed_back(client)
+        counts = [handed_back(client) - first for _ in range(20)]
+        client.close()
+    assert client.opened == 1
+    return counts
+
+
+def test_a_kept_alive_connection_stays_with_its_thread_between_requests() -> None:
+    """The request thread serves them all without handing the connection back to the
+    main thread, which plain gthread does after every answer (GUNICORN_LINGER_MS=0)."""
+    assert hand_backs_over_twenty_requests(20_000) == [0] * 20
+    assert hand_backs_over_twenty_requests(0) == list(range(1, 21))
+
+
+def test_a_lingering_thread_makes_way_for_a_connection_without_one() -> None:
+    """One request thread, kept by the first client's idle connection for up to 20 s: a
+    second client's request is answered at once, and both connections go on serving."""
+    with counting_server(threads=1, linger_ms=20_000) as server:
+        first, second = KeptAlive(server.port), KeptAlive(server.port)  # type: ignore[attr-defined]
+        handed_back(first)
+        started = time.monotonic()
+        handed_back(second)
+        assert time.monotonic() - started < 5
+        for _ in range(3):
+            handed_back(first)
+            handed_back(second)
+        assert (first.opened, second.opened) == (1, 1)
+        first.close()
+        second.close()
+
+
+def test_a_stopping_worker_does_not_wait_for_a_lingering_thread() -> None:
+    """SIGTERM with a connection idle in its request thread (a 20 s linger): the worker
+    stops within gthread's own grace for kept-alive connections (2 s), not the linger."""
+    with counting_server(threads=2, linger_ms=20_000) as server:
+        client = KeptAlive(server.port)  # type: ignore[attr-defined]
+        handed_back(client)
+        started = time.monotonic()
+        server.send_signal(signal.SIGTERM)
+        wait_until(lambda: server.poll() is not None, "gunicorn to stop", seconds=30)
+        assert time.monotonic() - started < 10
+        client.close()
