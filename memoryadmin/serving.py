@@ -35,8 +35,10 @@ from typing import Any
 from gunicorn.workers.gthread import TConn, ThreadWorker
 
 # While a worker does not accept, it looks at the board again this often (another
-# worker's count may have risen meanwhile, making room here).
-RECHECK_SECONDS = 0.05
+# worker's count may have risen meanwhile, making room here): a new connection waits
+# this long at most. Its main thread sleeps otherwise, its connections being served in
+# their request threads, so nothing else wakes it sooner.
+RECHECK_SECONDS = 0.01
 
 
 def linger_seconds() -> float:
