@@ -166,6 +166,11 @@ TOOLS = [
 
 @pytest.fixture
 def resource(project: Project, server: FaultyServer) -> Resource:
+    return declared(project, server.origin)
+
+
+def declared(project: Project, origin: str) -> Resource:
+    """The provider of these tests, deployed at `origin`, its token bound to it."""
     declaration = {
         "id": "knowledge",
         "description": "Facts.",
@@ -173,7 +178,7 @@ def resource(project: Project, server: FaultyServer) -> Resource:
             "kind": "http",
             "connection": {
                 "id": "faulty",
-                "origin": server.origin,
+                "origin": origin,
                 "methods": ["POST"],
                 "pathPrefix": "/oc-memory",
                 "headers": {
@@ -194,7 +199,7 @@ def resource(project: Project, server: FaultyServer) -> Resource:
         environment="development",
         name="MEMORY_TOKEN",
         value=TOKEN,
-        origins=[server.origin],
+        origins=[origin],
         actor="t",
     )
     return resource_get(project=project, environment="development", resource_id="knowledge")
@@ -364,6 +369,37 @@ def test_other_4xx_is_not_retried(server: FaultyServer, resource: Resource) -> N
     assert "401" not in raised.message
     assert audited(resource)["description"] == "answered HTTP 401: unauthorized"
     assert len(server.seen) == 1
+
+
+class TlsFaultyServer(FaultyServer):
+    @property
+    def origin(self) -> str:
+        return f"https://127.0.0.1:{self.server_address[1]}"
+
+
+def test_a_provider_behind_a_private_ca_is_reached_with_the_operators_ca_file(
+    project: Project, provider_tls: Any, settings: Any
+) -> None:
+    """Every outbound call trusts MEMORYADMIN_PROVIDER_CA_FILE (core/exchange.py), the
+    http kind's as the external kinds' and webhooks'; without it the same certificate
+    is refused, as an unknown authority."""
+    tls_server = TlsFaultyServer()
+    tls_server.socket = provider_tls.wrap_socket(tls_server.socket, server_side=True)
+    thread = threading.Thread(target=tls_server.serve_forever, args=(0.02,), daemon=True)
+    thread.start()
+    try:
+        tls_server.script = [reply(200, GOOD_RECALL)]
+        resource = declared(project, tls_server.origin)
+        assert recall(resource).text == "Use the free tier."
+        assert len(tls_server.seen) == 1
+        settings.MEMORYADMIN_PROVIDER_CA_FILE = ""
+        failed = failure(resource, retry_delays=NO_WAIT)
+        assert failed.retryable
+        assert audited(resource)["reason"] == "transport_error"
+        assert len(tls_server.seen) == 1  # no TLS session: nothing reached the handler
+    finally:
+        tls_server.shutdown()
+        tls_server.server_close()
 
 
 def test_transport_failure_is_retried(server: FaultyServer, resource: Resource) -> None:

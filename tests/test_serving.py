@@ -248,7 +248,7 @@ def test_gunicorn_keeps_its_workers_and_warms_them_by_default(monkeypatch: Any) 
 FIRST_USE = {
     # The HTTP client of provider calls and webhooks (gunicorn's workers import it
     # before they accept).
-    "httpx": "from memoryadmin.providers.wire import Reply; Reply()",
+    "httpx": "from memoryadmin.core.exchange import Reply; Reply()",
     # The JSON Schema validator of tool arguments (the reference provider's too).
     "jsonschema": "from memoryadmin.core.tools import tool_arguments_validate as v; "
     "v(tool={'name': 't', 'input': {'type': 'object'}}, arguments={})",

@@ -95,7 +95,7 @@ def stop_watch(
 ) -> Iterator[None]:
     """Inside the block, calls `abort` (from another thread) as soon as the caller cancels
     or `event` is set (the call's answer is no longer wanted). An attempt's deadline is
-    the watchdog's (core/watchdog.py: `receive(cut=...)`)."""
+    the watchdog's (core/watchdog.py, through core/exchange.py's `Outbound.send`)."""
     if cancellation is None and event is None:
         yield
         return

@@ -9,8 +9,10 @@ may run in worker threads.
 Every attempt gets its own child cancellation, aborted when the caller
 cancels or when the operation's deadline passes: the socket is shut down, so
 a provider that stalls mid-answer is left at once, not at a read timeout.
-Everything else (retries, reading answers, secrets in headers, what a failure
-tells whom) is the exchange every provider call follows (providers/wire.py).
+Everything else is shared: each attempt is the one outbound exchange (core/exchange.py:
+egress, TLS, reading answers within the deadline and the size limit), and retries,
+secrets in headers and what a failure tells whom are every provider call's
+(providers/wire.py).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from django.views.decorators.debug import sensitive_variables
 from memoryadmin.core.cancellation import Cancellation, current_cancellation, stop_watch
 from memoryadmin.core.concurrency import Deadline
 from memoryadmin.core.errors import InvalidRequest
+from memoryadmin.core.exchange import Reply, outbound
 from memoryadmin.core.jsonbody import BODY_MAX_BYTES
 from memoryadmin.memory.models import Resource
 from memoryadmin.providers import wire
@@ -33,13 +36,11 @@ from memoryadmin.providers.errors import CallFailed
 from memoryadmin.providers.wire import (
     RETRY_DELAYS,
     Misconfigured,
-    Reply,
     exchange,
     failure_logged,
     failure_message,
     failure_record,
     header_value,
-    receive,
     unusable,
 )
 
@@ -230,40 +231,29 @@ def _exchange(connection: Connection, request: Request) -> Reply:
 def _attempt(connection: Connection, request: Request, deadline: float) -> Reply:
     """One attempt, on a connection of its own: the watchdog cuts it at the deadline (a
     timeout), and the caller's cancellation or the calling slot's event at once."""
-    # The HTTP client is imported by the first call, not when the kinds register.
-    import httpx
-
-    from memoryadmin.core.egress import egress_transport
-
-    transport = egress_transport()
-    why: list[str] = []
-
-    def cancel() -> None:
-        why.append("cancelled")
-        transport.abort()
-
     if request.credentials:
         headers = dict(connection.headers)
     else:
         headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
     if request.body is not None:
         headers["Content-Type"] = request.content_type
-    watch = stop_watch(cancel, cancellation=connection.cancellation, event=connection.cancelled)
-    with (
-        watch,
-        httpx.Client(transport=transport, follow_redirects=False, trust_env=False) as client,
-    ):
-        reply = receive(
-            client,
-            request.method,
-            request.url,
-            headers=headers,
-            deadline=deadline,
-            limit=REPLY_MAX_BYTES,
-            params=request.params,
-            content=request.body,
-            cut=transport.abort,
-        )
+    why: list[str] = []
+    with outbound() as out:
+
+        def cancel() -> None:
+            why.append("cancelled")
+            out.abort()
+
+        with stop_watch(cancel, cancellation=connection.cancellation, event=connection.cancelled):
+            reply = out.send(
+                request.method,
+                request.url,
+                headers=headers,
+                deadline=deadline,
+                limit=REPLY_MAX_BYTES,
+                params=request.params,
+                content=request.body,
+            )
     if why:
         # The caller cancelled this attempt: whatever the client saw, this is why.
         return Reply(failure="cancelled")

@@ -37,6 +37,7 @@ from typing import Any
 from urllib.parse import quote
 
 from memoryadmin.core.errors import InvalidRequest, NotFound
+from memoryadmin.core.exchange import Reply
 from memoryadmin.core.inputs import whole_number
 from memoryadmin.external.base import (
     ExternalProvider,
@@ -50,7 +51,6 @@ from memoryadmin.external.transport import Connection, describe, secret_value
 from memoryadmin.external.urls import HTTPS_ONLY, base_url_check
 from memoryadmin.memory.providers import Result
 from memoryadmin.providers.declarations import SECRET_NAME_RE
-from memoryadmin.providers.wire import Reply
 
 KIND = "vertex-memory-bank"
 API_VERSION = "v1beta1"

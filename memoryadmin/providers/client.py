@@ -1,8 +1,8 @@
 """The host side of the HTTP memory provider protocol: recall and tool calls.
 
-One operation is one request body, sent as the exchange every provider call
-follows (wire.py: retries, deadline, size limit, secrets bound to origins,
-failures generic to callers and detailed in the logs); the same operationId,
+One operation is one request body, sent as every provider call is (wire.py: retries,
+secrets bound to origins, failures generic to callers and detailed in the logs; each
+attempt through core/exchange.py: egress, deadline, size limit); the same operationId,
 the same bytes on every attempt. Retries happen only for operations without
 side effects or declared idempotent. An attempt in flight is stopped by
 closing its connection when the caller cancels.
@@ -26,6 +26,7 @@ from memoryadmin.core.errors import (
     InvalidToolArguments,
     envelope_of,
 )
+from memoryadmin.core.exchange import Reply, outbound
 from memoryadmin.core.inputs import InvalidInput, parse_instant
 from memoryadmin.core.jsonbody import BODY_MAX_BYTES
 from memoryadmin.core.tools import tool_arguments_validate, tool_retryable
@@ -44,13 +45,11 @@ from memoryadmin.providers.tools import http_tool_get
 from memoryadmin.providers.wire import (
     RETRY_DELAYS,
     Misconfigured,
-    Reply,
     exchange,
     failure_logged,
     failure_message,
     failure_record,
     header_value,
-    receive,
     unusable,
 )
 
@@ -143,32 +142,24 @@ def _exchange(
     default the current scope's), the attempt in flight is stopped by
     closing its connection, and the reply is `cancelled`.
     """
-    # The HTTP client is imported by the first call, not when the kind registers.
-    import httpx
-
-    from memoryadmin.core.egress import EgressTransport
-
     cancellation = cancellation or current_cancellation()
-    transport = EgressTransport()
-    with httpx.Client(transport=transport, follow_redirects=False, trust_env=False) as client:
+    with outbound() as out:
 
         def attempt() -> Reply:
-            reply = receive(
-                client,
+            reply = out.send(
                 "POST",
                 target.url,
                 headers=target.headers,
                 content=body,
                 deadline=deadline,
                 limit=BODY_MAX_BYTES,
-                cut=transport.abort,
             )
             if cancellation is not None and cancellation.event.is_set():
                 # The watch below closed the connection: the caller cancelled.
                 return Reply(failure="cancelled")
             return reply
 
-        watch = cancellation.watch(transport.abort) if cancellation else contextlib.nullcontext()
+        watch = cancellation.watch(out.abort) if cancellation else contextlib.nullcontext()
         with watch:
             reply = exchange(
                 attempt,

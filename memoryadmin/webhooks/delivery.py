@@ -21,7 +21,7 @@ import time
 from django.conf import settings
 from django.utils import timezone
 
-from memoryadmin.providers.wire import receive, retry_after
+from memoryadmin.core.exchange import outbound, retry_after
 from memoryadmin.runner.jobs import Postpone, RetryAfter, current_job, durable, enqueue
 from memoryadmin.runner.models import Job
 from memoryadmin.webhooks.models import OPEN_DELIVERY_STATES, Delivery, DeliveryState
@@ -71,23 +71,15 @@ def _send(delivery: Delivery, attempt: int) -> tuple[int | None, str, float | No
         SIGNATURE_HEADER: signature(endpoint.secret, timestamp, delivery.body),
         ATTEMPT_HEADER: str(attempt),
     }
-    # The HTTP client is imported by the first delivery, not by every process.
-    import httpx
-
-    from memoryadmin.core.egress import egress_transport
-
     deadline = time.monotonic() + settings.MEMORYADMIN_WEBHOOK_TIMEOUT_SECONDS
-    transport = egress_transport()
-    with httpx.Client(transport=transport, follow_redirects=False, trust_env=False) as client:
-        reply = receive(
-            client,
+    with outbound() as out:
+        reply = out.send(
             "POST",
             endpoint.url,
             headers=headers,
             content=delivery.body.encode(),
             deadline=deadline,
             limit=REPLY_MAX_BYTES,
-            cut=transport.abort,
         )
     if reply.failure == "timeout":
         return None, "timed out", None, ""
