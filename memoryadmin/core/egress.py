@@ -246,17 +246,11 @@ def _shutdown(stream: httpcore.NetworkStream) -> None:
             sock.shutdown(socket.SHUT_RDWR)
 
 
-@functools.cache
-def _default_ssl_context() -> ssl.SSLContext:
-    """The system of trust for providers (certifi's roots), loaded once per process."""
-    return httpx.create_ssl_context(trust_env=False)
-
-
 class EgressTransport(httpx.HTTPTransport):
     """httpx's transport over EgressBackend; no proxies (a proxy would connect for us)."""
 
     def __init__(self, verify: ssl.SSLContext | None = None) -> None:
-        context = verify or _default_ssl_context()
+        context = verify or _ssl_context("")
         super().__init__(verify=context, trust_env=False)
         self._backend = EgressBackend()
         self._pool = httpcore.ConnectionPool(ssl_context=context, network_backend=self._backend)
@@ -268,7 +262,8 @@ class EgressTransport(httpx.HTTPTransport):
 
 @functools.cache
 def _ssl_context(extra_ca_file: str) -> ssl.SSLContext:
-    """Public roots (certifi), plus the operator's private CA when one is configured."""
+    """Public roots (certifi), plus the operator's private CA when one is configured;
+    loaded once per process for each."""
     context = httpx.create_ssl_context(trust_env=False)
     if extra_ca_file:
         context.load_verify_locations(cafile=extra_ca_file)
@@ -276,8 +271,8 @@ def _ssl_context(extra_ca_file: str) -> ssl.SSLContext:
 
 
 def egress_transport() -> EgressTransport:
-    """A transport trusting public roots and `MEMORYADMIN_PROVIDER_CA_FILE`, if set
-    (external providers, webhook endpoints)."""
+    """A transport trusting public roots and `MEMORYADMIN_PROVIDER_CA_FILE`, if set: the
+    one of every outbound call (core/exchange.py `outbound()`)."""
     extra = str(getattr(settings, "MEMORYADMIN_PROVIDER_CA_FILE", "") or "")
     return EgressTransport(verify=_ssl_context(extra))
 
