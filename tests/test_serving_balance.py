@@ -146,7 +146,7 @@ def test_four_kept_alive_clients_end_up_two_on_each_of_two_workers(tmp_path: Pat
 
 
 @contextlib.contextmanager
-def counting_server(*, threads: int, linger_ms: int) -> Iterator[subprocess.Popen[str]]:
+def counting_server(*, threads: int, linger_ms: int) -> Iterator[tuple[subprocess.Popen[str], int]]:
     """One worker of the shipped class (counting hand-backs) serving tests/serving_app.py
     with `threads` request threads, a 30 s keep-alive and `GUNICORN_LINGER_MS`."""
     port = free_port()
@@ -160,10 +160,9 @@ def counting_server(*, threads: int, linger_ms: int) -> Iterator[subprocess.Pope
     ]
     env = clean_env(GUNICORN_LINGER_MS=str(linger_ms))
     process = subprocess.Popen(command, cwd=ROOT, env=env, text=True)
-    process.port = port  # type: ignore[attr-defined]
     try:
         wait_until_up(f"http://127.0.0.1:{port}/", process)
-        yield process
+        yield process, port
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
@@ -179,8 +178,7 @@ def handed_back(client: KeptAlive) -> int:
 def hand_backs_over_twenty_requests(linger_ms: int) -> list[int]:
     """Twenty requests on one connection, each sent after the last answer: how many
     times the connection had been handed back to the main thread before each."""
-    with counting_server(threads=2, linger_ms=linger_ms) as server:
-        port = server.port  # type: ignore[attr-defined]
+    with counting_server(threads=2, linger_ms=linger_ms) as (server, port):
         client = KeptAlive(port)
         handed_back(client)
 
@@ -206,8 +204,8 @@ def test_a_kept_alive_connection_stays_with_its_thread_between_requests() -> Non
 def test_a_lingering_thread_makes_way_for_a_connection_without_one() -> None:
     """One request thread, kept by the first client's idle connection for up to 20 s: a
     second client's request is answered at once, and both connections go on serving."""
-    with counting_server(threads=1, linger_ms=20_000) as server:
-        first, second = KeptAlive(server.port), KeptAlive(server.port)  # type: ignore[attr-defined]
+    with counting_server(threads=1, linger_ms=20_000) as (_, port):
+        first, second = KeptAlive(port), KeptAlive(port)
         handed_back(first)
         started = time.monotonic()
         handed_back(second)
@@ -223,8 +221,8 @@ def test_a_lingering_thread_makes_way_for_a_connection_without_one() -> None:
 def test_a_stopping_worker_does_not_wait_for_a_lingering_thread() -> None:
     """SIGTERM with a connection idle in its request thread (a 20 s linger): the worker
     stops within gthread's own grace for kept-alive connections (2 s), not the linger."""
-    with counting_server(threads=2, linger_ms=20_000) as server:
-        client = KeptAlive(server.port)  # type: ignore[attr-defined]
+    with counting_server(threads=2, linger_ms=20_000) as (server, port):
+        client = KeptAlive(port)
         handed_back(client)
         started = time.monotonic()
         server.send_signal(signal.SIGTERM)
