@@ -386,7 +386,10 @@ def documents_bulk(resource: Any, count: int, prefix: str = "doc") -> None:
                 bytes=2000,
                 updated_at=stamp,
                 created_at=stamp,
-                writer_kind="owner",
+                # As in use: agents write most of a memory, from a few sessions (the
+                # Memory page links each row's session).
+                writer_kind="owner" if i % 2 else "agent",
+                writer_session_id="" if i % 2 else f"ses_{i % 5:024x}",
             )
         )
         if len(batch) == 1000:

@@ -11,6 +11,7 @@ import pytest
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
 from django.utils import timezone
 
 from memoryadmin.memory.models import Document, Project, Resource
@@ -163,6 +164,9 @@ def test_document_list_shows_writer_time_size_and_frozen_badge(
     agent = row_of(html, "agent-notes")
     assert "writer-agent" in agent
     assert '<code title="sess_123">sess_123</code>' in agent
+    # The row links the session's page (remembered per process, read from the routes).
+    session_page = reverse("web:session", args=["acme", "development", "sess_123"])
+    assert f'<a href="{session_page}"><code title="sess_123">' in agent
     assert "badge frozen" in row_of(html, "frozen")
 
 

@@ -68,15 +68,28 @@ def link(context: template.Context, viewname: str, *args: Any) -> str:
     return cached_reverse(viewname, *args, context=context)
 
 
-@register.simple_tag
-def session_url(project_id: str, environment: str, session_id: str) -> str:
-    """The page of an agent session, once the sessions page exists ("" until then)."""
+def agent_session_url(
+    project_id: str, environment: str, session_id: str, url_env: tuple[str, str]
+) -> str:
+    """The page of an agent session ("" for an id its route cannot name), remembered per
+    process as `cached_reverse`: a list of agent writes links each row's session, and
+    `reverse` costs tens of microseconds a call. `url_env`: the script prefix and URLconf."""
     if not session_id:
         return ""
     try:
-        return reverse("web:session", args=[project_id, environment, session_id])
+        return _reversed("web:session", (project_id, environment, session_id), *url_env)
     except NoReverseMatch:
         return ""
+
+
+@register.simple_tag(takes_context=True)
+def session_url(
+    context: template.Context, project_id: str, environment: str, session_id: str
+) -> str:
+    """The page of an agent session ("" for an id its route cannot name)."""
+    return agent_session_url(
+        str(project_id), str(environment), str(session_id or ""), _url_env(context)
+    )
 
 
 @register.filter
@@ -277,20 +290,35 @@ def index(sequence: Any, position: int) -> Any:
 
 
 # The cells every page shows of a write: who wrote it, when, and its size. Each is built
-# here once; the page's templates use the tags ("_writer.html", "_time.html" and
-# "_size.html" are the tags alone) and the document list's rows call the functions.
+# here once; the page's templates use the tags (`{% writer %}`, `{% time %}`, `{% size %}`)
+# and the document list's rows call the functions.
 
 
 def writer_html(
-    kind: str, session_id: str | None, project_id: str, environment: str, *, short: bool = False
+    kind: str,
+    session_id: str | None,
+    project_id: str,
+    environment: str,
+    url_env: tuple[str, str],
+    *,
+    short: bool = False,
 ) -> str:
     """Owner, or the agent and its session; `short` (a list's column): the session by its
-    first characters, the whole id on hover."""
+    first characters, the whole id on hover. `url_env` as `agent_session_url`'s."""
     if kind != "agent":
         return '<span class="writer writer-owner">owner</span>'
+    return _agent_html(session_id or "", project_id, environment, url_env, short)
+
+
+@functools.lru_cache(maxsize=4096)
+def _agent_html(
+    session_id: str, project_id: str, environment: str, url_env: tuple[str, str], short: bool
+) -> str:
+    """An agent's writer cell, remembered per process: a list's rows come from a few
+    sessions."""
     writer = "agent"
     if session_id:
-        url = session_url(project_id, environment, session_id)
+        url = agent_session_url(project_id, environment, session_id, url_env)
         shown = _escape(short_session(session_id) if short else session_id)
         hover = f' title="{_escape(session_id)}"' if short else ""
         code = f"<code{hover}>{shown}</code>"
@@ -337,15 +365,21 @@ def writer(
         return mark_safe(
             f'<span class="writer writer-key">API key {named}<code>{_escape(prefix)}…</code></span>'
         )
-    return mark_safe(writer_html(kind, session_id, project_id, environment))
+    return mark_safe(writer_html(kind, session_id, project_id, environment, _url_env(context)))
 
 
-@register.simple_tag
-def time(value: datetime | None) -> SafeString:
+_CLOCK = "memoryadmin.clock"
+
+
+@register.simple_tag(takes_context=True)
+def time(context: template.Context, value: datetime | None) -> SafeString:
     if value is None:
         return mark_safe("")
-    now = timezone.now()
-    zone = timezone.get_current_timezone()
+    # The clock and the time zone, read once per render: a list shows a time a row.
+    clock = context.render_context.get(_CLOCK)
+    if clock is None:
+        clock = context.render_context[_CLOCK] = (timezone.now(), timezone.get_current_timezone())
+    now, zone = clock
     return mark_safe(time_html(value, now=now, zone=zone, translated=settings.USE_I18N))
 
 
@@ -354,7 +388,6 @@ def size(size: int, max_bytes: int) -> SafeString:
     return mark_safe(size_html(int(size), int(max_bytes)))
 
 
-@register.simple_tag
 def document_rows(
     rows: list[dict[str, Any]],
     *,
@@ -362,6 +395,7 @@ def document_rows(
     max_bytes: int,
     project_id: str,
     environment: str,
+    url_env: tuple[str, str],
     autofocus_first: bool = False,
     selectable: bool = False,
 ) -> SafeString:
@@ -395,7 +429,12 @@ def document_rows(
                 f' aria-label="Select {doc_id}"></td>\n'
             )
         writer = writer_html(
-            row["writer_kind"], row["writer_session_id"], project_id, environment, short=True
+            row["writer_kind"],
+            row["writer_session_id"],
+            project_id,
+            environment,
+            url_env,
+            short=True,
         )
         # One unit ("3 weeks ago"): the column stays narrow; the exact time is on hover.
         when = time_html(row["updated_at"], now=now, zone=zone, translated=translated, depth=1)
@@ -839,6 +878,7 @@ def _list_rows(context: template.Context) -> str:
         max_bytes=context["resource"].max_bytes,
         project_id=context.get("p") or "",
         environment=context.get("e") or "",
+        url_env=_url_env(context),
         autofocus_first=bool(context.get("cursor")),
         selectable=bool(page.can_freeze),
     )
