@@ -565,6 +565,9 @@ def test_audit_log_pages_older_entries(owner: Client, project: Project, people: 
             environment="development",
             actor="test",
             action=f"test.action-{i}",
+            # The older page's entries name documents: its first link takes the focus.
+            resource_id="notes" if i < 20 else "",
+            document_id=f"doc-{i}" if i < 20 else "",
         )
     html = owner.get(f"{BASE}/audit/").content.decode()
     assert "<td>test.action-69</td>" in html
@@ -575,6 +578,9 @@ def test_audit_log_pages_older_entries(owner: Client, project: Project, people: 
     older = owner.get(link.group(1).replace("&amp;", "&"), **HX).content.decode()
     assert "test.action-19" in older
     assert "test.action-0<" in older
+    assert older.count(" autofocus") == 1
+    assert re.search(r'href="[^"]*/doc-19/" autofocus>notes/doc-19</a>', older)
+    assert " autofocus" not in html.split("<tbody>")[1]
 
 
 # Who sees what.
