@@ -1018,29 +1018,31 @@ def audit_rows(context: template.Context) -> SafeString:
     html: list[str] = []
     for index, entry in enumerate(entries):
         when = time_html(entry.created_at, now=now, zone=zone, translated=translated)
-        resource_id, document_id = str(entry.resource_id), str(entry.document_id)
+        resource_id, document_id = entry.resource_id, entry.document_id
         if document_id:
             url = _reversed("web:document", (p, e, resource_id, document_id), prefix, urlconf)
             focus = " autofocus" if focus_first and index == 0 else ""
-            where = f'<a href="{_escape(url)}"{focus}>{_esc(resource_id)}/{_esc(document_id)}</a>'
+            where = f'<a href="{_escape(url)}"{focus}>{_text(resource_id)}/{_text(document_id)}</a>'
         elif resource_id:
             url = _reversed("web:documents", (p, e, resource_id), prefix, urlconf)
-            where = f'<a href="{_escape(url)}">{_esc(resource_id)}</a>'
+            where = f'<a href="{_escape(url)}">{_text(resource_id)}</a>'
         else:
             where = ""
         revision = ""
         if entry.revision:
-            full = str(entry.revision)
-            revision = f'<code title="{_esc(full)}">{_esc(short_revision(full))}</code>'
+            revision = (
+                f'<code title="{_text(entry.revision)}">'
+                f"{_text(short_revision(entry.revision))}</code>"
+            )
         details = "".join(
-            f'<span class="kv">{_esc(key)}: {_esc(value)}</span>'
+            f'<span class="kv">{_text(key)}: {_text(value)}</span>'
             for key, value in detail_items(entry.detail)
         )
         html.append(
             "\n    <tr>\n"
             f"      <td>{when}</td>\n"
-            f'      <td class="who"><code>{_esc(str(entry.actor))}</code></td>\n'
-            f"      <td>{_esc(str(entry.action))}</td>\n"
+            f'      <td class="who"><code>{_text(entry.actor)}</code></td>\n'
+            f"      <td>{_text(entry.action)}</td>\n"
             f"      <td>{where}</td>\n"
             f"      <td>{revision}</td>\n"
             f'      <td class="details">{details}</td>\n'
