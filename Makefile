@@ -7,7 +7,8 @@ VENV := .venv
 VPY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
-# The suite runs on every core; PYTEST_ARGS="-n0 tests/test_x.py" runs part of it in one process.
+# The suite runs on every core, two workers a core (tests/conftest.py);
+# PYTEST_ARGS="-n0 tests/test_x.py" runs part of it in one process.
 PYTEST_ARGS ?= -n auto
 
 .PHONY: run serve test screenshots lint format bench bench-middleware bench-instructions bench-search bench-incidents schema clean

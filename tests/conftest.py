@@ -66,6 +66,15 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto` (`make test`) starts two workers per core, not one: most of a worker's
+    time goes waiting (on the processes, servers and browsers its tests start, on the
+    deadlines they prove), and with one worker a core the run kept the machine's cores
+    about two-thirds busy. More than two a core made it slower again: each worker
+    collects the suite and builds its database (docs/performance.md, The test suite)."""
+    return 2 * (os.cpu_count() or 1)
+
+
 # What decides the static files WhiteNoise finds and how it serves them.
 _STATIC_FILES_SETTINGS = [
     "DEBUG",
