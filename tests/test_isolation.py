@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import pytest
 from django.conf import settings as django_settings
+from django.db import connections
 from rest_framework.test import APIClient
 
 from memoryadmin.agents.services.records import record_list
@@ -321,9 +322,17 @@ def test_a_huge_reply_is_not_read_whole_by_the_worker(project: Project, tmp_path
     assert peak < 300, f"the worker's peak memory was {peak:.0f} MiB"
 
 
+def _in_thread(work: Any, **kwargs: Any) -> Any:
+    """`work(**kwargs)` in a thread of the test's, which then gives back the database
+    connection it opened: left open, it kept the test database from being dropped at the
+    end of the run (PostgreSQL refuses to drop a database while a session uses it)."""
+    try:
+        return work(**kwargs)
+    finally:
+        connections.close_all()
+
+
 # Owners' record calls hold request threads as sessions' calls do.
-
-
 @pytest.mark.django_db(transaction=True)
 def test_owner_record_calls_count_against_the_projects_share_of_threads(
     project: Project, other_project: Project, keys: Any, settings: Any
@@ -349,7 +358,9 @@ def test_owner_record_calls_count_against_the_projects_share_of_threads(
         stall = a_server.stall("/memories")
         held = ThreadPoolExecutor(1)
         try:
-            first = held.submit(record_list, resource=resources[project.id], namespace="alice")
+            first = held.submit(
+                _in_thread, record_list, resource=resources[project.id], namespace="alice"
+            )
             assert stall.arrived.wait(30)
             started = time.monotonic()
             with pytest.raises(ProviderBusy) as refused:
