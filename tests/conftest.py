@@ -9,7 +9,7 @@ import shutil
 import sys
 import tempfile
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -66,13 +66,18 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 
-def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """`-n auto` (`make test`) starts two workers per core, not one: most of a worker's
-    time goes waiting (on the processes, servers and browsers its tests start, on the
-    deadlines they prove), and with one worker a core the run kept the machine's cores
-    about two-thirds busy. More than two a core made it slower again: each worker
-    collects the suite and builds its database (docs/performance.md, The test suite)."""
-    return 2 * (os.cpu_count() or 1)
+@pytest.hookimpl(wrapper=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> Generator[None, int, int]:
+    """`-n auto` (`make test`) starts two workers per core xdist counts, not one: most of
+    a worker's time goes waiting (on the processes, servers and browsers its tests start,
+    on the deadlines they prove), and with one worker a core the run kept the machine's
+    cores about two-thirds busy. More than two a core made it slower again: each worker
+    collects the suite and builds its database (docs/performance.md, The test suite).
+    A count set in PYTEST_XDIST_AUTO_NUM_WORKERS is taken as it is."""
+    cores = yield
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return cores
+    return 2 * cores
 
 
 # What decides the static files WhiteNoise finds and how it serves them.
