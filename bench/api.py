@@ -280,20 +280,32 @@ def load(port: int, make: Client_, seconds: float, c: int) -> Load:
     return Load(len(latencies) / (time.perf_counter() - start), latencies)
 
 
-def latency(port: int, call: Call, seconds: float) -> float:
-    """Median seconds of one request, one at a time, for about `seconds` (at least 15)."""
-    return latency_of(lambda: checked(port, call), seconds)
+# Requests of one side in a row, in `alternated`; the first few of each run are not
+# counted (the other side's leftovers in caches and connections).
+RUN_OF, UNCOUNTED = 25, 3
 
 
-def latency_of(request: Callable[[], object], seconds: float) -> float:
-    """Median seconds of `request()`, one at a time, for about `seconds` (at least 15)."""
-    samples: list[float] = []
+def alternated(
+    floor: Callable[[], object], measure: Callable[[], object], seconds: float
+) -> tuple[float, float]:
+    """Median seconds of one `floor()` and of one `measure()`, one request at a time,
+    the two sides taking turns in runs of `RUN_OF` requests (each first every other
+    time), for about `seconds` in all (at least 15 counted of each): whatever slows the
+    machine for a moment slows both sides, and each side is still measured in a row of
+    its own requests, not right after the other's."""
+    samples: tuple[list[float], list[float]] = ([], [])
+    sides = ((0, floor), (1, measure))
     stop = time.perf_counter() + seconds
-    while time.perf_counter() < stop or len(samples) < 15:
-        start = time.perf_counter()
-        request()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
+    turn = 0
+    while time.perf_counter() < stop or len(samples[1]) < 15:
+        for side, request in sides if turn % 2 == 0 else sides[::-1]:
+            for i in range(RUN_OF):
+                start = time.perf_counter()
+                request()
+                if i >= UNCOUNTED:
+                    samples[side].append(time.perf_counter() - start)
+        turn += 1
+    return statistics.median(samples[0]), statistics.median(samples[1])
 
 
 # The measurements: each a pair of (floor, measure) runs returning numbers.
@@ -785,7 +797,12 @@ def measure(
         lambda i: f"{FLOORS}/floor/{setup.notes_pk}/floor-put-{i}",
         lambda i: f"{FLOORS}/floor-put/{setup.notes_pk}/floor-put-{i}",
     )
-    lat = {name: (lambda call=call: latency(port, call, s)) for name, call in calls.items()}
+    one = {name: (lambda call=call: checked(port, call)) for name, call in calls.items()}
+
+    def turns(floor: Callable[[], object], measure: Callable[[], object]) -> Any:
+        """n pairs of latencies, each from one run in which the two sides take turns."""
+        return lambda: [alternated(floor, measure, 2 * s) for _ in range(n)]
+
     rows: list[Row] = []
 
     def row(
@@ -826,35 +843,37 @@ def measure(
         f"recall with {BOUND} document bindings ÷ one document GET (latency)",
         "<= 1.5",
         lambda r: r <= 1.5,
-        lambda: interleaved(n, lat["GET document"], lat["recall (8 documents)"]),
+        turns(one["GET document"], one["recall (8 documents)"]),
         slower,
     )
     row(
         "recall's floor: bare one-UPDATE view ÷ one document GET (latency)",
         "(context)",
         lambda r: True,
-        lambda: interleaved(n, lat["GET document"], lambda: latency_of(floor_put(0), s)),
+        # Its writer reads the document's revision when the pairs start (the PUT rows
+        # write the same document before).
+        lambda: [alternated(one["GET document"], floor_put(0), 2 * s) for _ in range(n)],
         slower,
     )
     row(
         f"Memory page document list @{args.documents} ÷ API list first page (latency)",
         "<= 1.2",
         lambda r: r <= 1.2,
-        lambda: interleaved(n, lat["list first page"], lat["page document list"]),
+        turns(one["list first page"], one["page document list"]),
         slower,
     )
     row(
         f"Memory page filter matching nothing @{args.documents} ÷ API list first page",
         "<= 2",
         lambda r: r <= 2.0,
-        lambda: interleaved(n, lat["list first page"], lat["page filter, no match"]),
+        turns(one["list first page"], one["page filter, no match"]),
         slower,
     )
     row(
         "Memory page filter matching ÷ API list first page",
         "(context)",
         lambda r: True,
-        lambda: interleaved(n, lat["list first page"], lat["page filter, matches"]),
+        turns(one["list first page"], one["page filter, matches"]),
         slower,
     )
     if wanted(args, "export"):
@@ -863,14 +882,14 @@ def measure(
         f"list first page @{args.documents} ÷ @{SMALL}",
         "<= 1.2",
         lambda r: r <= 1.2,
-        lambda: interleaved(n, lat["list @1k first page"], lat["list first page"]),
+        turns(one["list @1k first page"], one["list first page"]),
         slower,
     )
     row(
         f"list page {setup.deep_page} ÷ page 1",
         "<= 1.2",
         lambda r: r <= 1.2,
-        lambda: interleaved(n, lat["list first page"], lat["list deep page"]),
+        turns(one["list first page"], one["list deep page"]),
         slower,
     )
     stack_rows(args, row, port, shipped_port, calls["GET document"])
