@@ -8,9 +8,10 @@ SQLite file under var/ otherwise) and serves it with gunicorn (2 sync
 workers) with the floor views of memoryadmin/benchfloors.py switched on by
 MEMORYADMIN_BENCH_FLOORS. wrk (when on PATH) drives the throughput rows of
 reads, Python clients the writes and the one-at-a-time latencies, all over
-real loopback sockets. Each row of the table is measured in interleaved pairs
-(floor, then measure, then measure, then floor, ...) and reports the median
-of the pairs' ratios. Database round trips per request come from the same
+real loopback sockets. Each row of the table is measured in pairs and reports the
+median of the pairs' ratios: a throughput row's pair is two runs, interleaved (floor,
+then measure, then measure, then floor, ...), a latency row's one run in which the two
+sides take turns (`alternated`). Database round trips per request come from the same
 requests made in-process. The table is printed and written as JSON.
 """
 
@@ -1030,7 +1031,8 @@ def report(
     where += f", reads under load by {LOADER}"
     print(
         f"\n{where} (and gunicorn.conf.py as shipped where a row says so); median of"
-        f" {args.pairs} interleaved pairs (least to greatest), {args.seconds:g} s runs\n"
+        f" {args.pairs} pairs (least to greatest), {args.seconds:g} s runs"
+        " (a latency row's pair: one run of twice that, the two sides taking turns)\n"
     )
     print("| measure | now | goal | met |")
     print("| --- | --- | --- | --- |")
