@@ -851,8 +851,8 @@ def measure(
         "recall's floor: bare one-UPDATE view ÷ one document GET (latency)",
         "(context)",
         lambda r: True,
-        # Its writer reads the document's revision when the pairs start (the PUT rows
-        # write the same document before).
+        # A writer for each pair, which reads the document's revision first (the PUT
+        # rows write the same document before).
         lambda: [alternated(one["GET document"], floor_put(0), 2 * s) for _ in range(n)],
         slower,
     )
