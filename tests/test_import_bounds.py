@@ -11,7 +11,7 @@ import struct
 import time
 import zipfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -130,39 +130,44 @@ def server(django_db_setup: None, django_db_blocker: Any) -> Iterator[str]:
         yield base
 
 
-def bombs() -> dict[str, tuple[bytes, int, str]]:
-    """name: (zip, status, what the message says)."""
-    one_mib_zeros = zeros_member("notes/z.json", MIB)
-    forty_mib_zeros = zeros_member("notes/z.json", 40 * MIB)
-    # Declares 100 bytes (with their checksum) over a 64 MiB stream of zeros.
-    lying = Member("notes/lie.json", zeros_member("x", 64 * MIB).data, 100, zlib.crc32(b"\0" * 100))
+def bombs() -> dict[str, Callable[[], tuple[bytes, int, str]]]:
+    """name: what makes (zip, status, what the message says). Each is made when its test
+    runs, not when the module is collected: collection runs in every xdist worker, and
+    building all five took a second and a quarter of each worker's CPU."""
 
-    def copies(zeros: Member, count: int) -> list[Member]:
+    # Declares 100 bytes (with their checksum) over a 64 MiB stream of zeros.
+    def lying() -> Member:
+        return Member(
+            "notes/lie.json", zeros_member("x", 64 * MIB).data, 100, zlib.crc32(b"\0" * 100)
+        )
+
+    def copies(size: int, count: int) -> list[Member]:
+        zeros = zeros_member("notes/z.json", size)
         return [Member(f"notes/z{i}.json", zeros.data, zeros.size, zeros.crc) for i in range(count)]
 
     return {
         # The attack as reported: ~11 MB of 1 MiB members of zeros.
-        "ten-thousand-mib-members": (
-            raw_zip([manifest(), *copies(one_mib_zeros, 10_000)]),
+        "ten-thousand-mib-members": lambda: (
+            raw_zip([manifest(), *copies(MIB, 10_000)]),
             413,
             "The zip has 10001 members; an import holds at most 5000 documents",
         ),
-        "a-thousand-mib-members": (
-            raw_zip([manifest(), *copies(one_mib_zeros, 1000)]),
+        "a-thousand-mib-members": lambda: (
+            raw_zip([manifest(), *copies(MIB, 1000)]),
             413,
             f"notes/z0.json inflates to {MIB} bytes; an exported document is at most",
         ),
-        "forty-mib-members": (
-            raw_zip([manifest(), *copies(forty_mib_zeros, 3)]),
+        "forty-mib-members": lambda: (
+            raw_zip([manifest(), *copies(40 * MIB, 3)]),
             413,
             f"notes/z0.json inflates to {40 * MIB} bytes; an exported document is at most",
         ),
-        "lying-header": (
-            raw_zip([manifest(), document("fine"), lying]),
+        "lying-header": lambda: (
+            raw_zip([manifest(), document("fine"), lying()]),
             400,
             "'notes/lie.json' inflates past its declared 100 bytes",
         ),
-        "many-tiny-members": (
+        "many-tiny-members": lambda: (
             raw_zip([manifest()] + [member(f"notes/t{i}.json", b"{}") for i in range(60_000)]),
             413,
             "The zip has 60001 members",
@@ -178,7 +183,7 @@ BOMBS = bombs()
 def test_a_zip_bomb_is_refused_within_seconds_and_creates_nothing(
     server: str, keys: Keys, notes: Any, name: str
 ) -> None:
-    body, status, fragment = BOMBS[name]
+    body, status, fragment = BOMBS[name]()
     started = time.monotonic()
     response = httpx.post(
         f"{server}{IMPORT}?environment=development",
