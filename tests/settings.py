@@ -23,6 +23,12 @@ STORAGES = {
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
 WHITENOISE_USE_FINDERS = True
+# No collected copy either, unless a test names one (DJANGO_STATIC_ROOT, as production
+# does): not the checkout's var/static, which `make run` and the benches fill with some
+# 300 files, and which WhiteNoise would list and stat again for every test client (most
+# of a short test's time on a checkout that has them).
+if "DJANGO_STATIC_ROOT" not in os.environ:
+    STATIC_ROOT = None
 
 # The suite's providers (the reference provider, fake providers) are real
 # servers on 127.0.0.1: the tests allow loopback as `make run` does. Tests of
