@@ -28,7 +28,7 @@ WHITENOISE_USE_FINDERS = True
 # 300 files, and which WhiteNoise would list and stat again for every test client (most
 # of a short test's time on a checkout that has them).
 if "DJANGO_STATIC_ROOT" not in os.environ:
-    STATIC_ROOT = None
+    STATIC_ROOT = None  # type: ignore[assignment]
 
 # The suite's providers (the reference provider, fake providers) are real
 # servers on 127.0.0.1: the tests allow loopback as `make run` does. Tests of
