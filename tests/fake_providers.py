@@ -37,10 +37,12 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from tests.loopback import LoopbackServer
 
 Handler = Callable[["Call"], tuple[int, Any]]
 
@@ -85,7 +87,7 @@ class Stall:
     abandoned: int = 0
 
 
-class FakeServer(ThreadingHTTPServer):
+class FakeServer(LoopbackServer):
     daemon_threads = True
     block_on_close = False
 

@@ -41,6 +41,7 @@ from memoryadmin.refprovider.declaration import (
     reference_declaration,
     reference_token,
 )
+from tests.loopback import LoopbackServer
 
 MANIFEST_MEMORY = [
     {
@@ -615,7 +616,7 @@ class TcpProxy:
 RECORDED_RECALL = {"text": "Internal.", "sources": [{"id": "fact:1"}]}
 
 
-class RecordingProvider(ThreadingHTTPServer):
+class RecordingProvider(LoopbackServer):
     """Answers every POST with a good recall and remembers what it was sent."""
 
     daemon_threads = True
@@ -667,7 +668,7 @@ def serve[S: ThreadingHTTPServer](server: S) -> Iterator[S]:
 HELD_WAIT = 30.0
 
 
-class HeldProvider(ThreadingHTTPServer):
+class HeldProvider(LoopbackServer):
     """Answers each recall with its operationId once `release` is set."""
 
     daemon_threads = True
@@ -747,7 +748,7 @@ def held_provider(**kwargs: Any) -> Iterator[HeldProvider]:
 Answer = tuple[int, Any] | None | str
 
 
-class ScriptedProvider(ThreadingHTTPServer):
+class ScriptedProvider(LoopbackServer):
     """Recall answers `recall` (a script of one); each tool call and each status request
     takes the next answer of its script (the last one repeats). An answer is (HTTP status,
     JSON body), None to hang up without answering, or "hold" to wait for `release` first
@@ -916,7 +917,7 @@ def external_session(project: Project, namespace: str, *, resource_id: str = "me
 # A webhook receiver: a real server on 127.0.0.1 (tests/test_webhooks.py).
 
 
-class Receiver(ThreadingHTTPServer):
+class Receiver(LoopbackServer):
     """Records every POST (headers, body) and answers with the next status of
     `statuses` (the last one repeats)."""
 

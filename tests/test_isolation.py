@@ -14,7 +14,7 @@ import statistics
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,7 @@ from tests.helpers import (
     suite_database_url,
     worker,
 )
+from tests.loopback import LoopbackServer
 
 SESSIONS = "/api/managed-agents/sessions"
 # gunicorn.conf.py's defaults: two workers of four threads.
@@ -170,7 +171,7 @@ def test_a_project_saturating_its_slow_provider_leaves_another_projects_reads_fa
 # Background jobs: a worker process runs webhook deliveries of every project.
 
 
-class DripReceiver(ThreadingHTTPServer):
+class DripReceiver(LoopbackServer):
     """A webhook receiver that reads the delivery, then sends its answer one byte every
     `pause` seconds (`drip`) or streams `flood` bytes of body as fast as it can."""
 

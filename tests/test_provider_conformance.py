@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
@@ -39,6 +39,7 @@ from memoryadmin.memory.services.documents import document_create
 from memoryadmin.providers.services.secrets import secret_set
 from tests.fake_providers import FakeMem0Oss, FakeServer, running
 from tests.helpers import ScriptedProvider, deploy_external, serve
+from tests.loopback import LoopbackServer
 
 KINDS = [
     "document",
@@ -348,7 +349,7 @@ def test_a_cancelled_recall_fails_as_cancelled_before_anything_is_sent(
 # both called at once.
 
 
-class SlowHttpProvider(ThreadingHTTPServer):
+class SlowHttpProvider(LoopbackServer):
     """An http provider answering every recall after `delay` seconds; remembers each body
     and when it arrived."""
 

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
@@ -26,6 +26,7 @@ from memoryadmin.memory.services.deployments import deployment_create, resource_
 from memoryadmin.providers import client, wire
 from memoryadmin.providers.client import ProviderFailure, provider_recall, provider_tool
 from memoryadmin.providers.services.secrets import secret_set
+from tests.loopback import LoopbackServer
 
 TOKEN = "tok_faulty-server-secret"
 PARTITION = "ocmem_v1_test-partition"
@@ -97,7 +98,7 @@ def stall(seconds: float, then: Action) -> Action:
     return act
 
 
-class FaultyServer(ThreadingHTTPServer):
+class FaultyServer(LoopbackServer):
     daemon_threads = True
     block_on_close = False
 
