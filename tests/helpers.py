@@ -249,14 +249,8 @@ def fragment_of(response: Any) -> str:
 # runs headless): the same engine as the full browser without its window, profile and UI
 # machinery, at about two thirds of its CPU over the browser tests. The full browser where
 # only it is installed.
-CHROMIUM = next(
-    (
-        path
-        for path in (Path("/usr/bin/chromium-headless-shell"), Path("/usr/bin/chromium"))
-        if path.exists()
-    ),
-    Path("/usr/bin/chromium-headless-shell"),
-)
+_CHROMIUMS = (Path("/usr/bin/chromium-headless-shell"), Path("/usr/bin/chromium"))
+CHROMIUM = next((path for path in _CHROMIUMS if path.exists()), _CHROMIUMS[0])
 SCREENSHOTS = Path(__file__).resolve().parent.parent / "docs" / "screenshots"
 # Chromium keeps the last --disable-features it is given, and Playwright passes its own
 # first: the suite's list repeats Playwright's (1.65) and adds its own.
