@@ -69,6 +69,37 @@ def test_instance_initialisation_receivers_still_see_every_instance(notes: Resou
     assert built.title == "Card"
 
 
+@pytest.mark.django_db
+def test_an_instance_of_some_fields_is_the_one_only_reads(notes: Resource) -> None:
+    created = document_create(resource=notes, doc_id="card", title="Card", text="x", actor="t")
+    names = ["doc_id", "title", "revision"]
+    read = Document.objects.only(*names).get(pk=created.pk)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {rows.columns_of(Document, ['id', *names])} FROM {table(Document)}"
+            " WHERE id = %s",
+            [created.pk],
+        )
+        row = cursor.fetchone()
+    assert row is not None
+
+    built = rows.instance_of(Document, ["id", *names], row)
+
+    assert type(built) is Document
+    assert built.get_deferred_fields() == read.get_deferred_fields()
+    assert "text" in built.get_deferred_fields()
+    assert {k: v for k, v in vars(built).items() if k != "_state"} == {
+        k: v for k, v in vars(read).items() if k != "_state"
+    }
+    assert (built._state.adding, built._state.db) == (False, read._state.db)
+    # A deferred field is read when used; the instance saves as an update.
+    assert built.text == "x"
+    built.title = "Renamed"
+    built.save(update_fields=["title"])
+    assert Document.objects.get(pk=created.pk).title == "Renamed"
+    assert Document.objects.count() == 1
+
+
 class _Watched(DeferredAttribute):
     """A field attribute that does something when set (as some fields' do)."""
 

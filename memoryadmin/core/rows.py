@@ -189,17 +189,25 @@ def instance[M: Model](model: type[M], values: Sequence[Any]) -> M:
     if len(values) != len(names):
         raise ValueError(f"{model.__name__}: {len(values)} values for {len(names)} fields")
     converted = _converted(wrapper, _field_converters(wrapper, model), values)
+    return _from_db(model, wrapper.alias, names, converted)
+
+
+def _from_db[M: Model](
+    model: type[M], alias: str, attnames: list[str], converted: Sequence[Any]
+) -> M:
+    """`model.from_db(alias, attnames, converted)`, as a queryset builds its rows:
+    `attnames` (in the model's field order) get their values, the other fields are
+    deferred. For a plain model, without `__init__`'s pass through each field's
+    descriptor (a third of the time): a deferred field is one missing from the
+    instance's `__dict__`, as `__init__` leaves it."""
     if _plain(model) and not (_listened(pre_init, model) or _listened(post_init, model)):
-        # What `from_db` makes of it (every concrete field, in order, through __init__),
-        # without __init__'s pass through each field's descriptor: a third of the time.
         obj = model.__new__(model)
         obj._state = state = ModelState()
         state.adding = False
-        state.db = wrapper.alias
-        obj.__dict__.update(zip(names, converted, strict=True))
+        state.db = alias
+        obj.__dict__.update(zip(attnames, converted, strict=True))
         return obj
-    # As a queryset builds its rows.
-    return model.from_db(wrapper.alias, names, converted)
+    return model.from_db(alias, attnames, converted)
 
 
 @functools.cache
@@ -218,7 +226,7 @@ def instance_of[M: Model](model: type[M], names: Sequence[str], values: Sequence
     wrapper = connections[DEFAULT_DB_ALIAS]
     attnames = _field_order(model, tuple(names))
     converted = _converted(wrapper, _field_converters(wrapper, model, tuple(names)), values)
-    return model.from_db(wrapper.alias, attnames, converted)
+    return _from_db(model, wrapper.alias, attnames, converted)
 
 
 def values_of(model: type[Model], names: Sequence[str], values: Sequence[Any]) -> dict[str, Any]:
