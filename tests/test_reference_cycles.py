@@ -11,8 +11,6 @@ it finds; afterwards it finds nothing.
 from __future__ import annotations
 
 import gc
-import io
-import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -22,7 +20,7 @@ from django.contrib.auth import get_user_model
 from django.core import signals
 from django.core.handlers.wsgi import WSGIHandler
 from django.db import close_old_connections
-from django.test import Client
+from django.test import Client, RequestFactory
 
 from memoryadmin.memory.models import Document, Resource
 from tests.helpers import Keys
@@ -31,30 +29,11 @@ pytestmark = pytest.mark.django_db
 
 
 def _environ(path: str, method: str = "GET", body: bytes = b"", **headers: str) -> dict[str, Any]:
-    path, _, query = path.partition("?")
-    env: dict[str, Any] = {
-        "REQUEST_METHOD": method,
-        "SCRIPT_NAME": "",
-        "PATH_INFO": path,
-        "QUERY_STRING": query,
-        "SERVER_NAME": "testserver",
-        "SERVER_PORT": "80",
-        "SERVER_PROTOCOL": "HTTP/1.1",
-        "REMOTE_ADDR": "127.0.0.1",
-        "HTTP_HOST": "testserver",
-        "wsgi.version": (1, 0),
-        "wsgi.url_scheme": "http",
-        "wsgi.input": io.BytesIO(body),
-        "wsgi.errors": sys.stderr,
-        "wsgi.multithread": True,
-        "wsgi.multiprocess": True,
-        "wsgi.run_once": False,
-    }
-    if body:
-        env["CONTENT_LENGTH"] = str(len(body))
-        env["CONTENT_TYPE"] = "application/json"
-    env.update({f"HTTP_{name.upper()}": value for name, value in headers.items()})
-    return env
+    """The WSGI environ of a request, as the test client builds it."""
+    request = RequestFactory().generic(
+        method, path, data=body, content_type="application/json", headers=headers
+    )
+    return request.environ
 
 
 def _call(app: WSGIHandler, environ: dict[str, Any]) -> tuple[str, dict[str, str], bytes]:
@@ -107,19 +86,21 @@ def test_api_requests_leave_no_cycles(
     app = WSGIHandler()
     docs = "/api/managed-agents/projects/acme/memory/notes/documents"
     q = "?environment=development"
-    key = {"x_api_key": keys.owner}
+    key = {"x-api-key": keys.owner}
     calls = [
         _environ(f"{docs}/workshop{q}", **key),
         _environ(f"{docs}{q}", **key),
         _environ(f"{docs}/workshop{q}", "HEAD", **key),
         _environ(f"{docs}/missing{q}", **key),
-        _environ(f"{docs}/workshop{q}", x_api_key="mak_wrong"),
+        _environ(f"{docs}/workshop{q}", **{"x-api-key": "mak_wrong"}),
     ]
 
     def put(text: bytes) -> str:
         etag = _call(app, _environ(f"{docs}/workshop{q}", **key))[1]["ETag"]
         body = b'{"text": "%s"}' % text
-        return _call(app, _environ(f"{docs}/workshop{q}", "PUT", body, if_match=etag, **key))[0]
+        return _call(
+            app, _environ(f"{docs}/workshop{q}", "PUT", body, **{"If-Match": etag}, **key)
+        )[0]
 
     # The first requests build what a process keeps (the handler's, each input's shape).
     _call(app, calls[0])
@@ -150,10 +131,10 @@ def test_memory_pages_leave_no_cycles(
         "/projects/acme/development/resources/notes/documents/workshop/",
         "/projects/acme/development/resources/nowhere/",
     ]
-    _call(app, _environ(pages[0], cookie=cookie))
+    _call(app, _environ(pages[0], Cookie=cookie))
     garbage()
-    answers = [_call(app, _environ(path, cookie=cookie)) for path in pages]
-    fragment = _call(app, _environ(pages[0], cookie=cookie, hx_request="true"))
+    answers = [_call(app, _environ(path, Cookie=cookie)) for path in pages]
+    fragment = _call(app, _environ(pages[0], Cookie=cookie, **{"HX-Request": "true"}))
 
     assert [status.split()[0] for status, _, _ in answers] == ["200", "200", "200", "404"]
     assert b"<code>workshop</code>" in answers[0][2]
