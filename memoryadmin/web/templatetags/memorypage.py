@@ -402,15 +402,14 @@ def document_rows(
 ) -> SafeString:
     """The document list's rows (the page's hot path), built in one pass: the cells'
     functions without a template render per cell (a page of 50 rows costs a fraction
-    of a millisecond). A page's rows repeat a few writers and sizes: each cell is built
-    once per page."""
+    of a millisecond). A page's rows repeat a few sizes: each size's cell is built once
+    per page (an agent's writer cell is remembered per process by `_agent_html`)."""
     html: list[str] = []
     # Once per page, not per row: the clock, the time zone, the escaped list URL.
     now = timezone.now()
     zone = timezone.get_current_timezone()
     base = _escape(document_url)
     translated = settings.USE_I18N
-    writers: dict[tuple[str, str | None], str] = {}
     sizes: dict[int, str] = {}
     append = html.append
     for index, row in enumerate(rows):
@@ -433,12 +432,14 @@ def document_rows(
                 f' value="{doc_id}:{revision}"'
                 f' aria-label="Select {doc_id}"></td>\n'
             )
-        who = (row["writer_kind"], row["writer_session_id"])
-        writer = writers.get(who)
-        if writer is None:
-            writer = writers[who] = writer_html(
-                who[0], who[1], project_id, environment, url_env, short=True
-            )
+        writer = writer_html(
+            row["writer_kind"],
+            row["writer_session_id"],
+            project_id,
+            environment,
+            url_env,
+            short=True,
+        )
         size = row["bytes"]
         cell = sizes.get(size)
         if cell is None:
