@@ -14,7 +14,8 @@ import pytest
 from django.core.cache import cache, caches
 from django.test.utils import override_settings
 
-from memoryadmin.core.sharedcache import counter_bump
+from memoryadmin.core.rediscache import ReusingClient
+from memoryadmin.core.sharedcache import counter_bump, counters_bump
 from memoryadmin.memory.models import ApiKey
 from memoryadmin.memory.services.key_usage import key_usage
 from tests.helpers import DEV, DOCS, TEST_REDIS_URL, Keys, redis_prefix
@@ -129,3 +130,47 @@ def test_api_requests_count_through_redis(
     assert key.last_used_at is not None
     now = key_usage(keys=[key])[key.pk][-1]
     assert (now.requests, now.errors, now.throttled) == (4, 0, 1)
+
+
+def test_several_local_counters_bump_in_one_step_each_with_its_expiry(local_cache: Any) -> None:
+    assert counters_bump([("a", 60), ("b", 3600)]) == [1, 1]
+    assert counters_bump([("a", 60), ("b", 3600)]) == [2, 2]
+    assert counters_bump([("b", 60)]) == [3]
+    assert 50 < local_cache._expire_info[local_cache.make_key("a")] - time.time() <= 60
+    assert 3500 < local_cache._expire_info[local_cache.make_key("b")] - time.time() <= 3600
+    assert cache.get_many(["a", "b"]) == {"a": 2, "b": 3}
+
+
+def test_several_counters_bump_in_one_round_trip_each_with_its_expiry(redis_cache: Any) -> None:
+    assert counters_bump([("a", 60), ("b", 3600)]) == [1, 1]
+    assert counters_bump([("a", 60), ("b", 3600)]) == [2, 2]
+    assert 50 < redis_cache.ttl(cache.make_and_validate_key("a")) <= 60
+    assert 3500 < redis_cache.ttl(cache.make_and_validate_key("b")) <= 3600
+    assert cache.get_many(["a", "b"]) == {"a": 2, "b": 2}
+
+
+def test_an_api_request_counts_its_rate_and_usage_in_one_round_trip(
+    redis_cache: Any, keys: Keys, client_for: Any, settings: Any, monkeypatch: Any
+) -> None:
+    settings.MEMORYADMIN_API_RATE = "2/minute"
+    trips: list[list[str]] = []
+    bump = ReusingClient.bump
+
+    def counted(self: ReusingClient, names: list[str], timeouts: list[int]) -> list[int]:
+        trips.append([name.rsplit(":", 2)[-1] for name in names])
+        return bump(self, names, timeouts)
+
+    monkeypatch.setattr(ReusingClient, "bump", counted)
+    owner = client_for(keys.owner)
+    assert owner.get(f"{DOCS}{DEV}").status_code == 200
+    # The window's counter and the hour's requests, then nothing more for a 200.
+    assert len(trips) == 1
+    assert len(trips[0]) == 2
+    assert trips[0][1] == "requests"
+    assert owner.get(f"{DOCS}/missing{DEV}").status_code == 404
+    assert owner.get(f"{DOCS}{DEV}").status_code == 429
+    # A 404 and a 429 add their kind in a second round trip.
+    assert [names[-1] for names in trips[1:]] == ["requests", "errors", "requests", "throttled"]
+    key = ApiKey.objects.get(prefix=keys.owner[:12])
+    now = key_usage(keys=[key])[key.pk][-1]
+    assert (now.requests, now.errors, now.throttled) == (3, 1, 1)

@@ -30,6 +30,7 @@ from django.utils.csp import CSP, build_policy
 from django.utils.functional import SimpleLazyObject, empty
 from django.utils.module_loading import import_string
 
+from memoryadmin.api.throttling import USAGE_COUNTED
 from memoryadmin.core.errors import DomainError, envelope_of
 from memoryadmin.core.jsonbody import BODY_MAX_BYTES, body_read, stream_chunks
 from memoryadmin.core.strings import string_check, string_problem, strings_check
@@ -181,7 +182,8 @@ class KeyUsageMiddleware:
         response = self.get_response(request)
         key = getattr(request.__dict__.get("user"), "key", None)
         if key is not None and is_api(request):
-            key_usage_count(key_id=key.pk, status=response.status_code)
+            counted = request.__dict__.get(USAGE_COUNTED, False)
+            key_usage_count(key_id=key.pk, status=response.status_code, requests_counted=counted)
         return response
 
 

@@ -14,6 +14,7 @@ warnings have nothing to say about them.
 from __future__ import annotations
 
 import pickle
+from collections.abc import Sequence
 from typing import Any
 
 from django.core.cache.backends.locmem import LocMemCache
@@ -23,14 +24,24 @@ class LocalCache(LocMemCache):
     def counter_bump(self, key: str, *, timeout: int, version: int | None = None) -> int:
         """Adds one to the counter `key` and returns it; a new (or expired) counter lasts
         `timeout` seconds (at least one)."""
-        name = self.make_key(key, version=version)
+        return self.counters_bump([(key, timeout)], version=version)[0]
+
+    def counters_bump(
+        self, counters: Sequence[tuple[str, int]], *, version: int | None = None
+    ) -> list[int]:
+        """`counter_bump` of each `(key, timeout)`, all under one hold of the lock."""
+        names = [(self.make_key(key, version=version), timeout) for key, timeout in counters]
         store: Any = self  # LocMemCache's own lock, entries and expiry (not in its stubs)
+        counts = []
         with store._lock:
-            if store._has_expired(name):
-                value = 1
-                store._set(name, pickle.dumps(value, self.pickle_protocol), max(1, int(timeout)))
-            else:
-                value = int(pickle.loads(store._cache[name])) + 1
-                store._cache[name] = pickle.dumps(value, self.pickle_protocol)
-                store._cache.move_to_end(name, last=False)
-        return value
+            for name, timeout in names:
+                if store._has_expired(name):
+                    value = 1
+                    stored = pickle.dumps(value, self.pickle_protocol)
+                    store._set(name, stored, max(1, int(timeout)))
+                else:
+                    value = int(pickle.loads(store._cache[name])) + 1
+                    store._cache[name] = pickle.dumps(value, self.pickle_protocol)
+                    store._cache.move_to_end(name, last=False)
+                counts.append(value)
+        return counts

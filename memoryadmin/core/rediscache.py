@@ -7,21 +7,27 @@
 - `counter_bump`: a counter's increment, made with its expiry when it is new, in one
   round trip (a script: INCR, then EXPIRE when the count is 1). Django's `incr` asks
   whether the key exists first (two round trips), and a new counter's `add` a third.
+  `counters_bump` does the same to several counters in the one round trip.
 
 Counters are plain integers, as Django stores them, so `get` and `get_many` read them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, cast
 
 from django.core.cache.backends.redis import RedisCache as DjangoRedisCache
 from django.core.cache.backends.redis import RedisCacheClient
 
 BUMP = """
-local count = redis.call('INCR', KEYS[1])
-if count == 1 then redis.call('EXPIRE', KEYS[1], ARGV[1]) end
-return count
+local counts = {}
+for i, key in ipairs(KEYS) do
+  local count = redis.call('INCR', key)
+  if count == 1 then redis.call('EXPIRE', key, ARGV[i]) end
+  counts[i] = count
+end
+return counts
 """
 
 
@@ -38,10 +44,10 @@ class ReusingClient(RedisCacheClient):
             client = self._clients[index] = super().get_client(key, write=write)
         return client
 
-    def bump(self, key: str, timeout: int) -> int:
+    def bump(self, keys: list[str], timeouts: list[int]) -> list[int]:
         if self._bump is None:
-            self._bump = self.get_client(key, write=True).register_script(BUMP)
-        return int(self._bump(keys=[key], args=[timeout]))
+            self._bump = self.get_client(keys[0], write=True).register_script(BUMP)
+        return [int(count) for count in self._bump(keys=keys, args=timeouts)]
 
 
 class RedisCache(DjangoRedisCache):
@@ -52,5 +58,12 @@ class RedisCache(DjangoRedisCache):
     def counter_bump(self, key: str, *, timeout: int, version: int | None = None) -> int:
         """Adds one to the counter `key` and returns it; a new counter lasts `timeout`
         seconds (at least one)."""
-        name = self.make_and_validate_key(key, version=version)
-        return cast(ReusingClient, self._cache).bump(name, max(1, int(timeout)))
+        return self.counters_bump([(key, timeout)], version=version)[0]
+
+    def counters_bump(
+        self, counters: Sequence[tuple[str, int]], *, version: int | None = None
+    ) -> list[int]:
+        """`counter_bump` of each `(key, timeout)`, in one round trip (one script)."""
+        names = [self.make_and_validate_key(key, version=version) for key, _ in counters]
+        timeouts = [max(1, int(timeout)) for _, timeout in counters]
+        return cast(ReusingClient, self._cache).bump(names, timeouts)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -33,11 +34,22 @@ def tolerant[T](operation: Callable[[], T], fallback: T) -> T:
 def counter_bump(name: str, *, timeout: int) -> int:
     """Adds one to a counter of the shared cache (made, when missing, to last `timeout`
     seconds) and returns it: one round trip on Redis (core/rediscache.py)."""
+    return counters_bump([(name, timeout)])[0]
+
+
+def counters_bump(counters: Sequence[tuple[str, int]]) -> list[int]:
+    """Adds one to each `(name, timeout)` counter, as `counter_bump` does, and returns
+    their counts in order: one step of the local cache's lock, one round trip on Redis."""
     from django.core.cache import cache
 
-    bump = getattr(cache, "counter_bump", None)
+    bump = getattr(cache, "counters_bump", None)
     if bump is not None:
-        return int(bump(name, timeout=timeout))
+        return [int(count) for count in bump(counters)]
+    return [_bump_with_incr(cache, name, timeout) for name, timeout in counters]
+
+
+def _bump_with_incr(cache: Any, name: str, timeout: int) -> int:
+    # A deployer's own backend: Django's incr, and add for a counter that is missing.
     try:
         return int(cache.incr(name))
     except ValueError:  # missing (new, or expired): made, unless another request did

@@ -1,5 +1,6 @@
 """How each API key is used: requests, errors and 429s per hour, counted in the shared
-cache as requests finish (no database write on the request path).
+cache (no database write on the request path): a request by the API's rate limit, in
+the same step as its window (`key_usage_counter`), an error or a 429 as it finishes.
 
 A count is a cache entry per key, hour and kind (`keyusage:<key>:<hour>:<kind>`), kept
 USAGE_HOURS + 1 hours, so what is kept is bounded by the keys of a project times
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 
 from django.core.cache import cache
 
-from memoryadmin.core.sharedcache import counter_bump, tolerant
+from memoryadmin.core.sharedcache import counters_bump, tolerant
 from memoryadmin.memory.models import ApiKey
 
 USAGE_HOURS = 24
@@ -27,23 +28,34 @@ def _name(key_id: int, hour: int, kind: str) -> str:
     return f"keyusage:{key_id}:{hour}:{kind}"
 
 
-def _bump(name: str) -> None:
-    counter_bump(name, timeout=(USAGE_HOURS + 1) * 3600)
+KEPT_SECONDS = (USAGE_HOURS + 1) * 3600
 
 
-def key_usage_count(*, key_id: int, status: int, now: float | None = None) -> None:
-    """Counts one finished request of a key: every one, and as an error (4xx or 5xx but
-    429) or as throttled (429)."""
-    hour = int((time.time() if now is None else now) // 3600)
+def _hour(now: float | None) -> int:
+    return int((time.time() if now is None else now) // 3600)
 
-    def count() -> None:
-        _bump(_name(key_id, hour, "requests"))
-        if status == 429:
-            _bump(_name(key_id, hour, "throttled"))
-        elif status >= 400:
-            _bump(_name(key_id, hour, "errors"))
 
-    tolerant(count, None)
+def key_usage_counter(*, key_id: int, now: float | None = None) -> tuple[str, int]:
+    """The counter of the key's requests this hour, as `(name, timeout)`: for a caller
+    that bumps it with a counter of its own in one step (`counters_bump`; the API's rate
+    limit), then tells `key_usage_count` that it did."""
+    return _name(key_id, _hour(now), "requests"), KEPT_SECONDS
+
+
+def key_usage_count(
+    *, key_id: int, status: int, now: float | None = None, requests_counted: bool = False
+) -> None:
+    """Counts one finished request of a key: every one (unless `requests_counted`: its
+    `key_usage_counter` was bumped already), and as an error (4xx or 5xx but 429) or as
+    throttled (429)."""
+    hour = _hour(now)
+    names = [] if requests_counted else [_name(key_id, hour, "requests")]
+    if status == 429:
+        names.append(_name(key_id, hour, "throttled"))
+    elif status >= 400:
+        names.append(_name(key_id, hour, "errors"))
+    if names:
+        tolerant(lambda: counters_bump([(name, KEPT_SECONDS) for name in names]), None)
 
 
 @dataclass(frozen=True)
@@ -56,7 +68,7 @@ class Hour:
 
 def key_usage(*, keys: Iterable[ApiKey], now: float | None = None) -> dict[int, list[Hour]]:
     """Each key's last USAGE_HOURS hours, oldest first (one read of the cache)."""
-    current = int((time.time() if now is None else now) // 3600)
+    current = _hour(now)
     hours = range(current - USAGE_HOURS + 1, current + 1)
     ids = [key.pk for key in keys]
     names = [_name(k, h, kind) for k in ids for h in hours for kind in KINDS]
