@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
+import socket
 import statistics
 import threading
 import time
@@ -210,7 +212,8 @@ class _DripHandler(BaseHTTPRequestHandler):
                 for byte in answer:
                     self.wfile.write(bytes([byte]))
                     self.wfile.flush()
-                    time.sleep(self.server.pause)
+                    if self._closed_within(self.server.pause):
+                        break
             else:
                 head = b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
                 self.wfile.write(head + f"Content-Length: {self.server.flood}\r\n\r\n".encode())
@@ -224,6 +227,19 @@ class _DripHandler(BaseHTTPRequestHandler):
                 self.server.open[event] -= 1
                 self.server.held.append(time.monotonic() - started)
             self.close_connection = True
+
+    def _closed_within(self, seconds: float) -> bool:
+        """Whether the sender closes the connection within `seconds` (it sends nothing
+        after its request, so the socket turns readable only when it closes). A write
+        would see the close only a second or two later: the first one after a plain
+        close still succeeds, and the drip writes once a `pause`."""
+        readable, _, _ = select.select([self.connection], [], [], seconds)
+        if not readable:
+            return False
+        try:
+            return self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:  # reset
+            return True
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
