@@ -15,10 +15,15 @@ from django.core.cache import cache, caches
 from django.test.utils import override_settings
 
 from memoryadmin.core.rediscache import ReusingClient
-from memoryadmin.core.sharedcache import counter_bump, counters_bump
+from memoryadmin.core.sharedcache import counters_bump
 from memoryadmin.memory.models import ApiKey
 from memoryadmin.memory.services.key_usage import key_usage
 from tests.helpers import DEV, DOCS, TEST_REDIS_URL, Keys, redis_prefix
+
+
+def counter_bump(name: str, *, timeout: int) -> int:
+    """One counter's bump, as the rate limit and the key's usage make theirs."""
+    return counters_bump([(name, timeout)])[0]
 
 
 @pytest.fixture

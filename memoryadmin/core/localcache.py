@@ -1,7 +1,7 @@
-"""The cache of one process (no `REDIS_URL`): Django's `LocMemCache`, with `counter_bump`.
+"""The cache of one process (no `REDIS_URL`): Django's `LocMemCache`, with `counters_bump`.
 
-A counter's increment, made with its expiry when it is new, under the cache's own lock in
-one step, as `RedisCache.counter_bump` does in one round trip (core/rediscache.py).
+Counters' increments, each made with its expiry when it is new, under the cache's own lock
+in one step, as `RedisCache.counters_bump` does in one round trip (core/rediscache.py).
 Django's `incr` validates the key for memcached (a pass over its characters), unpickles
 and pickles the value, and a missing counter's `add` does it all again: two of them on
 every API request cost as much as a tenth of a document's GET.
@@ -21,15 +21,12 @@ from django.core.cache.backends.locmem import LocMemCache
 
 
 class LocalCache(LocMemCache):
-    def counter_bump(self, key: str, *, timeout: int, version: int | None = None) -> int:
-        """Adds one to the counter `key` and returns it; a new (or expired) counter lasts
-        `timeout` seconds (at least one)."""
-        return self.counters_bump([(key, timeout)], version=version)[0]
-
     def counters_bump(
         self, counters: Sequence[tuple[str, int]], *, version: int | None = None
     ) -> list[int]:
-        """`counter_bump` of each `(key, timeout)`, all under one hold of the lock."""
+        """Adds one to each `(key, timeout)` counter and returns their counts, all under
+        one hold of the lock; a new (or expired) counter lasts `timeout` seconds (at
+        least one)."""
         names = [(self.make_key(key, version=version), timeout) for key, timeout in counters]
         store: Any = self  # LocMemCache's own lock, entries and expiry (not in its stubs)
         counts = []

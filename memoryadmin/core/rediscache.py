@@ -4,10 +4,10 @@
   `redis.Redis` for every `get`, `add` or `incr`, which took more of this process's time
   than the round trip itself (an API request makes two or three of them). A client is
   safe to share: each command takes a connection of the pool.
-- `counter_bump`: a counter's increment, made with its expiry when it is new, in one
-  round trip (a script: INCR, then EXPIRE when the count is 1). Django's `incr` asks
-  whether the key exists first (two round trips), and a new counter's `add` a third.
-  `counters_bump` does the same to several counters in the one round trip.
+- `counters_bump`: counters' increments, each made with its expiry when it is new, in one
+  round trip (a script: INCR, then EXPIRE when the count is 1, for each). Django's
+  `incr` asks whether the key exists first (two round trips), and a new counter's `add`
+  a third.
 
 Counters are plain integers, as Django stores them, so `get` and `get_many` read them.
 """
@@ -55,15 +55,11 @@ class RedisCache(DjangoRedisCache):
         super().__init__(server, params)
         self._class = ReusingClient
 
-    def counter_bump(self, key: str, *, timeout: int, version: int | None = None) -> int:
-        """Adds one to the counter `key` and returns it; a new counter lasts `timeout`
-        seconds (at least one)."""
-        return self.counters_bump([(key, timeout)], version=version)[0]
-
     def counters_bump(
         self, counters: Sequence[tuple[str, int]], *, version: int | None = None
     ) -> list[int]:
-        """`counter_bump` of each `(key, timeout)`, in one round trip (one script)."""
+        """Adds one to each `(key, timeout)` counter and returns their counts, in one round
+        trip (one script); a new counter lasts `timeout` seconds (at least one)."""
         names = [self.make_and_validate_key(key, version=version) for key, _ in counters]
         timeouts = [max(1, int(timeout)) for _, timeout in counters]
         return cast(ReusingClient, self._cache).bump(names, timeouts)

@@ -31,15 +31,10 @@ def tolerant[T](operation: Callable[[], T], fallback: T) -> T:
         return fallback
 
 
-def counter_bump(name: str, *, timeout: int) -> int:
-    """Adds one to a counter of the shared cache (made, when missing, to last `timeout`
-    seconds) and returns it: one round trip on Redis (core/rediscache.py)."""
-    return counters_bump([(name, timeout)])[0]
-
-
 def counters_bump(counters: Sequence[tuple[str, int]]) -> list[int]:
-    """Adds one to each `(name, timeout)` counter, as `counter_bump` does, and returns
-    their counts in order: one step of the local cache's lock, one round trip on Redis."""
+    """Adds one to each `(name, timeout)` counter of the shared cache (made, when missing,
+    to last `timeout` seconds) and returns their counts in order: one step of the local
+    cache's lock, one round trip on Redis (core/rediscache.py)."""
     from django.core.cache import cache
 
     bump = getattr(cache, "counters_bump", None)
