@@ -7,7 +7,9 @@ import json
 from io import StringIO
 from typing import Any
 
+import pytest
 from django.core.management import call_command
+from django.db import OperationalError, connection
 from rest_framework.test import APIClient
 
 from memoryadmin.agents.models import Recall, RecallSource, Session
@@ -151,3 +153,30 @@ def test_api_and_cli_name_the_sessions_that_read_a_version(
     call_command("session", "recalls", session.id, stdout=out)
     assert recall["recallId"] in out.getvalue()
     assert f"workshop@{workshop.revision}" in out.getvalue()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_recall_is_stored_with_its_sources_or_not_at_all(
+    session: Session, workshop: Document
+) -> None:
+    """A failure while the sources are written (on PostgreSQL, in the recall's own
+    statement; elsewhere the second of two) leaves no recall without them: an incident's
+    trace would miss the readers of a version."""
+    sources = RecallSource._meta.db_table
+
+    def fail_at_the_sources(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        if f'INSERT INTO "{sources}"' in sql or f"INSERT INTO {sources}" in sql:
+            raise OperationalError("disk I/O error")
+        return execute(sql, params, many, context)
+
+    for request_id in (None, "mreq-1"):
+        with connection.execute_wrapper(fail_at_the_sources), pytest.raises(OperationalError):
+            recall_create(session=session, use=["notes"], request_id=request_id)
+        assert not Recall.objects.exists()
+        assert not RecallSource.objects.exists()
+    # Nothing was left behind that a retry under the same request id would reuse.
+    stored = recall_create(session=session, use=["notes"], request_id="mreq-1")
+    assert Recall.objects.get().id == stored["recallId"]
+    assert list(RecallSource.objects.values_list("doc_id", "revision")) == [
+        ("workshop", workshop.revision)
+    ]

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from typing import Any
 
-from django.db import connection
+from django.db import connection, transaction
 
 from memoryadmin.agents.models import Binding, Recall, RecallSource, Session
 from memoryadmin.core.cursors import keyset_page
@@ -66,10 +67,19 @@ def recall_store(*, recall: Recall, sources: list[SourceRow]) -> None:
     Committed durably before the answer goes out (the server's own synchronous
     commit, as for every other write): an incident's trace rests on who read what,
     so a recall whose answer reached the host is on disk. Concurrent recalls share
-    their WAL flushes (PostgreSQL's group commit)."""
+    their WAL flushes (PostgreSQL's group commit).
+
+    Two statements are one transaction: a recall is never stored without its
+    sources. One statement is atomic by itself and needs none, but a recall under a
+    request id can collide with a concurrent retry's (IntegrityError, for the caller to
+    resolve), which a transaction around it survives only behind a savepoint."""
     sql, sources_sql = _store_sql(connection.vendor, len(sources))
     params = prepared(recall, concrete_names(Recall))
-    with connection.cursor() as cursor:
+    guarded = sources_sql is not None or (bool(recall.request_id) and connection.in_atomic_block)
+    with (
+        transaction.atomic() if guarded else contextlib.nullcontext(),
+        connection.cursor() as cursor,
+    ):
         if sources_sql is None:
             cursor.execute(sql, params + [v for source in sources for v in source])
         else:

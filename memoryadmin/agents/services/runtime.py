@@ -13,13 +13,14 @@ calls, and stop when the caller cancels.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import re
 import secrets
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection
 from django.utils import timezone
 
 from memoryadmin.agents.document_provider import TOOLS, rejected
@@ -46,6 +47,7 @@ from memoryadmin.agents.services.sessions import session_bindings
 from memoryadmin.core.cancellation import Cancellation, cancel_request, cancellation_scope
 from memoryadmin.core.concurrency import Deadline, ProviderCalls
 from memoryadmin.core.errors import InvalidRequest, NotFound, ProviderBusy
+from memoryadmin.core.rows import column, columns, fetch_instance, table
 
 __all__ = ["TOOLS", "Projection", "recall_create", "tool_call", "tool_definitions"]
 
@@ -185,6 +187,24 @@ def _recall_calls(
     return projections
 
 
+@functools.cache
+def _accepted_sql(vendor: str) -> str:
+    """The look-up of the recall accepted for a session's request id. Its unique index
+    is partial (ids are optional): the statement repeats the index's condition in its
+    text, or the plan a prepared statement settles on for any parameters cannot use the
+    index and reads all of the session's recalls (one recall slower than the last)."""
+    request_id = column(Recall, "request_id")
+    return (
+        f"SELECT {columns(Recall)} FROM {table(Recall)}"
+        f" WHERE {column(Recall, 'session')} = %s AND {request_id} = %s AND {request_id} <> ''"
+    )
+
+
+def _accepted(session: Session, request: str) -> Recall | None:
+    """The recall accepted for this request id of the session, if any."""
+    return fetch_instance(Recall, _accepted_sql(connection.vendor), [session.id, request])
+
+
 def recall_create(
     *,
     session: Session,
@@ -208,7 +228,7 @@ def recall_create(
     if bindings is None:  # read with the session by callers that can (session_get_with_bindings)
         bindings = _bindings(session)
     if request:
-        accepted = Recall.objects.filter(session=session, request_id=request).first()
+        accepted = _accepted(session, request)
         if accepted is not None:
             return _reused(session, accepted, fingerprint, bindings)
     selected = _selected(bindings, selected_ids)
@@ -248,29 +268,25 @@ def recall_create(
         b.resource.resource_id: _public(session, b, projections[b.resource.resource_id])
         for b in bindings
     }
+    recall = Recall(
+        id=recall_id,
+        session=session,
+        use=selected_ids,
+        memory=memory,
+        revisions={r: p.revision for r, p in projections.items() if p.revision is not None},
+        cursors={r: p.cursor for r, p in projections.items() if p.cursor is not None},
+        request_id=request,
+        fingerprint=fingerprint,
+        created_at=timezone.now(),
+    )
+    sources = {r: p.sources for r, p in projections.items()}
     try:
-        # A savepoint only where a concurrent retry can collide: plain recalls keep
-        # their single statement.
-        with transaction.atomic() if request else contextlib.nullcontext():
-            recall = Recall(
-                id=recall_id,
-                session=session,
-                use=selected_ids,
-                memory=memory,
-                revisions={r: p.revision for r, p in projections.items() if p.revision is not None},
-                cursors={r: p.cursor for r, p in projections.items() if p.cursor is not None},
-                request_id=request,
-                fingerprint=fingerprint,
-                created_at=timezone.now(),
-            )
-            sources = {r: p.sources for r, p in projections.items()}
-            recall_store(
-                recall=recall,
-                sources=recall_sources(bindings=bindings, sources=sources),
-            )
+        recall_store(recall=recall, sources=recall_sources(bindings=bindings, sources=sources))
     except IntegrityError:
         # A concurrent retry of the same request was accepted first: use its recall.
-        accepted = Recall.objects.get(session=session, request_id=request)
+        accepted = _accepted(session, request) if request else None
+        if accepted is None:
+            raise
         return _reused(session, accepted, fingerprint, bindings)
     return {
         "recallId": recall.id,
