@@ -7,8 +7,6 @@ import json
 from typing import Any
 
 import pytest
-from django.db import connection
-from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from memoryadmin.agents.models import Recall, Session
@@ -132,41 +130,3 @@ def test_concurrent_retries_of_one_request_share_one_recall(
     )
     assert len(set(results)) == 1
     assert Recall.objects.filter(session=session).count() == 1
-
-
-def _generic_plan(sql: str, values: list[str]) -> str:
-    """PostgreSQL's plan of `sql` (as logged: its parameters written in) with `values`
-    sent as parameters, for any parameters: the plan a prepared statement settles on
-    after a few executions (`prepare_threshold`)."""
-    for number, value in enumerate(values, 1):
-        assert sql.count(f"'{value}'") == 1, (value, sql)
-        sql = sql.replace(f"'{value}'", f"${number}")
-    count = len(values)
-    with connection.cursor() as cursor:
-        cursor.execute("SET plan_cache_mode = force_generic_plan")
-        try:
-            cursor.execute(f"PREPARE generic_check AS {sql}")
-            cursor.execute(f"EXPLAIN EXECUTE generic_check({', '.join(['NULL'] * count)})")
-            plan = "\n".join(row[0] for row in cursor.fetchall())
-            cursor.execute("DEALLOCATE generic_check")
-        finally:
-            cursor.execute("RESET plan_cache_mode")
-    return plan
-
-
-@pytest.mark.postgres
-def test_a_retry_finds_its_recall_through_the_index_in_any_plan(
-    api: APIClient, session_id: str
-) -> None:
-    """The request ids' unique index is partial (an id is optional): a look-up by id
-    alone cannot use it once the prepared statement's plan is made for any id, and
-    then reads every recall of the session, each recall slower than the last."""
-    first = recall(api, session_id, use=["notes"], requestId="mreq-1")
-    with CaptureQueriesContext(connection) as captured:
-        again = recall(api, session_id, use=["notes"], requestId="mreq-1")
-    assert again.json() == first.json()
-    table = Recall._meta.db_table
-    (look_up,) = [q["sql"] for q in captured if f'FROM "{table}"' in q["sql"]]
-    plan = _generic_plan(look_up, [session_id, "mreq-1"])
-    assert "unique_recall_request" in plan, plan
-    assert "Seq Scan" not in plan, plan

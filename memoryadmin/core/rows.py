@@ -17,7 +17,7 @@ from typing import Any, cast
 
 import orjson
 from django.db import DEFAULT_DB_ALIAS, connection, connections
-from django.db.models import Field, JSONField, Model
+from django.db.models import BooleanField, Field, Func, JSONField, Model
 from django.db.models.base import ModelState
 from django.db.models.fields.related_descriptors import ForeignKeyDeferredAttribute
 from django.db.models.query_utils import DeferredAttribute
@@ -345,3 +345,20 @@ def concrete_names(model: type[Model], *, auto: bool = True) -> list[str]:
         for f in model._meta.concrete_fields
         if auto or not (f.primary_key and getattr(f, "db_returning", False))
     ]
+
+
+class NotBlank(Func):
+    """`column <> ''` with the empty string written in the statement, not sent as a
+    parameter: a filter beside a look-up through a partial index that leaves blank values
+    out (`condition=~Q(field="")`).
+
+    The planner uses such an index only where it can prove the query's rows meet its
+    condition. `field = %s` proves it for the value a plan is made for, but a prepared
+    statement (`prepare_threshold`) soon gets one plan for any value (its generic plan),
+    and a correlated `field = OuterRef(...)` never proves it: the plan then falls back on
+    another index or reads the whole table (a runner's claim read every job ever run).
+    """
+
+    arity = 1
+    template = "%(expressions)s <> ''"
+    output_field = BooleanField()

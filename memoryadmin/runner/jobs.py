@@ -42,7 +42,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from memoryadmin.core.backoff import backoff_seconds
-from memoryadmin.core.rows import column, table
+from memoryadmin.core.rows import NotBlank, column, table
 from memoryadmin.runner.models import OPEN_STATES, Job, JobState
 
 logger = logging.getLogger(__name__)
@@ -301,8 +301,10 @@ def _lease() -> timedelta:
 def _waits_in_line() -> Q:
     """A job of a line with an earlier job still open, or another one running: it waits."""
     earlier_open = Q(pk__lt=OuterRef("pk"), state__in=OPEN_STATES)
-    ahead = Job.objects.filter(earlier_open | Q(state=JobState.RUNNING), line=OuterRef("line"))
-    return ~Q(line="") & Q(Exists(ahead.exclude(pk=OuterRef("pk"))))
+    ahead = Job.objects.filter(
+        earlier_open | Q(state=JobState.RUNNING), NotBlank("line"), line=OuterRef("line")
+    )
+    return Q(NotBlank("line")) & Q(Exists(ahead.exclude(pk=OuterRef("pk"))))
 
 
 def jobs_due() -> list[int]:
@@ -385,7 +387,9 @@ def _next_in_line(job: Job) -> None:
     if not job.line:
         return
     following = (
-        Job.objects.filter(line=job.line, state=JobState.PENDING, run_after__lte=timezone.now())
+        Job.objects.filter(
+            NotBlank("line"), line=job.line, state=JobState.PENDING, run_after__lte=timezone.now()
+        )
         .order_by("pk")
         .values_list("pk", flat=True)
         .first()
@@ -519,7 +523,7 @@ def jobs_wake(line: str) -> None:
     """Makes the waiting jobs of a line due now (an endpoint resumed): handed over on
     commit, the first of them runs."""
     now = timezone.now()
-    waiting = Job.objects.filter(line=line, state=JobState.PENDING)
+    waiting = Job.objects.filter(NotBlank("line"), line=line, state=JobState.PENDING)
     waiting.update(run_after=now, dispatched_at=None)
     jobs_dispatch_on_commit(list(waiting.order_by("pk").values_list("pk", flat=True)[:1]))
 

@@ -19,6 +19,7 @@ from django.db import transaction
 from memoryadmin.agents.models import Session
 from memoryadmin.core.diff import text_merge
 from memoryadmin.core.errors import Conflict, NotFound, PreconditionFailed
+from memoryadmin.core.rows import NotBlank
 from memoryadmin.memory.models import Document, DocumentVersion
 from memoryadmin.memory.services.audit import audit_record
 from memoryadmin.memory.services.documents import document_restore
@@ -118,6 +119,7 @@ def document_versions(document_ids: list[int]) -> dict[int, list[DocumentVersion
 def session_revert_plan(*, session: Session) -> RevertPlan:
     written = (
         DocumentVersion.objects.filter(
+            NotBlank("writer_session_id"),
             writer_session_id=session.id,
             document__resource__project_id=session.project_id,
             document__resource__environment=session.environment,

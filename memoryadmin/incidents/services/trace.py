@@ -30,6 +30,7 @@ from memoryadmin.agents.models import EventType, Recall, RecallSource, Session, 
 from memoryadmin.core.environments import check_environment
 from memoryadmin.core.errors import InvalidRequest, NotFound
 from memoryadmin.core.inputs import parse_int
+from memoryadmin.core.rows import NotBlank
 from memoryadmin.core.strings import string_check
 from memoryadmin.memory.models import (
     ApiKey,
@@ -212,7 +213,9 @@ class Trace:
                 return start is None or at >= start
 
             versions = DocumentVersion.objects.filter(
-                writer_session_id__in=ids, document__resource_id__in=resource_pks
+                NotBlank("writer_session_id"),
+                writer_session_id__in=ids,
+                document__resource_id__in=resource_pks,
             )
             proposals = Proposal.objects.filter(
                 session_id__in=ids,
