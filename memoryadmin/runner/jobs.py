@@ -300,11 +300,12 @@ def _lease() -> timedelta:
 
 def _waits_in_line() -> Q:
     """A job of a line with an earlier job still open, or another one running: it waits."""
-    earlier_open = Q(pk__lt=OuterRef("pk"), state__in=OPEN_STATES)
-    ahead = Job.objects.filter(
-        earlier_open | Q(state=JobState.RUNNING), NotBlank("line"), line=OuterRef("line")
-    )
-    return Q(NotBlank("line")) & Q(Exists(ahead.exclude(pk=OuterRef("pk"))))
+    line = Job.objects.filter(NotBlank("line"), line=OuterRef("line"))
+    # Two probes of the line's index, each ending at the first row it finds (one with an
+    # OR read every open job of the line for each job it checked).
+    earlier_open = line.filter(state__in=OPEN_STATES, pk__lt=OuterRef("pk"))
+    running = line.filter(state=JobState.RUNNING).exclude(pk=OuterRef("pk"))
+    return Q(NotBlank("line")) & (Q(Exists(earlier_open)) | Q(Exists(running)))
 
 
 def jobs_due() -> list[int]:
