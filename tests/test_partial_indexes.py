@@ -10,9 +10,7 @@ those plans fell back on reading all of a session's recalls or every job ever ru
 
 from __future__ import annotations
 
-import json
 from datetime import timedelta
-from typing import Any
 
 import pytest
 from django.db import connection
@@ -20,7 +18,8 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from memoryadmin.agents.models import Recall
+from memoryadmin.agents.models import Recall, Session
+from memoryadmin.agents.services.reverts import session_revert_plan
 from memoryadmin.memory.models import Document, DocumentVersion
 from memoryadmin.runner import jobs
 from memoryadmin.runner.models import Job, JobState
@@ -54,25 +53,18 @@ def _plan(sql: str, parameters: list[str] | None = None) -> str:
     return plan
 
 
-def _post(api: APIClient, url: str, body: Any, **headers: Any) -> Any:
-    return api.post(url, data=json.dumps(body), content_type="application/json", **headers)
-
-
 def test_a_retried_recall_is_found_through_its_request_ids_index_in_any_plan(
-    api: APIClient, workshop: Document
+    api: APIClient, session: Session
 ) -> None:
-    memory = {"notes": {"scope": "document", "id": "workshop", "access": "read-write"}}
-    body = {"agentId": "support-bot@development", "memory": memory}
-    started = _post(api, SESSIONS, body, HTTP_IDEMPOTENCY_KEY="partial-1")
-    session_id = started.json()["session"]["id"]
-    url = f"{SESSIONS}/{session_id}/memory/recall"
-    first = _post(api, url, {"use": ["notes"], "requestId": "mreq-1"})
+    url = f"{SESSIONS}/{session.id}/memory/recall"
+    body = {"use": ["notes"], "requestId": "mreq-1"}
+    first = api.post(url, body, format="json")
     with CaptureQueriesContext(connection) as captured:
-        again = _post(api, url, {"use": ["notes"], "requestId": "mreq-1"})
+        again = api.post(url, body, format="json")
     assert (again.status_code, again.json()) == (200, first.json())
     table = Recall._meta.db_table
     (look_up,) = [q["sql"] for q in captured if f'FROM "{table}"' in q["sql"]]
-    plan = _plan(look_up, [session_id, "mreq-1"])
+    plan = _plan(look_up, [session.id, "mreq-1"])
     # Not the session's recalls read one by one (recall_newest_first), nor all of them.
     assert "unique_recall_request" in plan, plan
     assert "Seq Scan" not in plan, plan
@@ -128,18 +120,11 @@ def test_a_lines_next_job_is_found_through_the_lines_index_in_any_plan(
 
 
 def test_what_a_session_wrote_is_read_through_the_writers_index_in_any_plan(
-    api: APIClient, workshop: Document
+    session: Session, workshop: Document
 ) -> None:
     """A session's revert starts from the versions it wrote (`version_by_session`, which
     leaves out the writes of no session): not every version of the documents it could
     have written."""
-    from memoryadmin.agents.models import Session
-    from memoryadmin.agents.services.reverts import session_revert_plan
-
-    memory = {"notes": {"scope": "document", "id": "workshop", "access": "read-write"}}
-    body = {"agentId": "support-bot@development", "memory": memory}
-    started = _post(api, SESSIONS, body, HTTP_IDEMPOTENCY_KEY="partial-2")
-    session = Session.objects.get(pk=started.json()["session"]["id"])
     DocumentVersion.objects.bulk_create(
         DocumentVersion(
             document=workshop,
