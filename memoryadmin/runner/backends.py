@@ -9,6 +9,7 @@ import socket
 import sys
 from collections.abc import Callable
 from types import FrameType
+from typing import Any
 
 from django.conf import settings
 from django.tasks import DEFAULT_TASK_BACKEND_ALIAS, task_backends
@@ -41,26 +42,36 @@ def _database_batch() -> Callable[[], bool]:
 
 
 class _RqStop:
-    """A stop asked for (SIGTERM or Ctrl-C) while RQ runs a task: it ends the worker
-    after that task. The handler only sets flags or exits: RQ's own handler talks
-    to Redis from inside the signal, in the middle of whatever Redis call the
-    signal interrupted (a worker using it once did not stop)."""
+    """A stop asked for (SIGTERM or Ctrl-C) on the RQ backend. The handler only sets
+    flags, or exits where no Redis call can be under way: RQ's own handler talks to
+    Redis from inside the signal, in the middle of whatever Redis call the signal
+    interrupted (a worker using it once did not stop), and an exit raised there leaves
+    the connection a reply behind, so RQ's teardown on it failed (exit status 1).
 
-    running_task = False
+    While a batch is in RQ (`busy`), the stop is RQ's own flag: it ends the burst
+    before the next dequeue, after the task it runs."""
+
+    busy = False
+    worker: Any = None
     requested = False
 
 
 def _rq_signal(signum: int, frame: FrameType | None) -> None:
     _RqStop.requested = True
-    if not _RqStop.running_task:
+    if not _RqStop.busy:
         sys.exit(0)
+    if _RqStop.worker is not None:
+        _RqStop.worker._stop_requested = True
+
+
+def _rq_handle_signals() -> None:
+    signal.signal(signal.SIGTERM, _rq_signal)
+    signal.signal(signal.SIGINT, _rq_signal)
 
 
 def _rq_batch() -> Callable[[], bool]:
     import django_rq
     from django_tasks_rq.backend import Job
-    from rq.job import Job as RqJob
-    from rq.queue import Queue
     from rq.worker import SimpleWorker
 
     # Each burst would announce its start, its queues and its end.
@@ -71,28 +82,24 @@ def _rq_batch() -> Callable[[], bool]:
         the worker's own signal handling instead of RQ's."""
 
         def _install_signal_handlers(self) -> None:
-            signal.signal(signal.SIGTERM, _rq_signal)
-            signal.signal(signal.SIGINT, _rq_signal)
-
-        def execute_job(self, job: RqJob, queue: Queue) -> None:
-            _RqStop.running_task = True
-            try:
-                super().execute_job(job, queue)
-            finally:
-                _RqStop.running_task = False
-            if _RqStop.requested:
-                self._stop_requested = True
+            _rq_handle_signals()
 
     def run() -> bool:
-        # django-rq's annotation says Worker; it takes any RQ worker class.
-        worker = django_rq.get_worker(
-            settings.MEMORYADMIN_TASKS_QUEUE,
-            job_class=Job,
-            worker_class=BurstWorker,  # type: ignore[arg-type]
-        )
-        worker.work(burst=True, with_scheduler=False)
+        _RqStop.busy = True
+        try:
+            # django-rq's annotation says Worker; it takes any RQ worker class.
+            _RqStop.worker = django_rq.get_worker(
+                settings.MEMORYADMIN_TASKS_QUEUE,
+                job_class=Job,
+                worker_class=BurstWorker,  # type: ignore[arg-type]
+            )
+            if not _RqStop.requested:
+                _RqStop.worker.work(burst=True, with_scheduler=False)
+        finally:
+            _RqStop.busy, _RqStop.worker = False, None
         return not _RqStop.requested
 
+    _rq_handle_signals()
     return run
 
 
