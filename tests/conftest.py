@@ -202,6 +202,41 @@ def _post_flush_rows_replayed() -> None:
 _post_flush_rows_replayed()
 
 
+def _flush_by_delete_on_postgresql() -> None:
+    """On PostgreSQL, the flush that ends each test that commits empties the tables with
+    one `DELETE` each, not one `TRUNCATE` of them all.
+
+    `TRUNCATE` gives every table, index and TOAST table a new file and drops the old ones
+    at commit: about 0.2 s a flush with this project's tables, most of a short committing
+    test's time, where deleting the few rows a test leaves takes milliseconds. The foreign
+    keys Django creates are deferred to the commit, by which every table is empty. A flush
+    that resets sequences still truncates."""
+    from django.db.backends.postgresql.operations import DatabaseOperations
+
+    truncate = DatabaseOperations.sql_flush
+
+    def sql_flush(
+        self: Any,
+        style: Any,
+        tables: Any,
+        *,
+        reset_sequences: bool = False,
+        allow_cascade: bool = False,
+    ) -> list[str]:
+        if reset_sequences or not tables:
+            return truncate(
+                self, style, tables, reset_sequences=reset_sequences, allow_cascade=allow_cascade
+            )
+        return ["SET CONSTRAINTS ALL DEFERRED;"] + [
+            f"DELETE FROM {self.quote_name(table)};" for table in tables
+        ]
+
+    DatabaseOperations.sql_flush = sql_flush  # type: ignore[method-assign]
+
+
+_flush_by_delete_on_postgresql()
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     on_postgres = os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://"))
