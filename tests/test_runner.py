@@ -12,9 +12,11 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import hypothesis
 import pytest
 from django.db import transaction
 from django.utils import timezone
+from hypothesis import strategies as st
 
 from memoryadmin.memory.models import AuditEntry
 from memoryadmin.runner import jobs
@@ -187,6 +189,62 @@ def _due_now(*jobs_: Job) -> None:
     Job.objects.filter(pk__in=[job.pk for job in jobs_], state="pending").update(
         run_after=timezone.now()
     )
+
+
+# What each job looks like to the sweep: (line, state, due or not yet, handed over).
+_JOB_SHAPES = st.tuples(
+    st.sampled_from(["", "a", "b"]),
+    st.sampled_from([JobState.PENDING, JobState.RUNNING, JobState.DONE, JobState.DEAD]),
+    st.booleans(),
+    st.sampled_from([None, "recently", "a lease ago"]),
+)
+
+
+@pytest.mark.django_db
+@hypothesis.settings(max_examples=15, deadline=None, derandomize=True, database=None)
+@hypothesis.given(st.lists(_JOB_SHAPES, max_size=12))
+def test_the_sweep_hands_over_exactly_the_due_jobs_whose_turn_it_is(
+    shapes: list[tuple[str, str, bool, str | None]],
+) -> None:
+    """The sweep asks whether a job waits in its line of the first open job of each line
+    only: it finds what asking every due job finds. The rule, restated: a job is due if it
+    is pending, its time has come and it was never handed over or a lease ago, or if it
+    runs past its lease; a job of a line waits while an earlier job of its line is open or
+    another one runs."""
+    Job.objects.all().delete()
+    now = timezone.now()
+    lease = jobs._lease()
+    made = []
+    for line, state, due, handed in shapes:
+        made.append(
+            Job.objects.create(
+                name="tests.test_runner.record",
+                line=line,
+                state=state,
+                run_after=now - timedelta(seconds=1) if due else now + timedelta(hours=1),
+                lease_until=now - timedelta(seconds=1) if due else now + timedelta(hours=1),
+                dispatched_at={
+                    None: None,
+                    "recently": now,
+                    "a lease ago": now - lease - timedelta(seconds=1),
+                }[handed],
+            )
+        )
+    open_states = {JobState.PENDING, JobState.RUNNING}
+
+    def candidate(job: Job) -> bool:
+        if job.state == JobState.RUNNING:
+            return job.lease_until < now
+        stale = job.dispatched_at is None or job.dispatched_at < now - lease
+        return job.state == JobState.PENDING and job.run_after <= now and stale
+
+    def waits(job: Job) -> bool:
+        same = [other for other in made if job.line and other.line == job.line]
+        earlier = any(o.state in open_states and o.pk < job.pk for o in same)
+        return earlier or any(o.state == JobState.RUNNING and o.pk != job.pk for o in same)
+
+    expected = [job for job in made if candidate(job) and not waits(job)]
+    assert sorted(jobs_due()) == sorted(job.pk for job in expected)
 
 
 @pytest.mark.django_db

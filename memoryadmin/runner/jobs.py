@@ -36,7 +36,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Exists, F, OuterRef, Q
+from django.db.models import Exists, F, Min, OuterRef, Q, QuerySet
 from django.tasks import task
 from django.utils import timezone
 from django.utils.module_loading import import_string
@@ -308,6 +308,17 @@ def _waits_in_line() -> Q:
     return Q(NotBlank("line")) & (Q(Exists(earlier_open)) | Q(Exists(running)))
 
 
+def _first_in_lines() -> QuerySet[Any, Any]:
+    """The first open job of each line, the only one of its line that can be its turn: a
+    sweep asks `_waits_in_line` of these alone, not of every job waiting behind them."""
+    return (
+        Job.objects.filter(NotBlank("line"), state__in=OPEN_STATES)
+        .values("line")
+        .annotate(first=Min("pk"))
+        .values("first")
+    )
+
+
 def jobs_due() -> list[int]:
     """Jobs the backend should run now and may not have: never handed over, handed
     over a lease ago without a run, or running past their lease (the worker died).
@@ -320,6 +331,7 @@ def jobs_due() -> list[int]:
     abandoned = Q(state=JobState.RUNNING, lease_until__lt=now)
     return list(
         Job.objects.filter(pending | abandoned)
+        .filter(Q(line="") | Q(pk__in=_first_in_lines()))
         .exclude(_waits_in_line())
         .order_by("run_after")
         .values_list("pk", flat=True)[:500]
