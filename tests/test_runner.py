@@ -33,7 +33,7 @@ from memoryadmin.runner.jobs import (
     jobs_run_due,
     jobs_wake,
 )
-from memoryadmin.runner.models import Job, JobState
+from memoryadmin.runner.models import OPEN_STATES, Job, JobState
 from tests.helpers import (
     is_postgres,
     manage,
@@ -230,7 +230,6 @@ def test_the_sweep_hands_over_exactly_the_due_jobs_whose_turn_it_is(
                 }[handed],
             )
         )
-    open_states = {JobState.PENDING, JobState.RUNNING}
 
     def candidate(job: Job) -> bool:
         if job.state == JobState.RUNNING:
@@ -240,7 +239,7 @@ def test_the_sweep_hands_over_exactly_the_due_jobs_whose_turn_it_is(
 
     def waits(job: Job) -> bool:
         same = [other for other in made if job.line and other.line == job.line]
-        earlier = any(o.state in open_states and o.pk < job.pk for o in same)
+        earlier = any(o.state in OPEN_STATES and o.pk < job.pk for o in same)
         return earlier or any(o.state == JobState.RUNNING and o.pk != job.pk for o in same)
 
     expected = [job for job in made if candidate(job) and not waits(job)]
