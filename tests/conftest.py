@@ -42,6 +42,42 @@ from tests.helpers import (
 )
 
 
+def _xdist_controller(config: pytest.Config) -> bool:
+    """This process is the controller of a parallel run (`-n`): it starts the workers."""
+    return bool(getattr(config.option, "numprocesses", None)) and not hasattr(config, "workerinput")
+
+
+def _test_modules_rewritten_once(
+    config: pytest.Config, folder: Path = Path(__file__).parent
+) -> None:
+    """The xdist controller rewrites the test modules' asserts (pytest's import hook) and
+    keeps them in the bytecode cache before it starts the workers. Otherwise, in a new
+    checkout, every worker rewrites every test module at once (about 4 s of CPU each, eight
+    times the modules' plain compiling), none finding another's cache yet. The cached file
+    is the one pytest's hook writes and checks (its source's hash): a worker reads it as
+    its own. Where pytest's hook is not as expected, the workers rewrite as before."""
+    if sys.dont_write_bytecode:
+        return
+    try:
+        from _pytest.assertion import rewrite
+
+        hook = next(h for h in sys.meta_path if isinstance(h, rewrite.AssertionRewritingHook))
+        state = config.stash[rewrite.assertstate_key]
+        for source in sorted(folder.glob("*.py")):
+            if not hook._should_rewrite(f"{folder.name}.{source.stem}", str(source), state):
+                continue
+            cache = rewrite.get_cache_dir(source)
+            pyc = cache / (source.name[:-3] + rewrite.PYC_TAIL)
+            if rewrite._read_pyc(source, pyc) is not None or not rewrite.try_makedirs(cache):
+                continue
+            source_hash, code = rewrite._rewrite_test(source, config)
+            rewrite._write_pyc(state, code, source_hash, pyc)
+    except (ImportError, AttributeError, KeyError, StopIteration, TypeError) as exc:
+        config.issue_config_time_warning(
+            pytest.PytestWarning(f"test modules not rewritten ahead of the workers: {exc!r}"), 2
+        )
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Where PYTHONDONTWRITEBYTECODE is set (`make test` unsets it: Python then keeps the
     bytecode in the checkout's ignored __pycache__ folders, for every process of this run
@@ -53,6 +89,8 @@ def pytest_configure(config: pytest.Config) -> None:
     own, empty, would cost each xdist worker seconds more than it saves): the first one
     makes the folder and passes it on in _MEMORYADMIN_TEST_PYCACHE; each one that runs
     tests sets PYTHONPYCACHEPREFIX for its children only. One already set is kept."""
+    if _xdist_controller(config):
+        _test_modules_rewritten_once(config)
     if os.environ.get("PYTHONPYCACHEPREFIX") or not sys.dont_write_bytecode:
         return
     prefix = os.environ.get("_MEMORYADMIN_TEST_PYCACHE")
@@ -60,8 +98,8 @@ def pytest_configure(config: pytest.Config) -> None:
         prefix = tempfile.mkdtemp(prefix="memoryadmin-pycache-")
         os.environ["_MEMORYADMIN_TEST_PYCACHE"] = prefix
         config.add_cleanup(lambda: shutil.rmtree(prefix, ignore_errors=True))
-    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
-        return  # the xdist controller: it starts the workers, and runs no test
+    if _xdist_controller(config):
+        return  # it starts the workers, and runs no test
     os.environ["PYTHONPYCACHEPREFIX"] = prefix
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
