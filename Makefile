@@ -86,9 +86,10 @@ schema: $(VENV)/.installed
 bench: $(VENV)/.installed
 	$(VPY) bench/api.py $(BENCH_ARGS)
 
-# What each middleware adds to a request, in-process (CPU time, microseconds).
+# What each middleware adds to a request, in-process (CPU time, microseconds);
+# BENCH_ARGS=--served: through gunicorn, driven by wrk (requests a second).
 bench-middleware: $(VENV)/.installed
-	$(VPY) bench/middleware.py
+	$(VPY) bench/middleware.py $(BENCH_ARGS)
 
 # Instructions per request of a GET, a PUT, their floors and a recall, in-process (valgrind).
 bench-instructions: $(VENV)/.installed

@@ -12,6 +12,17 @@ processes on a shared machine barely move; rounds interleave the stacks and
 each figure is the least of the rounds' means, in microseconds per request.
 Request logs are written (at INFO, as shipped) to /dev/null. No sockets, no
 server: the figures are the Python work a request pays around its view.
+
+    .venv/bin/python bench/middleware.py --served [--rounds 5] [--seconds 2]
+
+serves the same stacks from one gunicorn (2 sync workers, gunicorn.conf.py
+otherwise, request logs at INFO to /dev/null), stack i at `?stack=i` of the API
+route's constant view, and the raw WSGI floor at its own path, and drives each with
+wrk (one thread, 4 connections) in turn, round after round: each stack's requests a
+second (the median of the rounds) against raw WSGI's, as `make bench`'s constant-view
+row reads, and what each middleware adds in microseconds of the two workers' time a
+request. A served request pays more for the same code than an in-process one: the
+server's own work between requests leaves less of it in the processor's caches.
 """
 
 from __future__ import annotations
@@ -20,6 +31,11 @@ import argparse
 import io
 import logging
 import os
+import re
+import shutil
+import socket
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -115,12 +131,96 @@ def quiet() -> None:
             h.setStream(null)
 
 
+def served_app() -> WSGI:
+    """gunicorn's application for `--served`: stack i (the outermost i middleware) for
+    a request whose query is `stack=i`, and raw WSGI at `RAW_PATH` before any of them."""
+    full = list(settings.MIDDLEWARE)
+    apps = [handler(full[:i]) for i in range(len(full) + 1)]
+    settings.MIDDLEWARE = full
+
+    def application(env: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        query = env.get("QUERY_STRING", "")
+        stack = int(query.removeprefix("stack=")) if query.startswith("stack=") else len(full)
+        return apps[stack](env, start_response)
+
+    return benchfloors.raw_wsgi(application)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _rate(wrk: str, url: str, seconds: int) -> float:
+    done = subprocess.run(
+        [wrk, "-t1", "-c4", f"-d{seconds}s", url], capture_output=True, text=True, check=True
+    )
+    found = re.search(r"Requests/sec:\s+([0-9.]+)", done.stdout)
+    if found is None or "Non-2xx" in done.stdout or "Socket errors" in done.stdout:
+        raise SystemExit(f"{url} under wrk:\n{done.stdout}")
+    return float(found.group(1))
+
+
+def served(rounds: int, seconds: int) -> None:
+    wrk = shutil.which("wrk")
+    if wrk is None:
+        raise SystemExit("--served needs wrk on PATH (apt-get install wrk)")
+    full = list(settings.MIDDLEWARE)
+    port = _free_port()
+    env = dict(os.environ, GUNICORN_MAX_REQUESTS="0", GUNICORN_LOG_LEVEL="warning")
+    env.update(DJANGO_DEBUG="0", LOG_LEVEL="INFO", PYTHONPATH=str(Path(__file__).parent))
+    command = [str(ROOT / ".venv/bin/gunicorn"), "--config", str(ROOT / "gunicorn.conf.py")]
+    command += ["--workers", "2", "--worker-class", "sync", "--threads", "1"]
+    command += ["--bind", f"127.0.0.1:{port}", "middleware:served_app()"]
+    server = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    urls = [f"{base}{benchfloors.RAW_PATH}"]
+    urls += [f"{base}{benchfloors.CONSTANT_API_PATH}?stack={i}" for i in range(len(full) + 1)]
+    try:
+        for _ in range(100):
+            try:
+                _rate(wrk, urls[-1], 1)
+                break
+            except (subprocess.CalledProcessError, SystemExit):
+                time.sleep(0.1)
+        rates: list[list[float]] = [[] for _ in urls]
+        for r in range(rounds):
+            order = list(range(len(urls)))
+            for i in order if r % 2 == 0 else reversed(order):
+                rates[i].append(_rate(wrk, urls[i], seconds))
+    finally:
+        server.terminate()
+        server.wait()
+    rate = [statistics.median(found) for found in rates]
+    raw, stacks = rate[0], rate[1:]
+
+    def cost(i: int) -> float:  # the two workers' microseconds a request, stack i over i - 1
+        return 2e6 / stacks[i] - 2e6 / stacks[i - 1]
+
+    print(f"\nGET {benchfloors.CONSTANT_API_PATH} served by 2 sync workers, wrk -c4, median")
+    print(f"of {rounds} rounds of {seconds} s; raw WSGI {raw:.0f} requests a second\n")
+    print("| middleware (outermost first) | requests a second | ÷ raw WSGI | us a request |")
+    print("| --- | --- | --- | --- |")
+    print(f"| (none) | {stacks[0]:.0f} | {stacks[0] / raw:.3f} | |")
+    for i, name in enumerate(full, start=1):
+        print(f"| `{name}` | {stacks[i]:.0f} | {stacks[i] / raw:.3f} | {cost(i):.0f} |")
+    print(f"| all of them | | | {2e6 / stacks[-1] - 2e6 / stacks[0]:.0f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=300, help="per stack and round")
-    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=None, help="20 in-process, 5 served")
     parser.add_argument("--path", action="append", help=f"default: {' and '.join(PATHS)}")
+    parser.add_argument("--served", action="store_true", help="through gunicorn, with wrk")
+    parser.add_argument("--seconds", type=int, default=2, help="--served: of each run")
     args = parser.parse_args()
+    if args.served:
+        served(args.rounds or 5, args.seconds)
+        return
+    args.rounds = args.rounds or 20
     quiet()
     full = list(settings.MIDDLEWARE)
     # Stack i is the first i middleware of MIDDLEWARE (the outermost i).
