@@ -2,8 +2,9 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
+from drf_spectacular.views import SpectacularSwaggerSplitView
 
+from memoryadmin.api.schema import SchemaView
 from memoryadmin.errorpages import not_found_view, permission_denied_view, server_error_view
 from memoryadmin.health import healthz, readyz
 from memoryadmin.metrics import metrics_view
@@ -11,7 +12,7 @@ from memoryadmin.metrics import metrics_view
 urlpatterns = [
     path("api/managed-agents/", include("memoryadmin.api.urls")),
     path("reference-provider/", include("memoryadmin.refprovider.urls")),
-    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/schema/", SchemaView.as_view(), name="schema"),
     # The split view serves its init script as a file (the CSP allows no inline script).
     path(
         "api/docs/",
