@@ -74,12 +74,19 @@ class KeptAlive:
         return int(lines[0].split()[1])
 
 
-def connections_by_worker(master: int, port: int) -> dict[int, int]:
-    """Established connections to `port` held by each worker process of `master`."""
+ESTABLISHED, CLOSE_WAIT = "01", "08"
+
+
+def connections_by_worker(
+    master: int, port: int, states: tuple[str, ...] = (ESTABLISHED,)
+) -> dict[int, int]:
+    """Connections to `port` in `states` (/proc/net/tcp's codes; established by default)
+    held by each worker process of `master`. A connection its client closed stays in
+    CLOSE_WAIT, still held, until the worker has seen the end of it and closed it too."""
     established = set()
     for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
         fields = line.split()
-        if int(fields[1].split(":")[1], 16) == port and fields[3] == "01":
+        if int(fields[1].split(":")[1], 16) == port and fields[3] in states:
             established.add(f"socket:[{fields[9]}]")
     held = {}
     for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
@@ -183,10 +190,13 @@ def hand_backs_over_twenty_requests(linger_ms: int) -> list[int]:
         handed_back(client)
 
         def only_ours() -> bool:
-            return sum(connections_by_worker(server.pid, port).values()) == 1
+            held = connections_by_worker(server.pid, port, (ESTABLISHED, CLOSE_WAIT))
+            return sum(held.values()) == 1
 
-        # The start-up probe's connection is closed (handed back) by now.
-        wait_until(only_ours, "the probe's connection to close")
+        # The start-up probe's connection, closed by the probe, is closed by the worker
+        # too (the hand-back that ends it counted) before the counting starts: a
+        # connection in CLOSE_WAIT is one the worker has yet to see end.
+        wait_until(only_ours, "the worker to close the probe's connection")
         first = handed_back(client)
         counts = [handed_back(client) - first for _ in range(20)]
         client.close()
