@@ -550,18 +550,20 @@ def collect_static() -> None:
     subprocess.run(manage, cwd=ROOT, env=server_env(), check=True)
 
 
-def gunicorn(port: int, shipped: bool = False) -> subprocess.Popen[bytes]:
-    """2 sync workers, or (`shipped`) gunicorn.conf.py with its defaults as shipped."""
+def gunicorn(port: int, shipped: bool = False, app: str = "") -> subprocess.Popen[bytes]:
+    """2 sync workers, or (`shipped`) gunicorn.conf.py with its defaults as shipped;
+    serving `app` (an application of a bench/ module, as gunicorn names one) instead of
+    the project's when given."""
     command = [str(ROOT / ".venv/bin/gunicorn"), "--config", str(ROOT / "gunicorn.conf.py")]
     if not shipped:
         # One thread each: gunicorn runs "sync" as gthread when threads are more than one.
         command += ["--workers", "2", "--worker-class", "sync", "--threads", "1"]
-    server = subprocess.Popen(
-        [*command, "--bind", f"127.0.0.1:{port}"],
-        cwd=ROOT,
-        env=server_env(shipped),
-        stdout=subprocess.DEVNULL,
-    )
+    command += ["--bind", f"127.0.0.1:{port}"]
+    env = server_env(shipped)
+    if app:
+        command.append(app)
+        env["PYTHONPATH"] = str(Path(__file__).resolve().parent)
+    server = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
     for _ in range(300):
         try:
             if send(port, Call("GET", "/healthz"))[0] == 200:

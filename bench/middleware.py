@@ -31,11 +31,7 @@ import argparse
 import io
 import logging
 import os
-import re
-import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -131,82 +127,65 @@ def quiet() -> None:
             h.setStream(null)
 
 
-def served_app() -> WSGI:
-    """gunicorn's application for `--served`: stack i (the outermost i middleware) for
-    a request whose query is `stack=i`, and raw WSGI at `RAW_PATH` before any of them."""
+def stacks() -> list[WSGI]:
+    """Django's WSGI handler through no middleware, the outermost one, the outermost
+    two, ... the full `MIDDLEWARE` (stack i: the outermost i)."""
     full = list(settings.MIDDLEWARE)
     apps = [handler(full[:i]) for i in range(len(full) + 1)]
     settings.MIDDLEWARE = full
+    return apps
+
+
+def served_app() -> WSGI:
+    """gunicorn's application for `--served`: stack i for a request whose query is
+    `stack=i` (the full stack otherwise), and raw WSGI at `RAW_PATH` before any of them."""
+    apps = stacks()
 
     def application(env: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         query = env.get("QUERY_STRING", "")
-        stack = int(query.removeprefix("stack=")) if query.startswith("stack=") else len(full)
+        stack = int(query.removeprefix("stack=")) if query.startswith("stack=") else -1
         return apps[stack](env, start_response)
 
     return benchfloors.raw_wsgi(application)
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def _rate(wrk: str, url: str, seconds: int) -> float:
-    done = subprocess.run(
-        [wrk, "-t1", "-c4", f"-d{seconds}s", url], capture_output=True, text=True, check=True
-    )
-    found = re.search(r"Requests/sec:\s+([0-9.]+)", done.stdout)
-    if found is None or "Non-2xx" in done.stdout or "Socket errors" in done.stdout:
-        raise SystemExit(f"{url} under wrk:\n{done.stdout}")
-    return float(found.group(1))
-
-
 def served(rounds: int, seconds: int) -> None:
-    wrk = shutil.which("wrk")
-    if wrk is None:
+    # `make bench`'s server, environment and wrk runs (bench/api.py sets up nothing more
+    # when imported after this module).
+    from api import WRK, Call, free_port, gunicorn, wrk_load
+
+    if WRK is None:
         raise SystemExit("--served needs wrk on PATH (apt-get install wrk)")
     full = list(settings.MIDDLEWARE)
-    port = _free_port()
-    env = dict(os.environ, GUNICORN_MAX_REQUESTS="0", GUNICORN_LOG_LEVEL="warning")
-    env.update(DJANGO_DEBUG="0", LOG_LEVEL="INFO", PYTHONPATH=str(Path(__file__).parent))
-    command = [str(ROOT / ".venv/bin/gunicorn"), "--config", str(ROOT / "gunicorn.conf.py")]
-    command += ["--workers", "2", "--worker-class", "sync", "--threads", "1"]
-    command += ["--bind", f"127.0.0.1:{port}", "middleware:served_app()"]
-    server = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{port}"
-    urls = [f"{base}{benchfloors.RAW_PATH}"]
-    urls += [f"{base}{benchfloors.CONSTANT_API_PATH}?stack={i}" for i in range(len(full) + 1)]
+    port = free_port()
+    server = gunicorn(port, app="middleware:served_app()")
+    calls = [Call("GET", benchfloors.RAW_PATH)]
+    calls += [
+        Call("GET", f"{benchfloors.CONSTANT_API_PATH}?stack={i}") for i in range(len(full) + 1)
+    ]
     try:
-        for _ in range(100):
-            try:
-                _rate(wrk, urls[-1], 1)
-                break
-            except (subprocess.CalledProcessError, SystemExit):
-                time.sleep(0.1)
-        rates: list[list[float]] = [[] for _ in urls]
+        rates: list[list[float]] = [[] for _ in calls]
         for r in range(rounds):
-            order = list(range(len(urls)))
+            order = list(range(len(calls)))
             for i in order if r % 2 == 0 else reversed(order):
-                rates[i].append(_rate(wrk, urls[i], seconds))
+                rates[i].append(wrk_load(port, calls[i], seconds, 4).rate)
     finally:
         server.terminate()
         server.wait()
     rate = [statistics.median(found) for found in rates]
-    raw, stacks = rate[0], rate[1:]
+    raw, stacks_ = rate[0], rate[1:]
 
     def cost(i: int) -> float:  # the two workers' microseconds a request, stack i over i - 1
-        return 2e6 / stacks[i] - 2e6 / stacks[i - 1]
+        return 2e6 / stacks_[i] - 2e6 / stacks_[i - 1]
 
     print(f"\nGET {benchfloors.CONSTANT_API_PATH} served by 2 sync workers, wrk -c4, median")
     print(f"of {rounds} rounds of {seconds} s; raw WSGI {raw:.0f} requests a second\n")
     print("| middleware (outermost first) | requests a second | ÷ raw WSGI | us a request |")
     print("| --- | --- | --- | --- |")
-    print(f"| (none) | {stacks[0]:.0f} | {stacks[0] / raw:.3f} | |")
+    print(f"| (none) | {stacks_[0]:.0f} | {stacks_[0] / raw:.3f} | |")
     for i, name in enumerate(full, start=1):
-        print(f"| `{name}` | {stacks[i]:.0f} | {stacks[i] / raw:.3f} | {cost(i):.0f} |")
-    print(f"| all of them | | | {2e6 / stacks[-1] - 2e6 / stacks[0]:.0f} |")
+        print(f"| `{name}` | {stacks_[i]:.0f} | {stacks_[i] / raw:.3f} | {cost(i):.0f} |")
+    print(f"| all of them | | | {2e6 / stacks_[-1] - 2e6 / stacks_[0]:.0f} |")
 
 
 def main() -> None:
@@ -223,9 +202,7 @@ def main() -> None:
     args.rounds = args.rounds or 20
     quiet()
     full = list(settings.MIDDLEWARE)
-    # Stack i is the first i middleware of MIDDLEWARE (the outermost i).
-    apps = [handler(full[:i]) for i in range(len(full) + 1)]
-    settings.MIDDLEWARE = full
+    apps = stacks()
     for path in args.path or PATHS:
         for app in apps:
             per_request(app, path, 200)  # warm
