@@ -83,11 +83,11 @@ def connections_by_worker(
     """Connections to `port` in `states` (/proc/net/tcp's codes; established by default)
     held by each worker process of `master`. A connection its client closed stays in
     CLOSE_WAIT, still held, until the worker has seen the end of it and closed it too."""
-    established = set()
+    sockets = set()
     for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
         fields = line.split()
         if int(fields[1].split(":")[1], 16) == port and fields[3] in states:
-            established.add(f"socket:[{fields[9]}]")
+            sockets.add(f"socket:[{fields[9]}]")
     held = {}
     for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
         try:
@@ -100,7 +100,7 @@ def connections_by_worker(
         count = 0
         for fd in fds:
             with contextlib.suppress(OSError):
-                count += os.readlink(f"/proc/{pid}/fd/{fd}") in established
+                count += os.readlink(f"/proc/{pid}/fd/{fd}") in sockets
         held[pid] = count
     return held
 

@@ -98,7 +98,8 @@ class SchemaView(SpectacularAPIView):
     renderer and, for JSON, on the indent asked (0 to 8): a bounded set."""
 
     _built: ClassVar[dict[str, Any]] = {}
-    _rendered: ClassVar[dict[tuple[type[Any], int | None], bytes]] = {}
+    # By renderer and indent: the body, and its Content-Disposition (named by the format).
+    _rendered: ClassVar[dict[tuple[type[Any], int | None], tuple[bytes, str]]] = {}
     _lock: ClassVar[threading.Lock] = threading.Lock()
 
     def _get_version_parameter(self, request: Request) -> None:
@@ -112,17 +113,18 @@ class SchemaView(SpectacularAPIView):
             renderer.get_indent(media_type, context) if isinstance(renderer, JSONRenderer) else None
         )
         key = (type(renderer), indent)
-        body = self._rendered.get(key)
-        if body is None:
+        rendered = self._rendered.get(key)
+        if rendered is None:
             with self._lock:
                 if "schema" not in self._built:
                     self._built["schema"] = super().get(request, *args, **kwargs).data
                 content = renderer.render(self._built["schema"], media_type, context)
                 if isinstance(content, str):
                     content = content.encode(renderer.charset or "utf-8")
-                body = self._rendered.setdefault(key, content)
+                disposition = f'inline; filename="{self._get_filename(request, None)}"'
+                rendered = self._rendered.setdefault(key, (content, disposition))
+        body, disposition = rendered
         charset = f"; charset={renderer.charset}" if renderer.charset else ""
-        disposition = f'inline; filename="{self._get_filename(request, None)}"'
         return HttpResponse(
             body,
             content_type=f"{renderer.media_type}{charset}",
