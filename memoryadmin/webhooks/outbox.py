@@ -15,7 +15,12 @@ memory app calls both through the audit listener this app registers from its
 The statement selects the project's active endpoints that want the event
 itself, so a project without endpoints pays no extra query on the
 statement path, and an endpoint registered a moment before a change always
-hears of it: nothing is cached.
+hears of it. Where the last change of a project written by this process queued
+nothing (no endpoint wanted it), the next is written under a guard instead of
+the clauses (`outbox_guard`): the change is written only if still no active
+endpoint of the project wants its events, decided in the statement itself, and
+where one does, it is written again with the clauses. What the process remembers
+only chooses between two statements that write the same.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from django.utils import timezone
 
 from memoryadmin.core.rows import column, db_value, table
 from memoryadmin.memory.representations import iso_ms
-from memoryadmin.memory.services.audit import AuditClauses, AuditFacts
+from memoryadmin.memory.services.audit import AuditClauses, AuditFacts, AuditGuard
 from memoryadmin.runner.jobs import enqueue_many, enqueue_sql, jobs_dispatch_on_commit
 from memoryadmin.runner.models import Job
 from memoryadmin.webhooks.delivery import LINE_PREFIX, line_of, webhook_deliver
@@ -161,16 +166,56 @@ def outbox_clauses(facts: AuditFacts, *, source: str = "") -> tuple[str, list[An
     return _outbox_sql(vendor, len(events), jobs_sql), params
 
 
-@functools.cache
-def _endpoint_rows(vendor: str, source: str) -> str:
-    """The rows of the jobs: each pair of an active endpoint of the project (the next
-    parameters: the project and True) and an event it wants."""
-    joined = f"{source} CROSS JOIN " if source else ""
+def _wants(vendor: str) -> str:
+    """The condition of a pair of an endpoint `e` and an event `ev.event`: the endpoint is
+    an active one of the project (the next parameters: the project and True) and wants
+    the event."""
     return (
-        f"{joined}{table(Endpoint)} e CROSS JOIN webhook_events ev"
-        f" WHERE e.{column(Endpoint, 'project')} = %s AND e.{column(Endpoint, 'active')} = %s"
+        f"e.{column(Endpoint, 'project')} = %s AND e.{column(Endpoint, 'active')} = %s"
         f" AND e.{column(Endpoint, 'events')} LIKE ('%%,' || ev.event || ',%%')"
     )
+
+
+@functools.cache
+def _endpoint_rows(vendor: str, source: str) -> str:
+    """The rows of the jobs: each pair of an endpoint and an event that `_wants`."""
+    joined = f"{source} CROSS JOIN " if source else ""
+    return f"{joined}{table(Endpoint)} e CROSS JOIN webhook_events ev WHERE {_wants(vendor)}"
+
+
+@functools.cache
+def _guard_sql(vendor: str, events: int) -> str:
+    """No pair of an endpoint and one of `events` events (the next parameters) `_wants`:
+    the condition under which `outbox_clauses` writes nothing."""
+    values = ", ".join(["(%s)"] * events)
+    return (
+        f"NOT EXISTS (SELECT 1 FROM {table(Endpoint)} e CROSS JOIN (VALUES {values})"
+        f" ev (event) WHERE {_wants(vendor)})"
+    )
+
+
+def outbox_guard(facts: AuditFacts) -> AuditGuard | None:
+    """The guard of a change whose clauses are expected to write nothing (`AuditGuard`):
+    it holds exactly when `outbox_clauses` would write no delivery. None when the change
+    raises no event. PostgreSQL only."""
+    events = events_for(facts.action)
+    if not events or facts.project_id is None:
+        return None
+    params = [*events, facts.project_id, True]
+    return AuditGuard(sql=_guard_sql(connection.vendor, len(events)), params=params)
+
+
+# Projects whose last change written by this process with the outbox's clauses queued
+# no delivery: their next one is written under `outbox_guard` instead (at most this many
+# kept; forgetting one costs nothing but the clauses once more).
+_QUIET_MAX = 10_000
+_quiet: set[str] = set()
+
+
+def outbox_forget(project_id: str) -> None:
+    """The project's next change is written with the clauses (an endpoint of it was made
+    or changed here: it will likely want something, and the guard would fail first)."""
+    _quiet.discard(project_id)
 
 
 @functools.cache
@@ -255,8 +300,23 @@ class Outbox:
     def written(self, facts: AuditFacts) -> None:
         outbox_write(facts)
 
-    def clauses(self, facts: AuditFacts, *, source: str) -> AuditClauses | None:
+    def clauses(
+        self, facts: AuditFacts, *, source: str, guarded: bool
+    ) -> AuditClauses | AuditGuard | None:
+        if guarded and facts.project_id in _quiet:
+            return outbox_guard(facts)
         clauses = outbox_clauses(facts, source=source)
         if clauses is None:
             return None
         return AuditClauses(sql=clauses[0], params=clauses[1], jobs="webhook_jobs")
+
+    def queued(self, facts: AuditFacts, jobs: list[int]) -> None:
+        project = facts.project_id
+        if project is None:
+            return
+        if jobs:
+            _quiet.discard(project)
+            return
+        if len(_quiet) >= _QUIET_MAX:
+            _quiet.clear()
+        _quiet.add(project)

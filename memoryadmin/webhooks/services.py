@@ -29,7 +29,13 @@ from memoryadmin.providers.declarations import origin_check
 from memoryadmin.runner.jobs import job_again, jobs_wake
 from memoryadmin.webhooks.delivery import delivery_enqueue, line_of
 from memoryadmin.webhooks.models import OPEN_DELIVERY_STATES, Delivery, DeliveryState, Endpoint
-from memoryadmin.webhooks.outbox import EVENT_TYPES, event_body, events_column_value, new_event_id
+from memoryadmin.webhooks.outbox import (
+    EVENT_TYPES,
+    event_body,
+    events_column_value,
+    new_event_id,
+    outbox_forget,
+)
 
 URL_MAX = 2048
 DESCRIPTION_MAX = 200
@@ -125,6 +131,7 @@ def endpoint_create(
         created_by=actor,
     )
     _audit(endpoint, actor=actor, action="webhook.create", events=wanted)
+    transaction.on_commit(lambda: outbox_forget(project.pk))
     return endpoint, secret
 
 
@@ -174,6 +181,7 @@ def endpoint_update(
         raise InvalidRequest("Give at least one of url, events, description, active.")
     endpoint.save(update_fields=["url", "events", "description", "active"])
     _audit(endpoint, actor=actor, action="webhook.update", **changes)
+    transaction.on_commit(lambda: outbox_forget(endpoint.project_id))
     return endpoint
 
 

@@ -39,6 +39,17 @@ class AuditClauses:
     jobs: str
 
 
+@dataclass(frozen=True)
+class AuditGuard:
+    """What a listener that expects to write nothing of a change offers instead of its
+    clauses: a condition (`sql`, with `params`) that holds exactly when its clauses would
+    write nothing. The statement writes the change only if it holds; where it does not,
+    the change is written again with the listener's clauses (`guarded=False`)."""
+
+    sql: str
+    params: list[Any]
+
+
 class AuditListener(Protocol):
     """Hears of every audited change in the change's own transaction; an app registers
     one from its AppConfig.ready() (webhooks: the outbox), as provider kinds register."""
@@ -46,9 +57,15 @@ class AuditListener(Protocol):
     def written(self, facts: AuditFacts) -> None:
         """After the audit entry's own INSERT."""
 
-    def clauses(self, facts: AuditFacts, *, source: str) -> AuditClauses | None:
+    def clauses(
+        self, facts: AuditFacts, *, source: str, guarded: bool
+    ) -> AuditClauses | AuditGuard | None:
         """Its part of one statement whose `WITH` clause `source` returns a row only if
-        the change was written; None when it has nothing to add."""
+        the change was written; None when it has nothing to add. With `guarded`, it may
+        answer a guard instead (it expects its clauses to write nothing)."""
+
+    def queued(self, facts: AuditFacts, jobs: list[int]) -> None:
+        """After a statement with its clauses wrote the change: the jobs they queued."""
 
 
 _LISTENERS: list[AuditListener] = []

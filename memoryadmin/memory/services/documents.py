@@ -52,7 +52,14 @@ from memoryadmin.memory.limits import (
     check_title,
 )
 from memoryadmin.memory.models import AuditEntry, Document, DocumentVersion, Resource, WriterKind
-from memoryadmin.memory.services.audit import AuditFacts, audit_listeners, audit_write
+from memoryadmin.memory.services.audit import (
+    AuditClauses,
+    AuditFacts,
+    AuditGuard,
+    AuditListener,
+    audit_listeners,
+    audit_write,
+)
 from memoryadmin.memory.services.document_filters import NO_FACETS, DocumentFacets
 from memoryadmin.runner.jobs import jobs_dispatch_on_commit
 
@@ -290,9 +297,15 @@ def _conditions(
 
 
 @functools.cache
-def _update_statement(vendor: str, names: tuple[str, ...], shape: tuple[Condition, ...]) -> str:
-    """`UPDATE ... SET <names> WHERE <key, revision, live, shape> RETURNING <row>`: the
-    same text for every write of one shape, built once (and prepared by the database)."""
+def _update_statement(
+    vendor: str,
+    names: tuple[str, ...],
+    shape: tuple[Condition, ...],
+    listeners_guards: tuple[str, ...] = (),
+) -> str:
+    """`UPDATE ... SET <names> WHERE <key, revision, live, shape[, listeners' guards]>
+    RETURNING <row>`: the same text for every write of one shape, built once (and
+    prepared by the database)."""
     sets = ", ".join(f"{column(Document, name)} = %s" for name in names)
     where = " AND ".join(
         f"{column(Document, name)} = %s" for name in ("resource", "doc_id", "revision", "deleted")
@@ -300,6 +313,8 @@ def _update_statement(vendor: str, names: tuple[str, ...], shape: tuple[Conditio
     for name, null in shape:
         test = "= %s" if null is None else "IS NULL" if null else "IS NOT NULL"
         where += f" AND {column(Document, name)} {test}"
+    for condition in listeners_guards:
+        where += f" AND {condition}"
     return f"UPDATE {table(Document)} SET {sets} WHERE {where} RETURNING {columns(Document)}"
 
 
@@ -311,14 +326,19 @@ def _update_sql(
     *,
     require_agent_writes: bool,
     guard: dict[str, Any] | None,
+    listeners_guards: Sequence[AuditGuard] = (),
 ) -> tuple[str, list[Any]]:
-    """`UPDATE ... WHERE <key, revision, live[, agent writes]> RETURNING <row>`."""
+    """`UPDATE ... WHERE <key, revision, live[, agent writes][, listeners' guards]>
+    RETURNING <row>`."""
     shape, conditions = _conditions(require_agent_writes, guard)
     names = tuple(fields)
     params = db_values(Document, names, fields.values())
     params += [resource.pk, doc_id, expected_revision, False]
     params += db_values(Document, [name for name, _ in conditions], [v for _, v in conditions])
-    return _update_statement(connection.vendor, names, shape), params
+    for listener_guard in listeners_guards:
+        params += listener_guard.params
+    conditions_sql = tuple(listener_guard.sql for listener_guard in listeners_guards)
+    return _update_statement(connection.vendor, names, shape, conditions_sql), params
 
 
 def _records_in_update_statement() -> bool:
@@ -356,33 +376,54 @@ def _audit_clause(vendor: str) -> str:
 
 
 def _with_records(
-    update: tuple[str, list[Any]], resource: Resource, doc_id: str, revision: str, record: Record
-) -> tuple[str, list[Any], int]:
-    """The UPDATE, plus its version row, audit entry and what the audit listeners add
-    (webhook deliveries and their jobs), as one PostgreSQL statement; says how many
-    columns of job ids end the row it returns (one per listener that added clauses)."""
-    sql, params = update
+    update: dict[str, Any],
+    resource: Resource,
+    doc_id: str,
+    revision: str,
+    record: Record,
+    *,
+    guarded: bool,
+) -> tuple[tuple[Any, ...] | None, bool]:
+    """Runs the UPDATE (`update`: `_update_sql`'s arguments), plus its version row, audit
+    entry and what the audit listeners add (webhook deliveries and their jobs), as one
+    PostgreSQL statement; its row (None: nothing written) and whether a listener's guard
+    was among its conditions (`AuditGuard`: with `guarded`, a listener that expects to
+    add nothing may make it a condition of the write instead of adding its clauses)."""
     vendor = connection.vendor
+    facts = _facts(
+        resource, doc_id, revision, actor=record.actor, action=record.action, detail=record.detail
+    )
+    guards: list[AuditGuard] = []
+    listening: list[tuple[AuditListener, AuditClauses]] = []
+    for listener in audit_listeners():
+        part = listener.clauses(facts, source="updated", guarded=guarded)
+        if isinstance(part, AuditGuard):
+            guards.append(part)
+        elif part is not None:
+            listening.append((listener, part))
+    sql, params = _update_sql(**update, listeners_guards=guards)
     parts = [f"WITH updated AS ({sql})"]
     if record.version is not None:
         parts.append(_version_clause(vendor))
         origin = record.writer.origin(record.actor)
         params += [record.version, db_value(DocumentVersion, "origin", origin)]
-    facts = _facts(
-        resource, doc_id, revision, actor=record.actor, action=record.action, detail=record.detail
-    )
     parts.append(_audit_clause(vendor))
     values = [getattr(facts, name) for name in _AUDIT_NAMES[:-1]]
     params += db_values(AuditEntry, _AUDIT_NAMES, [*values, timezone.now()])
     queued: list[str] = []
-    for listener in audit_listeners():
-        clauses = listener.clauses(facts, source="updated")
-        if clauses is not None:
-            parts.append(clauses.sql)
-            params += clauses.params
-            queued.append(f", (SELECT array_agg(id) FROM {clauses.jobs})")
+    for _, clauses in listening:
+        parts.append(clauses.sql)
+        params += clauses.params
+        queued.append(f", (SELECT array_agg(id) FROM {clauses.jobs})")
     parts.append(f" SELECT {columns(Document)}{''.join(queued)} FROM updated")
-    return "".join(parts), params, len(queued)
+    row = fetch_row("".join(parts), params)
+    if row is not None and listening:
+        jobs_of = [list(ids or []) for ids in row[-len(listening) :]]
+        for (listener, _), jobs in zip(listening, jobs_of, strict=True):
+            listener.queued(facts, jobs)
+        jobs_dispatch_on_commit([job for jobs in jobs_of for job in jobs])
+        row = row[: -len(listening)]
+    return row, bool(guards)
 
 
 def _conditional_update(
@@ -399,25 +440,25 @@ def _conditional_update(
     (its version and audit entry) too."""
     revision = new_revision()
     fields = {**fields, "revision": revision, "updated_at": timezone.now()}
-    update = _update_sql(
-        resource,
-        doc_id,
-        expected_revision,
-        fields,
-        require_agent_writes=require_agent_writes,
-        guard=guard,
-    )
+    update: dict[str, Any] = {
+        "resource": resource,
+        "doc_id": doc_id,
+        "expected_revision": expected_revision,
+        "fields": fields,
+        "require_agent_writes": require_agent_writes,
+        "guard": guard,
+    }
     together = record is not None and _records_in_update_statement()
-    sql, params = update
-    queued = 0
     if record is not None and together:
-        sql, params, queued = _with_records(update, resource, doc_id, revision, record)
-    row = fetch_row(sql, params)
+        row, guarded = _with_records(update, resource, doc_id, revision, record, guarded=True)
+        if row is None and guarded:
+            # A listener's guard may be why nothing was written (it has something to add
+            # after all): the same write with every listener's clauses.
+            row, _ = _with_records(update, resource, doc_id, revision, record, guarded=False)
+    else:
+        row = fetch_row(*_update_sql(**update))
     if row is None:
         raise _explain_no_rows(resource, doc_id)
-    if queued:
-        jobs_dispatch_on_commit([job for ids in row[-queued:] for job in ids or []])
-        row = row[:-queued]
     # The row is ours until commit (locked on PostgreSQL, the database on SQLite).
     document = instance(Document, row)
     if record is not None and not together:
