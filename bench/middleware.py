@@ -16,9 +16,9 @@ server: the figures are the Python work a request pays around its view.
     .venv/bin/python bench/middleware.py --served [--rounds 5] [--seconds 2]
 
 serves the same stacks from one gunicorn (2 sync workers, gunicorn.conf.py
-otherwise, request logs at INFO to /dev/null), stack i at `?stack=i` of the API
-route's constant view, and the raw WSGI floor at its own path, and drives each with
-wrk (one thread, 4 connections) in turn, round after round: each stack's requests a
+otherwise, request logs at INFO to /dev/null), stack i for the API route's constant
+view with the header `X-Bench-Stack: i`, and the raw WSGI floor at its own path, and
+drives each with wrk (one thread, 4 connections) in turn, round after round: each stack's requests a
 second (the median of the rounds) against raw WSGI's, as `make bench`'s constant-view
 row reads, and what each middleware adds in microseconds of the two workers' time a
 request. A served request pays more for the same code than an in-process one: the
@@ -59,6 +59,8 @@ from django.core.handlers.wsgi import WSGIHandler  # noqa: E402
 from memoryadmin import benchfloors  # noqa: E402
 
 PATHS = [benchfloors.CONSTANT_API_PATH, benchfloors.CONSTANT_PAGE_PATH]
+# `--served`: the stack a request is served by (its WSGI name).
+STACK_HEADER = "HTTP_X_BENCH_STACK"
 WSGI = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 
@@ -137,14 +139,14 @@ def stacks() -> list[WSGI]:
 
 
 def served_app() -> WSGI:
-    """gunicorn's application for `--served`: stack i for a request whose query is
-    `stack=i` (the full stack otherwise), and raw WSGI at `RAW_PATH` before any of them."""
+    """gunicorn's application for `--served`: stack i for a request with the header
+    `X-Bench-Stack: i` (the full stack otherwise), and raw WSGI at `RAW_PATH` before any
+    of them. A header, not a query: the request door parses a query to check it, which
+    `make bench`'s constant view (no query) does not pay."""
     apps = stacks()
 
     def application(env: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        query = env.get("QUERY_STRING", "")
-        stack = int(query.removeprefix("stack=")) if query.startswith("stack=") else -1
-        return apps[stack](env, start_response)
+        return apps[int(env.get(STACK_HEADER, "-1"))](env, start_response)
 
     return benchfloors.raw_wsgi(application)
 
@@ -161,7 +163,8 @@ def served(rounds: int, seconds: int) -> None:
     server = gunicorn(port, app="middleware:served_app()")
     calls = [Call("GET", benchfloors.RAW_PATH)]
     calls += [
-        Call("GET", f"{benchfloors.CONSTANT_API_PATH}?stack={i}") for i in range(len(full) + 1)
+        Call("GET", benchfloors.CONSTANT_API_PATH, {"X-Bench-Stack": str(i)})
+        for i in range(len(full) + 1)
     ]
     try:
         rates: list[list[float]] = [[] for _ in calls]
