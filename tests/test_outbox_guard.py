@@ -1,12 +1,14 @@
-"""The outbox's guard (PostgreSQL's one-statement replace): a project whose last change
-written by this process queued no delivery has its next one written under the
-condition that still no endpoint wants it, instead of the delivery clauses. What the
-process remembers must never cost a delivery: an endpoint registered elsewhere (another
-process, which cannot tell this one) hears of the next change all the same."""
+"""The outbox's guard (PostgreSQL, where a change, its audit entry and its deliveries are one
+statement): a project whose last change written by this process queued no delivery has
+its next one written under the condition that still no endpoint wants it, instead of
+the delivery clauses. What the process remembers must never cost a delivery: an
+endpoint registered elsewhere (another process, which cannot tell this one) hears of
+the next change all the same."""
 
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -16,7 +18,7 @@ from django.utils import timezone
 
 from memoryadmin.core.errors import PreconditionFailed
 from memoryadmin.memory.models import AuditEntry, Document, DocumentVersion, Project, Resource
-from memoryadmin.memory.services.audit import AuditFacts
+from memoryadmin.memory.services.audit import AuditFacts, audit_record
 from memoryadmin.memory.services.documents import document_replace
 from memoryadmin.runner.models import Job
 from memoryadmin.webhooks.models import Delivery, Endpoint
@@ -198,3 +200,49 @@ def test_the_guard_holds_exactly_when_the_clauses_write_nothing(
     _, statements = replace(workshop, "Node 26.", action=action)
     assert guarded(statements[0]) is holds
     assert Delivery.objects.count() - before == before
+
+
+def recorded(project_id: str | None, action: str = "document.delete") -> list[str]:
+    """Records an audited change of the notes resource (as the services do after their own
+    writes); the statements that wrote the audit entry (or tried to)."""
+    with CaptureQueriesContext(connection) as captured:
+        audit_record(
+            project_id=project_id,
+            environment="development",
+            actor="test",
+            action=action,
+            resource_id="notes",
+            document_id="gone",
+        )
+    return [q["sql"] for q in captured.captured_queries if "memory_auditentry" in q["sql"]]
+
+
+def test_an_audited_change_is_one_statement_with_its_deliveries_or_their_guard(
+    project: Project,
+) -> None:
+    # With the clauses first: the entry and any deliveries in one statement.
+    assert [with_clauses(sql) for sql in recorded(project.id)] == [True]
+    # Nothing was queued: the next under the guard, still one statement.
+    assert [guarded(sql) for sql in recorded(project.id)] == [True]
+    gone = AuditEntry.objects.filter(document_id="gone")
+    assert gone.count() == 2
+    endpoint = registered_elsewhere(project, ["document.deleted"])
+    statements = recorded(project.id)
+    # The guard failed: no entry from it; the entry and its delivery from the clauses.
+    assert [guarded(statements[0]), with_clauses(statements[1])] == [True, True]
+    assert len(statements) == 2
+    assert gone.count() == 3
+    delivery = Delivery.objects.get()
+    assert (delivery.endpoint_id, delivery.event) == (endpoint.pk, "document.deleted")
+    assert '"document":"gone"' in delivery.body
+    assert Job.objects.get().pk == delivery.job_id
+    # An action no event follows, and one of no project: the entry alone.
+    for project_id, action in [(project.id, "key.create"), (None, "document.delete")]:
+        (statement,) = recorded(project_id, action)
+        assert "webhook" not in statement
+        assert "NOT EXISTS" not in statement
+    assert Counter(gone.values_list("project_id", "action")) == {
+        ("acme", "document.delete"): 3,
+        ("acme", "key.create"): 1,
+        (None, "document.delete"): 1,
+    }

@@ -4,23 +4,22 @@ Every change an endpoint can hear of is audited, so the audit entry is where
 events come from: `events_for` names the events of an audit action, and the
 delivery rows are written next to the audit entry, in the same transaction.
 Each delivery comes with the runner job that sends it, in its endpoint's line.
-Where the audit entry is written by its own INSERT (`audit_record`), the
-deliveries and their jobs follow (one more statement on PostgreSQL); where a
-replace writes its version and audit entry inside the UPDATE's statement
-(PostgreSQL), they are more `WITH` clauses of that statement
-(`outbox_clauses(source=...)`). The
-memory app calls both through the audit listener this app registers from its
-`ready()` (`Outbox`), so the document write knows nothing of webhooks.
+On PostgreSQL they are `WITH` clauses of the statement that writes the audit
+entry (`outbox_clauses`): its own INSERT's (`audit_write`), or a replace's
+UPDATE's, which writes its version and audit entry in the same statement. On
+other databases they follow the entry's INSERT (`outbox_write`). The memory app
+calls both through the audit listener this app registers from its `ready()`
+(`Outbox`), so the document write knows nothing of webhooks.
 
-The statement selects the project's active endpoints that want the event
-itself, so a project without endpoints pays no extra query on the
-statement path, and an endpoint registered a moment before a change always
-hears of it. Where the last change of a project written by this process queued
-nothing (no endpoint wanted it), the next is written under a guard instead of
-the clauses (`outbox_guard`): the change is written only if still no active
-endpoint of the project wants its events, decided in the statement itself, and
-where one does, it is written again with the clauses. What the process remembers
-only chooses between two statements that write the same.
+The statement selects the project's active endpoints that want the event itself, so
+a project without endpoints pays no extra query on the statement path, and an
+endpoint registered a moment before a change always hears of it. Where the last
+change of a project raising the same events written by this process queued nothing
+(no endpoint wanted it), the next is written under a guard instead of the clauses
+(`outbox_guard`): the change is written only if still no active endpoint of the
+project wants its events, decided in the statement itself, and where one does, it is
+written again with the clauses. What the process remembers only chooses between two
+statements that write the same.
 """
 
 from __future__ import annotations
@@ -38,7 +37,7 @@ from django.utils import timezone
 from memoryadmin.core.rows import column, db_value, table
 from memoryadmin.memory.representations import iso_ms
 from memoryadmin.memory.services.audit import AuditClauses, AuditFacts, AuditGuard
-from memoryadmin.runner.jobs import enqueue_many, enqueue_sql, jobs_dispatch_on_commit
+from memoryadmin.runner.jobs import enqueue_many, enqueue_sql
 from memoryadmin.runner.models import Job
 from memoryadmin.webhooks.delivery import LINE_PREFIX, line_of, webhook_deliver
 from memoryadmin.webhooks.models import Delivery, DeliveryState, Endpoint
@@ -137,12 +136,12 @@ def _events(facts: AuditFacts) -> list[tuple[str, str, str]]:
     return rows
 
 
-def outbox_clauses(facts: AuditFacts, *, source: str = "") -> tuple[str, list[Any]] | None:
+def outbox_clauses(facts: AuditFacts, *, source: str) -> tuple[str, list[Any]] | None:
     """`WITH` clauses (each `, name AS (...)`) writing, for every event of the audited
     change and active endpoint of its project that wants it, the delivery and the job
     that sends it in the endpoint's line; `webhook_jobs` returns the jobs' ids. None
-    when the change raises no event. With `source` (a `WITH` clause's name), rows only
-    if that clause returned one: the write happened. PostgreSQL only."""
+    when the change raises no event. Rows only if the `WITH` clause `source` returned
+    one: the change was written. PostgreSQL only."""
     events = _events(facts)
     if not events or facts.project_id is None:
         return None
@@ -178,9 +177,10 @@ def _wants(vendor: str) -> str:
 
 @functools.cache
 def _endpoint_rows(vendor: str, source: str) -> str:
-    """The rows of the jobs: each pair of an endpoint and an event that `_wants`."""
-    joined = f"{source} CROSS JOIN " if source else ""
-    return f"{joined}{table(Endpoint)} e CROSS JOIN webhook_events ev WHERE {_wants(vendor)}"
+    """The rows of the jobs: each pair of an endpoint and an event that `_wants`, once per
+    row of the `WITH` clause `source` (the written change's one)."""
+    pairs = f"{table(Endpoint)} e CROSS JOIN webhook_events ev"
+    return f"{source} CROSS JOIN {pairs} WHERE {_wants(vendor)}"
 
 
 @functools.cache
@@ -205,17 +205,20 @@ def outbox_guard(facts: AuditFacts) -> AuditGuard | None:
     return AuditGuard(sql=_guard_sql(connection.vendor, len(events)), params=params)
 
 
-# Projects whose last change written by this process with the outbox's clauses queued
-# no delivery: their next one is written under `outbox_guard` instead (at most this many
-# kept; forgetting one costs nothing but the clauses once more).
+# (project, events) of which the last change written by this process with the outbox's
+# clauses queued no delivery: the next such change is written under `outbox_guard`
+# instead (at most this many kept; forgetting one costs nothing but the clauses once more).
+# By events, not only by project: a project's endpoints may want some of its changes
+# and not others.
 _QUIET_MAX = 10_000
-_quiet: set[str] = set()
+_quiet: set[tuple[str, tuple[str, ...]]] = set()
 
 
 def outbox_forget(project_id: str) -> None:
-    """The project's next change is written with the clauses (an endpoint of it was made
+    """The project's next changes are written with the clauses (an endpoint of it was made
     or changed here: it will likely want something, and the guard would fail first)."""
-    _quiet.discard(project_id)
+    for known in [known for known in _quiet if known[0] == project_id]:
+        _quiet.discard(known)
 
 
 @functools.cache
@@ -240,19 +243,10 @@ def _outbox_sql(vendor: str, events: int, jobs_sql: str) -> str:
 
 
 def outbox_write(facts: AuditFacts) -> None:
-    """Writes the deliveries of an audited change and their jobs (the caller's
-    transaction): one statement on PostgreSQL, three on other databases (none past the
-    first when no endpoint wants the change)."""
-    if connection.vendor == "postgresql":
-        clauses = outbox_clauses(facts)
-        if clauses is None:
-            return
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"WITH {clauses[0].removeprefix(', ')} SELECT id FROM webhook_jobs", clauses[1]
-            )
-            jobs_dispatch_on_commit([row[0] for row in cursor.fetchall()])
-        return
+    """Writes the deliveries of an audited change and their jobs after its audit entry
+    (the caller's transaction), where the entry is not written with them in one statement
+    (not PostgreSQL): three statements (none past the first when no endpoint wants the
+    change)."""
     events = _events(facts)
     if not events or facts.project_id is None:
         return
@@ -303,7 +297,7 @@ class Outbox:
     def clauses(
         self, facts: AuditFacts, *, source: str, guarded: bool
     ) -> AuditClauses | AuditGuard | None:
-        if guarded and facts.project_id in _quiet:
+        if guarded and (facts.project_id, events_for(facts.action)) in _quiet:
             return outbox_guard(facts)
         clauses = outbox_clauses(facts, source=source)
         if clauses is None:
@@ -311,12 +305,12 @@ class Outbox:
         return AuditClauses(sql=clauses[0], params=clauses[1], jobs="webhook_jobs")
 
     def queued(self, facts: AuditFacts, jobs: list[int]) -> None:
-        project = facts.project_id
-        if project is None:
+        if facts.project_id is None:
             return
+        known = (facts.project_id, events_for(facts.action))
         if jobs:
-            _quiet.discard(project)
+            _quiet.discard(known)
             return
         if len(_quiet) >= _QUIET_MAX:
             _quiet.clear()
-        _quiet.add(project)
+        _quiet.add(known)

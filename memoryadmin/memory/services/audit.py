@@ -1,15 +1,21 @@
 from __future__ import annotations
 
-from dataclasses import asdict, astuple, dataclass, field
+import functools
+from collections.abc import Sequence
+from dataclasses import asdict, astuple, dataclass, field, fields
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any, Protocol
 
+from django.db import connection
 from django.db.models import Q, QuerySet
+from django.utils import timezone
 
 from memoryadmin.core.cursors import keyset_page
 from memoryadmin.core.environments import check_environment
 from memoryadmin.core.errors import InvalidRequest
+from memoryadmin.core.rows import column, db_values, fetch_row, table
 from memoryadmin.memory.models import AuditEntry, Project
+from memoryadmin.runner.jobs import jobs_dispatch_on_commit
 
 AUDIT_PAGE_SIZE = 50
 
@@ -80,12 +86,113 @@ def audit_listeners() -> tuple[AuditListener, ...]:
     return tuple(_LISTENERS)
 
 
-def audit_write(facts: AuditFacts) -> AuditEntry:
-    """Records what happened, and what the listeners write of it (same transaction)."""
-    entry = AuditEntry.objects.create(**asdict(facts))
+@dataclass(frozen=True)
+class ListenersPart:
+    """What the audit listeners make of one change in the statement that writes it and its
+    audit entry (`audit_listeners_part`): the guards of those that expect to write nothing
+    (conditions of the write), the clauses of the others."""
+
+    facts: AuditFacts
+    guards: list[AuditGuard]
+    listening: list[tuple[AuditListener, AuditClauses]]
+
+    def condition(self) -> tuple[str, list[Any]]:
+        """The guards, as one condition ("" for none), and their parameters."""
+        params = [param for guard in self.guards for param in guard.params]
+        return " AND ".join(guard.sql for guard in self.guards), params
+
+    def clauses(self) -> tuple[str, list[Any]]:
+        """The `WITH` clauses (each ", name AS (...)") and their parameters."""
+        params = [param for _, clauses in self.listening for param in clauses.params]
+        return "".join(clauses.sql for _, clauses in self.listening), params
+
+    def selected(self) -> str:
+        """What the statement's final SELECT adds: a column of job ids per listener."""
+        return "".join(f", (SELECT array_agg(id) FROM {c.jobs})" for _, c in self.listening)
+
+    def heard(self, row: Sequence[Any]) -> tuple[Any, ...]:
+        """After the statement wrote the change: tells each listener the jobs its clauses
+        queued, hands them to the task backend on commit, and returns `row` without the
+        job columns `selected` added."""
+        if not self.listening:
+            return tuple(row)
+        jobs_of = [list(ids or []) for ids in row[-len(self.listening) :]]
+        for (listener, _), jobs in zip(self.listening, jobs_of, strict=True):
+            listener.queued(self.facts, jobs)
+        jobs_dispatch_on_commit([job for jobs in jobs_of for job in jobs])
+        return tuple(row[: -len(self.listening)])
+
+
+def audit_listeners_part(facts: AuditFacts, *, source: str, guarded: bool) -> ListenersPart:
+    """Each listener's part of a statement whose `WITH` clause `source` returns a row only
+    if the change was written (PostgreSQL); with `guarded`, a listener may answer a guard."""
+    guards: list[AuditGuard] = []
+    listening: list[tuple[AuditListener, AuditClauses]] = []
+    for listener in _LISTENERS:
+        part = listener.clauses(facts, source=source, guarded=guarded)
+        if isinstance(part, AuditGuard):
+            guards.append(part)
+        elif part is not None:
+            listening.append((listener, part))
+    return ListenersPart(facts, guards, listening)
+
+
+# The audit entry's fields, as AuditFacts names them, then its time.
+AUDIT_NAMES = (*(f.name for f in fields(AuditFacts)), "created_at")
+
+
+@functools.cache
+def _audit_insert_sql(vendor: str, source: str) -> str:
+    targets = ", ".join(column(AuditEntry, name) for name in AUDIT_NAMES)
+    values = ", ".join(["%s"] * len(AUDIT_NAMES))
+    rows = f" FROM {source}" if source else ""
+    return f"INSERT INTO {table(AuditEntry)} ({targets}) SELECT {values}{rows}"
+
+
+def audit_insert(facts: AuditFacts, *, source: str = "") -> tuple[str, list[Any]]:
+    """`INSERT INTO <audit> (...) SELECT <facts, now>` (once per row of the `WITH` clause
+    `source`, when given) and its parameters: the entry as one clause of a statement."""
+    values = [getattr(facts, name) for name in AUDIT_NAMES[:-1]]
+    params = db_values(AuditEntry, AUDIT_NAMES, [*values, timezone.now()])
+    return _audit_insert_sql(connection.vendor, source), params
+
+
+def _audit_statement(facts: AuditFacts, *, guarded: bool) -> tuple[bool, bool]:
+    """The entry and what the listeners add of it, as one PostgreSQL statement; whether it
+    was written (a listener's guard may have failed) and whether a guard was among its
+    conditions."""
+    part = audit_listeners_part(facts, source="audit", guarded=guarded)
+    insert, params = audit_insert(facts)
+    condition, condition_params = part.condition()
+    if condition:
+        insert += f" WHERE {condition}"
+        params += condition_params
+    clauses, clauses_params = part.clauses()
+    sql = (
+        f"WITH audit AS ({insert} RETURNING {column(AuditEntry, 'id')}){clauses}"
+        f" SELECT 1{part.selected()} FROM audit"
+    )
+    row = fetch_row(sql, [*params, *clauses_params])
+    if row is not None:
+        part.heard(row)
+    return row is not None, bool(part.guards)
+
+
+def audit_write(facts: AuditFacts) -> None:
+    """Records what happened, and what the listeners write of it (same transaction): on
+    PostgreSQL in one statement (listeners add `WITH` clauses, or guards), elsewhere the
+    entry's INSERT and then each listener's own writes."""
+    if connection.vendor == "postgresql":
+        written, guarded = _audit_statement(facts, guarded=True)
+        if not written and guarded:
+            # Only a listener's guard keeps the entry from being written: it has
+            # something to add after all.
+            written, _ = _audit_statement(facts, guarded=False)
+        assert written, facts
+        return
+    AuditEntry.objects.create(**asdict(facts))
     for listener in _LISTENERS:
         listener.written(facts)
-    return entry
 
 
 def audit_record(
@@ -98,8 +205,8 @@ def audit_record(
     document_id: str = "",
     revision: str = "",
     detail: dict[str, Any] | None = None,
-) -> AuditEntry:
-    return audit_write(
+) -> None:
+    audit_write(
         AuditFacts(
             project_id, environment, actor, action, resource_id, document_id, revision, detail or {}
         )

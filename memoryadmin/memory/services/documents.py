@@ -18,7 +18,6 @@ import functools
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
-from dataclasses import fields as dataclass_fields
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
@@ -51,17 +50,15 @@ from memoryadmin.memory.limits import (
     check_text,
     check_title,
 )
-from memoryadmin.memory.models import AuditEntry, Document, DocumentVersion, Resource, WriterKind
+from memoryadmin.memory.models import Document, DocumentVersion, Resource, WriterKind
 from memoryadmin.memory.services.audit import (
-    AuditClauses,
     AuditFacts,
     AuditGuard,
-    AuditListener,
-    audit_listeners,
+    audit_insert,
+    audit_listeners_part,
     audit_write,
 )
 from memoryadmin.memory.services.document_filters import NO_FACETS, DocumentFacets
-from memoryadmin.runner.jobs import jobs_dispatch_on_commit
 
 LIST_FIELDS = (
     "doc_id",
@@ -362,19 +359,6 @@ def _version_clause(vendor: str) -> str:
     )
 
 
-# The audit entry's fields, as AuditFacts names them, then its time.
-_AUDIT_NAMES = (*(f.name for f in dataclass_fields(AuditFacts)), "created_at")
-
-
-@functools.cache
-def _audit_clause(vendor: str) -> str:
-    """The `WITH` clause inserting the audit entry (parameters: `_AUDIT_NAMES`), only if
-    `updated` returned the row: the write happened."""
-    targets = ", ".join(column(AuditEntry, name) for name in _AUDIT_NAMES)
-    values = ", ".join(["%s"] * len(_AUDIT_NAMES))
-    return f", audit AS (INSERT INTO {table(AuditEntry)} ({targets}) SELECT {values} FROM updated)"
-
-
 def _with_records(
     update: dict[str, Any],
     resource: Resource,
@@ -393,37 +377,19 @@ def _with_records(
     facts = _facts(
         resource, doc_id, revision, actor=record.actor, action=record.action, detail=record.detail
     )
-    guards: list[AuditGuard] = []
-    listening: list[tuple[AuditListener, AuditClauses]] = []
-    for listener in audit_listeners():
-        part = listener.clauses(facts, source="updated", guarded=guarded)
-        if isinstance(part, AuditGuard):
-            guards.append(part)
-        elif part is not None:
-            listening.append((listener, part))
-    sql, params = _update_sql(**update, listeners_guards=guards)
+    part = audit_listeners_part(facts, source="updated", guarded=guarded)
+    sql, params = _update_sql(**update, listeners_guards=part.guards)
     parts = [f"WITH updated AS ({sql})"]
     if record.version is not None:
         parts.append(_version_clause(vendor))
         origin = record.writer.origin(record.actor)
         params += [record.version, db_value(DocumentVersion, "origin", origin)]
-    parts.append(_audit_clause(vendor))
-    values = [getattr(facts, name) for name in _AUDIT_NAMES[:-1]]
-    params += db_values(AuditEntry, _AUDIT_NAMES, [*values, timezone.now()])
-    queued: list[str] = []
-    for _, clauses in listening:
-        parts.append(clauses.sql)
-        params += clauses.params
-        queued.append(f", (SELECT array_agg(id) FROM {clauses.jobs})")
-    parts.append(f" SELECT {columns(Document)}{''.join(queued)} FROM updated")
-    row = fetch_row("".join(parts), params)
-    if row is not None and listening:
-        jobs_of = [list(ids or []) for ids in row[-len(listening) :]]
-        for (listener, _), jobs in zip(listening, jobs_of, strict=True):
-            listener.queued(facts, jobs)
-        jobs_dispatch_on_commit([job for jobs in jobs_of for job in jobs])
-        row = row[: -len(listening)]
-    return row, bool(guards)
+    audit_sql, audit_params = audit_insert(facts, source="updated")
+    clauses, clauses_params = part.clauses()
+    parts += [f", audit AS ({audit_sql})", clauses]
+    parts.append(f" SELECT {columns(Document)}{part.selected()} FROM updated")
+    row = fetch_row("".join(parts), [*params, *audit_params, *clauses_params])
+    return (None if row is None else part.heard(row)), bool(part.guards)
 
 
 def _conditional_update(
