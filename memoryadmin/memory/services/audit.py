@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, astuple, dataclass, field, fields
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any, Protocol
@@ -82,14 +82,10 @@ def audit_listener_register(listener: AuditListener) -> None:
         _LISTENERS.append(listener)
 
 
-def audit_listeners() -> tuple[AuditListener, ...]:
-    return tuple(_LISTENERS)
-
-
 @dataclass(frozen=True)
 class ListenersPart:
     """What the audit listeners make of one change in the statement that writes it and its
-    audit entry (`audit_listeners_part`): the guards of those that expect to write nothing
+    audit entry (`audit_listened`): the guards of those that expect to write nothing
     (conditions of the write), the clauses of the others."""
 
     facts: AuditFacts
@@ -123,7 +119,7 @@ class ListenersPart:
         return tuple(row[: -len(self.listening)])
 
 
-def audit_listeners_part(facts: AuditFacts, *, source: str, guarded: bool) -> ListenersPart:
+def _listeners_part(facts: AuditFacts, *, source: str, guarded: bool) -> ListenersPart:
     """Each listener's part of a statement whose `WITH` clause `source` returns a row only
     if the change was written (PostgreSQL); with `guarded`, a listener may answer a guard."""
     guards: list[AuditGuard] = []
@@ -135,6 +131,25 @@ def audit_listeners_part(facts: AuditFacts, *, source: str, guarded: bool) -> Li
         elif part is not None:
             listening.append((listener, part))
     return ListenersPart(facts, guards, listening)
+
+
+def audit_listened(
+    facts: AuditFacts, *, source: str, write: Callable[[ListenersPart], Sequence[Any] | None]
+) -> tuple[Any, ...] | None:
+    """Runs `write`: the one statement (PostgreSQL) that writes a change, its audit entry
+    and the listeners' part of it, whose `WITH` clause `source` returns the change's row.
+    Its row without the listeners' job columns; None when nothing was written. A listener
+    that expects to add nothing may answer a guard instead of its clauses: where a guard
+    was among the statement's conditions and nothing was written, the statement runs
+    again with every listener's clauses (the guard may be why)."""
+    for guarded in (True, False):
+        part = _listeners_part(facts, source=source, guarded=guarded)
+        row = write(part)
+        if row is not None:
+            return part.heard(row)
+        if not part.guards:
+            return None
+    return None
 
 
 # The audit entry's fields, as AuditFacts names them, then its time.
@@ -157,12 +172,10 @@ def audit_insert(facts: AuditFacts, *, source: str = "") -> tuple[str, list[Any]
     return _audit_insert_sql(connection.vendor, source), params
 
 
-def _audit_statement(facts: AuditFacts, *, guarded: bool) -> tuple[bool, bool]:
-    """The entry and what the listeners add of it, as one PostgreSQL statement; whether it
-    was written (a listener's guard may have failed) and whether a guard was among its
-    conditions."""
-    part = audit_listeners_part(facts, source="audit", guarded=guarded)
-    insert, params = audit_insert(facts)
+def _audit_statement(part: ListenersPart) -> tuple[Any, ...] | None:
+    """The entry of `part.facts` with the listeners' part, as one PostgreSQL statement; its
+    row, None when a guard kept it from being written."""
+    insert, params = audit_insert(part.facts)
     condition, condition_params = part.condition()
     if condition:
         insert += f" WHERE {condition}"
@@ -172,10 +185,7 @@ def _audit_statement(facts: AuditFacts, *, guarded: bool) -> tuple[bool, bool]:
         f"WITH audit AS ({insert} RETURNING {column(AuditEntry, 'id')}){clauses}"
         f" SELECT 1{part.selected()} FROM audit"
     )
-    row = fetch_row(sql, [*params, *clauses_params])
-    if row is not None:
-        part.heard(row)
-    return row is not None, bool(part.guards)
+    return fetch_row(sql, [*params, *clauses_params])
 
 
 def audit_write(facts: AuditFacts) -> None:
@@ -183,12 +193,8 @@ def audit_write(facts: AuditFacts) -> None:
     PostgreSQL in one statement (listeners add `WITH` clauses, or guards), elsewhere the
     entry's INSERT and then each listener's own writes."""
     if connection.vendor == "postgresql":
-        written, guarded = _audit_statement(facts, guarded=True)
-        if not written and guarded:
-            # Only a listener's guard keeps the entry from being written: it has
-            # something to add after all.
-            written, _ = _audit_statement(facts, guarded=False)
-        assert written, facts
+        written = audit_listened(facts, source="audit", write=_audit_statement)
+        assert written is not None, facts  # only a guard keeps it, and the last try has none
         return
     AuditEntry.objects.create(**asdict(facts))
     for listener in _LISTENERS:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,8 +54,9 @@ from memoryadmin.memory.models import Document, DocumentVersion, Resource, Write
 from memoryadmin.memory.services.audit import (
     AuditFacts,
     AuditGuard,
+    ListenersPart,
     audit_insert,
-    audit_listeners_part,
+    audit_listened,
     audit_write,
 )
 from memoryadmin.memory.services.document_filters import NO_FACETS, DocumentFacets
@@ -360,36 +361,24 @@ def _version_clause(vendor: str) -> str:
 
 
 def _with_records(
-    update: dict[str, Any],
-    resource: Resource,
-    doc_id: str,
-    revision: str,
-    record: Record,
-    *,
-    guarded: bool,
-) -> tuple[tuple[Any, ...] | None, bool]:
-    """Runs the UPDATE (`update`: `_update_sql`'s arguments), plus its version row, audit
-    entry and what the audit listeners add (webhook deliveries and their jobs), as one
-    PostgreSQL statement; its row (None: nothing written) and whether a listener's guard
-    was among its conditions (`AuditGuard`: with `guarded`, a listener that expects to
-    add nothing may make it a condition of the write instead of adding its clauses)."""
+    update: Callable[..., tuple[str, list[Any]]], record: Record, part: ListenersPart
+) -> tuple[Any, ...] | None:
+    """The UPDATE (`update`: `_update_sql` with the write's arguments), plus its version
+    row, audit entry and the audit listeners' part (webhook deliveries and their jobs, or
+    the guards that stand for them among the UPDATE's conditions), as one PostgreSQL
+    statement (`audit_listened` runs it); its row, None when nothing was written."""
     vendor = connection.vendor
-    facts = _facts(
-        resource, doc_id, revision, actor=record.actor, action=record.action, detail=record.detail
-    )
-    part = audit_listeners_part(facts, source="updated", guarded=guarded)
-    sql, params = _update_sql(**update, listeners_guards=part.guards)
+    sql, params = update(listeners_guards=part.guards)
     parts = [f"WITH updated AS ({sql})"]
     if record.version is not None:
         parts.append(_version_clause(vendor))
         origin = record.writer.origin(record.actor)
         params += [record.version, db_value(DocumentVersion, "origin", origin)]
-    audit_sql, audit_params = audit_insert(facts, source="updated")
+    audit_sql, audit_params = audit_insert(part.facts, source="updated")
     clauses, clauses_params = part.clauses()
     parts += [f", audit AS ({audit_sql})", clauses]
     parts.append(f" SELECT {columns(Document)}{part.selected()} FROM updated")
-    row = fetch_row("".join(parts), [*params, *audit_params, *clauses_params])
-    return (None if row is None else part.heard(row)), bool(part.guards)
+    return fetch_row("".join(parts), [*params, *audit_params, *clauses_params])
 
 
 def _conditional_update(
@@ -406,23 +395,30 @@ def _conditional_update(
     (its version and audit entry) too."""
     revision = new_revision()
     fields = {**fields, "revision": revision, "updated_at": timezone.now()}
-    update: dict[str, Any] = {
-        "resource": resource,
-        "doc_id": doc_id,
-        "expected_revision": expected_revision,
-        "fields": fields,
-        "require_agent_writes": require_agent_writes,
-        "guard": guard,
-    }
+    update = functools.partial(
+        _update_sql,
+        resource,
+        doc_id,
+        expected_revision,
+        fields,
+        require_agent_writes=require_agent_writes,
+        guard=guard,
+    )
     together = record is not None and _records_in_update_statement()
     if record is not None and together:
-        row, guarded = _with_records(update, resource, doc_id, revision, record, guarded=True)
-        if row is None and guarded:
-            # A listener's guard may be why nothing was written (it has something to add
-            # after all): the same write with every listener's clauses.
-            row, _ = _with_records(update, resource, doc_id, revision, record, guarded=False)
+        facts = _facts(
+            resource,
+            doc_id,
+            revision,
+            actor=record.actor,
+            action=record.action,
+            detail=record.detail,
+        )
+        row = audit_listened(
+            facts, source="updated", write=lambda part: _with_records(update, record, part)
+        )
     else:
-        row = fetch_row(*_update_sql(**update))
+        row = fetch_row(*update())
     if row is None:
         raise _explain_no_rows(resource, doc_id)
     # The row is ours until commit (locked on PostgreSQL, the database on SQLite).
