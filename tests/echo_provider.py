@@ -49,9 +49,10 @@ class EchoProvider(MemoryProvider):
             raise InvalidRequest(f"{where}.provider takes kind and maxBytes only.")
         return {"kind": self.kind, "maxBytes": provider.get("maxBytes", 1024)}
 
-    def admit(self, *, spec: BindingSpec, resource: Resource) -> None:
-        if spec.scope != Scope.NAMESPACE:
-            raise InvalidMemoryBinding(spec.resource, "echo takes namespace bindings only.")
+    def admit(self, *, bindings: list[tuple[BindingSpec, Resource]]) -> None:
+        for spec, _ in bindings:
+            if spec.scope != Scope.NAMESPACE:
+                raise InvalidMemoryBinding(spec.resource, "echo takes namespace bindings only.")
 
     def recall_calls(
         self,

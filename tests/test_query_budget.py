@@ -17,8 +17,9 @@ from django.urls import reverse
 from rest_framework.test import APIClient
 
 from memoryadmin.agents.models import Recall, RecallSource, Session
-from memoryadmin.memory.models import AuditEntry, Document, DocumentVersion, Resource
-from memoryadmin.memory.services.documents import document_delete
+from memoryadmin.memory.models import AuditEntry, Document, DocumentVersion, Project, Resource
+from memoryadmin.memory.services.deployments import deployment_create
+from memoryadmin.memory.services.documents import document_create, document_delete
 from tests.helpers import Keys, html_of, is_postgres
 
 DOCS = "/api/managed-agents/projects/acme/memory/notes/documents"
@@ -135,6 +136,59 @@ def test_a_delete_writes_its_audit_entry_with_any_deliveries_in_one_statement(
     assert len(queries) <= (6 if is_postgres() else 7), queries
     if is_postgres():
         assert "webhook" in audited[0] or "NOT EXISTS" in audited[0], audited
+
+
+SESSIONS = "/api/managed-agents/sessions"
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("bound", [1, 8])
+def test_a_session_create_and_end_cost_the_same_whatever_documents_they_bind(
+    api: APIClient, keys: Keys, project: Project, notes: Resource, bound: int
+) -> None:
+    memory = [
+        {"id": f"r{i}", "description": "Resource.", "provider": {"kind": "document"}}
+        for i in range(bound)
+    ]
+    deployment_create(
+        project=project, agent="wide-bot", memory=memory, promote="development", actor="t"
+    )
+    for i in range(bound):
+        resource = Resource.objects.get(resource_id=f"r{i}", environment="development")
+        document_create(resource=resource, doc_id=f"d{i}", title="D", actor="t")
+    api.get(f"{DOCS}/workshop{ENV}")
+    body = {
+        "agentId": "wide-bot@development",
+        "memory": {
+            f"r{i}": {"scope": "document", "id": f"d{i}", "access": "read-write"}
+            for i in range(bound)
+        },
+    }
+    response, queries = counted(
+        lambda: api.post(SESSIONS, body, format="json", HTTP_IDEMPOTENCY_KEY="k")
+    )
+    assert response.status_code == 201, response.content
+    assert [m["writable"] for m in response.json()["session"]["memory"]] == [True] * bound
+    session = Session.objects.get()
+    assert session.bindings.count() == bound
+    # The key, the project, the active deployment; BEGIN, the session (its key decides
+    # between concurrent creates: no look-up first, no savepoint), the resources, every
+    # bound document's state in one query, the bindings, the first event (numbered with
+    # the session's row), the audit entry, COMMIT; then the answer's bindings, their
+    # documents' writability and the deployment's environments. Elsewhere the audit
+    # entry's listeners are looked up after it.
+    assert len(queries) <= (14 if is_postgres() else 15), queries
+    assert not [sql for sql in queries if "SAVEPOINT" in sql or "UPDATE" in sql], queries
+    assert len([sql for sql in queries if "memory_document" in sql]) == 2, queries
+
+    url = f"{SESSIONS}/{session.id}/end"
+    response, queries = counted(lambda: api.post(url, {}, format="json"))
+    assert response.status_code == 200, response.content
+    assert [m["writable"] for m in response.json()["memory"]] == [False] * bound
+    # The key, the session; BEGIN, its lock, the end, its event, the audit entry,
+    # COMMIT; the answer's bindings and their documents.
+    assert len(queries) <= (10 if is_postgres() else 11), queries
+    assert not [sql for sql in queries if "SAVEPOINT" in sql], queries
 
 
 @pytest.mark.django_db(transaction=True)

@@ -301,6 +301,79 @@ def test_binding_a_deleted_document_is_400(api: APIClient, workshop: Any, notes:
     assert not Session.objects.exists()
 
 
+def test_a_replay_returns_the_session_even_where_its_bindings_would_now_be_refused(
+    api: APIClient, workshop: Any, notes: Resource
+) -> None:
+    first = create(api, WORKSHOP_RW)
+    document_delete(
+        resource=notes, doc_id="workshop", expected_revision=workshop.revision, actor="t"
+    )
+    # The key decides before admission: the session it made is the answer, not a 400.
+    again = create(api, WORKSHOP_RW)
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert again.json()["session"]["id"] == first.json()["session"]["id"]
+    assert Session.objects.count() == 1
+    assert SessionEvent.objects.count() == 1
+    assert AuditEntry.objects.filter(action="session.create").count() == 1
+
+
+def test_a_key_refused_at_admission_stays_free_for_bindings_that_pass(
+    api: APIClient, workshop: Any
+) -> None:
+    refused = create(api, {"notes": {"scope": "document", "id": "missing"}})
+    assert refused.status_code == 400
+    assert not Session.objects.exists()
+    created = create(api, WORKSHOP_RW)
+    assert created.status_code == 201
+    session = Session.objects.get()
+    assert (session.idempotency_key, session.last_seq) == ("key-1", 1)
+    assert list(SessionEvent.objects.values_list("seq", "type")) == [(1, "session.created")]
+
+
+@pytest.mark.parametrize(
+    ("notes_id", "kb_id", "binding", "message"),
+    [
+        # Each id exists, but only in the other resource.
+        ("kb-only", "notes-only", "kb", "'notes-only' does not exist"),
+        ("workshop", "notes-only", "kb", "'notes-only' does not exist"),
+        ("kb-only", "kb-only", "notes", "'kb-only' does not exist"),
+        ("gone", "kb-only", "notes", "'gone' was deleted"),
+        ("workshop", "gone", "kb", "'gone' was deleted"),
+    ],
+)
+def test_documents_bound_in_two_resources_are_each_looked_up_in_their_own(
+    api: APIClient,
+    workshop: Any,
+    project: Project,
+    make_document: Any,
+    notes_id: str,
+    kb_id: str,
+    binding: str,
+    message: str,
+) -> None:
+    kb = Resource.objects.get(resource_id="kb", environment="development")
+    make_document("notes-only")
+    make_document("kb-only", resource=kb)
+    for resource in (Resource.objects.get(resource_id="notes", environment="development"), kb):
+        gone = make_document("gone", resource=resource)
+        document_delete(
+            resource=resource, doc_id="gone", expected_revision=gone.revision, actor="t"
+        )
+    response = create(
+        api,
+        {
+            "notes": {"scope": "document", "id": notes_id},
+            "kb": {"scope": "document", "id": kb_id},
+        },
+    )
+    assert response.status_code == 400, response.json()
+    error = response.json()["error"]
+    assert (error["code"], error["details"]) == ("invalid_memory_binding", {"binding": binding})
+    assert message in error["message"]
+    assert not Session.objects.exists()
+    assert not Binding.objects.exists()
+
+
 def test_eight_bindings_are_accepted(api: APIClient, project: Project) -> None:
     memory = [
         {"id": f"r{i}", "description": "Resource.", "provider": {"kind": "document"}}

@@ -114,6 +114,8 @@ def bindings_admit(
             resource_id__in=[spec.resource for spec in specs],
         )
     }
+    # The bindings of each kind, admitted by the kind in one call.
+    by_kind: dict[str, list[tuple[BindingSpec, Resource]]] = {}
     for spec in specs:
         if spec.resource not in declared:
             raise InvalidMemoryBinding(
@@ -124,7 +126,9 @@ def bindings_admit(
             raise InvalidMemoryBinding(
                 spec.resource, f"the resource does not exist in {environment}; promote first."
             )
-        _admit_one(spec, resource)
+        by_kind.setdefault(resource.kind, []).append((spec, resource))
+    for bindings in by_kind.values():
+        _provider(bindings[0][1]).admit(bindings=bindings)
     # Identical declared tool names merge only with identical schemas, and may
     # not shadow a tool a provider kind reserves: otherwise the session is rejected here.
     http_tools_merge(
@@ -150,16 +154,13 @@ def _provider(resource: Resource) -> MemoryProvider:
     return provider_for(resource.kind)
 
 
-def _admit_one(spec: BindingSpec, resource: Resource) -> None:
-    _provider(resource).admit(spec=spec, resource=resource)
-
-
-def admit_namespace_only(spec: BindingSpec, resource: Resource) -> None:
+def admit_namespace_only(bindings: list[tuple[BindingSpec, Resource]]) -> None:
     """The admission rule of providers whose records live elsewhere: namespace bindings only."""
-    if spec.scope != Scope.NAMESPACE:
-        raise InvalidMemoryBinding(
-            spec.resource, f"a {resource.kind} provider takes namespace bindings only."
-        )
+    for spec, resource in bindings:
+        if spec.scope != Scope.NAMESPACE:
+            raise InvalidMemoryBinding(
+                spec.resource, f"a {resource.kind} provider takes namespace bindings only."
+            )
 
 
 def binding_partition(*, session: Session, binding: Binding) -> str:

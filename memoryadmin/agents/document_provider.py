@@ -410,26 +410,34 @@ class DocumentProvider(MemoryProvider):
             raise InvalidRequest(f"{where}.provider.{exc.message}") from exc
         return {"kind": KIND, "maxBytes": max_bytes, **_review_settings(provider, where)}
 
-    def admit(self, *, spec: BindingSpec, resource: Resource) -> None:
-        if spec.scope == Scope.NAMESPACE:
-            raise InvalidMemoryBinding(
-                spec.resource, "namespace bindings need an http provider; this is a document one."
-            )
-        if spec.scope != Scope.DOCUMENT:
+    def admit(self, *, bindings: list[tuple[BindingSpec, Resource]]) -> None:
+        for spec, _ in bindings:
+            if spec.scope == Scope.NAMESPACE:
+                raise InvalidMemoryBinding(
+                    spec.resource,
+                    "namespace bindings need an http provider; this is a document one.",
+                )
+        documents = [(spec, where) for spec, where in bindings if spec.scope == Scope.DOCUMENT]
+        if not documents:
             return
-        state = (
-            Document.objects.filter(resource=resource, doc_id=spec.target_id)
-            .values_list("deleted", flat=True)
-            .first()
-        )
-        if state is None:
-            raise InvalidMemoryBinding(
-                spec.resource, f"document '{spec.target_id}' does not exist; create it first."
-            )
-        if state:
-            raise InvalidMemoryBinding(
-                spec.resource, f"document '{spec.target_id}' was deleted; use a new id."
-            )
+        # Every bound document's state in one query (a superset: each resource's ids).
+        deleted = {
+            (resource_id, doc_id): state
+            for resource_id, doc_id, state in Document.objects.filter(
+                resource_id__in={resource.pk for _, resource in documents},
+                doc_id__in={spec.target_id for spec, _ in documents},
+            ).values_list("resource_id", "doc_id", "deleted")
+        }
+        for spec, resource in documents:
+            state = deleted.get((resource.pk, spec.target_id))
+            if state is None:
+                raise InvalidMemoryBinding(
+                    spec.resource, f"document '{spec.target_id}' does not exist; create it first."
+                )
+            if state:
+                raise InvalidMemoryBinding(
+                    spec.resource, f"document '{spec.target_id}' was deleted; use a new id."
+                )
 
     def recall(self, *, session: Session, bindings: list[Binding]) -> dict[str, Projection]:
         return document_projections(bindings=bindings)

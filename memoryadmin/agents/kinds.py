@@ -139,8 +139,9 @@ class MemoryProvider(ResourceKind):
     # Bindings.
 
     @abstractmethod
-    def admit(self, *, spec: BindingSpec, resource: Resource) -> None:
-        """Raises InvalidMemoryBinding when this resource cannot take the binding."""
+    def admit(self, *, bindings: list[tuple[BindingSpec, Resource]]) -> None:
+        """Raises InvalidMemoryBinding when a resource cannot take its binding: a new
+        session's bindings to this kind's resources, all at once (one look-up for all)."""
 
     # The runtime.
 

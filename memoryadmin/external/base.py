@@ -409,8 +409,8 @@ class ExternalProvider(MemoryProvider):
 
     # Bindings.
 
-    def admit(self, *, spec: BindingSpec, resource: Resource) -> None:
-        admit_namespace_only(spec, resource)
+    def admit(self, *, bindings: list[tuple[BindingSpec, Resource]]) -> None:
+        admit_namespace_only(bindings)
 
     # Recall: the provider's search with the input, whole records within maxBytes.
 

@@ -128,8 +128,8 @@ class HttpProvider(MemoryProvider):
     def declared_tools(self, resource: Resource) -> list[dict[str, Any]]:
         return http_tools(resource)
 
-    def admit(self, *, spec: BindingSpec, resource: Resource) -> None:
-        admit_namespace_only(spec, resource)
+    def admit(self, *, bindings: list[tuple[BindingSpec, Resource]]) -> None:
+        admit_namespace_only(bindings)
 
     def recall_calls(
         self,

@@ -8,6 +8,7 @@ import json
 import re
 import secrets
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
@@ -172,7 +173,6 @@ def _replay(
     )
 
 
-@transaction.atomic
 def session_create(
     *,
     project: Project,
@@ -185,7 +185,11 @@ def session_create(
 ) -> tuple[Session, bool]:
     """Creates a session, or returns the one this key already created.
 
-    Returns the session and whether this call created it.
+    Returns the session and whether this call created it. The session row is written
+    first: the unique (project, key) constraint decides between this call and any
+    other with the key (one that has not committed yet is waited for), and where it
+    refuses, the transaction is rolled back whole and the session already made is
+    replayed, without the look-up and savepoint every creation would otherwise pay.
     """
     check_idempotency_key(idempotency_key)
     agent, environment = agent_ref_parse(agent_id)
@@ -199,29 +203,46 @@ def session_create(
         "deployment": deployment,
         "specs": specs,
     }
-    existing = Session.objects.filter(project=project, idempotency_key=idempotency_key).first()
-    if existing is not None:
-        return _replay(existing, fingerprint, **facts), False
-    resources = bindings_admit(deployment=deployment, environment=environment, specs=specs)
-    now = timezone.now()
+    session = Session(
+        id=new_session_id(),
+        project=project,
+        environment=environment,
+        agent=agent,
+        deployment=deployment,
+        labels=checked_labels,
+        idempotency_key=idempotency_key,
+        fingerprint=fingerprint,
+        created_at=timezone.now(),
+    )
     try:
-        # The unique (project, key) constraint decides between concurrent
-        # requests: the loser waits for the winner's commit, then replays it.
-        with transaction.atomic():
-            session = Session.objects.create(
-                id=new_session_id(),
-                project=project,
-                environment=environment,
-                agent=agent,
-                deployment=deployment,
-                labels=checked_labels,
-                idempotency_key=idempotency_key,
-                fingerprint=fingerprint,
-                created_at=now,
-            )
+        _session_write(session, specs, actor=actor)
     except IntegrityError:
-        existing = Session.objects.get(project=project, idempotency_key=idempotency_key)
+        existing = Session.objects.filter(project=project, idempotency_key=idempotency_key).first()
+        if existing is None:
+            raise
         return _replay(existing, fingerprint, **facts), False
+    return session, True
+
+
+@transaction.atomic
+def _session_write(session: Session, specs: list[BindingSpec], *, actor: str) -> None:
+    """A new session with its bindings (admitted first), its first event and its audit
+    entry, or nothing: IntegrityError where the session's key is taken. The first event
+    is numbered as the row is written, with no update of it."""
+    created = _next_event(
+        session,
+        EventType.SESSION_CREATED,
+        {
+            "agent": session.agent,
+            "environment": session.environment,
+            "deploymentId": session.deployment_id,
+        },
+        at=session.created_at,
+    )
+    session.save(force_insert=True)
+    resources = bindings_admit(
+        deployment=session.deployment, environment=session.environment, specs=specs
+    )
     Binding.objects.bulk_create(
         Binding(
             session=session,
@@ -233,29 +254,29 @@ def session_create(
         )
         for spec in specs
     )
-    event_append(
-        session=session,
-        type=EventType.SESSION_CREATED,
-        data={"agent": agent, "environment": environment, "deploymentId": deployment.id},
-    )
+    created.save(force_insert=True)
     audit_record(
-        project_id=project.id,
-        environment=environment,
+        project_id=session.project_id,
+        environment=session.environment,
         actor=actor,
         action="session.create",
-        detail={"session": session.id, "agent": agent, "deployment": deployment.id},
+        detail={"session": session.id, "agent": session.agent, "deployment": session.deployment_id},
     )
-    return session, True
 
 
 def event_append(*, session: Session, type: str, data: dict[str, Any]) -> SessionEvent:
     """Appends the session's next event. The caller holds the session row
     (created it, or locked it with select_for_update), so seq cannot race."""
-    session.last_seq += 1
+    event = _next_event(session, type, data, at=timezone.now())
     Session.objects.filter(pk=session.pk).update(last_seq=session.last_seq)
-    return SessionEvent.objects.create(
-        session=session, seq=session.last_seq, type=type, data=data, created_at=timezone.now()
-    )
+    event.save(force_insert=True)
+    return event
+
+
+def _next_event(session: Session, type: str, data: dict[str, Any], *, at: datetime) -> SessionEvent:
+    """The session's next event, numbered (its `last_seq` moved on), not yet written."""
+    session.last_seq += 1
+    return SessionEvent(session=session, seq=session.last_seq, type=type, data=data, created_at=at)
 
 
 def record_saved(*, session: Session, data: dict[str, Any]) -> None:
@@ -429,11 +450,11 @@ def session_lock(*, session: Session) -> Session:
     return Session.objects.select_for_update().get(pk=session.pk)
 
 
-@transaction.atomic
 def session_end(*, session: Session, actor: str) -> Session:
     """Ends a session, revoking its memory writes; ending it again changes nothing.
 
-    Takes the lock every agent save takes, so no save commits after an end.
+    Takes the lock every agent save takes, so no save commits after an end (in
+    sessions_end's transaction).
     """
     return sessions_end(session_ids=[session.pk], actor=actor)[0]
 
@@ -448,20 +469,12 @@ def sessions_end(*, session_ids: list[str], actor: str) -> list[Session]:
     if not active:
         return locked
     now = timezone.now()
+    events = []
     for session in active:
         session.status, session.ended_at = SessionStatus.ENDED, now
-        session.last_seq += 1
+        events.append(_next_event(session, EventType.SESSION_ENDED, {}, at=now))
     Session.objects.bulk_update(active, ["status", "ended_at", "last_seq"])
-    SessionEvent.objects.bulk_create(
-        SessionEvent(
-            session=session,
-            seq=session.last_seq,
-            type=EventType.SESSION_ENDED,
-            data={},
-            created_at=now,
-        )
-        for session in active
-    )
+    SessionEvent.objects.bulk_create(events)
     for session in active:
         audit_record(
             project_id=session.project_id,
