@@ -192,6 +192,34 @@ def test_a_session_create_and_end_cost_the_same_whatever_documents_they_bind(
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_save_tool_call_reads_its_key_session_and_bindings_in_one_round_trip(
+    api: APIClient, keys: Keys, session: Session, workshop: Document
+) -> None:
+    base = f"{SESSIONS}/{session.id}/memory"
+    recalled = api.post(f"{base}/recall", {"use": ["notes"]}, format="json")
+    assert recalled.status_code == 200, recalled.content
+    body = {
+        "recallId": recalled.json()["recallId"],
+        "callId": "c1",
+        "name": "memory_save",
+        "arguments": {"text": "Node.js 24 now."},
+    }
+    response, queries = counted(lambda: api.post(f"{base}/tool-calls", body, format="json"))
+    assert response.status_code == 200, response.content
+    assert response.json()["result"]["status"] == "saved"
+    assert Document.objects.get(pk=workshop.pk).text == "Node.js 24 now."
+    # The key with the session, its deployment and its bindings with their resources
+    # (on PostgreSQL one query, elsewhere the key first), the recall; BEGIN, the session's
+    # lock, the save (its document read, then one statement with its version and audit
+    # entry, in a savepoint; elsewhere the inserts after the update), the session's last
+    # event number and the event, COMMIT.
+    assert len(queries) <= (11 if is_postgres() else 17), queries
+    if is_postgres():
+        assert sum("memory_apikey" in sql for sql in queries) == 1, queries
+        assert sum("agents_binding" in sql for sql in queries) == 1, queries
+
+
+@pytest.mark.django_db(transaction=True)
 def test_a_recall_costs_one_query_per_step_and_stores_its_sources_with_it(
     api: APIClient, keys: Keys, session: Session, workshop: Document, make_document: Any
 ) -> None:

@@ -42,13 +42,15 @@ class ApiKeyAuthentication(BaseAuthentication):
         environment = request._request.GET.get("environment")
         view = (request.parser_context or {}).get("view")
         session_id = kwargs.get("session_id")
-        if session_id and getattr(view, "reads_session_with_key", False):
-            # A recall reads its session, bindings and documents with the key (one
-            # round trip on PostgreSQL); the view decides whether the key reaches it.
+        reads_session = getattr(view, "reads_session_with_key", "")
+        if session_id and reads_session:
+            # A recall reads its session, bindings and documents with the key, a tool
+            # call its session and bindings (one round trip on PostgreSQL); the view
+            # decides whether the key reaches it.
             from memoryadmin.agents.services.sessions import api_key_authenticate_with_session
 
             key, session_lookup = api_key_authenticate_with_session(
-                raw=raw.strip(), session_id=session_id
+                raw=raw.strip(), session_id=session_id, with_documents=reads_session == "documents"
             )
             request.session_lookup = session_lookup  # type: ignore[attr-defined]
         elif project_id and resource_id and environment in ENVIRONMENTS:

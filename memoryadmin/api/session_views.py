@@ -206,7 +206,7 @@ class SessionRecallsView(SessionApiView):
 
 class RecallView(SessionApiView):
     # The key, the session, its bindings and documents in one round trip (api/auth.py).
-    reads_session_with_key = True
+    reads_session_with_key = "documents"
 
     @extend_schema(
         request=s.RecallInput,
@@ -268,6 +268,9 @@ class CancelView(SessionApiView):
 
 
 class ToolCallView(SessionApiView):
+    # The key, the session and its bindings in one round trip (api/auth.py).
+    reads_session_with_key = "bindings"
+
     @extend_schema(
         request=s.ToolCallInput,
         responses={
@@ -285,11 +288,18 @@ class ToolCallView(SessionApiView):
         "invalid_tool_arguments.",
     )
     def post(self, request: Request, session_id: str) -> Response:
-        session = self.session(request, session_id, write=True)
+        session, bindings = session_services.session_get_with_bindings(
+            session_id=session_id,
+            key=self.key(request),
+            write=True,
+            lookup=getattr(request, "session_lookup", None),
+            with_documents=False,
+        )
         data = validated(s.ToolCallInput, request)
         with caller_connection(client_gone_probe(request)):
             result = runtime.tool_call(
                 session=session,
+                bindings=bindings,
                 recall_id=data["recallId"],
                 call_id=data["callId"],
                 name=data["name"],

@@ -375,16 +375,24 @@ def _target(
 
 
 def tool_call(
-    *, session: Session, recall_id: str, call_id: str, name: str, arguments: object
+    *,
+    session: Session,
+    recall_id: str,
+    call_id: str,
+    name: str,
+    arguments: object,
+    bindings: list[Binding] | None = None,
 ) -> Result:
-    """Runs one memory tool call the model made in the response to a recall."""
+    """Runs one memory tool call the model made in the response to a recall (`bindings`:
+    the session's, as `session_bindings` reads them, where the caller has them)."""
     # The session's state is read with the recall, as it is now.
     recall = Recall.objects.select_related("session").filter(pk=recall_id, session=session).first()
     if recall is None:
         raise NotFound(f"No recall '{recall_id}' in session {session.id}.")
     if not 1 <= len(call_id) <= CALL_ID_MAX:
         raise InvalidRequest(f"callId must be 1-{CALL_ID_MAX} characters.")
-    bindings = _bindings(session)
+    if bindings is None:
+        bindings = _bindings(session)
     offers = _offers(bindings)
     offered = offers.get(name, [])
     # The kinds that know this tool: those offering it here, and those reserving its name.

@@ -393,37 +393,45 @@ def session_get_with_bindings(
     key: ApiKey | None = None,
     write: bool = False,
     lookup: SessionLookup | None = None,
+    with_documents: bool = True,
 ) -> tuple[Session, list[Binding]]:
     """`session_get`, and the session's bindings with their resources by resource id
-    and the live documents of document bindings, in the same query (what a recall
-    reads first), or as `lookup` read them with the key."""
-    if lookup is not None and lookup.session_id == session_id:
+    and (`with_documents`) the live documents of document bindings, in the same query
+    (what a recall or a tool call reads first), or as `lookup` read them with the key."""
+    if (
+        lookup is not None
+        and lookup.session_id == session_id
+        and (lookup.with_documents or not with_documents)
+    ):
         session, bindings = lookup.session, lookup.bindings
     else:
-        session, bindings = _session_rows(session_id, with_bindings=True, with_documents=True)
+        session, bindings = _session_rows(
+            session_id, with_bindings=True, with_documents=with_documents
+        )
     return _reachable(session, session_id, key, write), bindings
 
 
 @dataclass(frozen=True)
 class SessionLookup:
     """A session a request names, read with the request's key (its bindings, their
-    resources and bound documents); whether the key reaches it is for
-    `session_get_with_bindings` to decide."""
+    resources and, `with_documents`, the bound documents); whether the key reaches it
+    is for `session_get_with_bindings` to decide."""
 
     session_id: str
     session: Session | None
     bindings: list[Binding]
+    with_documents: bool
 
 
 def api_key_authenticate_with_session(
-    *, raw: str, session_id: str
+    *, raw: str, session_id: str, with_documents: bool
 ) -> tuple[ApiKey | None, SessionLookup | None]:
-    """The key and the session a recall reads, in one round trip (PostgreSQL; elsewhere
-    no lookup: the caller authenticates as usual)."""
+    """The key and the session a recall (`with_documents`) or a tool call reads, in one
+    round trip (PostgreSQL; elsewhere no lookup: the caller authenticates as usual)."""
     hashed = api_key_hashed(raw)
     if connection.vendor != "postgresql" or hashed is None:
         return api_key_authenticate(raw=raw), None
-    sql = _session_sql(connection.vendor, True, True, True)
+    sql = _session_sql(connection.vendor, True, with_documents, True)
     with connection.cursor() as cursor:
         cursor.execute(sql, [session_id, hashed])
         rows = cursor.fetchall()
@@ -434,10 +442,10 @@ def api_key_authenticate_with_session(
     session, bindings = _session_rows(
         session_id,
         with_bindings=True,
-        with_documents=True,
+        with_documents=with_documents,
         rows=[row[width:] for row in rows],
     )
-    return key, SessionLookup(session_id, session, bindings)
+    return key, SessionLookup(session_id, session, bindings, with_documents)
 
 
 def session_bindings(*, session: Session) -> list[Binding]:
