@@ -16,6 +16,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from rest_framework.test import APIClient
 
+from memoryadmin.agents.mcp import MemoryDoor
 from memoryadmin.agents.models import Recall, RecallSource, Session
 from memoryadmin.memory.models import AuditEntry, Document, DocumentVersion, Project, Resource
 from memoryadmin.memory.services.deployments import deployment_create
@@ -217,6 +218,24 @@ def test_a_save_tool_call_reads_its_key_session_and_bindings_in_one_round_trip(
     if is_postgres():
         assert sum("memory_apikey" in sql for sql in queries) == 1, queries
         assert sum("agents_binding" in sql for sql in queries) == 1, queries
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_mcp_door_reads_its_session_and_bindings_once_a_call(
+    session: Session, workshop: Document
+) -> None:
+    door = MemoryDoor(session_id=session.id, project_id=session.project_id)
+    recalled, queries = counted(door.recall_now)
+    assert set(recalled["memory"]) == {"kb", "notes"}
+    # The session with its deployment, bindings and bound documents; the collection's
+    # overview; the recall with its sources (elsewhere two inserts in a transaction).
+    assert len(queries) <= (3 if is_postgres() else 6), queries
+    saved, queries = counted(lambda: door.call("memory_save", {"text": "Node 24."}))
+    assert saved["status"] == "saved"
+    assert Document.objects.get(pk=workshop.pk).text == "Node 24."
+    # As the API's tool call, with the session and bindings read without the key.
+    assert len(queries) <= (11 if is_postgres() else 16), queries
+    assert sum("agents_binding" in sql for sql in queries) == 1, queries
 
 
 @pytest.mark.django_db(transaction=True)

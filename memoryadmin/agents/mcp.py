@@ -47,9 +47,12 @@ from memoryadmin import __version__
 from memoryadmin.agents.errors import SessionClosed
 from memoryadmin.agents.management.commands.session import memory_options
 from memoryadmin.agents.mcp_threads import Threads
-from memoryadmin.agents.models import Session
+from memoryadmin.agents.models import Binding, Session
 from memoryadmin.agents.services import runtime
-from memoryadmin.agents.services.sessions import session_create, session_get
+from memoryadmin.agents.services.sessions import (
+    session_create,
+    session_get_with_bindings,
+)
 from memoryadmin.core.errors import (
     DomainError,
     InvalidRequest,
@@ -109,19 +112,20 @@ class MemoryDoor:
     project_id: str
     recall: dict[str, Any] | None = field(default=None)
 
-    def _session(self) -> Session:
-        return session_get(session_id=self.session_id)
+    def _session(self, *, with_documents: bool = False) -> tuple[Session, list[Binding]]:
+        """The session and its bindings (by resource id) in one query; `with_documents`:
+        with the bound documents, as a recall reads them."""
+        return session_get_with_bindings(session_id=self.session_id, with_documents=with_documents)
 
     @staticmethod
-    def _bound(session: Session) -> list[str]:
-        bindings = session.bindings.order_by("resource__resource_id")
-        return list(bindings.values_list("resource__resource_id", flat=True))
+    def _bound(bindings: list[Binding]) -> list[str]:
+        return [binding.resource.resource_id for binding in bindings]
 
     def recall_now(self, input_text: str | None = None) -> dict[str, Any]:
         """A new recall of every bound resource; later tool calls answer to it."""
-        session = self._session()
+        session, bindings = self._session(with_documents=True)
         self.recall = runtime.recall_create(
-            session=session, use=self._bound(session), input_text=input_text
+            session=session, use=self._bound(bindings), input_text=input_text, bindings=bindings
         )
         return self.recall
 
@@ -146,8 +150,10 @@ class MemoryDoor:
             recall = self.recall_now(text)
             return {"recallId": recall["recallId"], "memory": recall["memory"]}
         recall = self.recall or self.recall_now()
+        session, bindings = self._session()
         return runtime.tool_call(
-            session=self._session(),
+            session=session,
+            bindings=bindings,
             recall_id=recall["recallId"],
             call_id="call_" + secrets.token_hex(12),
             name=name,
@@ -155,7 +161,7 @@ class MemoryDoor:
         )
 
     def resources(self) -> list[types.Resource]:
-        session = self._session()
+        session, bindings = self._session()
         described = {d["id"]: d.get("description", "") for d in session.deployment.memory}
         return [
             types.Resource(
@@ -164,16 +170,13 @@ class MemoryDoor:
                 description=described.get(resource) or None,
                 mime_type="text/plain",
             )
-            for resource in self._bound(session)
+            for resource in self._bound(bindings)
         ]
 
     def read(self, uri: str) -> str:
         resource = uri.removeprefix(RESOURCE_SCHEME)
-        session = self._session()
-        if (
-            not uri.startswith(RESOURCE_SCHEME)
-            or not session.bindings.filter(resource__resource_id=resource).exists()
-        ):
+        _, bindings = self._session()
+        if not uri.startswith(RESOURCE_SCHEME) or resource not in self._bound(bindings):
             raise InvalidRequest(f"No resource {uri!r}; this session reads memory://<resource>.")
         text: str = self.recall_now()["memory"][resource]["text"]
         return text
