@@ -17,6 +17,7 @@ from memoryadmin.memory.services.deployments import resource_get
 from memoryadmin.memory.services.documents import (
     document_delete,
     document_list,
+    document_patch,
     document_replace,
 )
 from tests.helpers import Keys, freeze
@@ -359,6 +360,50 @@ def test_owner_edit_after_recall_makes_save_conflict(
     retried = result(call(api, session_id, fresh["recallId"], "memory_save", {"text": "merged"}))
     assert retried["status"] == "saved"
     assert Document.objects.get(pk=workshop.pk).text == "merged"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_refused_and_conflicting_saves_in_their_own_transactions_write_nothing(
+    api: APIClient, keys: Keys, workshop: Document, notes: Resource
+) -> None:
+    # Real transactions (not the test's savepoints): a save that raises inside the
+    # transaction holding the session's lock rolls it back whole, and the conflict's
+    # current text is read after it.
+    session_id = start(api, RW)
+    recall_id = recall(api, session_id, ["notes"]).json()["recallId"]
+    saved = result(call(api, session_id, recall_id, "memory_save", {"text": "one"}))
+    assert saved["status"] == "saved"
+    stale = result(call(api, session_id, recall_id, "memory_save", {"text": "two"}, "c2"))
+    assert stale == {"status": "conflict", "text": "one", "summary": "Runtime."}
+    fresh = recall(api, session_id, ["notes"]).json()["recallId"]
+    big = "x" * (notes.max_bytes + 1)
+    too_large = result(call(api, session_id, fresh, "memory_save", {"text": big}, "c3"))
+    assert (too_large["status"], too_large["reason"]) == ("rejected", "too_large")
+    freeze(Document.objects.get(pk=workshop.pk))
+    frozen = result(call(api, session_id, fresh, "memory_save", {"text": "three"}, "c4"))
+    assert frozen == {"status": "rejected", "reason": "agent_writes_disabled"}
+    document = Document.objects.get(pk=workshop.pk)
+    assert document.text == "one"
+    assert DocumentVersion.objects.filter(document=document, action="save").count() == 1
+    events = list(
+        SessionEvent.objects.filter(session_id=session_id)
+        .order_by("seq")
+        .values_list("seq", "type")
+    )
+    assert events == [(1, "session.created"), (2, "memory.saved")]
+    assert Session.objects.get(pk=session_id).last_seq == 2
+    # Unfrozen, the session saves again on the current revision.
+    document_patch(
+        resource=notes,
+        doc_id="workshop",
+        expected_revision=document.revision,
+        agent_writes=True,
+        actor="t",
+    )
+    current = recall(api, session_id, ["notes"]).json()["recallId"]
+    again = result(call(api, session_id, current, "memory_save", {"text": "four"}, "c5"))
+    assert again["status"] == "saved"
+    assert Session.objects.get(pk=session_id).last_seq == 3
 
 
 def test_save_on_frozen_document_is_rejected(

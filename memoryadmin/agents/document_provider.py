@@ -227,6 +227,8 @@ def _save(
     writer = Writer(
         kind=WriterKind.AGENT, session_id=session.id, recall_id=recall.id, call_id=call_id
     )
+    # The save is no savepoint of this transaction (it adds none): a save that raises
+    # has written nothing, and the transaction is rolled back as it ends.
     with transaction.atomic():
         # The runtime refused calls of an ended session; the session lock orders
         # this save against an end that commits meanwhile: an end that committed
@@ -252,23 +254,27 @@ def _save(
         except LimitExceeded as exc:
             return rejected("too_large", field=exc.field, bytes=exc.bytes, maxBytes=exc.max_bytes)
         except PreconditionFailed:
-            current = Document.objects.live().filter(resource=resource, doc_id=binding.target_id)
-            found = current.first()
-            if found is None:
-                return rejected("not_found")
-            return {"status": "conflict", "text": found.text, "summary": found.summary}
+            document = None
         if isinstance(document, Proposal):
             return {"status": "proposed", "proposalId": document.id}
-        event_append(
-            session=locked,
-            type=EventType.MEMORY_SAVED,
-            data={
-                "resource": resource.resource_id,
-                "documentId": document.doc_id,
-                "revision": document.revision,
-                "bytes": document.bytes,
-            },
-        )
+        if document is not None:
+            event_append(
+                session=locked,
+                type=EventType.MEMORY_SAVED,
+                data={
+                    "resource": resource.resource_id,
+                    "documentId": document.doc_id,
+                    "revision": document.revision,
+                    "bytes": document.bytes,
+                },
+            )
+    if document is None:
+        # The revision the agent read is no longer current (read after the rollback).
+        current = Document.objects.live().filter(resource=resource, doc_id=binding.target_id)
+        found = current.first()
+        if found is None:
+            return rejected("not_found")
+        return {"status": "conflict", "text": found.text, "summary": found.summary}
     return {"status": "saved", "revision": document.revision, "bytes": document.bytes}
 
 

@@ -105,7 +105,7 @@ def _audit(proposal: Proposal, *, actor: str, action: str, **detail: Any) -> Non
     )
 
 
-@transaction.atomic
+@transaction.atomic(savepoint=False)
 def document_agent_save(
     *,
     resource: Resource,
