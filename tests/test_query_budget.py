@@ -212,11 +212,14 @@ def test_a_save_tool_call_reads_its_key_session_and_bindings_in_one_round_trip(
     # The key with the session, its deployment and its bindings with their resources
     # (on PostgreSQL one query, elsewhere the key first), the recall; BEGIN, the session's
     # lock, the save (its document read, then one statement with its version and audit
-    # entry; elsewhere the inserts after the update), the session's last event number
-    # and the event, COMMIT. The save is no savepoint of the transaction.
-    assert len(queries) <= (9 if is_postgres() else 15), queries
+    # entry; elsewhere the inserts after the update), the event with the session's last
+    # event number (one statement on PostgreSQL), COMMIT. The save is no savepoint of
+    # the transaction.
+    assert len(queries) <= (8 if is_postgres() else 15), queries
     if is_postgres():
         assert not [sql for sql in queries if "SAVEPOINT" in sql], queries
+        (event,) = [sql for sql in queries if "agents_sessionevent" in sql]
+        assert "last_seq" in event, event
         assert sum("memory_apikey" in sql for sql in queries) == 1, queries
         assert sum("agents_binding" in sql for sql in queries) == 1, queries
 
@@ -235,7 +238,7 @@ def test_the_mcp_door_reads_its_session_and_bindings_once_a_call(
     assert saved["status"] == "saved"
     assert Document.objects.get(pk=workshop.pk).text == "Node 24."
     # As the API's tool call, with the session and bindings read without the key.
-    assert len(queries) <= (9 if is_postgres() else 14), queries
+    assert len(queries) <= (8 if is_postgres() else 14), queries
     assert sum("agents_binding" in sql for sql in queries) == 1, queries
 
 

@@ -32,7 +32,11 @@ from memoryadmin.core.rows import (
     column,
     columns,
     columns_of,
+    concrete_names,
+    fetch_row,
+    insert_sql,
     instance,
+    prepared,
     related_set,
     table,
     values_of,
@@ -268,9 +272,30 @@ def event_append(*, session: Session, type: str, data: dict[str, Any]) -> Sessio
     """Appends the session's next event. The caller holds the session row
     (created it, or locked it with select_for_update), so seq cannot race."""
     event = _next_event(session, type, data, at=timezone.now())
-    Session.objects.filter(pk=session.pk).update(last_seq=session.last_seq)
-    event.save(force_insert=True)
+    if connection.vendor != "postgresql":
+        Session.objects.filter(pk=session.pk).update(last_seq=session.last_seq)
+        event.save(force_insert=True)
+        return event
+    # The session's number and the event in one statement.
+    names = concrete_names(SessionEvent, auto=False)
+    row = fetch_row(_event_append_sql(), [session.last_seq, session.pk, *prepared(event, names)])
+    assert row is not None
+    event.pk = row[0]
+    event._state.adding = False
+    event._state.db = connection.alias
     return event
+
+
+@functools.cache
+def _event_append_sql() -> str:
+    """PostgreSQL: the session's `last_seq` set (parameters: it, the session's id) and the
+    event inserted (its fields but the id), in one statement returning the event's id."""
+    moved = (
+        f"UPDATE {table(Session)} SET {column(Session, 'last_seq')} = %s"
+        f" WHERE {column(Session, 'id')} = %s"
+    )
+    inserted = insert_sql(SessionEvent, concrete_names(SessionEvent, auto=False))
+    return f"WITH moved AS ({moved}) {inserted} RETURNING {column(SessionEvent, 'id')}"
 
 
 def _next_event(session: Session, type: str, data: dict[str, Any], *, at: datetime) -> SessionEvent:
