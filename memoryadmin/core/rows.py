@@ -338,6 +338,13 @@ def prepared(obj: Model, names: Sequence[str]) -> list[Any]:
     return values
 
 
+def inserted(obj: Model) -> None:
+    """Marks `obj`, written by a statement of `insert_sql`'s (not by `save`), as saved in
+    the default database, as `save` would have."""
+    obj._state.adding = False
+    obj._state.db = DEFAULT_DB_ALIAS
+
+
 def concrete_names(model: type[Model], *, auto: bool = True) -> list[str]:
     """The model's concrete field names; without `auto`, leaving out an auto primary key."""
     return [

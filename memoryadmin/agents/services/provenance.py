@@ -10,7 +10,14 @@ from django.db import connection, transaction
 
 from memoryadmin.agents.models import Binding, Recall, RecallSource, Session
 from memoryadmin.core.cursors import keyset_page
-from memoryadmin.core.rows import column, concrete_names, insert_sql, prepared, table
+from memoryadmin.core.rows import (
+    column,
+    concrete_names,
+    insert_sql,
+    inserted,
+    prepared,
+    table,
+)
 from memoryadmin.memory.models import Document
 
 RECALL_PAGE_SIZE = 20
@@ -85,8 +92,7 @@ def recall_store(*, recall: Recall, sources: list[SourceRow]) -> None:
         else:
             cursor.execute(sql, params)
             cursor.execute(sources_sql, [v for source in sources for v in (recall.id, *source)])
-    recall._state.adding = False
-    recall._state.db = connection.alias
+    inserted(recall)
 
 
 def recall_list(

@@ -35,6 +35,7 @@ from memoryadmin.core.rows import (
     concrete_names,
     fetch_row,
     insert_sql,
+    inserted,
     instance,
     prepared,
     related_set,
@@ -277,13 +278,18 @@ def event_append(*, session: Session, type: str, data: dict[str, Any]) -> Sessio
         event.save(force_insert=True)
         return event
     # The session's number and the event in one statement.
-    names = concrete_names(SessionEvent, auto=False)
-    row = fetch_row(_event_append_sql(), [session.last_seq, session.pk, *prepared(event, names)])
+    params = [session.last_seq, session.pk, *prepared(event, _event_names())]
+    row = fetch_row(_event_append_sql(), params)
     assert row is not None
     event.pk = row[0]
-    event._state.adding = False
-    event._state.db = connection.alias
+    inserted(event)
     return event
+
+
+@functools.cache
+def _event_names() -> tuple[str, ...]:
+    """The event's fields but its id, as the statement of `_event_append_sql` inserts them."""
+    return tuple(concrete_names(SessionEvent, auto=False))
 
 
 @functools.cache
@@ -294,8 +300,8 @@ def _event_append_sql() -> str:
         f"UPDATE {table(Session)} SET {column(Session, 'last_seq')} = %s"
         f" WHERE {column(Session, 'id')} = %s"
     )
-    inserted = insert_sql(SessionEvent, concrete_names(SessionEvent, auto=False))
-    return f"WITH moved AS ({moved}) {inserted} RETURNING {column(SessionEvent, 'id')}"
+    written = insert_sql(SessionEvent, _event_names())
+    return f"WITH moved AS ({moved}) {written} RETURNING {column(SessionEvent, 'id')}"
 
 
 def _next_event(session: Session, type: str, data: dict[str, Any], *, at: datetime) -> SessionEvent:
