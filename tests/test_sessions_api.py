@@ -13,7 +13,11 @@ from memoryadmin.agents.models import Binding, Recall, Session, SessionEvent
 from memoryadmin.agents.services.sessions import event_append
 from memoryadmin.memory.models import AuditEntry, Project, Resource
 from memoryadmin.memory.services.deployments import deployment_create
-from memoryadmin.memory.services.documents import document_delete, document_patch
+from memoryadmin.memory.services.documents import (
+    document_create,
+    document_delete,
+    document_patch,
+)
 from tests.helpers import MANIFEST_MEMORY, Keys, freeze
 
 SESSIONS = "/api/managed-agents/sessions"
@@ -390,6 +394,50 @@ def test_eight_bindings_are_accepted(api: APIClient, project: Project) -> None:
     assert response.status_code == 201
     assert len(response.json()["session"]["memory"]) == 8
     assert Binding.objects.count() == 8
+
+
+def test_the_created_session_answers_the_memory_it_is_read_with_later(
+    api: APIClient, project: Project
+) -> None:
+    # The answer lists the bindings just written (not read back): the same entries, in
+    # the same order (resource ids compared as text) and with the same writability as
+    # the session read afterwards and as the list shows it.
+    ids = ["r-b", "r10", "ra", "r2", "r-a"]
+    memory = [{"id": i, "description": "R.", "provider": {"kind": "document"}} for i in ids]
+    deployment_create(
+        project=project, agent="wide-bot", memory=memory, promote="development", actor="t"
+    )
+    for rid in ("r-b", "r10", "ra"):
+        resource = Resource.objects.get(resource_id=rid, environment="development")
+        document = document_create(resource=resource, doc_id="d", title="D", actor="t")
+        if rid == "r10":
+            freeze(document)
+    response = create(
+        api,
+        {
+            "ra": {"scope": "document", "id": "d", "access": "read-write"},
+            "r-b": {"scope": "document", "id": "d"},
+            "r10": {"scope": "document", "id": "d", "access": "read-write"},
+            "r2": {"scope": "collection"},
+            "r-a": {"scope": "collection"},
+        },
+        agentId="wide-bot@development",
+    )
+    assert response.status_code == 201, response.content
+    created = response.json()["session"]
+    assert [(b["resource"], b["writable"]) for b in created["memory"]] == [
+        ("r-a", False),
+        ("r-b", False),  # read
+        ("r10", False),  # frozen
+        ("r2", False),  # a collection
+        ("ra", True),
+    ]
+    read = api.get(f"{SESSIONS}/{created['id']}")
+    assert read.status_code == 200
+    assert read.json() == created
+    listed = api.get(f"{SESSIONS}?projectId=acme&environment=development")
+    assert listed.status_code == 200
+    assert listed.json()["sessions"] == [created]
 
 
 def test_unknown_body_field_is_400(api: APIClient, project: Project) -> None:

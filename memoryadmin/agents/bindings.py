@@ -184,16 +184,25 @@ def binding_spec(binding: Binding) -> BindingSpec:
 
 
 def sessions_memory(sessions: list[Session]) -> dict[str, list[dict[str, Any]]]:
-    """Each session's `memory` array with live `writable`, in two queries."""
-    bindings = list(
-        Binding.objects.filter(session__in=sessions)
-        .select_related("resource")
-        .order_by("session_id", "resource__resource_id")
-    )
-    writable_docs = _writable_documents(
-        [b for b in bindings if b.scope == Scope.DOCUMENT and b.access == Access.READ_WRITE]
-    )
+    """Each session's `memory` array with live `writable`, by resource id (compared as
+    text, whatever the database's collation): a session's bindings as written with it
+    or else in one query, and the live documents of active sessions' read-write
+    document bindings in one more."""
+    unread = [session for session in sessions if session.written_bindings is None]
+    bindings = [b for session in sessions for b in session.written_bindings or ()]
+    if unread:
+        bindings += Binding.objects.filter(session__in=unread).select_related("resource")
+    bindings.sort(key=lambda b: (b.session_id, b.resource.resource_id))
     active = {session.id for session in sessions if session.is_active}
+    writable_docs = _writable_documents(
+        [
+            b
+            for b in bindings
+            if b.session_id in active
+            and b.scope == Scope.DOCUMENT
+            and b.access == Access.READ_WRITE
+        ]
+    )
     by_id = {session.id: session for session in sessions}
     memory: dict[str, list[dict[str, Any]]] = {session.id: [] for session in sessions}
     for binding in bindings:

@@ -51,6 +51,10 @@ class Session(models.Model):
     last_seq = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField()
     ended_at = models.DateTimeField(null=True, blank=True)
+    # Not a field: the bindings written with the session by this process (its create;
+    # bindings never change after it), so that its answer lists them without reading
+    # them back. None for a session read from the database.
+    written_bindings: list[Binding] | None = None
 
     objects = SessionQuerySet.as_manager()
 

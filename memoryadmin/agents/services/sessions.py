@@ -248,7 +248,7 @@ def _session_write(session: Session, specs: list[BindingSpec], *, actor: str) ->
     resources = bindings_admit(
         deployment=session.deployment, environment=session.environment, specs=specs
     )
-    Binding.objects.bulk_create(
+    session.written_bindings = Binding.objects.bulk_create(
         Binding(
             session=session,
             resource=resources[spec.resource],
