@@ -165,3 +165,66 @@ def test_json_text_orjson_refuses_is_read_by_the_fields_own_converter() -> None:
     assert convert('"\\ud800"', None, connection) == "\ud800"
     assert convert("not json", None, connection) == "not json"
     assert convert('{"n": 99999999999999999999}', None, connection) == {"n": 99999999999999999999}
+
+
+@pytest.mark.django_db
+def test_a_compiled_statement_reads_what_its_queryset_reads(notes: Resource, project: Any) -> None:
+    names = ("id", "doc_id", "title", "agent_writes", "revision")
+    compiled = rows.Compiled(
+        lambda resource_pk, doc_id: (
+            Document.objects.live()
+            .filter(resource_id=resource_pk, doc_id=doc_id)
+            .values_list(*names)
+        ),
+        (int, str),
+    )
+    for doc_id in ("a", "b"):
+        document_create(resource=notes, doc_id=doc_id, title=doc_id.upper(), actor="t")
+    gone = document_create(resource=notes, doc_id="gone", title="G", actor="t")
+    Document.objects.filter(pk=gone.pk).update(deleted=True)
+    for doc_id in ("a", "b", "gone", "nothing"):
+        row = compiled.row(notes.pk, doc_id)
+        expected = Document.objects.live().filter(resource=notes, doc_id=doc_id)
+        assert row == expected.values_list(*names).first(), doc_id
+        if row is not None:
+            assert rows.values_of(Document, names, row) == expected.values(*names).get()
+    # One statement, composed once: its arguments are parameters, its constants (the live
+    # condition) the queryset's own.
+    sql, params = compiled.params(notes.pk, "a")
+    assert compiled.params(notes.pk, "b") == (sql, ["b" if p == "a" else p for p in params])
+    assert params.count(notes.pk) == 1
+    assert "a" in params
+    assert "compiled-argument" not in sql
+
+
+@pytest.mark.django_db
+def test_a_compiled_lock_runs_only_in_a_transaction(session: Session) -> None:
+    from django.db import transaction
+    from django.db.transaction import TransactionManagementError
+
+    locked = rows.Compiled(
+        lambda pk: Session.objects.select_for_update().filter(pk=pk).values_list("id", "status"),
+        (str,),
+    )
+    with transaction.atomic():
+        assert locked.row(session.pk) == (session.pk, "active")
+        if connection.features.has_select_for_update:
+            assert "FOR UPDATE" in locked.params(session.pk)[0]
+    # pytest-django's transaction is an atomic block too: leave it to check outside one.
+    in_block = connection.in_atomic_block
+    connection.in_atomic_block = False
+    try:
+        with pytest.raises(TransactionManagementError):
+            locked.row(session.pk)
+    finally:
+        connection.in_atomic_block = in_block
+
+
+def test_a_compiled_statement_takes_every_argument_it_is_given() -> None:
+    unused = rows.Compiled(
+        lambda pk, other: Session.objects.filter(pk=pk).values_list("id"), (str, str)
+    )
+    with pytest.raises(ValueError, match="not every argument"):
+        unused.params("a", "b")
+    with pytest.raises(TypeError):
+        rows.Compiled(lambda pk: Session.objects.filter(pk=pk), (float,)).params(1.0)

@@ -17,11 +17,12 @@ from typing import Any, cast
 
 import orjson
 from django.db import DEFAULT_DB_ALIAS, connection, connections
-from django.db.models import BooleanField, Field, Func, JSONField, Model
+from django.db.models import BooleanField, Field, Func, JSONField, Model, QuerySet
 from django.db.models.base import ModelState
 from django.db.models.fields.related_descriptors import ForeignKeyDeferredAttribute
 from django.db.models.query_utils import DeferredAttribute
 from django.db.models.signals import ModelSignal, post_init, pre_init
+from django.db.transaction import TransactionManagementError
 
 
 @functools.cache
@@ -343,6 +344,61 @@ def inserted(obj: Model) -> None:
     the default database, as `save` would have."""
     obj._state.adding = False
     obj._state.db = DEFAULT_DB_ALIAS
+
+
+# What a compiled statement is composed with in place of its arguments: values no caller
+# passes, which the ORM passes through to the statement's parameters unchanged.
+_PLACEHOLDER_STR = "\x00compiled-argument-{}\x00"
+_PLACEHOLDER_INT = 2_000_000_000
+
+
+class Compiled:
+    """A queryset's statement, composed by the ORM once per process and run again with
+    other arguments: for a hot statement whose composition costs more than its round
+    trip, with no second copy of its conditions or columns.
+
+    `build(*args)` returns the queryset for `args` (a `values_list` of the fields to
+    read); it is called once, with placeholders of the types `kinds` names (`str` or
+    `int`), and each of the statement's parameters that is a placeholder takes the
+    matching argument of every call; the others are the queryset's own constants. A
+    statement that locks rows runs only inside a transaction, as the ORM's own does."""
+
+    def __init__(self, build: Callable[..., QuerySet[Any, Any]], kinds: Sequence[type]) -> None:
+        self._build, self._kinds = build, tuple(kinds)
+        self._compiled: tuple[str, list[tuple[int | None, Any]], bool] | None = None
+
+    def _compile(self) -> tuple[str, list[tuple[int | None, Any]], bool]:
+        if any(kind not in (str, int) for kind in self._kinds):
+            raise TypeError(f"compiled arguments are str or int, not {self._kinds}")
+        placeholders: list[Any] = [
+            _PLACEHOLDER_STR.format(i) if kind is str else _PLACEHOLDER_INT + i
+            for i, kind in enumerate(self._kinds)
+        ]
+        query = self._build(*placeholders).query
+        sql, params = query.get_compiler(DEFAULT_DB_ALIAS).as_sql()
+        slots: list[tuple[int | None, Any]] = []
+        for param in params:
+            index = next((i for i, p in enumerate(placeholders) if p == param), None)
+            slots.append((index, None if index is not None else param))
+        if {i for i, _ in slots if i is not None} != set(range(len(placeholders))):
+            raise ValueError(f"not every argument reaches the statement: {sql}")
+        return sql, slots, bool(query.select_for_update)
+
+    def params(self, *args: Any) -> tuple[str, list[Any]]:
+        """The statement and its parameters for `args`."""
+        compiled = self._compiled
+        if compiled is None:
+            compiled = self._compiled = self._compile()
+        sql, slots, locks = compiled
+        if locks and not connections[DEFAULT_DB_ALIAS].in_atomic_block:
+            raise TransactionManagementError(
+                "select_for_update cannot be used outside of a transaction."
+            )
+        return sql, [constant if i is None else args[i] for i, constant in slots]
+
+    def row(self, *args: Any) -> tuple[Any, ...] | None:
+        """The first row the statement returns for `args`; None when none."""
+        return fetch_row(*self.params(*args))
 
 
 def concrete_names(model: type[Model], *, auto: bool = True) -> list[str]:

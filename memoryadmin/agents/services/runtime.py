@@ -47,7 +47,17 @@ from memoryadmin.agents.services.sessions import session_bindings
 from memoryadmin.core.cancellation import Cancellation, cancel_request, cancellation_scope
 from memoryadmin.core.concurrency import Deadline, ProviderCalls
 from memoryadmin.core.errors import InvalidRequest, NotFound, ProviderBusy
-from memoryadmin.core.rows import column, columns, fetch_instance, table
+from memoryadmin.core.rows import (
+    Compiled,
+    column,
+    columns,
+    concrete_names,
+    fetch_instance,
+    instance,
+    instance_of,
+    related_set,
+    table,
+)
 
 __all__ = ["TOOLS", "Projection", "recall_create", "tool_call", "tool_definitions"]
 
@@ -374,6 +384,33 @@ def _target(
     return chosen
 
 
+@functools.cache
+def _recall_names() -> tuple[str, ...]:
+    """A recall's fields but `memory` (what the model was shown, up to the recall's
+    whole projection), which no tool call reads: loaded if ever used."""
+    return tuple(name for name in concrete_names(Recall) if name != "memory")
+
+
+_RECALL_IN_SESSION = Compiled(
+    lambda recall_id, session_id: Recall.objects.filter(
+        pk=recall_id, session_id=session_id
+    ).values_list(*_recall_names(), *(f"session__{n}" for n in concrete_names(Session))),
+    (str, str),
+)
+
+
+def _recall_in(session: Session, recall_id: str) -> Recall:
+    """The session's recall `recall_id` with its session read with it, its state as it
+    is now (the caller's may be older), or NotFound."""
+    row = _RECALL_IN_SESSION.row(recall_id, session.pk)
+    if row is None:
+        raise NotFound(f"No recall '{recall_id}' in session {session.id}.")
+    split = len(_recall_names())
+    recall = instance_of(Recall, _recall_names(), row[:split])
+    related_set(recall, "session", instance(Session, row[split:]))
+    return recall
+
+
 def tool_call(
     *,
     session: Session,
@@ -385,10 +422,7 @@ def tool_call(
 ) -> Result:
     """Runs one memory tool call the model made in the response to a recall (`bindings`:
     the session's, as `session_bindings` reads them, where the caller has them)."""
-    # The session's state is read with the recall, as it is now.
-    recall = Recall.objects.select_related("session").filter(pk=recall_id, session=session).first()
-    if recall is None:
-        raise NotFound(f"No recall '{recall_id}' in session {session.id}.")
+    recall = _recall_in(session, recall_id)
     if not 1 <= len(call_id) <= CALL_ID_MAX:
         raise InvalidRequest(f"callId must be 1-{CALL_ID_MAX} characters.")
     if bindings is None:

@@ -29,6 +29,7 @@ from memoryadmin.core.environments import Environment, check_environment
 from memoryadmin.core.errors import Forbidden, InvalidRequest, NotFound, PreconditionFailed
 from memoryadmin.core.inputs import parse_int
 from memoryadmin.core.rows import (
+    Compiled,
     column,
     columns,
     columns_of,
@@ -484,9 +485,22 @@ def session_bindings(*, session: Session) -> list[Binding]:
     return _session_rows(session.pk, with_bindings=True)[1]
 
 
+_SESSION_LOCKED = Compiled(
+    lambda session_id: (
+        Session.objects.select_for_update()
+        .filter(pk=session_id)
+        .values_list(*concrete_names(Session))
+    ),
+    (str,),
+)
+
+
 def session_lock(*, session: Session) -> Session:
     """The session row, locked until the end of the current transaction."""
-    return Session.objects.select_for_update().get(pk=session.pk)
+    row = _SESSION_LOCKED.row(session.pk)
+    if row is None:
+        raise Session.DoesNotExist(f"No session {session.pk}.")
+    return instance(Session, row)
 
 
 def session_end(*, session: Session, actor: str) -> Session:

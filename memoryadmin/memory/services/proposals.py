@@ -21,6 +21,7 @@ from memoryadmin.core.cursors import keyset_page
 from memoryadmin.core.diff import text_merge
 from memoryadmin.core.environments import check_environment
 from memoryadmin.core.errors import Conflict, InvalidRequest, NotFound, PreconditionFailed
+from memoryadmin.core.rows import Compiled, values_of
 from memoryadmin.core.strings import string_check
 from memoryadmin.memory.limits import (
     LIST_PAGE_SIZE,
@@ -105,6 +106,18 @@ def _audit(proposal: Proposal, *, actor: str, action: str, **detail: Any) -> Non
     )
 
 
+# What an agent's save reads of its live document before writing.
+_SAVE_STATE_NAMES = ("id", "agent_writes", "agent_review", "revision", "text")
+_SAVE_STATE = Compiled(
+    lambda resource_pk, doc_id: (
+        Document.objects.live()
+        .filter(resource_id=resource_pk, doc_id=doc_id)
+        .values_list(*_SAVE_STATE_NAMES)
+    ),
+    (int, str),
+)
+
+
 @transaction.atomic(savepoint=False)
 def document_agent_save(
     *,
@@ -125,14 +138,10 @@ def document_agent_save(
     check_text(text, max_bytes=resource.max_bytes)
     if summary is not None:
         check_summary(summary)
-    state = (
-        Document.objects.live()
-        .filter(resource=resource, doc_id=doc_id)
-        .values("pk", "agent_writes", "agent_review", "revision", "text")
-        .first()
-    )
-    if state is None:
+    row = _SAVE_STATE.row(resource.pk, doc_id)
+    if row is None:
         raise NotFound(f"No document '{doc_id}' in resource '{resource.resource_id}'.")
+    state = values_of(Document, _SAVE_STATE_NAMES, row)
     if not state["agent_writes"]:
         raise AgentWritesDisabled(doc_id)
     reviewed = review_catches(
@@ -165,7 +174,7 @@ def document_agent_save(
     if state["revision"] != expected_revision:
         raise PreconditionFailed(f"Document '{doc_id}' has changed since that revision.")
     return _proposal_create(
-        document_pk=state["pk"],
+        document_pk=state["id"],
         text=text,
         summary=summary,
         base_revision=expected_revision,
