@@ -228,3 +228,42 @@ def test_a_compiled_statement_takes_every_argument_it_is_given() -> None:
         unused.params("a", "b")
     with pytest.raises(TypeError):
         rows.Compiled(lambda pk: Session.objects.filter(pk=pk), (float,)).params(1.0)
+
+
+@pytest.mark.django_db
+def test_rows_inserted_in_one_statement_are_the_ones_the_orm_writes(
+    session: Session, notes: Resource
+) -> None:
+    from django.db import IntegrityError, transaction
+    from django.utils import timezone
+
+    from memoryadmin.agents.models import Binding, SessionEvent
+
+    now = timezone.now()
+    copy = Session.objects.get(pk=session.pk)
+    copy.pk, copy.idempotency_key, copy.labels = "ses_copy", "copy", {"a": [1, "é"]}
+    rows.insert_rows([copy])
+    assert (copy._state.adding, copy._state.db) == (False, "default")
+    stored = Session.objects.get(pk="ses_copy")
+    assert {f.attname: getattr(stored, f.attname) for f in Session._meta.concrete_fields} == {
+        f.attname: getattr(copy, f.attname) for f in Session._meta.concrete_fields
+    }
+    # An auto primary key gets the database's value, each row its own, in order.
+    events = [
+        SessionEvent(session=copy, seq=seq, type="memory.saved", data={"n": seq}, created_at=now)
+        for seq in (1, 2, 3)
+    ]
+    rows.insert_rows(events)
+    assert [e.pk for e in events] == list(
+        SessionEvent.objects.filter(session=copy).order_by("seq").values_list("pk", flat=True)
+    )
+    assert [e.data for e in SessionEvent.objects.filter(session=copy).order_by("seq")] == [
+        {"n": 1},
+        {"n": 2},
+        {"n": 3},
+    ]
+    # A taken key is the ORM's IntegrityError, and its transaction writes nothing.
+    twin = Binding(session=copy, resource=notes, scope="collection")
+    with pytest.raises(IntegrityError), transaction.atomic():
+        rows.insert_rows([Binding(session=copy, resource=notes, scope="collection"), twin])
+    assert not Binding.objects.filter(session=copy).exists()

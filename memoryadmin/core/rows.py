@@ -339,6 +339,44 @@ def prepared(obj: Model, names: Sequence[str]) -> list[Any]:
     return values
 
 
+def insert_rows(objs: Sequence[Model]) -> None:
+    """Writes new instances of one model in one `INSERT`, their values as `bulk_create`
+    sends them (each field's `pre_save`, then its value as the database takes it; JSON
+    encoded by `json_text`), gives an auto primary key the value the database chose, and
+    marks them saved. As `bulk_create`, it sends no model signal; it composes no ORM query."""
+    if not objs:
+        return
+    model = type(objs[0])
+    assert all(type(obj) is model for obj in objs), "one model at a time"
+    wrapper = connections[DEFAULT_DB_ALIAS]
+    fields = _insert_fields(model)
+    params: list[Any] = []
+    for obj in objs:
+        for field in fields:
+            value = field.pre_save(obj, True)
+            params.append(
+                json_db_value(value)
+                if isinstance(field, JSONField)
+                else field.get_db_prep_save(value, wrapper)
+            )
+    sql = insert_sql(model, [f.name for f in fields], len(objs))
+    auto = model._meta.pk if model._meta.pk not in fields else None
+    with connection.cursor() as cursor:
+        if auto is None:
+            cursor.execute(sql, params)
+        else:
+            cursor.execute(f"{sql} RETURNING {column(model, auto.name)}", params)
+            for obj, (pk,) in zip(objs, cursor.fetchall(), strict=True):
+                obj.pk = pk
+    for obj in objs:
+        inserted(obj)
+
+
+@functools.cache
+def _insert_fields(model: type[Model]) -> tuple[Field[Any, Any], ...]:
+    return tuple(_field(model, name) for name in concrete_names(model, auto=False))
+
+
 def inserted(obj: Model) -> None:
     """Marks `obj`, written by a statement of `insert_sql`'s (not by `save`), as saved in
     the default database, as `save` would have."""

@@ -35,6 +35,7 @@ from memoryadmin.core.rows import (
     columns_of,
     concrete_names,
     fetch_row,
+    insert_rows,
     insert_sql,
     inserted,
     instance,
@@ -245,11 +246,11 @@ def _session_write(session: Session, specs: list[BindingSpec], *, actor: str) ->
         },
         at=session.created_at,
     )
-    session.save(force_insert=True)
+    insert_rows([session])
     resources = bindings_admit(
         deployment=session.deployment, environment=session.environment, specs=specs
     )
-    session.written_bindings = Binding.objects.bulk_create(
+    session.written_bindings = [
         Binding(
             session=session,
             resource=resources[spec.resource],
@@ -259,8 +260,9 @@ def _session_write(session: Session, specs: list[BindingSpec], *, actor: str) ->
             search=spec.search,
         )
         for spec in specs
-    )
-    created.save(force_insert=True)
+    ]
+    insert_rows(session.written_bindings)
+    insert_rows([created])
     audit_record(
         project_id=session.project_id,
         environment=session.environment,

@@ -10,6 +10,7 @@ from django.db.models import Count, Q
 
 from memoryadmin.core.environments import check_environment
 from memoryadmin.core.errors import InvalidRequest, NotFound, ResourceConflict
+from memoryadmin.core.rows import Compiled, concrete_names, instance
 from memoryadmin.core.strings import strings_check
 from memoryadmin.memory.limits import (
     DESCRIPTION_MAX_BYTES,
@@ -211,13 +212,18 @@ def deployment_active_in(*, deployments: list[Deployment]) -> dict[str, list[str
     return active
 
 
+_ACTIVE_DEPLOYMENT = Compiled(
+    lambda project_id, environment, agent: ActiveDeployment.objects.filter(
+        project_id=project_id, environment=environment, agent=agent
+    ).values_list(*(f"deployment__{name}" for name in concrete_names(Deployment))),
+    (str, str, str),
+)
+
+
 def active_deployment(*, project: Project, environment: str, agent: str) -> Deployment | None:
-    row = (
-        ActiveDeployment.objects.filter(project=project, environment=environment, agent=agent)
-        .select_related("deployment")
-        .first()
-    )
-    return row.deployment if row else None
+    """The agent's deployment active in `environment` (one per agent and environment)."""
+    row = _ACTIVE_DEPLOYMENT.row(project.pk, environment, agent)
+    return None if row is None else instance(Deployment, row)
 
 
 def declared_resource_ids(*, project: Project, environment: str) -> set[str]:
