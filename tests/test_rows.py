@@ -197,7 +197,7 @@ def test_a_compiled_statement_reads_what_its_queryset_reads(notes: Resource, pro
     assert "compiled-argument" not in sql
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)
 def test_a_compiled_lock_runs_only_in_a_transaction(session: Session) -> None:
     from django.db import transaction
     from django.db.transaction import TransactionManagementError
@@ -208,16 +208,16 @@ def test_a_compiled_lock_runs_only_in_a_transaction(session: Session) -> None:
     )
     with transaction.atomic():
         assert locked.row(session.pk) == (session.pk, "active")
-        if connection.features.has_select_for_update:
-            assert "FOR UPDATE" in locked.params(session.pk)[0]
-    # pytest-django's transaction is an atomic block too: leave it to check outside one.
-    in_block = connection.in_atomic_block
-    connection.in_atomic_block = False
-    try:
+        sql = locked.params(session.pk)[0]
+    if connection.features.has_select_for_update:
+        assert "FOR UPDATE" in sql
+        # Outside a transaction, as the ORM refuses it.
         with pytest.raises(TransactionManagementError):
             locked.row(session.pk)
-    finally:
-        connection.in_atomic_block = in_block
+        with pytest.raises(TransactionManagementError):
+            Session.objects.select_for_update().filter(pk=session.pk).first()
+    else:  # SQLite locks the database for a write, not rows: the ORM runs it anywhere.
+        assert locked.row(session.pk) == (session.pk, "active")
 
 
 def test_a_compiled_statement_takes_every_argument_it_is_given() -> None:

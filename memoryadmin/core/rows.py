@@ -399,7 +399,8 @@ class Compiled:
     read); it is called once, with placeholders of the types `kinds` names (`str` or
     `int`), and each of the statement's parameters that is a placeholder takes the
     matching argument of every call; the others are the queryset's own constants. A
-    statement that locks rows runs only inside a transaction, as the ORM's own does."""
+    statement that locks rows runs only inside a transaction, as the ORM's own does
+    (where the database locks rows)."""
 
     def __init__(self, build: Callable[..., QuerySet[Any, Any]], kinds: Sequence[type]) -> None:
         self._build, self._kinds = build, tuple(kinds)
@@ -420,7 +421,9 @@ class Compiled:
             slots.append((index, None if index is not None else param))
         if {i for i, _ in slots if i is not None} != set(range(len(placeholders))):
             raise ValueError(f"not every argument reaches the statement: {sql}")
-        return sql, slots, bool(query.select_for_update)
+        features = connections[DEFAULT_DB_ALIAS].features
+        locks = bool(query.select_for_update) and features.has_select_for_update
+        return sql, slots, locks and features.supports_transactions
 
     def params(self, *args: Any) -> tuple[str, list[Any]]:
         """The statement and its parameters for `args`."""
@@ -428,7 +431,7 @@ class Compiled:
         if compiled is None:
             compiled = self._compiled = self._compile()
         sql, slots, locks = compiled
-        if locks and not connections[DEFAULT_DB_ALIAS].in_atomic_block:
+        if locks and connections[DEFAULT_DB_ALIAS].get_autocommit():
             raise TransactionManagementError(
                 "select_for_update cannot be used outside of a transaction."
             )
