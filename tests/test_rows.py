@@ -267,3 +267,27 @@ def test_rows_inserted_in_one_statement_are_the_ones_the_orm_writes(
     with pytest.raises(IntegrityError), transaction.atomic():
         rows.insert_rows([Binding(session=copy, resource=notes, scope="collection"), twin])
     assert not Binding.objects.filter(session=copy).exists()
+
+
+@pytest.mark.django_db
+def test_rows_past_the_databases_parameters_are_inserted_in_batches(
+    session: Session, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django.test.utils import CaptureQueriesContext
+    from django.utils import timezone
+
+    from memoryadmin.agents.models import SessionEvent
+
+    now = timezone.now()
+    events = [
+        SessionEvent(session=session, seq=100 + i, type="memory.saved", data={}, created_at=now)
+        for i in range(5)
+    ]
+    # Two rows a statement, as bulk_create would batch them where parameters run out.
+    monkeypatch.setattr(connection.ops, "bulk_batch_size", lambda fields, objs: 2)
+    with CaptureQueriesContext(connection) as captured:
+        rows.insert_rows(events)
+    assert len(captured.captured_queries) == 3
+    stored = SessionEvent.objects.filter(seq__gte=100).order_by("seq")
+    assert [(e.pk, e.seq) for e in events] == [(e.pk, e.seq) for e in stored]
+    assert len({e.pk for e in events}) == 5

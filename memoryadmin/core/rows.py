@@ -340,7 +340,8 @@ def prepared(obj: Model, names: Sequence[str]) -> list[Any]:
 
 
 def insert_rows(objs: Sequence[Model]) -> None:
-    """Writes new instances of one model in one `INSERT`, their values as `bulk_create`
+    """Writes new instances of one model in one `INSERT` (or, past the database's number
+    of parameters, in as many as `bulk_create` would), their values as `bulk_create`
     sends them (each field's `pre_save`, then its value as the database takes it; JSON
     encoded by `json_text`), gives an auto primary key the value the database chose, and
     marks them saved. As `bulk_create`, it sends no model signal; it composes no ORM query."""
@@ -350,24 +351,27 @@ def insert_rows(objs: Sequence[Model]) -> None:
     assert all(type(obj) is model for obj in objs), "one model at a time"
     wrapper = connections[DEFAULT_DB_ALIAS]
     fields = _insert_fields(model)
-    params: list[Any] = []
-    for obj in objs:
-        for field in fields:
-            value = field.pre_save(obj, True)
-            params.append(
-                json_db_value(value)
-                if isinstance(field, JSONField)
-                else field.get_db_prep_save(value, wrapper)
-            )
-    sql = insert_sql(model, [f.name for f in fields], len(objs))
     auto = model._meta.pk if model._meta.pk not in fields else None
-    with connection.cursor() as cursor:
-        if auto is None:
-            cursor.execute(sql, params)
-        else:
-            cursor.execute(f"{sql} RETURNING {column(model, auto.name)}", params)
-            for obj, (pk,) in zip(objs, cursor.fetchall(), strict=True):
-                obj.pk = pk
+    batch = max(1, wrapper.ops.bulk_batch_size(list(fields), objs))
+    for start in range(0, len(objs), batch):
+        part = objs[start : start + batch]
+        params: list[Any] = []
+        for obj in part:
+            for field in fields:
+                value = field.pre_save(obj, True)
+                params.append(
+                    json_db_value(value)
+                    if isinstance(field, JSONField)
+                    else field.get_db_prep_save(value, wrapper)
+                )
+        sql = insert_sql(model, [f.name for f in fields], len(part))
+        with connection.cursor() as cursor:
+            if auto is None:
+                cursor.execute(sql, params)
+            else:
+                cursor.execute(f"{sql} RETURNING {column(model, auto.name)}", params)
+                for obj, (pk,) in zip(part, cursor.fetchall(), strict=True):
+                    obj.pk = pk
     for obj in objs:
         inserted(obj)
 

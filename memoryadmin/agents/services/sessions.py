@@ -529,7 +529,7 @@ def sessions_end(*, session_ids: list[str], actor: str) -> list[Session]:
         session.status, session.ended_at = SessionStatus.ENDED, now
         events.append(_next_event(session, EventType.SESSION_ENDED, {}, at=now))
     Session.objects.bulk_update(active, ["status", "ended_at", "last_seq"])
-    SessionEvent.objects.bulk_create(events)
+    insert_rows(events)
     for session in active:
         audit_record(
             project_id=session.project_id,
