@@ -11,17 +11,22 @@ PUT (If-Match, 2,000 characters of text, as `make bench` sends) by the API and b
 its one-UPDATE floor, and a recall of a session with eight document bindings of
 2,000 characters each (as `make bench` seeds it), and the first page of the resource's
 documents (60 of them, 50 a page) by the API and on the Memory page (a logged-in owner
-with the CSRF cookie of a first page, as `make bench` reads it). Time is this thread's CPU time
-(`time.thread_time`, which other processes on a shared machine barely move; the
-database's own time is not in it), least of the rounds' means, in microseconds per
-request; `--profile` prints where the request spends it instead, and `bench/instructions.py`
-counts the instructions each request executes (the same from run to run, on any load).
+with the CSRF cookie of a first page, as `make bench` reads it), and what an agent host pays
+beside its recalls: a session create binding the eight documents read-write (a new
+Idempotency-Key each time) and a `memory_save` (a recall of a session bound read-write to
+one document, then its save; the recall alone is measured too, and subtracted). Time is
+this thread's CPU time (`time.thread_time`, which other processes on a shared machine
+barely move; the database's own time is not in it), least of the rounds' means, in
+microseconds per request; `--profile` prints where the request spends it instead, and
+`bench/instructions.py` counts the instructions each request executes (the same from run
+to run, on any load).
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import itertools
 import json
 import os
 import pstats
@@ -56,32 +61,72 @@ from django.db import connection
 
 LISTED = 60
 TEXT = json.dumps({"text": "w" * 2000}).encode()
+USE_NOTES = json.dumps({"use": ["notes"]}).encode()
 
 
 class Caller:
     """One kind of request, made again and again (a PUT with the ETag its last one got)."""
 
-    def __init__(self, app: WSGI, make: Callable[[str], dict[str, Any]], etag: str = "") -> None:
-        self.app, self.make, self.etag = app, make, etag
+    def __init__(
+        self,
+        app: WSGI,
+        make: Callable[[str], dict[str, Any]],
+        etag: str = "",
+        status: str = "200",
+    ) -> None:
+        self.app, self.make, self.etag, self.status = app, make, etag, status
 
-    def once(self) -> None:
+    def call(self, environ: dict[str, Any], status: str) -> bytes:
         got: dict[str, Any] = {}
 
         def start_response(status: str, headers: Any, exc_info: Any = None) -> None:
             got["status"], got["headers"] = status, dict(headers)
 
-        body = self.app(self.make(self.etag), start_response)
-        b"".join(body)
+        body = self.app(environ, start_response)
+        content = b"".join(body)
         getattr(body, "close", lambda: None)()
-        if not got["status"].startswith("200"):
-            raise SystemExit(f"{got['status']}: {b''.join(body)!r}")
+        if not got["status"].startswith(status):
+            raise SystemExit(f"{got['status']}: {content!r}")
         self.etag = got["headers"].get("ETag", self.etag)
+        return content
+
+    def once(self) -> None:
+        self.call(self.make(self.etag), self.status)
 
     def per_request(self, requests: int) -> float:
         started = time.thread_time()
         for _ in range(requests):
             self.once()
         return (time.thread_time() - started) / requests * 1e6
+
+
+class SaveCaller(Caller):
+    """A recall of a session bound read-write to one document, then (`save`) the
+    `memory_save` of that recall, a new text each time."""
+
+    def __init__(self, app: WSGI, key: str, session_id: str, *, save: bool) -> None:
+        super().__init__(app, lambda _etag: {})
+        self.key, self.save, self.saved = key, save, 0
+        self.base = f"{API}/sessions/{session_id}/memory"
+
+    def once(self) -> None:
+        recall = environ(f"{self.base}/recall", "POST", USE_NOTES, x_api_key=self.key)
+        recall_id = json.loads(self.call(recall, "200"))["recallId"]
+        if not self.save:
+            return
+        self.saved += 1
+        body = {
+            "recallId": recall_id,
+            "callId": "c",
+            "name": "memory_save",
+            "arguments": {"text": f"{self.saved} " + "s" * 2000},
+        }
+        save = environ(
+            f"{self.base}/tool-calls", "POST", json.dumps(body).encode(), x_api_key=self.key
+        )
+        result = json.loads(self.call(save, "200"))["result"]
+        if result["status"] != "saved":
+            raise SystemExit(f"memory_save: {result}")
 
 
 def seed() -> tuple[str, int, str, str]:
@@ -103,14 +148,37 @@ def seed() -> tuple[str, int, str, str]:
     session = recall_session(
         project, {r.resource_id: r for r in Resource.objects.filter(project=project)}
     )
+    document_create(resource=notes, doc_id="save-0", title="Bench", text="x" * 2000, actor="b")
     # A list's first page is full (50 rows), as at the bench's 100,000 documents.
     documents_bulk(notes, LISTED)
     _, secret = api_key_create(project_id=PROJECT, actor="bench")
     return secret, notes.pk, session.id, page_cookie()
 
 
+def create_session(key: str) -> Callable[[str], dict[str, Any]]:
+    """A session create's request, binding the recall's eight documents read-write, each
+    under a new Idempotency-Key (a new session each time)."""
+    memory = {rid: {"scope": "document", "id": "card", "access": "read-write"} for rid in BOUND_IDS}
+    body = json.dumps({"agentId": f"bench@{ENV}", "memory": memory}).encode()
+    made = itertools.count()
+    return lambda _etag: environ(
+        f"{API}/sessions", "POST", body, x_api_key=key, idempotency_key=f"bench-{next(made)}"
+    )
+
+
 def callers(app: WSGI, key: str, notes_pk: int, session_id: str, cookie: str) -> dict[str, Caller]:
     from django.urls import reverse
+
+    from memoryadmin.agents.services.sessions import session_create
+    from memoryadmin.memory.models import Project
+
+    saving = session_create(
+        project=Project.objects.get(pk=PROJECT),
+        agent_id=f"bench@{ENV}",
+        memory={"notes": {"scope": "document", "id": "save-0", "access": "read-write"}},
+        idempotency_key="bench-save",
+        actor="bench",
+    )[0].id
 
     docs = f"{API}/projects/{PROJECT}/memory/notes/documents"
     page = reverse("web:documents", args=[PROJECT, ENV, "notes"])
@@ -135,6 +203,9 @@ def callers(app: WSGI, key: str, notes_pk: int, session_id: str, cookie: str) ->
         ),
         "list": Caller(app, get(f"{docs}{q}")),
         "page": Caller(app, lambda _etag: environ(page, cookie=cookie)),
+        "session create": Caller(app, create_session(key), status="201"),
+        "recall one": SaveCaller(app, key, saving, save=False),
+        "recall and save": SaveCaller(app, key, saving, save=True),
     }
     for name, read in (("PUT", f"{docs}/put-0{q}"), ("PUT floor", f"{docs}/floor-put-0{q}")):
         reader = Caller(app, get(read))
@@ -167,7 +238,19 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=300, help="per kind and round")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument(
-        "--profile", choices=["GET", "PUT", "GET floor", "PUT floor", "recall", "list", "page"]
+        "--profile",
+        choices=[
+            "GET",
+            "PUT",
+            "GET floor",
+            "PUT floor",
+            "recall",
+            "list",
+            "page",
+            "session create",
+            "recall one",
+            "recall and save",
+        ],
     )
     parser.add_argument("--dump", help="with --profile: write the profile's stats to this file")
     parser.add_argument("--sort", default="tottime", help="the profile's order")
@@ -224,6 +307,12 @@ def main() -> None:
         print(
             f"Memory page list: {us['page']:.0f} us, {us['page'] / us['list']:.2f} times the"
             f" API list's first page ({us['list']:.0f} us; {LISTED} documents, 50 a page)"
+        )
+        save = us["recall and save"] - us["recall one"]
+        print(
+            f"session create ({BOUND} document bindings): {us['session create']:.0f} us;"
+            f" memory_save: {save:.0f} us (a recall of one document and its save,"
+            f" {us['recall and save']:.0f} us, less the recall alone, {us['recall one']:.0f})"
         )
     finally:
         connection.close()
