@@ -291,3 +291,44 @@ def test_rows_past_the_databases_parameters_are_inserted_in_batches(
     stored = SessionEvent.objects.filter(seq__gte=100).order_by("seq")
     assert [(e.pk, e.seq) for e in events] == [(e.pk, e.seq) for e in stored]
     assert len({e.pk for e in events}) == 5
+
+
+@pytest.mark.django_db
+def test_a_compiled_statement_takes_lists_as_field_in_does(
+    notes: Resource, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    compiled = rows.Compiled(
+        lambda resource_pks, doc_ids: (
+            Document.objects.live()
+            .filter(resource_id__in=resource_pks, doc_id__in=doc_ids)
+            .order_by("doc_id")
+            .values_list("resource_id", "doc_id")
+        ),
+        (list[int], list[str]),
+    )
+    for doc_id in ("a", "b", "c"):
+        document_create(resource=notes, doc_id=doc_id, title=doc_id, actor="t")
+
+    def orm(resource_pks: Any, doc_ids: Any) -> list[tuple[Any, ...]]:
+        rows_of = Document.objects.live().filter(resource_id__in=resource_pks, doc_id__in=doc_ids)
+        return list(rows_of.order_by("doc_id").values_list("resource_id", "doc_id"))
+
+    cases: list[tuple[Any, Any]] = [
+        ([notes.pk], ["a"]),
+        ([notes.pk], {"c", "a", "nothing"}),  # any iterable, in any order
+        ([notes.pk, notes.pk + 1], ("b", "c", "b")),  # repeated values
+        ([notes.pk], []),  # empty: nothing, without a round trip
+        ([], ["a"]),
+    ]
+    for resource_pks, doc_ids in cases:
+        assert compiled.rows(resource_pks, doc_ids) == orm(resource_pks, doc_ids), doc_ids
+    assert compiled.params([notes.pk], []) is None
+    # One statement kept per length of each list; past the longest kept, one for the call.
+    sql = compiled.params([notes.pk], ["a", "b"])
+    assert sql is not None
+    assert sql[0] == compiled.params([notes.pk], ["x", "y"])[0]  # type: ignore[index]
+    monkeypatch.setattr(rows, "_LIST_MAX", 2)
+    kept = dict(compiled._by_shape)
+    longer = ["a", "b", "c", "d"]
+    assert compiled.rows([notes.pk], longer) == orm([notes.pk], longer)
+    assert compiled._by_shape == kept

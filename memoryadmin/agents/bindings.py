@@ -17,6 +17,7 @@ from memoryadmin.agents.models import Access, Binding, Scope, Session
 from memoryadmin.agents.search_tool import SEARCH_TOOL
 from memoryadmin.core.errors import InvalidRequest
 from memoryadmin.core.partitions import partition_key
+from memoryadmin.core.rows import Compiled, concrete_names, instance
 from memoryadmin.core.tools import http_tools_merge
 from memoryadmin.memory.limits import (
     BINDINGS_MAX,
@@ -101,6 +102,15 @@ def bindings_parse(raw: object) -> list[BindingSpec]:
     return sorted(specs, key=lambda spec: spec.resource)
 
 
+# The named resources of a project's environment.
+_RESOURCES = Compiled(
+    lambda project_id, environment, resource_ids: Resource.objects.filter(
+        project_id=project_id, environment=environment, resource_id__in=resource_ids
+    ).values_list(*concrete_names(Resource)),
+    (str, str, list[str]),
+)
+
+
 def bindings_admit(
     *, deployment: Deployment, environment: str, specs: list[BindingSpec]
 ) -> dict[str, Resource]:
@@ -108,10 +118,11 @@ def bindings_admit(
     declared = {declaration["id"] for declaration in deployment.memory}
     resources = {
         resource.resource_id: resource
-        for resource in Resource.objects.filter(
-            project_id=deployment.project_id,
-            environment=environment,
-            resource_id__in=[spec.resource for spec in specs],
+        for resource in (
+            instance(Resource, row)
+            for row in _RESOURCES.rows(
+                deployment.project_id, environment, [spec.resource for spec in specs]
+            )
         )
     }
     # The bindings of each kind, admitted by the kind in one call.
@@ -225,13 +236,20 @@ def sessions_memory(sessions: list[Session]) -> dict[str, list[dict[str, Any]]]:
     return memory
 
 
+_WRITABLE = Compiled(
+    lambda resource_pks, doc_ids: (
+        Document.objects.live()
+        .filter(resource_id__in=resource_pks, doc_id__in=doc_ids, agent_writes=True)
+        .values_list("resource_id", "doc_id")
+    ),
+    (list[int], list[str]),
+)
+
+
 def _writable_documents(bindings: list[Binding]) -> set[tuple[int, str]]:
+    """The (resource, document) pairs of these document bindings that agents may write
+    now (a superset: each resource's ids)."""
     if not bindings:
         return set()
-    rows = Document.objects.filter(
-        resource_id__in={b.resource_id for b in bindings},
-        doc_id__in={b.target_id for b in bindings},
-        deleted=False,
-        agent_writes=True,
-    ).values_list("resource_id", "doc_id")
-    return set(rows)
+    found = _WRITABLE.rows({b.resource_id for b in bindings}, {b.target_id for b in bindings})
+    return {(resource_pk, doc_id) for resource_pk, doc_id in found}

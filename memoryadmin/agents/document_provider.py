@@ -28,7 +28,7 @@ from memoryadmin.agents.models import Binding, EventType, Recall, Scope, Session
 from memoryadmin.agents.representations import source_dict, tool_document_dict
 from memoryadmin.agents.services.sessions import event_append, session_lock
 from memoryadmin.core.errors import InvalidRequest, LimitExceeded, NotFound, PreconditionFailed
-from memoryadmin.core.rows import column, columns_of, table, values_of
+from memoryadmin.core.rows import Compiled, column, columns_of, table, values_of
 from memoryadmin.memory.limits import (
     DOCUMENT_ID_RE,
     MAX_BYTES_DEFAULT,
@@ -395,6 +395,15 @@ def _review_settings(provider: dict[str, Any], where: str) -> dict[str, Any]:
     return settings
 
 
+# Whether each of these documents exists and was deleted (a superset: each resource's ids).
+_DOCUMENT_STATES = Compiled(
+    lambda resource_pks, doc_ids: Document.objects.filter(
+        resource_id__in=resource_pks, doc_id__in=doc_ids
+    ).values_list("resource_id", "doc_id", "deleted"),
+    (list[int], list[str]),
+)
+
+
 class DocumentProvider(MemoryProvider):
     kind = KIND
     keeps_documents = True
@@ -429,10 +438,10 @@ class DocumentProvider(MemoryProvider):
         # Every bound document's state in one query (a superset: each resource's ids).
         deleted = {
             (resource_id, doc_id): state
-            for resource_id, doc_id, state in Document.objects.filter(
-                resource_id__in={resource.pk for _, resource in documents},
-                doc_id__in={spec.target_id for spec, _ in documents},
-            ).values_list("resource_id", "doc_id", "deleted")
+            for resource_id, doc_id, state in _DOCUMENT_STATES.rows(
+                {resource.pk for _, resource in documents},
+                {spec.target_id for spec, _ in documents},
+            )
         }
         for spec, resource in documents:
             state = deleted.get((resource.pk, spec.target_id))

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, cast
 
 import orjson
+from django.core.exceptions import EmptyResultSet
 from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.models import BooleanField, Field, Func, JSONField, Model, QuerySet
 from django.db.models.base import ModelState
@@ -390,60 +391,110 @@ def inserted(obj: Model) -> None:
 
 # What a compiled statement is composed with in place of its arguments: values no caller
 # passes, which the ORM passes through to the statement's parameters unchanged.
-_PLACEHOLDER_STR = "\x00compiled-argument-{}\x00"
+_PLACEHOLDER_STR = "\x00compiled-argument-{}-{}\x00"
 _PLACEHOLDER_INT = 2_000_000_000
+# A list argument's elements at the most for a kept statement (one per length); a longer
+# list's statement is composed for its call.
+_LIST_MAX = 1000
+
+type _Slot = tuple[int | None, int | None, Any]  # argument, element of a list, constant
+type _Statement = tuple[str, list[_Slot], bool] | None  # None: the ORM's empty result
 
 
 class Compiled:
-    """A queryset's statement, composed by the ORM once per process and run again with
-    other arguments: for a hot statement whose composition costs more than its round
-    trip, with no second copy of its conditions or columns.
+    """A queryset's statement, composed by the ORM once per process (once per length of
+    each list argument) and run again with other arguments: for a hot statement whose
+    composition costs more than its round trip, with no second copy of its conditions or
+    columns.
 
     `build(*args)` returns the queryset for `args` (a `values_list` of the fields to
-    read); it is called once, with placeholders of the types `kinds` names (`str` or
-    `int`), and each of the statement's parameters that is a placeholder takes the
-    matching argument of every call; the others are the queryset's own constants. A
-    statement that locks rows runs only inside a transaction, as the ORM's own does
-    (where the database locks rows)."""
+    read); it is called with placeholders of the types `kinds` names (`str`, `int`, or a
+    list of either, as `field__in` takes), and each of the statement's parameters that is
+    a placeholder takes the matching argument of every call (an element of a list); the
+    others are the queryset's own constants. An empty list reads nothing, as the ORM's
+    `__in` does. A statement that locks rows runs only inside a transaction, as the ORM's
+    own does (where the database locks rows)."""
 
-    def __init__(self, build: Callable[..., QuerySet[Any, Any]], kinds: Sequence[type]) -> None:
+    def __init__(self, build: Callable[..., QuerySet[Any, Any]], kinds: Sequence[Any]) -> None:
+        if any(kind not in (str, int, list[str], list[int]) for kind in kinds):
+            raise TypeError(f"compiled arguments are str, int or lists of them, not {kinds}")
         self._build, self._kinds = build, tuple(kinds)
-        self._compiled: tuple[str, list[tuple[int | None, Any]], bool] | None = None
+        self._scalar = [kind in (str, int) for kind in kinds]
+        self._by_shape: dict[tuple[int | None, ...], _Statement] = {}
 
-    def _compile(self) -> tuple[str, list[tuple[int | None, Any]], bool]:
-        if any(kind not in (str, int) for kind in self._kinds):
-            raise TypeError(f"compiled arguments are str or int, not {self._kinds}")
-        placeholders: list[Any] = [
-            _PLACEHOLDER_STR.format(i) if kind is str else _PLACEHOLDER_INT + i
-            for i, kind in enumerate(self._kinds)
-        ]
+    def _placeholder(self, kind: Any, i: int, j: int) -> Any:
+        return (
+            _PLACEHOLDER_STR.format(i, j)
+            if kind in (str, list[str])
+            else (_PLACEHOLDER_INT + i * _LIST_MAX + j)
+        )
+
+    def _compile(self, shape: tuple[int | None, ...]) -> _Statement:
+        placeholders: list[Any] = []
+        where: dict[Any, tuple[int, int | None]] = {}
+        for i, (kind, length) in enumerate(zip(self._kinds, shape, strict=True)):
+            if length is None:
+                placeholders.append(self._placeholder(kind, i, 0))
+                where[placeholders[-1]] = (i, None)
+            else:
+                items = [self._placeholder(kind, i, j) for j in range(length)]
+                placeholders.append(items)
+                where.update({item: (i, j) for j, item in enumerate(items)})
         query = self._build(*placeholders).query
-        sql, params = query.get_compiler(DEFAULT_DB_ALIAS).as_sql()
-        slots: list[tuple[int | None, Any]] = []
+        try:
+            sql, params = query.get_compiler(DEFAULT_DB_ALIAS).as_sql()
+        except EmptyResultSet:
+            return None
+        slots: list[_Slot] = []
         for param in params:
-            index = next((i for i, p in enumerate(placeholders) if p == param), None)
-            slots.append((index, None if index is not None else param))
-        if {i for i, _ in slots if i is not None} != set(range(len(placeholders))):
+            found = where.get(param) if isinstance(param, (str, int)) else None
+            slots.append((None, None, param) if found is None else (*found, None))
+        if len({(i, j) for i, j, _ in slots if i is not None}) != len(where):
             raise ValueError(f"not every argument reaches the statement: {sql}")
         features = connections[DEFAULT_DB_ALIAS].features
         locks = bool(query.select_for_update) and features.has_select_for_update
         return sql, slots, locks and features.supports_transactions
 
-    def params(self, *args: Any) -> tuple[str, list[Any]]:
-        """The statement and its parameters for `args`."""
-        compiled = self._compiled
+    def params(self, *args: Any) -> tuple[str, list[Any]] | None:
+        """The statement and its parameters for `args`; None where it reads nothing."""
+        scalar = self._scalar
+        args = tuple(arg if one else list(arg) for one, arg in zip(scalar, args, strict=True))
+        shape = tuple(None if one else len(arg) for one, arg in zip(scalar, args, strict=True))
+        if any(length is not None and length > _LIST_MAX for length in shape):
+            # Longer lists are rare: composed for the call, not kept.
+            try:
+                return self._build(*args).query.get_compiler(DEFAULT_DB_ALIAS).as_sql()
+            except EmptyResultSet:
+                return None
+        try:
+            compiled = self._by_shape[shape]
+        except KeyError:
+            compiled = self._by_shape[shape] = self._compile(shape)
         if compiled is None:
-            compiled = self._compiled = self._compile()
+            return None
         sql, slots, locks = compiled
         if locks and connections[DEFAULT_DB_ALIAS].get_autocommit():
             raise TransactionManagementError(
                 "select_for_update cannot be used outside of a transaction."
             )
-        return sql, [constant if i is None else args[i] for i, constant in slots]
+        return sql, [
+            constant if i is None else args[i] if j is None else args[i][j]
+            for i, j, constant in slots
+        ]
 
     def row(self, *args: Any) -> tuple[Any, ...] | None:
         """The first row the statement returns for `args`; None when none."""
-        return fetch_row(*self.params(*args))
+        statement = self.params(*args)
+        return None if statement is None else fetch_row(*statement)
+
+    def rows(self, *args: Any) -> list[tuple[Any, ...]]:
+        """Every row the statement returns for `args`."""
+        statement = self.params(*args)
+        if statement is None:
+            return []
+        with connection.cursor() as cursor:
+            cursor.execute(*statement)
+            return list(cursor.fetchall())
 
 
 def concrete_names(model: type[Model], *, auto: bool = True) -> list[str]:

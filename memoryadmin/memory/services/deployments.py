@@ -203,12 +203,21 @@ def deployment_list(*, project: Project, agent: str | None = None) -> list[Deplo
     return list(deployments)
 
 
+_ACTIVE_IN = Compiled(
+    lambda deployment_ids: (
+        ActiveDeployment.objects.filter(deployment_id__in=deployment_ids)
+        .order_by("environment")
+        .values_list("deployment_id", "environment")
+    ),
+    (list[str],),
+)
+
+
 def deployment_active_in(*, deployments: list[Deployment]) -> dict[str, list[str]]:
     """For each deployment id, the environments where it is active."""
     active: dict[str, list[str]] = {d.id: [] for d in deployments}
-    rows = ActiveDeployment.objects.filter(deployment_id__in=active).order_by("environment")
-    for row in rows.values_list("deployment_id", "environment"):
-        active[row[0]].append(row[1])
+    for deployment_id, environment in _ACTIVE_IN.rows(active):
+        active[deployment_id].append(environment)
     return active
 
 
