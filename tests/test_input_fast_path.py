@@ -54,7 +54,13 @@ def _plain(value: Any) -> Any:
 
 def test_the_hot_inputs_are_read_without_a_serializer() -> None:
     names = {c.__name__ for c in PLAIN}
-    assert {"RecallInput", "DocumentReplaceInput", "DocumentCreateInput"} <= names
+    assert {
+        "RecallInput",
+        "DocumentReplaceInput",
+        "DocumentCreateInput",
+        "ToolCallInput",
+        "SessionCreateInput",
+    } <= names
 
 
 @pytest.mark.parametrize("serializer_class", PLAIN, ids=lambda c: c.__name__)

@@ -73,7 +73,12 @@ def _plain_fields(serializer_class: type[StrictSerializer]) -> PlainFields | Non
     plain: PlainFields = {}
     for name, field in serializer_class().fields.items():
         check = _plain_check(field)
-        if check is None or hasattr(serializer_class, f"validate_{name}") or field.read_only:
+        if (
+            check is None
+            or hasattr(serializer_class, f"validate_{name}")
+            or field.read_only
+            or field.default is not serializers.empty  # the serializer would fill it in
+        ):
             return None
         plain[name] = (field.required, check)
     return plain
@@ -82,7 +87,8 @@ def _plain_fields(serializer_class: type[StrictSerializer]) -> PlainFields | Non
 def _plain_check(field: serializers.Field[Any, Any, Any, Any]) -> Check | None:
     """A field's check, for strict strings (their rules: no NUL, no surrogates, the
     blank, null and maximum length the field allows), plain string choices, lists
-    of such strings, and nested serializers of such fields; None for any other."""
+    of such strings, JSON values, and nested serializers of such fields; None for any
+    other."""
     rules = [v for v in field.validators if not isinstance(v, _STRING_RULE)]
     if type(field) is StrictCharField and not field.min_length:
         if any(
@@ -105,6 +111,12 @@ def _plain_check(field: serializers.Field[Any, Any, Any, Any]) -> Check | None:
         return string
     if rules:
         return None
+    if type(field) is serializers.JSONField and not field.binary:
+        # A value of the request's parsed JSON body, which the field takes as it is: its
+        # check (that the value encodes as JSON) always passes for one (a JSON body holds
+        # nothing else); only a null is the field's to refuse.
+        null = field.allow_null
+        return lambda value: value is not None or null
     if isinstance(field, AgentWritesField) and not (field.allow_blank or field.allow_null):
         choices = frozenset(field.choices)
         return lambda value: isinstance(value, str) and value in choices
