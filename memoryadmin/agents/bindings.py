@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +18,7 @@ from memoryadmin.agents.models import Access, Binding, Scope, Session
 from memoryadmin.agents.search_tool import SEARCH_TOOL
 from memoryadmin.core.errors import InvalidRequest
 from memoryadmin.core.partitions import partition_key
-from memoryadmin.core.rows import Compiled, concrete_names, instance
+from memoryadmin.core.rows import Compiled, concrete_names, instance, related_set
 from memoryadmin.core.tools import http_tools_merge
 from memoryadmin.memory.limits import (
     BINDINGS_MAX,
@@ -194,6 +195,30 @@ def binding_spec(binding: Binding) -> BindingSpec:
     )
 
 
+@functools.cache
+def _binding_names() -> tuple[list[str], list[str]]:
+    return concrete_names(Binding), concrete_names(Resource)
+
+
+_BINDINGS_OF = Compiled(
+    lambda session_ids: Binding.objects.filter(session_id__in=session_ids).values_list(
+        *_binding_names()[0], *(f"resource__{name}" for name in _binding_names()[1])
+    ),
+    (list[str],),
+)
+
+
+def _bindings_of(session_ids: list[str]) -> list[Binding]:
+    """These sessions' bindings, each with its resource (as `select_related` gives it)."""
+    split = len(_binding_names()[0])
+    bindings = []
+    for row in _BINDINGS_OF.rows(session_ids):
+        binding = instance(Binding, row[:split])
+        related_set(binding, "resource", instance(Resource, row[split:]))
+        bindings.append(binding)
+    return bindings
+
+
 def sessions_memory(sessions: list[Session]) -> dict[str, list[dict[str, Any]]]:
     """Each session's `memory` array with live `writable`, by resource id (compared as
     text, whatever the database's collation): a session's bindings as written with it
@@ -202,7 +227,7 @@ def sessions_memory(sessions: list[Session]) -> dict[str, list[dict[str, Any]]]:
     unread = [session for session in sessions if session.written_bindings is None]
     bindings = [b for session in sessions for b in session.written_bindings or ()]
     if unread:
-        bindings += Binding.objects.filter(session__in=unread).select_related("resource")
+        bindings += _bindings_of([session.pk for session in unread])
     bindings.sort(key=lambda b: (b.session_id, b.resource.resource_id))
     active = {session.id for session in sessions if session.is_active}
     writable_docs = _writable_documents(
