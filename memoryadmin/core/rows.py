@@ -329,15 +329,21 @@ def json_db_value(value: Any) -> Any:
 def prepared(obj: Model, names: Sequence[str]) -> list[Any]:
     """`obj`'s values of the named fields as the database takes them (as `save` sends
     them; JSON fields encoded by `json_text`)."""
-    model = type(obj)
-    values = []
-    for name in names:
-        field = _field(model, name)
-        value = getattr(obj, field.attname)
-        values.append(
-            json_db_value(value) if isinstance(field, JSONField) else db_value(model, name, value)
-        )
-    return values
+    model, wrapper = type(obj), connections[DEFAULT_DB_ALIAS]
+    return [
+        _stored(field, getattr(obj, field.attname), wrapper)
+        for field in (_field(model, name) for name in names)
+    ]
+
+
+def _stored(field: Field[Any, Any], value: Any, wrapper: Any) -> Any:
+    """A field's value as the database takes it, as `save` sends it (JSON encoded once,
+    by `json_text`)."""
+    return (
+        json_db_value(value)
+        if isinstance(field, JSONField)
+        else field.get_db_prep_save(value, wrapper)
+    )
 
 
 def insert_rows(objs: Sequence[Model]) -> None:
@@ -356,15 +362,9 @@ def insert_rows(objs: Sequence[Model]) -> None:
     batch = max(1, wrapper.ops.bulk_batch_size(list(fields), objs))
     for start in range(0, len(objs), batch):
         part = objs[start : start + batch]
-        params: list[Any] = []
-        for obj in part:
-            for field in fields:
-                value = field.pre_save(obj, True)
-                params.append(
-                    json_db_value(value)
-                    if isinstance(field, JSONField)
-                    else field.get_db_prep_save(value, wrapper)
-                )
+        params = [
+            _stored(field, field.pre_save(obj, True), wrapper) for obj in part for field in fields
+        ]
         sql = insert_sql(model, [f.name for f in fields], len(part))
         with connection.cursor() as cursor:
             if auto is None:
