@@ -146,11 +146,20 @@ def retire_kb(project: Project) -> None:
 
 def freeze(document: Document) -> Document:
     """Turns agent writes off under the document's current revision (an owner's PATCH)."""
+    return _agent_writes(document, False)
+
+
+def unfreeze(document: Document) -> Document:
+    """Turns agent writes back on under the document's current revision (an owner's PATCH)."""
+    return _agent_writes(document, True)
+
+
+def _agent_writes(document: Document, on: bool) -> Document:
     return document_patch(
         resource=document.resource,
         doc_id=document.doc_id,
         expected_revision=document.revision,
-        agent_writes=False,
+        agent_writes=on,
         actor="t",
     )
 

@@ -20,7 +20,7 @@ from memoryadmin.memory.models import AuditEntry, Document, DocumentVersion, Pro
 from memoryadmin.memory.services.deployments import deployment_create, resource_get
 from memoryadmin.memory.services.documents import document_patch, document_replace
 from memoryadmin.memory.services.proposals import changed_bytes
-from tests.helpers import DEV, DOCS, MANIFEST_MEMORY, Keys, html_of
+from tests.helpers import DEV, DOCS, MANIFEST_MEMORY, Keys, html_of, unfreeze
 
 PROPOSALS = "/api/managed-agents/projects/acme/memory/proposals"
 
@@ -169,13 +169,7 @@ def test_disabled_wins_over_review_and_unfreeze_returns_to_review(
         actor="t",
     )
     assert save(reviewed, "x") == {"status": "rejected", "reason": "agent_writes_disabled"}
-    document_patch(
-        resource=workshop.resource,
-        doc_id="workshop",
-        expected_revision=frozen.revision,
-        agent_writes=True,
-        actor="t",
-    )
+    unfreeze(frozen)
     assert api.get(f"{DOCS}/workshop{DEV}").json()["agentWrites"] == "review"
     assert save(reviewed, "x")["status"] == "proposed"
 

@@ -17,10 +17,9 @@ from memoryadmin.memory.services.deployments import resource_get
 from memoryadmin.memory.services.documents import (
     document_delete,
     document_list,
-    document_patch,
     document_replace,
 )
-from tests.helpers import Keys, freeze
+from tests.helpers import Keys, freeze, unfreeze
 
 SESSIONS = "/api/managed-agents/sessions"
 
@@ -393,13 +392,7 @@ def test_refused_and_conflicting_saves_in_their_own_transactions_write_nothing(
     assert events == [(1, "session.created"), (2, "memory.saved")]
     assert Session.objects.get(pk=session_id).last_seq == 2
     # Unfrozen, the session saves again on the current revision.
-    document_patch(
-        resource=notes,
-        doc_id="workshop",
-        expected_revision=document.revision,
-        agent_writes=True,
-        actor="t",
-    )
+    unfreeze(document)
     current = recall(api, session_id, ["notes"]).json()["recallId"]
     again = result(call(api, session_id, current, "memory_save", {"text": "four"}, "c5"))
     assert again["status"] == "saved"

@@ -16,9 +16,8 @@ from memoryadmin.memory.services.deployments import deployment_create
 from memoryadmin.memory.services.documents import (
     document_create,
     document_delete,
-    document_patch,
 )
-from tests.helpers import MANIFEST_MEMORY, Keys, freeze
+from tests.helpers import MANIFEST_MEMORY, Keys, freeze, unfreeze
 
 SESSIONS = "/api/managed-agents/sessions"
 WORKSHOP_RW = {"notes": {"scope": "document", "id": "workshop", "access": "read-write"}}
@@ -519,13 +518,7 @@ def test_writable_goes_false_on_freeze_and_back_on_unfreeze(
 ) -> None:
     frozen = freeze(workshop)
     assert notes_binding(api, session_id)["writable"] is False
-    document_patch(
-        resource=notes,
-        doc_id="workshop",
-        expected_revision=frozen.revision,
-        agent_writes=True,
-        actor="t",
-    )
+    unfreeze(frozen)
     assert notes_binding(api, session_id)["writable"] is True
 
 
