@@ -278,7 +278,7 @@ def event_append(*, session: Session, type: str, data: dict[str, Any]) -> Sessio
     event = _next_event(session, type, data, at=timezone.now())
     if connection.vendor != "postgresql":
         Session.objects.filter(pk=session.pk).update(last_seq=session.last_seq)
-        event.save(force_insert=True)
+        insert_rows([event])
         return event
     # The session's number and the event in one statement.
     params = [session.last_seq, session.pk, *prepared(event, _event_names())]
