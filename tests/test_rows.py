@@ -332,3 +332,10 @@ def test_a_compiled_statement_takes_lists_as_field_in_does(
     longer = ["a", "b", "c", "d"]
     assert compiled.rows([notes.pk], longer) == orm([notes.pk], longer)
     assert compiled._by_shape == kept
+    # However callers vary their lists' lengths, a process keeps a bounded number.
+    monkeypatch.setattr(rows, "_LIST_MAX", 1000)
+    monkeypatch.setattr(rows, "_SHAPES_MAX", len(kept) + 1)
+    assert compiled.rows([notes.pk] * 5, ["a"]) == orm([notes.pk], ["a"])
+    assert compiled.rows([notes.pk] * 6, ["b", "a"]) == orm([notes.pk], ["a", "b"])
+    assert len(compiled._by_shape) == len(kept) + 1
+    assert (6, 2) not in compiled._by_shape

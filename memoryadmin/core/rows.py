@@ -396,6 +396,10 @@ _PLACEHOLDER_INT = 2_000_000_000
 # A list argument's elements at the most for a kept statement (one per length); a longer
 # list's statement is composed for its call.
 _LIST_MAX = 1000
+# Statements kept at the most by one Compiled (one per combination of its lists' lengths,
+# which callers choose): past it, a new combination is composed for its call, so that
+# no caller can make a process keep more.
+_SHAPES_MAX = 256
 
 type _Slot = tuple[int | None, int | None, Any]  # argument, element of a list, constant
 type _Statement = tuple[str, list[_Slot], bool] | None  # None: the ORM's empty result
@@ -460,15 +464,18 @@ class Compiled:
         scalar = self._scalar
         args = tuple(arg if one else list(arg) for one, arg in zip(scalar, args, strict=True))
         shape = tuple(None if one else len(arg) for one, arg in zip(scalar, args, strict=True))
-        if any(length is not None and length > _LIST_MAX for length in shape):
-            # Longer lists are rare: composed for the call, not kept.
-            try:
-                return self._build(*args).query.get_compiler(DEFAULT_DB_ALIAS).as_sql()
-            except EmptyResultSet:
-                return None
-        try:
+        if shape in self._by_shape:
             compiled = self._by_shape[shape]
-        except KeyError:
+        else:
+            if len(self._by_shape) >= _SHAPES_MAX or any(
+                length is not None and length > _LIST_MAX for length in shape
+            ):
+                # Rare shapes (a long list, or past the statements kept): composed for
+                # the call, not kept.
+                try:
+                    return self._build(*args).query.get_compiler(DEFAULT_DB_ALIAS).as_sql()
+                except EmptyResultSet:
+                    return None
             compiled = self._by_shape[shape] = self._compile(shape)
         if compiled is None:
             return None
