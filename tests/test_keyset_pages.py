@@ -14,7 +14,12 @@ from memoryadmin.agents.services.sessions import session_create, session_list
 from memoryadmin.core.cursors import cursor_dump, keyset_page
 from memoryadmin.core.errors import InvalidRequest
 from memoryadmin.memory.models import Document, DocumentVersion, Project, Resource
-from memoryadmin.memory.services.documents import document_list, version_list
+from memoryadmin.memory.services.documents import (
+    DOCUMENT_SORTS,
+    LIST_FIELDS,
+    document_list,
+    version_list,
+)
 
 
 def walk(page: Any) -> list[list[Any]]:
@@ -117,3 +122,64 @@ def test_a_cursor_is_valid_only_for_its_own_list(notes: Resource, make_document:
     assert cursor is not None
     with pytest.raises(InvalidRequest):
         keyset_page(_documents(notes), order=BY_TIME, cursor=cursor, scope="two", limit=1)
+
+
+@pytest.mark.parametrize("sort", list(DOCUMENT_SORTS))
+def test_the_compiled_list_pages_as_the_orms_keyset_page(
+    sort: str, notes: Resource, make_document: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The unfiltered list's statements are composed once (documents._list_pages): its
+    pages, ties and cursors are those of keyset_page over the same queryset."""
+    for i, doc_id in enumerate(["e", "c", "a", "d", "b", "f", "g", "h", "i"]):
+        make_document(doc_id, text="x" * (i % 3))
+    tied = timezone.now()
+    Document.objects.filter(doc_id__in=["a", "b", "c", "d", "e"]).update(updated_at=tied)
+    Document.objects.filter(doc_id="f").update(updated_at=tied + timedelta(seconds=1))
+    Document.objects.filter(doc_id="g").update(updated_at=tied - timedelta(microseconds=1))
+    Document.objects.filter(doc_id="h").update(deleted=True)
+    scope = f"documents:{notes.pk}" + ("" if sort == "updated" else f":{sort}")
+    orm = walk(
+        lambda c: keyset_page(
+            Document.objects.live().filter(resource=notes).values(*LIST_FIELDS),
+            order=DOCUMENT_SORTS[sort],
+            cursor=c,
+            scope=scope,
+            limit=2,
+        )
+    )
+    cursors: list[Any] = []
+
+    def listed(cursor: Any) -> Any:
+        rows, next_cursor = document_list(resource=notes, cursor=cursor, limit=2, sort=sort)
+        cursors.append(next_cursor)
+        return rows, next_cursor
+
+    assert walk(listed) == orm
+    assert sum(len(rows) for rows in orm) == 8  # every live document, once
+    # The same cursors as keyset_page's: each reads the same next page either way.
+    for cursor in cursors[:-1]:
+        assert document_list(resource=notes, cursor=cursor, limit=2, sort=sort) == keyset_page(
+            Document.objects.live().filter(resource=notes).values(*LIST_FIELDS),
+            order=DOCUMENT_SORTS[sort],
+            cursor=cursor,
+            scope=scope,
+            limit=2,
+        )
+    # Composed once: walking the list again composes no statement.
+    from django.db.models.sql.compiler import SQLCompiler
+
+    composed = []
+    as_sql = SQLCompiler.as_sql
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        composed.append(self.query.model)
+        return as_sql(self, *args, **kwargs)
+
+    monkeypatch.setattr(SQLCompiler, "as_sql", counted)
+    assert walk(listed) == orm
+    assert composed == []
+    # A cursor of another sort or resource is refused as before.
+    if len(cursors) > 1:
+        other = "id" if sort != "id" else "size"
+        with pytest.raises(InvalidRequest):
+            document_list(resource=notes, cursor=cursors[0], limit=2, sort=other)

@@ -339,3 +339,38 @@ def test_a_compiled_statement_takes_lists_as_field_in_does(
     assert compiled.rows([notes.pk] * 6, ["b", "a"]) == orm([notes.pk], ["a", "b"])
     assert len(compiled._by_shape) == len(kept) + 1
     assert (6, 2) not in compiled._by_shape
+
+
+@pytest.mark.django_db
+def test_a_compiled_statement_takes_aware_datetimes_as_the_orm_does(notes: Resource) -> None:
+    from datetime import UTC, datetime, timedelta
+    from datetime import timezone as zone
+
+    names = ("doc_id", "updated_at")
+    compiled = rows.Compiled(
+        lambda resource_pk, since: (
+            Document.objects.filter(resource_id=resource_pk, updated_at__gte=since)
+            .exclude(updated_at=since, doc_id="b")
+            .order_by("doc_id")
+            .values_list(*names)
+        ),
+        (int, datetime),
+    )
+    for doc_id in ("a", "b", "c"):
+        document_create(resource=notes, doc_id=doc_id, title=doc_id, actor="t")
+    at = datetime(2026, 3, 4, 5, 6, 7, 890123, tzinfo=UTC)
+    for i, doc_id in enumerate(("a", "b", "c")):
+        Document.objects.filter(doc_id=doc_id).update(updated_at=at + timedelta(microseconds=i))
+    moments = [at, at + timedelta(microseconds=1), at + timedelta(hours=1), at - timedelta(days=1)]
+    # Another zone's instant is the same instant.
+    moments.append((at + timedelta(microseconds=1)).astimezone(zone(timedelta(hours=-7))))
+    for since in moments:
+        expected = (
+            Document.objects.filter(resource=notes, updated_at__gte=since)
+            .exclude(updated_at=since, doc_id="b")
+            .order_by("doc_id")
+        )
+        found = [rows.values_of(Document, names, row) for row in compiled.rows(notes.pk, since)]
+        assert found == list(expected.values(*names)), since
+    with pytest.raises(ValueError, match="aware"):
+        compiled.rows(notes.pk, datetime(2026, 3, 4, 5, 6, 7))

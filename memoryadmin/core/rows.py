@@ -13,6 +13,7 @@ import functools
 import json
 import re
 from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 import orjson
@@ -393,6 +394,7 @@ def inserted(obj: Model) -> None:
 # passes, which the ORM passes through to the statement's parameters unchanged.
 _PLACEHOLDER_STR = "\x00compiled-argument-{}-{}\x00"
 _PLACEHOLDER_INT = 2_000_000_000
+_PLACEHOLDER_TIME = datetime(1001, 2, 3, 4, 5, 6, tzinfo=UTC)
 # A list argument's elements at the most for a kept statement (one per length); a longer
 # list's statement is composed for its call.
 _LIST_MAX = 1000
@@ -412,21 +414,27 @@ class Compiled:
     columns.
 
     `build(*args)` returns the queryset for `args` (a `values_list` of the fields to
-    read); it is called with placeholders of the types `kinds` names (`str`, `int`, or a
-    list of either, as `field__in` takes), and each of the statement's parameters that is
-    a placeholder takes the matching argument of every call (an element of a list); the
-    others are the queryset's own constants. An empty list reads nothing, as the ORM's
+    read); it is called with placeholders of the types `kinds` names (`str`, `int`, an
+    aware `datetime`, or a list of `str` or `int`, as `field__in` takes), and each of the
+    statement's parameters that is a placeholder takes the matching argument of every
+    call (an element of a list; a datetime as the database takes a date-time field's
+    value); the others are the queryset's own constants. An empty list reads nothing, as the ORM's
     `__in` does. A statement that locks rows runs only inside a transaction, as the ORM's
     own does (where the database locks rows)."""
 
     def __init__(self, build: Callable[..., QuerySet[Any, Any]], kinds: Sequence[Any]) -> None:
-        if any(kind not in (str, int, list[str], list[int]) for kind in kinds):
-            raise TypeError(f"compiled arguments are str, int or lists of them, not {kinds}")
+        if any(kind not in (str, int, datetime, list[str], list[int]) for kind in kinds):
+            raise TypeError(
+                f"compiled arguments are str, int, datetime or lists of str or int, not {kinds}"
+            )
         self._build, self._kinds = build, tuple(kinds)
-        self._scalar = [kind in (str, int) for kind in kinds]
+        self._scalar = [kind in (str, int, datetime) for kind in kinds]
+        self._times = [i for i, kind in enumerate(kinds) if kind is datetime]
         self._by_shape: dict[tuple[int | None, ...], _Statement] = {}
 
     def _placeholder(self, kind: Any, i: int, j: int) -> Any:
+        if kind is datetime:
+            return _PLACEHOLDER_TIME + timedelta(microseconds=i * _LIST_MAX + j)
         return (
             _PLACEHOLDER_STR.format(i, j)
             if kind in (str, list[str])
@@ -436,10 +444,12 @@ class Compiled:
     def _compile(self, shape: tuple[int | None, ...]) -> _Statement:
         placeholders: list[Any] = []
         where: dict[Any, tuple[int, int | None]] = {}
+        adapt = connections[DEFAULT_DB_ALIAS].ops.adapt_datetimefield_value
         for i, (kind, length) in enumerate(zip(self._kinds, shape, strict=True)):
             if length is None:
                 placeholders.append(self._placeholder(kind, i, 0))
-                where[placeholders[-1]] = (i, None)
+                # A date-time reaches the statement as the database takes it.
+                where[adapt(placeholders[-1]) if kind is datetime else placeholders[-1]] = (i, None)
             else:
                 items = [self._placeholder(kind, i, j) for j in range(length)]
                 placeholders.append(items)
@@ -451,7 +461,7 @@ class Compiled:
             return None
         slots: list[_Slot] = []
         for param in params:
-            found = where.get(param) if isinstance(param, (str, int)) else None
+            found = where.get(param) if isinstance(param, (str, int, datetime)) else None
             slots.append((None, None, param) if found is None else (*found, None))
         if len({(i, j) for i, j, _ in slots if i is not None}) != len(where):
             raise ValueError(f"not every argument reaches the statement: {sql}")
@@ -484,6 +494,11 @@ class Compiled:
             raise TransactionManagementError(
                 "select_for_update cannot be used outside of a transaction."
             )
+        if self._times:
+            if any(args[i].tzinfo is None for i in self._times):
+                raise ValueError("a compiled statement takes aware datetimes")
+            adapt = connections[DEFAULT_DB_ALIAS].ops.adapt_datetimefield_value
+            args = tuple(adapt(arg) if i in self._times else arg for i, arg in enumerate(args))
         return sql, [
             constant if i is None else args[i] if j is None else args[i][j]
             for i, j, constant in slots

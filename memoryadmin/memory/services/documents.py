@@ -25,7 +25,7 @@ from django.db.models import Q, QuerySet
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
-from memoryadmin.core.cursors import keyset_page
+from memoryadmin.core.cursors import KeysetPages, keyset_page
 from memoryadmin.core.erasing import text_erase
 from memoryadmin.core.errors import Conflict, InvalidRequest, NotFound, PreconditionFailed
 from memoryadmin.core.rows import (
@@ -732,12 +732,29 @@ def document_list(
     order = DOCUMENT_SORTS.get(sort)
     if order is None:
         raise InvalidRequest(f"sort must be one of: {', '.join(DOCUMENT_SORTS)}.")
-    rows = documents_matching(resource=resource, query=query, facets=facets)
     scope = f"documents:{resource.pk}" + ("" if sort == "updated" else f":{sort}")
+    if not query and not facets.narrowed:
+        return _list_pages(sort, limit).page(resource.pk, cursor=cursor, scope=scope)
+    rows = documents_matching(resource=resource, query=query, facets=facets)
     if facets.narrowed:
         scope += f":{facets.scope}"
     return keyset_page(
         rows.values(*LIST_FIELDS), order=order, cursor=cursor, scope=scope, limit=limit
+    )
+
+
+@functools.lru_cache(maxsize=16)
+def _list_pages(sort: str, limit: int) -> KeysetPages:
+    """The unfiltered list's pages in `sort` order (the API's list and the Memory page
+    without a filter): its statements composed once per process, as the filtered list
+    composes its own on each call (`documents_matching`, `keyset_page`)."""
+    return KeysetPages(
+        lambda resource_pk: documents_matching(resource=Resource(pk=resource_pk)),
+        [int],
+        model=Document,
+        names=LIST_FIELDS,
+        order=DOCUMENT_SORTS[sort],
+        limit=limit,
     )
 
 
