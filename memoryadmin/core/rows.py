@@ -418,9 +418,9 @@ class Compiled:
     aware `datetime`, or a list of `str` or `int`, as `field__in` takes), and each of the
     statement's parameters that is a placeholder takes the matching argument of every
     call (an element of a list; a datetime as the database takes a date-time field's
-    value); the others are the queryset's own constants. An empty list reads nothing, as the ORM's
-    `__in` does. A statement that locks rows runs only inside a transaction, as the ORM's
-    own does (where the database locks rows)."""
+    value); the others are the queryset's own constants. An empty list reads nothing, as
+    the ORM's `__in` does. A statement that locks rows runs only inside a transaction, as
+    the ORM's own does (where the database locks rows)."""
 
     def __init__(self, build: Callable[..., QuerySet[Any, Any]], kinds: Sequence[Any]) -> None:
         if any(kind not in (str, int, datetime, list[str], list[int]) for kind in kinds):
