@@ -370,7 +370,10 @@ def test_a_compiled_statement_takes_aware_datetimes_as_the_orm_does(notes: Resou
             .exclude(updated_at=since, doc_id="b")
             .order_by("doc_id")
         )
-        found = [rows.values_of(Document, names, row) for row in compiled.rows(notes.pk, since)]
-        assert found == list(expected.values(*names)), since
+        read = compiled.rows(notes.pk, since)
+        assert rows.values_rows(Document, names, read) == list(expected.values(*names)), since
+        assert [rows.values_of(Document, names, row) for row in read] == list(
+            expected.values(*names)
+        )
     with pytest.raises(ValueError, match="aware"):
         compiled.rows(notes.pk, datetime(2026, 3, 4, 5, 6, 7))

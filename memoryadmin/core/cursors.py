@@ -17,7 +17,7 @@ from django.db.models import QuerySet
 
 from memoryadmin.core.errors import InvalidRequest
 from memoryadmin.core.inputs import InvalidInput, parse_instant
-from memoryadmin.core.rows import Compiled, values_of
+from memoryadmin.core.rows import Compiled, values_rows
 
 INVALID = "cursor is not valid for this list."
 
@@ -164,5 +164,5 @@ class KeysetPages:
         page's cursor (None after the last page)."""
         values = _position(self._model, self._order, cursor, scope)
         rows = self._first.rows(*args) if values is None else self._next.rows(*args, *values)
-        page = [values_of(self._model, self._names, row) for row in rows]
+        page = values_rows(self._model, self._names, rows)
         return _finished(page, self._order, scope, self._limit)

@@ -235,9 +235,20 @@ def instance_of[M: Model](model: type[M], names: Sequence[str], values: Sequence
 def values_of(model: type[Model], names: Sequence[str], values: Sequence[Any]) -> dict[str, Any]:
     """The named fields' values by name from a row of `columns_of(model, names)`,
     converted as `.values(*names)` converts them: no model instance, where none is needed."""
+    return values_rows(model, names, [values])[0]
+
+
+def values_rows(
+    model: type[Model], names: Sequence[str], rows: Iterable[Sequence[Any]]
+) -> list[dict[str, Any]]:
+    """`values_of` of each of `rows`, the connection and its converters looked up once
+    (a page of rows); where none of the fields has a converter, each row as it is."""
     wrapper = connections[DEFAULT_DB_ALIAS]
-    converters = _field_converters(wrapper, model, tuple(names))
-    return dict(zip(names, _converted(wrapper, converters, values), strict=True))
+    names = tuple(names)
+    converters = _field_converters(wrapper, model, names)
+    if not converters:
+        return [dict(zip(names, row, strict=True)) for row in rows]
+    return [dict(zip(names, _converted(wrapper, converters, row), strict=True)) for row in rows]
 
 
 def related_set(obj: Model, name: str, value: Model) -> None:
