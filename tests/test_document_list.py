@@ -135,3 +135,39 @@ def test_the_filter_matches_the_same_documents_whatever_the_index(
     assert ids("UNDER") == {"under", "unders"}
     assert ids("ab") == {"ab-1"}  # too short for trigrams: the plain conditions alone
     assert ids("zzzqqq") == set()
+
+
+def test_an_entry_is_the_document_object_without_its_text() -> None:
+    """document_entries (the API list, `memory list`) makes each row's object as
+    document_dict does, whatever the resource's review default and the row's modes."""
+    from memoryadmin.memory.representations import document_dict, document_entries
+    from memoryadmin.memory.services.documents import LIST_FIELDS
+
+    at = timezone.now()
+    rows = [
+        dict(zip(LIST_FIELDS, values, strict=True))
+        for values in [
+            ("a", "A", "", True, None, "r1", 10, at, "owner", ""),
+            ("b", "B", "s", True, True, "r2", 20, at - timedelta(days=3), "agent", "ses_1"),
+            ("c", "C", "s", True, False, "r3", 0, at, "key", ""),
+            ("d", "<D>", "&", False, None, "r4", 4096, at, "agent", "ses_2"),
+        ]
+    ]
+    for config in ({}, {"agentWrites": "review"}):
+        resource = Resource(max_bytes=4096, config=config)
+        expected = [
+            document_dict(
+                row,
+                max_bytes=4096,
+                include_text=False,
+                review_default=resource.review_default,
+            )
+            for row in rows
+        ]
+        assert document_entries(rows, resource) == expected
+        assert [entry["agentWrites"] for entry in expected] == (
+            ["enabled", "review", "enabled", "disabled"]
+            if not config
+            else ["review", "review", "enabled", "disabled"]
+        )
+        assert "text" not in expected[0]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from functools import partial
+from operator import itemgetter
 from typing import Any
 
 from memoryadmin.memory.limits import agent_writes_shown
@@ -85,17 +86,15 @@ def _document_object(values: Sequence[Any], max_bytes: int, review_default: bool
     return data
 
 
-def document_entries(rows: list[Any], resource: Resource) -> list[dict[str, Any]]:
-    """List entries (no text) of `.values()` rows of one resource."""
-    return [
-        document_dict(
-            row,
-            max_bytes=resource.max_bytes,
-            include_text=False,
-            review_default=resource.review_default,
-        )
-        for row in rows
-    ]
+# A list row's values in LIST_FIELDS order, in one call (a page has fifty rows).
+_LIST_VALUES = itemgetter(*LIST_FIELDS)
+
+
+def document_entries(rows: Sequence[Mapping[str, Any]], resource: Resource) -> list[dict[str, Any]]:
+    """List entries (no text) of `.values()` rows of one resource: `document_dict`'s
+    objects, the resource's limit and review default read once for the page."""
+    max_bytes, review_default = resource.max_bytes, resource.review_default
+    return [_document_object(_LIST_VALUES(row), max_bytes, review_default) for row in rows]
 
 
 def search_hit_dict(
