@@ -40,13 +40,22 @@ def _encode(value: Any) -> Any:
     return value.isoformat() if isinstance(value, datetime) else value
 
 
-def _decode(field: Any, value: Any) -> Any:
+def _kind(field: Any) -> type:
+    """The type of a cursor's value of `field` once decoded (and what rows.Compiled
+    takes for it)."""
     if isinstance(field, models.DateTimeField):
+        return datetime
+    return int if isinstance(field, models.IntegerField) else str
+
+
+def _decode(field: Any, value: Any) -> Any:
+    kind = _kind(field)
+    if kind is datetime:
         try:
             return parse_instant(value, field="cursor")
         except InvalidInput as exc:
             raise InvalidRequest(INVALID) from exc
-    if type(value) is not (int if isinstance(field, models.IntegerField) else str):
+    if type(value) is not kind:
         raise InvalidRequest(INVALID)
     return value
 
@@ -117,13 +126,6 @@ def keyset_page[R](
     if values is not None:
         rows = _after(rows, order, values)
     return _finished(list(rows.order_by(*order)[: limit + 1]), order, scope, limit)
-
-
-def _kind(field: Any) -> type:
-    """What a compiled statement takes for a value of `field` (rows.Compiled)."""
-    if isinstance(field, models.DateTimeField):
-        return datetime
-    return int if isinstance(field, models.IntegerField) else str
 
 
 class KeysetPages:
