@@ -377,3 +377,50 @@ def test_a_compiled_statement_takes_aware_datetimes_as_the_orm_does(notes: Resou
         )
     with pytest.raises(ValueError, match="aware"):
         compiled.rows(notes.pk, datetime(2026, 3, 4, 5, 6, 7))
+
+
+@pytest.mark.django_db
+def test_a_joined_row_is_the_instance_select_related_reads(session: Session) -> None:
+    from django.test.utils import CaptureQueriesContext
+
+    from memoryadmin.agents.models import Binding
+
+    expected = Binding.objects.select_related("resource").filter(session=session).first()
+    assert expected is not None
+    # As the database driver gives the row (rows.Compiled), unconverted.
+    row = rows.Compiled(
+        lambda pk: Binding.objects.filter(pk=pk).values_list(
+            *rows.joined_names(Binding, "resource")
+        ),
+        (int,),
+    ).row(expected.pk)
+    assert row is not None
+    binding = rows.joined_instance(Binding, "resource", row)
+    assert [getattr(binding, f.attname) for f in Binding._meta.concrete_fields] == [
+        getattr(expected, f.attname) for f in Binding._meta.concrete_fields
+    ]
+    with CaptureQueriesContext(connection) as queries:
+        resource = binding.resource
+    assert queries.captured_queries == []  # read with it, as select_related reads it
+    assert [getattr(resource, f.attname) for f in Resource._meta.concrete_fields] == [
+        getattr(expected.resource, f.attname) for f in Resource._meta.concrete_fields
+    ]
+    # Some of the model's fields: the others deferred, as `.only()` leaves them.
+    names = ("id", "scope", "target_id")
+    row = rows.Compiled(
+        lambda pk: Binding.objects.filter(pk=pk).values_list(
+            *rows.joined_names(Binding, "resource", names)
+        ),
+        (int,),
+    ).row(expected.pk)
+    assert row is not None
+    some = rows.joined_instance(Binding, "resource", row, names)
+    assert some.get_deferred_fields() == {
+        f.attname for f in Binding._meta.concrete_fields if f.name not in names
+    }
+    assert (some.pk, some.scope, some.target_id) == (
+        expected.pk,
+        expected.scope,
+        expected.target_id,
+    )
+    assert some.resource.resource_id == expected.resource.resource_id

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +17,7 @@ from memoryadmin.agents.models import Access, Binding, Scope, Session
 from memoryadmin.agents.search_tool import SEARCH_TOOL
 from memoryadmin.core.errors import InvalidRequest
 from memoryadmin.core.partitions import partition_key
-from memoryadmin.core.rows import Compiled, concrete_names, instance, related_set
+from memoryadmin.core.rows import Compiled, concrete_names, instance, joined_instance, joined_names
 from memoryadmin.core.tools import http_tools_merge
 from memoryadmin.memory.limits import (
     BINDINGS_MAX,
@@ -195,14 +194,9 @@ def binding_spec(binding: Binding) -> BindingSpec:
     )
 
 
-@functools.cache
-def _binding_names() -> tuple[list[str], list[str]]:
-    return concrete_names(Binding), concrete_names(Resource)
-
-
 _BINDINGS_OF = Compiled(
     lambda session_ids: Binding.objects.filter(session_id__in=session_ids).values_list(
-        *_binding_names()[0], *(f"resource__{name}" for name in _binding_names()[1])
+        *joined_names(Binding, "resource")
     ),
     (list[str],),
 )
@@ -210,13 +204,7 @@ _BINDINGS_OF = Compiled(
 
 def _bindings_of(session_ids: list[str]) -> list[Binding]:
     """These sessions' bindings, each with its resource (as `select_related` gives it)."""
-    split = len(_binding_names()[0])
-    bindings = []
-    for row in _BINDINGS_OF.rows(session_ids):
-        binding = instance(Binding, row[:split])
-        related_set(binding, "resource", instance(Resource, row[split:]))
-        bindings.append(binding)
-    return bindings
+    return [joined_instance(Binding, "resource", row) for row in _BINDINGS_OF.rows(session_ids)]
 
 
 def sessions_memory(sessions: list[Session]) -> dict[str, list[dict[str, Any]]]:

@@ -260,6 +260,37 @@ def related_set(obj: Model, name: str, value: Model) -> None:
     field.set_cached_value(obj, value)  # type: ignore[attr-defined]
 
 
+@functools.cache
+def _joined(
+    model: type[Model], related: str, names: tuple[str, ...] | None
+) -> tuple[tuple[str, ...], type[Model], list[str]]:
+    own = tuple(concrete_names(model)) if names is None else names
+    other = _field(model, related).related_model
+    assert isinstance(other, type), related
+    assert issubclass(other, Model), related
+    return own, other, [*own, *(f"{related}__{name}" for name in concrete_names(other))]
+
+
+def joined_names(model: type[Model], related: str, names: Sequence[str] | None = None) -> list[str]:
+    """What a `values_list` of `model` reads for `joined_instance`: its fields `names`
+    (every concrete field by default, in field order), then every concrete field of the
+    row its foreign key `related` names (`related__<field>`)."""
+    return list(_joined(model, related, None if names is None else tuple(names))[2])
+
+
+def joined_instance[M: Model](
+    model: type[M], related: str, row: Sequence[Any], names: Sequence[str] | None = None
+) -> M:
+    """The instance of a row of `joined_names(model, related, names)` (or of the same
+    columns written by hand), with its `related` object built from the rest of the row,
+    as `select_related` gives it."""
+    own, other, _ = _joined(model, related, None if names is None else tuple(names))
+    split = len(own)
+    obj = instance(model, row[:split]) if names is None else instance_of(model, own, row[:split])
+    related_set(obj, related, instance(other, row[split:]))
+    return obj
+
+
 def fetch_row(sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
     """The first row `sql` returns, as the database driver gives it; None when none."""
     with connection.cursor() as cursor:

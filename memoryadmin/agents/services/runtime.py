@@ -53,9 +53,8 @@ from memoryadmin.core.rows import (
     columns,
     concrete_names,
     fetch_instance,
-    instance,
-    instance_of,
-    related_set,
+    joined_instance,
+    joined_names,
     table,
 )
 
@@ -394,7 +393,7 @@ def _recall_names() -> tuple[str, ...]:
 _RECALL_IN_SESSION = Compiled(
     lambda recall_id, session_id: Recall.objects.filter(
         pk=recall_id, session_id=session_id
-    ).values_list(*_recall_names(), *(f"session__{n}" for n in concrete_names(Session))),
+    ).values_list(*joined_names(Recall, "session", _recall_names())),
     (str, str),
 )
 
@@ -405,10 +404,7 @@ def _recall_in(session: Session, recall_id: str) -> Recall:
     row = _RECALL_IN_SESSION.row(recall_id, session.pk)
     if row is None:
         raise NotFound(f"No recall '{recall_id}' in session {session.id}.")
-    split = len(_recall_names())
-    recall = instance_of(Recall, _recall_names(), row[:split])
-    related_set(recall, "session", instance(Session, row[split:]))
-    return recall
+    return joined_instance(Recall, "session", row, _recall_names())
 
 
 def tool_call(

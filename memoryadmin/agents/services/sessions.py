@@ -39,6 +39,7 @@ from memoryadmin.core.rows import (
     insert_sql,
     inserted,
     instance,
+    joined_instance,
     prepared,
     related_set,
     table,
@@ -380,18 +381,15 @@ def _session_rows(
         return None, []
     session_end_at = len(Session._meta.concrete_fields)
     deployment_end_at = session_end_at + len(Deployment._meta.concrete_fields)
-    binding_end_at = deployment_end_at + len(Binding._meta.concrete_fields)
-    resource_end_at = binding_end_at + len(Resource._meta.concrete_fields)
-    session = instance(Session, rows[0][:session_end_at])
-    related_set(
-        session, "deployment", instance(Deployment, rows[0][session_end_at:deployment_end_at])
+    resource_end_at = (
+        deployment_end_at + len(Binding._meta.concrete_fields) + len(Resource._meta.concrete_fields)
     )
+    session = joined_instance(Session, "deployment", rows[0][:deployment_end_at])
     bindings = []
     for row in rows if with_bindings else []:
         if row[deployment_end_at] is None:  # no binding: the LEFT JOIN's empty row
             continue
-        binding = instance(Binding, row[deployment_end_at:binding_end_at])
-        related_set(binding, "resource", instance(Resource, row[binding_end_at:resource_end_at]))
+        binding = joined_instance(Binding, "resource", row[deployment_end_at:resource_end_at])
         related_set(binding, "session", session)
         if with_documents:
             # Read in the same statement: the document provider need not read it again.
