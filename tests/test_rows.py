@@ -424,3 +424,108 @@ def test_a_joined_row_is_the_instance_select_related_reads(session: Session) -> 
         expected.target_id,
     )
     assert some.resource.resource_id == expected.resource.resource_id
+
+
+def _driver_cursor(cursor: Any) -> Any:
+    """The driver's cursor inside Django's wrapper."""
+    return cursor.cursor
+
+
+@pytest.mark.django_db
+def test_statements_share_the_cursor_their_driver_connection_keeps(notes: Resource) -> None:
+    document_create(resource=notes, doc_id="a", title="A", text="x", actor="t")
+    document_create(resource=notes, doc_id="b", title="B", text="yy", actor="t")
+    sql = f"SELECT doc_id, bytes FROM {table(Document)} WHERE resource_id = %s ORDER BY doc_id"
+
+    with rows.statement_cursor() as first:
+        first.execute(sql, [notes.pk])
+        read = first.fetchall()
+        kept = _driver_cursor(first)
+    with rows.statement_cursor() as second:
+        second.execute(sql, [notes.pk])
+        again = second.fetchall()
+        assert _driver_cursor(second) is kept
+
+    assert read == again == [("a", 1), ("b", 2)]
+    assert rows.fetch_row(sql, [notes.pk]) == ("a", 1)
+    assert rows.fetch_row(sql, [0]) is None
+    # Wrapped as connection.cursor() wraps one, not the driver's cursor itself.
+    assert type(first) is type(connection.cursor())
+
+
+@pytest.mark.django_db
+def test_a_statement_inside_another_gets_a_cursor_of_its_own(notes: Resource) -> None:
+    """The outer statement's rows are still there after the inner one ran."""
+    for doc_id in ("a", "b", "c"):
+        document_create(resource=notes, doc_id=doc_id, title=doc_id, text="x", actor="t")
+    sql = f"SELECT doc_id FROM {table(Document)} WHERE resource_id = %s ORDER BY doc_id"
+
+    with rows.statement_cursor() as outer:
+        outer.execute(sql, [notes.pk])
+        assert outer.fetchone() == ("a",)
+        inner = rows.fetch_row(f"SELECT title FROM {table(Document)} WHERE doc_id = %s", ["c"])
+        with rows.statement_cursor() as nested:
+            assert _driver_cursor(nested) is not _driver_cursor(outer)
+        assert outer.fetchall() == [("b",), ("c",)]
+
+    assert inner == ("c",)
+    with rows.statement_cursor() as after:  # free again: the kept one
+        assert _driver_cursor(after) is _driver_cursor(outer)
+
+
+@pytest.mark.django_db
+def test_the_kept_cursors_errors_are_djangos_and_leave_it_usable(notes: Resource) -> None:
+    from django.db import IntegrityError, transaction
+
+    document_create(resource=notes, doc_id="a", title="A", text="x", actor="t")
+    duplicate = (
+        f"INSERT INTO {table(Document)} (resource_id, doc_id, title, text, summary,"
+        " agent_writes, revision, bytes, updated_at, writer_kind, writer_session_id,"
+        " deleted, created_at) SELECT resource_id, doc_id, title, text, summary,"
+        " agent_writes, revision, bytes, updated_at, writer_kind, writer_session_id,"
+        f" deleted, created_at FROM {table(Document)} WHERE id = %s"
+    )
+    pk = Document.objects.get(doc_id="a").pk
+
+    with pytest.raises(IntegrityError), transaction.atomic():
+        rows.fetch_row(duplicate + " RETURNING id", [pk])
+
+    assert rows.fetch_row(f"SELECT count(*) FROM {table(Document)}", []) == (1,)
+
+
+@pytest.mark.django_db
+def test_statements_are_counted_where_queries_are_logged(notes: Resource) -> None:
+    from django.test.utils import CaptureQueriesContext
+
+    sql = f"SELECT doc_id FROM {table(Document)} WHERE resource_id = %s"
+    with CaptureQueriesContext(connection) as captured:
+        rows.fetch_row(sql, [notes.pk])
+        rows.fetch_row(sql, [notes.pk])
+
+    assert [query["sql"] for query in captured.captured_queries] == [
+        sql.replace("%s", str(notes.pk))
+    ] * 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_each_thread_reads_through_its_own_connections_cursor(notes: Resource) -> None:
+    """Threads at once, each statement on the cursor of the connection that thread
+    holds: every thread reads its own document, a connection closed between reads (as
+    at a request's end) or not."""
+    from tests.helpers import run_threads
+
+    for i in range(4):
+        document_create(resource=notes, doc_id=f"d{i}", title=f"T{i}", text="x" * i, actor="t")
+    sql = f"SELECT title, bytes FROM {table(Document)} WHERE resource_id = %s AND doc_id = %s"
+
+    def work(i: int) -> list[Any]:
+        read = []
+        for round_ in range(30):
+            read.append(rows.fetch_row(sql, [notes.pk, f"d{i}"]))
+            if round_ % 3 == 0:
+                connection.close()
+        return read
+
+    results = run_threads(4, work)
+
+    assert results == [[(f"T{i}", i)] * 30 for i in range(4)]

@@ -9,10 +9,11 @@ look it up once a call (and its vendor once a process: the engine is a setting).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
@@ -291,9 +292,78 @@ def joined_instance[M: Model](
     return obj
 
 
+class _Kept:
+    """The database cursor a driver connection keeps for `statement_cursor`, and whether
+    a statement is using it now."""
+
+    __slots__ = ("busy", "cursor")
+
+    def __init__(self, cursor: Any) -> None:
+        self.cursor, self.busy = cursor, False
+
+
+# Where a driver connection takes no attribute (sqlite3's, never pooled: one a thread
+# while it lasts), its kept cursor is on the thread's connection, with the connection.
+_KEPT = "_memoryadmin_kept"
+
+
+def _kept(wrapper: Any) -> _Kept | None:
+    raw = wrapper.connection
+    if hasattr(raw, "__dict__"):
+        kept: _Kept | None = raw.__dict__.get(_KEPT)
+        return kept
+    pair = wrapper.__dict__.get(_KEPT)
+    return pair[1] if pair is not None and pair[0] is raw else None
+
+
+def _keep(wrapper: Any, kept: _Kept) -> None:
+    raw = wrapper.connection
+    if hasattr(raw, "__dict__"):
+        raw.__dict__[_KEPT] = kept
+    else:
+        wrapper.__dict__[_KEPT] = (raw, kept)
+
+
+@contextlib.contextmanager
+def statement_cursor() -> Iterator[Any]:
+    """`connection.cursor()` for one statement at a time, on a database cursor that the
+    driver connection keeps (a pooled connection keeps its own for whichever request
+    holds it).
+
+    A driver cursor looks up how to read each column type of a result the first time it
+    meets it (psycopg: per cursor), and Django opens a new one for every statement. The
+    kept cursor is wrapped as `connection.cursor()` wraps one (its errors are Django's,
+    after the same health check and thread check); a fresh cursor is used where queries
+    are logged (`DEBUG`, tests counting them: Django's debug wrapper records them) and
+    for a statement run while another one uses the kept cursor, whose rows it would
+    replace."""
+    wrapper = connections[DEFAULT_DB_ALIAS]
+    if wrapper.queries_logged:
+        with wrapper.cursor() as cursor:
+            yield cursor
+        return
+    wrapper.close_if_health_check_failed()
+    wrapper.ensure_connection()
+    kept = _kept(wrapper)
+    if kept is not None and kept.busy:
+        with wrapper.cursor() as cursor:
+            yield cursor
+        return
+    if kept is None:
+        with wrapper.wrap_database_errors:
+            kept = _Kept(wrapper.create_cursor())
+        _keep(wrapper, kept)
+    wrapper.validate_thread_sharing()
+    kept.busy = True
+    try:
+        yield wrapper.make_cursor(kept.cursor)
+    finally:
+        kept.busy = False
+
+
 def fetch_row(sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
     """The first row `sql` returns, as the database driver gives it; None when none."""
-    with connection.cursor() as cursor:
+    with statement_cursor() as cursor:
         cursor.execute(sql, params)
         row: tuple[Any, ...] | None = cursor.fetchone()
     return row
@@ -556,7 +626,7 @@ class Compiled:
         statement = self.params(*args)
         if statement is None:
             return []
-        with connection.cursor() as cursor:
+        with statement_cursor() as cursor:
             cursor.execute(*statement)
             return list(cursor.fetchall())
 

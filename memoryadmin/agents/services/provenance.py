@@ -16,6 +16,7 @@ from memoryadmin.core.rows import (
     insert_sql,
     inserted,
     prepared,
+    statement_cursor,
     table,
 )
 from memoryadmin.memory.models import Document
@@ -85,7 +86,7 @@ def recall_store(*, recall: Recall, sources: list[SourceRow]) -> None:
     guarded = sources_sql is not None or (bool(recall.request_id) and connection.in_atomic_block)
     with (
         transaction.atomic() if guarded else contextlib.nullcontext(),
-        connection.cursor() as cursor,
+        statement_cursor() as cursor,
     ):
         if sources_sql is None:
             cursor.execute(sql, params + [v for source in sources for v in source])

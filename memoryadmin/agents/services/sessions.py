@@ -42,6 +42,7 @@ from memoryadmin.core.rows import (
     joined_instance,
     prepared,
     related_set,
+    statement_cursor,
     table,
     values_of,
 )
@@ -374,7 +375,7 @@ def _session_rows(
 ) -> tuple[Session | None, list[Binding]]:
     if rows is None:
         sql = _session_sql(connection.vendor, with_bindings, with_documents)
-        with connection.cursor() as cursor:
+        with statement_cursor() as cursor:
             cursor.execute(sql, [session_id])
             rows = cursor.fetchall()
     if not rows or rows[0][0] is None:  # no session (with_key: the LEFT JOIN's NULLs)
@@ -464,7 +465,7 @@ def api_key_authenticate_with_session(
     if connection.vendor != "postgresql" or hashed is None:
         return api_key_authenticate(raw=raw), None
     sql = _session_sql(connection.vendor, True, with_documents, True)
-    with connection.cursor() as cursor:
+    with statement_cursor() as cursor:
         cursor.execute(sql, [session_id, hashed])
         rows = cursor.fetchall()
     if not rows:

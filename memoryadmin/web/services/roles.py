@@ -25,7 +25,7 @@ from memoryadmin.core.errors import (
     NotFound,
     ProjectNotFound,
 )
-from memoryadmin.core.rows import column, columns, instance, table
+from memoryadmin.core.rows import column, columns, instance, statement_cursor, table
 from memoryadmin.memory.models import Project, Resource
 from memoryadmin.memory.services.audit import audit_record
 from memoryadmin.memory.services.projects import project_get
@@ -178,7 +178,7 @@ def memberships_and_resource(
     has it, in one query (whether the role may see it is for the caller to decide)."""
     if not user.is_authenticated or not user.is_active:
         return [], None
-    with connection.cursor() as cursor:
+    with statement_cursor() as cursor:
         cursor.execute(
             _memberships_and_resource_sql(connection.vendor),
             [project_id, environment, resource_id, user.pk],
@@ -238,7 +238,7 @@ class PageRead:
         )
 
     def read_with_session(self, session: SessionLookup, user_id: Any) -> Any:
-        with connection.cursor() as cursor:
+        with statement_cursor() as cursor:
             cursor.execute(self._sql(session), self._params(user_id, session))
             rows = cursor.fetchall()
         if not rows:
@@ -252,7 +252,7 @@ class PageRead:
         if read is not None and read[0] == user_id:
             rows = read[1]
         else:
-            with connection.cursor() as cursor:
+            with statement_cursor() as cursor:
                 cursor.execute(self._sql(None), self._params(user_id, None))
                 rows = cursor.fetchall()
         # No row, or (read with the session) the session's row without its user.
