@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from memoryadmin.agents.models import Session
 from memoryadmin.agents.services.sessions import session_create, session_list
-from memoryadmin.core.cursors import cursor_dump, keyset_page
+from memoryadmin.core.cursors import cursor_dump, cursor_load, keyset_page
 from memoryadmin.core.errors import InvalidRequest
 from memoryadmin.memory.models import Document, DocumentVersion, Project, Resource
 from memoryadmin.memory.services.documents import (
@@ -156,15 +156,23 @@ def test_the_compiled_list_pages_as_the_orms_keyset_page(
 
     assert walk(listed) == orm
     assert sum(len(rows) for rows in orm) == 8  # every live document, once
-    # The same cursors as keyset_page's: each reads the same next page either way.
+    # The same cursors as keyset_page's: each reads the same next page either way, and
+    # the next cursors hold the same position (a cursor is signed with the second it was
+    # made in, so two made a second apart differ as text).
     for cursor in cursors[:-1]:
-        assert document_list(resource=notes, cursor=cursor, limit=2, sort=sort) == keyset_page(
+        rows, next_cursor = document_list(resource=notes, cursor=cursor, limit=2, sort=sort)
+        orm_rows, orm_next = keyset_page(
             Document.objects.live().filter(resource=notes).values(*LIST_FIELDS),
             order=DOCUMENT_SORTS[sort],
             cursor=cursor,
             scope=scope,
             limit=2,
         )
+        assert rows == orm_rows
+        assert (next_cursor is None) == (orm_next is None)
+        if next_cursor is not None:
+            assert orm_next is not None
+            assert cursor_load(next_cursor, scope=scope) == cursor_load(orm_next, scope=scope)
     # Composed once: walking the list again composes no statement.
     from django.db.models.sql.compiler import SQLCompiler
 
