@@ -479,7 +479,7 @@ def insert_rows(objs: Sequence[Model]) -> None:
             _stored(field, field.pre_save(obj, True), wrapper) for obj in part for field in fields
         ]
         sql = insert_sql(model, [f.name for f in fields], len(part))
-        with connection.cursor() as cursor:
+        with statement_cursor() as cursor:
             if auto is None:
                 cursor.execute(sql, params)
             else:
