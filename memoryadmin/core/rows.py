@@ -9,11 +9,10 @@ look it up once a call (and its vendor once a process: the engine is a setting).
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import re
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
@@ -324,8 +323,7 @@ def _keep(wrapper: Any, kept: _Kept) -> None:
         wrapper.__dict__[_KEPT] = (raw, kept)
 
 
-@contextlib.contextmanager
-def statement_cursor() -> Iterator[Any]:
+class statement_cursor:
     """`connection.cursor()` for one statement at a time, on a database cursor that the
     driver connection keeps (a pooled connection keeps its own for whichever request
     holds it).
@@ -336,29 +334,35 @@ def statement_cursor() -> Iterator[Any]:
     after the same health check and thread check); a fresh cursor is used where queries
     are logged (`DEBUG`, tests counting them: Django's debug wrapper records them) and
     for a statement run while another one uses the kept cursor, whose rows it would
-    replace."""
-    wrapper = connections[DEFAULT_DB_ALIAS]
-    if wrapper.queries_logged:
-        with wrapper.cursor() as cursor:
-            yield cursor
-        return
-    wrapper.close_if_health_check_failed()
-    wrapper.ensure_connection()
-    kept = _kept(wrapper)
-    if kept is not None and kept.busy:
-        with wrapper.cursor() as cursor:
-            yield cursor
-        return
-    if kept is None:
-        with wrapper.wrap_database_errors:
-            kept = _Kept(wrapper.create_cursor())
-        _keep(wrapper, kept)
-    wrapper.validate_thread_sharing()
-    kept.busy = True
-    try:
-        yield wrapper.make_cursor(kept.cursor)
-    finally:
-        kept.busy = False
+    replace. A class, not a generator: it runs on every hot statement."""
+
+    __slots__ = ("fresh", "kept")
+
+    def __enter__(self) -> Any:
+        wrapper = connections[DEFAULT_DB_ALIAS]
+        self.kept: _Kept | None = None
+        self.fresh: Any = None
+        if not wrapper.queries_logged:
+            wrapper.close_if_health_check_failed()
+            wrapper.ensure_connection()
+            kept = _kept(wrapper)
+            if kept is None:
+                with wrapper.wrap_database_errors:
+                    kept = _Kept(wrapper.create_cursor())
+                _keep(wrapper, kept)
+            if not kept.busy:
+                wrapper.validate_thread_sharing()
+                kept.busy = True
+                self.kept = kept
+                return wrapper.make_cursor(kept.cursor)
+        self.fresh = wrapper.cursor()
+        return self.fresh.__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.kept is not None:
+            self.kept.busy = False
+        else:
+            self.fresh.__exit__(*exc)
 
 
 def fetch_row(sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:

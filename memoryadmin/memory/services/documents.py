@@ -36,6 +36,7 @@ from memoryadmin.core.rows import (
     fetch_instance,
     fetch_row,
     instance,
+    related_set,
     table,
 )
 from memoryadmin.memory.limits import (
@@ -163,8 +164,9 @@ def document_get(*, resource: Resource, doc_id: str, read: object = UNREAD) -> D
     )
     if not isinstance(document, Document):
         raise _missing(resource, doc_id)
-    # As select_related would: the caller's resource, not a second read.
-    document.resource = resource
+    # As select_related would: the caller's resource, not a second read (the document was
+    # read by its key in that resource).
+    related_set(document, "resource", resource)
     return document
 
 
