@@ -301,26 +301,22 @@ class _Kept:
         self.cursor, self.busy = cursor, False
 
 
-# Where a driver connection takes no attribute (sqlite3's, never pooled: one a thread
-# while it lasts), its kept cursor is on the thread's connection, with the connection.
+# The kept cursor of a driver connection is on it, with the connection; where the driver's
+# connection takes no attribute (sqlite3's, never pooled: one a thread while it lasts), on
+# the thread's connection.
 _KEPT = "_memoryadmin_kept"
 
 
-def _kept(wrapper: Any) -> _Kept | None:
+def _kept(wrapper: Any) -> _Kept:
+    """The cursor the thread's driver connection keeps, opened on its first use."""
     raw = wrapper.connection
-    if hasattr(raw, "__dict__"):
-        kept: _Kept | None = raw.__dict__.get(_KEPT)
-        return kept
-    pair = wrapper.__dict__.get(_KEPT)
-    return pair[1] if pair is not None and pair[0] is raw else None
-
-
-def _keep(wrapper: Any, kept: _Kept) -> None:
-    raw = wrapper.connection
-    if hasattr(raw, "__dict__"):
-        raw.__dict__[_KEPT] = kept
-    else:
-        wrapper.__dict__[_KEPT] = (raw, kept)
+    holder = raw.__dict__ if hasattr(raw, "__dict__") else wrapper.__dict__
+    pair: tuple[Any, _Kept] | None = holder.get(_KEPT)
+    if pair is None or pair[0] is not raw:
+        with wrapper.wrap_database_errors:
+            pair = (raw, _Kept(wrapper.create_cursor()))
+        holder[_KEPT] = pair
+    return pair[1]
 
 
 class statement_cursor:
@@ -346,10 +342,6 @@ class statement_cursor:
             wrapper.close_if_health_check_failed()
             wrapper.ensure_connection()
             kept = _kept(wrapper)
-            if kept is None:
-                with wrapper.wrap_database_errors:
-                    kept = _Kept(wrapper.create_cursor())
-                _keep(wrapper, kept)
             if not kept.busy:
                 wrapper.validate_thread_sharing()
                 kept.busy = True
@@ -371,6 +363,13 @@ def fetch_row(sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
         cursor.execute(sql, params)
         row: tuple[Any, ...] | None = cursor.fetchone()
     return row
+
+
+def fetch_rows(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    """Every row `sql` returns, as the database driver gives them."""
+    with statement_cursor() as cursor:
+        cursor.execute(sql, params)
+        return list(cursor.fetchall())
 
 
 def fetch_instance[M: Model](model: type[M], sql: str, params: Sequence[Any]) -> M | None:
@@ -628,11 +627,7 @@ class Compiled:
     def rows(self, *args: Any) -> list[tuple[Any, ...]]:
         """Every row the statement returns for `args`."""
         statement = self.params(*args)
-        if statement is None:
-            return []
-        with statement_cursor() as cursor:
-            cursor.execute(*statement)
-            return list(cursor.fetchall())
+        return [] if statement is None else fetch_rows(*statement)
 
 
 def concrete_names(model: type[Model], *, auto: bool = True) -> list[str]:

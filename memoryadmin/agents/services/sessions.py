@@ -35,6 +35,7 @@ from memoryadmin.core.rows import (
     columns_of,
     concrete_names,
     fetch_row,
+    fetch_rows,
     insert_rows,
     insert_sql,
     inserted,
@@ -42,7 +43,6 @@ from memoryadmin.core.rows import (
     joined_instance,
     prepared,
     related_set,
-    statement_cursor,
     table,
     values_of,
 )
@@ -375,9 +375,7 @@ def _session_rows(
 ) -> tuple[Session | None, list[Binding]]:
     if rows is None:
         sql = _session_sql(connection.vendor, with_bindings, with_documents)
-        with statement_cursor() as cursor:
-            cursor.execute(sql, [session_id])
-            rows = cursor.fetchall()
+        rows = fetch_rows(sql, [session_id])
     if not rows or rows[0][0] is None:  # no session (with_key: the LEFT JOIN's NULLs)
         return None, []
     session_end_at = len(Session._meta.concrete_fields)
@@ -465,9 +463,7 @@ def api_key_authenticate_with_session(
     if connection.vendor != "postgresql" or hashed is None:
         return api_key_authenticate(raw=raw), None
     sql = _session_sql(connection.vendor, True, with_documents, True)
-    with statement_cursor() as cursor:
-        cursor.execute(sql, [session_id, hashed])
-        rows = cursor.fetchall()
+    rows = fetch_rows(sql, [session_id, hashed])
     if not rows:
         return None, None
     width = API_KEY_ROW_WIDTH

@@ -25,7 +25,7 @@ from memoryadmin.core.errors import (
     NotFound,
     ProjectNotFound,
 )
-from memoryadmin.core.rows import column, columns, instance, statement_cursor, table
+from memoryadmin.core.rows import column, columns, fetch_rows, instance, table
 from memoryadmin.memory.models import Project, Resource
 from memoryadmin.memory.services.audit import audit_record
 from memoryadmin.memory.services.projects import project_get
@@ -178,12 +178,10 @@ def memberships_and_resource(
     has it, in one query (whether the role may see it is for the caller to decide)."""
     if not user.is_authenticated or not user.is_active:
         return [], None
-    with statement_cursor() as cursor:
-        cursor.execute(
-            _memberships_and_resource_sql(connection.vendor),
-            [project_id, environment, resource_id, user.pk],
-        )
-        rows = cursor.fetchall()
+    rows = fetch_rows(
+        _memberships_and_resource_sql(connection.vendor),
+        [project_id, environment, resource_id, user.pk],
+    )
     project_end_at = 1 + len(Project._meta.concrete_fields)
     memberships, resource = [], None
     for row in rows:
@@ -238,9 +236,7 @@ class PageRead:
         )
 
     def read_with_session(self, session: SessionLookup, user_id: Any) -> Any:
-        with statement_cursor() as cursor:
-            cursor.execute(self._sql(session), self._params(user_id, session))
-            rows = cursor.fetchall()
+        rows = fetch_rows(self._sql(session), self._params(user_id, session))
         if not rows:
             return None
         self._read = (user_id, [row[1:] for row in rows])
@@ -252,9 +248,7 @@ class PageRead:
         if read is not None and read[0] == user_id:
             rows = read[1]
         else:
-            with statement_cursor() as cursor:
-                cursor.execute(self._sql(None), self._params(user_id, None))
-                rows = cursor.fetchall()
+            rows = fetch_rows(self._sql(None), self._params(user_id, None))
         # No row, or (read with the session) the session's row without its user.
         if not rows or rows[0][_pk_index(model)] is None:
             return None
