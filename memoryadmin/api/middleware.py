@@ -10,6 +10,7 @@
   within the same limit as any other body (413 when over), not as empty. A
   WSGI server that does not promise a terminated input stream cannot be read
   safely: such requests are 411.
+- A query string that comes again is parsed once per process (core/queries.py).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from django.utils.module_loading import import_string
 from memoryadmin.api.throttling import USAGE_COUNTED
 from memoryadmin.core.errors import DomainError, envelope_of
 from memoryadmin.core.jsonbody import BODY_MAX_BYTES, body_read, stream_chunks
+from memoryadmin.core.queries import query_share
 from memoryadmin.core.strings import string_check, string_problem, strings_check
 from memoryadmin.memory.services.key_usage import key_usage_count
 
@@ -119,6 +121,7 @@ class RequestDoorMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         try:
+            query_share(request)
             request_strings_check(request)
             chunked_body_read(request)
         except DomainError as exc:
