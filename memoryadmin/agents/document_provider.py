@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import transaction
 
 from memoryadmin.agents import search_tool
 from memoryadmin.agents.bindings import BindingSpec
@@ -28,7 +28,7 @@ from memoryadmin.agents.models import Binding, EventType, Recall, Scope, Session
 from memoryadmin.agents.representations import source_dict, tool_document_dict
 from memoryadmin.agents.services.sessions import event_append, session_lock
 from memoryadmin.core.errors import InvalidRequest, LimitExceeded, NotFound, PreconditionFailed
-from memoryadmin.core.rows import Compiled, column, columns_of, table, values_of
+from memoryadmin.core.rows import Compiled, column, columns_of, fetch_rows, table, values_of
 from memoryadmin.memory.limits import (
     DOCUMENT_ID_RE,
     MAX_BYTES_DEFAULT,
@@ -101,9 +101,7 @@ def _bound_documents(bindings: list[Binding]) -> dict[tuple[int, str], dict[str,
         f" FROM {table(Document)}"
         f" WHERE NOT {column(Document, 'deleted')} AND ({' OR '.join([key] * len(wanted))})"
     )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [v for b in wanted for v in (b.resource_id, b.target_id)])
-        rows = cursor.fetchall()
+    rows = fetch_rows(sql, [v for b in wanted for v in (b.resource_id, b.target_id)])
     found = {}
     for resource_pk, *values in rows:
         document = values_of(Document, DOCUMENT_FIELDS, values)

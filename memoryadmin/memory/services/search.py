@@ -32,6 +32,7 @@ from django.db import connection
 from memoryadmin.core.cursors import cursor_dump, cursor_load
 from memoryadmin.core.environments import check_environment
 from memoryadmin.core.errors import InvalidRequest
+from memoryadmin.core.rows import fetch_rows
 from memoryadmin.memory.limits import LIST_PAGE_SIZE
 from memoryadmin.memory.models import Document, Project, Resource
 from memoryadmin.memory.providers import kinds_keeping_documents
@@ -140,9 +141,8 @@ def _pg_ranked(
         )
         SELECT id, score FROM candidates {keyset} ORDER BY score DESC, id ASC LIMIT %s
     """
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [*params, resources, *params, *sub_params, *keyset_params, limit])
-        return [(row[0], row[1]) for row in cursor.fetchall()]
+    rows = fetch_rows(sql, [*params, resources, *params, *sub_params, *keyset_params, limit])
+    return [(row[0], row[1]) for row in rows]
 
 
 # SQLite (FTS5)
@@ -210,9 +210,7 @@ def _sqlite_ranked(
         )
         SELECT id, score FROM candidates {keyset} ORDER BY score DESC, id ASC LIMIT %s
     """
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [*params, limit])
-        return [(row[0], float(row[1])) for row in cursor.fetchall()]
+    return [(row[0], float(row[1])) for row in fetch_rows(sql, [*params, limit])]
 
 
 # The service.
