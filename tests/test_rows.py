@@ -529,3 +529,46 @@ def test_each_thread_reads_through_its_own_connections_cursor(notes: Resource) -
     results = run_threads(4, work)
 
     assert results == [[(f"T{i}", i)] * 30 for i in range(4)]
+
+
+@pytest.mark.django_db
+def test_a_connection_passed_in_builds_what_a_connection_looked_up_builds(
+    session: Session,
+) -> None:
+    """The row helpers take the connection from a caller that looked it up once for many
+    rows (`wrapper=`): the same instances and values as without; and the connection looked
+    up is each thread's own, the one Django's `connections` gives it."""
+    from django.db import DEFAULT_DB_ALIAS, connections
+
+    from memoryadmin.agents.models import Binding
+    from tests.helpers import run_threads
+
+    row = rows.Compiled(
+        lambda pk: Binding.objects.filter(session=pk).values_list(
+            *rows.joined_names(Binding, "resource")
+        ),
+        (str,),
+    ).row(session.pk)
+    assert row is not None
+    wrapper = rows.db_connection()
+    assert wrapper is connections[DEFAULT_DB_ALIAS]
+    looked_up = rows.joined_instance(Binding, "resource", row)
+    passed = rows.joined_instance(Binding, "resource", row, wrapper=wrapper)
+    assert vars(passed).keys() == vars(looked_up).keys()
+    for name in ("session_id", "resource_id", "scope", "target_id", "access"):
+        assert getattr(passed, name) == getattr(looked_up, name)
+    assert vars(passed.resource) | {"_state": None} == vars(looked_up.resource) | {"_state": None}
+    assert passed._state.db == looked_up._state.db == DEFAULT_DB_ALIAS
+    names = ("doc_id", "title", "bytes")
+    values = ("card", "Card", 4)
+    assert rows.values_of(Document, names, values, wrapper=wrapper) == rows.values_of(
+        Document, names, values
+    )
+    assert rows.values_of(Document, names, values) == dict(zip(names, values, strict=True))
+
+    def own(_: int) -> bool:
+        return rows.db_connection() is connections[DEFAULT_DB_ALIAS] and (
+            rows.db_connection() is not wrapper
+        )
+
+    assert run_threads(3, own) == [True, True, True]

@@ -17,7 +17,14 @@ from memoryadmin.agents.models import Access, Binding, Scope, Session
 from memoryadmin.agents.search_tool import SEARCH_TOOL
 from memoryadmin.core.errors import InvalidRequest
 from memoryadmin.core.partitions import partition_key
-from memoryadmin.core.rows import Compiled, concrete_names, instance, joined_instance, joined_names
+from memoryadmin.core.rows import (
+    Compiled,
+    concrete_names,
+    db_connection,
+    instance,
+    joined_instance,
+    joined_names,
+)
 from memoryadmin.core.tools import http_tools_merge
 from memoryadmin.memory.limits import (
     BINDINGS_MAX,
@@ -116,10 +123,11 @@ def bindings_admit(
 ) -> dict[str, Resource]:
     """Checks every binding against the pinned deployment and current data."""
     declared = {declaration["id"] for declaration in deployment.memory}
+    wrapper = db_connection()
     resources = {
         resource.resource_id: resource
         for resource in (
-            instance(Resource, row)
+            instance(Resource, row, wrapper=wrapper)
             for row in _RESOURCES.rows(
                 deployment.project_id, environment, [spec.resource for spec in specs]
             )
@@ -204,7 +212,8 @@ _BINDINGS_OF = Compiled(
 
 def _bindings_of(session_ids: list[str]) -> list[Binding]:
     """These sessions' bindings, each with its resource (as `select_related` gives it)."""
-    return [joined_instance(Binding, "resource", row) for row in _BINDINGS_OF.rows(session_ids)]
+    rows, wrapper = _BINDINGS_OF.rows(session_ids), db_connection()
+    return [joined_instance(Binding, "resource", row, wrapper=wrapper) for row in rows]
 
 
 def sessions_memory(sessions: list[Session]) -> dict[str, list[dict[str, Any]]]:

@@ -185,9 +185,22 @@ def _listened(signal: ModelSignal, model: type[Model]) -> bool:
     return bool(signal.receivers) and signal.has_listeners(model)
 
 
-def instance[M: Model](model: type[M], values: Sequence[Any]) -> M:
-    """A model instance from its concrete columns' values, in `columns` order."""
-    wrapper = connections[DEFAULT_DB_ALIAS]
+def db_connection() -> Any:
+    """The default database's connection (Django's wrapper, not the `connection`
+    proxy). Each look-up goes through asgiref's context-local storage: a caller that
+    builds the instances or values of many rows looks it up once and passes it to each
+    (`wrapper=`)."""
+    return connections[DEFAULT_DB_ALIAS]
+
+
+def _connection(wrapper: Any) -> Any:
+    return connections[DEFAULT_DB_ALIAS] if wrapper is None else wrapper
+
+
+def instance[M: Model](model: type[M], values: Sequence[Any], *, wrapper: Any = None) -> M:
+    """A model instance from its concrete columns' values, in `columns` order
+    (`wrapper`: the default database's connection, when the caller has it)."""
+    wrapper = _connection(wrapper)
     names = _attnames(model)
     if len(values) != len(names):
         raise ValueError(f"{model.__name__}: {len(values)} values for {len(names)} fields")
@@ -222,28 +235,32 @@ def _field_order(model: type[Model], names: tuple[str, ...]) -> list[str]:
     return attnames
 
 
-def instance_of[M: Model](model: type[M], names: Sequence[str], values: Sequence[Any]) -> M:
+def instance_of[M: Model](
+    model: type[M], names: Sequence[str], values: Sequence[Any], *, wrapper: Any = None
+) -> M:
     """A model instance from the named fields' values (a row of `columns_of(model, names)`,
     `names` in the model's field order); the other fields are deferred, as `.only(*names)`
     leaves them: read from the database if ever used."""
-    wrapper = connections[DEFAULT_DB_ALIAS]
+    wrapper = _connection(wrapper)
     attnames = _field_order(model, tuple(names))
     converted = _converted(wrapper, _field_converters(wrapper, model, tuple(names)), values)
     return _from_db(model, wrapper.alias, attnames, converted)
 
 
-def values_of(model: type[Model], names: Sequence[str], values: Sequence[Any]) -> dict[str, Any]:
+def values_of(
+    model: type[Model], names: Sequence[str], values: Sequence[Any], *, wrapper: Any = None
+) -> dict[str, Any]:
     """The named fields' values by name from a row of `columns_of(model, names)`,
     converted as `.values(*names)` converts them: no model instance, where none is needed."""
-    return values_rows(model, names, [values])[0]
+    return values_rows(model, names, [values], wrapper=wrapper)[0]
 
 
 def values_rows(
-    model: type[Model], names: Sequence[str], rows: Iterable[Sequence[Any]]
+    model: type[Model], names: Sequence[str], rows: Iterable[Sequence[Any]], *, wrapper: Any = None
 ) -> list[dict[str, Any]]:
     """`values_of` of each of `rows`, the connection and its converters looked up once
     (a page of rows); where none of the fields has a converter, each row as it is."""
-    wrapper = connections[DEFAULT_DB_ALIAS]
+    wrapper = _connection(wrapper)
     names = tuple(names)
     converters = _field_converters(wrapper, model, names)
     if not converters:
@@ -255,9 +272,14 @@ def related_set(obj: Model, name: str, value: Model) -> None:
     """Gives `obj` its related object of the foreign key `name`, as `select_related`
     gives it a joined row's: into the field's cache, the key's column already read with
     `obj` (assigning through the descriptor would check and set it again)."""
-    field = _field(type(obj), name)
+    _many_to_one(type(obj), name).set_cached_value(obj, value)
+
+
+@functools.cache
+def _many_to_one(model: type[Model], name: str) -> Any:
+    field = _field(model, name)
     assert field.many_to_one, name
-    field.set_cached_value(obj, value)  # type: ignore[attr-defined]
+    return field
 
 
 @functools.cache
@@ -279,15 +301,24 @@ def joined_names(model: type[Model], related: str, names: Sequence[str] | None =
 
 
 def joined_instance[M: Model](
-    model: type[M], related: str, row: Sequence[Any], names: Sequence[str] | None = None
+    model: type[M],
+    related: str,
+    row: Sequence[Any],
+    names: Sequence[str] | None = None,
+    *,
+    wrapper: Any = None,
 ) -> M:
     """The instance of a row of `joined_names(model, related, names)` (or of the same
     columns written by hand), with its `related` object built from the rest of the row,
     as `select_related` gives it."""
     own, other, _ = _joined(model, related, None if names is None else tuple(names))
-    split = len(own)
-    obj = instance(model, row[:split]) if names is None else instance_of(model, own, row[:split])
-    related_set(obj, related, instance(other, row[split:]))
+    split, wrapper = len(own), _connection(wrapper)
+    obj = (
+        instance(model, row[:split], wrapper=wrapper)
+        if names is None
+        else instance_of(model, own, row[:split], wrapper=wrapper)
+    )
+    related_set(obj, related, instance(other, row[split:], wrapper=wrapper))
     return obj
 
 

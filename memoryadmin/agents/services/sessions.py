@@ -34,6 +34,7 @@ from memoryadmin.core.rows import (
     columns,
     columns_of,
     concrete_names,
+    db_connection,
     fetch_row,
     fetch_rows,
     insert_rows,
@@ -383,19 +384,24 @@ def _session_rows(
     resource_end_at = (
         deployment_end_at + len(Binding._meta.concrete_fields) + len(Resource._meta.concrete_fields)
     )
-    session = joined_instance(Session, "deployment", rows[0][:deployment_end_at])
+    wrapper = db_connection()
+    session = joined_instance(Session, "deployment", rows[0][:deployment_end_at], wrapper=wrapper)
     bindings = []
     for row in rows if with_bindings else []:
         if row[deployment_end_at] is None:  # no binding: the LEFT JOIN's empty row
             continue
-        binding = joined_instance(Binding, "resource", row[deployment_end_at:resource_end_at])
+        binding = joined_instance(
+            Binding, "resource", row[deployment_end_at:resource_end_at], wrapper=wrapper
+        )
         related_set(binding, "session", session)
         if with_documents:
             # Read in the same statement: the document provider need not read it again.
             # Its fields as values, not a model: a recall reads nothing else of it.
             found = row[resource_end_at:]
             binding.bound_document = (
-                values_of(Document, DOCUMENT_FIELDS, found) if found[0] is not None else None
+                values_of(Document, DOCUMENT_FIELDS, found, wrapper=wrapper)
+                if found[0] is not None
+                else None
             )
         bindings.append(binding)
     return session, bindings

@@ -35,6 +35,7 @@ from memoryadmin.core.rows import (
     column,
     columns,
     columns_of,
+    db_connection,
     fetch_row,
     instance,
     instance_of,
@@ -214,9 +215,9 @@ def api_key_columns(alias: str = "") -> str:
     return columns_of(ApiKey, REQUEST_FIELDS, alias)
 
 
-def api_key_of_row(row: Sequence[Any]) -> ApiKey:
+def api_key_of_row(row: Sequence[Any], *, wrapper: Any = None) -> ApiKey:
     """The key of a row starting with `api_key_columns` (the rest is ignored)."""
-    return instance_of(ApiKey, REQUEST_FIELDS, row[:API_KEY_ROW_WIDTH])
+    return instance_of(ApiKey, REQUEST_FIELDS, row[:API_KEY_ROW_WIDTH], wrapper=wrapper)
 
 
 @functools.cache
@@ -344,18 +345,18 @@ def api_key_authenticate_at(
     )
     if row is None:
         return None, lookup
-    width = API_KEY_ROW_WIDTH
-    key = api_key_of_row(row)
+    width, wrapper = API_KEY_ROW_WIDTH, db_connection()
+    key = api_key_of_row(row, wrapper=wrapper)
     if row[width] is not None:
         end = width + len(Resource._meta.concrete_fields)
         document = None
         if doc_id is not None and row[end] is not None:
-            document = instance(Document, row[end:])
+            document = instance(Document, row[end:], wrapper=wrapper)
         lookup = ResourceLookup(
             project_id,
             environment,
             resource_id,
-            instance(Resource, row[width:end]),
+            instance(Resource, row[width:end], wrapper=wrapper),
             doc_id=doc_id,
             document=document,
         )

@@ -25,7 +25,7 @@ from memoryadmin.core.errors import (
     NotFound,
     ProjectNotFound,
 )
-from memoryadmin.core.rows import column, columns, fetch_rows, instance, table
+from memoryadmin.core.rows import column, columns, db_connection, fetch_rows, instance, table
 from memoryadmin.memory.models import Project, Resource
 from memoryadmin.memory.services.audit import audit_record
 from memoryadmin.memory.services.projects import project_get
@@ -183,12 +183,12 @@ def memberships_and_resource(
         [project_id, environment, resource_id, user.pk],
     )
     project_end_at = 1 + len(Project._meta.concrete_fields)
-    memberships, resource = [], None
+    memberships, resource, wrapper = [], None, db_connection()
     for row in rows:
-        project = instance(Project, row[1:project_end_at])
+        project = instance(Project, row[1:project_end_at], wrapper=wrapper)
         memberships.append(Membership(project=project, role=row[0]))
         if row[project_end_at] is not None:
-            resource = instance(Resource, row[project_end_at:])
+            resource = instance(Resource, row[project_end_at:], wrapper=wrapper)
     return memberships, resource
 
 
@@ -257,14 +257,15 @@ class PageRead:
         resource_end = project_end + (
             len(Resource._meta.concrete_fields) if self.resource_id is not None else 0
         )
-        self.user = instance(model, rows[0][:user_end])
+        wrapper = db_connection()
+        self.user = instance(model, rows[0][:user_end], wrapper=wrapper)
         for row in rows:
             if row[user_end] is None:  # no role anywhere
                 continue
-            project = instance(Project, row[user_end + 1 : project_end])
+            project = instance(Project, row[user_end + 1 : project_end], wrapper=wrapper)
             self.memberships.append(Membership(project=project, role=row[user_end]))
             if self.resource_id is not None and row[project_end] is not None:
-                self.named = instance(Resource, row[project_end:resource_end])
+                self.named = instance(Resource, row[project_end:resource_end], wrapper=wrapper)
             if self.with_agents and project.id == self.project_id:
                 self.agents = agents_value(row[-1])
         if self.with_agents and self.agents is None:
