@@ -194,7 +194,7 @@ def db_connection() -> Any:
 
 
 def _connection(wrapper: Any) -> Any:
-    return connections[DEFAULT_DB_ALIAS] if wrapper is None else wrapper
+    return db_connection() if wrapper is None else wrapper
 
 
 def instance[M: Model](model: type[M], values: Sequence[Any], *, wrapper: Any = None) -> M:
