@@ -31,7 +31,7 @@ class KeyHolder:
 
 class ApiKeyAuthentication(BaseAuthentication):
     def authenticate(self, request: Request) -> tuple[KeyHolder, ApiKey] | None:
-        raw = request.META.get("HTTP_X_API_KEY")
+        raw = request._request.META.get("HTTP_X_API_KEY")
         if raw is None:
             return None
         # A route to one memory resource (`p`, `r` and a valid environment)
@@ -56,7 +56,7 @@ class ApiKeyAuthentication(BaseAuthentication):
         elif project_id and resource_id and environment in ENVIRONMENTS:
             # A document read (GET) reads the document with them too.
             doc_id = kwargs.get("doc_id")
-            reads_document = request.method == "GET" and getattr(
+            reads_document = request._request.method == "GET" and getattr(
                 view, "reads_document_with_key", False
             )
             key, lookup = api_key_authenticate_at(

@@ -17,7 +17,7 @@ def etag(revision: str) -> str:
 
 def required_if_match(request: Request) -> str:
     """The revision named by If-Match: exactly one strong, quoted entity tag."""
-    raw = request.META.get("HTTP_IF_MATCH")
+    raw = request._request.META.get("HTTP_IF_MATCH")
     if raw is None:
         raise PreconditionRequired('This change needs an If-Match: "<revision>" header.')
     value = raw.strip()
@@ -33,16 +33,17 @@ def required_if_match(request: Request) -> str:
 
 def put_mode(request: Request) -> str | None:
     """'create' for If-None-Match: *, 'replace' for If-Match, else 428."""
-    if_none_match = request.META.get("HTTP_IF_NONE_MATCH")
+    meta = request._request.META  # not through DRF's proxy, which fails over to it
+    if_none_match = meta.get("HTTP_IF_NONE_MATCH")
     if if_none_match is not None:
         if if_none_match.strip() != "*":
             raise InvalidRequest("Create needs If-None-Match: * exactly.")
-        if "HTTP_IF_MATCH" in request.META:
+        if "HTTP_IF_MATCH" in meta:
             raise InvalidRequest(
                 "Send If-None-Match: * to create or If-Match to replace, not both."
             )
         return "create"
-    if "HTTP_IF_MATCH" in request.META:
+    if "HTTP_IF_MATCH" in meta:
         return "replace"
     raise PreconditionRequired(
         'PUT needs If-None-Match: * to create or If-Match: "<revision>" to replace.'

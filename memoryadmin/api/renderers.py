@@ -62,7 +62,7 @@ class ContentNegotiation(DefaultContentNegotiation):
     ) -> tuple[renderers.BaseRenderer, str]:
         if isinstance(renderers, list) and len(renderers) == 1 and format_suffix is None:
             renderer = renderers[0]
-            accept = request.META.get("HTTP_ACCEPT")
+            accept = request._request.META.get("HTTP_ACCEPT")
             if accept in (None, "*/*", renderer.media_type) and (
                 self.settings.URL_FORMAT_OVERRIDE not in request._request.GET
             ):
