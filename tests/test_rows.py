@@ -572,3 +572,26 @@ def test_a_connection_passed_in_builds_what_a_connection_looked_up_builds(
         )
 
     assert run_threads(3, own) == [True, True, True]
+
+
+@pytest.mark.django_db
+def test_first_row_only_sends_the_one_side_of_a_join_once(notes: Resource) -> None:
+    """A resource joined to its documents: the resource's columns on the first row (in
+    the window's order), NULLs on the others; every row keeps its own columns."""
+    for doc_id in ("c", "a", "b"):
+        document_create(resource=notes, doc_id=doc_id, title=doc_id.upper(), text="x", actor="t")
+    head = rows.first_row_only(columns(Resource, "r"))
+    order = rows.first_row_window("d.doc_id, d.id")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {head}, d.doc_id, d.title FROM {table(Resource)} r"
+            f" JOIN {table(Document)} d ON d.resource_id = r.id WHERE r.id = %s{order}",
+            [notes.pk],
+        )
+        found = [tuple(row) for row in cursor.fetchall()]
+
+    width = len(Resource._meta.concrete_fields)
+    assert [row[width:] for row in found] == [("a", "A"), ("b", "B"), ("c", "C")]
+    assert instance(Resource, found[0][:width]) == notes
+    assert instance(Resource, found[0][:width]).resource_id == notes.resource_id
+    assert all(value is None for row in found[1:] for value in row[:width])

@@ -61,6 +61,26 @@ def _columns_of(model: type[Model], names: tuple[str, ...], alias: str, vendor: 
     return ", ".join(prefix + column(model, name) for name in names)
 
 
+# The window `first_row_only` names; a statement using it ends with `first_row_window`.
+FIRST_ROW = "first_row"
+
+
+def first_row_only(selected: str) -> str:
+    """`selected` (a list of columns, as `columns` writes it) as NULLs on every row but
+    the first of the statement's `first_row_window`: a join of one row to many (a
+    session to its bindings) sends the one's values once, not once per row, and the
+    reader converts them once (PostgreSQL and SQLite compute the row number once a row)."""
+    first = f"row_number() OVER {FIRST_ROW} = 1"
+    return ", ".join(f"CASE WHEN {first} THEN {name} END" for name in selected.split(", "))
+
+
+def first_row_window(order: str) -> str:
+    """The window clause of `first_row_only`, then `ORDER BY {order}`: the rows in the
+    same order as the window numbers them, so the first row is the one numbered 1
+    (`order` must order the rows totally)."""
+    return f" WINDOW {FIRST_ROW} AS (ORDER BY {order}) ORDER BY {order}"
+
+
 def columns_of(model: type[Model], names: Sequence[str], alias: str = "") -> str:
     """The named fields' columns, quoted, in `names` order (optionally `alias.`-qualified):
     a row of them becomes values with `values_of`."""

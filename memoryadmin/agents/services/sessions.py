@@ -37,6 +37,8 @@ from memoryadmin.core.rows import (
     db_connection,
     fetch_row,
     fetch_rows,
+    first_row_only,
+    first_row_window,
     insert_rows,
     insert_sql,
     inserted,
@@ -333,8 +335,15 @@ def _session_sql(
     `with_documents`: and a document binding's live document, its DOCUMENT_FIELDS
     (NULLs otherwise);
     `with_key` (PostgreSQL): all of it LEFT JOINed to the API key of the request, whose
-    columns come first (parameters: the session id, then the key's hash)."""
-    selected = f"{columns(Session, 's')}, {columns(Deployment, 'd')}"
+    columns come first (parameters: the session id, then the key's hash).
+
+    With bindings, only the first row carries the key's, session's and deployment's
+    columns (NULLs on the others): they are the same on every row, and each row's copy
+    cost its conversion (the deployment's and the session's JSON among them)."""
+    head = f"{columns(Session, 's')}, {columns(Deployment, 'd')}"
+    if with_key:
+        head = f"{api_key_columns('k')}, {head}"
+    selected = ""
     joined = (
         f" {table(Session)} s JOIN {table(Deployment)} d"
         f" ON d.{column(Deployment, 'id')} = s.{column(Session, 'deployment')}"
@@ -348,7 +357,9 @@ def _session_sql(
             f" LEFT JOIN {table(Resource)} r"
             f" ON r.{column(Resource, 'id')} = b.{column(Binding, 'resource')}"
         )
-        order = f" ORDER BY r.{column(Resource, 'resource_id')}"
+        head = first_row_only(head)
+        # By resource id, as bindings are listed; the binding's id makes the order total.
+        order = first_row_window(f"r.{column(Resource, 'resource_id')}, b.{column(Binding, 'id')}")
     if with_documents:
         selected += f", {columns_of(Document, DOCUMENT_FIELDS, 'doc')}"
         joined += (
@@ -358,9 +369,10 @@ def _session_sql(
             f" AND doc.{column(Document, 'doc_id')} = b.{column(Binding, 'target_id')}"
             f" AND NOT doc.{column(Document, 'deleted')}"
         )
+    selected = head + selected
     if with_key:
         return (
-            f"SELECT {api_key_columns('k')}, {selected} FROM {table(ApiKey)} k"
+            f"SELECT {selected} FROM {table(ApiKey)} k"
             f" LEFT JOIN ({joined}) ON s.{column(Session, 'id')} = %s"
             f" WHERE k.{column(ApiKey, 'hashed')} = %s{order}"
         )
