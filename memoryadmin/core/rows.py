@@ -32,6 +32,13 @@ def _vendor() -> str:
     return connections[DEFAULT_DB_ALIAS].vendor
 
 
+def database_vendor() -> str:
+    """The default database's vendor ("postgresql", "sqlite"), looked up once a process
+    (the engine is a setting): `connection.vendor` looks the thread's connection up
+    through asgiref's context-local storage on every use."""
+    return _vendor()
+
+
 @functools.cache
 def _column(model: type[Model], name: str, vendor: str) -> str:
     field = _field(model, name)

@@ -33,6 +33,7 @@ from memoryadmin.agents.services.recalls import recalls_erase
 from memoryadmin.core.cursors import keyset_page
 from memoryadmin.core.environments import check_environment
 from memoryadmin.core.errors import DomainError, InvalidRequest, NotFound, PreconditionFailed
+from memoryadmin.core.rows import database_vendor
 from memoryadmin.core.strings import strings_check
 from memoryadmin.erasures.models import Erasure
 from memoryadmin.erasures.receipts import FORMAT, FORMAT_VERSION, public_key, sign
@@ -474,7 +475,7 @@ def _commit(
 def _secure_delete(on: bool) -> bool:
     """SQLite: freed pages are overwritten with zeros, so a rewritten row's old bytes do
     not stay in the file. Returns the setting it replaced (PostgreSQL: nothing to do)."""
-    if connection.vendor != "sqlite":
+    if database_vendor() != "sqlite":
         return False
     with connection.cursor() as cursor:
         cursor.execute("PRAGMA secure_delete")

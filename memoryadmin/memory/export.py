@@ -35,6 +35,7 @@ from memoryadmin.core.errors import (
     PreconditionFailed,
 )
 from memoryadmin.core.jsonbody import json_parse
+from memoryadmin.core.rows import database_vendor
 from memoryadmin.memory.imports import MANIFEST_NAME, ImportSource, MemberUnreadable
 from memoryadmin.memory.limits import agent_write_fields, check_agent_writes, check_resource_id
 from memoryadmin.memory.models import Document, Project, Resource
@@ -170,7 +171,7 @@ def _export_resources(
 
 def _start_snapshot(*, nested: bool) -> bool:
     """Makes the current transaction a snapshot if it can; says whether it is one."""
-    if connection.vendor != "postgresql":
+    if database_vendor() != "postgresql":
         return False
     with connection.cursor() as cursor:
         if nested:
@@ -204,7 +205,7 @@ def export_snapshot(
     check_environment(environment)
     if doc_ids is not None and (resource_ids is None or len(set(resource_ids)) != 1):
         raise InvalidRequest("A selection of documents is exported from one resource.")
-    on_postgres = connection.vendor == "postgresql"
+    on_postgres = database_vendor() == "postgresql"
     nested = connection.in_atomic_block
     # Only PostgreSQL gets a transaction (see the module docstring).
     with transaction.atomic() if on_postgres else _no_transaction():

@@ -35,14 +35,14 @@ from datetime import timedelta
 from typing import Any, ParamSpec, TypeVar
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Exists, F, Min, OuterRef, Q, QuerySet
 from django.tasks import task
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from memoryadmin.core.backoff import backoff_seconds
-from memoryadmin.core.rows import NotBlank, column, table
+from memoryadmin.core.rows import NotBlank, column, database_vendor, table
 from memoryadmin.runner.models import OPEN_STATES, Job, JobState
 
 logger = logging.getLogger(__name__)
@@ -237,7 +237,7 @@ def enqueue_sql(
     now = timezone.now()
     params = [_path(function), project, JobState.PENDING, _value(policy.max_attempts)]
     params += [_deadline(policy, now), now, now]
-    return _enqueue_statement(connection.vendor, rows, kwargs, line, order, returning), params
+    return _enqueue_statement(database_vendor(), rows, kwargs, line, order, returning), params
 
 
 @functools.cache

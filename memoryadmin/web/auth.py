@@ -11,10 +11,9 @@ from typing import Any, Protocol
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.backends import ModelBackend
-from django.db import connection
 from django.db.models import Model
 
-from memoryadmin.core.rows import column, columns, fetch_instance, table
+from memoryadmin.core.rows import column, columns, database_vendor, fetch_instance, table
 
 # The backend sessions name, as every version of the product has stored it. Sessions
 # (memoryadmin.web.sessions) read it as USER_BACKEND and write USER_BACKEND as it, so
@@ -40,7 +39,7 @@ class UserBackend(ModelBackend):
             user: Any = reader(user_id)
         else:
             model = get_user_model()
-            user = fetch_instance(model, _user_sql(model, connection.vendor), [user_id])
+            user = fetch_instance(model, _user_sql(model, database_vendor()), [user_id])
         return user if user is not None and self.user_can_authenticate(user) else None
 
 

@@ -30,11 +30,10 @@ import secrets
 from collections.abc import Iterable
 from typing import Any
 
-from django.db import connection
 from django.db.models import Q
 from django.utils import timezone
 
-from memoryadmin.core.rows import column, db_value, table
+from memoryadmin.core.rows import column, database_vendor, db_value, table
 from memoryadmin.memory.representations import iso_ms
 from memoryadmin.memory.services.audit import AuditClauses, AuditFacts, AuditGuard
 from memoryadmin.runner.jobs import enqueue_many, enqueue_sql
@@ -148,7 +147,7 @@ def outbox_clauses(facts: AuditFacts, *, source: str) -> tuple[str, list[Any]] |
     event_params: list[Any] = []
     for ordinal, event in enumerate(events):
         event_params += [ordinal, *event]
-    vendor = connection.vendor
+    vendor = database_vendor()
     jobs_sql, jobs_params = enqueue_sql(
         webhook_deliver,
         project=facts.project_id,
@@ -202,7 +201,7 @@ def outbox_guard(facts: AuditFacts) -> AuditGuard | None:
     if not events or facts.project_id is None:
         return None
     params = [*events, facts.project_id, True]
-    return AuditGuard(sql=_guard_sql(connection.vendor, len(events)), params=params)
+    return AuditGuard(sql=_guard_sql(database_vendor(), len(events)), params=params)
 
 
 # (project, events) of which the last change written by this process with the outbox's

@@ -13,6 +13,7 @@ from memoryadmin.core.cursors import keyset_page
 from memoryadmin.core.rows import (
     column,
     concrete_names,
+    database_vendor,
     insert_sql,
     inserted,
     prepared,
@@ -81,7 +82,7 @@ def recall_store(*, recall: Recall, sources: list[SourceRow]) -> None:
     sources. One statement is atomic by itself and needs none, but a recall under a
     request id can collide with a concurrent retry's (IntegrityError, for the caller to
     resolve), which a transaction around it survives only behind a savepoint."""
-    sql, sources_sql = _store_sql(connection.vendor, len(sources))
+    sql, sources_sql = _store_sql(database_vendor(), len(sources))
     params = prepared(recall, concrete_names(Recall))
     guarded = sources_sql is not None or (bool(recall.request_id) and connection.in_atomic_block)
     with (

@@ -20,7 +20,7 @@ import re
 import secrets
 from typing import Any
 
-from django.db import IntegrityError, connection
+from django.db import IntegrityError
 from django.utils import timezone
 
 from memoryadmin.agents.document_provider import TOOLS, rejected
@@ -52,6 +52,7 @@ from memoryadmin.core.rows import (
     column,
     columns,
     concrete_names,
+    database_vendor,
     fetch_instance,
     joined_instance,
     joined_names,
@@ -211,7 +212,7 @@ def _accepted_sql(vendor: str) -> str:
 
 def _accepted(session: Session, request: str) -> Recall | None:
     """The recall accepted for this request id of the session, if any."""
-    return fetch_instance(Recall, _accepted_sql(connection.vendor), [session.id, request])
+    return fetch_instance(Recall, _accepted_sql(database_vendor()), [session.id, request])
 
 
 def recall_create(

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from memoryadmin.agents.bindings import BindingSpec, binding_spec, bindings_admit, bindings_parse
@@ -34,6 +34,7 @@ from memoryadmin.core.rows import (
     columns,
     columns_of,
     concrete_names,
+    database_vendor,
     db_connection,
     fetch_row,
     fetch_rows,
@@ -281,7 +282,7 @@ def event_append(*, session: Session, type: str, data: dict[str, Any]) -> Sessio
     """Appends the session's next event. The caller holds the session row
     (created it, or locked it with select_for_update), so seq cannot race."""
     event = _next_event(session, type, data, at=timezone.now())
-    if connection.vendor != "postgresql":
+    if database_vendor() != "postgresql":
         Session.objects.filter(pk=session.pk).update(last_seq=session.last_seq)
         insert_rows([event])
         return event
@@ -387,7 +388,7 @@ def _session_rows(
     rows: list[tuple[Any, ...]] | None = None,
 ) -> tuple[Session | None, list[Binding]]:
     if rows is None:
-        sql = _session_sql(connection.vendor, with_bindings, with_documents)
+        sql = _session_sql(database_vendor(), with_bindings, with_documents)
         rows = fetch_rows(sql, [session_id])
     if not rows or rows[0][0] is None:  # no session (with_key: the LEFT JOIN's NULLs)
         return None, []
@@ -478,9 +479,9 @@ def api_key_authenticate_with_session(
     """The key and the session a recall (`with_documents`) or a tool call reads, in one
     round trip (PostgreSQL; elsewhere no lookup: the caller authenticates as usual)."""
     hashed = api_key_hashed(raw)
-    if connection.vendor != "postgresql" or hashed is None:
+    if database_vendor() != "postgresql" or hashed is None:
         return api_key_authenticate(raw=raw), None
-    sql = _session_sql(connection.vendor, True, with_documents, True)
+    sql = _session_sql(database_vendor(), True, with_documents, True)
     rows = fetch_rows(sql, [session_id, hashed])
     if not rows:
         return None, None

@@ -6,14 +6,13 @@ from dataclasses import asdict, astuple, dataclass, field, fields
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any, Protocol
 
-from django.db import connection
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from memoryadmin.core.cursors import keyset_page
 from memoryadmin.core.environments import check_environment
 from memoryadmin.core.errors import InvalidRequest
-from memoryadmin.core.rows import column, db_values, fetch_row, table
+from memoryadmin.core.rows import column, database_vendor, db_values, fetch_row, table
 from memoryadmin.memory.models import AuditEntry, Project
 from memoryadmin.runner.jobs import jobs_dispatch_on_commit
 
@@ -169,7 +168,7 @@ def audit_insert(facts: AuditFacts, *, source: str = "") -> tuple[str, list[Any]
     `source`, when given) and its parameters: the entry as one clause of a statement."""
     values = [getattr(facts, name) for name in AUDIT_NAMES[:-1]]
     params = db_values(AuditEntry, AUDIT_NAMES, [*values, timezone.now()])
-    return _audit_insert_sql(connection.vendor, source), params
+    return _audit_insert_sql(database_vendor(), source), params
 
 
 def _audit_statement(part: ListenersPart) -> tuple[Any, ...] | None:
@@ -192,7 +191,7 @@ def audit_write(facts: AuditFacts) -> None:
     """Records what happened, and what the listeners write of it (same transaction): on
     PostgreSQL in one statement (listeners add `WITH` clauses, or guards), elsewhere the
     entry's INSERT and then each listener's own writes."""
-    if connection.vendor == "postgresql":
+    if database_vendor() == "postgresql":
         written = audit_listened(facts, source="audit", write=_audit_statement)
         assert written is not None, facts  # only a guard keeps it, and the last try has none
         return

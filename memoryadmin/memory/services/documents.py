@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Q, QuerySet
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
@@ -31,6 +31,7 @@ from memoryadmin.core.errors import Conflict, InvalidRequest, NotFound, Precondi
 from memoryadmin.core.rows import (
     column,
     columns,
+    database_vendor,
     db_value,
     db_values,
     fetch_instance,
@@ -158,7 +159,7 @@ def document_get(*, resource: Resource, doc_id: str, read: object = UNREAD) -> D
     # Hand-written (one row by the unique key): the ORM would spend longer
     # composing this query than the database spends answering it.
     document = (
-        fetch_instance(Document, _live_document_sql(connection.vendor), [resource.pk, doc_id])
+        fetch_instance(Document, _live_document_sql(database_vendor()), [resource.pk, doc_id])
         if read is UNREAD
         else read
     )
@@ -338,13 +339,13 @@ def _update_sql(
     for listener_guard in listeners_guards:
         params += listener_guard.params
     conditions_sql = tuple(listener_guard.sql for listener_guard in listeners_guards)
-    return _update_statement(connection.vendor, names, shape, conditions_sql), params
+    return _update_statement(database_vendor(), names, shape, conditions_sql), params
 
 
 def _records_in_update_statement() -> bool:
     """Whether a recorded write's version, audit entry and deliveries ride on its
     UPDATE as `WITH` clauses (PostgreSQL's data-modifying CTEs)."""
-    return connection.vendor == "postgresql"
+    return database_vendor() == "postgresql"
 
 
 @functools.cache
@@ -369,7 +370,7 @@ def _with_records(
     row, audit entry and the audit listeners' part (webhook deliveries and their jobs, or
     the guards that stand for them among the UPDATE's conditions), as one PostgreSQL
     statement (`audit_listened` runs it); its row, None when nothing was written."""
-    vendor = connection.vendor
+    vendor = database_vendor()
     sql, params = update(listeners_guards=part.guards)
     parts = [f"WITH updated AS ({sql})"]
     if record.version is not None:
@@ -782,7 +783,7 @@ def documents_matching(
     rows = Document.objects.live().filter(resource=resource)
     if query:
         rows = rows.filter(Q(doc_id__istartswith=query) | Q(title__icontains=query))
-        if connection.vendor == "sqlite" and len(query) >= 3:
+        if database_vendor() == "sqlite" and len(query) >= 3:
             rows = rows.filter(pk__in=_sqlite_substring_candidates(resource, query))
     if facets.narrowed:
         rows = rows.filter(facets.condition(resource))

@@ -25,7 +25,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
@@ -35,6 +35,7 @@ from memoryadmin.core.rows import (
     column,
     columns,
     columns_of,
+    database_vendor,
     db_connection,
     fetch_row,
     instance,
@@ -230,7 +231,7 @@ def _load(hashed: str) -> ApiKey | None:
     cached = tolerant(lambda: cache.get(_cache_key(hashed)), None) if ttl else None
     if cached is not None:
         return api_key_of_row(cached)
-    row = fetch_row(_key_sql(connection.vendor), [hashed])
+    row = fetch_row(_key_sql(database_vendor()), [hashed])
     if row is None:
         return None
     if ttl:
@@ -340,7 +341,7 @@ def api_key_authenticate_at(
         return None, lookup
     params = [project_id, environment, resource_id]
     row = fetch_row(
-        _key_and_resource_sql(connection.vendor, doc_id is not None),
+        _key_and_resource_sql(database_vendor(), doc_id is not None),
         [*params, *([] if doc_id is None else [doc_id]), _hash(raw)],
     )
     if row is None:

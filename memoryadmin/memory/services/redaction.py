@@ -17,6 +17,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from memoryadmin.core.errors import Conflict, InvalidRequest, NotFound
+from memoryadmin.core.rows import database_vendor
 from memoryadmin.memory.models import AuditEntry, Document, DocumentVersion, Proposal, Resource
 from memoryadmin.memory.services.audit import audit_record
 from memoryadmin.memory.services.documents import document_get
@@ -152,7 +153,7 @@ def _scrub_audit(resource: Resource, doc_id: str, revision: str) -> None:
 def search_index_merge() -> None:
     """Merges SQLite's full-text index, whose segments keep a rewritten row's old terms
     until they are merged."""
-    if connection.vendor != "sqlite":
+    if database_vendor() != "sqlite":
         return  # PostgreSQL's index is a column of the live row: old text is not in it.
     with connection.cursor() as cursor:
         for table in ("memory_document_fts", "memory_document_trigram"):

@@ -27,12 +27,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connection
-
 from memoryadmin.core.cursors import cursor_dump, cursor_load
 from memoryadmin.core.environments import check_environment
 from memoryadmin.core.errors import InvalidRequest
-from memoryadmin.core.rows import fetch_rows
+from memoryadmin.core.rows import database_vendor, fetch_rows
 from memoryadmin.memory.limits import LIST_PAGE_SIZE
 from memoryadmin.memory.models import Document, Project, Resource
 from memoryadmin.memory.providers import kinds_keeping_documents
@@ -286,7 +284,7 @@ def document_search(
         if len(position) != 2 or not isinstance(position[1], int):
             raise InvalidRequest("cursor is not valid for this list.")
         after = (float(position[0]), position[1])
-    if connection.vendor == "postgresql":
+    if database_vendor() == "postgresql":
         ranked = _pg_ranked(query, pks, after, limit + 1)
     else:
         ranked = _sqlite_ranked(query, pks, after, limit + 1)

@@ -15,7 +15,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import ValidationError
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Model
 
 from memoryadmin.core.errors import (
@@ -25,7 +25,15 @@ from memoryadmin.core.errors import (
     NotFound,
     ProjectNotFound,
 )
-from memoryadmin.core.rows import column, columns, db_connection, fetch_rows, instance, table
+from memoryadmin.core.rows import (
+    column,
+    columns,
+    database_vendor,
+    db_connection,
+    fetch_rows,
+    instance,
+    table,
+)
 from memoryadmin.memory.models import Project, Resource
 from memoryadmin.memory.services.audit import audit_record
 from memoryadmin.memory.services.projects import project_get
@@ -179,7 +187,7 @@ def memberships_and_resource(
     if not user.is_authenticated or not user.is_active:
         return [], None
     rows = fetch_rows(
-        _memberships_and_resource_sql(connection.vendor),
+        _memberships_and_resource_sql(database_vendor()),
         [project_id, environment, resource_id, user.pk],
     )
     project_end_at = 1 + len(Project._meta.concrete_fields)
@@ -228,7 +236,7 @@ class PageRead:
     def _sql(self, session: SessionLookup | None) -> str:
         parts = None if session is None else (session.data, session.source, session.where)
         return _page_read_sql(
-            connection.vendor,
+            database_vendor(),
             get_user_model(),
             self.resource_id is not None,
             self.with_agents,

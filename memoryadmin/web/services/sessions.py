@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import json
 
-from django.db import connection
-
 from memoryadmin.agents.errors import SessionNotFound
 from memoryadmin.agents.models import Session
 from memoryadmin.agents.services.sessions import session_get
 from memoryadmin.core.environments import check_environment
-from memoryadmin.core.rows import column, fetch_row, table
+from memoryadmin.core.rows import column, database_vendor, fetch_row, table
 from memoryadmin.memory.models import Deployment, Project
 
 
@@ -38,7 +36,7 @@ def agents_sql(project: str) -> str:
     `agents_value` turns the value into the list."""
     agent = column(Deployment, "agent")
     where = f"{column(Deployment, 'project')} = {project}"
-    if connection.vendor == "postgresql":
+    if database_vendor() == "postgresql":
         return f"ARRAY(SELECT DISTINCT {agent} FROM {table(Deployment)} WHERE {where})"
     return f"(SELECT json_group_array(DISTINCT {agent}) FROM {table(Deployment)} WHERE {where})"
 
