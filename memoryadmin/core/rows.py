@@ -28,15 +28,11 @@ from django.db.transaction import TransactionManagementError
 
 
 @functools.cache
-def _vendor() -> str:
-    return connections[DEFAULT_DB_ALIAS].vendor
-
-
 def database_vendor() -> str:
     """The default database's vendor ("postgresql", "sqlite"), looked up once a process
     (the engine is a setting): `connection.vendor` looks the thread's connection up
     through asgiref's context-local storage on every use."""
-    return _vendor()
+    return connections[DEFAULT_DB_ALIAS].vendor
 
 
 @functools.cache
@@ -48,7 +44,7 @@ def _column(model: type[Model], name: str, vendor: str) -> str:
 
 def column(model: type[Model], name: str) -> str:
     """A field's column, quoted."""
-    return _column(model, name, _vendor())
+    return _column(model, name, database_vendor())
 
 
 @functools.cache
@@ -59,7 +55,7 @@ def _columns(model: type[Model], alias: str, vendor: str) -> str:
 
 def columns(model: type[Model], alias: str = "") -> str:
     """The model's concrete columns, quoted, in field order (optionally `alias.`-qualified)."""
-    return _columns(model, alias, _vendor())
+    return _columns(model, alias, database_vendor())
 
 
 @functools.cache
@@ -91,7 +87,7 @@ def first_row_window(order: str) -> str:
 def columns_of(model: type[Model], names: Sequence[str], alias: str = "") -> str:
     """The named fields' columns, quoted, in `names` order (optionally `alias.`-qualified):
     a row of them becomes values with `values_of`."""
-    return _columns_of(model, tuple(names), alias, _vendor())
+    return _columns_of(model, tuple(names), alias, database_vendor())
 
 
 def table(model: type[Model]) -> str:
@@ -493,7 +489,7 @@ def json_db_value(value: Any) -> Any:
     if value is None:
         return None
     encoded = json_text(value)
-    if _vendor() == "postgresql":
+    if database_vendor() == "postgresql":
         from psycopg.types.json import Jsonb
 
         return Jsonb(encoded, dumps=_as_is)
