@@ -507,6 +507,37 @@ def seed(documents: int, concurrency: int) -> Setup:
 # The server.
 
 
+def prose(seed: int, chars: int = 2000) -> str:
+    """`chars` characters of made-up prose, the same for the same `seed`: words of 2 to 10
+    letters from a vocabulary of 30,000, drawn with Zipf's law as a language's are, so
+    that a document holds a few hundred distinct words (the bench's other texts are one
+    character repeated: one word for the search index)."""
+    import random
+
+    vocabulary = _vocabulary()
+    words = random.Random(seed).choices(vocabulary[0], cum_weights=vocabulary[1], k=chars)
+    return " ".join(words)[: chars - 1].capitalize() + "."
+
+
+_VOCABULARY: list[tuple[list[str], list[float]]] = []
+
+
+def _vocabulary() -> tuple[list[str], list[float]]:
+    if not _VOCABULARY:
+        import itertools
+        import random
+
+        pick = random.Random(7)
+        letters = "etaoinshrdlcumwfgypbvkjxqz"
+        words: dict[str, None] = {}
+        while len(words) < 30_000:
+            alphabet = letters[: pick.randint(8, 26)]
+            words["".join(pick.choice(alphabet) for _ in range(pick.randint(2, 10)))] = None
+        weights = list(itertools.accumulate(1 / rank for rank in range(1, len(words) + 1)))
+        _VOCABULARY.append((list(words), weights))
+    return _VOCABULARY[0]
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -791,28 +822,44 @@ def measure(
     floor_get = Call("GET", f"{FLOORS}/floor/{setup.notes_pk}/{setup.doc_id}")
     s, n, c = args.seconds, args.pairs, args.concurrency
     text = json.dumps({"text": "w" * 2000}).encode()
+    # Two texts of prose that the prose row's writers alternate: each write replaces the
+    # text with another, as an edit does.
+    prose_texts = [json.dumps({"text": prose(seed)}).encode() for seed in (1, 2)]
 
-    def writer(read: Callable[[int], str], write: Callable[[int], str]) -> Client_:
-        """Client i replaces its own document, always with the revision it last saw."""
+    def writer(
+        read: Callable[[int], str], write: Callable[[int], str], bodies: list[bytes] | None = None
+    ) -> Client_:
+        """Client i replaces its own document, always with the revision it last saw, with
+        `bodies` in turn (the bench's one-character text by default)."""
+        texts = bodies or [text]
 
         def make(i: int) -> Callable[[], object]:
             etag = checked(port, Call("GET", read(i), key))[0]["etag"]
+            written = 0
 
             def one() -> object:
-                nonlocal etag
+                nonlocal etag, written
                 headers = {**key, "If-Match": etag, "Content-Type": "application/json"}
-                etag = checked(port, Call("PUT", write(i), headers, text))[0]["etag"]
+                body = texts[written % len(texts)]
+                etag = checked(port, Call("PUT", write(i), headers, body))[0]["etag"]
+                written += 1
                 return None
 
             return one
 
         return make
 
-    api_put = writer(lambda i: f"{docs}/put-{i}{q}", lambda i: f"{docs}/put-{i}{q}")
-    floor_put = writer(
-        lambda i: f"{FLOORS}/floor/{setup.notes_pk}/floor-put-{i}",
-        lambda i: f"{FLOORS}/floor-put/{setup.notes_pk}/floor-put-{i}",
-    )
+    def api_writer(bodies: list[bytes] | None = None) -> Client_:
+        return writer(lambda i: f"{docs}/put-{i}{q}", lambda i: f"{docs}/put-{i}{q}", bodies)
+
+    def floor_writer(bodies: list[bytes] | None = None) -> Client_:
+        return writer(
+            lambda i: f"{FLOORS}/floor/{setup.notes_pk}/floor-put-{i}",
+            lambda i: f"{FLOORS}/floor-put/{setup.notes_pk}/floor-put-{i}",
+            bodies,
+        )
+
+    api_put, floor_put = api_writer(), floor_writer()
     one = {name: (lambda call=call: checked(port, call)) for name, call in calls.items()}
 
     def turns(floor: Callable[[], object], measure: Callable[[], object]) -> Any:
@@ -852,6 +899,17 @@ def measure(
             n,
             lambda: throughput(port, floor_put, s, c),
             lambda: throughput(port, api_put, s, c),
+        ),
+        per_second,
+    )
+    row(
+        "conditional PUT of 2,000 characters of prose req/s ÷ bare view writing the same",
+        "(context)",
+        lambda r: True,
+        lambda: interleaved(
+            n,
+            lambda: throughput(port, floor_writer(prose_texts), s, c),
+            lambda: throughput(port, api_writer(prose_texts), s, c),
         ),
         per_second,
     )

@@ -56,6 +56,9 @@ def test_the_bench_runs_and_writes_its_report(tmp_path: Path) -> None:
             "1",
             "--only",
             "GET one document req/s ÷ bare view",
+            # A throughput row of writes, with the writers' prose.
+            "--only",
+            "prose",
             # A latency row: its pair is one run whose two sides take turns.
             "--only",
             "÷ page 1",
@@ -74,14 +77,19 @@ def test_the_bench_runs_and_writes_its_report(tmp_path: Path) -> None:
     assert data["database"] == connection.vendor
     assert [row["measure"] for row in data["rows"]] == [
         "GET one document req/s ÷ bare view, one SELECT by key",
+        "conditional PUT of 2,000 characters of prose req/s ÷ bare view writing the same",
         "list page 3 ÷ page 1",
     ]
     assert data["rows"][0]["ratio"] > 0
-    [(first_page, deep_page)] = data["rows"][1]["pairs"]
+    [(floor_writes, prose_writes)] = data["rows"][1]["pairs"]  # requests a second
+    assert floor_writes > 0
+    assert prose_writes > 0
+    assert data["rows"][1]["ratio"] == pytest.approx(prose_writes / floor_writes)
+    [(first_page, deep_page)] = data["rows"][2]["pairs"]
     # Seconds: the medians of the two sides' requests, taking turns.
     assert 0 < first_page < 1
     assert 0 < deep_page < 1
-    assert data["rows"][1]["ratio"] == pytest.approx(deep_page / first_page)
+    assert data["rows"][2]["ratio"] == pytest.approx(deep_page / first_page)
     assert data["roundTrips"]["GET document"] == 1
     assert "| GET one document" in done.stdout
 
