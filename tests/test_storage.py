@@ -10,6 +10,7 @@ import pytest
 from django.db import connection
 
 from memoryadmin.agents.services.runtime import recall_create
+from memoryadmin.core.compression import lz4_available
 from memoryadmin.memory.models import Project, Resource
 from memoryadmin.memory.services.documents import document_create
 from tests.helpers import support_session
@@ -41,21 +42,12 @@ def _compression(sql: str, params: list[object]) -> list[str | None]:
         return [row[0] for row in cursor.fetchall()]
 
 
-def _lz4_available() -> bool:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT 'lz4' = ANY(enumvals) FROM pg_settings WHERE name = 'default_toast_compression'"
-        )
-        row = cursor.fetchone()
-    return bool(row and row[0])
-
-
 @pytest.mark.postgres
 @pytest.mark.django_db
 def test_long_texts_and_recalls_are_written_compressed_by_lz4(
     project: Project, notes: Resource
 ) -> None:
-    expected = "lz4" if _lz4_available() else "pglz"
+    expected = "lz4" if lz4_available(connection) else "pglz"
     document = document_create(
         resource=notes, doc_id="workshop", title="Workshop", text=_prose(6000), actor="test"
     )

@@ -2,7 +2,8 @@
 the columns written on the hot paths (a document's text and a version's; a recall's
 `memory` since agents migration 0011).
 
-Used by migrations: a change here changes what they do on a new database.
+Used by migrations (and by tests/test_storage.py to know what to expect): a change here
+changes what they do on a new database.
 """
 
 from __future__ import annotations
@@ -11,12 +12,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 
-def lz4_available(schema_editor: Any) -> bool:
-    """Whether the database is PostgreSQL built with lz4 (`default_toast_compression`
-    offers it)."""
-    if schema_editor.connection.vendor != "postgresql":
+def lz4_available(connection: Any) -> bool:
+    """Whether the database of `connection` (a migration's `schema_editor.connection`) is
+    PostgreSQL built with lz4 (`default_toast_compression` offers it)."""
+    if connection.vendor != "postgresql":
         return False
-    with schema_editor.connection.cursor() as cursor:
+    with connection.cursor() as cursor:
         cursor.execute(
             "SELECT 'lz4' = ANY(enumvals) FROM pg_settings WHERE name = 'default_toast_compression'"
         )
@@ -32,7 +33,7 @@ def column_compression(
     Only values written afterwards are compressed that way; no row is rewritten."""
 
     def set_compression(apps: Any, schema_editor: Any) -> None:
-        if lz4_available(schema_editor):
+        if lz4_available(schema_editor.connection):
             for table, column in columns:
                 schema_editor.execute(
                     f'ALTER TABLE "{table}" ALTER COLUMN "{column}" SET COMPRESSION {method}'

@@ -19,18 +19,10 @@ from typing import Any
 import django.db.models.deletion
 from django.db import migrations, models
 
+from memoryadmin.core.compression import lz4_available
+
 # (table, column) of the indexes whose `_like` copy goes.
 LIKE_INDEXES = (("agents_recall", "id"), ("agents_recallsource", "recall_id"))
-
-
-def _lz4(schema_editor: Any) -> bool:
-    with schema_editor.connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT 'lz4' = ANY(enumvals) FROM pg_settings"
-            " WHERE name = 'default_toast_compression'"
-        )
-        row = cursor.fetchone()
-    return bool(row and row[0])
 
 
 def forwards(apps: Any, schema_editor: Any) -> None:
@@ -40,7 +32,7 @@ def forwards(apps: Any, schema_editor: Any) -> None:
     for table, column in LIKE_INDEXES:
         name = schema_editor._create_index_name(table, [column], suffix="_like")
         schema_editor.execute(f"DROP INDEX IF EXISTS {quote(name)}")
-    if _lz4(schema_editor):
+    if lz4_available(schema_editor.connection):
         schema_editor.execute(
             f"ALTER TABLE {quote('agents_recall')} ALTER COLUMN {quote('memory')}"
             " SET COMPRESSION lz4"
@@ -57,7 +49,7 @@ def backwards(apps: Any, schema_editor: Any) -> None:
             f"CREATE INDEX IF NOT EXISTS {quote(name)}"
             f" ON {quote(table)} ({quote(column)} varchar_pattern_ops)"
         )
-    if _lz4(schema_editor):
+    if lz4_available(schema_editor.connection):
         schema_editor.execute(
             f"ALTER TABLE {quote('agents_recall')} ALTER COLUMN {quote('memory')}"
             " SET COMPRESSION default"
