@@ -18,9 +18,12 @@ requests made in-process. The table is printed and written as JSON.
 from __future__ import annotations
 
 import argparse
+import functools
+import itertools
 import json
 import os
 import platform
+import random
 import shutil
 import socket
 import statistics
@@ -512,30 +515,22 @@ def prose(seed: int, chars: int = 2000) -> str:
     letters from a vocabulary of 30,000, drawn with Zipf's law as a language's are, so
     that a document holds a few hundred distinct words (the bench's other texts are one
     character repeated: one word for the search index)."""
-    import random
-
-    vocabulary = _vocabulary()
-    words = random.Random(seed).choices(vocabulary[0], cum_weights=vocabulary[1], k=chars)
+    vocabulary, weights = _vocabulary()
+    words = random.Random(seed).choices(vocabulary, cum_weights=weights, k=chars)
     return " ".join(words)[: chars - 1].capitalize() + "."
 
 
-_VOCABULARY: list[tuple[list[str], list[float]]] = []
-
-
+@functools.cache
 def _vocabulary() -> tuple[list[str], list[float]]:
-    if not _VOCABULARY:
-        import itertools
-        import random
-
-        pick = random.Random(7)
-        letters = "etaoinshrdlcumwfgypbvkjxqz"
-        words: dict[str, None] = {}
-        while len(words) < 30_000:
-            alphabet = letters[: pick.randint(8, 26)]
-            words["".join(pick.choice(alphabet) for _ in range(pick.randint(2, 10)))] = None
-        weights = list(itertools.accumulate(1 / rank for rank in range(1, len(words) + 1)))
-        _VOCABULARY.append((list(words), weights))
-    return _VOCABULARY[0]
+    """The 30,000 words, and their cumulative weights (1 / rank)."""
+    pick = random.Random(7)
+    letters = "etaoinshrdlcumwfgypbvkjxqz"
+    words: dict[str, None] = {}
+    while len(words) < 30_000:
+        alphabet = letters[: pick.randint(8, 26)]
+        words["".join(pick.choice(alphabet) for _ in range(pick.randint(2, 10)))] = None
+    weights = list(itertools.accumulate(1 / rank for rank in range(1, len(words) + 1)))
+    return list(words), weights
 
 
 def free_port() -> int:
