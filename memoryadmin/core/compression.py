@@ -34,9 +34,11 @@ def column_compression(
 
     def set_compression(apps: Any, schema_editor: Any) -> None:
         if lz4_available(schema_editor.connection):
+            quote = schema_editor.quote_name
             for table, column in columns:
                 schema_editor.execute(
-                    f'ALTER TABLE "{table}" ALTER COLUMN "{column}" SET COMPRESSION {method}'
+                    f"ALTER TABLE {quote(table)} ALTER COLUMN {quote(column)}"
+                    f" SET COMPRESSION {method}"
                 )
 
     return set_compression

@@ -19,10 +19,12 @@ from typing import Any
 import django.db.models.deletion
 from django.db import migrations, models
 
-from memoryadmin.core.compression import lz4_available
+from memoryadmin.core.compression import column_compression
 
 # (table, column) of the indexes whose `_like` copy goes.
 LIKE_INDEXES = (("agents_recall", "id"), ("agents_recallsource", "recall_id"))
+# (table, column) compressed with lz4.
+LZ4_COLUMNS = [("agents_recall", "memory")]
 
 
 def forwards(apps: Any, schema_editor: Any) -> None:
@@ -32,11 +34,7 @@ def forwards(apps: Any, schema_editor: Any) -> None:
     for table, column in LIKE_INDEXES:
         name = schema_editor._create_index_name(table, [column], suffix="_like")
         schema_editor.execute(f"DROP INDEX IF EXISTS {quote(name)}")
-    if lz4_available(schema_editor.connection):
-        schema_editor.execute(
-            f"ALTER TABLE {quote('agents_recall')} ALTER COLUMN {quote('memory')}"
-            " SET COMPRESSION lz4"
-        )
+    column_compression(LZ4_COLUMNS, "lz4")(apps, schema_editor)
 
 
 def backwards(apps: Any, schema_editor: Any) -> None:
@@ -49,11 +47,7 @@ def backwards(apps: Any, schema_editor: Any) -> None:
             f"CREATE INDEX IF NOT EXISTS {quote(name)}"
             f" ON {quote(table)} ({quote(column)} varchar_pattern_ops)"
         )
-    if lz4_available(schema_editor.connection):
-        schema_editor.execute(
-            f"ALTER TABLE {quote('agents_recall')} ALTER COLUMN {quote('memory')}"
-            " SET COMPRESSION default"
-        )
+    column_compression(LZ4_COLUMNS, "default")(apps, schema_editor)
 
 
 class Migration(migrations.Migration):
