@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
 from django.db import connection
 from django.db.models.query_utils import DeferredAttribute
 from django.db.models.signals import post_init
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memoryadmin.agents.models import Session
 from memoryadmin.core import rows
@@ -165,6 +168,19 @@ def test_json_text_orjson_refuses_is_read_by_the_fields_own_converter() -> None:
     assert convert('"\\ud800"', None, connection) == "\ud800"
     assert convert("not json", None, connection) == "not json"
     assert convert('{"n": 99999999999999999999}', None, connection) == {"n": 99999999999999999999}
+
+
+# Digits, other ASCII, a digit of another script (not [0-9]), other code points and a
+# lone surrogate (stored by SQLite, refused by orjson).
+_TEXT_PARTS = st.sampled_from(
+    ["0", "7", "9", "1" * 18, "1" * 19, " ", "a", "\u0660", "é", "😀", "\ud800"]
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(_TEXT_PARTS, max_size=40).map("".join))
+def test_a_long_number_is_found_as_the_pattern_finds_it(text: str) -> None:
+    assert rows._long_number(text) is (re.search("[0-9]{19}", text) is not None)
 
 
 @pytest.mark.django_db
