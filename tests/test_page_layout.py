@@ -19,7 +19,7 @@ NODES = (
     '<a class="skip-link" href="#main">Skip to content</a>\n'
     "{% if page.production %}\n"
     '<div class="production-banner" role="note">\n'
-    "  <strong>Production</strong> · {{ page.project.name }}: what you change here, live"
+    "  <strong>Production</strong> &middot; {{ page.project.name }}: what you change here, live"
     " agents recall.\n</div>\n{% endif %}\n"
     "{% page_header %}{% if messages %}\n"
     '<div class="messages" role="status">\n'
@@ -27,7 +27,9 @@ NODES = (
     "{{ message }}</p>{% endfor %}\n</div>\n{% endif %}\n"
 )
 TAGS = "{% load memorypage %}{% page_top %}"
-TITLE_NODES = "{% if page %} · {{ page.project.id }} · {{ page.environment }}{% endif %}"
+TITLE_NODES = (
+    "{% if page %} &middot; {{ page.project.id }} &middot; {{ page.environment }}{% endif %}"
+)
 TITLE_TAG = "{% load memorypage %}{% title_suffix %}"
 
 
@@ -97,4 +99,4 @@ def test_a_page_without_project_or_token_is_the_templates_markup() -> None:
 def test_the_title_suffix_is_the_templates_markup(page: Page | None) -> None:
     nodes, tag = both(TITLE_NODES, TITLE_TAG, page=page)
     assert tag == nodes
-    assert tag == ("" if page is None else f" · acme · {page.environment}")
+    assert tag == ("" if page is None else f" &middot; acme &middot; {page.environment}")

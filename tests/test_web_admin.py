@@ -271,7 +271,7 @@ def test_overview_counts_writes_by_who_and_links_the_entries_behind_them(
     html = html_of(owner.get(f"{BASE}/overview/"))
     today = timezone.now().date().isoformat()
     writes = writes_of(html)
-    assert "Document changes per day</strong> · 6 in 30 days" in writes
+    assert "Document changes per day</strong> &middot; 6 in 30 days" in writes
     assert "Not enough history yet" in writes
     assert "<svg" not in writes
     assert f'<tr><th scope="row">{today}</th><td class="num">0</td>' in writes

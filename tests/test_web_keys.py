@@ -38,8 +38,8 @@ def test_owner_sees_the_projects_keys_and_a_keys_tab(client: Any, keys: Keys) ->
     response = client("owner").get(KEYS)
     assert response.status_code == 200
     html = response.content.decode()
-    assert f"<code>{keys.owner[:12]}…</code>" in html
-    assert f"<code>{keys.read_only[:12]}…</code>" in html
+    assert f"<code>{keys.owner[:12]}&hellip;</code>" in html
+    assert f"<code>{keys.read_only[:12]}&hellip;</code>" in html
     assert keys.other[:12] not in html
     assert keys.all_projects[:12] not in html
     for secret in (keys.owner, keys.read_only):
@@ -97,7 +97,7 @@ def test_create_shows_the_key_once_with_a_copy_button(
     # Never again.
     again = owner.get(KEYS).content.decode()
     assert secret not in again
-    assert f"<code>{key.prefix}…</code>" in again
+    assert f"<code>{key.prefix}&hellip;</code>" in again
 
 
 def test_create_with_a_bad_name_is_422_and_creates_nothing(client: Any, project: Project) -> None:
@@ -113,7 +113,7 @@ def test_revoke_asks_then_refuses_the_key_at_once(client: Any, keys: Keys, clien
     assert api_status(client_for, keys.read_only) == 200
     confirm = owner.get(f"{KEYS}{key.pk}/revoke/")
     assert confirm.status_code == 200
-    assert f"Revoke key <code>{key.prefix}…</code>" in confirm.content.decode()
+    assert f"Revoke key <code>{key.prefix}&hellip;</code>" in confirm.content.decode()
     assert key_of(keys.read_only).revoked_at is None  # asking changes nothing
     panel = owner.get(f"{KEYS}{key.pk}/revoke/", **HX)
     assert panel.status_code == 200

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -116,6 +117,56 @@ def test_production_has_a_banner_and_development_has_none(owner: Client) -> None
     assert b'<body class="env-production"' in production.content
 
 
+def test_pages_of_ascii_content_are_ascii(
+    owner: Client, make_document: Any, notes: Resource
+) -> None:
+    """The product's own markup is ASCII, its typographic characters written as entities
+    (&middot;, &hellip;, &rsaquo;): a page whose content is ASCII is then one byte a
+    character in Python and encoded with a copy, where one character beyond Latin-1
+    anywhere in it doubles every copy the template language makes and turns the encoding
+    into a pass over each character (docs/performance.md)."""
+    workshop = make_document("workshop", title="Workshop notes", text="12345", summary="R.")
+    document_replace(
+        resource=notes,
+        doc_id="workshop",
+        expected_revision=workshop.revision,
+        text="saved by an agent",
+        actor="agent",
+        writer=Writer(kind="agent", session_id="ses_0123456789abcdef"),
+    )
+    pages = [
+        f"{BASE}/",
+        NOTES,
+        WORKSHOP,
+        "/projects/acme/production/",
+        f"{BASE}/overview/",
+        f"{BASE}/sessions/",
+        f"{BASE}/audit/",
+        f"{BASE}/keys/",
+        f"{BASE}/deployments/",
+    ]
+    for url in pages:
+        response = owner.get(url)
+        assert response.status_code == 200, url
+        body = response.content.decode()
+        beyond = [(i, c) for i, c in enumerate(body) if ord(c) > 127][:1]
+        assert not beyond, (url, [body[max(0, i - 60) : i + 20] for i, _ in beyond])
+    # The agent's writer cell shows the session id cut short, with an ellipsis.
+    assert '<code title="ses_0123456789abcdef">ses_0123&hellip;</code>' in html_of(owner.get(NOTES))
+
+
+def test_the_templates_are_ascii() -> None:
+    from django.conf import settings
+
+    folders = [Path(folder) for engine in settings.TEMPLATES for folder in engine["DIRS"]]
+    templates = [path for folder in folders for path in folder.rglob("*.html")]
+    assert len(templates) > 20
+    for path in templates:
+        text = path.read_text(encoding="utf-8")
+        beyond = [text[max(0, i - 40) : i + 10] for i, c in enumerate(text) if ord(c) > 127]
+        assert not beyond, (path.name, beyond[:3])
+
+
 def test_unknown_environment_is_404(owner: Client) -> None:
     assert owner.get("/projects/acme/staging/").status_code == 404
 
@@ -187,7 +238,7 @@ def test_filter_matches_id_prefix_and_title_substring_ignoring_case(
     assert sorted(ids_in(response.content.decode())) == ["refunds", "work-log", "workshop"]
     nothing = owner.get(NOTES, {"q": "zzz"})
     assert ids_in(nothing.content.decode()) == []
-    assert "No documents match “zzz”." in nothing.content.decode()
+    assert "No documents match &ldquo;zzz&rdquo;." in nothing.content.decode()
 
 
 def test_filter_over_htmx_returns_only_the_table_rows(owner: Client, make_document: Any) -> None:
@@ -642,7 +693,7 @@ def test_support_gets_freeze_and_export_but_no_edit_or_delete(
     html = support.get(WORKSHOP).content.decode()
     assert 'name="agentWrites"' in html
     assert ">Edit<" not in html
-    assert "Delete…" not in html
+    assert "Delete&hellip;" not in html
     assert ">Export<" in support.get(f"{BASE}/").content.decode()
 
 

@@ -74,8 +74,8 @@ def test_the_list_shows_agent_status_created_and_live_bindings(web: Any, session
     assert "<td>support-bot</td>" in row.group()
     assert 'class="badge session-active">active<' in row.group()
     assert "<time datetime=" in row.group()
-    assert "kb: collection · read" in row.group()
-    assert "notes: document <code>workshop</code> · read-write" in row.group()
+    assert "kb: collection &middot; read" in row.group()
+    assert "notes: document <code>workshop</code> &middot; read-write" in row.group()
     assert row.group().count('class="badge writable"') == 1
 
 
@@ -228,7 +228,7 @@ def test_owners_and_support_end_a_session_and_it_is_audited(
     html = response.content.decode()
     assert f"Ended {session.id}" in html
     assert 'class="badge session-ended">ended<' in html
-    assert "End session…" not in html
+    assert "End session&hellip;" not in html
     assert 'class="badge writable"' not in html
     ended = Session.objects.get(pk=session.pk)
     assert ended.status == "ended"

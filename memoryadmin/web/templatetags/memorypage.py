@@ -216,11 +216,12 @@ def short_revision(value: str) -> str:
 SHORT_SESSION = 8  # "ses_" and four hex digits, as revisions show their first 8
 
 
-@register.filter
-def short_session(value: str) -> str:
-    """A session id cut to its first characters ("ses_4f2a…"), for narrow columns."""
-    text = str(value)
-    return text if len(text) <= SHORT_SESSION + 1 else text[:SHORT_SESSION] + "…"
+def _short_session_html(session_id: str) -> str:
+    """A session id cut to its first characters ("ses_4f2a" and an ellipsis), for narrow
+    columns, as HTML."""
+    if len(session_id) <= SHORT_SESSION + 1:
+        return _escape(session_id)
+    return _escape(session_id[:SHORT_SESSION]) + "&hellip;"
 
 
 # The navigation tab of each page (by URL name); pages not listed are Memory pages.
@@ -322,10 +323,10 @@ def _agent_html(
     writer = "agent"
     if session_id:
         url = agent_session_url(project_id, environment, session_id, url_env)
-        shown = _escape(short_session(session_id) if short else session_id)
+        shown = _short_session_html(session_id) if short else _escape(session_id)
         hover = f' title="{_escape(session_id)}"' if short else ""
         code = f"<code{hover}>{shown}</code>"
-        writer += f' · <a href="{_escape(url)}">{code}</a>' if url else f" · {code}"
+        writer += f' &middot; <a href="{_escape(url)}">{code}</a>' if url else f" &middot; {code}"
     return f'<span class="writer writer-agent">{writer}</span>'
 
 
@@ -368,7 +369,8 @@ def writer(
         name = (context.get("key_names") or {}).get(prefix, "")
         named = f"{_escape(name)} " if name else ""
         return mark_safe(
-            f'<span class="writer writer-key">API key {named}<code>{_escape(prefix)}…</code></span>'
+            f'<span class="writer writer-key">API key {named}'
+            f"<code>{_escape(prefix)}&hellip;</code></span>"
         )
     return mark_safe(writer_html(kind, session_id, project_id, environment, _url_env(context)))
 
@@ -613,7 +615,7 @@ def page_header(context: template.Context) -> SafeString:
         if page:
             role = _text(page.role)
             out += [
-                '<span class="user-name"> · </span><span class="role role-',
+                '<span class="user-name"> &middot; </span><span class="role role-',
                 role,
                 '">',
                 role,
@@ -655,7 +657,7 @@ def title_suffix(context: template.Context) -> SafeString:
     page = context.get("page")
     if not page:
         return mark_safe("")
-    return mark_safe(f" · {_text(page.project.id)} · {_text(page.environment)}")
+    return mark_safe(f" &middot; {_text(page.project.id)} &middot; {_text(page.environment)}")
 
 
 @register.simple_tag(takes_context=True)
@@ -677,7 +679,8 @@ def page_top(context: template.Context) -> SafeString:
     ]
     if page and production:
         out += [
-            '\n<div class="production-banner" role="note">\n  <strong>Production</strong> · ',
+            '\n<div class="production-banner" role="note">\n'
+            "  <strong>Production</strong> &middot; ",
             _text(page.project.name),
             ": what you change here, live agents recall.\n</div>\n",
         ]
@@ -878,9 +881,9 @@ def _facet_fields(facets: Any, agents: list[str]) -> str:
         '  <label>Agent <select name="agent">'
         f"{_options(facets.agent, agent_choices, 'any agent')}</select></label>\n"
         '  <label>Session <input name="session" maxlength="128" autocomplete="off"'
-        f' value="{value("session")}" placeholder="ses_…"></label>\n'
+        f' value="{value("session")}" placeholder="ses_&hellip;"></label>\n'
         '  <label>Key prefix <input name="key" maxlength="128" autocomplete="off"'
-        f' value="{value("key")}" placeholder="mak_…"></label>\n'
+        f' value="{value("key")}" placeholder="mak_&hellip;"></label>\n'
         '  <label>Updated from <input type="date" name="updatedFrom"'
         f' value="{day("updatedFrom")}"></label>\n'
         '  <label>Updated to <input type="date" name="updatedTo"'
@@ -976,7 +979,7 @@ def _results(context: template.Context) -> str:
         narrowed = facets is not None and facets.narrowed
         if query:
             filters = " and the filters" if narrowed else ""
-            message = f"No documents match “{_text(query)}”{filters}."
+            message = f"No documents match &ldquo;{_text(query)}&rdquo;{filters}."
         elif narrowed:
             message = "No documents match the filters."
         else:
@@ -1010,7 +1013,7 @@ def documents_page(context: template.Context) -> SafeString:
     inventory = _escape(cached_reverse("web:inventory", p, e, context=context))
     out = [
         '\n<nav class="crumbs" aria-label="Breadcrumb">'
-        f'<a href="{inventory}">Memory</a> <span aria-hidden="true">\u203a</span>'
+        f'<a href="{inventory}">Memory</a> <span aria-hidden="true">&rsaquo;</span>'
         f' <span aria-current="page">{rid}</span></nav>\n'
         f'<div class="heading-row">\n  <h1>{rid}</h1>\n  '
     ]
@@ -1023,7 +1026,8 @@ def documents_page(context: template.Context) -> SafeString:
         else (_text(resource.kind), _text(resource.description), _text(resource.max_bytes))
     )
     out.append(
-        f'\n</div>\n<p class="muted">{description} · {kind} provider · maxBytes {max_bytes}</p>\n'
+        f'\n</div>\n<p class="muted">{description} &middot; {kind} provider'
+        f" &middot; maxBytes {max_bytes}</p>\n"
     )
     if not keeps_documents:
         out.append(
