@@ -946,3 +946,24 @@ def test_ago_says_what_timesince_says() -> None:
         assert _ago(then, now, False, 1) == expected
         expected = "in under a minute" if seconds < 60 else f"in {timeuntil(later, now, depth=1)}"
         assert _ago(later, now, False, 1) == expected
+
+
+def test_remembered_times_are_written_in_the_zone_asked() -> None:
+    """The page's and the API's remembered timestamps: equal instants share an entry and
+    still read in the zone asked for (the API's always in UTC)."""
+    from datetime import UTC, datetime, timedelta, timezone
+    from zoneinfo import ZoneInfo
+
+    from memoryadmin.memory.representations import iso_ms
+    from memoryadmin.web.templatetags.memorypage import _stamp
+
+    utc = datetime(2026, 1, 31, 9, 5, 0, 123456, tzinfo=UTC)
+    paris = utc.astimezone(ZoneInfo("Europe/Paris"))
+    plus_two = utc.astimezone(timezone(timedelta(hours=2)))
+    assert utc == paris == plus_two
+    for value in (utc, paris, plus_two, utc, paris):
+        assert _stamp(value, ZoneInfo("UTC")) == "2026-01-31T09:05:00.123456+00:00"
+        assert _stamp(value, ZoneInfo("Europe/Paris")) == "2026-01-31T10:05:00.123456+01:00"
+        assert _stamp(value, ZoneInfo("Asia/Tokyo")) == "2026-01-31T18:05:00.123456+09:00"
+        assert iso_ms(value) == "2026-01-31T09:05:00.123Z"
+    assert iso_ms(utc + timedelta(milliseconds=1)) == "2026-01-31T09:05:00.124Z"
