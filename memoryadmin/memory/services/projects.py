@@ -4,6 +4,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 
 from memoryadmin.core.errors import Conflict, Forbidden, ProjectNotFound
+from memoryadmin.core.rows import Compiled, concrete_names, instance
 from memoryadmin.memory.limits import check_project_id
 from memoryadmin.memory.models import ApiKey, Project
 
@@ -17,11 +18,18 @@ def project_create(*, project_id: str, name: str = "") -> Project:
         raise Conflict(f"Project '{project_id}' already exists.") from exc
 
 
+# A project by id: read by every project route (composed once per process).
+_PROJECT = Compiled(
+    lambda project_id: Project.objects.filter(id=project_id).values_list(*concrete_names(Project)),
+    (str,),
+)
+
+
 def project_get(*, project_id: str) -> Project:
-    try:
-        return Project.objects.get(id=project_id)
-    except Project.DoesNotExist as exc:
-        raise ProjectNotFound(f"No project '{project_id}'.") from exc
+    row = _PROJECT.row(project_id)
+    if row is None:
+        raise ProjectNotFound(f"No project '{project_id}'.")
+    return instance(Project, row)
 
 
 def projects_for_key(*, key: ApiKey) -> QuerySet[Project]:

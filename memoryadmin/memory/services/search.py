@@ -22,6 +22,7 @@ pg_trgm indexes on PostgreSQL; FTS5 tables kept by triggers on SQLite.
 
 from __future__ import annotations
 
+import functools
 import html
 import re
 from dataclasses import dataclass
@@ -30,7 +31,14 @@ from typing import Any
 from memoryadmin.core.cursors import cursor_dump, cursor_load
 from memoryadmin.core.environments import check_environment
 from memoryadmin.core.errors import InvalidRequest
-from memoryadmin.core.rows import database_vendor, fetch_rows
+from memoryadmin.core.rows import (
+    Compiled,
+    concrete_names,
+    database_vendor,
+    db_connection,
+    fetch_rows,
+    instance,
+)
 from memoryadmin.memory.limits import LIST_PAGE_SIZE
 from memoryadmin.memory.models import Document, Project, Resource
 from memoryadmin.memory.providers import kinds_keeping_documents
@@ -214,16 +222,28 @@ def _sqlite_ranked(
 # The service.
 
 
+# The document resources of a project's environment, by id (composed once per process).
+_DOCUMENT_RESOURCES = Compiled(
+    lambda project_id, environment, kinds: (
+        Resource.objects.filter(project_id=project_id, environment=environment, kind__in=kinds)
+        .order_by("resource_id")
+        .values_list(*concrete_names(Resource))
+    ),
+    (str, str, list[str]),
+)
+
+
 def document_resources(*, project: Project, environment: str) -> list[Resource]:
     """The resources a search of a whole environment reads: every document resource."""
     check_environment(environment)
-    rows = Resource.objects.filter(
-        project=project, environment=environment, kind__in=kinds_keeping_documents()
-    )
-    return list(rows.order_by("resource_id"))
+    wrapper = db_connection()
+    rows = _DOCUMENT_RESOURCES.rows(project.pk, environment, kinds_keeping_documents())
+    return [instance(Resource, row, wrapper=wrapper) for row in rows]
 
 
+@functools.lru_cache(maxsize=256)
 def _highlighter(query: Query) -> re.Pattern[str]:
+    """The query's words as one pattern (built once per query, not once per hit)."""
     words = []
     for term in query.terms:
         for index, word in enumerate(term.words):
