@@ -967,3 +967,22 @@ def test_remembered_times_are_written_in_the_zone_asked() -> None:
         assert _stamp(value, ZoneInfo("Asia/Tokyo")) == "2026-01-31T18:05:00.123456+09:00"
         assert iso_ms(value) == "2026-01-31T09:05:00.123Z"
     assert iso_ms(utc + timedelta(milliseconds=1)) == "2026-01-31T09:05:00.124Z"
+
+
+def test_a_read_user_takes_the_place_of_its_lazy_object(people: People) -> None:
+    """A page reads its user through Django's lazy object once; from then on the request
+    holds the user itself (an unread one stays lazy)."""
+    from django.contrib.auth.models import User
+    from django.test import RequestFactory
+    from django.utils.functional import SimpleLazyObject
+
+    from memoryadmin.core.users import user_settled
+
+    user = User.objects.get(username="olivia")
+    request = RequestFactory().get("/")
+    request.user = SimpleLazyObject(lambda: user)
+    user_settled(request)
+    assert isinstance(request.__dict__["user"], SimpleLazyObject)
+    assert request.user.is_authenticated  # read through the lazy object
+    user_settled(request)
+    assert request.__dict__["user"] is user

@@ -28,7 +28,6 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.middleware import csp
 from django.shortcuts import render
 from django.utils.csp import CSP, build_policy
-from django.utils.functional import SimpleLazyObject, empty
 from django.utils.module_loading import import_string
 
 from memoryadmin.api.throttling import USAGE_COUNTED
@@ -36,6 +35,7 @@ from memoryadmin.core.errors import DomainError, envelope_of
 from memoryadmin.core.jsonbody import BODY_MAX_BYTES, body_read, stream_chunks
 from memoryadmin.core.queries import query_share
 from memoryadmin.core.strings import string_check, string_problem, strings_check
+from memoryadmin.core.users import user_settled
 from memoryadmin.memory.services.key_usage import key_usage_count
 
 API_PREFIXES = ("/api/", "/reference-provider/")
@@ -169,9 +169,7 @@ def _unlink(request: HttpRequest) -> None:
     attributes = request.__dict__
     for name in _PAGE_ONLY:
         attributes.pop(name, None)
-    user = attributes.get("user")
-    if isinstance(user, SimpleLazyObject) and user._wrapped is not empty:
-        attributes["user"] = user._wrapped
+    user_settled(request)
 
 
 class KeyUsageMiddleware:

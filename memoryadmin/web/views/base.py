@@ -16,6 +16,7 @@ from django_htmx.http import HttpResponseClientRedirect
 
 from memoryadmin.core.environments import Environment
 from memoryadmin.core.errors import DomainError
+from memoryadmin.core.users import user_settled
 from memoryadmin.memory.models import Project, Resource
 from memoryadmin.memory.services.deployments import resource_documents_check, resource_get
 from memoryadmin.web.auth import users_read_with
@@ -208,6 +209,7 @@ def project_view(
             with users_read_with(read):
                 if not request.user.is_authenticated:
                     return login_redirect(request)
+            user_settled(request)  # read: the page and its template use it as itself
             page: Page | None = None
             try:
                 named = None
