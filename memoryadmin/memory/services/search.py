@@ -22,9 +22,9 @@ pg_trgm indexes on PostgreSQL; FTS5 tables kept by triggers on SQLite.
 
 from __future__ import annotations
 
-import functools
 import html
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -241,36 +241,64 @@ def document_resources(*, project: Project, environment: str) -> list[Resource]:
     return [instance(Resource, row, wrapper=wrapper) for row in rows]
 
 
-@functools.lru_cache(maxsize=256)
-def _highlighter(query: Query) -> re.Pattern[str]:
-    """The query's words as one pattern (built once per query, not once per hit)."""
+@dataclass(frozen=True)
+class Highlighter:
+    """Where a query's words occur in a text: `pattern` (case ignored, a word only where
+    no letter or digit touches it on either side), and `ascii_words`, the same words
+    without the leading boundary, for the lowered text of an ASCII one (with a word
+    only of ASCII): the leading boundary as a look-behind makes the pattern try every
+    position (about 20 ns a character), where a pattern that starts with its words is
+    searched for them first; the boundary before a match is then asked of its
+    character."""
+
+    pattern: re.Pattern[str]
+    ascii_words: re.Pattern[str] | None
+
+    def spans(self, text: str) -> Iterator[tuple[int, int]]:
+        """Each match's start and end, in order, as `pattern.finditer(text)` finds them."""
+        if self.ascii_words is not None and text.isascii():
+            lowered = text.lower()  # ASCII: as long as the text, as case is ignored
+            for match in self.ascii_words.finditer(lowered):
+                start = match.start()
+                # A match never starts inside a refused one: it holds letters only.
+                if start == 0 or not lowered[start - 1].isalnum():
+                    yield start, match.end()
+        else:
+            for match in self.pattern.finditer(text):
+                yield match.start(), match.end()
+
+
+def highlighter(query: Query) -> Highlighter:
+    """The query's words as a `Highlighter` (built once per search, not once per hit)."""
     words = []
     for term in query.terms:
         for index, word in enumerate(term.words):
             last = index == len(term.words) - 1
             words.append(re.escape(word) + (r"[^\W_]*" if term.prefix and last else ""))
-    return re.compile(r"(?<![^\W_])(?:" + "|".join(words) + r")(?![^\W_])", re.IGNORECASE)
+    either = "(?:" + "|".join(words) + r")(?![^\W_])"
+    pattern = re.compile(r"(?<![^\W_])" + either, re.IGNORECASE)
+    plain = all(word.isascii() for term in query.terms for word in term.words)
+    return Highlighter(pattern, re.compile(either) if plain else None)
 
 
-def search_snippet(row: dict[str, Any], query: Query) -> str:
+def search_snippet(row: dict[str, Any], words: Highlighter) -> str:
     """Up to SNIPPET_CHARS of the text (or summary) around its first match, as safe HTML:
     everything escaped, the query's words in <mark>."""
     text = row["text"] or row["summary"] or row["title"]
-    pattern = _highlighter(query)
-    first = pattern.search(text)
+    first = next(words.spans(text), None)
     start = 0
-    if first is not None and first.start() > SNIPPET_CHARS // 3:
-        start = text.find(" ", first.start() - SNIPPET_CHARS // 3) + 1
+    if first is not None and first[0] > SNIPPET_CHARS // 3:
+        start = text.find(" ", first[0] - SNIPPET_CHARS // 3) + 1
     end = min(len(text), start + SNIPPET_CHARS)
     if end < len(text):
-        end = max(text.rfind(" ", start, end), first.end() if first else start + 1, start + 1)
+        end = max(text.rfind(" ", start, end), first[1] if first else start + 1, start + 1)
     piece = text[start:end]
     parts = ["…" if start > 0 else ""]
     done = 0
-    for match in pattern.finditer(piece):
-        parts += [html.escape(piece[done : match.start()]), "<mark>"]
-        parts += [html.escape(match.group()), "</mark>"]
-        done = match.end()
+    for begin, finish in words.spans(piece):
+        parts += [html.escape(piece[done:begin]), "<mark>"]
+        parts += [html.escape(piece[begin:finish]), "</mark>"]
+        done = finish
     parts += [html.escape(piece[done:]), "…" if end < len(text) else ""]
     return "".join(parts).strip()
 
@@ -317,11 +345,12 @@ def document_search(
         )
     }
     resource_ids = {r.pk: r.resource_id for r in resources}
+    words = highlighter(query)
     hits = [
         {
             **rows[pk],
             "resource": resource_ids[rows[pk]["resource_id"]],
-            "snippet": search_snippet(rows[pk], query),
+            "snippet": search_snippet(rows[pk], words),
         }
         for pk in ids
     ]
