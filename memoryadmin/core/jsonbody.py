@@ -13,6 +13,8 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
+import orjson
+
 from memoryadmin.core.errors import InvalidRequest, LimitExceeded
 from memoryadmin.core.inputs import whole_number
 from memoryadmin.core.strings import NESTING_MAX, strings_check
@@ -59,8 +61,43 @@ def body_read(
     return bytes(data)
 
 
+# An integer past 64 bits is a float to orjson (an exact integer to the standard library),
+# and anything with 19 digits in a row may be one. Found by mapping each byte to "0" (an
+# ASCII digit) or " " and searching for 19 zeros: a tenth of the time of the pattern
+# `[0-9]{19}`.
+_DIGITS = bytes(0x30 if 0x30 <= byte <= 0x39 else 0x20 for byte in range(256))
+_LONG_RUN = b"0" * 19
+
+
+def long_number(data: str | bytes) -> bool:
+    """Whether `data` holds 19 ASCII digits in a row (a text's UTF-8; an unpaired
+    surrogate is encoded as any other code point beyond ASCII)."""
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    return _LONG_RUN in raw.translate(_DIGITS)
+
+
+_UNREAD = object()
+
+
+def _orjson_read(raw: bytes) -> Any:
+    """`raw` read by orjson (several times faster), where it reads as the standard library
+    does; `_UNREAD` where it might not (a long integer) or refuses it (the standard
+    library then reads it, or words the error as it always has: an unpaired surrogate,
+    a number past a double, NaN, invalid UTF-8, a byte order mark)."""
+    if long_number(raw):
+        return _UNREAD
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return _UNREAD
+
+
 def json_parse(raw: bytes) -> Any:
     """The JSON document in `raw`; InvalidRequest (400) naming the problem otherwise."""
+    data = _orjson_read(raw)
+    if data is not _UNREAD:
+        strings_check(data)
+        return data
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

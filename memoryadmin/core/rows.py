@@ -25,6 +25,8 @@ from django.db.models.query_utils import DeferredAttribute
 from django.db.models.signals import ModelSignal, post_init, pre_init
 from django.db.transaction import TransactionManagementError
 
+from memoryadmin.core.jsonbody import long_number
+
 
 @functools.cache
 def database_vendor() -> str:
@@ -127,19 +129,7 @@ def _field_converters(
 
 
 # A number orjson would read otherwise than the standard library: an integer past 64
-# bits becomes a float there (and anything with 19 digits in a row may be one). Looked
-# for by mapping each byte of the text's UTF-8 to "0" (an ASCII digit) or " " (anything
-# else) and searching the result for 19 zeros: a tenth of the time of the pattern
-# `[0-9]{19}` (0.8 against 7.8 us for the 871 characters of a deployment's memory, read
-# by every request of a session).
-_DIGITS = bytes(0x30 if 0x30 <= byte <= 0x39 else 0x20 for byte in range(256))
-_LONG_RUN = b"0" * 19
-
-
-def _long_number(text: str) -> bool:
-    """Whether `text` holds 19 ASCII digits in a row (an unpaired surrogate, which orjson
-    refuses anyway, is encoded as any other code point beyond ASCII)."""
-    return _LONG_RUN in text.encode("utf-8", "surrogatepass").translate(_DIGITS)
+# bits becomes a float there (`core.jsonbody.long_number`).
 
 
 def _plain_json(field: Field[Any, Any]) -> bool:
@@ -161,7 +151,7 @@ def _json_loads(field: Field[Any, Any]) -> list[Converter]:
     fallback = cast(JSONField[Any], field).from_db_value
 
     def convert(value: Any, expression: Any, wrapper: Any) -> Any:
-        if type(value) is str and not _long_number(value):
+        if type(value) is str and not long_number(value):
             try:
                 return orjson.loads(value)
             except orjson.JSONDecodeError:
