@@ -76,40 +76,43 @@ def long_number(data: str | bytes) -> bool:
     return _LONG_RUN in raw.translate(_DIGITS)
 
 
-_UNREAD = object()
+# What `orjson_read` gives where orjson does not read a text as the standard library does.
+UNREAD = object()
 
 
-def _orjson_read(raw: bytes) -> Any:
-    """`raw` read by orjson (several times faster), where it reads as the standard library
-    does; `_UNREAD` where it might not (a long integer) or refuses it (the standard
+def orjson_read(data: str | bytes) -> Any:
+    """`data` read by orjson (several times faster), where it reads as the standard
+    library does; `UNREAD` where it might not (a long integer) or refuses it (the standard
     library then reads it, or words the error as it always has: an unpaired surrogate,
     a number past a double, NaN, invalid UTF-8, a byte order mark)."""
-    if long_number(raw):
-        return _UNREAD
+    if long_number(data):
+        return UNREAD
     try:
-        return orjson.loads(raw)
+        return orjson.loads(data)
     except orjson.JSONDecodeError:
-        return _UNREAD
+        return UNREAD
 
 
 def json_parse(raw: bytes) -> Any:
     """The JSON document in `raw`; InvalidRequest (400) naming the problem otherwise."""
-    data = _orjson_read(raw)
-    if data is not _UNREAD:
-        strings_check(data)
-        return data
+    data = orjson_read(raw)
+    if data is UNREAD:
+        data = _standard_read(raw)
+    strings_check(data)
+    return data
+
+
+def _standard_read(raw: bytes) -> Any:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InvalidRequest("The body is not valid JSON: it is not UTF-8.") from exc
     try:
-        data = json.loads(text, parse_constant=_reject_constant)
+        return json.loads(text, parse_constant=_reject_constant)
     except RecursionError as exc:
         raise _too_deep() from exc
     except ValueError as exc:
         raise InvalidRequest(f"The body is not valid JSON: {exc}") from exc
-    strings_check(data)
-    return data
 
 
 def _too_deep() -> InvalidRequest:

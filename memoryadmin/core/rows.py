@@ -25,7 +25,7 @@ from django.db.models.query_utils import DeferredAttribute
 from django.db.models.signals import ModelSignal, post_init, pre_init
 from django.db.transaction import TransactionManagementError
 
-from memoryadmin.core.jsonbody import long_number
+from memoryadmin.core.jsonbody import UNREAD, orjson_read
 
 
 @functools.cache
@@ -128,10 +128,6 @@ def _field_converters(
     return found
 
 
-# A number orjson would read otherwise than the standard library: an integer past 64
-# bits becomes a float there (`core.jsonbody.long_number`).
-
-
 def _plain_json(field: Field[Any, Any]) -> bool:
     """A JSON field read as Django's own reads it: no decoder, no converter of its own."""
     kind = type(field)
@@ -146,16 +142,16 @@ def _plain_json(field: Field[Any, Any]) -> bool:
 def _json_loads(field: Field[Any, Any]) -> list[Converter]:
     """A JSON field's converter (`from_db_value`, the standard library's `json.loads`)
     reading its text with orjson, which is several times faster on the recall's documents
-    and gives the same values; the field's own for what orjson refuses or would read
-    differently (NaN, an unpaired surrogate, a long integer) and for what is not text."""
+    and gives the same values (`core.jsonbody.orjson_read`); the field's own for what
+    orjson refuses or would read differently (NaN, an unpaired surrogate, a long integer)
+    and for what is not text."""
     fallback = cast(JSONField[Any], field).from_db_value
 
     def convert(value: Any, expression: Any, wrapper: Any) -> Any:
-        if type(value) is str and not long_number(value):
-            try:
-                return orjson.loads(value)
-            except orjson.JSONDecodeError:
-                pass
+        if type(value) is str:
+            data = orjson_read(value)
+            if data is not UNREAD:
+                return data
         return fallback(value, expression, wrapper)
 
     return [convert]
