@@ -29,7 +29,6 @@ SUBCOMMANDS = {
 
 class Command(cli.Command):
     help = "Records of external memory providers: list, show, history, add, edit, remove."
-    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--project", required=True, help="project id")

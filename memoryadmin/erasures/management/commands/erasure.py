@@ -28,7 +28,6 @@ SUBCOMMANDS = {
 
 class Command(cli.Command):
     help = "Erasures with signed receipts: run, list, show, verify, key."
-    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
         subcommands = parser.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")

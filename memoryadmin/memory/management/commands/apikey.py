@@ -39,7 +39,6 @@ def add_scope(parser: CommandParser, *, required: bool) -> None:
 
 class Command(cli.Command):
     help = "API keys: list, create, revoke, rotate."
-    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
         subcommands = parser.add_subparsers(

@@ -13,7 +13,6 @@ from memoryadmin.memory.management.commands.apikey import add_scope
 
 class Command(cli.Command):
     help = "Create an API key (same as `apikey create`); printed once, alone on the last line."
-    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
         add_scope(parser, required=True)

@@ -87,7 +87,6 @@ class Command(HistoryCommands, ProposalCommands, cli.Command):
         "Owner access to document memory: list, show, create, edit, freeze, export, remove, "
         "review proposals, restore a resource as it was."
     )
-    requires_system_checks: list[str] = []
     # Tests hand the command a stdin of their own.
     stealth_options = ("stdin",)
 

@@ -26,7 +26,6 @@ def _strip_line_break(value: str) -> str:
 
 class Command(cli.Command):
     help = "Managed secrets of HTTP memory providers: set (value from stdin), list, delete."
-    requires_system_checks: list[str] = []
     stealth_options = ("stdin",)
 
     def add_arguments(self, parser: CommandParser) -> None:

@@ -36,7 +36,6 @@ def _state(active: bool) -> str:
 
 class Command(cli.Command):
     help = "Webhook endpoints of a project and their deliveries (docs/webhooks.md)."
-    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
         subcommands = parser.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")
