@@ -25,7 +25,7 @@ from memoryadmin.memory.services.deployments import (
     deployment_promote,
     resource_get,
 )
-from memoryadmin.memory.services.documents import Writer, document_create, document_replace
+from memoryadmin.memory.services.documents import document_create
 from memoryadmin.memory.services.keys import api_key_create
 from memoryadmin.memory.services.projects import project_create
 from tests.helpers import (
@@ -35,6 +35,7 @@ from tests.helpers import (
     PASSWORD,
     Keys,
     People,
+    agent_save,
     chromium_features_kept,
     clean_env,
     manage,
@@ -657,13 +658,12 @@ def used_memory(project: Project, people: People, notes: Resource, make_document
         text="1. Create an API key.\n2. Deploy the agent.\n",
         summary="Steps for a new team member.",
     )
-    document_replace(
-        resource=notes,
-        doc_id="onboarding",
-        expected_revision=onboarding.revision,
-        text="1. Create an API key.\n2. Deploy the agent.\n3. Bind notes to the session.\n",
-        actor="agent",
-        writer=Writer(kind="agent", session_id="sess_4f2a9c"),
+    agent_save(
+        notes,
+        "onboarding",
+        onboarding.revision,
+        "1. Create an API key.\n2. Deploy the agent.\n3. Bind notes to the session.\n",
+        session_id="sess_4f2a9c",
     )
     make_document(
         "workspace-setup",

@@ -34,7 +34,7 @@ from memoryadmin.agents.models import Session
 from memoryadmin.agents.services.sessions import session_create
 from memoryadmin.memory.models import Document, Project, Resource
 from memoryadmin.memory.services.deployments import deployment_create, resource_get
-from memoryadmin.memory.services.documents import document_patch
+from memoryadmin.memory.services.documents import Writer, document_patch, document_replace
 from memoryadmin.providers.services.secrets import secret_set
 from memoryadmin.refprovider.declaration import (
     TOKEN_SECRET_NAME,
@@ -152,6 +152,28 @@ def freeze(document: Document) -> Document:
 def unfreeze(document: Document) -> Document:
     """Turns agent writes back on under the document's current revision (an owner's PATCH)."""
     return _agent_writes(document, True)
+
+
+def agent_save(
+    resource: Resource,
+    doc_id: str,
+    expected_revision: str,
+    text: str,
+    *,
+    session_id: str,
+    actor: str = "agent",
+    **more: Any,
+) -> Document:
+    """The document's text replaced as an agent's save from the session `session_id`."""
+    return document_replace(
+        resource=resource,
+        doc_id=doc_id,
+        expected_revision=expected_revision,
+        text=text,
+        actor=actor,
+        writer=Writer(kind="agent", session_id=session_id),
+        **more,
+    )
 
 
 def _agent_writes(document: Document, on: bool) -> Document:

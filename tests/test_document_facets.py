@@ -14,13 +14,12 @@ from memoryadmin.agents.models import Session
 from memoryadmin.memory.models import Document, Project, Resource
 from memoryadmin.memory.services.document_filters import document_facets
 from memoryadmin.memory.services.documents import (
-    Writer,
     document_count,
     document_list,
     document_replace,
     document_set_review,
 )
-from tests.helpers import DEV, DOCS, html_of, support_session
+from tests.helpers import DEV, DOCS, agent_save, html_of, support_session
 
 
 @pytest.fixture
@@ -39,13 +38,13 @@ def mixed(project: Project, notes: Resource, make_document: Any) -> Session:
     )
     workshop = make_document("workshop", title="Workshop", text="x" * 5)
     session = support_session(project)
-    document_replace(
-        resource=notes,
-        doc_id="workshop",
-        expected_revision=workshop.revision,
-        text="z" * 30,
+    agent_save(
+        notes,
+        "workshop",
+        workshop.revision,
+        "z" * 30,
+        session_id=session.id,
         actor=f"agent:{session.id}",
-        writer=Writer(kind="agent", session_id=session.id),
     )
     make_document("reviewed", title="Reviewed", text="x" * 1000)
     document_set_review(resource=notes, doc_id="reviewed", review=True, actor="test")

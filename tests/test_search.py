@@ -16,14 +16,13 @@ from rest_framework.test import APIClient
 from memoryadmin.agents.models import Session
 from memoryadmin.memory.models import Document, Project, Resource
 from memoryadmin.memory.services.documents import (
-    Writer,
     document_delete,
     document_patch,
     document_replace,
     document_restore,
 )
 from memoryadmin.memory.services.search import document_search
-from tests.helpers import DEV, DOCS, Keys, html_of
+from tests.helpers import DEV, DOCS, Keys, agent_save, html_of
 
 pytestmark = pytest.mark.django_db
 
@@ -123,15 +122,7 @@ def test_the_index_follows_every_write(
         actor="t",
     )
     assert (found(notes, "alpha"), found(notes, "beta")) == (["log"], [])
-    fifth = document_replace(
-        resource=notes,
-        doc_id="log",
-        expected_revision=fourth.revision,
-        text="delta",
-        actor="agent",
-        writer=Writer(kind="agent", session_id=session.id),
-        action="save",
-    )
+    fifth = agent_save(notes, "log", fourth.revision, "delta", session_id=session.id, action="save")
     assert (found(notes, "alpha"), found(notes, "delta")) == ([], ["log"])
     document_delete(resource=notes, doc_id="log", expected_revision=fifth.revision, actor="t")
     assert found(notes, "delta") == found(notes, "gamma") == found(notes, "log") == []

@@ -17,8 +17,8 @@ from django.utils import timezone
 
 from memoryadmin.memory.models import Document, Project, Resource
 from memoryadmin.memory.services.deployments import deployment_create
-from memoryadmin.memory.services.documents import Writer, document_replace
-from tests.helpers import PASSWORD, People, fragment_of, html_of
+from memoryadmin.memory.services.documents import document_replace
+from tests.helpers import PASSWORD, People, agent_save, fragment_of, html_of
 
 pytestmark = pytest.mark.django_db
 
@@ -126,13 +126,8 @@ def test_pages_of_ascii_content_are_ascii(
     anywhere in it doubles every copy the template language makes and turns the encoding
     into a pass over each character (docs/performance.md)."""
     workshop = make_document("workshop", title="Workshop notes", text="12345", summary="R.")
-    document_replace(
-        resource=notes,
-        doc_id="workshop",
-        expected_revision=workshop.revision,
-        text="saved by an agent",
-        actor="agent",
-        writer=Writer(kind="agent", session_id="ses_0123456789abcdef"),
+    agent_save(
+        notes, "workshop", workshop.revision, "saved by an agent", session_id="ses_0123456789abcdef"
     )
     pages = [
         f"{BASE}/",
@@ -191,14 +186,7 @@ def test_document_list_shows_writer_time_size_and_frozen_badge(
 ) -> None:
     make_document("workshop", title="Workshop notes", text="12345", summary="Runtime.")
     agent_doc = make_document("agent-notes")
-    document_replace(
-        resource=notes,
-        doc_id="agent-notes",
-        expected_revision=agent_doc.revision,
-        text="saved by an agent",
-        actor="agent",
-        writer=Writer(kind="agent", session_id="sess_123"),
-    )
+    agent_save(notes, "agent-notes", agent_doc.revision, "saved by an agent", session_id="sess_123")
     make_document("frozen", agent_writes=False)
     html = html_of(owner.get(NOTES))
     assert ids_in(html) == ["frozen", "agent-notes", "workshop"]
@@ -826,7 +814,6 @@ def test_history_names_every_kind_of_change_in_words(
     owner: Client, make_document: Any, notes: Resource
 ) -> None:
     from memoryadmin.memory.services.documents import (
-        Writer,
         document_patch,
         document_restore,
         document_set_agent_writes,
@@ -849,14 +836,7 @@ def test_history_names_every_kind_of_change_in_words(
     document, _ = document_set_agent_writes(
         resource=notes, doc_id="workshop", enabled=True, actor="t"
     )
-    document = document_replace(
-        resource=notes,
-        doc_id="workshop",
-        expected_revision=document.revision,
-        text="three",
-        actor="agent",
-        writer=Writer(kind="agent", session_id="sess_1"),
-    )
+    document = agent_save(notes, "workshop", document.revision, "three", session_id="sess_1")
     document_restore(
         resource=notes,
         doc_id="workshop",

@@ -17,9 +17,8 @@ from memoryadmin.agents.services.sessions import session_create, session_end
 from memoryadmin.core.partitions import partition_key
 from memoryadmin.memory.models import AuditEntry, Project, Resource
 from memoryadmin.memory.services.deployments import deployment_create
-from memoryadmin.memory.services.documents import Writer, document_replace
 from memoryadmin.refprovider.declaration import reference_declaration
-from tests.helpers import People, html_of, support_session
+from tests.helpers import People, agent_save, html_of, support_session
 
 pytestmark = pytest.mark.django_db
 
@@ -194,14 +193,7 @@ def test_document_pages_link_the_agent_session_that_saved_them(
     web: Any, session: Session, notes: Resource
 ) -> None:
     document = notes.documents.get(doc_id="workshop")
-    document_replace(
-        resource=notes,
-        doc_id="workshop",
-        expected_revision=document.revision,
-        text="Node.js 24.",
-        actor="agent",
-        writer=Writer(kind="agent", session_id=session.id),
-    )
+    agent_save(notes, "workshop", document.revision, "Node.js 24.", session_id=session.id)
     html = web("viewer").get(f"{BASE}/resources/notes/documents/workshop/").content.decode()
     assert f'<a href="{session_url(session)}"><code>{session.id}</code></a>' in html
 
