@@ -17,9 +17,13 @@ Idempotency-Key each time) and a `memory_save` (a recall of a session bound read
 one document, then its save; the recall alone is measured too, and subtracted). Time is
 this thread's CPU time (`time.thread_time`, which other processes on a shared machine
 barely move; the database's own time is not in it), least of the rounds' means, in
-microseconds per request; `--profile` prints where the request spends it instead, and
-`bench/instructions.py` counts the instructions each request executes (the same from run
-to run, on any load).
+microseconds per request; `--profile` prints where the request spends it instead (cProfile,
+whose cost per call inflates small functions), `--sample` the same as shares of the CPU time
+sampled at the kernel's tick (`SIGPROF`: each sample counts every function on the stack
+once, so a function's share is the time spent in it and what it calls, without a cost per
+call), and `bench/instructions.py` counts the instructions each request executes (the same
+from run to run, on any load; a memory copy counts one instruction a byte, so a copy's
+share of the instructions overstates its share of the time).
 """
 
 from __future__ import annotations
@@ -30,10 +34,13 @@ import itertools
 import json
 import os
 import pstats
+import signal
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -233,28 +240,107 @@ def counted(found: dict[str, Caller], names: list[str], requests: int, folder: P
         wait("stop")
 
 
+def _where(frame: FrameType) -> str:
+    code = frame.f_code
+    name = code.co_filename
+    for prefix in SHORTENED:
+        if name.startswith(prefix):
+            name = name.removeprefix(prefix)
+            break
+    return f"{name}:{code.co_name}"
+
+
+# Site packages first: the virtual environment may sit in the checkout.
+SHORTENED = (
+    *(path + "/" for path in sys.path if path.endswith("site-packages")),
+    str(Path(__file__).resolve().parent.parent) + "/",
+)
+
+
+def sampled(caller: Caller, requests: int, callees: list[str]) -> None:
+    """Makes `requests` of `caller`'s kind with a sample of the stack at each tick of this
+    process's CPU time; prints each function's share of the samples (it or what it calls
+    running: `within`; it running: `self`) in µs per request, and for each of `callees`
+    the share of each function it calls."""
+    within: Counter[str] = Counter()
+    alone: Counter[str] = Counter()
+    edges: Counter[tuple[str, str]] = Counter()
+    samples = 0
+
+    def sample(signum: int, frame: FrameType | None) -> None:
+        nonlocal samples
+        samples += 1
+        if frame is None:
+            return
+        alone[_where(frame)] += 1
+        seen: set[object] = set()
+        inner: str | None = None
+        while frame is not None:
+            here = _where(frame)
+            if here not in seen:
+                seen.add(here)
+                within[here] += 1
+            if inner is not None and (here, inner) not in seen:
+                seen.add((here, inner))
+                edges[here, inner] += 1
+            inner, frame = here, frame.f_back
+
+    previous = signal.signal(signal.SIGPROF, sample)
+    signal.setitimer(signal.ITIMER_PROF, 0.001, 0.001)
+    try:
+        us = caller.per_request(requests)
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0, 0)
+        signal.signal(signal.SIGPROF, previous)
+    if not samples:
+        raise SystemExit("no samples: make more requests")
+    print(f"{us:.0f} us of CPU a request, sampled with it ({samples} samples)")
+
+    def share(count: int) -> str:
+        return f"| {count / samples * us:.0f} | {100 * count / samples:.1f} |"
+
+    print("\n| within | us | % |\n| --- | --- | --- |")
+    for name, count in within.most_common(45):
+        print(f"| {name} {share(count)}")
+    print("\n| self | us | % |\n| --- | --- | --- |")
+    for name, count in alone.most_common(25):
+        print(f"| {name} {share(count)}")
+    for wanted in callees:
+        print(f"\n| {wanted} calls | us | % |\n| --- | --- | --- |")
+        for (outer, inner), count in edges.most_common():
+            if outer.endswith(wanted) and count / samples >= 0.002:
+                print(f"| {inner} {share(count)}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=300, help="per kind and round")
     parser.add_argument("--rounds", type=int, default=10)
+    kinds = [
+        "GET",
+        "PUT",
+        "GET floor",
+        "PUT floor",
+        "recall",
+        "list",
+        "page",
+        "session create",
+        "recall one",
+        "recall and save",
+    ]
+    parser.add_argument("--profile", choices=kinds)
     parser.add_argument(
-        "--profile",
-        choices=[
-            "GET",
-            "PUT",
-            "GET floor",
-            "PUT floor",
-            "recall",
-            "list",
-            "page",
-            "session create",
-            "recall one",
-            "recall and save",
-        ],
+        "--sample",
+        choices=kinds,
+        help="sample where this kind's CPU time goes (--requests times --rounds requests)",
     )
     parser.add_argument("--dump", help="with --profile: write the profile's stats to this file")
     parser.add_argument("--sort", default="tottime", help="the profile's order")
-    parser.add_argument("--callees", action="append", help="with --profile: what these call")
+    parser.add_argument(
+        "--callees",
+        action="append",
+        help="with --profile or --sample: what these call (with --sample: path:function)",
+    )
     parser.add_argument("--keepdb", action="store_true", help="keep the database for the next run")
     parser.add_argument(
         "--count",
@@ -277,6 +363,9 @@ def main() -> None:
             caller.per_request(100)  # warm
         if args.count:
             counted(found, args.count, args.requests, Path(args.handshake))
+            return
+        if args.sample:
+            sampled(found[args.sample], args.requests * args.rounds, args.callees or [])
             return
         if args.profile:
             profile = cProfile.Profile(time.thread_time)
