@@ -32,9 +32,9 @@ from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.core.signals import got_request_exception
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
-from django.utils.functional import SimpleLazyObject, empty
 
 from memoryadmin.core.addresses import client_address
+from memoryadmin.core.users import user_if_read
 
 _second: tuple[int, str] = (0, "")
 
@@ -173,9 +173,7 @@ def who(request: HttpRequest) -> dict[str, Any]:
     match = getattr(request, "resolver_match", None)
     if match is not None and match.kwargs.get("p"):
         fields["project"] = match.kwargs["p"]
-    user = request.__dict__.get("user")
-    if isinstance(user, SimpleLazyObject) and user._wrapped is empty:
-        user = None  # never looked at: finding it out would cost a query
+    user = user_if_read(request)  # one never looked at: finding it out would cost a query
     key = getattr(user, "key", None)
     if key is not None:
         fields["key"] = key.prefix
