@@ -12,6 +12,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from django.core.cache import cache
+
 logger = logging.getLogger(__name__)
 
 
@@ -35,8 +37,6 @@ def counters_bump(counters: Sequence[tuple[str, int]]) -> list[int]:
     """Adds one to each `(name, timeout)` counter of the shared cache (made, when missing,
     to last `timeout` seconds) and returns their counts in order: one step of the local
     cache's lock, one round trip on Redis (core/rediscache.py)."""
-    from django.core.cache import cache
-
     bump = getattr(cache, "counters_bump", None)
     if bump is not None:
         return [int(count) for count in bump(counters)]
