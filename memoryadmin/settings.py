@@ -274,6 +274,9 @@ WSGI_APPLICATION = "memoryadmin.wsgi.application"
 TEMPLATES = [
     {
         "BACKEND": "memoryadmin.web.template_backend.DjangoTemplates",
+        # The alias Django's own backend has, which libraries look templates up by (DRF
+        # renders an HTML view's error from a string with `engines["django"]`).
+        "NAME": "django",
         "DIRS": [BASE_DIR / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {

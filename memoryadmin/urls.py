@@ -2,9 +2,8 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.urls import include, path
-from drf_spectacular.views import SpectacularSwaggerSplitView
 
-from memoryadmin.api.schema import SchemaView
+from memoryadmin.api.schema import DocsView, SchemaView
 from memoryadmin.errorpages import not_found_view, permission_denied_view, server_error_view
 from memoryadmin.health import healthz, readyz
 from memoryadmin.metrics import metrics_view
@@ -16,9 +15,7 @@ urlpatterns = [
     # The split view serves its init script as a file (the CSP allows no inline script).
     path(
         "api/docs/",
-        SpectacularSwaggerSplitView.as_view(
-            url_name="schema", template_name="memoryadmin/api_reference.html"
-        ),
+        DocsView.as_view(url_name="schema", template_name="memoryadmin/api_reference.html"),
         name="api-docs",
     ),
     path("healthz", healthz, name="health"),

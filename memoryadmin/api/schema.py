@@ -1,5 +1,5 @@
 """OpenAPI description of the x-api-key authentication, the areas (tags) the API
-reference groups its operations under, and the view that serves the schema."""
+reference groups its operations under, and the views that serve the schema and its page."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from django.http import HttpResponse
 from drf_spectacular.drainage import warn
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.utils import extend_schema
-from drf_spectacular.views import SCHEMA_KWARGS, SpectacularAPIView
+from drf_spectacular.views import SCHEMA_KWARGS, SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 
@@ -130,6 +130,14 @@ class SchemaView(SpectacularAPIView):
             content_type=f"{renderer.media_type}{charset}",
             headers={"Content-Disposition": disposition},
         )
+
+
+class DocsView(SpectacularSwaggerSplitView):
+    """`GET /api/docs/`: the API reference page (drf-spectacular's, in the product's
+    template). A page to read: any other method is 405 (DRF would answer `OPTIONS` with
+    its metadata rendered through the page's template, which has none of its values)."""
+
+    http_method_names = ["get", "head"]
 
 
 @receiver(setting_changed)
