@@ -4,6 +4,7 @@ anything is stored; JSON nests at most 64 levels; bodies without a length are re
 
 from __future__ import annotations
 
+import http.client
 import io
 import json
 import os
@@ -489,3 +490,39 @@ def test_chunked_bodies_through_gunicorn(
     assert response.request.headers["transfer-encoding"] == "chunked"
     assert response.status_code == status, response.text
     assert fragment in response.json()["error"]["message"]
+
+
+def _raw_exchange(url: str, request: bytes, *, half_close: bool = False) -> tuple[int, Any]:
+    """Sends `request` as it is (what an HTTP client would not) and reads the answer."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(request)
+        if half_close:
+            sock.shutdown(socket.SHUT_WR)
+        answer = http.client.HTTPResponse(sock)
+        answer.begin()
+        return answer.status, json.loads(answer.read())
+
+
+@pytest.mark.parametrize(
+    ("body", "half_close"),
+    [
+        (b"ZZ\r\n{}\r\n0\r\n\r\n", False),  # a chunk size that is not hexadecimal
+        (b"2\r\n{}XX0\r\n\r\n", False),  # a chunk without its line end
+        (b"10\r\n{}", True),  # the connection closed inside the first chunk
+    ],
+    ids=["size-not-hex", "no-terminator", "cut-short"],
+)
+def test_a_malformed_chunked_body_is_400_not_500(
+    gunicorn: str, body: bytes, half_close: bool
+) -> None:
+    for path in ("/api/managed-agents/sessions", "/reference-provider/oc-memory"):
+        status, answer = _raw_exchange(
+            gunicorn,
+            b"POST " + path.encode() + b" HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+            b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n" + body,
+            half_close=half_close,
+        )
+        assert status == 400, (path, answer)
+        assert answer["error"]["code"] == "invalid_request"
+        assert answer["error"]["message"].startswith("body: the chunked body could not be read")
