@@ -67,16 +67,18 @@ def _url(route: str, session_id: str) -> str:
 
 
 def _ask(client: Client, method: str, url: str, query: dict[str, str], as_json: bool) -> Any:
+    asked = {"QUERY_STRING": urlencode(query)}
     if method in {"GET", "HEAD", "OPTIONS", "TRACE"}:
-        return client.generic(method, url, QUERY_STRING=urlencode(query))
+        return client.generic(method, url, **asked)
     if as_json:
-        return client.generic(method, url, JSON_BODY, content_type="application/json")
+        return client.generic(method, url, JSON_BODY, content_type="application/json", **asked)
+    form = urlencode(FORM)
     return client.generic(
-        method, url, urlencode(FORM), content_type="application/x-www-form-urlencoded"
+        method, url, form, content_type="application/x-www-form-urlencoded", **asked
     )
 
 
-def api_error(url: str, method: str, response: Any) -> bool:
+def _api_error(url: str, method: str, response: Any) -> bool:
     return url.startswith(API) and response.status_code >= 400 and method != "HEAD"
 
 
@@ -108,7 +110,7 @@ def test_no_route_answers_any_method_with_a_server_error(
                     where = (name, method, url, response.status_code)
                     if response.status_code >= 500:
                         failures.append(where)
-                    elif api_error(url, method, response) and not _envelope(response):
+                    elif _api_error(url, method, response) and not _envelope(response):
                         failures.append((*where, response.content[:80]))
     assert not failures, failures
     assert asked > 1500
