@@ -308,6 +308,48 @@ def test_chunked_body_on_a_server_without_terminated_input_is_411(keys: Any) -> 
     assert not Document.objects.filter(doc_id="d1").exists()
 
 
+class _Reset(io.RawIOBase):
+    """A request body whose connection is reset after its first bytes."""
+
+    def __init__(self) -> None:
+        self.sent = False
+
+    def read(self, size: int = -1) -> bytes:
+        if not self.sent:
+            self.sent = True
+            return b'{"title": '
+        raise ConnectionResetError(104, "Connection reset by peer")
+
+
+@pytest.mark.parametrize(
+    ("url", "content_type", "headers"),
+    [
+        (f"{DOCS}/d1{DEV}", "application/json", {"HTTP_IF_NONE_MATCH": "*"}),
+        (f"{API}/projects/acme/memory/import{DEV}", "application/zip", {}),
+        ("/reference-provider/oc-memory", "application/json", {}),
+    ],
+    ids=["document", "import", "reference-provider"],
+)
+def test_a_body_the_connection_cut_is_400_and_stores_nothing(
+    keys: Any, settings: Any, url: str, content_type: str, headers: dict[str, str]
+) -> None:
+    settings.REFERENCE_PROVIDER_TOKEN = "rpt_test"
+    response = Client().generic(
+        "PUT" if url.startswith(DOCS) else "POST",
+        url,
+        CONTENT_TYPE=content_type,
+        CONTENT_LENGTH="100",
+        HTTP_X_API_KEY=keys.owner,
+        HTTP_AUTHORIZATION="Bearer rpt_test",
+        **{"wsgi.input": _Reset()},
+        **headers,
+    )
+    assert response.status_code == 400, response.content
+    assert response.json()["error"]["code"] == "invalid_request"
+    assert response.json()["error"]["message"].startswith("body: the body could not be read")
+    assert not Document.objects.filter(doc_id="d1").exists()
+
+
 def test_reference_provider_refuses_nul_in_its_body(settings: Any) -> None:
     settings.REFERENCE_PROVIDER_TOKEN = "rpt_test"
     response = Client().post(
@@ -525,4 +567,4 @@ def test_a_malformed_chunked_body_is_400_not_500(
         )
         assert status == 400, (path, answer)
         assert answer["error"]["code"] == "invalid_request"
-        assert answer["error"]["message"].startswith("body: the chunked body could not be read")
+        assert answer["error"]["message"].startswith("body: the body could not be read")

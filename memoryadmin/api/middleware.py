@@ -31,7 +31,7 @@ from django.utils.csp import CSP, build_policy
 from django.utils.module_loading import import_string
 
 from memoryadmin.api.throttling import USAGE_COUNTED
-from memoryadmin.core.errors import DomainError, InvalidRequest, envelope_of
+from memoryadmin.core.errors import DomainError, envelope_of
 from memoryadmin.core.jsonbody import BODY_MAX_BYTES, body_read, stream_chunks
 from memoryadmin.core.queries import query_share
 from memoryadmin.core.strings import string_check, string_problem, strings_check
@@ -103,17 +103,7 @@ def chunked_body_read(request: HttpRequest) -> None:
     limit = BODY_MAX_BYTES
     if not is_api(request):
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE or BODY_MAX_BYTES
-    try:
-        body = body_read(stream_chunks(source), limit=limit)
-    except DomainError:
-        raise
-    except Exception as exc:
-        # The server's reader could not read it (gunicorn: a chunk size that is not hex,
-        # a chunk without its terminator, the connection closed before the last chunk).
-        raise InvalidRequest(
-            "body: the chunked body could not be read (a malformed chunk, or the connection"
-            " closed before its last chunk)."
-        ) from exc
+    body = body_read(stream_chunks(source), limit=limit)
     request.META["CONTENT_LENGTH"] = str(len(body))
     request._stream = io.BytesIO(body)
 
