@@ -471,6 +471,77 @@ def test_statements_share_the_cursor_their_driver_connection_keeps(notes: Resour
 
 
 @pytest.mark.django_db
+def test_each_statement_keeps_a_cursor_that_runs_its_first_text(notes: Resource) -> None:
+    """Statements taking turns each keep their own cursor, and a statement composed
+    again (an equal text, another string object) runs as the text its cursor ran first:
+    the driver reads the same statement on the same cursor with what it looked up."""
+    document_create(resource=notes, doc_id="a", title="A", text="x", actor="t")
+    by_id = f"SELECT title FROM {table(Document)} WHERE doc_id = %s"
+    count = f"SELECT count(*) FROM {table(Document)} WHERE resource_id = %s"
+
+    def run(sql: str, params: list[Any]) -> tuple[str, Any, Any, Any]:
+        composed = "".join(list(sql))  # an equal text, not the same object
+        with (kept := rows.statement_cursor(composed)) as cursor:
+            cursor.execute(kept.statement, params)
+            # psycopg's adapters for the statement (how to send its parameters, how to
+            # read its columns): kept while the cursor runs the same string object.
+            looked_up = getattr(_driver_cursor(cursor), "_tx", None)
+            return kept.statement, _driver_cursor(cursor), looked_up, cursor.fetchone()
+
+    first = [run(by_id, ["a"]), run(count, [notes.pk])]
+    again = [run(by_id, ["a"]), run(count, [notes.pk])]
+
+    assert [row for *_, row in first] == [row for *_, row in again] == [("A",), (1,)]
+    for (text, cursor, looked_up, _), (text_again, cursor_again, looked_up_again, _) in zip(
+        first, again, strict=True
+    ):
+        assert text_again is text
+        assert cursor_again is cursor
+        assert looked_up_again is looked_up
+    assert first[0][1] is not first[1][1]
+
+
+def _closed(cursor: Any) -> bool:
+    closed = getattr(cursor, "closed", None)  # psycopg's
+    if closed is not None:
+        return bool(closed)
+    try:  # sqlite3's
+        cursor.execute("SELECT 1")
+    except Exception:
+        return True
+    return False
+
+
+@pytest.mark.django_db
+def test_a_connection_keeps_the_cursors_of_a_bounded_number_of_statements(
+    notes: Resource, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Statements composed per call (as many as their lists' lengths) only turn the
+    oldest kept cursor over: it is closed, and its statement gets a new one."""
+    monkeypatch.setattr(rows, "KEPT_STATEMENTS", 3)
+    document_create(resource=notes, doc_id="a", title="A", text="x", actor="t")
+    statements = [
+        f"SELECT doc_id FROM {table(Document)} WHERE doc_id IN ({', '.join(['%s'] * n)})"
+        for n in range(1, 6)
+    ]
+    cursors = []
+    for n, sql in enumerate(statements, 1):
+        with (kept := rows.statement_cursor(sql)) as cursor:
+            cursor.execute(kept.statement, ["a"] * n)
+            assert cursor.fetchall() == [("a",)]
+            cursors.append(_driver_cursor(cursor))
+
+    assert [_closed(cursor) for cursor in cursors] == [True, True, False, False, False]
+    assert rows.fetch_row(statements[0], ["a"]) == ("a",)
+    with (kept := rows.statement_cursor(statements[4])) as cursor:
+        assert _driver_cursor(cursor) is cursors[4]  # still kept
+    wrapper = rows.db_connection()
+    raw = wrapper.connection
+    kept_of = (raw.__dict__ if hasattr(raw, "__dict__") else wrapper.__dict__)[rows._KEPT]
+    assert len(kept_of[1]) == 3
+
+
+@pytest.mark.django_db
 def test_a_statement_inside_another_gets_a_cursor_of_its_own(notes: Resource) -> None:
     """The outer statement's rows are still there after the inner one ran."""
     for doc_id in ("a", "b", "c"):

@@ -342,47 +342,73 @@ def joined_instance[M: Model](
 
 
 class _Kept:
-    """The database cursor a driver connection keeps for `statement_cursor`, and whether
-    a statement is using it now."""
+    """A database cursor a driver connection keeps for `statement_cursor`, the statement
+    it runs (the first string object of that text it met), and whether a statement is
+    using it now."""
 
-    __slots__ = ("busy", "cursor")
+    __slots__ = ("busy", "cursor", "sql")
 
-    def __init__(self, cursor: Any) -> None:
-        self.cursor, self.busy = cursor, False
+    def __init__(self, cursor: Any, sql: str | None) -> None:
+        self.cursor, self.sql, self.busy = cursor, sql, False
 
 
-# The kept cursor of a driver connection is on it, with the connection; where the driver's
-# connection takes no attribute (sqlite3's, never pooled: one a thread while it lasts), on
-# the thread's connection.
+# The kept cursors of a driver connection are on it, with the connection; where the
+# driver's connection takes no attribute (sqlite3's, never pooled: one a thread while it
+# lasts), on the thread's connection.
 _KEPT = "_memoryadmin_kept"
+# How many statements' cursors a driver connection keeps (the oldest goes first): the hot
+# statements are a handful; statements composed per call (a list of n values) only turn
+# the oldest over.
+KEPT_STATEMENTS = 32
+_NO_KEY = object()
 
 
-def _kept(wrapper: Any) -> _Kept:
-    """The cursor the thread's driver connection keeps, opened on its first use."""
+def _kept(wrapper: Any, sql: str | None) -> _Kept:
+    """The cursor the thread's driver connection keeps for `sql` (None: for statements
+    that share one), opened on its first use."""
     raw = wrapper.connection
     holder = raw.__dict__ if hasattr(raw, "__dict__") else wrapper.__dict__
-    pair: tuple[Any, _Kept] | None = holder.get(_KEPT)
+    pair: tuple[Any, dict[str | None, _Kept]] | None = holder.get(_KEPT)
     if pair is None or pair[0] is not raw:
-        with wrapper.wrap_database_errors:
-            pair = (raw, _Kept(wrapper.create_cursor()))
+        pair = (raw, {})
         holder[_KEPT] = pair
-    return pair[1]
+    kept = pair[1].get(sql)
+    if kept is None:
+        kept = _keep(wrapper, pair[1], sql)
+    return kept
+
+
+def _keep(wrapper: Any, kept: dict[str | None, _Kept], sql: str | None) -> _Kept:
+    with wrapper.wrap_database_errors:
+        while len(kept) >= KEPT_STATEMENTS:
+            oldest = next((key for key, old in kept.items() if not old.busy), _NO_KEY)
+            if oldest is _NO_KEY:  # every one in use (statements nested that deep)
+                break
+            kept.pop(cast(str | None, oldest)).cursor.close()
+        new = kept[sql] = _Kept(wrapper.create_cursor(), sql)
+    return new
 
 
 class statement_cursor:
     """`connection.cursor()` for one statement at a time, on a database cursor that the
-    driver connection keeps (a pooled connection keeps its own for whichever request
-    holds it).
+    driver connection keeps for that statement (a pooled connection keeps its own for
+    whichever request holds it); run `statement`, the text as the kept cursor last ran it.
 
-    A driver cursor looks up how to read each column type of a result the first time it
-    meets it (psycopg: per cursor), and Django opens a new one for every statement. The
-    kept cursor is wrapped as `connection.cursor()` wraps one (its errors are Django's,
-    after the same health check and thread check); a fresh cursor is used where queries
-    are logged (`DEBUG`, tests counting them: Django's debug wrapper records them) and
-    for a statement run while another one uses the kept cursor, whose rows it would
-    replace. A class, not a generator: it runs on every hot statement."""
+    A driver cursor looks up how to read each column type of a result, and how to send
+    each parameter's type, the first time it meets them (psycopg: per cursor, and again
+    whenever the statement is not the string object the cursor ran last), and Django opens
+    a new one for every statement. A cursor kept for each statement (`sql`; statements
+    without one share a cursor) runs the same string object each time and looks nothing
+    up again. The kept cursor is wrapped as `connection.cursor()` wraps one (its errors
+    are Django's, after the same health check and thread check); a fresh cursor is used
+    where queries are logged (`DEBUG`, tests counting them: Django's debug wrapper records
+    them) and for a statement run while another one uses the kept cursor, whose rows it
+    would replace. A class, not a generator: it runs on every hot statement."""
 
-    __slots__ = ("fresh", "kept")
+    __slots__ = ("fresh", "kept", "statement")
+
+    def __init__(self, sql: str | None = None) -> None:
+        self.statement = sql
 
     def __enter__(self) -> Any:
         wrapper = connections[DEFAULT_DB_ALIAS]
@@ -391,11 +417,13 @@ class statement_cursor:
         if not wrapper.queries_logged:
             wrapper.close_if_health_check_failed()
             wrapper.ensure_connection()
-            kept = _kept(wrapper)
+            kept = _kept(wrapper, self.statement)
             if not kept.busy:
                 wrapper.validate_thread_sharing()
                 kept.busy = True
                 self.kept = kept
+                if kept.sql is not None:
+                    self.statement = kept.sql
                 return wrapper.make_cursor(kept.cursor)
         self.fresh = wrapper.cursor()
         return self.fresh.__enter__()
@@ -409,16 +437,16 @@ class statement_cursor:
 
 def fetch_row(sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
     """The first row `sql` returns, as the database driver gives it; None when none."""
-    with statement_cursor() as cursor:
-        cursor.execute(sql, params)
+    with (kept := statement_cursor(sql)) as cursor:
+        cursor.execute(kept.statement, params)
         row: tuple[Any, ...] | None = cursor.fetchone()
     return row
 
 
 def fetch_rows(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
     """Every row `sql` returns, as the database driver gives them."""
-    with statement_cursor() as cursor:
-        cursor.execute(sql, params)
+    with (kept := statement_cursor(sql)) as cursor:
+        cursor.execute(kept.statement, params)
         return list(cursor.fetchall())
 
 

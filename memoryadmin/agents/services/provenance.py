@@ -87,12 +87,12 @@ def recall_store(*, recall: Recall, sources: list[SourceRow]) -> None:
     guarded = sources_sql is not None or (bool(recall.request_id) and connection.in_atomic_block)
     with (
         transaction.atomic() if guarded else contextlib.nullcontext(),
-        statement_cursor() as cursor,
+        (kept := statement_cursor(sql)) as cursor,
     ):
         if sources_sql is None:
-            cursor.execute(sql, params + [v for source in sources for v in source])
+            cursor.execute(kept.statement, params + [v for source in sources for v in source])
         else:
-            cursor.execute(sql, params)
+            cursor.execute(kept.statement, params)
             cursor.execute(sources_sql, [v for source in sources for v in (recall.id, *source)])
     inserted(recall)
 
