@@ -683,3 +683,47 @@ def test_first_row_only_sends_the_one_side_of_a_join_once(notes: Resource) -> No
     assert instance(Resource, found[0][:width]) == notes
     assert instance(Resource, found[0][:width]).resource_id == notes.resource_id
     assert all(value is None for row in found[1:] for value in row[:width])
+
+
+@pytest.mark.django_db
+def test_values_sent_as_they_are_are_what_django_would_send(notes: Resource) -> None:
+    """`db_values` passes over Django's conversion only where it would return the value
+    unchanged: for each field class it trusts, Django gives back an equal value of the
+    same type; every document field converted both ways gives the same values."""
+    from datetime import UTC, datetime, timedelta, timezone
+
+    from django.db.models import CharField
+
+    aware = datetime.now(timezone(timedelta(hours=5, minutes=30)))
+    samples: dict[type, list[Any]] = {
+        str: ["", "text", "ünï 🦜", "x" * 2000],
+        bool: [True, False],
+        datetime: [aware, aware.astimezone(UTC)],
+    }
+    trusted = {**rows._SENT_AS_IS, **rows._SENT_AS_IS_ON.get(connection.vendor, {})}
+    assert trusted, "nothing passed over"
+    for field_class, kind in trusted.items():
+        field = field_class(max_length=4000) if field_class is CharField else field_class()
+        for value in samples[kind]:
+            sent = field.get_db_prep_save(value, connection)
+            assert type(sent) is kind
+            assert sent == value
+
+    document = document_create(resource=notes, doc_id="a", title="A", text="ü" * 9, actor="t")
+    names = rows.concrete_names(Document)
+    values = [getattr(document, Document._meta.get_field(name).attname) for name in names]
+    django_s = [
+        Document._meta.get_field(name).get_db_prep_save(value, connection)
+        for name, value in zip(names, values, strict=True)
+    ]
+    assert rows.db_values(Document, names, values) == django_s
+    # A time without its zone (and a value of another type) still goes through Django.
+    naive = datetime(2026, 1, 2, 3, 4, 5)
+    with pytest.warns(RuntimeWarning, match="naive datetime"):
+        converted = rows.db_values(Document, ["updated_at", "bytes"], [naive, 7])
+    with pytest.warns(RuntimeWarning, match="naive datetime"):
+        expected = Document._meta.get_field("updated_at").get_db_prep_save(naive, connection)
+    assert converted == [
+        expected,
+        Document._meta.get_field("bytes").get_db_prep_save(7, connection),
+    ]

@@ -18,7 +18,17 @@ from typing import Any, cast
 import orjson
 from django.core.exceptions import EmptyResultSet
 from django.db import DEFAULT_DB_ALIAS, connection, connections
-from django.db.models import BooleanField, Field, Func, JSONField, Model, QuerySet
+from django.db.models import (
+    BooleanField,
+    CharField,
+    DateTimeField,
+    Field,
+    Func,
+    JSONField,
+    Model,
+    QuerySet,
+    TextField,
+)
 from django.db.models.base import ModelState
 from django.db.models.fields.related_descriptors import ForeignKeyDeferredAttribute
 from django.db.models.query_utils import DeferredAttribute
@@ -486,11 +496,45 @@ def _fields(model: type[Model], names: tuple[str, ...]) -> tuple[Field[Any, Any]
 
 
 def db_values(model: type[Model], names: Sequence[str], values: Iterable[Any]) -> list[Any]:
-    """The named fields' `values` as the database takes them (as `db_value` gives each)."""
+    """The named fields' `values` as the database takes them (as `db_value` gives each):
+    a value that Django's conversion would return unchanged (`_sent_as_is`) as it is."""
     wrapper = connections[DEFAULT_DB_ALIAS]
-    fields = _fields(model, tuple(names))
-    pairs = zip(fields, values, strict=True)
-    return [field.get_db_prep_save(value, wrapper) for field, value in pairs]
+    names = tuple(names)
+    fields = _fields(model, names)
+    kinds = _sent_as_is(model, names, database_vendor())
+    return [
+        value if _unchanged(kind, value) else field.get_db_prep_save(value, wrapper)
+        for field, kind, value in zip(fields, kinds, values, strict=True)
+    ]
+
+
+# Django's own field classes (not subclasses, which may convert more) whose conversion for
+# the database returns a value of one type unchanged (`tests/test_rows.py` holds Django to
+# it): text as text, a bool as a bool, and on PostgreSQL a time with its zone as it is
+# (elsewhere Django converts it; psycopg adapts Django's integers to typed parameters).
+_SENT_AS_IS: dict[type[Field[Any, Any]], type] = {
+    CharField: str,
+    TextField: str,
+    BooleanField: bool,
+}
+_SENT_AS_IS_ON: dict[str, dict[type[Field[Any, Any]], type]] = {
+    "postgresql": {DateTimeField: datetime},
+}
+
+
+def _unchanged(kind: type | None, value: Any) -> bool:
+    """Whether Django would send `value` as it is (`kind`: its field's `_sent_as_is`)."""
+    if type(value) is not kind:
+        return False
+    return kind is not datetime or cast(datetime, value).tzinfo is not None
+
+
+@functools.cache
+def _sent_as_is(model: type[Model], names: tuple[str, ...], vendor: str) -> tuple[type | None, ...]:
+    """For each named field, the type whose values Django sends to the database unchanged
+    (a `datetime` only with its time zone), or None."""
+    kinds = {**_SENT_AS_IS, **_SENT_AS_IS_ON.get(vendor, {})}
+    return tuple(kinds.get(type(field)) for field in _fields(model, names))
 
 
 def json_text(value: Any) -> bytes:
@@ -523,16 +567,19 @@ def json_db_value(value: Any) -> Any:
 def prepared(obj: Model, names: Sequence[str]) -> list[Any]:
     """`obj`'s values of the named fields as the database takes them (as `save` sends
     them; JSON fields encoded by `json_text`)."""
-    model, wrapper = type(obj), connections[DEFAULT_DB_ALIAS]
+    model, wrapper, names = type(obj), connections[DEFAULT_DB_ALIAS], tuple(names)
+    kinds = _sent_as_is(model, names, database_vendor())
     return [
-        _stored(field, getattr(obj, field.attname), wrapper)
-        for field in (_field(model, name) for name in names)
+        _stored(field, kind, getattr(obj, field.attname), wrapper)
+        for field, kind in zip(_fields(model, names), kinds, strict=True)
     ]
 
 
-def _stored(field: Field[Any, Any], value: Any, wrapper: Any) -> Any:
+def _stored(field: Field[Any, Any], kind: type | None, value: Any, wrapper: Any) -> Any:
     """A field's value as the database takes it, as `save` sends it (JSON encoded once,
-    by `json_text`)."""
+    by `json_text`; `kind`: the field's `_sent_as_is`)."""
+    if _unchanged(kind, value):
+        return value
     return (
         json_db_value(value)
         if isinstance(field, JSONField)
@@ -552,12 +599,15 @@ def insert_rows(objs: Sequence[Model]) -> None:
     assert all(type(obj) is model for obj in objs), "one model at a time"
     wrapper = connections[DEFAULT_DB_ALIAS]
     fields = _insert_fields(model)
+    kinds = _sent_as_is(model, tuple(f.name for f in fields), database_vendor())
     auto = model._meta.pk if model._meta.pk not in fields else None
     batch = max(1, wrapper.ops.bulk_batch_size(list(fields), objs))
     for start in range(0, len(objs), batch):
         part = objs[start : start + batch]
         params = [
-            _stored(field, field.pre_save(obj, True), wrapper) for obj in part for field in fields
+            _stored(field, kind, field.pre_save(obj, True), wrapper)
+            for obj in part
+            for field, kind in zip(fields, kinds, strict=True)
         ]
         sql = insert_sql(model, [f.name for f in fields], len(part))
         with statement_cursor() as cursor:
