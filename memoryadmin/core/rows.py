@@ -610,11 +610,11 @@ def insert_rows(objs: Sequence[Model]) -> None:
             for field, kind in zip(fields, kinds, strict=True)
         ]
         sql = insert_sql(model, [f.name for f in fields], len(part))
-        with statement_cursor() as cursor:
-            if auto is None:
-                cursor.execute(sql, params)
-            else:
-                cursor.execute(f"{sql} RETURNING {column(model, auto.name)}", params)
+        if auto is not None:
+            sql = f"{sql} RETURNING {column(model, auto.name)}"
+        with (kept := statement_cursor(sql)) as cursor:
+            cursor.execute(kept.statement, params)
+            if auto is not None:
                 for obj, (pk,) in zip(part, cursor.fetchall(), strict=True):
                     obj.pk = pk
     for obj in objs:
