@@ -599,7 +599,8 @@ def insert_rows(objs: Sequence[Model]) -> None:
     assert all(type(obj) is model for obj in objs), "one model at a time"
     wrapper = connections[DEFAULT_DB_ALIAS]
     fields = _insert_fields(model)
-    kinds = _sent_as_is(model, tuple(f.name for f in fields), database_vendor())
+    names = tuple(f.name for f in fields)
+    kinds = _sent_as_is(model, names, database_vendor())
     auto = model._meta.pk if model._meta.pk not in fields else None
     batch = max(1, wrapper.ops.bulk_batch_size(list(fields), objs))
     for start in range(0, len(objs), batch):
@@ -609,7 +610,7 @@ def insert_rows(objs: Sequence[Model]) -> None:
             for obj in part
             for field, kind in zip(fields, kinds, strict=True)
         ]
-        sql = insert_sql(model, [f.name for f in fields], len(part))
+        sql = insert_sql(model, names, len(part))
         if auto is not None:
             sql = f"{sql} RETURNING {column(model, auto.name)}"
         with (kept := statement_cursor(sql)) as cursor:
