@@ -501,6 +501,48 @@ def test_each_statement_keeps_a_cursor_that_runs_its_first_text(notes: Resource)
     assert first[0][1] is not first[1][1]
 
 
+@pytest.mark.postgres
+@pytest.mark.django_db
+def test_a_kept_cursor_reads_times_as_the_orm_reads_them(notes: Resource) -> None:
+    """Times read through a kept cursor are the ORM's: equal, aware, with the very zone
+    object the ORM's have, read by psycopg's own loader (Django's, which sets the zone
+    again on each, is left for the connection's other cursors)."""
+    document_create(resource=notes, doc_id="a", title="A", text="x", actor="t")
+    document_create(resource=notes, doc_id="b", title="B", text="yy", actor="t")
+    names = ("created_at", "updated_at")
+    sql = (
+        f"SELECT {', '.join(rows.column(Document, n) for n in names)} FROM {table(Document)}"
+        f" WHERE {rows.column(Document, 'resource')} = %s"
+        f" ORDER BY {rows.column(Document, 'doc_id')}"
+    )
+    orm = [
+        tuple(row)
+        for row in Document.objects.filter(resource=notes).order_by("doc_id").values_list(*names)
+    ]
+
+    with (kept := rows.statement_cursor(sql)) as cursor:
+        cursor.execute(kept.statement, [notes.pk])
+        read = [tuple(row) for row in cursor.fetchall()]
+        driver = _driver_cursor(cursor)
+
+    assert read == orm
+    assert len(read) == 2
+    assert all(
+        value.tzinfo is expected.tzinfo
+        for row, orm_row in zip(read, orm, strict=True)
+        for value, expected in zip(row, orm_row, strict=True)
+    )
+    from psycopg import adapters
+    from psycopg.pq import Format
+
+    oid = adapters.types["timestamptz"].oid
+    psycopgs = adapters.get_loader(oid, Format.TEXT)
+    assert driver.adapters.get_loader(oid, Format.TEXT) is psycopgs
+    # The connection's other cursors keep Django's.
+    with connection.cursor() as other:
+        assert other.cursor.adapters.get_loader(oid, Format.TEXT) is not psycopgs
+
+
 def _closed(cursor: Any) -> bool:
     closed = getattr(cursor, "closed", None)  # psycopg's
     if closed is not None:

@@ -395,8 +395,37 @@ def _keep(wrapper: Any, kept: dict[str | None, _Kept], sql: str | None) -> _Kept
             if oldest is _NO_KEY:  # every one in use (statements nested that deep)
                 break
             kept.pop(cast(str | None, oldest)).cursor.close()
-        new = kept[sql] = _Kept(wrapper.create_cursor(), sql)
+        new = kept[sql] = _Kept(_times_read_by_driver(wrapper, wrapper.create_cursor()), sql)
     return new
+
+
+@functools.cache
+def _driver_timestamptz() -> tuple[int, Any]:
+    """psycopg's own loader of `timestamptz` text (its C one where psycopg has it), and
+    the type's oid."""
+    from psycopg import adapters
+    from psycopg.pq import Format
+
+    oid = adapters.types["timestamptz"].oid
+    return oid, adapters.get_loader(oid, Format.TEXT)
+
+
+def _times_read_by_driver(wrapper: Any, cursor: Any) -> Any:
+    """`cursor`, reading `timestamptz` values with psycopg's own loader where it gives
+    what Django's gives. Django registers a loader on every PostgreSQL connection that
+    calls psycopg's and replaces the result's zone with the connection's (`timezone`):
+    a call of Python for each time read (0.9 us; a list's 50 rows hold 150). Where
+    Django's zone is UTC and the session's `TimeZone` is UTC (Django sets it so on
+    connecting), psycopg's own loader returns the same times with the same `UTC` object
+    as their zone."""
+    if (
+        wrapper.vendor == "postgresql"
+        and wrapper.timezone is UTC
+        and wrapper.connection.info.parameter_status("TimeZone") == "UTC"
+    ):
+        oid, loader = _driver_timestamptz()
+        cursor.adapters.register_loader(oid, loader)
+    return cursor
 
 
 class statement_cursor:
