@@ -515,8 +515,9 @@ def _field(model: type[Model], name: str) -> Field[Any, Any]:
 
 
 def db_value(model: type[Model], name: str, value: Any) -> Any:
-    """`value` of the named field as the database takes it (as `save` sends it)."""
-    return _field(model, name).get_db_prep_save(value, connections[DEFAULT_DB_ALIAS])
+    """`value` of the named field as the database takes it (as `save` sends it; JSON
+    encoded once, by `json_text`)."""
+    return _stored(_field(model, name), None, value, connections[DEFAULT_DB_ALIAS])
 
 
 @functools.cache
@@ -532,7 +533,7 @@ def db_values(model: type[Model], names: Sequence[str], values: Iterable[Any]) -
     fields = _fields(model, names)
     kinds = _sent_as_is(model, names, database_vendor())
     return [
-        value if _unchanged(kind, value) else field.get_db_prep_save(value, wrapper)
+        _stored(field, kind, value, wrapper)
         for field, kind, value in zip(fields, kinds, values, strict=True)
     ]
 
