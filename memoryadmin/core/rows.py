@@ -414,9 +414,9 @@ def _times_read_by_driver(wrapper: Any, cursor: Any) -> Any:
     """`cursor`, reading `timestamptz` values with psycopg's own loader where it gives
     what Django's gives. Django registers a loader on every PostgreSQL connection that
     calls psycopg's and replaces the result's zone with the connection's (`timezone`):
-    a call of Python for each time read (0.9 us; a list's 50 rows hold 150). Where
-    Django's zone is UTC and the session's `TimeZone` is UTC (Django sets it so on
-    connecting), psycopg's own loader returns the same times with the same `UTC` object
+    a call of Python for each time read (0.9 us; a list's page of 50 rows reads one a
+    row). Where Django's zone is UTC and the session's `TimeZone` is UTC (Django sets it so
+    on connecting), psycopg's own loader returns the same times with the same `UTC` object
     as their zone."""
     if (
         wrapper.vendor == "postgresql"
