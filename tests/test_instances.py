@@ -25,7 +25,7 @@ from memoryadmin.agents.models import Binding, Session, SessionEvent
 from memoryadmin.memory.models import ApiKey, Document, DocumentVersion, Project, Resource
 from memoryadmin.memory.services.documents import document_create
 from memoryadmin.memory.services.keys import api_key_create
-from tests.helpers import DEV, DOCS, TEST_REDIS_URL, run_threads
+from tests.helpers import DEV, DOCS, TEST_REDIS_URL, probe_client, run_threads
 from tests.helpers import redis_prefix as redis_prefix_of
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -71,15 +71,16 @@ def _database_url() -> str:
 
 def _wait_until_up(process: subprocess.Popen[bytes], url: str) -> None:
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"gunicorn exited with {process.returncode}")
-        try:
-            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
+    with probe_client(timeout=2) as probe:
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise AssertionError(f"gunicorn exited with {process.returncode}")
+            try:
+                if probe.get(f"{url}/healthz").status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
     raise AssertionError(f"gunicorn at {url} did not answer in 60 s")
 
 

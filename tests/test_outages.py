@@ -22,6 +22,7 @@ from tests.helpers import (
     clean_env,
     free_port,
     gunicorn,
+    probe_client,
     suite_database_url,
 )
 
@@ -78,11 +79,12 @@ def proxy(settings: Any) -> Iterator[TcpProxy]:
 
 def wait_for(url: str, status: int, seconds: float = 60) -> httpx.Response:
     deadline = time.monotonic() + seconds
-    while True:
-        response = httpx.get(url, timeout=10)
-        if response.status_code == status or time.monotonic() > deadline:
-            return response
-        time.sleep(0.1)
+    with probe_client(timeout=10) as probe:
+        while True:
+            response = probe.get(url)
+            if response.status_code == status or time.monotonic() > deadline:
+                return response
+            time.sleep(0.1)
 
 
 @pytest.mark.postgres
