@@ -34,7 +34,7 @@ from memoryadmin.memory.limits import agent_write_fields
 from memoryadmin.memory.models import AuditEntry, Document, Project, Resource
 from memoryadmin.memory.services.deployments import resource_get
 from memoryadmin.memory.services.documents import document_replace
-from tests.helpers import DEV, DOCS, MANIFEST_MEMORY, retire_kb
+from tests.helpers import DEV, DOCS, MANIFEST_MEMORY, free_port, retire_kb
 
 REPO = Path(__file__).resolve().parent.parent
 ACTOR = f"cli:{getpass.getuser()}"
@@ -785,6 +785,59 @@ def test_process_every_command_fails_with_one_error_line(proc: Cli, tmp_path: Pa
     assert [proc.rows(f"SELECT count(*) FROM {table}")[0][0] for table in tables] == [0] * 4
     assert proc.rows("SELECT id FROM memory_project") == [("acme",)]
     assert proc.rows("SELECT count(*) FROM memory_deployment") == [(2,)]
+
+
+def _one_error_line(result: subprocess.CompletedProcess[str]) -> str:
+    """The one line a command that failed printed (no traceback, no log line), checked."""
+    assert result.returncode == cli.EXIT_ERROR, result.stderr
+    assert result.stdout == ""
+    assert result.stderr.startswith("Error: "), result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
+    return result.stderr
+
+
+def test_process_a_database_without_the_tables_is_one_error_line(proc: Cli, tmp_path: Path) -> None:
+    """A new database that `migrate` has not set up: the commands say so, and create
+    nothing in it."""
+    new = tmp_path / "new.sqlite3"
+    env = {"DATABASE_URL": f"sqlite:///{new}"}
+    for args, table in [
+        (["memory", "--project", "acme", "list"], "memory_project"),
+        (["session", "show", "ses_nope"], "agents_session"),
+    ]:
+        assert _one_error_line(proc.run(*args, env=env)) == (
+            f"Error: The database is not set up (no such table: {table}): run"
+            " `python manage.py migrate` first.\n"
+        )
+    with sqlite3.connect(new) as db:
+        assert db.execute("SELECT name FROM sqlite_master").fetchall() == []
+
+
+@pytest.mark.postgres
+def test_process_a_database_it_cannot_reach_or_without_the_tables_is_one_error_line(
+    proc: Cli,
+) -> None:
+    """PostgreSQL: nothing listening (the connection pool retries until its timeout,
+    warning at each attempt: the line names the last attempt's error instead), a database
+    that does not exist, and one without the project's tables (the server's own)."""
+    db = connection.settings_dict
+    host, port = db["HOST"] or "127.0.0.1", db["PORT"] or "5432"
+    server = f"postgres://{db['USER'] or ''}@{host}"
+    closed = free_port()
+    refused = proc.memory("list", env={"DATABASE_URL": f"postgres://postgres@127.0.0.1:{closed}/x"})
+    assert _one_error_line(refused) == (
+        "Error: The database cannot be used: connection failed: connection to server at"
+        f' "127.0.0.1", port {closed} failed: Connection refused. Check DATABASE_URL and that'
+        " the database is up.\n"
+    )
+    missing = proc.memory("list", env={"DATABASE_URL": f"{server}:{port}/memoryadmin_none"})
+    assert _one_error_line(missing).startswith("Error: The database cannot be used: ")
+    assert 'database "memoryadmin_none" does not exist' in missing.stderr
+    empty = proc.memory("list", env={"DATABASE_URL": f"{server}:{port}/postgres"})
+    assert _one_error_line(empty) == (
+        'Error: The database is not set up (relation "memory_project" does not exist): run'
+        " `python manage.py migrate` first.\n"
+    )
 
 
 def test_process_edit_in_a_scripted_editor(proc: Cli, tmp_path: Path) -> None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import getpass
+import logging
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -16,6 +18,7 @@ from types import FrameType
 from typing import Any, TextIO
 
 from django.core.management.base import BaseCommand, CommandError, OutputWrapper
+from django.db import DatabaseError, OperationalError, ProgrammingError
 
 from memoryadmin.core.errors import DomainError
 from memoryadmin.core.strings import string_check
@@ -59,6 +62,77 @@ def invalid(message: str) -> Error:
     return Error(message, returncode=EXIT_INVALID)
 
 
+# SQLSTATEs of a statement naming a table or column the database does not have: a
+# database that `migrate` has not brought up to date (PostgreSQL; SQLite says it in words).
+_UNDEFINED_TABLE_OR_COLUMN = {"42P01", "42703"}
+
+
+def _schema_missing(exc: DatabaseError) -> bool:
+    cause = exc.__cause__
+    if getattr(cause, "sqlstate", None) in _UNDEFINED_TABLE_OR_COLUMN:
+        return True
+    return str(exc).startswith(("no such table:", "no such column:"))
+
+
+def _first_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines()]
+    return next((line for line in lines if line), "")
+
+
+def database_error(exc: DatabaseError, failures: list[str] | None = None) -> Error:
+    """The one line of a command the database could not serve: one that lacks the
+    project's tables, or one the command could not use at all (down, refusing, the wrong
+    address). Where the connection pool gave up, the last connection error it met says
+    why (`failures`, recorded by `_connection_failures`)."""
+    if _schema_missing(exc):
+        return Error(
+            f"The database is not set up ({_first_line(str(exc))}): run"
+            " `python manage.py migrate` first.",
+            returncode=EXIT_ERROR,
+        )
+    detail = _first_line(failures[-1]) if failures else _first_line(str(exc))
+    return Error(
+        f"The database cannot be used: {detail or type(exc).__name__}. Check DATABASE_URL"
+        " and that the database is up.",
+        returncode=EXIT_ERROR,
+    )
+
+
+# psycopg_pool's warning for each connection it failed to make: "error connecting in
+# 'pool-1': <the driver's error>".
+_POOL_CONNECT_FAILED = re.compile(r"error connecting in '[^']*': ")
+
+
+class _ConnectionFailures(logging.Filter):
+    """Keeps the connection pool's warnings of failed connections instead of printing
+    them: a command prints one line when it fails, and that line names the last of them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages: list[str] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        failed = _POOL_CONNECT_FAILED.match(message)
+        if failed is None:
+            return True
+        self.messages.append(message[failed.end() :])
+        return False
+
+
+@contextmanager
+def _connection_failures() -> Iterator[list[str]]:
+    """While a command acts: the pool's warnings of connections it could not make (it
+    retries until its timeout, warning at each attempt), as a list of their messages."""
+    pool_log = logging.getLogger("psycopg.pool")
+    failures = _ConnectionFailures()
+    pool_log.addFilter(failures)
+    try:
+        yield failures.messages
+    finally:
+        pool_log.removeFilter(failures)
+
+
 class Command(BaseCommand):
     """A management command that fails the one way every command does.
 
@@ -74,10 +148,15 @@ class Command(BaseCommand):
     requires_system_checks: list[str] = []
 
     def handle(self, *args: Any, **options: Any) -> None:
-        try:
-            self.act(options)
-        except DomainError as exc:
-            raise error_from(exc) from exc
+        with _connection_failures() as failures:
+            try:
+                self.act(options)
+            except DomainError as exc:
+                raise error_from(exc) from exc
+            except (OperationalError, ProgrammingError) as exc:
+                if isinstance(exc, ProgrammingError) and not _schema_missing(exc):
+                    raise  # a statement's fault, not the database's state: its traceback
+                raise database_error(exc, failures) from exc
 
     def act(self, options: dict[str, Any]) -> None:
         raise NotImplementedError
