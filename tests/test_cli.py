@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import getpass
 import json
+import logging
 import os
 import shlex
 import shutil
@@ -26,7 +27,7 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
-from django.db import connection
+from django.db import OperationalError, connection
 from rest_framework.test import APIClient
 
 from memoryadmin.core import cli
@@ -785,6 +786,54 @@ def test_process_every_command_fails_with_one_error_line(proc: Cli, tmp_path: Pa
     assert [proc.rows(f"SELECT count(*) FROM {table}")[0][0] for table in tables] == [0] * 4
     assert proc.rows("SELECT id FROM memory_project") == [("acme",)]
     assert proc.rows("SELECT count(*) FROM memory_deployment") == [(2,)]
+
+
+class _PoolGivesUp(cli.Command):
+    """A command whose database pool failed to connect twice, then gave up."""
+
+    def act(self, options: dict[str, Any]) -> None:
+        pool_log = logging.getLogger("psycopg.pool")
+        for port in (5432, 5433):
+            pool_log.warning(
+                "error connecting in 'pool-1': connection failed: connection to server at"
+                ' "10.0.0.9", port %d failed: Connection refused',
+                port,
+            )
+        raise OperationalError("couldn't get a connection after 3.00 sec")
+
+
+def test_a_command_names_the_pools_last_failure_and_prints_none_of_its_warnings(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING), pytest.raises(CommandError) as failed:
+        _PoolGivesUp().handle()
+    assert str(failed.value) == (
+        'The database cannot be used: connection failed: connection to server at "10.0.0.9",'
+        " port 5433 failed: Connection refused. Check DATABASE_URL and that the database is up."
+    )
+    assert failed.value.returncode == cli.EXIT_ERROR
+    assert caplog.records == []
+    assert logging.getLogger("psycopg.pool").filters == []  # kept only while it acted
+
+
+def test_a_command_that_serves_logs_the_pools_warnings(caplog: pytest.LogCaptureFixture) -> None:
+    """`mcp` serves until it is stopped: an outage's warnings go to its log, as the web
+    server's do."""
+
+    class Serving(_PoolGivesUp):
+        serves = True
+
+    with caplog.at_level(logging.WARNING), pytest.raises(CommandError) as failed:
+        Serving().handle()
+    assert [record.name for record in caplog.records] == ["psycopg.pool"] * 2
+    assert str(failed.value) == (
+        "The database cannot be used: couldn't get a connection after 3.00 sec. Check"
+        " DATABASE_URL and that the database is up."
+    )
+    # The MCP server's command is one (imported here: the MCP SDK takes half a second).
+    from memoryadmin.agents.management.commands.mcp import Command as McpCommand
+
+    assert McpCommand.serves
 
 
 def _one_error_line(result: subprocess.CompletedProcess[str]) -> str:

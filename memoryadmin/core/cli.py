@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import logging
 import os
@@ -79,21 +80,20 @@ def _first_line(text: str) -> str:
     return next((line for line in lines if line), "")
 
 
-def database_error(exc: DatabaseError, failures: list[str] | None = None) -> Error:
+def database_error(exc: DatabaseError, failure: str = "") -> Error:
     """The one line of a command the database could not serve: one that lacks the
     project's tables, or one the command could not use at all (down, refusing, the wrong
     address). Where the connection pool gave up, the last connection error it met says
-    why (`failures`, recorded by `_connection_failures`)."""
+    why (`failure`, kept by `_PoolFailures`)."""
     if _schema_missing(exc):
         return Error(
             f"The database is not set up ({_first_line(str(exc))}): run"
             " `python manage.py migrate` first.",
             returncode=EXIT_ERROR,
         )
-    detail = _first_line(failures[-1]) if failures else _first_line(str(exc))
+    detail = _first_line(failure) or _first_line(str(exc)) or type(exc).__name__
     return Error(
-        f"The database cannot be used: {detail or type(exc).__name__}. Check DATABASE_URL"
-        " and that the database is up.",
+        f"The database cannot be used: {detail}. Check DATABASE_URL and that the database is up.",
         returncode=EXIT_ERROR,
     )
 
@@ -103,34 +103,31 @@ def database_error(exc: DatabaseError, failures: list[str] | None = None) -> Err
 _POOL_CONNECT_FAILED = re.compile(r"error connecting in '[^']*': ")
 
 
-class _ConnectionFailures(logging.Filter):
-    """Keeps the connection pool's warnings of failed connections instead of printing
-    them: a command prints one line when it fails, and that line names the last of them."""
+class _PoolFailures(logging.Filter):
+    """While a command acts, on the pool's logger: keeps the last of its warnings of a
+    connection it failed to make (it retries until its timeout, warning at each attempt)
+    instead of printing them, so that a command prints one line when it fails, naming it."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.messages: list[str] = []
+        self.last = ""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
         failed = _POOL_CONNECT_FAILED.match(message)
         if failed is None:
             return True
-        self.messages.append(message[failed.end() :])
+        self.last = message[failed.end() :]
         return False
 
-
-@contextmanager
-def _connection_failures() -> Iterator[list[str]]:
-    """While a command acts: the pool's warnings of connections it could not make (it
-    retries until its timeout, warning at each attempt), as a list of their messages."""
-    pool_log = logging.getLogger("psycopg.pool")
-    failures = _ConnectionFailures()
-    pool_log.addFilter(failures)
-    try:
-        yield failures.messages
-    finally:
-        pool_log.removeFilter(failures)
+    @contextmanager
+    def kept(self) -> Iterator[_PoolFailures]:
+        pool_log = logging.getLogger("psycopg.pool")
+        pool_log.addFilter(self)
+        try:
+            yield self
+        finally:
+            pool_log.removeFilter(self)
 
 
 class Command(BaseCommand):
@@ -146,9 +143,13 @@ class Command(BaseCommand):
     """
 
     requires_system_checks: list[str] = []
+    # A command that serves until it is stopped (`mcp`) logs the connection pool's
+    # warnings as the web server does; the others print one line when they fail.
+    serves = False
 
     def handle(self, *args: Any, **options: Any) -> None:
-        with _connection_failures() as failures:
+        pool = _PoolFailures()
+        with contextlib.nullcontext(pool) if self.serves else pool.kept():
             try:
                 self.act(options)
             except DomainError as exc:
@@ -156,7 +157,7 @@ class Command(BaseCommand):
             except (OperationalError, ProgrammingError) as exc:
                 if isinstance(exc, ProgrammingError) and not _schema_missing(exc):
                     raise  # a statement's fault, not the database's state: its traceback
-                raise database_error(exc, failures) from exc
+                raise database_error(exc, pool.last) from exc
 
     def act(self, options: dict[str, Any]) -> None:
         raise NotImplementedError

@@ -45,6 +45,7 @@ def logs_to_stderr() -> None:
 
 class Command(cli.Command):
     help = "Serve a session's memory over MCP: stdio (one session) or --http HOST:PORT (/mcp/)."
+    serves = True
 
     def add_arguments(self, parser: CommandParser) -> None:
         binding_arguments(parser, required=False)
