@@ -4,12 +4,15 @@ readiness probes, and recovery without a restart once the database is back."""
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from django.db import connection
 from django.test import Client
 
 from memoryadmin.memory.models import Document
@@ -38,6 +41,53 @@ def test_readyz_checks_the_database(client: Any, db: None, settings: Any) -> Non
     response = client.get("/readyz")
     assert response.status_code == 200
     assert response.json() == {"status": "ok", "checks": {"database": "ok"}}
+
+
+@pytest.mark.parametrize("app", ["memory", "auth"])
+def test_readyz_is_unavailable_while_a_migration_of_this_code_is_not_applied(
+    client: Any, db: None, settings: Any, app: str
+) -> None:
+    """A new release started before its `migrate` ran: the load balancer must not send it
+    requests its tables cannot serve. The check reads what `migrate` recorded (rolled back
+    with the test)."""
+    from django.db.migrations.recorder import MigrationRecorder
+
+    settings.REDIS_URL = ""
+    recorded = MigrationRecorder.Migration.objects.filter(app=app)
+    latest = recorded.order_by("-applied", "-id").first()
+    assert latest is not None
+    latest.delete()
+    response = client.get("/readyz")
+    assert response.status_code == 503
+    assert response["Retry-After"] == "5"
+    assert response.json() == {
+        "status": "unavailable",
+        "checks": {"database": "migrations pending"},
+    }
+    MigrationRecorder(connection).record_applied(app, latest.name)
+    assert client.get("/readyz").json() == {"status": "ok", "checks": {"database": "ok"}}
+
+
+def test_readyz_of_a_database_never_migrated_is_unavailable(tmp_path: Path, settings: Any) -> None:
+    """Served by gunicorn on a new SQLite file, as a first deployment that skipped
+    `migrate`: live, not ready, and the file still empty (the check creates nothing)."""
+    new = tmp_path / "new.sqlite3"
+    env = clean_env(
+        DJANGO_SETTINGS_MODULE="tests.settings",
+        DJANGO_SECRET_KEY=settings.SECRET_KEY,
+        DATABASE_URL=f"sqlite:///{new}",
+        MEMORYADMIN_VAR_DIR=str(tmp_path),
+    )
+    with gunicorn(env, workers=1, threads=2) as base, probe_client(timeout=30) as http:
+        assert http.get(base + "/healthz").status_code == 200
+        ready = http.get(base + "/readyz")
+        assert ready.status_code == 503
+        assert ready.json() == {
+            "status": "unavailable",
+            "checks": {"database": "migrations pending"},
+        }
+    with sqlite3.connect(new) as database:
+        assert database.execute("SELECT name FROM sqlite_master").fetchall() == []
 
 
 def test_readyz_reports_redis_down_as_degraded_but_ready(
