@@ -20,6 +20,8 @@ from django.db import DatabaseError, InterfaceError, OperationalError, connectio
 from django.db.migrations.recorder import MigrationRecorder
 from django.http import HttpRequest, JsonResponse
 
+from memoryadmin.core.dbstate import schema_missing
+
 # Seconds clients are told to wait before retrying while the database is unavailable.
 RETRY_AFTER_SECONDS = 5
 
@@ -27,8 +29,11 @@ RETRY_AFTER_SECONDS = 5
 def database_unavailable(exc: BaseException | None) -> bool:
     """An error that says the database cannot serve right now, rather than a bug: no
     connection (refused, lost, or none free in the pool within DATABASE_POOL_TIMEOUT),
-    a cancelled statement, a lock or serialization failure."""
-    return isinstance(exc, OperationalError | InterfaceError)
+    a cancelled statement, a lock or serialization failure, or a table or column its
+    migrations have not made yet (PostgreSQL calls that a programming error)."""
+    return isinstance(exc, OperationalError | InterfaceError) or (
+        exc is not None and schema_missing(exc)
+    )
 
 
 # How long a readiness check waits for Redis.

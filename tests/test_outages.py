@@ -12,14 +12,16 @@ from typing import Any
 
 import httpx
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test import Client
+from rest_framework.test import APIClient
 
 from memoryadmin.memory.models import Document
 from memoryadmin.memory.services.keys import api_key_create
 from tests.helpers import (
     DEV,
     DOCS,
+    Keys,
     People,
     TcpProxy,
     clean_env,
@@ -66,6 +68,39 @@ def test_readyz_is_unavailable_while_a_migration_of_this_code_is_not_applied(
     }
     MigrationRecorder(connection).record_applied(app, latest.name)
     assert client.get("/readyz").json() == {"status": "ok", "checks": {"database": "ok"}}
+
+
+@pytest.mark.postgres
+def test_a_table_its_migrations_have_not_made_answers_503_not_500(
+    keys: Keys, people: People
+) -> None:
+    """PostgreSQL says "undefined table" as a programming error, SQLite as an operational
+    one: either way the database is not ready for this release, and the API and the pages
+    answer as they do while it is away. The table is renamed inside the test's transaction
+    (PostgreSQL rolls it back with it); each request runs in a savepoint, as its failed
+    statement would otherwise end the test's transaction for the next."""
+    api = APIClient(raise_request_exception=False)
+    api.credentials(HTTP_X_API_KEY=keys.owner)
+    browser = Client(raise_request_exception=False)
+    browser.force_login(people.owner)
+
+    def answer(path: str, client: Any) -> Any:
+        savepoint = transaction.savepoint_create()
+        try:
+            return client.get(path)
+        finally:
+            transaction.savepoint_rollback(savepoint)
+
+    with connection.cursor() as cursor:
+        cursor.execute("ALTER TABLE memory_document RENAME TO memory_document_elsewhere")
+    listed = answer("/api/managed-agents/projects/acme/memory" + DEV, api)
+    assert listed.status_code == 503
+    assert listed["Retry-After"] == "5"
+    assert listed.json()["error"]["code"] == "service_unavailable"
+    page = answer("/projects/acme/development/", browser)
+    assert page.status_code == 503
+    assert page["Retry-After"] == "5"
+    assert "Temporarily unavailable" in page.content.decode()
 
 
 def test_readyz_of_a_database_never_migrated_is_unavailable(tmp_path: Path, settings: Any) -> None:

@@ -21,6 +21,7 @@ from typing import Any, TextIO
 from django.core.management.base import BaseCommand, CommandError, OutputWrapper
 from django.db import DatabaseError, OperationalError, ProgrammingError
 
+from memoryadmin.core.dbstate import schema_missing
 from memoryadmin.core.errors import DomainError
 from memoryadmin.core.strings import string_check
 
@@ -63,18 +64,6 @@ def invalid(message: str) -> Error:
     return Error(message, returncode=EXIT_INVALID)
 
 
-# SQLSTATEs of a statement naming a table or column the database does not have: a
-# database that `migrate` has not brought up to date (PostgreSQL; SQLite says it in words).
-_UNDEFINED_TABLE_OR_COLUMN = {"42P01", "42703"}
-
-
-def _schema_missing(exc: DatabaseError) -> bool:
-    cause = exc.__cause__
-    if getattr(cause, "sqlstate", None) in _UNDEFINED_TABLE_OR_COLUMN:
-        return True
-    return str(exc).startswith(("no such table:", "no such column:"))
-
-
 def _first_line(text: str) -> str:
     lines = [line.strip() for line in text.strip().splitlines()]
     return next((line for line in lines if line), "")
@@ -85,7 +74,7 @@ def database_error(exc: DatabaseError, failure: str = "") -> Error:
     project's tables, or one the command could not use at all (down, refusing, the wrong
     address). Where the connection pool gave up, the last connection error it met says
     why (`failure`, kept by `_PoolFailures`)."""
-    if _schema_missing(exc):
+    if schema_missing(exc):
         return Error(
             f"The database is not set up ({_first_line(str(exc))}): run"
             " `python manage.py migrate` first.",
@@ -155,7 +144,7 @@ class Command(BaseCommand):
             except DomainError as exc:
                 raise error_from(exc) from exc
             except (OperationalError, ProgrammingError) as exc:
-                if isinstance(exc, ProgrammingError) and not _schema_missing(exc):
+                if isinstance(exc, ProgrammingError) and not schema_missing(exc):
                     raise  # a statement's fault, not the database's state: its traceback
                 raise database_error(exc, pool.last) from exc
 
