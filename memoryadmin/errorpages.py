@@ -13,8 +13,9 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
+from memoryadmin.core.dbstate import database_unavailable
 from memoryadmin.core.errors import error_envelope
-from memoryadmin.health import RETRY_AFTER_SECONDS, database_unavailable
+from memoryadmin.health import RETRY_AFTER_SECONDS
 from memoryadmin.metrics import DATABASE_UNAVAILABLE
 from memoryadmin.web.views.base import unavailable_page
 from memoryadmin.web.views.errors import page_not_found, permission_denied, server_error

@@ -281,7 +281,7 @@ class RequestLogMiddleware:
 
 
 def _request_failed(sender: Any, request: HttpRequest | None = None, **kwargs: Any) -> None:
-    from memoryadmin.health import database_unavailable  # settings import this module
+    from memoryadmin.core.dbstate import database_unavailable  # settings import this module
 
     exception = sys.exc_info()[1]
     if request is None or isinstance(exception, (Http404, PermissionDenied)):

@@ -536,7 +536,7 @@ def probe_client(timeout: float = 1) -> httpx.Client:
     return httpx.Client(timeout=timeout, verify=False, trust_env=False)
 
 
-def wait_until_up(url: str, process: subprocess.Popen[str], seconds: float = 60) -> None:
+def wait_until_up(url: str, process: subprocess.Popen[Any], seconds: float = 60) -> None:
     deadline = time.monotonic() + seconds
     with probe_client() as probe:
         while time.monotonic() < deadline:

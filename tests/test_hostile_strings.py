@@ -11,7 +11,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,7 @@ from memoryadmin.core.strings import NESTING_MAX, string_repair, strings_check
 from memoryadmin.memory.export import FORMAT, FORMAT_VERSION, MANIFEST_NAME
 from memoryadmin.memory.models import AuditEntry, Deployment, Document, DocumentVersion, Resource
 from memoryadmin.web.forms import DocumentCreateForm, DocumentEditForm
-from tests.helpers import DEV, DOCS, probe_client
+from tests.helpers import DEV, DOCS, wait_until_up
 
 pytestmark = pytest.mark.django_db
 
@@ -498,14 +497,7 @@ def gunicorn(tmp_path_factory: pytest.TempPathFactory) -> Any:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        with probe_client() as probe:
-            for _ in range(300):
-                try:
-                    probe.get(f"{url}/reference-provider/oc-memory")
-                    break
-                except httpx.TransportError:
-                    assert server.poll() is None, "gunicorn exited"
-                    time.sleep(0.05)
+        wait_until_up(f"{url}/reference-provider/oc-memory", server, seconds=15)
         yield url
     finally:
         server.terminate()

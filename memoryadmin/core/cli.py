@@ -19,9 +19,9 @@ from types import FrameType
 from typing import Any, TextIO
 
 from django.core.management.base import BaseCommand, CommandError, OutputWrapper
-from django.db import DatabaseError, OperationalError, ProgrammingError
+from django.db import DatabaseError
 
-from memoryadmin.core.dbstate import schema_missing
+from memoryadmin.core.dbstate import database_unavailable, schema_missing
 from memoryadmin.core.errors import DomainError
 from memoryadmin.core.strings import string_check
 
@@ -143,8 +143,8 @@ class Command(BaseCommand):
                 self.act(options)
             except DomainError as exc:
                 raise error_from(exc) from exc
-            except (OperationalError, ProgrammingError) as exc:
-                if isinstance(exc, ProgrammingError) and not schema_missing(exc):
+            except DatabaseError as exc:
+                if not database_unavailable(exc):
                     raise  # a statement's fault, not the database's state: its traceback
                 raise database_error(exc, pool.last) from exc
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.db import DatabaseError
+from django.db import DatabaseError, InterfaceError, OperationalError
 
 # SQLSTATEs of a statement naming a table or column the database does not have: a
 # database that `migrate` has not brought up to date (PostgreSQL; SQLite says it in words).
@@ -17,3 +17,13 @@ def schema_missing(exc: BaseException) -> bool:
     if getattr(exc.__cause__, "sqlstate", None) in _UNDEFINED_TABLE_OR_COLUMN:
         return True
     return str(exc).startswith(("no such table:", "no such column:"))
+
+
+def database_unavailable(exc: BaseException | None) -> bool:
+    """An error that says the database cannot serve right now, rather than a bug: no
+    connection (refused, lost, or none free in the pool within DATABASE_POOL_TIMEOUT),
+    a cancelled statement, a lock or serialization failure, or a table or column its
+    migrations have not made yet (PostgreSQL calls that a programming error)."""
+    return isinstance(exc, OperationalError | InterfaceError) or (
+        exc is not None and schema_missing(exc)
+    )
