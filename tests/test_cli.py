@@ -213,6 +213,44 @@ def test_create_over_the_limit_is_too_large(kb: Resource) -> None:
     assert not Document.objects.filter(resource=kb).exists()
 
 
+class _Endless:
+    """Standard input that never ends (`yes |`), as a text stream."""
+
+    def __init__(self) -> None:
+        self.given = 0
+
+    def read(self, size: int = -1) -> str:
+        assert size > 0, "read whole"
+        self.given += size
+        return "y" * size
+
+
+def test_an_endless_input_is_refused_once_the_bound_is_read(
+    notes: Resource, make_document: Any, tmp_path: Path
+) -> None:
+    make_document(doc_id="workshop", text="Node 22")
+    audit = AuditEntry.objects.count()
+    over = f"is over {cli.INPUT_MAX_BYTES} bytes; no input of a command may be that long."
+    error = memory_fails("create", "notes", "endless", "--title", "E", "--text-file", "/dev/zero")
+    assert (error.returncode, str(error)) == (cli.EXIT_TOO_LARGE, f"/dev/zero {over}")
+    stdin = _Endless()
+    with pytest.raises(CommandError) as info:
+        call_command(
+            "memory", "--project", "acme", "edit", "notes", "workshop", "--text-stdin",
+            stdin=stdin, stdout=StringIO(), stderr=StringIO(),
+        )  # fmt: skip
+    assert (info.value.returncode, str(info.value)) == (5, f"Standard input {over}")
+    assert cli.INPUT_MAX_BYTES < stdin.given <= cli.INPUT_MAX_BYTES + 64 * 1024
+    assert stored(notes).text == "Node 22"
+    assert not Document.objects.filter(resource=notes, doc_id="endless").exists()
+    assert AuditEntry.objects.count() == audit
+    # An input of the bound itself is read whole: the resource's own limit refuses it.
+    largest = tmp_path / "largest.txt"
+    largest.write_bytes(b"x" * cli.INPUT_MAX_BYTES)
+    error = memory_fails("create", "notes", "large", "--title", "L", "--text-file", str(largest))
+    assert str(error) == f"text is {cli.INPUT_MAX_BYTES} UTF-8 bytes; this resource allows 8192."
+
+
 @pytest.mark.parametrize(
     "args",
     [
@@ -785,6 +823,43 @@ def test_process_every_command_fails_with_one_error_line(proc: Cli, tmp_path: Pa
     tables = ("agents_session", "memory_apikey", "providers_secret", "web_projectrole")
     assert [proc.rows(f"SELECT count(*) FROM {table}")[0][0] for table in tables] == [0] * 4
     assert proc.rows("SELECT id FROM memory_project") == [("acme",)]
+    assert proc.rows("SELECT count(*) FROM memory_deployment") == [(2,)]
+
+
+def test_process_an_endless_pipe_or_an_unreadable_file_is_one_error_line(
+    proc: Cli, tmp_path: Path
+) -> None:
+    """`yes | manage.py secret set ...` and files a command cannot read: one line each, the
+    process's memory bounded, nothing written."""
+    yes = subprocess.Popen(["yes"], stdout=subprocess.PIPE)
+    assert yes.stdout is not None
+    secret = [sys.executable, "manage.py", "secret", "set", "--project", "acme", "T"]
+    with yes:
+        result = subprocess.run(
+            [*secret, "--origin", "https://memory.example.com"],
+            cwd=REPO, env=proc.env, stdin=yes.stdout, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        yes.kill()
+    over = f"is over {cli.INPUT_MAX_BYTES} bytes; no input of a command may be that long."
+    assert (result.returncode, result.stderr) == (5, f"Error: Standard input {over}\n")
+    not_utf8 = tmp_path / "receipt.json"
+    not_utf8.write_bytes(b"\xff{}")
+    receipt = tmp_path / "empty.json"
+    receipt.write_text("{}")
+    deploy = ["deploy", "--project", "acme", "--environment", "development", "--manifest"]
+    cases = [
+        (["erasure", "verify", str(not_utf8)], 6, f"{not_utf8} is not valid UTF-8 text."),
+        (
+            ["erasure", "verify", str(receipt), "--public-key", f"@{tmp_path}/none"],
+            6,
+            f"Cannot read {tmp_path}/none: No such file or directory.",
+        ),
+        ([*deploy, str(tmp_path)], 6, f"Cannot read {tmp_path}: Is a directory."),
+    ]
+    for args, code, message in cases:
+        result = proc.run(*args)
+        assert (result.returncode, result.stderr) == (code, f"Error: {message}\n"), args
+    assert proc.rows("SELECT count(*) FROM providers_secret") == [(0,)]
     assert proc.rows("SELECT count(*) FROM memory_deployment") == [(2,)]
 
 

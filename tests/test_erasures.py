@@ -227,6 +227,33 @@ def test_erase_verify_command(
     assert refused.value.returncode == 8
 
 
+def test_verify_reads_a_receipt_from_stdin_and_refuses_what_it_cannot_read(
+    api: APIClient, poisoned: dict[str, Any], tmp_path: Path, capsys: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    signed = erase(api).json()["receipt"]
+    stdin = io.TextIOWrapper(io.BytesIO(json.dumps(signed).encode()), encoding="utf-8")
+    monkeypatch.setattr(sys, "stdin", stdin)
+    call_command("erasure", "verify", "-")
+    assert capsys.readouterr().out.startswith(f"valid: erasure {signed['receipt']['id']} ")
+    cases = [
+        (b"\xff", 6, "Standard input is not valid UTF-8 text."),
+        (b"{", 8, "Standard input is not JSON: Expecting property name enclosed in double"),
+    ]
+    for given, code, message in cases:
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(given), encoding="utf-8"))
+        with pytest.raises(CommandError) as refused:
+            call_command("erasure", "verify", "-")
+        assert refused.value.returncode == code
+        assert str(refused.value).startswith(message)
+    key = tmp_path / "key.pem"
+    key.write_bytes(b"\xff")
+    monkeypatch.setattr(sys, "stdin", io.StringIO(json.dumps(signed)))
+    with pytest.raises(CommandError) as refused:
+        call_command("erasure", "verify", "-", "--public-key", f"@{key}")
+    assert (refused.value.returncode, str(refused.value)) == (6, f"{key} is not valid UTF-8 text.")
+
+
 def test_erase_run_command_dry_run_then_erase(
     poisoned: dict[str, Any], capsys: Any, tmp_path: Path
 ) -> None:

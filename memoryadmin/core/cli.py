@@ -213,20 +213,62 @@ def checked_text(text: str, *, source: str) -> str:
         raise error_from(exc) from exc
 
 
-def read_text_file(path: str) -> str:
+# The most a command reads of one file or of standard input: more than any text, manifest,
+# key or receipt a command takes (an erasure's text is at most 400,000 bytes), so that the
+# services' own limits decide with their own messages, while an endless or huge input
+# (`--text-file /dev/zero`, `yes |`) is refused once this much is read instead of filling
+# memory.
+INPUT_MAX_BYTES = 16 * 1024 * 1024
+_READ_BYTES = 64 * 1024
+
+
+def _bounded(read: Callable[[int], Any], *, source: str) -> Any:
+    """What `read(size)` gives until its end, refused (exit code 5) past INPUT_MAX_BYTES."""
+    parts: list[Any] = []
+    size = 0
+    while True:
+        part = read(_READ_BYTES)
+        if not part:
+            return parts[0][:0].join(parts) if parts else part
+        size += len(part)
+        if size > INPUT_MAX_BYTES:
+            raise Error(
+                f"{source} is over {INPUT_MAX_BYTES} bytes; no input of a command may be"
+                " that long.",
+                returncode=EXIT_TOO_LARGE,
+            )
+        parts.append(part)
+
+
+def read_file(path: str | Path) -> bytes:
+    """A file's bytes, at most INPUT_MAX_BYTES of them; a file that cannot be read (missing,
+    a directory, no permission) is invalid input (exit code 6). Whatever can be read is
+    read, a pipe too (`--text-file <(command)`)."""
     try:
-        data = Path(path).read_bytes()
+        with open(path, "rb") as file:
+            return bytes(_bounded(file.read, source=str(path)))
     except OSError as exc:
         raise invalid(f"Cannot read {path}: {exc.strerror or exc}.") from exc
-    return decode_text(data, source=path)
+
+
+def read_input(source: str, *, stdin: Any) -> str:
+    """The UTF-8 text of the file `source`, or of `stdin` where `source` is "-"."""
+    if source == "-":
+        return read_stream(stdin)
+    return decode_text(read_file(source), source=source)
+
+
+def read_text_file(path: str) -> str:
+    return decode_text(read_file(path), source=path)
 
 
 def read_stream(stream: Any) -> str:
     """All of a stream (stdin), exactly as given: a trailing newline is kept."""
+    source = "Standard input"
     buffer = getattr(stream, "buffer", None)
     if buffer is not None:
-        return decode_text(buffer.read(), source="Standard input")
-    return checked_text(str(stream.read()), source="Standard input")
+        return decode_text(bytes(_bounded(buffer.read, source=source)), source=source)
+    return checked_text(str(_bounded(stream.read, source=source)), source=source)
 
 
 def editor_command() -> list[str]:
@@ -256,7 +298,7 @@ def open_in_editor(text: str, *, label: str) -> tuple[Path, str]:
     if status != 0:
         path.unlink(missing_ok=True)
         raise Error(f"The editor exited with status {status}; nothing saved.")
-    edited = decode_text(path.read_bytes(), source=str(path))
+    edited = decode_text(read_file(path), source=str(path))
     # Most editors end the file with a newline; one the text did not have is
     # the editor's, not the user's, so unchanged text stays unchanged.
     if edited.endswith("\n") and not text.endswith("\n"):

@@ -150,24 +150,19 @@ class Command(cli.Command):
 
     def do_verify(self, options: dict[str, Any]) -> None:
         source = options["file"]
-        try:
-            raw = sys.stdin.read() if source == "-" else Path(source).read_text()
-        except OSError as exc:
-            raise cli.invalid(f"Cannot read {source}: {exc.strerror or exc}.") from exc
+        raw = cli.read_input(source, stdin=sys.stdin)
         try:
             document = json.loads(raw)
         except ValueError as exc:
-            raise self._invalid(f"{source} is not JSON: {exc}.") from exc
+            name = "Standard input" if source == "-" else source
+            raise self._invalid(f"{name} is not JSON: {exc}.") from exc
         given = options["public_key"]
+        if given and given.startswith("@"):
+            given = cli.read_text_file(given[1:])
         try:
-            if given:
-                if given.startswith("@"):
-                    given = Path(given[1:]).read_text()
-                public = public_key_parse(given)
-            else:
-                public = public_key().raw
+            public = public_key_parse(given) if given else public_key().raw
             receipt = verify(document, public)
-        except (ReceiptInvalid, OSError) as exc:
+        except ReceiptInvalid as exc:
             raise self._invalid(f"Invalid receipt: {exc}") from exc
         self.emit(
             options,

@@ -22,10 +22,9 @@ class Command(cli.Command):
         parser.add_argument("--manifest", required=True, type=Path)
 
     def act(self, options: dict[str, Any]) -> None:
+        raw = cli.read_file(options["manifest"])
         try:
-            manifest = json_parse(options["manifest"].read_bytes())
-        except OSError as exc:
-            raise cli.invalid(f"Cannot read the manifest: {exc}") from exc
+            manifest = json_parse(raw)
         except DomainError as exc:
             raise cli.invalid(f"Cannot read the manifest: {exc.message}") from exc
         if not isinstance(manifest, dict) or set(manifest) - {"agent", "memory"}:
