@@ -180,15 +180,17 @@ def end_only_session() -> Session:
 def test_one_session_per_mcp_session_and_a_named_one_rejoins(
     endpoint: str, keys: Keys, workshop: Document
 ) -> None:
+    name = "topic 7/" + "x" * 244  # the longest name a session's key holds
+
     async def scenario() -> None:
-        for url in [f"{endpoint}?{QUERY}"] * 2 + [f"{endpoint}?{QUERY}&session=topic-7"] * 2:
+        for url in [f"{endpoint}?{QUERY}"] * 2 + [f"{endpoint}?{QUERY}&session={name}"] * 2:
             async with connected(url, keys.owner) as client:
                 await client.list_tools()
 
     run(scenario)
     found = sorted(Session.objects.values_list("idempotency_key", flat=True))
     assert len(found) == 3
-    assert "mcp/topic-7" in found
+    assert f"mcp/{name}" in found
 
 
 def test_an_mcp_session_answers_only_the_key_that_opened_it(
@@ -231,6 +233,11 @@ def test_bodies_over_the_api_limit_are_refused(endpoint: str, keys: Keys) -> Non
         ("owner", QUERY + "&colour=red", 400, "invalid_request"),
         ("owner", QUERY + "&memory=notes=other", 400, "invalid_request"),
         ("owner", QUERY.replace("support-bot", "a%00b"), 400, "invalid_request"),
+        # A session's name the session's Idempotency-Key ("mcp/" and it) cannot hold.
+        ("owner", QUERY + "&session=" + "a" * 253, 400, "invalid_request"),
+        ("owner", QUERY + "&session=", 400, "invalid_request"),
+        ("owner", QUERY + "&session=caf%C3%A9", 400, "invalid_request"),
+        ("owner", QUERY + "&session=a%0Ab", 400, "invalid_request"),
     ],
 )
 def test_refused_before_any_session(
@@ -242,6 +249,12 @@ def test_refused_before_any_session(
     response = httpx.post(f"{endpoint}?{query}", json=body, headers=headers)
     assert response.status_code == status, response.text
     assert response.json()["error"]["code"] == code
+    if "session=" in query:
+        assert response.json()["error"] == {
+            "code": "invalid_request",
+            "message": "session is 1-252 printable ASCII characters.",
+            "details": {"field": "query.session"},
+        }
     assert not Session.objects.exists()
 
 

@@ -50,6 +50,8 @@ from memoryadmin.agents.mcp_threads import Threads
 from memoryadmin.agents.models import Binding, Session
 from memoryadmin.agents.services import runtime
 from memoryadmin.agents.services.sessions import (
+    IDEMPOTENCY_KEY_MAX,
+    check_idempotency_key,
     session_create,
     session_get_with_bindings,
 )
@@ -341,6 +343,27 @@ class HttpConfig:
     session_key: str | None
 
 
+# An HTTP session's Idempotency-Key: this before the URL's `session` (or the MCP session's id).
+HTTP_SESSION_KEY_PREFIX = "mcp/"
+
+
+def _session_name(value: str | None) -> str | None:
+    """The URL's `session`, refused with the URL where the session's key cannot hold it."""
+    if value is None:
+        return None
+    longest = IDEMPOTENCY_KEY_MAX - len(HTTP_SESSION_KEY_PREFIX)
+    refused = InvalidRequest(
+        f"session is 1-{longest} printable ASCII characters.", details={"field": "query.session"}
+    )
+    if not value:
+        raise refused
+    try:
+        check_idempotency_key(HTTP_SESSION_KEY_PREFIX + value)
+    except InvalidRequest as exc:
+        raise refused from exc
+    return value
+
+
 def http_config(raw_key: str | None, query: str) -> HttpConfig:
     """The request's key and what it asks for, checked before the SDK sees the request."""
     if not raw_key:
@@ -372,7 +395,7 @@ def http_config(raw_key: str | None, query: str) -> HttpConfig:
         project=project_for_key(key=key, project_id=project_id, write=True),
         agent_id=one["agent"][0],
         memory=memory,
-        session_key=one["session"][0],
+        session_key=_session_name(one["session"][0]),
     )
 
 
@@ -405,7 +428,7 @@ class HttpDoors:
                     project=config.project,
                     agent_id=config.agent_id,
                     memory=config.memory,
-                    idempotency_key="mcp/" + (config.session_key or mcp_session),
+                    idempotency_key=HTTP_SESSION_KEY_PREFIX + (config.session_key or mcp_session),
                     actor=f"key:{config.key.prefix}",
                 )
                 door = await self.threads.run(config.project.id, opening)
