@@ -307,6 +307,61 @@ def test_chunked_body_on_a_server_without_terminated_input_is_411(keys: Any) -> 
     assert not Document.objects.filter(doc_id="d1").exists()
 
 
+# Bodies in a content coding: no door decodes one.
+
+
+@pytest.mark.parametrize("coding", ["gzip", "br", "identity, gzip", "x-anything"])
+def test_a_body_in_a_content_coding_is_415_and_changes_nothing(
+    api: APIClient, make_document: Any, coding: str
+) -> None:
+    document = make_document("d1", text="before")
+    body = json.dumps({"title": "T", "text": "after"})
+    for method, url, headers in [
+        ("put", f"{DOCS}/d1{DEV}", {"HTTP_IF_MATCH": f'"{document.revision}"'}),
+        ("put", f"{DOCS}/d2{DEV}", {"HTTP_IF_NONE_MATCH": "*"}),
+        ("post", "/api/managed-agents/sessions", {"HTTP_IDEMPOTENCY_KEY": "k"}),
+    ]:
+        response = getattr(api, method)(
+            url, data=body, content_type="application/json", HTTP_CONTENT_ENCODING=coding,
+            **headers,
+        )  # fmt: skip
+        assert response.status_code == 415, response.content
+        assert response.json() == {
+            "error": {
+                "code": "unsupported_media_type",
+                "message": f"Content-Encoding {coding!r} is not accepted: send the body"
+                " uncompressed.",
+            }
+        }
+        assert response["Accept-Encoding"] == "identity"
+    document.refresh_from_db()
+    assert document.text == "before"
+    assert list(Document.objects.values_list("doc_id", flat=True)) == ["d1"]
+    assert not Session.objects.exists()
+
+
+def test_a_page_form_in_a_content_coding_is_415(owner: Any, make_document: Any) -> None:
+    page = "/projects/acme/development/resources/notes/new/"
+    response = owner.post(
+        page, {"id": "d9", "title": "T", "text": "x"}, HTTP_CONTENT_ENCODING="gzip"
+    )
+    assert response.status_code == 415
+    assert "send the body uncompressed" in response.content.decode()
+    assert response["Accept-Encoding"] == "identity"
+    assert not Document.objects.filter(doc_id="d9").exists()
+
+
+@pytest.mark.parametrize("coding", ["identity", "Identity", ""])
+def test_the_identity_coding_is_a_body_as_it_is(keys: Any, coding: str) -> None:
+    response = Client().put(
+        f"{DOCS}/d1{DEV}", data=json.dumps({"title": "Plain", "text": "read"}),
+        content_type="application/json", HTTP_X_API_KEY=keys.owner, HTTP_IF_NONE_MATCH="*",
+        HTTP_CONTENT_ENCODING=coding,
+    )  # fmt: skip
+    assert response.status_code == 201, response.json()
+    assert Document.objects.get(doc_id="d1").text == "read"
+
+
 class _Reset(io.RawIOBase):
     """A request body whose connection is reset after its first bytes."""
 

@@ -220,6 +220,19 @@ def test_bodies_over_the_api_limit_are_refused(endpoint: str, keys: Keys) -> Non
     assert not Session.objects.exists()
 
 
+def test_a_body_in_a_content_coding_is_refused(endpoint: str, keys: Keys) -> None:
+    body = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}
+    headers = {"x-api-key": keys.owner, "content-encoding": "gzip"}
+    response = httpx.post(f"{endpoint}?{QUERY}", json=body, headers=headers)
+    assert response.status_code == 415
+    assert response.headers["accept-encoding"] == "identity"
+    assert response.json()["error"] == {
+        "code": "unsupported_media_type",
+        "message": "Content-Encoding 'gzip' is not accepted: send the body uncompressed.",
+    }
+    assert not Session.objects.exists()
+
+
 @pytest.mark.parametrize(
     ("who", "query", "status", "code"),
     [

@@ -62,7 +62,7 @@ from memoryadmin.core.errors import (
     envelope_of,
     error_envelope,
 )
-from memoryadmin.core.jsonbody import BODY_MAX_BYTES
+from memoryadmin.core.jsonbody import BODY_MAX_BYTES, EncodedBody, content_coding_check
 from memoryadmin.core.strings import strings_check
 from memoryadmin.memory.models import ApiKey, Project
 from memoryadmin.memory.services.keys import api_key_authenticate
@@ -510,6 +510,12 @@ def http_app() -> Starlette:
             )
             body = error_envelope(code, message)
             await JSONResponse(body, status_code=refused.status_code)(scope, receive, send)
+            return
+        try:
+            content_coding_check(request.headers.get("content-encoding"))
+        except EncodedBody as exc:
+            headers = {"Accept-Encoding": exc.accepted_encoding}
+            await JSONResponse(envelope_of(exc), exc.status, headers)(scope, receive, send)
             return
         try:
             checked = await threads.run(

@@ -10,6 +10,8 @@
   within the same limit as any other body (413 when over), not as empty. A
   WSGI server that does not promise a terminated input stream cannot be read
   safely: such requests are 411.
+- A body in a content coding (`Content-Encoding: gzip`, ...) is 415: no door decodes
+  one (core/jsonbody.py).
 - A query string that comes again is parsed once per process (core/queries.py).
 """
 
@@ -32,7 +34,13 @@ from django.utils.module_loading import import_string
 
 from memoryadmin.api.throttling import USAGE_COUNTED
 from memoryadmin.core.errors import DomainError, envelope_of
-from memoryadmin.core.jsonbody import BODY_MAX_BYTES, body_read, stream_chunks
+from memoryadmin.core.jsonbody import (
+    BODY_MAX_BYTES,
+    EncodedBody,
+    body_read,
+    content_coding_check,
+    stream_chunks,
+)
 from memoryadmin.core.queries import query_share
 from memoryadmin.core.strings import string_check, string_problem, strings_check
 from memoryadmin.core.users import user_settled
@@ -123,7 +131,12 @@ class RequestDoorMiddleware:
         try:
             query_share(request)
             request_strings_check(request)
+            content_coding_check(request.META.get("HTTP_CONTENT_ENCODING"))
             chunked_body_read(request)
+        except EncodedBody as exc:
+            response = refusal(request, exc)
+            response["Accept-Encoding"] = exc.accepted_encoding
+            return response
         except DomainError as exc:
             return refusal(request, exc)
         return self.get_response(request)

@@ -15,13 +15,34 @@ from typing import IO, Any
 
 import orjson
 
-from memoryadmin.core.errors import InvalidRequest, LimitExceeded
+from memoryadmin.core.errors import DomainError, InvalidRequest, LimitExceeded
 from memoryadmin.core.inputs import whole_number
 from memoryadmin.core.strings import NESTING_MAX, strings_check
 
 # The largest body read from the network, either way (the specification's 64 KiB).
 BODY_MAX_BYTES = 64 * 1024
 CHUNK_BYTES = 16 * 1024
+
+
+class EncodedBody(DomainError):
+    """A body in a content coding: 415, answered with `Accept-Encoding: identity`."""
+
+    status = 415
+    code = "unsupported_media_type"
+    accepted_encoding = "identity"
+
+
+def content_coding_check(coding: str | None) -> None:
+    """Refuses (EncodedBody) a request whose Content-Encoding is other than identity: no
+    door decodes gzip or any other coding, and such a body read as it is would be another
+    body (or none that parses), so it is refused before it is read."""
+    if coding is None:
+        return
+    if all(part.strip().lower() in {"", "identity"} for part in coding.split(",")):
+        return
+    raise EncodedBody(
+        f"Content-Encoding {coding.strip()!r} is not accepted: send the body uncompressed."
+    )
 
 
 def too_large(size: int, limit: int = BODY_MAX_BYTES) -> LimitExceeded:
