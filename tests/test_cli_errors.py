@@ -178,7 +178,7 @@ def test_deploy_failures(project: Project, tmp_path: Path) -> None:
     manifest = tmp_path / "manifest.json"
     deploy = ("deploy", "--project", "acme", "--environment", "development")
     unreadable = fails(*deploy, "--manifest", tmp_path / "missing.json")
-    assert str(unreadable).startswith("Cannot read the manifest: ")
+    assert str(unreadable) == f"Cannot read {tmp_path}/missing.json: No such file or directory."
     assert unreadable.returncode == cli.EXIT_INVALID
     manifest.write_text(json.dumps(["not", "an", "object"]))
     assert fails(*deploy, "--manifest", manifest).returncode == cli.EXIT_INVALID
