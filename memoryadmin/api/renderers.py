@@ -9,6 +9,7 @@ non-JSON values through DRF's encoder); anything orjson refuses (an integer past
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from types import SimpleNamespace
 from typing import Any
 
 import orjson
@@ -52,10 +53,24 @@ class JSONRenderer(renderers.JSONRenderer):
         return super().render(data, accepted_media_type, renderer_context)
 
 
+class _AcceptOnly(DefaultContentNegotiation):
+    """DRF's negotiation by the Accept header alone, without the `format` override."""
+
+    settings = SimpleNamespace(URL_FORMAT_OVERRIDE=None)  # type: ignore[assignment]  # its one setting read
+
+
+_accept_only = _AcceptOnly()
+
+
 class ContentNegotiation(DefaultContentNegotiation):
-    """DRF's negotiation, answered at once in the common case: one renderer, no
-    `format` override and an Accept header that is absent, `*/*` or the renderer's
-    own type, which DRF would answer with that renderer and its type too."""
+    """DRF's negotiation, answered at once in the common case: one renderer and an Accept
+    header that is absent, `*/*` or the renderer's own type, which DRF would answer with
+    that renderer and its type too.
+
+    For a view of one renderer (every API view: JSON) `?format=` has nothing to choose
+    between, and DRF answered a name other than `json` with 404, as if the document did
+    not exist: it is ignored there, as any other query parameter a route does not read.
+    Views of several renderers (the schema: YAML or JSON) keep it."""
 
     def select_renderer(
         self,
@@ -66,8 +81,7 @@ class ContentNegotiation(DefaultContentNegotiation):
         if isinstance(renderers, list) and len(renderers) == 1 and format_suffix is None:
             renderer = renderers[0]
             accept = request._request.META.get("HTTP_ACCEPT")
-            if accept in (None, "*/*", renderer.media_type) and (
-                self.settings.URL_FORMAT_OVERRIDE not in request._request.GET
-            ):
+            if accept in (None, "*/*", renderer.media_type):
                 return renderer, renderer.media_type
+            return _accept_only.select_renderer(request, renderers)
         return super().select_renderer(request, renderers, format_suffix)
