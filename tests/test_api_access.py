@@ -121,7 +121,11 @@ def test_no_key_is_401_and_changes_nothing(
     before = snapshot()
     response = call(client_for(None), ALL[index])
     assert response.status_code == 401
-    assert response.json()["error"]["code"] == "unauthorized"
+    assert response.json()["error"] == {
+        "code": "unauthorized",
+        "message": "An API key is required in the x-api-key header.",
+    }
+    assert response["WWW-Authenticate"] == "x-api-key"
     assert snapshot() == before
 
 

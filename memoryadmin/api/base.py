@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, NoReturn
 
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.template.response import SimpleTemplateResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
+from rest_framework import exceptions
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
@@ -106,6 +107,15 @@ class ApiView(APIView):
 
     def get_permissions(self) -> list[Any]:
         return list(_shared(tuple(self.permission_classes)))
+
+    def permission_denied(
+        self, request: Request, message: str | None = None, code: str | None = None
+    ) -> NoReturn:
+        """DRF's, with the permission's message on a 401 too (DRF's own words there,
+        "Authentication credentials were not provided.", do not say which header)."""
+        if request.authenticators and not request.successful_authenticator:
+            raise exceptions.NotAuthenticated(detail=message, code=code)
+        super().permission_denied(request, message, code)
 
     @property
     def default_response_headers(self) -> dict[str, str]:
