@@ -74,6 +74,8 @@ def _deploy(project: Project, provider: dict[str, Any]) -> None:
         ("https://user:pw@93.184.216.34", "must not contain user-info"),
         ("https://93.184.216.34/api?x=1", "must not contain a query string"),
         ("https://93.184.216.34/#top", "must not contain a fragment"),
+        ("https://\u043f\u0440\u0438\u043c\u0435\u0440.com", "baseUrl must be ASCII: write an"),
+        ("https://93.184.216.34/m\u00e9moire", "baseUrl must be ASCII: write an"),
         ("ftp://93.184.216.34", "other schemes are not allowed"),
         ("https://10.0.0.5", "private"),
     ],

@@ -137,6 +137,11 @@ INVALID: list[tuple[Callable[[dict[str, Any]], None], str]] = [
     (_set("connection.origin", "https://u:p@memory.example.com"), "user-info"),
     (_set("connection.origin", "https://memory.example.com?x=1"), "query string"),
     (_set("connection.origin", "https://memory.example.com#x"), "fragment"),
+    (
+        _set("connection.origin", "https://\u043f\u0440\u0438\u043c\u0435\u0440.com"),
+        "origin must be ASCII",
+    ),
+    (_set("connection.origin", "https://memory.example.com\t"), "whitespace or control"),
     (_set("connection.origin", "https://memory.example.com/api"), "without a path"),
     (_set("connection.origin", DELETE), "connection.origin is required"),
     (_set("connection.methods", ["GET"]), "connection.methods must permit POST"),

@@ -408,6 +408,18 @@ def test_bad_endpoints_are_refused_and_change_nothing(
         response = client.post(HOOKS, body, format="json")
         assert response.status_code == status, (body, response.json())
         assert set(response.json()) == {"error"}
+    ascii_only = (
+        "url must be ASCII: write an international host name in its xn-- form and"
+        " percent-encode other characters."
+    )
+    for url, message in [
+        ("https://\u043f\u0440\u0438\u043c\u0435\u0440.com/h", ascii_only),
+        ("https://example.com/caf\u00e9", ascii_only),
+        ("https://example.com/h\tx", "url must not contain whitespace or control characters."),
+        ("https://example.com/h?q=1#x", "url must not contain a fragment."),
+    ]:
+        response = api.post(HOOKS, {"url": url, "events": ["document.created"]}, format="json")
+        assert response.json()["error"]["message"] == message, url
     outsider = client_for(keys.other).get(HOOKS)
     assert outsider.status_code == 403
     assert api.get(f"{HOOKS}/12345").status_code == 404

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from typing import TYPE_CHECKING, Any, NoReturn
-from urllib.parse import unquote, urlsplit
+from urllib.parse import SplitResult, unquote, urlsplit
 
 from memoryadmin.core.errors import InvalidRequest
 from memoryadmin.memory.limits import (
@@ -121,6 +121,27 @@ def _refuse_unreachable(host: str, where: str, *, resolve_names: bool, kind: str
         )
 
 
+def url_split(value: str, *, where: str, query: bool = False) -> SplitResult:
+    """`value` split into its parts, once it keeps what every URL the product calls keeps
+    (an http provider's origin, an external provider's base URL, a webhook's URL): printable
+    ASCII without whitespace, no user-info, no fragment, and no query unless `query`."""
+    if not PRINTABLE_RE.fullmatch(value) or any(c.isspace() for c in value):
+        if any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+            _fail(f"{where} must not contain whitespace or control characters.")
+        _fail(
+            f"{where} must be ASCII: write an international host name in its xn-- form"
+            " and percent-encode other characters."
+        )
+    parts = urlsplit(value)
+    if "@" in parts.netloc:
+        _fail(f"{where} must not contain user-info; credentials belong in managed secrets.")
+    if not query and (parts.query or "?" in value):
+        _fail(f"{where} must not contain a query string.")
+    if parts.fragment or "#" in value:
+        _fail(f"{where} must not contain a fragment.")
+    return parts
+
+
 def origin_check(
     value: object,
     *,
@@ -137,18 +158,10 @@ def origin_check(
     """
     if not isinstance(value, str) or not value:
         _fail(f"{where} is required: an https:// origin such as https://memory.example.com.")
-    if not PRINTABLE_RE.fullmatch(value) or any(c.isspace() for c in value):
-        _fail(f"{where} must not contain whitespace or control characters.")
-    parts = urlsplit(value)
+    parts = url_split(value, where=where)
     scheme = parts.scheme.lower()
     if scheme not in {"https", "http"}:
         _fail(f"{where} must use https:// (http:// only on loopback).")
-    if "@" in parts.netloc:
-        _fail(f"{where} must not contain user-info; credentials belong in managed secrets.")
-    if parts.query or "?" in value:
-        _fail(f"{where} must not contain a query string.")
-    if parts.fragment or "#" in value:
-        _fail(f"{where} must not contain a fragment.")
     if parts.path not in {"", "/"}:
         _fail(f"{where} must be an origin without a path; put the path in pathPrefix and path.")
     host = (parts.hostname or "").lower()

@@ -12,7 +12,6 @@ import json
 import secrets
 from collections.abc import Sequence
 from typing import Any
-from urllib.parse import urlsplit
 
 from django.db import transaction
 from django.utils import timezone
@@ -25,7 +24,7 @@ from memoryadmin.core.strings import string_check
 from memoryadmin.memory.models import Project
 from memoryadmin.memory.representations import iso_ms
 from memoryadmin.memory.services.audit import AuditFacts, audit_record
-from memoryadmin.providers.declarations import origin_check
+from memoryadmin.providers.declarations import origin_check, url_split
 from memoryadmin.runner.jobs import job_again, jobs_wake
 from memoryadmin.webhooks.delivery import delivery_enqueue, line_of
 from memoryadmin.webhooks.models import OPEN_DELIVERY_STATES, Delivery, DeliveryState, Endpoint
@@ -64,11 +63,7 @@ def check_url(value: object) -> str:
     string_check(value, field="url")
     if len(value) > URL_MAX:
         raise InvalidRequest(f"url is over {URL_MAX} characters.")
-    if any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F for c in value):
-        raise InvalidRequest("url must not contain whitespace or control characters.")
-    parts = urlsplit(value)
-    if parts.fragment or "#" in value:
-        raise InvalidRequest("url must not contain a fragment.")
+    parts = url_split(value, where="url", query=True)
     origin = origin_check(
         f"{parts.scheme}://{parts.netloc}", where="url", resolve_names=True, kind="webhook URLs"
     )
