@@ -471,3 +471,50 @@ def test_bad_limits_refuse_to_start(name: str, value: str, message: str) -> None
     assert result.returncode != 0
     assert "ImproperlyConfigured" in result.stderr
     assert message in result.stderr
+
+
+def test_a_project_has_at_most_keys_max_keys_in_use(
+    keys: Keys, api: APIClient, client_for: Any
+) -> None:
+    """Revoked keys do not count, keys in a rotation's grace do; rotating at the cap works."""
+    ApiKey.objects.bulk_create(
+        ApiKey(project_id="acme", name=f"k{i}", prefix=f"mak_k{i:07d}", hashed=f"h{i}")
+        for i in range(keys_service.KEYS_MAX - 4)  # with the fixture's two and the rotated two
+    )
+    ApiKey.objects.create(
+        project_id="acme",
+        name="gone",
+        prefix="mak_gone0000",
+        hashed="gone",
+        revoked_at=timezone.now(),
+    )
+    grace = api_key_create(project_id="acme", name="graced")[0]
+    assert (
+        api.post(f"{KEYS}/{grace.pk}/rotate", {"graceSeconds": 60}, format="json").status_code
+        == 201
+    )
+    in_use = ApiKey.objects.filter(project_id="acme", revoked_at=None).count() + 1
+    assert in_use == keys_service.KEYS_MAX
+    before = (ApiKey.objects.count(), AuditEntry.objects.count())
+    refused = api.post(KEYS, {"name": "one more"}, format="json")
+    assert refused.status_code == 400
+    assert refused.json()["error"] == {
+        "code": "invalid_request",
+        "message": "A project has at most 100 API keys in use; revoke one first.",
+    }
+    with pytest.raises(CommandError, match="at most 100 API keys in use") as info:
+        apikey("create", "--project", "acme")
+    assert info.value.returncode == cli.EXIT_INVALID
+    assert (ApiKey.objects.count(), AuditEntry.objects.count()) == before
+    # Rotating a key at the cap works: its old key ends.
+    rotated = api.post(f"{KEYS}/{key_of(keys.read_only).pk}/rotate", {}, format="json")
+    assert rotated.status_code == 201
+    assert works(client_for, rotated.json()["secret"]) == 200
+    # Once a key is revoked, one more may be made; another project's keys never counted.
+    assert api.post(f"{KEYS}/mak_k0000000/revoke").status_code == 200
+    assert api.post(KEYS, {"name": "one more"}, format="json").status_code == 201
+    assert api.post(KEYS, {"name": "and another"}, format="json").status_code == 400
+    other = client_for(keys.other).post(
+        "/api/managed-agents/projects/globex/api-keys", {}, format="json"
+    )
+    assert other.status_code == 201, other.json()

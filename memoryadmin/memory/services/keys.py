@@ -43,7 +43,7 @@ from memoryadmin.core.rows import (
     table,
 )
 from memoryadmin.core.sharedcache import tolerant
-from memoryadmin.memory.models import ApiKey, Document, Resource
+from memoryadmin.memory.models import ApiKey, Document, Project, Resource
 from memoryadmin.memory.services.audit import audit_record
 from memoryadmin.memory.services.documents import live_document_on
 from memoryadmin.memory.services.projects import project_get
@@ -85,6 +85,17 @@ def _audit(*, key: ApiKey, actor: str, action: str, **detail: Any) -> None:
     )
 
 
+# The keys of one project in use at once (not revoked, or in a rotation's grace): rotating
+# a key at the cap still works (its old key ends), one more key does not.
+KEYS_MAX = 100
+
+
+def _live(keys: QuerySet[ApiKey], now: datetime | None = None) -> QuerySet[ApiKey]:
+    """Those of `keys` that still work (at `now`)."""
+    now = now or timezone.now()
+    return keys.filter(Q(revoked_at__isnull=True) | Q(revoked_at__gt=now))
+
+
 def _insert(*, project_id: str | None, read_only: bool, name: str) -> NewKey:
     raw = API_KEY_PREFIX + secrets.token_urlsafe(32)
     key = ApiKey.objects.create(
@@ -118,6 +129,12 @@ def api_key_create(
     """Creates a key and returns it with its secret, which is never stored."""
     if project_id is not None:
         project_get(project_id=project_id)
+        # Counted under the project's row lock, so racing creates cannot pass the cap.
+        Project.objects.select_for_update().filter(pk=project_id).first()
+        if _live(ApiKey.objects.filter(project_id=project_id)).count() >= KEYS_MAX:
+            raise InvalidRequest(
+                f"A project has at most {KEYS_MAX} API keys in use; revoke one first."
+            )
     new = _insert(project_id=project_id, read_only=read_only, name=check_key_name(name))
     _audit(key=new.key, actor=actor, action="apikey.create", readOnly=read_only)
     return new.key, new.secret
@@ -163,11 +180,7 @@ def api_key_revoke(*, key: ApiKey, actor: str) -> ApiKey:
     """Revokes a key now. Revoking a revoked key changes nothing; one in its
     rotation grace period ends now (never later than it would have)."""
     now = timezone.now()
-    ended = (
-        ApiKey.objects.filter(pk=key.pk)
-        .filter(Q(revoked_at__isnull=True) | Q(revoked_at__gt=now))
-        .update(revoked_at=now)
-    )
+    ended = _live(ApiKey.objects.filter(pk=key.pk), now).update(revoked_at=now)
     key.refresh_from_db()
     if ended:
         _audit(key=key, actor=actor, action="apikey.revoke")
