@@ -11,7 +11,7 @@ from typing import Any, get_type_hints
 import pytest
 
 from memoryadmin.agents.models import Session, SessionEvent
-from memoryadmin.memory.models import Document, DocumentVersion, Project, Resource
+from memoryadmin.memory.models import Deployment, Document, DocumentVersion, Project, Resource
 from memoryadmin.memory.services.keys import api_key_create
 from memoryadmin_client import (
     ApiError,
@@ -190,6 +190,13 @@ def test_deployments(client: Client, project: Project) -> None:
     listed = client.list_deployments(agent="sales-bot")
     assert [d["id"] for d in listed] == [deployment["id"]]
     assert project.deployments.filter(agent="sales-bot").count() == 1
+    # More than a page: the client follows the pages to the last.
+    Deployment.objects.bulk_create(
+        Deployment(id=f"dep_bulk{i:03d}", project=project, agent="bulk-bot") for i in range(51)
+    )
+    everything = client.list_deployments()
+    assert len(everything) == Deployment.objects.filter(project=project).count() == 53
+    assert len({d["id"] for d in everything}) == 53
 
 
 def test_sessions_runtime_and_events(client: Client, notes: Resource) -> None:

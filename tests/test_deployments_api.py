@@ -191,3 +191,26 @@ def test_inventory_is_per_environment(api: APIClient) -> None:
     response = api.get(f"{BASE}/memory?environment=production")
     assert response.status_code == 200
     assert response.json() == {"resources": []}
+
+
+def test_the_list_is_paged_newest_first(api: APIClient, project: Any) -> None:
+    """A project that deploys on every change has thousands of deployments: 50 a page."""
+    Deployment.objects.filter(project=project).delete()
+    for i in range(53):
+        assert deploy(api, agent="writer" if i % 2 else "reader", memory=[]).status_code == 201
+    made = list(
+        Deployment.objects.filter(project=project)
+        .order_by("-created_at", "id")
+        .values_list("id", flat=True)
+    )
+    first = api.get(f"{BASE}/deployments").json()
+    assert [d["id"] for d in first["deployments"]] == made[:50]
+    rest = api.get(f"{BASE}/deployments", {"cursor": first["nextCursor"]}).json()
+    assert ([d["id"] for d in rest["deployments"]], rest["nextCursor"]) == (made[50:], None)
+    writers = api.get(f"{BASE}/deployments", {"agent": "writer"}).json()
+    assert len(writers["deployments"]) == 26
+    assert writers["nextCursor"] is None
+    # A cursor belongs to its filter.
+    refused = api.get(f"{BASE}/deployments", {"agent": "writer", "cursor": first["nextCursor"]})
+    assert refused.status_code == 400
+    assert refused.json()["error"]["code"] == "invalid_request"

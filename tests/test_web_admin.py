@@ -183,6 +183,39 @@ def test_deployments_show_the_active_one_with_its_declarations_and_the_history(
     assert f"{DEPLOYMENTS}{second.id}/promote/" not in history  # already active here
 
 
+def test_the_history_shows_a_page_and_loads_the_next(
+    owner: Client, two_builds: tuple[Deployment, Deployment]
+) -> None:
+    first, second = two_builds  # the bulk below are newer
+    Deployment.objects.bulk_create(
+        Deployment(id=f"dep_bulk{i:03d}", project_id="acme", agent="bulk-bot") for i in range(49)
+    )
+    made = list(
+        Deployment.objects.filter(project_id="acme")
+        .order_by("-created_at", "id")
+        .values_list("id", flat=True)
+    )
+    assert len(made) == 51
+    html = html_of(owner.get(DEPLOYMENTS))
+    history = html.split("<h2>History</h2>")[1]
+    assert [i for i in made if f"<code>{i}</code>" in history] == made[:50]
+    more = history.split('class="load-more"')[1]
+    cursor = more.split("?cursor=")[1].split('"')[0]
+    # htmx: the next rows replace the "load more" row, the rest of the page not sent.
+    rows = html_of(owner.get(f"{DEPLOYMENTS}?cursor={cursor}", HTTP_HX_REQUEST="true"))
+    assert f"<code>{made[50]}</code>" in rows
+    assert made[49:] == [second.id, first.id]
+    assert f"{DEPLOYMENTS}{first.id}/promote/" in rows  # the row's own action
+    assert "<h2>" not in rows
+    assert "load-more" not in rows
+    # Without htmx, the page from there, with a way back to the newest.
+    page = html_of(owner.get(f"{DEPLOYMENTS}?cursor={cursor}"))
+    assert f"<code>{made[50]}</code>" in page
+    assert "Back to the newest deployments" in page
+    assert "<h2>Active in development</h2>" not in page
+    assert owner.get(f"{DEPLOYMENTS}?cursor=nonsense").status_code == 400
+
+
 def test_owner_promotes_an_earlier_deployment(
     owner: Client, two_builds: tuple[Deployment, Deployment]
 ) -> None:

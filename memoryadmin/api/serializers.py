@@ -418,6 +418,7 @@ class DeploymentOutput(serializers.Serializer):
 
 class DeploymentListOutput(serializers.Serializer):
     deployments = DeploymentOutput(many=True)
+    nextCursor = serializers.CharField(allow_null=True)
 
 
 class ErrorBody(serializers.Serializer):

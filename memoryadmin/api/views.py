@@ -80,16 +80,19 @@ def _deployment_body(deployment: Deployment) -> dict[str, Any]:
 
 class DeploymentListView(ApiView):
     @extend_schema(
-        parameters=[OpenApiParameter("agent", OpenApiTypes.STR, OpenApiParameter.QUERY)],
+        parameters=[OpenApiParameter("agent", OpenApiTypes.STR, OpenApiParameter.QUERY), CURSOR],
         responses={200: s.DeploymentListOutput, **ERRORS},
         operation_id="deployments_list",
+        description="The project's deployments (of `agent`), newest first, 50 a page.",
     )
     def get(self, request: Request, p: str) -> Response:
         project = self.project(request, p)
-        deployments = deployment_services.deployment_list(
-            project=project, agent=s.require_query_string(request, "agent")
+        deployments, next_cursor = deployment_services.deployment_list(
+            project=project,
+            agent=s.require_query_string(request, "agent"),
+            cursor=self.cursor(request),
         )
-        return Response({"deployments": deployments_dicts(deployments)})
+        return Response({"deployments": deployments_dicts(deployments), "nextCursor": next_cursor})
 
     @extend_schema(
         request=s.DeploymentCreateInput,

@@ -60,7 +60,11 @@ class Deployment(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        indexes = [models.Index(fields=["project", "agent", "-created_at"])]
+        indexes = [
+            models.Index(fields=["project", "agent", "-created_at"]),
+            # The list's pages, newest first (the keyset's order).
+            models.Index(fields=["project", "-created_at", "id"], name="deployment_history"),
+        ]
 
     def __str__(self) -> str:
         return self.id

@@ -8,6 +8,7 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Count, Q
 
+from memoryadmin.core.cursors import keyset_page
 from memoryadmin.core.environments import check_environment
 from memoryadmin.core.errors import InvalidRequest, NotFound, ResourceConflict
 from memoryadmin.core.rows import Compiled, concrete_names, instance
@@ -32,6 +33,9 @@ from memoryadmin.memory.services.projects import key_may_act, project_get
 Declaration = dict[str, Any]
 # The kind of a declaration that names none.
 DEFAULT_KIND = "document"
+
+# Deployments in a page of the list, newest first.
+DEPLOYMENT_PAGE_SIZE = 50
 
 
 def declarations_public(memory: list[Declaration]) -> list[Declaration]:
@@ -196,11 +200,26 @@ def deployment_get(*, project: Project, deployment_id: str) -> Deployment:
         raise NotFound(f"No deployment '{deployment_id}' in project '{project.id}'.") from exc
 
 
-def deployment_list(*, project: Project, agent: str | None = None) -> list[Deployment]:
-    deployments = Deployment.objects.filter(project=project).order_by("-created_at", "id")
+def deployment_list(
+    *,
+    project: Project,
+    agent: str | None = None,
+    cursor: str | None = None,
+    limit: int = DEPLOYMENT_PAGE_SIZE,
+) -> tuple[list[Deployment], str | None]:
+    """A page of the project's deployments (of `agent`), newest first, and the cursor of
+    the next: a project that deploys on every change has thousands, each with its
+    declarations."""
+    deployments = Deployment.objects.filter(project=project)
     if agent:
         deployments = deployments.filter(agent=agent)
-    return list(deployments)
+    return keyset_page(
+        deployments,
+        order=("-created_at", "id"),
+        cursor=cursor,
+        scope=f"deployments:{project.id}:{agent or ''}",
+        limit=limit,
+    )
 
 
 _ACTIVE_IN = Compiled(

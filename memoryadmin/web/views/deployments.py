@@ -29,16 +29,24 @@ from memoryadmin.web.views.base import INVALID, Page, actor, page_render, projec
 def _render(
     request: HttpRequest, page: Page, *, form: SecretForm | None = None, status: int = 200
 ) -> HttpResponseBase:
-    deployments = deployment_list(project=page.project)
+    # The history a page at a time, newest first; "load more" asks for the next.
+    cursor = request.GET.get("cursor") or None if request.method == "GET" else None
+    deployments, next_cursor = deployment_list(project=page.project, cursor=cursor)
     context: dict[str, Any] = {
-        "active": deployments_active(project=page.project, environment=page.environment),
         "deployments": deployments,
         "active_in": deployment_active_in(deployments=deployments),
+        "cursor": cursor,
+        "next_cursor": next_cursor,
     }
+    if cursor is None:
+        context["active"] = deployments_active(project=page.project, environment=page.environment)
     if page.can_manage_secrets:
         context["secrets"] = secret_list(project=page.project, environment=page.environment)
         context["secret_form"] = form or SecretForm()
-    return page_render(request, "memoryadmin/deployments.html", page, context, status=status)
+    partial = "more" if cursor else None
+    return page_render(
+        request, "memoryadmin/deployments.html", page, context, partial=partial, status=status
+    )
 
 
 @require_GET

@@ -737,9 +737,17 @@ def create_deployment(
 def list_deployments(
     c: Defaults, *, agent: str | None = None, project: str | None = None
 ) -> Op[list[Deployment]]:
+    """Every deployment (of `agent`), newest first: the pages followed to the last."""
     path = f"projects/{c._project(project)}/deployments"
-    response = yield Request("GET", path, _drop_none({"agent": agent}))
-    return cast(list[Deployment], response.json()["deployments"])
+    found: list[Deployment] = []
+    cursor: str | None = None
+    while True:
+        params = _drop_none({"agent": agent, "cursor": cursor})
+        page = (yield Request("GET", path, params)).json()
+        found.extend(cast(list[Deployment], page["deployments"]))
+        cursor = page.get("nextCursor")
+        if not cursor:
+            return found
 
 
 def get_deployment(
