@@ -256,3 +256,34 @@ def test_cli_unknown_project_is_an_error(db: None) -> None:
     with pytest.raises(CommandError) as raised:
         run("list", "--project", "nope", "--environment", "development")
     assert raised.value.returncode == 3
+
+
+def test_a_project_has_at_most_secrets_max_secrets_in_an_environment(
+    api: APIClient, project: Project
+) -> None:
+    Secret.objects.bulk_create(
+        Secret(project=project, environment="development", name=f"S{i}", value="v", origins=[])
+        for i in range(100)
+    )
+    before = (Secret.objects.count(), AuditEntry.objects.count())
+    refused = put_secret(api, "ONE_MORE", {"value": VALUE, "origins": [ORIGIN]})
+    assert refused.status_code == 400
+    assert refused.json()["error"] == {
+        "code": "invalid_request",
+        "message": "A project has at most 100 secrets in development; delete one first.",
+    }
+    with pytest.raises(CommandError, match="at most 100 secrets in development"):
+        call_command(
+            "secret", "set", "--project", "acme", "ONE_MORE", "--origin", ORIGIN,
+            stdin=io.StringIO(VALUE),
+        )  # fmt: skip
+    assert (Secret.objects.count(), AuditEntry.objects.count()) == before
+    # Replacing one is never refused; another environment has its own count.
+    assert put_secret(api, "S7", {"value": VALUE, "origins": [ORIGIN]}).status_code == 204
+    assert secret_resolve(project_id="acme", environment="development", name="S7") == VALUE
+    prod = put_secret(
+        api, "ONE_MORE", {"value": VALUE, "origins": [ORIGIN]}, "?environment=production"
+    )
+    assert prod.status_code == 204
+    assert api.delete(f"{SECRETS}/S0{DEV}").status_code == 204
+    assert put_secret(api, "ONE_MORE", {"value": VALUE, "origins": [ORIGIN]}).status_code == 204

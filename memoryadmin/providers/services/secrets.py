@@ -32,6 +32,8 @@ from memoryadmin.providers.models import Secret
 
 SECRET_VALUE_MAX = 4096
 ORIGINS_MAX = 16
+# Secrets of one project in one environment (replacing one is never refused).
+SECRETS_MAX = 100
 # Values travel as HTTP header values: visible ASCII, spaces and tabs only.
 SECRET_VALUE_RE = re.compile(r"[\x20-\x7e\t]+")
 
@@ -108,6 +110,13 @@ def secret_set(
     check_secret_name(name)
     checked = _check_value(value)
     bound = None if origins is None else check_origins(origins)
+    # Counted under the project's row lock, so racing creates cannot pass the cap.
+    Project.objects.select_for_update().filter(pk=project.pk).first()
+    held = Secret.objects.filter(project=project, environment=environment)
+    if held.count() >= SECRETS_MAX and not held.filter(name=name).exists():
+        raise InvalidRequest(
+            f"A project has at most {SECRETS_MAX} secrets in {environment}; delete one first."
+        )
     secret, created = Secret.objects.select_for_update().get_or_create(
         project=project,
         environment=environment,
