@@ -518,3 +518,23 @@ def test_a_project_has_at_most_keys_max_keys_in_use(
         "/api/managed-agents/projects/globex/api-keys", {}, format="json"
     )
     assert other.status_code == 201, other.json()
+
+
+def test_the_list_is_paged_newest_first_revoked_keys_included(keys: Keys, api: APIClient) -> None:
+    ApiKey.objects.bulk_create(
+        ApiKey(
+            project_id="acme", prefix=f"mak_old{i:05d}", hashed=f"old{i}", revoked_at=timezone.now()
+        )
+        for i in range(50)
+    )
+    made = list(
+        ApiKey.objects.filter(project_id="acme")
+        .order_by("-created_at", "id")
+        .values_list("prefix", flat=True)
+    )
+    assert len(made) == 52
+    first = api.get(KEYS).json()
+    assert [key["prefix"] for key in first["apiKeys"]] == made[:50]
+    rest = api.get(KEYS, {"cursor": first["nextCursor"]}).json()
+    assert ([key["prefix"] for key in rest["apiKeys"]], rest["nextCursor"]) == (made[50:], None)
+    assert api.get(KEYS, {"cursor": "nonsense"}).status_code == 400

@@ -9,9 +9,17 @@ from pathlib import Path
 from typing import Any, get_type_hints
 
 import pytest
+from django.utils import timezone
 
 from memoryadmin.agents.models import Session, SessionEvent
-from memoryadmin.memory.models import Deployment, Document, DocumentVersion, Project, Resource
+from memoryadmin.memory.models import (
+    ApiKey,
+    Deployment,
+    Document,
+    DocumentVersion,
+    Project,
+    Resource,
+)
 from memoryadmin.memory.services.keys import api_key_create
 from memoryadmin_client import (
     ApiError,
@@ -288,6 +296,15 @@ def test_api_keys_list_create_rotate_revoke(live_server: Any, client: Client, ap
         assert caught.value.status == 401
     revoked = client.revoke_api_key(rotated["id"])
     assert revoked["revokedAt"] is not None
+    # More than a page (revoked keys stay listed): the client follows the pages.
+    ApiKey.objects.bulk_create(
+        ApiKey(
+            project_id="acme", prefix=f"mak_old{i:05d}", hashed=f"old{i}", revoked_at=timezone.now()
+        )
+        for i in range(50)
+    )
+    everything = client.list_api_keys()
+    assert len({key["prefix"] for key in everything}) == len(everything) == 53
     with Client(live_server.url, rotated["secret"], project="acme") as gone:
         with pytest.raises(ApiError) as caught:
             gone.list_documents("notes")

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 
 from memoryadmin.memory.models import ApiKey, AuditEntry, Project
 from tests.helpers import PASSWORD, Keys, People
@@ -18,6 +20,7 @@ pytestmark = pytest.mark.django_db
 BASE = "/projects/acme/development"
 KEYS = f"{BASE}/keys/"
 HX = {"HTTP_HX_REQUEST": "true"}
+DAY = timedelta(days=1)
 API = "/api/managed-agents/projects/acme"
 
 
@@ -48,6 +51,22 @@ def test_owner_sees_the_projects_keys_and_a_keys_tab(client: Any, keys: Keys) ->
     assert f'href="{KEYS}" aria-current="page">Keys</a>' in html
     # Scripts only from files (the Content-Security-Policy allows no inline script).
     assert all("src=" in tag for tag in re.findall(r"<script[^>]*>", html))
+
+
+def test_the_page_shows_keys_in_use_and_those_revoked_lately(client: Any, keys: Keys) -> None:
+    now = timezone.now()
+    ApiKey.objects.bulk_create(
+        [
+            ApiKey(project_id="acme", prefix="mak_lately00", hashed="a", revoked_at=now),
+            ApiKey(project_id="acme", prefix="mak_graced00", hashed="b", revoked_at=now + DAY),
+            ApiKey(project_id="acme", prefix="mak_long_ago", hashed="c", revoked_at=now - 31 * DAY),
+        ]
+    )
+    html = client("owner").get(KEYS).content.decode()
+    for prefix in (keys.owner[:12], "mak_lately00", "mak_graced00"):
+        assert f"<code>{prefix}&hellip;</code>" in html
+    assert "mak_long_ago" not in html
+    assert "Keys revoked more than 30 days ago are not shown here" in html
 
 
 @pytest.mark.parametrize("persona", ["support", "viewer"])

@@ -11,7 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from memoryadmin.api import serializers as s
-from memoryadmin.api.base import ERRORS, ApiView
+from memoryadmin.api.base import CURSOR, ERRORS, ApiView
 from memoryadmin.memory.models import ApiKey
 from memoryadmin.memory.representations import api_key_dict
 from memoryadmin.memory.services import keys as key_services
@@ -29,11 +29,18 @@ class ApiKeyView(ApiView):
 
 
 class ApiKeyListView(ApiKeyView):
-    @extend_schema(responses={200: s.ApiKeyListOutput, **ERRORS}, operation_id="api_keys_list")
+    @extend_schema(
+        parameters=[CURSOR],
+        responses={200: s.ApiKeyListOutput, **ERRORS},
+        operation_id="api_keys_list",
+        description="The project's keys, newest first, revoked ones included, 50 a page.",
+    )
     def get(self, request: Request, p: str) -> Response:
         project = self.project(request, p, write=True)
-        keys = key_services.api_key_list(project_id=project.id)
-        return Response({"apiKeys": [api_key_dict(key) for key in keys]})
+        keys, next_cursor = key_services.api_key_page(
+            project_id=project.id, cursor=self.cursor(request)
+        )
+        return Response({"apiKeys": [api_key_dict(key) for key in keys], "nextCursor": next_cursor})
 
     @extend_schema(
         request=s.ApiKeyCreateInput,

@@ -491,6 +491,7 @@ class ApiKeyOutput(serializers.Serializer):
 
 class ApiKeyListOutput(serializers.Serializer):
     apiKeys = ApiKeyOutput(many=True)
+    nextCursor = serializers.CharField(allow_null=True)
 
 
 class ApiKeyCreatedOutput(ApiKeyOutput):

@@ -29,6 +29,7 @@ from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from memoryadmin.core.cursors import keyset_page
 from memoryadmin.core.errors import Conflict, InvalidRequest, NotFound
 from memoryadmin.core.inputs import whole_number
 from memoryadmin.core.rows import (
@@ -85,6 +86,8 @@ def _audit(*, key: ApiKey, actor: str, action: str, **detail: Any) -> None:
     )
 
 
+# Keys in a page of the list, newest first.
+KEY_PAGE_SIZE = 50
 # The keys of one project in use at once (not revoked, or in a rotation's grace): rotating
 # a key at the cap still works (its old key ends), one more key does not.
 KEYS_MAX = 100
@@ -140,14 +143,33 @@ def api_key_create(
     return new.key, new.secret
 
 
-def api_key_list(*, project_id: str | None, all_projects: bool = False) -> QuerySet[ApiKey]:
-    """The keys of one project, or (all_projects) every key; None alone: all-projects keys."""
+def api_key_list(
+    *, project_id: str | None, all_projects: bool = False, revoked_since: datetime | None = None
+) -> QuerySet[ApiKey]:
+    """The keys of one project, or (all_projects) every key; None alone: all-projects keys.
+    `revoked_since`: only the keys in use and those revoked since then."""
     keys = ApiKey.objects.order_by("-created_at", "-id")
+    if revoked_since is not None:
+        keys = _live(keys, revoked_since)
     if all_projects:
         return keys
     if project_id is not None:
         project_get(project_id=project_id)
     return keys.filter(project_id=project_id)
+
+
+def api_key_page(
+    *, project_id: str, cursor: str | None, limit: int = KEY_PAGE_SIZE
+) -> tuple[list[ApiKey], str | None]:
+    """A page of the project's keys, newest first, revoked ones included: those grow with
+    every rotation."""
+    return keyset_page(
+        api_key_list(project_id=project_id),
+        order=("-created_at", "id"),
+        cursor=cursor,
+        scope=f"api-keys:{project_id}",
+        limit=limit,
+    )
 
 
 def api_key_get(*, ref: str, project_id: str | None = None, scoped: bool = False) -> ApiKey:

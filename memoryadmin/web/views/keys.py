@@ -3,11 +3,13 @@ revoke with confirmation, and the project's people who are locked out of logging
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponseBase
 from django.shortcuts import redirect
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from memoryadmin.memory.models import ApiKey
@@ -34,6 +36,9 @@ from memoryadmin.web.views.base import (
 
 # The usage chart's size (SVG user units): one bar per hour.
 BAR_WIDTH, CHART_HEIGHT = 6, 30
+
+# How long a revoked key stays on the page (the API and `manage.py apikey list` list all).
+REVOKED_SHOWN = timedelta(days=30)
 
 
 def usage_rows(keys: list[ApiKey]) -> list[dict[str, Any]]:
@@ -73,7 +78,9 @@ def usage_rows(keys: list[ApiKey]) -> list[dict[str, Any]]:
 def _render(
     request: HttpRequest, page: Page, form: ApiKeyForm, *, status: int = 200, **extra: Any
 ) -> HttpResponseBase:
-    keys = list(api_key_list(project_id=page.project.id))
+    # Keys in use and those revoked lately; older ones stay listed by the API and the CLI.
+    since = timezone.now() - REVOKED_SHOWN
+    keys = list(api_key_list(project_id=page.project.id, revoked_since=since))
     made = extra.pop("made", None)
     if made is not None:  # right after "Create key": the new key and its secret
         extra["new_key"] = next((key for key in keys if key.pk == made["pk"]), None)

@@ -170,8 +170,16 @@ def memory_inventory(
 
 
 def list_api_keys(c: Defaults, *, project: str | None = None) -> Op[list[ApiKey]]:
-    response = yield Request("GET", f"projects/{c._project(project)}/api-keys")
-    return cast(list[ApiKey], response.json()["apiKeys"])
+    """Every key of the project, newest first, revoked ones included: the pages followed."""
+    path = f"projects/{c._project(project)}/api-keys"
+    found: list[ApiKey] = []
+    cursor: str | None = None
+    while True:
+        page = (yield Request("GET", path, _drop_none({"cursor": cursor}))).json()
+        found.extend(cast(list[ApiKey], page["apiKeys"]))
+        cursor = page.get("nextCursor")
+        if not cursor:
+            return found
 
 
 def create_api_key(
