@@ -30,7 +30,7 @@ def _render(
     request: HttpRequest, page: Page, *, form: SecretForm | None = None, status: int = 200
 ) -> HttpResponseBase:
     # The history a page at a time, newest first; "load more" asks for the next.
-    cursor = request.GET.get("cursor") or None if request.method == "GET" else None
+    cursor = (request.GET.get("cursor") or None) if request.method == "GET" else None
     deployments, next_cursor = deployment_list(project=page.project, cursor=cursor)
     context: dict[str, Any] = {
         "deployments": deployments,
