@@ -256,6 +256,64 @@ def test_database_outage_answers_503_and_recovers_without_a_restart(
 
 
 @pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_waits_out_a_database_outage_and_runs_jobs_after_it(
+    proxy: TcpProxy, settings: Any, tmp_path: Path
+) -> None:
+    """The worker reaches PostgreSQL through a proxy; cutting the proxy is the outage. It
+    ended with a traceback at its next sweep; now it says so once and carries on."""
+    from memoryadmin.runner.models import Job
+    from tests.helpers import manage, worker_start, worker_stop
+
+    database = settings.DATABASES["default"]
+    common = {
+        "MEMORYADMIN_DEV_SECRETS": "1",
+        "MEMORYADMIN_VAR_DIR": str(tmp_path / "var"),
+        "MEMORYADMIN_TASKS_QUEUE": f"outage-{free_port()}",
+    }
+    env = clean_env(
+        DATABASE_URL=f"postgres://{database['USER']}@127.0.0.1:{proxy.port}/{database['NAME']}",
+        DATABASE_POOL_TIMEOUT="1",
+        DATABASE_CONNECT_TIMEOUT="1",
+        **common,
+    )
+    log = tmp_path / "worker.log"
+    deadline = time.monotonic() + 90
+
+    def until(text: str) -> None:
+        while text not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert text in log.read_text(), log.read_text()[-3000:]
+
+    worker = worker_start(env, log)
+    try:
+        until("running jobs on")
+        proxy.cut()
+        until("worker: the database cannot be used")
+        assert worker.poll() is None, log.read_text()[-3000:]
+        proxy.restore()
+        until("worker: the database is back")
+        marker = tmp_path / "m"
+        Path(f"{marker}.go").touch()  # the job writes at once
+        code = "from tests.runner_jobs import *; enqueue_marked(write_when_told, 'outage', {!r})"
+        code = code.format(str(marker))
+        enqueued = manage(
+            "shell", "-c", code, env=clean_env(DATABASE_URL=suite_database_url(), **common)
+        )
+        assert enqueued.returncode == 0, enqueued.stderr[-3000:]
+        job = Job.objects.get(kwargs__label="outage")
+        while Job.objects.get(pk=job.pk).state != "done" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert Job.objects.get(pk=job.pk).state == "done", log.read_text()[-3000:]
+    finally:
+        worker_stop(worker, log)
+    assert worker.returncode == 0, log.read_text()[-3000:]
+    text = log.read_text()
+    assert text.count("worker: the database cannot be used") == 1, text[-3000:]
+    assert "Traceback" not in text
+
+
+@pytest.mark.postgres
 @pytest.mark.redis
 @pytest.mark.django_db(transaction=True)
 def test_a_redis_outage_keeps_instances_ready_and_serving(project: Any, settings: Any) -> None:

@@ -502,6 +502,48 @@ def test_a_worker_stopped_mid_job_finishes_it_then_exits(
     }
 
 
+def test_a_worker_waits_out_a_database_it_cannot_use_then_runs_jobs(
+    tmp_path: Path, migrated_sqlite: Callable[[Path], Path]
+) -> None:
+    """A worker started before its database can be used (down, restarting, a file not
+    there yet) says so once and tries again, as the web server answers 503 until the
+    database is back: it ended with a traceback at the first statement."""
+    db = tmp_path / "later" / "worker.sqlite3"  # its folder does not exist yet
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"sqlite:///{db}",
+        "DJANGO_SETTINGS_MODULE": "memoryadmin.settings",
+        "MEMORYADMIN_DEV_SECRETS": "1",
+        "MEMORYADMIN_VAR_DIR": str(tmp_path / "var"),
+        "MEMORYADMIN_TASKS_QUEUE": "q" + uuid.uuid4().hex[:12],
+        "PYTHONFAULTHANDLER": "1",
+    }
+    log = tmp_path / "worker.log"
+    worker = worker_start(env, log)
+    try:
+        _wait_for(lambda: "cannot be used" in log.read_text(), "the worker to say so")
+        time.sleep(1.5)  # another try or two, said nothing more
+        assert worker.poll() is None, log.read_text()[-3000:]
+        db.parent.mkdir()
+        migrated_sqlite(db)
+        (tmp_path / "m.go").touch()  # the job writes at once
+        _python(env, f"enqueue_marked(write_when_told, 'later', {str(tmp_path / 'm')!r})")
+        waited = _python(env, "wait_done('later')").strip().splitlines()[-1]
+        assert waited == "true", log.read_text()[-3000:]
+    finally:
+        worker_stop(worker, log)
+    assert worker.returncode == 0, log.read_text()[-3000:]
+    said = [json.loads(line)["event"] for line in log.read_text().splitlines() if "{" in line[:1]]
+    waits = [line for line in said if line.startswith("worker: the database cannot be used")]
+    assert waits == [
+        "worker: the database cannot be used (unable to open database file); trying again"
+        " every 1.0 s"
+    ]
+    assert any(line.startswith("worker: the database is back after ") for line in said)
+    assert "Traceback" not in log.read_text()
+    assert _state(env, "later") == {"jobs": [{"state": "done", "attempts": 1}], "steps": [1]}
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_worker_process_delivers_webhooks_signed_in_order(
     worker_env: dict[str, str], tmp_path: Path

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
+from django.db import DatabaseError, connections
 
+from memoryadmin.core.dbstate import database_unavailable
 from memoryadmin.core.inputs import int_argument
 from memoryadmin.runner.backends import backend_batch
 from memoryadmin.runner.jobs import jobs_run_by, jobs_run_due, jobs_sweep
 from memoryadmin.runner.pool import JobPool, worker_jobs_per_project, worker_threads
+
+logger = logging.getLogger("memoryadmin.worker")
 
 
 class Command(BaseCommand):
@@ -35,6 +40,11 @@ class Command(BaseCommand):
         )
         parser.add_argument("--once", action="store_true", help="Run what is due now, then exit.")
 
+    def check(self, *args: Any, **kwargs: Any) -> None:
+        # Django's system checks, without those that open a connection (SQLite's JSON
+        # support): a worker started before its database can be used waits for it below.
+        super().check(*args, **{**kwargs, "databases": []})
+
     def handle(self, *args: Any, **options: Any) -> None:
         threads = options["threads"] or worker_threads()
         # Provider calls bound their requests by the threads that may make them.
@@ -53,14 +63,54 @@ class Command(BaseCommand):
             pool.close()
 
     def _loop(self, batch: Any, pool: JobPool, options: dict[str, Any]) -> None:
+        outage = _Outage()
         while True:
-            jobs_sweep()
-            if batch is None:
-                # Tasks run where they are enqueued: the worker runs what is due.
-                jobs_run_due()
-            elif not batch():
-                return
+            try:
+                jobs_sweep()
+                if batch is None:
+                    # Tasks run where they are enqueued: the worker runs what is due.
+                    jobs_run_due()
+                elif not batch():
+                    return
+            except DatabaseError as exc:
+                if not database_unavailable(exc) or options["once"]:
+                    raise
+                # Down, restarting, or not migrated yet: wait for it, as the web server
+                # does (503 until it is back), rather than end every worker with it.
+                connections.close_all()
+                outage.began(exc)
+                time.sleep(max(options["interval"], OUTAGE_RETRY_SECONDS))
+                continue
+            outage.ended()
             if options["once"]:
                 pool.wait_idle()
                 return
             time.sleep(options["interval"])
+
+
+# How often a worker tries the database again while it cannot be used.
+OUTAGE_RETRY_SECONDS = 1.0
+
+
+class _Outage:
+    """Says once when the database became unusable, and once when it is back."""
+
+    def __init__(self) -> None:
+        self.since: float | None = None
+
+    def began(self, exc: DatabaseError) -> None:
+        if self.since is None:
+            self.since = time.monotonic()
+            logger.warning(
+                "worker: the database cannot be used (%s); trying again every %s s",
+                str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
+                OUTAGE_RETRY_SECONDS,
+            )
+
+    def ended(self) -> None:
+        if self.since is not None:
+            logger.warning(
+                "worker: the database is back after %.0f s; running jobs again",
+                time.monotonic() - self.since,
+            )
+            self.since = None
