@@ -13,9 +13,8 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from memoryadmin.core.dbstate import database_unavailable
+from memoryadmin.core.dbstate import database_unavailable, unavailable_answer
 from memoryadmin.core.errors import error_envelope
-from memoryadmin.health import RETRY_AFTER_SECONDS
 from memoryadmin.metrics import DATABASE_UNAVAILABLE
 from memoryadmin.web.views.base import unavailable_page
 from memoryadmin.web.views.errors import page_not_found, permission_denied, server_error
@@ -28,13 +27,8 @@ def _unavailable(exc: BaseException) -> tuple[dict[str, Any], int, None, dict[st
     # A warning without a traceback: the database is away, the code is not wrong.
     logger.warning("database unavailable: %s: %s", type(exc).__name__, exc)
     DATABASE_UNAVAILABLE.inc()
-    seconds = RETRY_AFTER_SECONDS
-    body = error_envelope(
-        "service_unavailable",
-        f"The database is unavailable; retry in {seconds} seconds.",
-        {"retryAfter": seconds},
-    )
-    return body, 503, None, {"Retry-After": str(seconds)}
+    body, headers = unavailable_answer()
+    return body, 503, None, headers
 
 
 def _is_api(request: HttpRequest) -> bool:

@@ -20,9 +20,7 @@ from django.db import DatabaseError, connection
 from django.db.migrations.recorder import MigrationRecorder
 from django.http import HttpRequest, JsonResponse
 
-# Seconds clients are told to wait before retrying while the database is unavailable.
-RETRY_AFTER_SECONDS = 5
-
+from memoryadmin.core.dbstate import RETRY_AFTER_SECONDS
 
 # How long a readiness check waits for Redis.
 REDIS_TIMEOUT_SECONDS = 2.0

@@ -662,3 +662,22 @@ def test_the_server_reports_the_product_version_and_tool_descriptions_end_once(
     for tool in tools.tools:
         assert ".." not in (tool.description or ""), tool.description
         assert (tool.description or "").endswith("."), tool.description
+
+
+def test_a_database_it_cannot_use_answers_503_as_the_api_does(tmp_path: Path) -> None:
+    """The endpoint's key look-up on a database it cannot open (here a SQLite file whose
+    folder does not exist) answered Starlette's plain-text 500."""
+    missing = tmp_path / "missing" / "db.sqlite3"
+    with mcp_process(DATABASE_URL=f"sqlite:///{missing}") as url:
+        body = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}
+        response = httpx.post(f"{url}?{QUERY}", json=body, headers={"x-api-key": "mak_x"})
+    assert response.status_code == 503, response.text
+    assert response.headers["Retry-After"] == "5"
+    assert response.json() == {
+        "error": {
+            "code": "service_unavailable",
+            "message": "The database is unavailable; retry in 5 seconds.",
+            "details": {"retryAfter": 5},
+        }
+    }
+    assert not missing.parent.exists()

@@ -18,6 +18,7 @@ handlers' sync work runs on a pool of threads, each project within its share
 from __future__ import annotations
 
 import json
+import logging
 import secrets
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
@@ -31,6 +32,7 @@ import mcp_types as types
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import CommandError
+from django.db import DatabaseError
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import Server
 from mcp.server.stdio import stdio_server
@@ -55,6 +57,7 @@ from memoryadmin.agents.services.sessions import (
     session_create,
     session_get_with_bindings,
 )
+from memoryadmin.core.dbstate import database_unavailable, unavailable_answer
 from memoryadmin.core.errors import (
     DomainError,
     InvalidRequest,
@@ -100,6 +103,8 @@ CONFLICT_HINT = (
     "The document changed since memory was last read; the current text and summary are "
     "above. Call memory_recall (or read the resource) before saving again."
 )
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -523,6 +528,14 @@ def http_app() -> Starlette:
             )
         except DomainError as exc:
             await JSONResponse(envelope_of(exc), status_code=exc.status)(scope, receive, send)
+            return
+        except DatabaseError as exc:
+            if not database_unavailable(exc):
+                raise
+            # As the API answers: 503 with Retry-After in the envelope, not a 500.
+            logger.warning("database unavailable: %s: %s", type(exc).__name__, exc)
+            body, headers = unavailable_answer()
+            await JSONResponse(body, 503, headers)(scope, receive, send)
             return
         scope.setdefault("state", {})["memoryadmin"] = checked
         await manager.handle_request(scope, receive, send)

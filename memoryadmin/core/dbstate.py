@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import DatabaseError, InterfaceError, OperationalError
+
+from memoryadmin.core.errors import error_envelope
+
+# Seconds a client is told to wait before trying again while the database cannot serve.
+RETRY_AFTER_SECONDS = 5
 
 # SQLSTATEs of a statement naming a table or column the database does not have: a
 # database that `migrate` has not brought up to date (PostgreSQL; SQLite says it in words).
@@ -27,3 +34,15 @@ def database_unavailable(exc: BaseException | None) -> bool:
     return isinstance(exc, OperationalError | InterfaceError) or (
         exc is not None and schema_missing(exc)
     )
+
+
+def unavailable_answer() -> tuple[dict[str, Any], dict[str, str]]:
+    """The body (the error envelope) and headers of the 503 every door answers while the
+    database cannot serve."""
+    seconds = RETRY_AFTER_SECONDS
+    body = error_envelope(
+        "service_unavailable",
+        f"The database is unavailable; retry in {seconds} seconds.",
+        {"retryAfter": seconds},
+    )
+    return body, {"Retry-After": str(seconds)}
