@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Iterator
 from contextlib import asynccontextmanager, closing, contextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio
