@@ -1,7 +1,8 @@
 """The site's error pages (handler403, handler404, handler500 of the root URLconf).
 
 A failure outside any view is answered by the door its path belongs to: the error
-envelope under /api/, the Memory page's own page elsewhere. Both doors sit on
+envelope on the API's routes and the reference provider's (`api.middleware.is_api`, the
+request door's own rule), the Memory page's own page elsewhere. Both doors sit on
 top of the apps, so this one module, beside the URLconf, chooses between them.
 """
 
@@ -13,6 +14,7 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
+from memoryadmin.api.middleware import is_api
 from memoryadmin.core.dbstate import database_unavailable, unavailable_answer
 from memoryadmin.core.errors import error_envelope
 from memoryadmin.metrics import DATABASE_UNAVAILABLE
@@ -31,12 +33,8 @@ def _unavailable(exc: BaseException) -> tuple[dict[str, Any], int, None, dict[st
     return body, 503, None, headers
 
 
-def _is_api(request: HttpRequest) -> bool:
-    return request.path.startswith("/api/")
-
-
 def not_found_view(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
-    if _is_api(request):
+    if is_api(request):
         return JsonResponse(error_envelope("not_found", "No such route."), status=404)
     return page_not_found(request, exception)
 
@@ -44,7 +42,7 @@ def not_found_view(request: HttpRequest, exception: Exception | None = None) -> 
 def permission_denied_view(
     request: HttpRequest, exception: Exception | None = None
 ) -> HttpResponse:
-    if _is_api(request):
+    if is_api(request):
         return JsonResponse(error_envelope("forbidden", "Not allowed."), status=403)
     return permission_denied(request, exception)
 
@@ -54,10 +52,10 @@ def server_error_view(request: HttpRequest) -> HttpResponse:
     exc = sys.exc_info()[1]
     if exc is not None and database_unavailable(exc):
         body, status, _, headers = _unavailable(exc)
-        if _is_api(request):
+        if is_api(request):
             return JsonResponse(body, status=status, headers=headers)
         return unavailable_page(request, headers)
-    if _is_api(request):
+    if is_api(request):
         return JsonResponse(
             error_envelope("internal_error", "An internal error occurred."), status=500
         )

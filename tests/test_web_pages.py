@@ -871,6 +871,10 @@ def test_error_pages_use_the_sites_layout_outside_the_api(
     assert "There is no page at this address." in missing.content.decode()
     api = owner.get("/api/managed-agents/no-such-route/")
     assert api.json() == {"error": {"code": "not_found", "message": "No such route."}}
+    # The reference provider is an API too: the envelope, not the page.
+    provider = owner.get("/reference-provider/no-such-route/")
+    assert provider.status_code == 404
+    assert provider.json() == {"error": {"code": "not_found", "message": "No such route."}}
 
     forbidden = web_client_for(people.viewer).get(f"{WORKSHOP}edit/")
     html = forbidden.content.decode()
@@ -887,6 +891,15 @@ def test_error_pages_use_the_sites_layout_outside_the_api(
     assert crashed.status_code == 500
     assert "Something went wrong" in crashed.content.decode()
     assert "olivia" in crashed.content.decode()
+    from django.db import OperationalError
+
+    try:
+        raise OperationalError("connection refused")
+    except OperationalError:
+        away = server_error_view(RequestFactory().post("/reference-provider/oc-memory"))
+    assert (away.status_code, away["Retry-After"]) == (503, "5")
+    assert away["Content-Type"] == "application/json"
+    assert b'"code": "service_unavailable"' in away.content
 
 
 def test_a_refused_csrf_token_is_a_page_in_the_sites_layout(people: People) -> None:
