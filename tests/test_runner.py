@@ -524,8 +524,12 @@ def test_a_worker_waits_out_a_database_it_cannot_use_then_runs_jobs(
         _wait_for(lambda: "cannot be used" in log.read_text(), "the worker to say so")
         time.sleep(1.5)  # another try or two, said nothing more
         assert worker.poll() is None, log.read_text()[-3000:]
-        db.parent.mkdir()
-        migrated_sqlite(db)
+        # The folder appears at once with its database whole (the worker may open a file
+        # being copied otherwise, which reads as a damaged one).
+        ready = tmp_path / "ready"
+        ready.mkdir()
+        migrated_sqlite(ready / db.name)
+        ready.rename(db.parent)
         (tmp_path / "m.go").touch()  # the job writes at once
         _python(env, f"enqueue_marked(write_when_told, 'later', {str(tmp_path / 'm')!r})")
         waited = _python(env, "wait_done('later')").strip().splitlines()[-1]
