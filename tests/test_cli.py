@@ -13,6 +13,7 @@ import getpass
 import json
 import logging
 import os
+import resource
 import shlex
 import shutil
 import sqlite3
@@ -535,6 +536,41 @@ def test_export_refuses_a_directory_that_is_not_empty(project: Project, tmp_path
     error = memory_fails("export", "--out", str(tmp_path))
     assert error.returncode == cli.EXIT_INVALID
     assert not AuditEntry.objects.filter(action="memory.export").exists()
+
+
+def test_an_export_the_file_system_refuses_is_one_error_line(
+    make_document: Any, tmp_path: Path
+) -> None:
+    make_document(doc_id="workshop", text="Node 22")
+    for args, out in [
+        (["--out"], "/proc/no-such-folder"),
+        (["--format", "jsonl", "--out"], f"{tmp_path}/missing/memory.jsonl"),
+    ]:
+        error = memory_fails("export", *args, out)
+        assert error.returncode == cli.EXIT_ERROR
+        assert str(error) == (
+            f"Cannot write the export to {out}: No such file or directory; it is not complete."
+        )
+    assert not (tmp_path / "missing").exists()
+
+
+@pytest.mark.postgres
+def test_an_export_cut_short_leaves_no_partial_file(make_document: Any, tmp_path: Path) -> None:
+    """A file size limit (as a full disk) stops a JSON Lines export mid-way: one line, and
+    the file it began is removed, not left looking like an export. (On PostgreSQL the
+    limit holds for the export's file alone; SQLite's would meet it first.)"""
+    for i in range(20):
+        make_document(doc_id=f"doc-{i}", text="x" * 4000)
+    out = tmp_path / "memory.jsonl"
+    limits = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (16384, limits[1]))
+    try:
+        error = memory_fails("export", "--format", "jsonl", "--out", str(out))
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+    assert error.returncode == cli.EXIT_ERROR
+    assert str(error) == f"Cannot write the export to {out}: File too large; it is not complete."
+    assert not out.exists()
 
 
 def test_export_of_an_unknown_resource_is_not_found(project: Project, tmp_path: Path) -> None:

@@ -11,6 +11,8 @@ import json
 import os
 import sys
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -486,17 +488,12 @@ class Command(HistoryCommands, ProposalCommands, cli.Command):
         out = Path(options["out"])
         if out.exists() and (not out.is_dir() or any(out.iterdir())):
             raise cli.invalid(f"{out} exists and is not an empty directory.")
-        with export_snapshot(
-            project=project,
-            environment=options["environment"],
-            resource_ids=options["resource"],
-            actor=self.actor,
-        ) as snapshot:
+        with self.exporting(project, options, out) as snapshot:
             progress = self.progress(total=snapshot.count, label="Exporting")
             written = write_export(snapshot, out, progress)
             manifest = {**snapshot.manifest(), "documents": written}
-        # Written last: a directory with a manifest is a complete export.
-        (out / MANIFEST_NAME).write_bytes(export_file(manifest))
+            # Written last: a directory with a manifest is a complete export.
+            (out / MANIFEST_NAME).write_bytes(export_file(manifest))
         if options["json"]:
             self.out_json(manifest)
         elif self.verbose():
@@ -509,24 +506,40 @@ class Command(HistoryCommands, ProposalCommands, cli.Command):
                 f"to {out} ({how})."
             )
 
+    @contextmanager
+    def exporting(
+        self, project: Project, options: dict[str, Any], out: Path
+    ) -> Iterator[ExportSnapshot]:
+        """The snapshot an export reads, its writes to `out` refused in one line."""
+        with (
+            _export_writes(out),
+            export_snapshot(
+                project=project,
+                environment=options["environment"],
+                resource_ids=options["resource"],
+                actor=self.actor,
+            ) as snapshot,
+        ):
+            yield snapshot
+
     def export_jsonl(self, project: Project, options: dict[str, Any]) -> None:
         to_stdout = options["out"] == "-"
         out = Path(options["out"])
         if not to_stdout and out.exists():
             raise cli.invalid(f"{out} exists; a JSON Lines export goes to a new file.")
-        with export_snapshot(
-            project=project,
-            environment=options["environment"],
-            resource_ids=options["resource"],
-            actor=self.actor,
-        ) as snapshot:
+        with self.exporting(project, options, out) as snapshot:
             target = sys.stdout.buffer if to_stdout else out.open("xb")
+            complete = False
             try:
                 for chunk in jsonl_chunks(snapshot):
                     target.write(chunk)
+                target.flush()
+                complete = True
             finally:
                 if not to_stdout:
                     target.close()
+                    if not complete:
+                        out.unlink(missing_ok=True)  # made above, never whole
             manifest = snapshot.manifest()
         if options["json"] and not to_stdout:
             self.out_json(manifest)
@@ -616,6 +629,20 @@ def _table(rows: list[list[str]]) -> str:
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
         for row in rows
     )
+
+
+@contextmanager
+def _export_writes(out: Path) -> Iterator[None]:
+    """A file system that refuses the export's writes (no such folder, no permission, a
+    full disk, a closed pipe) ends the command with one line, not a traceback. A folder
+    left without its manifest is no export (`import` says so)."""
+    try:
+        yield
+    except OSError as exc:
+        raise cli.Error(
+            f"Cannot write the export to {out}: {exc.strerror or exc}; it is not complete.",
+            returncode=cli.EXIT_ERROR,
+        ) from exc
 
 
 def write_export(snapshot: ExportSnapshot, out: Path, progress: cli.Progress) -> int:
