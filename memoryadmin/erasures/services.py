@@ -49,6 +49,7 @@ from memoryadmin.memory.services.erasure import (
     memory_erase_documents,
     memory_erase_text,
 )
+from memoryadmin.memory.services.projects import project_lock
 from memoryadmin.memory.services.redaction import check_reason
 from memoryadmin.webhooks.services import deliveries_erase
 
@@ -337,7 +338,7 @@ def _places(
 
 def _locked(project: Project) -> None:
     """One erasure of a project at a time (SQLite's writers are serialised anyway)."""
-    Project.objects.select_for_update().filter(pk=project.pk).exists()
+    project_lock(project_id=project.pk)
 
 
 @dataclass(frozen=True)

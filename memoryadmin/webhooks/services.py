@@ -24,6 +24,7 @@ from memoryadmin.core.strings import string_check
 from memoryadmin.memory.models import Project
 from memoryadmin.memory.representations import iso_ms
 from memoryadmin.memory.services.audit import AuditFacts, audit_record
+from memoryadmin.memory.services.projects import project_cap
 from memoryadmin.providers.declarations import origin_check, url_split
 from memoryadmin.runner.jobs import job_again, jobs_wake
 from memoryadmin.webhooks.delivery import delivery_enqueue, line_of
@@ -111,10 +112,12 @@ def endpoint_create(
     checked_url = check_url(url)
     wanted = check_events(events)
     text = check_description(description)
-    # Counted under the project's row lock, so racing creates cannot pass the cap.
-    Project.objects.select_for_update().filter(pk=project.pk).first()
-    if Endpoint.objects.filter(project=project).count() >= ENDPOINTS_MAX:
-        raise InvalidRequest(f"A project has at most {ENDPOINTS_MAX} webhook endpoints.")
+    project_cap(
+        project_id=project.pk,
+        held=Endpoint.objects.filter(project=project),
+        cap=ENDPOINTS_MAX,
+        message=f"A project has at most {ENDPOINTS_MAX} webhook endpoints.",
+    )
     secret = _new_secret()
     endpoint = Endpoint.objects.create(
         project=project,

@@ -44,10 +44,10 @@ from memoryadmin.core.rows import (
     table,
 )
 from memoryadmin.core.sharedcache import tolerant
-from memoryadmin.memory.models import ApiKey, Document, Project, Resource
+from memoryadmin.memory.models import ApiKey, Document, Resource
 from memoryadmin.memory.services.audit import audit_record
 from memoryadmin.memory.services.documents import live_document_on
-from memoryadmin.memory.services.projects import project_get
+from memoryadmin.memory.services.projects import project_cap, project_get
 
 API_KEY_PREFIX = "mak_"
 LAST_USED_EVERY = 60  # seconds between two writes of last_used_at for one key
@@ -132,12 +132,12 @@ def api_key_create(
     """Creates a key and returns it with its secret, which is never stored."""
     if project_id is not None:
         project_get(project_id=project_id)
-        # Counted under the project's row lock, so racing creates cannot pass the cap.
-        Project.objects.select_for_update().filter(pk=project_id).first()
-        if _live(ApiKey.objects.filter(project_id=project_id)).count() >= KEYS_MAX:
-            raise InvalidRequest(
-                f"A project has at most {KEYS_MAX} API keys in use; revoke one first."
-            )
+        project_cap(
+            project_id=project_id,
+            held=_live(ApiKey.objects.filter(project_id=project_id)),
+            cap=KEYS_MAX,
+            message=f"A project has at most {KEYS_MAX} API keys in use; revoke one first.",
+        )
     new = _insert(project_id=project_id, read_only=read_only, name=check_key_name(name))
     _audit(key=new.key, actor=actor, action="apikey.create", readOnly=read_only)
     return new.key, new.secret

@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 
-from memoryadmin.core.errors import Conflict, Forbidden, ProjectNotFound
+from memoryadmin.core.errors import Conflict, Forbidden, InvalidRequest, ProjectNotFound
 from memoryadmin.core.rows import Compiled, concrete_names, instance
 from memoryadmin.memory.limits import check_project_id
 from memoryadmin.memory.models import ApiKey, Project
@@ -52,3 +54,17 @@ def project_for_key(*, key: ApiKey, project_id: str, write: bool) -> Project:
     """The project a key may act on, or the reason it may not."""
     key_may_act(key=key, project_id=project_id, write=write)
     return project_get(project_id=project_id)
+
+
+def project_lock(*, project_id: str) -> None:
+    """Holds the project's row until the transaction ends: whoever takes it next waits."""
+    Project.objects.select_for_update().filter(pk=project_id).exists()
+
+
+def project_cap(*, project_id: str, held: QuerySet[Any], cap: int, message: str) -> None:
+    """Refuses (InvalidRequest, `message`) one more of a project's rows where it `held`
+    `cap` of them already; counted under the project's row lock, so racing creates cannot
+    pass the cap."""
+    project_lock(project_id=project_id)
+    if held.count() >= cap:
+        raise InvalidRequest(message)

@@ -21,6 +21,7 @@ from memoryadmin.core.environments import check_environment
 from memoryadmin.core.errors import InvalidRequest
 from memoryadmin.memory.models import Project
 from memoryadmin.memory.services.audit import audit_record
+from memoryadmin.memory.services.projects import project_cap
 from memoryadmin.providers.declarations import (
     SECRET_NAME_RE,
     SERVER_SECRETS,
@@ -110,13 +111,13 @@ def secret_set(
     check_secret_name(name)
     checked = _check_value(value)
     bound = None if origins is None else check_origins(origins)
-    # Counted under the project's row lock, so racing creates cannot pass the cap.
-    Project.objects.select_for_update().filter(pk=project.pk).first()
-    held = Secret.objects.filter(project=project, environment=environment)
-    if held.count() >= SECRETS_MAX and not held.filter(name=name).exists():
-        raise InvalidRequest(
-            f"A project has at most {SECRETS_MAX} secrets in {environment}; delete one first."
-        )
+    project_cap(
+        project_id=project.pk,
+        # Replacing one is never refused: the others are what count.
+        held=Secret.objects.filter(project=project, environment=environment).exclude(name=name),
+        cap=SECRETS_MAX,
+        message=f"A project has at most {SECRETS_MAX} secrets in {environment}; delete one first.",
+    )
     secret, created = Secret.objects.select_for_update().get_or_create(
         project=project,
         environment=environment,
