@@ -8,9 +8,7 @@ top of the apps, so this one module, beside the URLconf, chooses between them.
 
 from __future__ import annotations
 
-import logging
 import sys
-from typing import Any
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
@@ -20,17 +18,6 @@ from memoryadmin.core.errors import error_envelope
 from memoryadmin.metrics import DATABASE_UNAVAILABLE
 from memoryadmin.web.views.base import unavailable_page
 from memoryadmin.web.views.errors import page_not_found, permission_denied, server_error
-
-logger = logging.getLogger(__name__)
-
-
-def _unavailable(exc: BaseException) -> tuple[dict[str, Any], int, None, dict[str, str]]:
-    """The 503 for a database that cannot be reached: body, status, and Retry-After."""
-    # A warning without a traceback: the database is away, the code is not wrong.
-    logger.warning("database unavailable: %s: %s", type(exc).__name__, exc)
-    DATABASE_UNAVAILABLE.inc()
-    body, headers = unavailable_answer()
-    return body, 503, None, headers
 
 
 def not_found_view(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
@@ -51,9 +38,10 @@ def server_error_view(request: HttpRequest) -> HttpResponse:
     # Django calls this while handling the exception, which says what went wrong.
     exc = sys.exc_info()[1]
     if exc is not None and database_unavailable(exc):
-        body, status, _, headers = _unavailable(exc)
+        DATABASE_UNAVAILABLE.inc()
+        body, headers = unavailable_answer(exc)
         if is_api(request):
-            return JsonResponse(body, status=status, headers=headers)
+            return JsonResponse(body, status=503, headers=headers)
         return unavailable_page(request, headers)
     if is_api(request):
         return JsonResponse(

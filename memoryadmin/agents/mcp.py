@@ -18,7 +18,6 @@ handlers' sync work runs on a pool of threads, each project within its share
 from __future__ import annotations
 
 import json
-import logging
 import secrets
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
@@ -103,8 +102,6 @@ CONFLICT_HINT = (
     "The document changed since memory was last read; the current text and summary are "
     "above. Call memory_recall (or read the resource) before saving again."
 )
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -533,8 +530,7 @@ def http_app() -> Starlette:
             if not database_unavailable(exc):
                 raise
             # As the API answers: 503 with Retry-After in the envelope, not a 500.
-            logger.warning("database unavailable: %s: %s", type(exc).__name__, exc)
-            body, headers = unavailable_answer()
+            body, headers = unavailable_answer(exc)
             await JSONResponse(body, 503, headers)(scope, receive, send)
             return
         scope.setdefault("state", {})["memoryadmin"] = checked

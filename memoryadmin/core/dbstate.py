@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from django.db import DatabaseError, InterfaceError, OperationalError
 
 from memoryadmin.core.errors import error_envelope
+
+logger = logging.getLogger(__name__)
 
 # Seconds a client is told to wait before trying again while the database cannot serve.
 RETRY_AFTER_SECONDS = 5
@@ -36,9 +39,11 @@ def database_unavailable(exc: BaseException | None) -> bool:
     )
 
 
-def unavailable_answer() -> tuple[dict[str, Any], dict[str, str]]:
+def unavailable_answer(exc: BaseException) -> tuple[dict[str, Any], dict[str, str]]:
     """The body (the error envelope) and headers of the 503 every door answers while the
-    database cannot serve."""
+    database cannot serve (`exc` says why: logged as a warning, without a traceback, for
+    the database is away, the code is not wrong)."""
+    logger.warning("database unavailable: %s: %s", type(exc).__name__, exc)
     seconds = RETRY_AFTER_SECONDS
     body = error_envelope(
         "service_unavailable",
