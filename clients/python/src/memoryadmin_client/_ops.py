@@ -134,6 +134,18 @@ def _drop_none(values: Mapping[str, Any]) -> dict[str, Any]:
     return {name: value for name, value in values.items() if value is not None}
 
 
+def _every_page(path: str, params: Mapping[str, Any], field: str) -> Op[list[Any]]:
+    """The `field` entries of every page of a list, its `nextCursor` followed to the last."""
+    found: list[Any] = []
+    cursor: str | None = None
+    while True:
+        page = (yield Request("GET", path, _drop_none({**params, "cursor": cursor}))).json()
+        found.extend(page[field])
+        cursor = page.get("nextCursor")
+        if not cursor:
+            return found
+
+
 class Defaults:
     """The project and environment calls use unless they name their own."""
 
@@ -172,14 +184,7 @@ def memory_inventory(
 def list_api_keys(c: Defaults, *, project: str | None = None) -> Op[list[ApiKey]]:
     """Every key of the project, newest first, revoked ones included: the pages followed."""
     path = f"projects/{c._project(project)}/api-keys"
-    found: list[ApiKey] = []
-    cursor: str | None = None
-    while True:
-        page = (yield Request("GET", path, _drop_none({"cursor": cursor}))).json()
-        found.extend(cast(list[ApiKey], page["apiKeys"]))
-        cursor = page.get("nextCursor")
-        if not cursor:
-            return found
+    return cast(list[ApiKey], (yield from _every_page(path, {}, "apiKeys")))
 
 
 def create_api_key(
@@ -747,15 +752,7 @@ def list_deployments(
 ) -> Op[list[Deployment]]:
     """Every deployment (of `agent`), newest first: the pages followed to the last."""
     path = f"projects/{c._project(project)}/deployments"
-    found: list[Deployment] = []
-    cursor: str | None = None
-    while True:
-        params = _drop_none({"agent": agent, "cursor": cursor})
-        page = (yield Request("GET", path, params)).json()
-        found.extend(cast(list[Deployment], page["deployments"]))
-        cursor = page.get("nextCursor")
-        if not cursor:
-            return found
+    return cast(list[Deployment], (yield from _every_page(path, {"agent": agent}, "deployments")))
 
 
 def get_deployment(
