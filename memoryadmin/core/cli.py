@@ -21,7 +21,12 @@ from typing import Any, TextIO
 from django.core.management.base import BaseCommand, CommandError, OutputWrapper
 from django.db import DatabaseError
 
-from memoryadmin.core.dbstate import database_unavailable, schema_missing
+from memoryadmin.core.dbstate import (
+    database_unavailable,
+    error_line,
+    first_line,
+    schema_missing,
+)
 from memoryadmin.core.errors import DomainError
 from memoryadmin.core.strings import string_check
 
@@ -64,11 +69,6 @@ def invalid(message: str) -> Error:
     return Error(message, returncode=EXIT_INVALID)
 
 
-def _first_line(text: str) -> str:
-    lines = [line.strip() for line in text.strip().splitlines()]
-    return next((line for line in lines if line), "")
-
-
 def database_error(exc: DatabaseError, failure: str = "") -> Error:
     """The one line of a command the database could not serve: one that lacks the
     project's tables, or one the command could not use at all (down, refusing, the wrong
@@ -76,11 +76,11 @@ def database_error(exc: DatabaseError, failure: str = "") -> Error:
     why (`failure`, kept by `_PoolFailures`)."""
     if schema_missing(exc):
         return Error(
-            f"The database is not set up ({_first_line(str(exc))}): run"
+            f"The database is not set up ({error_line(exc)}): run"
             " `python manage.py migrate` first.",
             returncode=EXIT_ERROR,
         )
-    detail = _first_line(failure) or _first_line(str(exc)) or type(exc).__name__
+    detail = first_line(failure) or error_line(exc)
     return Error(
         f"The database cannot be used: {detail}. Check DATABASE_URL and that the database is up.",
         returncode=EXIT_ERROR,

@@ -39,6 +39,17 @@ def database_unavailable(exc: BaseException | None) -> bool:
     )
 
 
+def first_line(text: str) -> str:
+    """The first line of `text` with anything in it, stripped ("" for none)."""
+    lines = (line.strip() for line in text.strip().splitlines())
+    return next((line for line in lines if line), "")
+
+
+def error_line(exc: BaseException) -> str:
+    """A database error in one line: its message's first, or its type's name."""
+    return first_line(str(exc)) or type(exc).__name__
+
+
 def unavailable_answer(exc: BaseException) -> tuple[dict[str, Any], dict[str, str]]:
     """The body (the error envelope) and headers of the 503 every door answers while the
     database cannot serve (`exc` says why: logged as a warning, without a traceback, for

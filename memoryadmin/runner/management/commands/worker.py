@@ -10,7 +10,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import DatabaseError, connections
 
-from memoryadmin.core.dbstate import database_unavailable
+from memoryadmin.core.dbstate import database_unavailable, error_line
 from memoryadmin.core.inputs import int_argument
 from memoryadmin.runner.backends import backend_batch
 from memoryadmin.runner.jobs import jobs_run_by, jobs_run_due, jobs_sweep
@@ -103,7 +103,7 @@ class _Outage:
             self.since = time.monotonic()
             logger.warning(
                 "worker: the database cannot be used (%s); trying again every %s s",
-                str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
+                error_line(exc),
                 OUTAGE_RETRY_SECONDS,
             )
 
