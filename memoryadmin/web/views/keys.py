@@ -87,6 +87,7 @@ def _render(
         extra["secret"] = made["secret"]
     context = {
         "keys": keys,
+        "revoked_shown_days": REVOKED_SHOWN.days,
         "usage": usage_rows(keys),
         "lockouts": lockouts_for_project(project=page.project),
         "usage_hours": USAGE_HOURS,
