@@ -44,6 +44,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memoryadmin.settings")
 # The bench measures request cost, not the per-key rate limit. Its own process logs
 # warnings only; the servers log every request, as shipped (server_env).
 os.environ.setdefault("MEMORYADMIN_API_RATE", "1000000/second")
+os.environ.setdefault("MEMORYADMIN_PROJECT_API_RATE", "1000000/second")
 os.environ.setdefault("LOG_LEVEL", "WARNING")
 
 import django  # noqa: E402

@@ -573,6 +573,9 @@ if not 0 <= MEMORYADMIN_API_KEY_CACHE_SECONDS <= 5:
 MEMORYADMIN_BENCH_FLOORS = env_bool("MEMORYADMIN_BENCH_FLOORS", False)
 # Requests per API key, counted in the shared cache (so across instances).
 MEMORYADMIN_API_RATE = env_rate("MEMORYADMIN_API_RATE", "1200/minute")
+# Requests of all a project's keys together, counted the same way: however many keys a
+# project makes (up to 100), it cannot take more of the servers than this.
+MEMORYADMIN_PROJECT_API_RATE = env_rate("MEMORYADMIN_PROJECT_API_RATE", "6000/minute")
 
 # Logins: a user name or an address is locked out after this many failures
 # in a row, until the cool-off ends or `manage.py axes_reset` clears it.

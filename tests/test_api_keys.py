@@ -410,6 +410,41 @@ def test_rate_limit_per_key_is_429_with_retry_after(keys: Keys, client_for: Any)
     assert client_for(None).get("/api/managed-agents/schema/").status_code != 429
 
 
+@override_settings(MEMORYADMIN_API_RATE="100/minute", MEMORYADMIN_PROJECT_API_RATE="4/minute")
+def test_a_projects_keys_together_are_limited_and_no_other_project_is(
+    keys: Keys, client_for: Any
+) -> None:
+    owner, read_only = client_for(keys.owner), client_for(keys.read_only)
+    assert [owner.get(PROJECT).status_code for _ in range(2)] == [200, 200]
+    assert [read_only.get(PROJECT).status_code for _ in range(2)] == [200, 200]
+    # The fifth request of the project, from either key, is over the project's rate.
+    for client in (owner, read_only):
+        response = client.get(PROJECT)
+        assert response.status_code == 429
+        retry_after = int(response["Retry-After"])
+        assert 1 <= retry_after <= 60
+        error = response.json()["error"]
+        assert error["code"] == "rate_limited"
+        assert error["message"].startswith("This project's API keys together are over")
+        assert error["details"] == {"retryAfter": retry_after}
+    # A key made now is in the same window: more keys are not more requests.
+    fresh = api_key_create(project_id="acme", actor="test")[1]
+    assert works(client_for, fresh) == 429
+    # Another project is not touched, nor an operator's key of every project.
+    assert client_for(keys.other).get("/api/managed-agents/projects/globex").status_code == 200
+    assert works(client_for, keys.all_projects) == 200
+
+
+@override_settings(MEMORYADMIN_API_RATE="2/minute", MEMORYADMIN_PROJECT_API_RATE="100/minute")
+def test_a_key_over_its_own_rate_is_told_so_not_its_projects(keys: Keys, client_for: Any) -> None:
+    owner = client_for(keys.owner)
+    assert [owner.get(PROJECT).status_code for _ in range(2)] == [200, 200]
+    refused = owner.get(PROJECT)
+    assert refused.status_code == 429
+    assert refused.json()["error"]["message"].startswith("Request was throttled.")
+    assert works(client_for, keys.read_only) == 200
+
+
 # The shared cache.
 
 UNREACHABLE_REDIS = {
@@ -463,6 +498,11 @@ def test_caches_use_redis_when_redis_url_is_set() -> None:
     [
         ("MEMORYADMIN_API_RATE", "lots", "MEMORYADMIN_API_RATE must look like 600/minute"),
         ("MEMORYADMIN_API_RATE", "0/minute", "MEMORYADMIN_API_RATE must look like 600/minute"),
+        (
+            "MEMORYADMIN_PROJECT_API_RATE",
+            "5/week",
+            "MEMORYADMIN_PROJECT_API_RATE must look like 600/minute",
+        ),
         ("MEMORYADMIN_API_KEY_CACHE_SECONDS", "60", "must be between 0 and 5"),
     ],
 )

@@ -25,6 +25,7 @@ from memoryadmin.agents.models import Binding, Session, SessionEvent
 from memoryadmin.memory.models import ApiKey, Document, DocumentVersion, Project, Resource
 from memoryadmin.memory.services.documents import document_create
 from memoryadmin.memory.services.keys import api_key_create
+from memoryadmin.memory.services.projects import project_create
 from tests.helpers import DEV, DOCS, TEST_REDIS_URL, probe_client, run_threads
 from tests.helpers import redis_prefix as redis_prefix_of
 
@@ -33,6 +34,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 ROOT = Path(__file__).resolve().parent.parent
 # Database 5 of the local Redis unless told otherwise; the test deletes only its own keys.
 RATE = 30  # requests per key and day on both instances together
+PROJECT_RATE = 300  # requests of a project's keys together, a day: more than acme's tests make
 REVOCATION_BOUND = 5.0  # seconds: MEMORYADMIN_API_KEY_CACHE_SECONDS at most
 RW = {"notes": {"scope": "document", "id": "workshop", "access": "read-write"}}
 
@@ -97,6 +99,7 @@ def servers(
         "REDIS_URL": TEST_REDIS_URL,
         "MEMORYADMIN_CACHE_PREFIX": redis_prefix,
         "MEMORYADMIN_API_RATE": f"{RATE}/day",
+        "MEMORYADMIN_PROJECT_API_RATE": f"{PROJECT_RATE}/day",
         "DJANGO_SETTINGS_MODULE": "memoryadmin.settings",
         "DJANGO_DEBUG": "0",
         "DJANGO_SECRET_KEY": "instances-test-" + "k" * 40,
@@ -244,3 +247,40 @@ def test_a_rate_limit_counts_requests_on_both_instances(
         assert response.json()["error"]["details"] == {"retryAfter": retry_after}
     # Another key has its own count.
     assert httpx.get(f"{instances.url(0)}{path}", headers={"x-api-key": other}).status_code == 200
+
+
+def test_a_projects_many_keys_share_one_rate_on_both_instances(
+    instances: Instances, project: Project
+) -> None:
+    project_create(project_id="initech", name="Initech")
+    keys = [api_key_create(project_id="initech")[1] for _ in range(12)]
+    path = "/api/managed-agents/projects/initech"
+    day = time.gmtime().tm_yday
+
+    def use(index: int) -> list[int]:
+        # Each key within its own rate (RATE requests), alternating between the instances.
+        return [
+            httpx.get(
+                f"{instances.url(index + i)}{path}", headers={"x-api-key": keys[index]}, timeout=60
+            ).status_code
+            for i in range(RATE)
+        ]
+
+    statuses = [status for statuses in run_threads(12, use) for status in statuses]
+    if time.gmtime().tm_yday != day:
+        pytest.skip("the daily window ended during the test; the counts started again")
+    # Twelve keys' 360 requests, at once on two instances: exactly the project's rate served.
+    assert Counter(statuses) == {200: PROJECT_RATE, 429: 12 * RATE - PROJECT_RATE}
+    for url in instances.urls:
+        response = httpx.get(f"{url}{path}", headers={"x-api-key": keys[0]})
+        assert response.status_code == 429
+        error = response.json()["error"]
+        assert error["code"] == "rate_limited"
+        assert error["message"].startswith("This project's API keys together are over")
+        assert 1 <= int(response.headers["Retry-After"]) <= 86400
+    # Another project's key is served.
+    acme = api_key_create(project_id="acme")[1]
+    served = httpx.get(
+        f"{instances.url(0)}/api/managed-agents/projects/acme", headers={"x-api-key": acme}
+    )
+    assert served.status_code == 200

@@ -14,6 +14,7 @@ import pytest
 from django.core.cache import cache, caches
 from django.test.utils import override_settings
 
+from memoryadmin.core.localcache import REMEMBERED_COUNTS
 from memoryadmin.core.rediscache import ReusingClient
 from memoryadmin.core.sharedcache import counters_bump
 from memoryadmin.memory.models import ApiKey
@@ -137,6 +138,22 @@ def test_api_requests_count_through_redis(
     assert (now.requests, now.errors, now.throttled) == (4, 0, 1)
 
 
+def test_a_projects_keys_share_its_window_through_redis(
+    redis_cache: Any, keys: Keys, client_for: Any, settings: Any
+) -> None:
+    settings.MEMORYADMIN_PROJECT_API_RATE = "3/minute"
+    owner, read_only = client_for(keys.owner), client_for(keys.read_only)
+    assert [owner.get(f"{DOCS}{DEV}").status_code for _ in range(2)] == [200, 200]
+    assert read_only.get(f"{DOCS}{DEV}").status_code == 200
+    refused = read_only.get(f"{DOCS}{DEV}")
+    assert refused.status_code == 429
+    assert refused.json()["error"]["message"].startswith("This project's API keys together")
+    assert owner.get(f"{DOCS}{DEV}").status_code == 429
+    # Another project's key, and a key of every project, are not in acme's window.
+    assert client_for(keys.other).get("/api/managed-agents/projects/globex").status_code == 200
+    assert client_for(keys.all_projects).get(f"{DOCS}{DEV}").status_code == 200
+
+
 def test_several_local_counters_bump_in_one_step_each_with_its_expiry(local_cache: Any) -> None:
     assert counters_bump([("a", 60), ("b", 3600)]) == [1, 1]
     assert counters_bump([("a", 60), ("b", 3600)]) == [2, 2]
@@ -144,6 +161,16 @@ def test_several_local_counters_bump_in_one_step_each_with_its_expiry(local_cach
     assert 50 < local_cache._expire_info[local_cache.make_key("a")] - time.time() <= 60
     assert 3500 < local_cache._expire_info[local_cache.make_key("b")] - time.time() <= 3600
     assert cache.get_many(["a", "b"]) == {"a": 2, "b": 3}
+
+
+def test_local_counts_past_the_remembered_ones_go_on_and_read_back(local_cache: Any) -> None:
+    last = REMEMBERED_COUNTS + 3
+    counts = [counters_bump([("n", 60)])[0] for _ in range(last)]
+    assert counts == list(range(1, last + 1))
+    assert cache.get("n") == last
+    cache.set("n", 41)  # a count another writer stored is read as it is
+    assert counters_bump([("n", 60)]) == [42]
+    assert cache.incr("n") == 43  # and stays what Django's own reads and writes take
 
 
 def test_several_counters_bump_in_one_round_trip_each_with_its_expiry(redis_cache: Any) -> None:
@@ -168,10 +195,10 @@ def test_an_api_request_counts_its_rate_and_usage_in_one_round_trip(
     monkeypatch.setattr(ReusingClient, "bump", counted)
     owner = client_for(keys.owner)
     assert owner.get(f"{DOCS}{DEV}").status_code == 200
-    # The window's counter and the hour's requests, then nothing more for a 200.
+    # The key's window, the project's and the hour's requests, then nothing more for a 200.
     assert len(trips) == 1
-    assert len(trips[0]) == 2
-    assert trips[0][1] == "requests"
+    assert len(trips[0]) == 3
+    assert trips[0][2] == "requests"
     assert owner.get(f"{DOCS}/missing{DEV}").status_code == 404
     assert owner.get(f"{DOCS}{DEV}").status_code == 429
     # A 404 and a 429 add their kind in a second round trip.

@@ -19,8 +19,26 @@ from typing import Any
 
 from django.core.cache.backends.locmem import LocMemCache
 
+# A counter's pickled form for counts up to this: each window counts from 1 again, so a
+# process sees the same few thousand counts over and over, and pickle builds a pickler
+# (or unpickler) for each call: about 0.9 (0.6) us for an integer, a dict's look-up 0.05.
+REMEMBERED_COUNTS = 8192
+
 
 class LocalCache(LocMemCache):
+    def __init__(self, name: str, params: dict[str, Any]) -> None:
+        super().__init__(name, params)
+        self._pickled: dict[int, bytes] = {}
+        self._counts: dict[bytes, int] = {}
+
+    def _count_pickled(self, count: int) -> bytes:
+        pickled = self._pickled.get(count)
+        if pickled is None:
+            pickled = pickle.dumps(count, self.pickle_protocol)
+            if count <= REMEMBERED_COUNTS:
+                self._pickled[count], self._counts[pickled] = pickled, count
+        return pickled
+
     def counters_bump(
         self, counters: Sequence[tuple[str, int]], *, version: int | None = None
     ) -> list[int]:
@@ -34,11 +52,12 @@ class LocalCache(LocMemCache):
             for name, timeout in names:
                 if store._has_expired(name):
                     value = 1
-                    stored = pickle.dumps(value, self.pickle_protocol)
-                    store._set(name, stored, max(1, int(timeout)))
+                    store._set(name, self._count_pickled(value), max(1, int(timeout)))
                 else:
-                    value = int(pickle.loads(store._cache[name])) + 1
-                    store._cache[name] = pickle.dumps(value, self.pickle_protocol)
+                    pickled = store._cache[name]
+                    count = self._counts.get(pickled)
+                    value = (int(pickle.loads(pickled)) if count is None else count) + 1
+                    store._cache[name] = self._count_pickled(value)
                     store._cache.move_to_end(name, last=False)
                 counts.append(value)
         return counts
