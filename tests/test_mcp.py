@@ -234,6 +234,41 @@ def test_a_body_in_a_content_coding_is_refused(endpoint: str, keys: Keys) -> Non
     assert not Session.objects.exists()
 
 
+def test_a_key_over_its_rate_is_refused_as_on_the_api_and_shares_its_window(
+    endpoint: str, keys: Keys, client_for: Any, settings: Any
+) -> None:
+    settings.MEMORYADMIN_API_RATE = "3/minute"
+    assert [initialize(endpoint, keys.owner).status_code for _ in range(2)] == [200, 200]
+    assert client_for(keys.owner).get("/api/managed-agents/projects/acme").status_code == 200
+    refused = initialize(endpoint, keys.owner)
+    assert refused.status_code == 429
+    retry_after = int(refused.headers["retry-after"])
+    assert 1 <= retry_after <= 60
+    error = refused.json()["error"]
+    assert error["code"] == "rate_limited"
+    assert error["message"].startswith("This API key is over its request rate (3/minute)")
+    assert error["details"] == {"retryAfter": retry_after}
+    # The API refuses it too, and another key of the project is served.
+    assert client_for(keys.owner).get("/api/managed-agents/projects/acme").status_code == 429
+    assert initialize(endpoint, api_key_create(project_id="acme")[1]).status_code == 200
+
+
+def test_a_projects_keys_together_are_limited_on_mcp_too(
+    endpoint: str, keys: Keys, client_for: Any, settings: Any
+) -> None:
+    settings.MEMORYADMIN_PROJECT_API_RATE = "3/minute"
+    assert initialize(endpoint, keys.owner).status_code == 200
+    assert client_for(keys.read_only).get("/api/managed-agents/projects/acme").status_code == 200
+    assert initialize(endpoint, keys.owner).status_code == 200
+    refused = initialize(endpoint, keys.owner)
+    assert refused.status_code == 429
+    assert refused.json()["error"]["message"].startswith(
+        "This project's API keys together are over their request rate (3/minute)"
+    )
+    assert "retry-after" in refused.headers
+    assert client_for(keys.other).get("/api/managed-agents/projects/globex").status_code == 200
+
+
 @pytest.mark.parametrize(
     ("who", "query", "status", "code"),
     [

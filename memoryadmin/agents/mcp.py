@@ -64,11 +64,12 @@ from memoryadmin.core.errors import (
     envelope_of,
     error_envelope,
 )
-from memoryadmin.core.jsonbody import BODY_MAX_BYTES, EncodedBody, content_coding_check
+from memoryadmin.core.jsonbody import BODY_MAX_BYTES, content_coding_check
 from memoryadmin.core.strings import strings_check
 from memoryadmin.memory.models import ApiKey, Project
 from memoryadmin.memory.services.keys import api_key_authenticate
 from memoryadmin.memory.services.projects import project_for_key
+from memoryadmin.memory.services.rate_limits import request_count
 
 SERVER_NAME = "memoryadmin"
 RESOURCE_SCHEME = "memory://"
@@ -373,6 +374,7 @@ def http_config(raw_key: str | None, query: str) -> HttpConfig:
     key = api_key_authenticate(raw=raw_key.strip())
     if key is None:
         raise Unauthorized("The API key is not valid.")
+    request_count(key)  # the key's and its project's rates, as on the API
     values = parse_qs(query, keep_blank_values=True)
     strings_check(values, field="query")
     unknown = set(values) - {"project", "agent", "memory", "namespace", "session"}
@@ -515,16 +517,12 @@ def http_app() -> Starlette:
             return
         try:
             content_coding_check(request.headers.get("content-encoding"))
-        except EncodedBody as exc:
-            headers = {"Accept-Encoding": exc.accepted_encoding}
-            await JSONResponse(envelope_of(exc), exc.status, headers)(scope, receive, send)
-            return
-        try:
             checked = await threads.run(
                 None, http_config, request.headers.get("x-api-key"), request.url.query
             )
         except DomainError as exc:
-            await JSONResponse(envelope_of(exc), status_code=exc.status)(scope, receive, send)
+            answer = JSONResponse(envelope_of(exc), exc.status, exc.headers())
+            await answer(scope, receive, send)
             return
         except DatabaseError as exc:
             if not database_unavailable(exc):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from django.http import Http404
@@ -21,7 +20,6 @@ DRF_CODES: dict[type[exceptions.APIException], str] = {
     exceptions.MethodNotAllowed: "method_not_allowed",
     exceptions.NotAcceptable: "not_acceptable",
     exceptions.UnsupportedMediaType: "unsupported_media_type",
-    exceptions.Throttled: "rate_limited",
     exceptions.ParseError: "invalid_request",
     exceptions.ValidationError: "invalid_request",
 }
@@ -47,8 +45,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     """
     if isinstance(exc, DomainError):
         set_rollback()
-        retry = {"Retry-After": str(exc.retry_after)} if exc.retry_after is not None else {}
-        return Response(envelope_of(exc), status=exc.status, headers=retry)
+        return Response(envelope_of(exc), status=exc.status, headers=exc.headers())
     response = drf_exception_handler(exc, context)
     if response is None:
         return None
@@ -58,12 +55,5 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     else:  # Django's Http404 and PermissionDenied, which DRF's handler converted
         code = "not_found" if isinstance(exc, Http404) else "forbidden"
         message = str(response.data["detail"])
-    details = None
-    wait = getattr(exc, "wait", None) if isinstance(exc, exceptions.Throttled) else None
-    if wait is not None:
-        # Whole seconds, rounded up: retrying after that long succeeds.
-        retry_after = max(1, math.ceil(wait))
-        response["Retry-After"] = str(retry_after)
-        details = {"retryAfter": retry_after}
-    response.data = error_envelope(code, message, details)
+    response.data = error_envelope(code, message)
     return response

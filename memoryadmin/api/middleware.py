@@ -36,7 +36,6 @@ from memoryadmin.api.throttling import USAGE_COUNTED
 from memoryadmin.core.errors import DomainError, envelope_of
 from memoryadmin.core.jsonbody import (
     BODY_MAX_BYTES,
-    EncodedBody,
     body_read,
     content_coding_check,
     stream_chunks,
@@ -118,9 +117,12 @@ def chunked_body_read(request: HttpRequest) -> None:
 
 def refusal(request: HttpRequest, exc: DomainError) -> HttpResponse:
     if is_api(request):
-        return JsonResponse(envelope_of(exc), status=exc.status)
+        return JsonResponse(envelope_of(exc), status=exc.status, headers=exc.headers())
     context = {"status": exc.status, "message": exc.message}
-    return render(request, "memoryadmin/error.html", context, status=exc.status)
+    response = render(request, "memoryadmin/error.html", context, status=exc.status)
+    for name, value in exc.headers().items():
+        response[name] = value
+    return response
 
 
 class RequestDoorMiddleware:
@@ -133,10 +135,6 @@ class RequestDoorMiddleware:
             request_strings_check(request)
             content_coding_check(request.META.get("HTTP_CONTENT_ENCODING"))
             chunked_body_read(request)
-        except EncodedBody as exc:
-            response = refusal(request, exc)
-            response["Accept-Encoding"] = exc.accepted_encoding
-            return response
         except DomainError as exc:
             return refusal(request, exc)
         return self.get_response(request)

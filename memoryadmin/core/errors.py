@@ -22,6 +22,10 @@ class DomainError(Exception):
         self.message = message
         self.details = details or {}
 
+    def headers(self) -> dict[str, str]:
+        """The HTTP headers every door answers it with: Retry-After, where known."""
+        return {} if self.retry_after is None else {"Retry-After": str(self.retry_after)}
+
 
 def error_envelope(
     code: str, message: str, details: dict[str, Any] | None = None

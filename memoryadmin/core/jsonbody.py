@@ -29,7 +29,9 @@ class EncodedBody(DomainError):
 
     status = 415
     code = "unsupported_media_type"
-    accepted_encoding = "identity"
+
+    def headers(self) -> dict[str, str]:
+        return {**super().headers(), "Accept-Encoding": "identity"}
 
 
 def content_coding_check(coding: str | None) -> None:
