@@ -52,12 +52,18 @@ class RecallFailed(Conflict):
     code = "recall_failed"
 
     def __init__(
-        self, message: str, *, resource: str, reason: str, retryable: bool | None = None
+        self,
+        message: str,
+        *,
+        resource: str,
+        reason: str,
+        retryable: bool | None = None,
+        retry_after: int | None = None,
     ) -> None:
         details: dict[str, Any] = {"resource": resource, "reason": reason}
         if retryable is not None:
             details["retryable"] = retryable
-        super().__init__(message, details=details)
+        super().__init__(message, details=details, retry_after=retry_after)
         self.resource = resource
         self.reason = reason
 
@@ -68,6 +74,6 @@ class RecallBusy(RecallFailed):
     status = 429
 
     def __init__(self, message: str, *, resource: str, retry_after: int) -> None:
-        super().__init__(message, resource=resource, reason="concurrency_limit")
-        self.details["retryAfter"] = retry_after
-        self.retry_after = retry_after
+        super().__init__(
+            message, resource=resource, reason="concurrency_limit", retry_after=retry_after
+        )

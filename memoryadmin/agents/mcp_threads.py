@@ -40,10 +40,7 @@ class ThreadsBusy(DomainError):
     retry_after: int
 
     def __init__(self, message: str, *, retry_after: int) -> None:
-        super().__init__(
-            message, details={"reason": "concurrency_limit", "retryAfter": retry_after}
-        )
-        self.retry_after = retry_after
+        super().__init__(message, details={"reason": "concurrency_limit"}, retry_after=retry_after)
 
 
 def _unit[T](fn: Callable[..., T], args: tuple[Any, ...]) -> T:

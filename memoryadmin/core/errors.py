@@ -17,10 +17,17 @@ class DomainError(Exception):
     # Seconds after which a retry may succeed (a Retry-After header), if known.
     retry_after: int | None = None
 
-    def __init__(self, message: str, *, details: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, message: str, *, details: dict[str, Any] | None = None, retry_after: int | None = None
+    ) -> None:
+        """`retry_after`, where a retry succeeds after that many seconds: said to the caller
+        in the details (`retryAfter`) and by every door over HTTP (`headers`)."""
         super().__init__(message)
         self.message = message
         self.details = details or {}
+        if retry_after is not None:
+            self.details["retryAfter"] = retry_after
+            self.retry_after = retry_after
 
     def headers(self) -> dict[str, str]:
         """The HTTP headers every door answers it with: Retry-After, where known."""
@@ -126,7 +133,4 @@ class ProviderBusy(DomainError):
     retry_after: int
 
     def __init__(self, message: str, *, retry_after: int) -> None:
-        super().__init__(
-            message, details={"reason": "concurrency_limit", "retryAfter": retry_after}
-        )
-        self.retry_after = retry_after
+        super().__init__(message, details={"reason": "concurrency_limit"}, retry_after=retry_after)

@@ -163,9 +163,9 @@ class ImportBusy(DomainError):
     def __init__(self, retry_after: int) -> None:
         super().__init__(
             "This project is importing already; one import runs at a time.",
-            details={"reason": "import_in_progress", "retryAfter": retry_after},
+            details={"reason": "import_in_progress"},
+            retry_after=retry_after,
         )
-        self.retry_after = retry_after
 
 
 def not_a_member(name: str, why: str) -> InvalidRequest:

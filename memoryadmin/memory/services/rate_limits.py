@@ -34,10 +34,7 @@ class RateLimited(DomainError):
     retry_after: int
 
     def __init__(self, message: str, *, retry_after: int) -> None:
-        super().__init__(
-            f"{message}; retry in {retry_after} seconds.", details={"retryAfter": retry_after}
-        )
-        self.retry_after = retry_after
+        super().__init__(f"{message}; retry in {retry_after} seconds.", retry_after=retry_after)
 
 
 @functools.cache
