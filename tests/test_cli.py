@@ -10,6 +10,7 @@ suite's own test database.
 from __future__ import annotations
 
 import getpass
+import io
 import json
 import logging
 import os
@@ -552,6 +553,25 @@ def test_an_export_the_file_system_refuses_is_one_error_line(
             f"Cannot write the export to {out}: No such file or directory; it is not complete."
         )
     assert not (tmp_path / "missing").exists()
+
+
+def test_an_export_to_a_pipe_its_reader_left_is_one_error_line(
+    make_document: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`memory export --out - | head -c 100`: the reader leaves before the export is
+    written, and the command says so (exit 1) rather than ending as if it were whole."""
+    make_document(doc_id="workshop", text="Node 22")
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    # A pipe no one reads any more, unbuffered: what is written goes to it at once.
+    with io.TextIOWrapper(io.FileIO(write_end, "w"), encoding="utf-8") as stdout:
+        monkeypatch.setattr(sys, "stdout", stdout)
+        error = memory_fails("export", "--format", "jsonl", "--out", "-")
+        monkeypatch.undo()
+        assert error.returncode == cli.EXIT_ERROR
+        assert str(error) == (
+            "Cannot write the export to standard output: Broken pipe; it is not complete."
+        )
 
 
 @pytest.mark.postgres

@@ -636,11 +636,12 @@ def _export_writes(out: Path) -> Iterator[None]:
     """A file system that refuses the export's writes (no such folder, no permission, a
     full disk, a closed pipe) ends the command with one line, not a traceback. A folder
     left without its manifest is no export (`import` says so)."""
+    where = "standard output" if str(out) == "-" else str(out)
     try:
         yield
     except OSError as exc:
         raise cli.Error(
-            f"Cannot write the export to {out}: {exc.strerror or exc}; it is not complete.",
+            f"Cannot write the export to {where}: {exc.strerror or exc}; it is not complete.",
             returncode=cli.EXIT_ERROR,
         ) from exc
 
