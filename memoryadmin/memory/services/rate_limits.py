@@ -14,6 +14,7 @@ reachable cache nothing is refused (core/sharedcache.py).
 from __future__ import annotations
 
 import functools
+import math
 import time
 
 from django.conf import settings
@@ -52,10 +53,11 @@ def _window(rate: str, scope: str, now: float) -> tuple[str, int, int]:
     return f"ratelimit:{scope}:{period}:{int(now // period)}", period + 1, limit
 
 
-def _seconds_left(rate: str, now: float) -> float:
-    """Seconds until the window of `rate` that `now` is in ends."""
+def _retry_after(rate: str, now: float) -> int:
+    """Whole seconds, rounded up (at least one), until the window of `rate` that `now` is
+    in ends: a retry then is in the next window."""
     period = parse_rate(rate)[1]
-    return (int(now // period) + 1) * period - now
+    return max(1, math.ceil((int(now // period) + 1) * period - now))
 
 
 def request_count(key: ApiKey) -> None:
@@ -80,11 +82,10 @@ def request_count(key: ApiKey) -> None:
     project_over = project is not None and counts[1] > project_limit
     if not (key_over or project_over):
         return
-    # Whole seconds, rounded up: a retry then is past every window it is over.
+    # A retry then is past every window it is over.
     retry_after = max(
-        1,
-        int(-(-_seconds_left(key_rate, now) // 1)) if key_over else 0,
-        int(-(-_seconds_left(project_rate, now) // 1)) if project_over else 0,
+        _retry_after(key_rate, now) if key_over else 1,
+        _retry_after(project_rate, now) if project_over else 1,
     )
     if project_over:
         raise RateLimited(
