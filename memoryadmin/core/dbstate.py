@@ -7,7 +7,7 @@ from typing import Any
 
 from django.db import DatabaseError, InterfaceError, OperationalError
 
-from memoryadmin.core.errors import error_envelope
+from memoryadmin.core.errors import DomainError, envelope_of
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +39,13 @@ def database_unavailable(exc: BaseException | None) -> bool:
     )
 
 
+class DatabaseUnavailable(DomainError):
+    """The database cannot serve now: 503, and a retry after RETRY_AFTER_SECONDS."""
+
+    status = 503
+    code = "service_unavailable"
+
+
 def first_line(text: str) -> str:
     """The first line of `text` with anything in it, stripped ("" for none)."""
     lines = (line.strip() for line in text.strip().splitlines())
@@ -56,9 +63,7 @@ def unavailable_answer(exc: BaseException) -> tuple[dict[str, Any], dict[str, st
     the database is away, the code is not wrong)."""
     logger.warning("database unavailable: %s: %s", type(exc).__name__, exc)
     seconds = RETRY_AFTER_SECONDS
-    body = error_envelope(
-        "service_unavailable",
-        f"The database is unavailable; retry in {seconds} seconds.",
-        {"retryAfter": seconds},
+    error = DatabaseUnavailable(
+        f"The database is unavailable; retry in {seconds} seconds.", retry_after=seconds
     )
-    return body, {"Retry-After": str(seconds)}
+    return envelope_of(error), error.headers()
