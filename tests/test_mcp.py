@@ -32,8 +32,9 @@ from memoryadmin.agents import mcp
 from memoryadmin.agents.models import Session
 from memoryadmin.agents.services import runtime
 from memoryadmin.agents.services.sessions import session_end
-from memoryadmin.memory.models import Document, Project
+from memoryadmin.memory.models import ApiKey, Document, Project
 from memoryadmin.memory.services.deployments import deployment_create
+from memoryadmin.memory.services.key_usage import key_usage
 from memoryadmin.memory.services.keys import api_key_create
 from tests.helpers import (
     ROOT,
@@ -267,6 +268,31 @@ def test_a_projects_keys_together_are_limited_on_mcp_too(
     )
     assert "retry-after" in refused.headers
     assert client_for(keys.other).get("/api/managed-agents/projects/globex").status_code == 200
+
+
+def test_mcp_requests_count_in_the_keys_usage_by_kind_as_api_requests_do(
+    endpoint: str, keys: Keys, settings: Any
+) -> None:
+    settings.MEMORYADMIN_API_RATE = "4/minute"
+    assert initialize(endpoint, keys.owner).status_code == 200
+    # Refused by the door (a query it does not take), then by the SDK (an MCP session it
+    # does not know), then over the key's rate.
+    unknown = httpx.post(
+        f"{endpoint}?{QUERY}&colour=red",
+        json=INITIALIZE,
+        headers={"x-api-key": keys.owner, "accept": "application/json, text/event-stream"},
+    )
+    assert unknown.status_code == 400
+    assert unknown.json()["error"]["message"] == "Unknown query parameters: colour."
+    lost = initialize(endpoint, keys.owner, **{"mcp-session-id": "f" * 32})
+    assert lost.status_code == 404
+    assert initialize(endpoint, keys.owner).status_code == 200
+    assert initialize(endpoint, keys.owner).status_code == 429
+    key = ApiKey.objects.get(prefix=keys.owner[:12])
+    now = key_usage(keys=[key])[key.pk][-1]
+    assert (now.requests, now.errors, now.throttled) == (5, 2, 1)
+    other = ApiKey.objects.get(prefix=keys.read_only[:12])
+    assert key_usage(keys=[other])[other.pk][-1].requests == 0
 
 
 @pytest.mark.parametrize(

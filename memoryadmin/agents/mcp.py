@@ -42,7 +42,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Mount
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from memoryadmin import __version__
 from memoryadmin.agents.errors import SessionClosed
@@ -67,6 +67,7 @@ from memoryadmin.core.errors import (
 from memoryadmin.core.jsonbody import BODY_MAX_BYTES, content_coding_check
 from memoryadmin.core.strings import strings_check
 from memoryadmin.memory.models import ApiKey, Project
+from memoryadmin.memory.services.key_usage import key_usage_count
 from memoryadmin.memory.services.keys import api_key_authenticate
 from memoryadmin.memory.services.projects import project_for_key
 from memoryadmin.memory.services.rate_limits import request_count
@@ -374,7 +375,16 @@ def http_config(raw_key: str | None, query: str) -> HttpConfig:
     key = api_key_authenticate(raw=raw_key.strip())
     if key is None:
         raise Unauthorized("The API key is not valid.")
-    request_count(key)  # the key's and its project's rates, as on the API
+    try:
+        request_count(key)  # the key's and its project's rates, and its usage, as on the API
+        return _config_of(key, query)
+    except DomainError as exc:
+        # Its usage counts the refusal by kind (a 429 or an error), as the API's does.
+        key_usage_count(key_id=key.pk, status=exc.status, requests_counted=True)
+        raise
+
+
+def _config_of(key: ApiKey, query: str) -> HttpConfig:
     values = parse_qs(query, keep_blank_values=True)
     strings_check(values, field="query")
     unknown = set(values) - {"project", "agent", "memory", "namespace", "session"}
@@ -532,7 +542,22 @@ def http_app() -> Starlette:
             await JSONResponse(body, 503, headers)(scope, receive, send)
             return
         scope.setdefault("state", {})["memoryadmin"] = checked
-        await manager.handle_request(scope, receive, send)
+        status = 0
+
+        async def sent(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        await manager.handle_request(scope, receive, sent)
+        if status >= 400:
+            # The SDK's refusals (an unknown MCP session, a body that is not JSON-RPC, ...)
+            # count in the key's usage as errors, as the API's do.
+            count = partial(
+                key_usage_count, key_id=checked.key.pk, status=status, requests_counted=True
+            )
+            await threads.run(None, count)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> Any:
