@@ -45,6 +45,8 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memoryadmin.settings")
 # warnings only; the servers log every request, as shipped (server_env).
 os.environ.setdefault("MEMORYADMIN_API_RATE", "1000000/second")
 os.environ.setdefault("MEMORYADMIN_PROJECT_API_RATE", "1000000/second")
+os.environ.setdefault("MEMORYADMIN_PAGE_RATE", "1000000/second")
+os.environ.setdefault("MEMORYADMIN_PROJECT_PAGE_RATE", "1000000/second")
 os.environ.setdefault("LOG_LEVEL", "WARNING")
 
 import django  # noqa: E402

@@ -46,6 +46,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("MEMORYADMIN_API_RATE", "1000000/second")
 os.environ.setdefault("MEMORYADMIN_PROJECT_API_RATE", "1000000/second")
+os.environ.setdefault("MEMORYADMIN_PAGE_RATE", "1000000/second")
+os.environ.setdefault("MEMORYADMIN_PROJECT_PAGE_RATE", "1000000/second")
 # isort: off
 # First: the stack as bench/middleware.py builds it (floors on, request logs at INFO).
 from middleware import WSGI, environ, quiet

@@ -31,6 +31,8 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memoryadmin.settings")
 # The bench measures request cost, not the per-key rate limit or request logs.
 os.environ.setdefault("MEMORYADMIN_API_RATE", "1000000/second")
 os.environ.setdefault("MEMORYADMIN_PROJECT_API_RATE", "1000000/second")
+os.environ.setdefault("MEMORYADMIN_PAGE_RATE", "1000000/second")
+os.environ.setdefault("MEMORYADMIN_PROJECT_PAGE_RATE", "1000000/second")
 os.environ.setdefault("LOG_LEVEL", "WARNING")
 
 import django

@@ -576,6 +576,11 @@ MEMORYADMIN_API_RATE = env_rate("MEMORYADMIN_API_RATE", "1200/minute")
 # Requests of all a project's keys together, counted the same way: however many keys a
 # project makes (up to 100), it cannot take more of the servers than this.
 MEMORYADMIN_PROJECT_API_RATE = env_rate("MEMORYADMIN_PROJECT_API_RATE", "6000/minute")
+# Requests for a project's pages per signed-in person, and of all a project's people
+# together (a project may invite any number), counted the same way in windows of their
+# own: a project past its API rate can still be managed from its pages.
+MEMORYADMIN_PAGE_RATE = env_rate("MEMORYADMIN_PAGE_RATE", "600/minute")
+MEMORYADMIN_PROJECT_PAGE_RATE = env_rate("MEMORYADMIN_PROJECT_PAGE_RATE", "3000/minute")
 
 # Logins: a user name or an address is locked out after this many failures
 # in a row, until the cool-off ends or `manage.py axes_reset` clears it.

@@ -502,6 +502,7 @@ def test_caches_use_redis_when_redis_url_is_set() -> None:
             "5/week",
             "MEMORYADMIN_PROJECT_API_RATE must look like 600/minute",
         ),
+        ("MEMORYADMIN_PAGE_RATE", "600", "MEMORYADMIN_PAGE_RATE must look like 600/minute"),
         ("MEMORYADMIN_API_KEY_CACHE_SECONDS", "60", "must be between 0 and 5"),
     ],
 )

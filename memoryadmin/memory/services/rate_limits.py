@@ -1,5 +1,6 @@
-"""What an API key may ask for: requests per key and per project, whatever the door (the
-management and session API, MCP over HTTP).
+"""How many requests an API key, a person and a project may make: per key and per
+project for API keys whatever the door (the management and session API, MCP over HTTP),
+per person and per project for the pages.
 
 A fixed window per key (`MEMORYADMIN_API_RATE`) and one per project for all its keys
 together (`MEMORYADMIN_PROJECT_API_RATE`: however many keys a project makes, it gets no
@@ -9,6 +10,10 @@ key's usage this hour (key_usage.py) in one step, one round trip on Redis. A key
 project (an operator's) has its own window only. Every request counts, a refused one too:
 a key past its own rate spends its project's window, never another project's. Without a
 reachable cache nothing is refused (core/sharedcache.py).
+
+The pages count the same way in windows of their own (`MEMORYADMIN_PAGE_RATE` per person,
+`MEMORYADMIN_PROJECT_PAGE_RATE` for a project's people together): an owner whose keys are
+past the project's API rate can still use the pages to revoke them.
 """
 
 from __future__ import annotations
@@ -60,38 +65,58 @@ def _retry_after(rate: str, now: float) -> int:
     return max(1, math.ceil((int(now // period) + 1) * period - now))
 
 
+def _count(limits: tuple[tuple[str, str, str], ...], also: tuple[str, int] | None) -> None:
+    """Counts one request in the windows of `limits`, each `(rate, scope, what a refusal
+    says past it)`, the widest last, and in the counter `also` if given, in one step;
+    RateLimited naming the widest window it is over."""
+    now = time.time()
+    windows = [_window(rate, scope, now) for rate, scope, _ in limits]
+    counters = [(name, timeout) for name, timeout, _ in windows]
+    if also is not None:
+        counters.append(also)
+    counts = tolerant(lambda: counters_bump(counters), None)
+    if counts is None:
+        return  # nothing is refused without the cache
+    over = [i for i, (_, _, most) in enumerate(windows) if counts[i] > most]
+    if over:
+        # A retry then is past every window it is over.
+        retry_after = max(_retry_after(limits[i][0], now) for i in over)
+        rate, _, says = limits[over[-1]]
+        raise RateLimited(f"{says} ({rate})", retry_after=retry_after)
+
+
 def request_count(key: ApiKey) -> None:
     """Counts one request of `key` in its windows and in its usage; RateLimited where that
     puts it over a window (the project's named first)."""
-    now = time.time()
-    key_rate = settings.MEMORYADMIN_API_RATE
-    key_window, key_timeout, key_limit = _window(key_rate, str(key.pk), now)
-    counters = [(key_window, key_timeout)]
-    project = key.project_id
-    if project is not None:
-        project_rate = settings.MEMORYADMIN_PROJECT_API_RATE
-        project_window, project_timeout, project_limit = _window(
-            project_rate, f"project:{project}", now
-        )
-        counters.append((project_window, project_timeout))
-    counters.append(key_usage_counter(key_id=key.pk, now=now))
-    counts = tolerant(lambda: counters_bump(counters), None)
-    if counts is None:
-        return  # nothing is refused without the cache (its usage is not counted either)
-    key_over = counts[0] > key_limit
-    project_over = project is not None and counts[1] > project_limit
-    if not (key_over or project_over):
+    own = (settings.MEMORYADMIN_API_RATE, str(key.pk), "This API key is over its request rate")
+    usage = key_usage_counter(key_id=key.pk)
+    if key.project_id is None:
+        _count((own,), usage)
         return
-    # A retry then is past every window it is over.
-    retry_after = max(
-        _retry_after(key_rate, now) if key_over else 1,
-        _retry_after(project_rate, now) if project_over else 1,
+    project = (
+        settings.MEMORYADMIN_PROJECT_API_RATE,
+        f"project:{key.project_id}",
+        "This project's API keys together are over their request rate",
     )
-    if project_over:
-        raise RateLimited(
-            f"This project's API keys together are over their request rate ({project_rate})",
-            retry_after=retry_after,
-        )
-    raise RateLimited(
-        f"This API key is over its request rate ({key_rate})", retry_after=retry_after
+    _count((own, project), usage)
+
+
+def page_request_count(*, user_id: int, project_id: str | None) -> None:
+    """Counts one request of a signed-in person for a project's pages: in their window
+    and, where they have a role on it (`project_id`), in the window of the project's
+    people together (a request for pages of a project one has no role on never spends
+    that project's window). RateLimited where that puts it over one."""
+    own = (
+        settings.MEMORYADMIN_PAGE_RATE,
+        f"person:{user_id}",
+        "You are asking for pages faster than one person may",
     )
+    if project_id is None:
+        _count((own,), None)
+        return
+    project = (
+        settings.MEMORYADMIN_PROJECT_PAGE_RATE,
+        f"pages:{project_id}",
+        "This project's people together are asking for pages faster than they may",
+    )
+    _count((own, project), None)

@@ -19,6 +19,7 @@ from memoryadmin.core.errors import DomainError
 from memoryadmin.core.users import user_settled
 from memoryadmin.memory.models import Project, Resource
 from memoryadmin.memory.services.deployments import resource_documents_check, resource_get
+from memoryadmin.memory.services.rate_limits import page_request_count
 from memoryadmin.web.auth import users_read_with
 from memoryadmin.web.services.roles import (
     CONTAIN,
@@ -211,6 +212,7 @@ def project_view(
                     return login_redirect(request)
             user_settled(request)  # read: the page and its template use it as itself
             page: Page | None = None
+            membership: Membership | None = None
             try:
                 named = None
                 if read.user is not None and read.user.pk == request.user.pk:
@@ -223,7 +225,14 @@ def project_view(
                     )
                 else:
                     memberships = memberships_for_user(user=request.user)
-                membership = membership_in(memberships=memberships, project_id=p)
+                try:
+                    membership = membership_in(memberships=memberships, project_id=p)
+                finally:
+                    # In the person's window, and in the project's once they have a role
+                    # on it: pages of a project one has no role on never spend its window.
+                    page_request_count(
+                        user_id=request.user.pk, project_id=None if membership is None else p
+                    )
                 # Known from here on: error pages keep the project's navigation and role.
                 page = Page(
                     membership=membership,
@@ -291,7 +300,7 @@ def unavailable_page(request: HttpRequest, headers: dict[str, str]) -> HttpRespo
 def error_page(
     request: HttpRequest, exc: DomainError, *, page: Page | None = None, **context: Any
 ) -> HttpResponse:
-    return page_render(
+    response = page_render(
         request,
         "memoryadmin/error.html",
         page,
@@ -299,6 +308,9 @@ def error_page(
         partial="message",
         status=exc.status,
     )
+    for name, value in exc.headers().items():
+        response[name] = value
+    return response
 
 
 # Secrets shown once after a POST (a new key, a signing secret, an invitation): the POST
