@@ -539,6 +539,9 @@ MEMORYADMIN_WORKER_THREADS = env_int("MEMORYADMIN_WORKER_THREADS", 4, minimum=1)
 MEMORYADMIN_WORKER_JOBS_PER_PROJECT = env_int(
     "MEMORYADMIN_WORKER_JOBS_PER_PROJECT", max(1, MEMORYADMIN_WORKER_THREADS // 2), minimum=1
 )
+# The database task backend's results of finished tasks (one a job's attempt; the job
+# keeps the record): removed by the workers this many hours after they finished.
+MEMORYADMIN_TASK_RESULTS_KEEP_HOURS = env_int("MEMORYADMIN_TASK_RESULTS_KEEP_HOURS", 24, minimum=1)
 # A running job whose worker shows no sign of life for this long is run again.
 MEMORYADMIN_JOB_LEASE_SECONDS = env_int("MEMORYADMIN_JOB_LEASE_SECONDS", 300, minimum=1)
 # The pause before a failed job's next attempt doubles from this, up to an hour.

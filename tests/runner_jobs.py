@@ -109,3 +109,43 @@ def webhook_change(url: str, *doc_ids: str) -> str:
     for doc_id in doc_ids:
         document_create(resource=notes, doc_id=doc_id, title=doc_id, actor="t")
     return secret
+
+
+def task_results() -> None:
+    """Prints how many of the task backend's results finished over an hour ago, within the
+    hour, or not yet, and how many sessions have expired, as JSON."""
+    from datetime import timedelta
+
+    from django.contrib.sessions.models import Session
+    from django.utils import timezone
+    from django_tasks_db.models import DBTaskResult
+
+    hour_ago = timezone.now() - timedelta(hours=1)
+    results = DBTaskResult.objects
+    print(
+        json.dumps(
+            {
+                "old": results.filter(finished_at__lt=hour_ago).count(),
+                "recent": results.filter(finished_at__gte=hour_ago).count(),
+                "open": results.filter(finished_at__isnull=True).count(),
+                "expired_sessions": Session.objects.filter(expire_date__lt=timezone.now()).count(),
+            }
+        )
+    )
+
+
+def task_results_age(hours: float) -> None:
+    """Makes the finished task results `hours` older, and adds an expired session."""
+    from datetime import timedelta
+
+    from django.contrib.sessions.models import Session
+    from django.db.models import F
+    from django.utils import timezone
+    from django_tasks_db.models import DBTaskResult
+
+    DBTaskResult.objects.filter(finished_at__isnull=False).update(
+        finished_at=F("finished_at") - timedelta(hours=hours)
+    )
+    Session.objects.create(
+        session_key="e" * 32, session_data="", expire_date=timezone.now() - timedelta(days=1)
+    )

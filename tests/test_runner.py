@@ -372,6 +372,68 @@ def test_a_dead_job_is_run_again_from_the_start_or_discarded() -> None:
     assert jobs_run_due() == {}
 
 
+# Housekeeping (memoryadmin/runner/housekeeping.py).
+
+
+def _task_result(status: str, finished_hours_ago: float | None) -> Any:
+    from django_tasks_db.models import DBTaskResult
+
+    now = timezone.now()
+    finished = None if finished_hours_ago is None else now - timedelta(hours=finished_hours_ago)
+    return DBTaskResult.objects.create(
+        status=status,
+        finished_at=finished,
+        args_kwargs={"args": [1], "kwargs": {}},
+        task_path="memoryadmin.runner.jobs.run_job",
+        backend_name="default",
+        run_after=now - timedelta(hours=30),
+    )
+
+
+@pytest.mark.django_db
+def test_housekeeping_removes_finished_task_results_past_their_hours_in_batches(
+    settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django_tasks_db.models import DBTaskResult
+
+    from memoryadmin.runner import housekeeping
+
+    monkeypatch.setattr(housekeeping, "BATCH", 2)
+    gone = [_task_result(state, 25) for state in ["SUCCESSFUL"] * 4 + ["FAILED"]]
+    # A result whose task has not finished is kept however long ago it was enqueued.
+    kept = [
+        _task_result("SUCCESSFUL", 23),
+        _task_result("READY", None),
+        _task_result("RUNNING", None),
+    ]
+    assert housekeeping.housekeeping() == len(gone)
+    assert set(DBTaskResult.objects.values_list("pk", flat=True)) == {r.pk for r in kept}
+    settings.MEMORYADMIN_TASK_RESULTS_KEEP_HOURS = 22
+    assert housekeeping.housekeeping() == 1
+    assert set(DBTaskResult.objects.values_list("status", flat=True)) == {"READY", "RUNNING"}
+
+
+@pytest.mark.django_db
+def test_housekeeping_ends_expired_sessions_and_keeps_live_ones(
+    people: Any, web_client_for: Any
+) -> None:
+    from django.contrib.sessions.models import Session
+
+    from memoryadmin.runner.housekeeping import housekeeping
+
+    owner = web_client_for(people.owner)
+    expired = web_client_for(people.support)
+    Session.objects.filter(session_key=expired.session.session_key).update(
+        expire_date=timezone.now() - timedelta(seconds=1)
+    )
+    housekeeping()
+    assert list(Session.objects.values_list("session_key", flat=True)) == [
+        owner.session.session_key
+    ]
+    assert owner.get("/projects/acme/development/").status_code == 200
+    assert expired.get("/projects/acme/development/").status_code == 302
+
+
 # Real worker processes.
 
 
@@ -447,6 +509,43 @@ def backend_env(
         for name in client.scan_iter(match=f"*{env['MEMORYADMIN_TASKS_QUEUE']}*"):
             client.delete(name)
         client.close()
+
+
+def _task_results(env: dict[str, str]) -> dict[str, int]:
+    return dict(json.loads(_python(env, "task_results()").strip().splitlines()[-1]))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_removes_finished_task_results_a_day_old_and_expired_sessions(
+    worker_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Each attempt of a job is a row of the database task backend, which keeps it once
+    finished; the job's own row is the record. A worker removes those a day old, and the
+    pages' expired sessions, when it starts and every hour."""
+    marker = tmp_path / "no-pause"
+    marker.write_text("the job writes twice without stopping")
+    for label in ("first", "second"):
+        _python(worker_env, f"enqueue_marked(write_twice, {label!r}, {str(marker)!r})")
+    _manage(worker_env, "worker", "--once")
+    assert _state(worker_env, "first")["jobs"] == [{"state": "done", "attempts": 1}]
+    # At least one result a job (a sweep hands a job over again when its lease, 1 s here,
+    # passed before it ran: that task finds it done).
+    counts = _task_results(worker_env)
+    assert counts["recent"] >= 2
+    assert (counts["old"], counts["open"], counts["expired_sessions"]) == (0, 0, 0)
+    _python(worker_env, "task_results_age(25)")
+    assert _task_results(worker_env)["expired_sessions"] == 1
+    _python(worker_env, f"enqueue_marked(write_twice, 'third', {str(marker)!r})")
+    _manage(worker_env, "worker", "--once")
+    counts = _task_results(worker_env)
+    # The third job's results are a day younger than the others were: they stay.
+    assert counts["recent"] >= 1
+    assert (counts["old"], counts["open"], counts["expired_sessions"]) == (0, 0, 0)
+    for label in ("first", "second", "third"):
+        assert _state(worker_env, label) == {
+            "jobs": [{"state": "done", "attempts": 1}],
+            "steps": [1, 2],
+        }
 
 
 @pytest.mark.django_db(transaction=True)

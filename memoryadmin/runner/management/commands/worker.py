@@ -13,6 +13,7 @@ from django.db import DatabaseError, connections
 from memoryadmin.core.dbstate import database_unavailable, error_line
 from memoryadmin.core.inputs import int_argument
 from memoryadmin.runner.backends import backend_batch
+from memoryadmin.runner.housekeeping import HOUSEKEEPING_SECONDS, housekeeping
 from memoryadmin.runner.jobs import jobs_run_by, jobs_run_due, jobs_sweep
 from memoryadmin.runner.pool import JobPool, worker_jobs_per_project, worker_threads
 
@@ -21,7 +22,8 @@ logger = logging.getLogger("memoryadmin.worker")
 
 class Command(BaseCommand):
     help = (
-        "Run background jobs (provider operations, reconciliation, deliveries) until stopped. "
+        "Run background jobs (provider operations, reconciliation, deliveries) until stopped, "
+        "and remove finished task results and expired sessions once an hour. "
         "Start one or more beside the web server; see docs/operations.md."
     )
 
@@ -64,8 +66,12 @@ class Command(BaseCommand):
 
     def _loop(self, batch: Any, pool: JobPool, options: dict[str, Any]) -> None:
         outage = _Outage()
+        kept_until = 0.0  # the next housekeeping (runner/housekeeping.py): at once
         while True:
             try:
+                if time.monotonic() >= kept_until:
+                    housekeeping()
+                    kept_until = time.monotonic() + HOUSEKEEPING_SECONDS
                 jobs_sweep()
                 if batch is None:
                     # Tasks run where they are enqueued: the worker runs what is due.
