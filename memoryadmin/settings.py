@@ -24,6 +24,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.csp import CSP
 
+from memoryadmin.core.rates import parse_rate
 from memoryadmin.files import private_dir, private_file
 from memoryadmin.logs import logging_config
 
@@ -555,11 +556,12 @@ MEMORYADMIN_WEBHOOK_MAX_ATTEMPTS = env_int("MEMORYADMIN_WEBHOOK_MAX_ATTEMPTS", 8
 
 
 def env_rate(name: str, default: str) -> str:
-    """A rate such as `600/minute` (`second`, `minute`, `hour` or `day`)."""
+    """A rate such as `600/minute` (memoryadmin/core/rates.py)."""
     raw = os.environ.get(name, "").strip() or default
-    count, _, period = raw.partition("/")
-    if not count.isdigit() or int(count) < 1 or period not in {"second", "minute", "hour", "day"}:
-        raise ImproperlyConfigured(f"{name} must look like 600/minute, not {raw!r}")
+    try:
+        parse_rate(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must look like 600/minute, not {raw!r}") from None
     return raw
 
 

@@ -18,18 +18,16 @@ past the project's API rate can still use the pages to revoke them.
 
 from __future__ import annotations
 
-import functools
 import math
 import time
 
 from django.conf import settings
 
 from memoryadmin.core.errors import DomainError
+from memoryadmin.core.rates import parse_rate
 from memoryadmin.core.sharedcache import counters_bump, tolerant
 from memoryadmin.memory.models import ApiKey
 from memoryadmin.memory.services.key_usage import key_usage_counter
-
-PERIODS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
 
 
 class RateLimited(DomainError):
@@ -41,13 +39,6 @@ class RateLimited(DomainError):
 
     def __init__(self, message: str, *, retry_after: int) -> None:
         super().__init__(f"{message}; retry in {retry_after} seconds.", retry_after=retry_after)
-
-
-@functools.cache
-def parse_rate(rate: str) -> tuple[int, int]:
-    """`1200/minute` as (1200, 60)."""
-    count, _, period = rate.partition("/")
-    return int(count), PERIODS[period]
 
 
 def _window(rate: str, scope: str, now: float) -> tuple[str, int, int]:
