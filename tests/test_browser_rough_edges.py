@@ -5,6 +5,7 @@ wrote, the agent-writes setting and the smaller ones (issue 25)."""
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -78,6 +79,29 @@ def test_the_filtered_list_counts_what_matches(
     page.goto(NOTES + "?q=onb")
     expect(total).to_have_text("1 of 4 documents")
     assert page.js_errors == []
+
+
+def test_a_part_of_the_page_past_the_persons_rate_says_how_long_to_wait(
+    open_page: Any, used_memory: Resource, settings: Any
+) -> None:
+    from playwright.sync_api import expect
+
+    settings.MEMORYADMIN_PAGE_RATE = "3/minute"
+    page = open_page("vera", NOTES)  # the page and its count: two requests
+    expect(page.locator("[data-total]")).to_have_text("4 documents")
+    status = page.locator("#htmx-status")
+    expect(status).to_be_hidden()
+    page.get_by_label("Filter by id or title").fill("work")
+    expect(status).to_be_visible()
+    expect(status).to_contain_text(
+        re.compile(
+            r"^You are asking for pages faster than one person may \(3/minute\); "
+            r"retry in \d+ seconds\.$"
+        )
+    )
+    # htmx logs each refused request; nothing else went wrong.
+    assert page.js_errors
+    assert all(e.startswith("Response Status Error Code 429 from ") for e in page.js_errors)
 
 
 @VIEWPORTS

@@ -40,6 +40,8 @@ def test_a_person_past_their_rate_is_refused_and_changes_nothing(
     assert owner.get(WORKSHOP).status_code == 200
     message = refused(owner.post(f"{WORKSHOP}freeze/"))
     assert "You are asking for pages faster than one person may (3/minute)" in message
+    assert "<title>Too many requests" in message
+    assert "<h1>Too many requests</h1>" in message
     assert Document.objects.get(pk=workshop.pk).agent_writes is True
     assert not AuditEntry.objects.filter(action="document.freeze").exists()
     # An htmx request gets the message as a fragment, with the same header.

@@ -262,9 +262,20 @@
   }
 
   document.addEventListener("htmx:responseError", function (event) {
+    const xhr = event.detail.xhr;
+    if (xhr.status === 429) {
+      // Past a request rate: the server's message says how long to wait, and a reload
+      // now would be refused too.
+      const answer = new DOMParser().parseFromString(xhr.responseText, "text/html");
+      const said = answer.querySelector(".error-page p");
+      if (said && said.textContent.trim()) {
+        showStatus(said.textContent.trim());
+        return;
+      }
+    }
     showStatus(
       "This part of the page could not be loaded (HTTP " +
-        event.detail.xhr.status +
+        xhr.status +
         "). Reload the page to see the current state."
     );
   });
