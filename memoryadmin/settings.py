@@ -607,3 +607,6 @@ MEMORYADMIN_PROPOSAL_TTL_HOURS = env_int("MEMORYADMIN_PROPOSAL_TTL_HOURS", 24 * 
 # all of it within this many seconds, else it is refused and creates nothing.
 MEMORYADMIN_IMPORT_DOCUMENTS_MAX = env_int("MEMORYADMIN_IMPORT_DOCUMENTS_MAX", 5000, minimum=1)
 MEMORYADMIN_IMPORT_SECONDS = env_float("MEMORYADMIN_IMPORT_SECONDS", 60.0)
+# An export download (page and API): one per project at a time, each streaming within
+# this many seconds (it holds a request thread and a database snapshot while it streams).
+MEMORYADMIN_EXPORT_SECONDS = env_float("MEMORYADMIN_EXPORT_SECONDS", 600.0)

@@ -1,6 +1,7 @@
 """Imports are bounded before anything is inflated: zip bombs, lying headers, members an
 export never writes and oversized files are refused quickly and create nothing, while an
-export of the largest allowed size still imports."""
+export of the largest allowed size still imports. Exports are bounded too: one download
+per project at a time, each within its seconds."""
 
 from __future__ import annotations
 
@@ -395,6 +396,103 @@ def test_a_project_imports_one_zip_at_a_time_and_other_projects_go_on(
                                         content_type="application/zip")  # fmt: skip
     assert again.status_code == 200, again.content
     assert again.json()["created"] == 1
+
+
+# Export downloads: one per project at a time (page and API), each within its seconds.
+
+
+def _exported(response: Any) -> zipfile.ZipFile:
+    assert response.status_code == 200, response.content
+    return zipfile.ZipFile(io.BytesIO(b"".join(response.streaming_content)))
+
+
+def test_a_project_downloads_one_export_at_a_time_and_other_projects_go_on(
+    client_for: Any, keys: Keys, project: Project, other_project: Project, people: Any,
+    web_client_for: Any, notes: Any,
+) -> None:  # fmt: skip
+    document_create(resource=notes, doc_id="kept", title="Kept", text="x", actor="t")
+    deployment = deployment_create(
+        project=other_project, agent="bot", memory=MANIFEST_MEMORY, actor="t"
+    )
+    deployment_promote(deployment=deployment, environment="development", actor="t")
+    owner = client_for(keys.owner)
+    first = owner.post(f"{EXPORT}?environment=development")  # streaming, not read yet
+    assert first.status_code == 200
+    busy = owner.post(f"{EXPORT}?environment=development")
+    assert busy.status_code == 429, busy.content
+    assert busy["Retry-After"] == "5"
+    assert busy.json()["error"] == {
+        "code": "rate_limited",
+        "message": "This project is exporting already; one export runs at a time.",
+        "details": {"reason": "export_in_progress", "retryAfter": 5},
+    }
+    # The page's download is the same slot; another project's is not.
+    page = web_client_for(people.owner).post(
+        "/projects/acme/development/export/", {"resources": ["kb", "notes"]}
+    )
+    assert page.status_code == 429
+    assert "one export runs at a time" in page.content.decode()
+    elsewhere = client_for(keys.other).post(
+        "/api/managed-agents/projects/globex/memory/export?environment=development"
+    )
+    assert MANIFEST_NAME in _exported(elsewhere).namelist()
+    # Read to its end, the first is whole, and the slot is free again.
+    assert "notes/kept.json" in _exported(first).namelist()
+    again = owner.post(f"{EXPORT}?environment=development")
+    assert MANIFEST_NAME in _exported(again).namelist()
+    assert AuditEntry.objects.filter(action="memory.export").count() == 3
+
+
+@pytest.mark.parametrize("read", [0, 1], ids=["before-its-first-byte", "part-way"])
+def test_a_download_its_client_leaves_gives_its_slot_back(read: int) -> None:
+    """The server closes every response, read to its end or not (a client gone)."""
+    from memoryadmin.core.sharedcache import slot_take
+    from memoryadmin.memory.exportzip import _Download
+
+    ended: list[str] = []
+
+    def stream() -> Iterator[bytes]:
+        try:
+            yield b"first"
+            yield b"second"
+        finally:
+            ended.append("the snapshot closed")
+
+    assert slot_take("memory-export:acme", 60)
+    download = _Download(stream(), "memory-export:acme")
+    assert not slot_take("memory-export:acme", 60)
+    assert [chunk for _, chunk in zip(range(read), download, strict=False)] == [b"first"][:read]
+    download.close()
+    download.close()
+    assert ended == ["the snapshot closed"][:read]
+    assert slot_take("memory-export:acme", 60)
+
+
+def test_an_export_past_its_seconds_stops_before_its_manifest(
+    client_for: Any, keys: Keys, notes: Any, settings: Any
+) -> None:
+    for n in range(3):
+        document_create(resource=notes, doc_id=f"d{n}", title="D", text="x", actor="t")
+    settings.MEMORYADMIN_EXPORT_SECONDS = 0.0
+    owner = client_for(keys.owner)
+    response = owner.post(f"{EXPORT}?environment=development")
+    assert response.status_code == 200
+    chunks: list[bytes] = []
+    from memoryadmin.memory.exportzip import ExportTimedOut
+
+    with pytest.raises(ExportTimedOut):
+        chunks.extend(response.streaming_content)
+    assert b"".join(chunks)  # what left before the deadline
+    assert MANIFEST_NAME.encode() not in b"".join(chunks)  # never a complete-looking zip
+    # It is audited as begun, and the project may export again at once.
+    assert AuditEntry.objects.filter(action="memory.export").count() == 1
+    settings.MEMORYADMIN_EXPORT_SECONDS = 600.0
+    whole = _exported(owner.post(f"{EXPORT}?environment=development"))
+    assert sorted(n for n in whole.namelist() if n.startswith("notes/d")) == [
+        "notes/d0.json",
+        "notes/d1.json",
+        "notes/d2.json",
+    ]
 
 
 # The CLI's directory import: each file is read only when it is a regular file within

@@ -51,3 +51,15 @@ def _bump_with_incr(cache: Any, name: str, timeout: int) -> int:
         if cache.add(name, 1, timeout=timeout):
             return 1
         return int(cache.incr(name))
+
+
+def slot_take(name: str, seconds: int) -> bool:
+    """Takes the one slot `name` (one atomic `add`, seen by every process and instance
+    sharing the cache) for at most `seconds`: it expires then, so a process that dies
+    holding it frees it. False while another holds it; without a reachable cache, taken."""
+    return bool(tolerant(lambda: cache.add(name, 1, timeout=seconds), True))
+
+
+def slot_give(name: str) -> None:
+    """Gives the slot `name` back (nothing if it expired meanwhile)."""
+    tolerant(lambda: cache.delete(name), None)

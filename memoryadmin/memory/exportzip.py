@@ -1,16 +1,57 @@
 """The export download (page and API): an open export snapshot streamed as a zip, one
-document at a time."""
+document at a time.
+
+A download holds a request thread, a database connection and its snapshot for as long as
+it streams, so a project runs one at a time, across processes and instances (its slot in
+the shared cache: a second is refused with 429 until the first ends), and each within
+`MEMORYADMIN_EXPORT_SECONDS`: past it the stream stops before the manifest, which is
+last, so the archive reads as incomplete.
+"""
 
 from __future__ import annotations
 
+import logging
+import math
+import time
 import zipfile
 from collections.abc import Iterator
 
+from django.conf import settings
 from django.http import StreamingHttpResponse
 from django.utils import timezone
 
+from memoryadmin.core.sharedcache import slot_give, slot_take
 from memoryadmin.memory.export import MANIFEST_NAME, ExportSnapshot, export_file, export_snapshot
+from memoryadmin.memory.imports import BUSY_RETRY_SECONDS, TransferBusy
 from memoryadmin.memory.models import Project
+
+logger = logging.getLogger(__name__)
+
+
+class ExportTimedOut(Exception):
+    """The download ran past MEMORYADMIN_EXPORT_SECONDS: its stream stops, unfinished."""
+
+
+class _Download:
+    """The zip's stream, and the project's export slot, given back when the stream is
+    closed (the server closes every response, finished or not)."""
+
+    def __init__(self, stream: Iterator[bytes], slot: str) -> None:
+        self.stream = stream
+        self.slot: str | None = slot
+
+    def __iter__(self) -> Iterator[bytes]:
+        return self.stream
+
+    def close(self) -> None:
+        try:
+            close = getattr(self.stream, "close", None)
+            if close is not None:
+                close()
+        finally:
+            if self.slot is not None:
+                slot_give(self.slot)
+                self.slot = None
 
 
 class _Sink:
@@ -64,7 +105,13 @@ def export_download(
     who: str,
     doc_ids: list[str] | None = None,
 ) -> StreamingHttpResponse:
+    seconds = float(settings.MEMORYADMIN_EXPORT_SECONDS)
+    slot = f"memory-export:{project.id}"
+    if not slot_take(slot, math.ceil(seconds) + BUSY_RETRY_SECONDS):
+        raise TransferBusy("export")
+
     def stream() -> Iterator[bytes]:
+        deadline = time.monotonic() + seconds
         # The snapshot stays open while the response streams: on PostgreSQL
         # every file comes from the same REPEATABLE READ transaction.
         with export_snapshot(
@@ -74,11 +121,23 @@ def export_download(
             doc_ids=doc_ids,
             actor=who,
         ) as snapshot:
-            yield from export_zip(snapshot)
+            for chunk in export_zip(snapshot):
+                yield chunk
+                if time.monotonic() > deadline:
+                    logger.warning(
+                        "The export of project %s stopped at its deadline (%g s) unfinished.",
+                        project.id,
+                        seconds,
+                    )
+                    raise ExportTimedOut(f"past MEMORYADMIN_EXPORT_SECONDS ({seconds:g} s)")
 
     stamp = timezone.now().strftime("%Y%m%dT%H%M%SZ")
     name = f"memory-{project.id}-{environment}-{stamp}.zip"
-    response = StreamingHttpResponse(stream(), content_type="application/zip")
+    try:
+        response = StreamingHttpResponse(_Download(stream(), slot), content_type="application/zip")
+    except BaseException:
+        slot_give(slot)
+        raise
     response["Content-Disposition"] = f'attachment; filename="{name}"'
     response["Cache-Control"] = "no-store"
     return response

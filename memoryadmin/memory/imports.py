@@ -32,10 +32,9 @@ from pathlib import Path
 from typing import IO, Protocol
 
 from django.conf import settings
-from django.core.cache import cache
 
 from memoryadmin.core.errors import DomainError, InvalidRequest, LimitExceeded
-from memoryadmin.core.sharedcache import tolerant
+from memoryadmin.core.sharedcache import slot_give, slot_take
 from memoryadmin.memory.limits import (
     DOCUMENT_ID_RE,
     MAX_BYTES_MAX,
@@ -154,17 +153,18 @@ class ImportTimedOut(DomainError):
         )
 
 
-class ImportBusy(DomainError):
-    """The project is importing already: nothing was read; retry later (429)."""
+class TransferBusy(DomainError):
+    """The project is importing (or exporting) already, one at a time: nothing was read;
+    retry later (429)."""
 
     status = 429
     code = "rate_limited"
 
-    def __init__(self, retry_after: int) -> None:
+    def __init__(self, kind: str) -> None:
         super().__init__(
-            "This project is importing already; one import runs at a time.",
-            details={"reason": "import_in_progress"},
-            retry_after=retry_after,
+            f"This project is {kind}ing already; one {kind} runs at a time.",
+            details={"reason": f"{kind}_in_progress"},
+            retry_after=BUSY_RETRY_SECONDS,
         )
 
 
@@ -189,7 +189,7 @@ class Deadline:
 
 @contextmanager
 def import_slot(project_id: str) -> Iterator[None]:
-    """The project's one import slot, held for the import (ImportBusy when taken).
+    """The project's one import slot, held for the import (TransferBusy when taken).
 
     Kept in the shared cache, so every worker and instance sharing it sees it (each
     process on its own without REDIS_URL); it expires with the import's deadline, so a
@@ -197,13 +197,12 @@ def import_slot(project_id: str) -> Iterator[None]:
     import runs without a slot.
     """
     key = f"memory-import:{project_id}"
-    timeout = math.ceil(seconds_max()) + BUSY_RETRY_SECONDS
-    if not tolerant(lambda: cache.add(key, 1, timeout=timeout), True):
-        raise ImportBusy(BUSY_RETRY_SECONDS)
+    if not slot_take(key, math.ceil(seconds_max()) + BUSY_RETRY_SECONDS):
+        raise TransferBusy("import")
     try:
         yield
     finally:
-        tolerant(lambda: cache.delete(key), None)
+        slot_give(key)
 
 
 class MemberUnreadable(Exception):
