@@ -33,6 +33,8 @@ timeout = _int("GUNICORN_TIMEOUT", 30)
 # On SIGTERM (deploys), requests in flight get this long to finish.
 graceful_timeout = _int("GUNICORN_GRACEFUL_TIMEOUT", 30)
 keepalive = _int("GUNICORN_KEEPALIVE", 5)
+# A client that sends nothing more of its request, or reads nothing of its answer, for
+# GUNICORN_CLIENT_TIMEOUT seconds (30 by default) is cut off (memoryadmin/serving.py).
 # Workers are replaced after this many requests (0, the default: never), staggered by
 # the jitter. Nothing leaks (a worker's RSS is flat under load), and a replaced worker
 # imports the whole project again while its share of requests waits
@@ -63,6 +65,10 @@ def on_starting(server: Any) -> None:
     from memoryadmin import serving
 
     if issubclass(server.cfg.worker_class, serving.BalancedThreadWorker):
+        # Its settings, read by each worker, are checked once here: a bad one stops the
+        # server with its message rather than every worker as it starts.
+        serving.linger_seconds()
+        serving.client_timeout_seconds()
         serving.board_create(server.cfg.workers)
 
 

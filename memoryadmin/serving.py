@@ -30,6 +30,7 @@ import multiprocessing
 import multiprocessing.synchronize
 import os
 import select
+from collections.abc import Callable
 from typing import Any
 
 from gunicorn.workers.gthread import TConn, ThreadWorker
@@ -41,17 +42,31 @@ from gunicorn.workers.gthread import TConn, ThreadWorker
 RECHECK_SECONDS = 0.01
 
 
+def _setting(name: str, default: float, parse: Callable[[str], float], what: str) -> float:
+    """The server setting `name` from the environment, 0 or more; a bad one stops the
+    process with its name (gunicorn.conf.py reads them before any worker starts)."""
+    raw = os.environ.get(name, "").strip()
+    try:
+        value = parse(raw) if raw else default
+    except ValueError:
+        raise SystemExit(f"{name} must be {what}, not {raw!r}") from None
+    if value < 0:
+        raise SystemExit(f"{name} must be 0 or more, not {raw}")
+    return value
+
+
 def linger_seconds() -> float:
     """How long a request thread keeps an idle kept-alive connection: `GUNICORN_LINGER_MS`
     (0 turns it off), a second by default, never more than the keep-alive itself."""
-    raw = os.environ.get("GUNICORN_LINGER_MS", "").strip()
-    try:
-        ms = int(raw) if raw else 1000
-    except ValueError:
-        raise SystemExit(f"GUNICORN_LINGER_MS must be an integer, not {raw!r}") from None
-    if ms < 0:
-        raise SystemExit(f"GUNICORN_LINGER_MS must be 0 or more, not {ms}")
-    return ms / 1000
+    return _setting("GUNICORN_LINGER_MS", 1000, int, "an integer") / 1000
+
+
+def client_timeout_seconds() -> float | None:
+    """How long a request thread waits on one client that neither sends the rest of its
+    request nor reads its answer: `GUNICORN_CLIENT_TIMEOUT` (0 waits for ever), 30 s by
+    default. gthread's sockets block without a limit, so a client that stops reading a
+    large answer (an export) or sending its body held a thread for good."""
+    return _setting("GUNICORN_CLIENT_TIMEOUT", 30.0, float, "a number") or None
 
 
 class Board:
@@ -109,11 +124,13 @@ class BalancedThreadWorker(ThreadWorker):
     _crowd: tuple[int, int] | None = None
     _crowded = False
     _linger = 0.0
+    _client_timeout: float | None = None
 
     def init_process(self) -> None:
         if BOARD is not None:
             self._slot = BOARD.claim(self.pid)
         self._linger = min(linger_seconds(), float(self.cfg.keepalive))
+        self._client_timeout = client_timeout_seconds()
         if self._linger > 0:
             self._crowd = os.pipe()
             for fd in self._crowd:
@@ -191,6 +208,22 @@ class BalancedThreadWorker(ThreadWorker):
         while keep is True and not self._crowded and self._next_request(conn):
             keep = super().handle(conn)
         return keep
+
+    def handle_request(self, req: Any, conn: TConn) -> Any:
+        """gthread's, with the client's socket waiting at most `_client_timeout` for each
+        read of the body and each write of the answer: past it the answer stops (its
+        iterator is closed, as for a client gone) and the connection is closed."""
+        conn.sock.settimeout(self._client_timeout)
+        try:
+            return super().handle_request(req, conn)
+        except TimeoutError:
+            self.log.warning(
+                "Closed the connection of %s: it sent or read nothing for %g s "
+                "(GUNICORN_CLIENT_TIMEOUT).",
+                conn.client[0] if isinstance(conn.client, tuple) else conn.client,
+                self._client_timeout,
+            )
+            return False
 
     def _next_request(self, conn: TConn) -> bool:
         """Whether `conn` has its next request (or end of stream) to read within the

@@ -153,9 +153,12 @@ def test_four_kept_alive_clients_end_up_two_on_each_of_two_workers(tmp_path: Pat
 
 
 @contextlib.contextmanager
-def counting_server(*, threads: int, linger_ms: int) -> Iterator[tuple[subprocess.Popen[str], int]]:
+def counting_server(
+    *, threads: int, linger_ms: int, client_timeout: str = ""
+) -> Iterator[tuple[subprocess.Popen[str], int]]:
     """One worker of the shipped class (counting hand-backs) serving tests/serving_app.py
-    with `threads` request threads, a 30 s keep-alive and `GUNICORN_LINGER_MS`."""
+    with `threads` request threads, a 30 s keep-alive, `GUNICORN_LINGER_MS` and
+    `GUNICORN_CLIENT_TIMEOUT`."""
     port = free_port()
     command = [
         # Not gunicorn.conf.py (read from the checkout by default): the test app's settings.
@@ -165,7 +168,7 @@ def counting_server(*, threads: int, linger_ms: int) -> Iterator[tuple[subproces
         *("--worker-class", "tests.serving_app.CountingWorker"),
         *("--bind", f"127.0.0.1:{port}", "tests.serving_app:app"),
     ]
-    env = clean_env(GUNICORN_LINGER_MS=str(linger_ms))
+    env = clean_env(GUNICORN_LINGER_MS=str(linger_ms), GUNICORN_CLIENT_TIMEOUT=client_timeout)
     process = subprocess.Popen(command, cwd=ROOT, env=env, text=True)
     try:
         wait_until_up(f"http://127.0.0.1:{port}/", process)
@@ -239,3 +242,96 @@ def test_a_stopping_worker_does_not_wait_for_a_lingering_thread() -> None:
         wait_until(lambda: server.poll() is not None, "gunicorn to stop", seconds=30)
         assert time.monotonic() - started < 10
         client.close()
+
+
+def _stalled_client(port: int, request: bytes) -> socket.socket:
+    """A client that sends `request` and then neither sends nor reads anything more (its
+    receive buffer the smallest the system allows)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1)
+    sock.connect(("127.0.0.1", port))
+    sock.sendall(request)
+    return sock
+
+
+def _closed_by_server(sock: socket.socket, seconds: float) -> bool:
+    """Whether the server closes `sock` within `seconds` (what it had sent is read)."""
+    sock.settimeout(0.5)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if not sock.recv(1 << 20):
+                return True
+        except TimeoutError:
+            continue
+        except ConnectionResetError:
+            return True
+    return False
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"POST /body HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000\r\n\r\nsome of it",
+        b"GET /large HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+    ],
+    ids=["stops-sending-its-body", "stops-reading-the-answer"],
+)
+def test_a_client_that_stalls_holds_its_thread_only_for_the_client_timeout(
+    request_bytes: bytes,
+) -> None:
+    """One request thread. A client that stops sending its body, or stops reading a
+    large answer, is cut off after GUNICORN_CLIENT_TIMEOUT (2 s here): the thread is
+    free for the next client, and an answer cut off is closed as for a client gone.
+    gthread's sockets block without a limit: before, the thread was held for good."""
+    with counting_server(threads=1, linger_ms=0, client_timeout="2") as (_, port):
+        stalled = _stalled_client(port, request_bytes)
+        time.sleep(0.5)  # the thread has taken the stalled request
+        started = time.monotonic()
+        other = KeptAlive(port)
+        assert other.get("/") == 200
+        waited = time.monotonic() - started
+        assert 1 < waited < 15, waited
+        other.close()
+        assert _closed_by_server(stalled, 15)
+        stalled.close()
+        if b"/large" in request_bytes:
+            again = KeptAlive(port)
+            assert again.get("/") == 200
+            assert json.loads(again.body)["answersClosed"] == 1
+            again.close()
+
+
+def test_a_client_timeout_of_zero_waits_for_ever_and_a_bad_one_stops_the_server() -> None:
+    with counting_server(threads=1, linger_ms=0, client_timeout="0") as (_, port):
+        stalled = _stalled_client(
+            port, b"POST /body HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 9\r\n\r\nsome"
+        )
+        assert not _closed_by_server(stalled, 4)
+        stalled.sendall(b"thing")  # the rest: the body is read and answered
+        stalled.settimeout(10)
+        answer = b""
+        while b'{"read": 9}' not in answer:
+            chunk = stalled.recv(65536)
+            assert chunk, answer
+            answer += chunk
+        stalled.close()
+    port = free_port()
+    refused = subprocess.run(
+        # gunicorn.conf.py checks it before any worker starts.
+        [
+            GUNICORN,
+            "--config",
+            "gunicorn.conf.py",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "tests.serving_app:app",
+        ],
+        cwd=ROOT,
+        env=clean_env(GUNICORN_CLIENT_TIMEOUT="soon"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode != 0
+    assert "GUNICORN_CLIENT_TIMEOUT must be a number, not 'soon'" in refused.stderr

@@ -56,15 +56,16 @@ def too_large(size: int, limit: int = BODY_MAX_BYTES) -> LimitExceeded:
 def stream_chunks(stream: IO[bytes] | Any) -> Iterator[bytes]:
     """The chunks of a request's body (a file-like object: anything with read(size)) until
     its end. A read that fails is the client's body that could not be read (the server's
-    reader: a chunk size that is not hexadecimal, a chunk without its line end; or the
-    connection closed or reset before the body's end): InvalidRequest, 400."""
+    reader: a chunk size that is not hexadecimal, a chunk without its line end; the
+    connection closed or reset before the body's end; or the client sending nothing more
+    for GUNICORN_CLIENT_TIMEOUT, memoryadmin/serving.py): InvalidRequest, 400."""
     while True:
         try:
             chunk = stream.read(CHUNK_BYTES)
         except Exception as exc:
             raise InvalidRequest(
-                "body: the body could not be read (a malformed chunk, or the connection"
-                " closed before its end)."
+                "body: the body could not be read (a malformed chunk, the connection"
+                " closed before its end, or nothing more sent for too long)."
             ) from exc
         if not chunk:
             return
