@@ -30,6 +30,8 @@ import multiprocessing
 import multiprocessing.synchronize
 import os
 import select
+import socket
+import struct
 from collections.abc import Callable
 from typing import Any
 
@@ -212,11 +214,20 @@ class BalancedThreadWorker(ThreadWorker):
     def handle_request(self, req: Any, conn: TConn) -> Any:
         """gthread's, with the client's socket waiting at most `_client_timeout` for each
         read of the body and each write of the answer: past it the answer stops (its
-        iterator is closed, as for a client gone) and the connection is closed."""
-        conn.sock.settimeout(self._client_timeout)
+        iterator is closed, as for a client gone) and the connection is closed.
+
+        The kernel's own timeouts (SO_RCVTIMEO, SO_SNDTIMEO), set once a connection: a
+        blocking read or write then fails with EAGAIN, where Python's socket timeout
+        would poll before every read and write of every request."""
+        if self._client_timeout is not None and not getattr(conn, "client_timeout", False):
+            seconds = int(self._client_timeout)
+            limit = struct.pack("ll", seconds, int((self._client_timeout - seconds) * 1e6))
+            conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, limit)
+            conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, limit)
+            conn.client_timeout = True
         try:
             return super().handle_request(req, conn)
-        except TimeoutError:
+        except BlockingIOError:
             self.log.warning(
                 "Closed the connection of %s: it sent or read nothing for %g s "
                 "(GUNICORN_CLIENT_TIMEOUT).",

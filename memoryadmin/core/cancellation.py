@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import hashlib
-import select
 import socket
 import threading
 import time
@@ -160,15 +159,6 @@ def client_gone_probe(request: HttpRequest) -> Callable[[], bool] | None:
         return None
 
     def gone() -> bool:
-        # Asked first without waiting: a socket with a timeout (the server's client
-        # timeout) would have its recv wait up to that long for something to read.
-        poller = select.poll()
-        try:
-            poller.register(sock, select.POLLIN)
-        except (OSError, ValueError):
-            return True  # closed under us
-        if not poller.poll(0):
-            return False
         try:
             return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
         except (BlockingIOError, InterruptedError):
