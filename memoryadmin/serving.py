@@ -205,26 +205,29 @@ class BalancedThreadWorker(ThreadWorker):
 
     def handle(self, conn: TConn) -> Any:
         """gthread's, then the next requests of the same kept-alive connection in this
-        thread while they come within the linger and nobody needs the thread."""
-        keep = super().handle(conn)
-        while keep is True and not self._crowded and self._next_request(conn):
-            keep = super().handle(conn)
-        return keep
+        thread while they come within the linger and nobody needs the thread.
 
-    def handle_request(self, req: Any, conn: TConn) -> Any:
-        """gthread's, with the client's socket waiting at most `_client_timeout` for each
-        read of the body and each write of the answer: past it the answer stops (its
-        iterator is closed, as for a client gone) and the connection is closed.
-
-        The kernel's own timeouts (SO_RCVTIMEO, SO_SNDTIMEO), set once a connection: a
-        blocking read or write then fails with EAGAIN, where Python's socket timeout
-        would poll before every read and write of every request."""
+        The client's socket waits at most `_client_timeout` for each read of the request
+        (its head and its body) and each write of the answer: the kernel's own timeouts
+        (SO_RCVTIMEO, SO_SNDTIMEO), set once a connection, under which a blocking read or
+        write fails with EAGAIN (Python's socket timeout would poll before every read and
+        write of every request)."""
         if self._client_timeout is not None and not getattr(conn, "client_timeout", False):
             seconds = int(self._client_timeout)
             limit = struct.pack("ll", seconds, int((self._client_timeout - seconds) * 1e6))
             conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, limit)
             conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, limit)
             conn.client_timeout = True
+        keep = super().handle(conn)
+        while keep is True and not self._crowded and self._next_request(conn):
+            keep = super().handle(conn)
+        return keep
+
+    def handle_request(self, req: Any, conn: TConn) -> Any:
+        """gthread's; a client past the client timeout (`handle`) while its body is read or
+        its answer written has the answer stopped (its iterator is closed, as for a client
+        gone) and its connection closed, with one warning line. (Past it while its head is
+        read, gthread's `handle` closes the connection and logs the socket's error.)"""
         try:
             return super().handle_request(req, conn)
         except BlockingIOError:

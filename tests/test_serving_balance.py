@@ -274,15 +274,17 @@ def _closed_by_server(sock: socket.socket, seconds: float) -> bool:
     [
         b"POST /body HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000\r\n\r\nsome of it",
         b"GET /large HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+        b"GET / HTTP/1.1\r\nHost: 127.0",
     ],
-    ids=["stops-sending-its-body", "stops-reading-the-answer"],
+    ids=["stops-sending-its-body", "stops-reading-the-answer", "stops-sending-its-head"],
 )
 def test_a_client_that_stalls_holds_its_thread_only_for_the_client_timeout(
     request_bytes: bytes,
 ) -> None:
-    """One request thread. A client that stops sending its body, or stops reading a
-    large answer, is cut off after GUNICORN_CLIENT_TIMEOUT (2 s here): the thread is
-    free for the next client, and an answer cut off is closed as for a client gone.
+    """One request thread. A client that stops sending its request's head or body, or
+    stops reading a large answer, is cut off after GUNICORN_CLIENT_TIMEOUT (2 s here): the
+    thread is free for the next client, and an answer cut off is closed as for a client
+    gone.
     gthread's sockets block without a limit: before, the thread was held for good."""
     with counting_server(threads=1, linger_ms=0, client_timeout="2") as (_, port):
         stalled = _stalled_client(port, request_bytes)
