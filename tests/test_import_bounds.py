@@ -447,7 +447,7 @@ def test_a_project_downloads_one_export_at_a_time_and_other_projects_go_on(
 def test_a_download_its_client_leaves_gives_its_slot_back(read: int) -> None:
     """The server closes every response, read to its end or not (a client gone)."""
     from memoryadmin.core.sharedcache import slot_take
-    from memoryadmin.memory.exportzip import _Download
+    from memoryadmin.memory.exportzip import Download
 
     ended: list[str] = []
 
@@ -459,7 +459,7 @@ def test_a_download_its_client_leaves_gives_its_slot_back(read: int) -> None:
             ended.append("the snapshot closed")
 
     assert slot_take("memory-export:acme", 60)
-    download = _Download(stream(), "memory-export:acme")
+    download = Download(stream(), "memory-export:acme")
     assert not slot_take("memory-export:acme", 60)
     assert [chunk for _, chunk in zip(range(read), download, strict=False)] == [b"first"][:read]
     download.close()

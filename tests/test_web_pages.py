@@ -595,6 +595,28 @@ def test_audit_log_downloads_the_filtered_log_as_csv_and_json_lines(
     assert owner.get(url, {"format": "xml"}).status_code == 400
 
 
+def test_a_project_downloads_its_audit_log_one_at_a_time(
+    owner: Client, support: Client, make_document: Any, notes: Resource
+) -> None:
+    """A download holds a request thread and a database connection while it streams:
+    the project's people download its audit log one at a time, as its exports."""
+    make_document("workshop")
+    url = f"{BASE}/audit/download/"
+    first = owner.get(url, {"format": "jsonl"})  # streaming, not read yet
+    assert first.status_code == 200
+    busy = support.get(url, {"format": "csv"})
+    assert busy.status_code == 429
+    assert busy["Retry-After"] == "5"
+    assert (
+        "This project is downloading its audit log already; one download runs at a time."
+        in busy.content.decode()
+    )
+    assert b"document.create" in b"".join(first.streaming_content)  # read whole: free again
+    again = support.get(url, {"format": "csv"})
+    assert again.status_code == 200
+    assert b"document.create" in b"".join(again.streaming_content)
+
+
 def test_audit_log_pages_older_entries(owner: Client, project: Project, people: People) -> None:
     from memoryadmin.memory.services.audit import audit_record
 

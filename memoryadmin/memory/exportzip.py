@@ -32,15 +32,25 @@ class ExportTimedOut(Exception):
     """The download ran past MEMORYADMIN_EXPORT_SECONDS: its stream stops, unfinished."""
 
 
-class _Download:
-    """The zip's stream, and the project's export slot, given back when the stream is
-    closed (the server closes every response, finished or not)."""
+def download_slot(name: str, project_id: str, busy: TransferBusy) -> str:
+    """Takes the project's one slot for downloads of `name` (its export, its audit log):
+    a download holds a request thread and a database connection while it streams. Raises
+    `busy` while another holds it; the slot expires with an export's deadline."""
+    slot = f"{name}:{project_id}"
+    if not slot_take(slot, math.ceil(settings.MEMORYADMIN_EXPORT_SECONDS) + BUSY_RETRY_SECONDS):
+        raise busy
+    return slot
 
-    def __init__(self, stream: Iterator[bytes], slot: str) -> None:
+
+class Download:
+    """A download's stream, and its project's slot (`download_slot`), given back when the
+    stream is closed (the server closes every response, finished or not)."""
+
+    def __init__(self, stream: Iterator[bytes] | Iterator[str], slot: str) -> None:
         self.stream = stream
         self.slot: str | None = slot
 
-    def __iter__(self) -> Iterator[bytes]:
+    def __iter__(self) -> Iterator[bytes] | Iterator[str]:
         return self.stream
 
     def close(self) -> None:
@@ -106,9 +116,9 @@ def export_download(
     doc_ids: list[str] | None = None,
 ) -> StreamingHttpResponse:
     seconds = float(settings.MEMORYADMIN_EXPORT_SECONDS)
-    slot = f"memory-export:{project.id}"
-    if not slot_take(slot, math.ceil(seconds) + BUSY_RETRY_SECONDS):
-        raise TransferBusy("export")
+    slot = download_slot(
+        "memory-export", project.id, TransferBusy("exporting", "export", "export_in_progress")
+    )
 
     def stream() -> Iterator[bytes]:
         deadline = time.monotonic() + seconds
@@ -134,7 +144,7 @@ def export_download(
     stamp = timezone.now().strftime("%Y%m%dT%H%M%SZ")
     name = f"memory-{project.id}-{environment}-{stamp}.zip"
     try:
-        response = StreamingHttpResponse(_Download(stream(), slot), content_type="application/zip")
+        response = StreamingHttpResponse(Download(stream(), slot), content_type="application/zip")
     except BaseException:
         slot_give(slot)
         raise

@@ -154,16 +154,16 @@ class ImportTimedOut(DomainError):
 
 
 class TransferBusy(DomainError):
-    """The project is importing (or exporting) already, one at a time: nothing was read;
-    retry later (429)."""
+    """The project is importing, exporting or downloading its audit log already, one at
+    a time: nothing was read; retry later (429)."""
 
     status = 429
     code = "rate_limited"
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, doing: str, one: str, reason: str) -> None:
         super().__init__(
-            f"This project is {kind}ing already; one {kind} runs at a time.",
-            details={"reason": f"{kind}_in_progress"},
+            f"This project is {doing} already; one {one} runs at a time.",
+            details={"reason": reason},
             retry_after=BUSY_RETRY_SECONDS,
         )
 
@@ -198,7 +198,7 @@ def import_slot(project_id: str) -> Iterator[None]:
     """
     key = f"memory-import:{project_id}"
     if not slot_take(key, math.ceil(seconds_max()) + BUSY_RETRY_SECONDS):
-        raise TransferBusy("import")
+        raise TransferBusy("importing", "import", "import_in_progress")
     try:
         yield
     finally:

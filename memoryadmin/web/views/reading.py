@@ -16,6 +16,9 @@ from memoryadmin.agents.services.provenance import version_readers
 from memoryadmin.core.diff import text_diff
 from memoryadmin.core.environments import DEFAULT_ENVIRONMENT, Environment
 from memoryadmin.core.errors import DomainError, InvalidRequest
+from memoryadmin.core.sharedcache import slot_give
+from memoryadmin.memory.exportzip import Download, download_slot
+from memoryadmin.memory.imports import TransferBusy
 from memoryadmin.memory.limits import agent_writes_shown
 from memoryadmin.memory.models import Resource
 from memoryadmin.memory.services.asof import document_list_as_of, parse_as_of
@@ -294,7 +297,14 @@ def audit_download(request: HttpRequest, page: Page) -> HttpResponseBase:
     content_type, write = DOWNLOADS[kind]
     stamp = timezone.now().strftime("%Y%m%dT%H%M%SZ")
     name = f"audit-{page.project.id}-{page.environment}-{stamp}.{kind}"
-    response = StreamingHttpResponse(write(rows), content_type=content_type)
+    # One at a time for the project, as its exports (memory/exportzip.py).
+    busy = TransferBusy("downloading its audit log", "download", "audit_download_in_progress")
+    slot = download_slot("audit-download", page.project.id, busy)
+    try:
+        response = StreamingHttpResponse(Download(write(rows), slot), content_type=content_type)
+    except BaseException:
+        slot_give(slot)
+        raise
     response["Content-Disposition"] = f'attachment; filename="{name}"'
     response["Cache-Control"] = "no-store"
     return response
