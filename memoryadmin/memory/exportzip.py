@@ -64,6 +64,21 @@ class Download:
                 self.slot = None
 
 
+def download_response(
+    slot: str, stream: Iterator[bytes] | Iterator[str], content_type: str, filename: str
+) -> StreamingHttpResponse:
+    """A file to download, streamed, holding `slot` (`download_slot`) until the server
+    closes it (given back at once if the response cannot be made)."""
+    try:
+        response = StreamingHttpResponse(Download(stream, slot), content_type=content_type)
+    except BaseException:
+        slot_give(slot)
+        raise
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    response["Cache-Control"] = "no-store"
+    return response
+
+
 class _Sink:
     """A write-only file whose bytes are handed on as they are written.
 
@@ -143,11 +158,4 @@ def export_download(
 
     stamp = timezone.now().strftime("%Y%m%dT%H%M%SZ")
     name = f"memory-{project.id}-{environment}-{stamp}.zip"
-    try:
-        response = StreamingHttpResponse(Download(stream(), slot), content_type="application/zip")
-    except BaseException:
-        slot_give(slot)
-        raise
-    response["Content-Disposition"] = f'attachment; filename="{name}"'
-    response["Cache-Control"] = "no-store"
-    return response
+    return download_response(slot, stream(), "application/zip", name)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponseBase, QueryDict, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponseBase, QueryDict
 from django.shortcuts import redirect
 from django.utils import timezone
 from django.utils.http import urlencode
@@ -16,8 +16,7 @@ from memoryadmin.agents.services.provenance import version_readers
 from memoryadmin.core.diff import text_diff
 from memoryadmin.core.environments import DEFAULT_ENVIRONMENT, Environment
 from memoryadmin.core.errors import DomainError, InvalidRequest
-from memoryadmin.core.sharedcache import slot_give
-from memoryadmin.memory.exportzip import Download, download_slot
+from memoryadmin.memory.exportzip import download_response, download_slot
 from memoryadmin.memory.imports import TransferBusy
 from memoryadmin.memory.limits import agent_writes_shown
 from memoryadmin.memory.models import Resource
@@ -300,14 +299,7 @@ def audit_download(request: HttpRequest, page: Page) -> HttpResponseBase:
     # One at a time for the project, as its exports (memory/exportzip.py).
     busy = TransferBusy("downloading its audit log", "download", "audit_download_in_progress")
     slot = download_slot("audit-download", page.project.id, busy)
-    try:
-        response = StreamingHttpResponse(Download(write(rows), slot), content_type=content_type)
-    except BaseException:
-        slot_give(slot)
-        raise
-    response["Content-Disposition"] = f'attachment; filename="{name}"'
-    response["Cache-Control"] = "no-store"
-    return response
+    return download_response(slot, write(rows), content_type, name)
 
 
 def as_of_context(request: HttpRequest, resource: Resource, raw: str) -> dict[str, Any]:
