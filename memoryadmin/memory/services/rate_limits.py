@@ -80,16 +80,13 @@ def request_count(key: ApiKey) -> None:
     """Counts one request of `key` in its windows and in its usage; RateLimited where that
     puts it over a window (the project's named first)."""
     own = (settings.MEMORYADMIN_API_RATE, str(key.pk), "This API key is over its request rate")
-    usage = key_usage_counter(key_id=key.pk)
-    if key.project_id is None:
-        _count((own,), usage)
-        return
     project = (
         settings.MEMORYADMIN_PROJECT_API_RATE,
         f"project:{key.project_id}",
         "This project's API keys together are over their request rate",
     )
-    _count((own, project), usage)
+    limits = (own,) if key.project_id is None else (own, project)
+    _count(limits, key_usage_counter(key_id=key.pk))
 
 
 def page_request_count(*, user_id: int, project_id: str | None) -> None:
@@ -102,12 +99,9 @@ def page_request_count(*, user_id: int, project_id: str | None) -> None:
         f"person:{user_id}",
         "You are asking for pages faster than one person may",
     )
-    if project_id is None:
-        _count((own,), None)
-        return
     project = (
         settings.MEMORYADMIN_PROJECT_PAGE_RATE,
         f"pages:{project_id}",
         "This project's people together are asking for pages faster than they may",
     )
-    _count((own, project), None)
+    _count((own,) if project_id is None else (own, project), None)
