@@ -25,6 +25,7 @@ when another connection comes and would have no thread, and when the worker stop
 from __future__ import annotations
 
 import ctypes
+import logging
 import math
 import multiprocessing
 import multiprocessing.synchronize
@@ -42,6 +43,32 @@ from gunicorn.workers.gthread import TConn, ThreadWorker
 # this long at most. Its main thread sleeps otherwise, its connections being served in
 # their request threads, so nothing else wakes it sooner.
 RECHECK_SECONDS = 0.01
+
+
+class HeadTimedOut(logging.Filter):
+    """gthread reads a request's head inside its own `handle` and logs any socket error
+    there but a client gone with the error and its traceback ("Socket error processing
+    request."): a client past the client timeout while its head is read is one warning
+    line here, as one past it while its body is read or its answer written
+    (`BalancedThreadWorker.handle_request`)."""
+
+    SOCKET_ERROR = "Socket error processing request."
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, BlockingIOError) and record.msg == self.SOCKET_ERROR:
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            record.msg = (
+                "Closed a connection: its request's head did not come within %g s "
+                "(GUNICORN_CLIENT_TIMEOUT)."
+            )
+            record.args = (self.seconds,)
+            record.exc_info = record.exc_text = None
+        return True
 
 
 def _setting(name: str, default: float, parse: Callable[[str], float], what: str) -> float:
@@ -133,6 +160,8 @@ class BalancedThreadWorker(ThreadWorker):
             self._slot = BOARD.claim(self.pid)
         self._linger = min(linger_seconds(), float(self.cfg.keepalive))
         self._client_timeout = client_timeout_seconds()
+        if self._client_timeout is not None:
+            self.log.error_log.addFilter(HeadTimedOut(self._client_timeout))
         if self._linger > 0:
             self._crowd = os.pipe()
             for fd in self._crowd:
@@ -227,7 +256,7 @@ class BalancedThreadWorker(ThreadWorker):
         """gthread's; a client past the client timeout (`handle`) while its body is read or
         its answer written has the answer stopped (its iterator is closed, as for a client
         gone) and its connection closed, with one warning line. (Past it while its head is
-        read, gthread's `handle` closes the connection and logs the socket's error.)"""
+        read, gthread's `handle` closes the connection and logs its error: `HeadTimedOut`.)"""
         try:
             return super().handle_request(req, conn)
         except BlockingIOError:

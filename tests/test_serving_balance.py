@@ -154,11 +154,11 @@ def test_four_kept_alive_clients_end_up_two_on_each_of_two_workers(tmp_path: Pat
 
 @contextlib.contextmanager
 def counting_server(
-    *, threads: int, linger_ms: int, client_timeout: str = ""
+    *, threads: int, linger_ms: int, client_timeout: str = "", log: Path | None = None
 ) -> Iterator[tuple[subprocess.Popen[str], int]]:
     """One worker of the shipped class (counting hand-backs) serving tests/serving_app.py
     with `threads` request threads, a 30 s keep-alive, `GUNICORN_LINGER_MS` and
-    `GUNICORN_CLIENT_TIMEOUT`."""
+    `GUNICORN_CLIENT_TIMEOUT`; its log to `log` if given."""
     port = free_port()
     command = [
         # Not gunicorn.conf.py (read from the checkout by default): the test app's settings.
@@ -169,7 +169,9 @@ def counting_server(
         *("--bind", f"127.0.0.1:{port}", "tests.serving_app:app"),
     ]
     env = clean_env(GUNICORN_LINGER_MS=str(linger_ms), GUNICORN_CLIENT_TIMEOUT=client_timeout)
-    process = subprocess.Popen(command, cwd=ROOT, env=env, text=True)
+    with contextlib.ExitStack() as files:
+        stderr = files.enter_context(log.open("w")) if log is not None else None
+        process = subprocess.Popen(command, cwd=ROOT, env=env, text=True, stderr=stderr)
     try:
         wait_until_up(f"http://127.0.0.1:{port}/", process)
         yield process, port
@@ -279,14 +281,15 @@ def _closed_by_server(sock: socket.socket, seconds: float) -> bool:
     ids=["stops-sending-its-body", "stops-reading-the-answer", "stops-sending-its-head"],
 )
 def test_a_client_that_stalls_holds_its_thread_only_for_the_client_timeout(
-    request_bytes: bytes,
+    request_bytes: bytes, tmp_path: Path
 ) -> None:
     """One request thread. A client that stops sending its request's head or body, or
     stops reading a large answer, is cut off after GUNICORN_CLIENT_TIMEOUT (2 s here): the
     thread is free for the next client, and an answer cut off is closed as for a client
-    gone.
+    gone; the log says so in one warning line, without a traceback.
     gthread's sockets block without a limit: before, the thread was held for good."""
-    with counting_server(threads=1, linger_ms=0, client_timeout="2") as (_, port):
+    log = tmp_path / "gunicorn.log"
+    with counting_server(threads=1, linger_ms=0, client_timeout="2", log=log) as (_, port):
         stalled = _stalled_client(port, request_bytes)
         time.sleep(0.5)  # the thread has taken the stalled request
         started = time.monotonic()
@@ -302,6 +305,14 @@ def test_a_client_that_stalls_holds_its_thread_only_for_the_client_timeout(
             assert again.get("/") == 200
             assert json.loads(again.body)["answersClosed"] == 1
             again.close()
+    logged = log.read_text()
+    assert "Traceback" not in logged, logged
+    expected = (
+        "[WARNING] Closed a connection: its request's head did not come within 2 s"
+        if b"\r\n\r\n" not in request_bytes  # its head never ended
+        else "[WARNING] Closed the connection of 127.0.0.1: it sent or read nothing for 2 s"
+    )
+    assert logged.count(expected) == 1, logged
 
 
 def test_a_client_timeout_of_zero_waits_for_ever_and_a_bad_one_stops_the_server() -> None:
