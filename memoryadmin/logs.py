@@ -227,12 +227,16 @@ def _finished_fields(request: HttpRequest) -> dict[str, Any]:
 
 
 def _streamed(content: Iterator[bytes], context: dict[str, Any]) -> Iterator[bytes]:
-    """A streamed body logs when it has been sent (or failed), with its request's ids."""
+    """A streamed body logs when it has been sent (or failed, or was stopped at its
+    deadline: a download past its seconds, memory/exportzip.py), with its request's ids."""
     token = _request.set(context)
     try:
         request_log(logging.DEBUG, "streaming_started")
         try:
             yield from content
+        except TimeoutError as exc:
+            request_log(logging.WARNING, "streaming_stopped", reason=str(exc))
+            raise
         except Exception as exc:
             request_log(logging.ERROR, "streaming_failed", exc_info=exc)
             raise

@@ -71,31 +71,38 @@ class HeadTimedOut(logging.Filter):
         return True
 
 
-def _setting(name: str, default: float, parse: Callable[[str], float], what: str) -> float:
-    """The server setting `name` from the environment, 0 or more; a bad one stops the
-    process with its name (gunicorn.conf.py reads them before any worker starts)."""
+def _setting(
+    name: str, default: float, parse: Callable[[str], float], what: str, most: float
+) -> float:
+    """The server setting `name` from the environment, from 0 to `most`; a bad one stops
+    the process with its name (gunicorn.conf.py reads them before any worker starts)."""
     raw = os.environ.get(name, "").strip()
     try:
         value = parse(raw) if raw else default
     except ValueError:
         raise SystemExit(f"{name} must be {what}, not {raw!r}") from None
-    if value < 0:
-        raise SystemExit(f"{name} must be 0 or more, not {raw}")
+    if not 0 <= value <= most:  # NaN is neither
+        raise SystemExit(f"{name} must be from 0 to {most:g}, not {raw}")
     return value
 
 
 def linger_seconds() -> float:
     """How long a request thread keeps an idle kept-alive connection: `GUNICORN_LINGER_MS`
     (0 turns it off), a second by default, never more than the keep-alive itself."""
-    return _setting("GUNICORN_LINGER_MS", 1000, int, "an integer") / 1000
+    return _setting("GUNICORN_LINGER_MS", 1000, int, "an integer", DAY_SECONDS * 1000) / 1000
 
 
 def client_timeout_seconds() -> float | None:
     """How long a request thread waits on one client that neither sends the rest of its
     request nor reads its answer: `GUNICORN_CLIENT_TIMEOUT` (0 waits for ever), 30 s by
-    default. gthread's sockets block without a limit, so a client that stops reading a
-    large answer (an export) or sending its body held a thread for good."""
-    return _setting("GUNICORN_CLIENT_TIMEOUT", 30.0, float, "a number") or None
+    default, a day at most. gthread's sockets block without a limit, so a client that
+    stops reading a large answer (an export) or sending its body held a thread for good."""
+    return _setting("GUNICORN_CLIENT_TIMEOUT", 30.0, float, "a number", DAY_SECONDS) or None
+
+
+# The most either setting may be: the kernel's socket timeouts take far more, but a
+# longer wait is "for ever" (0) in all but name.
+DAY_SECONDS = 86400
 
 
 class Board:
@@ -259,6 +266,13 @@ class BalancedThreadWorker(ThreadWorker):
         read, gthread's `handle` closes the connection and logs its error: `HeadTimedOut`.)"""
         try:
             return super().handle_request(req, conn)
+        except TimeoutError as exc:
+            # The application stopped its answer's stream (a download past its seconds,
+            # memory/exportzip.py, which logged it): the connection is closed without the
+            # answer's end, so the client sees it unfinished. (gthread re-raises an
+            # OSError here, and would log it with its traceback.)
+            self.log.debug("Closed the connection of %s mid-answer: %s", conn.client, exc)
+            return False
         except BlockingIOError:
             self.log.warning(
                 "Closed the connection of %s: it sent or read nothing for %g s "

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import ipaddress
+import math
 import os
 import secrets
 import sys
@@ -68,8 +69,13 @@ def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
     return value
 
 
-def env_float(name: str, default: float) -> float:
-    return _env_number(name, default, float, "a number")
+def env_float(name: str, default: float, *, minimum: float | None = None) -> float:
+    value = _env_number(name, default, float, "a number")
+    if not math.isfinite(value):
+        raise ImproperlyConfigured(f"{name} must be a finite number, not {value}")
+    if minimum is not None and value < minimum:
+        raise ImproperlyConfigured(f"{name} must be at least {minimum:g}, not {value:g}")
+    return value
 
 
 def var_dir() -> Path:
@@ -606,7 +612,8 @@ MEMORYADMIN_PROPOSAL_TTL_HOURS = env_int("MEMORYADMIN_PROPOSAL_TTL_HOURS", 24 * 
 # An import over the API (memoryadmin/memory/imports.py): at most this many documents,
 # all of it within this many seconds, else it is refused and creates nothing.
 MEMORYADMIN_IMPORT_DOCUMENTS_MAX = env_int("MEMORYADMIN_IMPORT_DOCUMENTS_MAX", 5000, minimum=1)
-MEMORYADMIN_IMPORT_SECONDS = env_float("MEMORYADMIN_IMPORT_SECONDS", 60.0)
-# An export download (page and API): one per project at a time, each streaming within
-# this many seconds (it holds a request thread and a database snapshot while it streams).
-MEMORYADMIN_EXPORT_SECONDS = env_float("MEMORYADMIN_EXPORT_SECONDS", 600.0)
+MEMORYADMIN_IMPORT_SECONDS = env_float("MEMORYADMIN_IMPORT_SECONDS", 60.0, minimum=1)
+# A download of a project's data (an export, page and API; the Audit page's log): one of
+# each per project at a time, each streaming within this many seconds (it holds a request
+# thread, a database connection and, an export, a snapshot while it streams).
+MEMORYADMIN_EXPORT_SECONDS = env_float("MEMORYADMIN_EXPORT_SECONDS", 600.0, minimum=1)

@@ -1,7 +1,8 @@
 """A WSGI app and worker for the serving tests, served by a real gunicorn: the worker
 (the shipped one) counts the connections its request threads handed back to its main
 thread, and the app answers every request with that count and how many of its large
-answers were closed unfinished; `/body` reads the request's body, `/large` answers 64 MiB."""
+answers were closed unfinished; `/body` reads the request's body, `/large` answers 64 MiB,
+`/stopped` stops its streamed answer part-way (as a download past its seconds does)."""
 
 from __future__ import annotations
 
@@ -41,8 +42,16 @@ class _Large:
         answers_closed += 1
 
 
+def _stopped() -> Iterator[bytes]:
+    yield b"part of it"
+    raise TimeoutError("The download stopped unfinished at its deadline.")
+
+
 def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
     path = environ["PATH_INFO"]
+    if path == "/stopped":
+        start_response("200 OK", [("Content-Type", "application/octet-stream")])
+        return _stopped()
     if path == "/large":
         start_response("200 OK", [("Content-Type", "application/octet-stream")])
         return _Large()

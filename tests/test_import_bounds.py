@@ -26,7 +26,7 @@ from rest_framework.test import APIClient
 
 from memoryadmin.memory import imports
 from memoryadmin.memory.export import FORMAT, FORMAT_VERSION, MANIFEST_NAME
-from memoryadmin.memory.imports import import_slot
+from memoryadmin.memory.imports import TransferBusy, import_slot
 from memoryadmin.memory.models import AuditEntry, Document, DocumentVersion, Project
 from memoryadmin.memory.services.deployments import (
     deployment_create,
@@ -446,8 +446,7 @@ def test_a_project_downloads_one_export_at_a_time_and_other_projects_go_on(
 @pytest.mark.parametrize("read", [0, 1], ids=["before-its-first-byte", "part-way"])
 def test_a_download_its_client_leaves_gives_its_slot_back(read: int) -> None:
     """The server closes every response, read to its end or not (a client gone)."""
-    from memoryadmin.core.sharedcache import slot_take
-    from memoryadmin.memory.exportzip import Download
+    from memoryadmin.memory.exportzip import Download, download_slot
 
     ended: list[str] = []
 
@@ -458,35 +457,113 @@ def test_a_download_its_client_leaves_gives_its_slot_back(read: int) -> None:
         finally:
             ended.append("the snapshot closed")
 
-    assert slot_take("memory-export:acme", 60)
-    download = Download(stream(), "memory-export:acme")
-    assert not slot_take("memory-export:acme", 60)
+    busy = TransferBusy("exporting", "export", "export_in_progress")
+    download = Download(stream(), download_slot("memory-export", "acme", busy), "export")
+    with pytest.raises(TransferBusy):
+        download_slot("memory-export", "acme", busy)
     assert [chunk for _, chunk in zip(range(read), download, strict=False)] == [b"first"][:read]
     download.close()
     download.close()
     assert ended == ["the snapshot closed"][:read]
-    assert slot_take("memory-export:acme", 60)
+    download_slot("memory-export", "acme", busy).give()
+
+
+def test_an_export_its_client_leaves_part_way_stays_audited(
+    client_for: Any, keys: Keys, notes: Any
+) -> None:
+    """Some documents may have left: the export's audit entry stays (on PostgreSQL it is
+    written in the export's snapshot, a transaction that a client gone closed part-way
+    rolled back)."""
+    for n in range(3):
+        document_create(resource=notes, doc_id=f"d{n}", title="D", text="x", actor="t")
+    response = client_for(keys.owner).post(f"{EXPORT}?environment=development")
+    assert response.status_code == 200
+    content = response._iterator  # the test client's, which closes the response at its end
+    assert next(content)
+    content.close()  # as the server closes the response of a client gone
+    entry = AuditEntry.objects.get(action="memory.export")
+    assert entry.detail["documents"] == 3
+
+
+def test_a_download_keeps_its_slot_while_it_streams(monkeypatch: Any) -> None:
+    """Its slot lasts a minute unless the stream goes on, so a process that dies mid-way
+    frees it soon, and one that streams longer keeps it."""
+    from memoryadmin.memory import exportzip
+
+    monkeypatch.setattr(exportzip, "SLOT_SECONDS", 1)
+    monkeypatch.setattr(exportzip, "SLOT_KEPT_EVERY", 0.2)
+    busy = TransferBusy("exporting", "export", "export_in_progress")
+
+    def slow() -> Iterator[bytes]:
+        for _ in range(8):
+            time.sleep(0.25)
+            yield b"chunk"
+
+    download = exportzip.Download(slow(), exportzip.download_slot("x", "acme", busy), "export")
+    assert list(download) == [b"chunk"] * 8  # two seconds, twice the slot's own
+    with pytest.raises(TransferBusy):
+        exportzip.download_slot("x", "acme", busy)
+    download.close()
+    exportzip.download_slot("x", "acme", busy).give()
+
+
+def test_a_download_stops_before_a_chunk_made_past_its_seconds_and_never_after_its_last(
+    settings: Any,
+) -> None:
+    from memoryadmin.memory.exportzip import Download, DownloadTimedOut, download_slot
+
+    settings.MEMORYADMIN_EXPORT_SECONDS = 0.3
+    busy = TransferBusy("exporting", "export", "export_in_progress")
+
+    def late() -> Iterator[bytes]:
+        yield b"first"
+        time.sleep(0.5)
+        yield b"manifest"
+
+    sent: list[bytes] = []
+    download = Download(late(), download_slot("x", "acme", busy), "export")
+    with pytest.raises(DownloadTimedOut):
+        sent.extend(download)
+    download.close()
+    assert sent == [b"first"]
+    # Its last chunk sent within its seconds, a download is whole, however long the
+    # client then takes.
+    download = Download(iter([b"first", b"manifest"]), download_slot("x", "acme", busy), "e")
+    for chunk in download:
+        sent.append(chunk)
+        time.sleep(0.2)
+    download.close()
+    assert sent == [b"first", b"first", b"manifest"]
 
 
 def test_an_export_past_its_seconds_stops_before_its_manifest(
-    client_for: Any, keys: Keys, notes: Any, settings: Any
+    client_for: Any, keys: Keys, notes: Any, settings: Any, monkeypatch: Any
 ) -> None:
+    from memoryadmin.memory import exportzip
+
     for n in range(3):
         document_create(resource=notes, doc_id=f"d{n}", title="D", text="x", actor="t")
-    settings.MEMORYADMIN_EXPORT_SECONDS = 0.0
+    settings.MEMORYADMIN_EXPORT_SECONDS = 0.5
+    files = exportzip.export_file
+
+    def slow_file(document: Any) -> bytes:
+        if document.get("id") == "d1":
+            time.sleep(0.7)  # the export's seconds pass while it is made
+        return files(document)
+
+    monkeypatch.setattr(exportzip, "export_file", slow_file)
     owner = client_for(keys.owner)
     response = owner.post(f"{EXPORT}?environment=development")
     assert response.status_code == 200
     chunks: list[bytes] = []
-    from memoryadmin.memory.exportzip import ExportTimedOut
-
-    with pytest.raises(ExportTimedOut):
+    with pytest.raises(exportzip.DownloadTimedOut):
         chunks.extend(response.streaming_content)
     assert b"".join(chunks)  # what left before the deadline
+    assert b"d1.json" not in b"".join(chunks)
     assert MANIFEST_NAME.encode() not in b"".join(chunks)  # never a complete-looking zip
     # It is audited as begun, and the project may export again at once.
     assert AuditEntry.objects.filter(action="memory.export").count() == 1
-    settings.MEMORYADMIN_EXPORT_SECONDS = 600.0
+    monkeypatch.setattr(exportzip, "export_file", files)
     whole = _exported(owner.post(f"{EXPORT}?environment=development"))
     assert sorted(n for n in whole.namelist() if n.startswith("notes/d")) == [
         "notes/d0.json",

@@ -406,11 +406,31 @@ def test_housekeeping_removes_finished_task_results_past_their_hours_in_batches(
         _task_result("READY", None),
         _task_result("RUNNING", None),
     ]
-    assert housekeeping.housekeeping() == len(gone)
+    assert housekeeping.housekeeping() == housekeeping.Swept(task_results=len(gone))
     assert set(DBTaskResult.objects.values_list("pk", flat=True)) == {r.pk for r in kept}
     settings.MEMORYADMIN_TASK_RESULTS_KEEP_HOURS = 22
-    assert housekeeping.housekeeping() == 1
+    assert housekeeping.housekeeping().task_results == 1
     assert set(DBTaskResult.objects.values_list("status", flat=True)) == {"READY", "RUNNING"}
+
+
+@pytest.mark.django_db
+def test_housekeeping_stops_at_its_budget_and_goes_on_at_the_next_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A backlog (an upgrade's, say) is removed a budget at a time, the worker's jobs run
+    between the calls."""
+    from django_tasks_db.models import DBTaskResult
+
+    from memoryadmin.runner import housekeeping
+
+    monkeypatch.setattr(housekeeping, "BATCH", 2)
+    for _ in range(5):
+        _task_result("SUCCESSFUL", 25)
+    assert housekeeping.housekeeping(budget=0) == housekeeping.Swept(2, 0, done=False)
+    assert DBTaskResult.objects.count() == 3
+    assert housekeeping.housekeeping(budget=0) == housekeeping.Swept(2, 0, done=False)
+    assert housekeeping.housekeeping(budget=0) == housekeeping.Swept(1, 0, done=True)
+    assert not DBTaskResult.objects.exists()
 
 
 @pytest.mark.django_db
@@ -426,7 +446,7 @@ def test_housekeeping_ends_expired_sessions_and_keeps_live_ones(
     Session.objects.filter(session_key=expired.session.session_key).update(
         expire_date=timezone.now() - timedelta(seconds=1)
     )
-    housekeeping()
+    assert housekeeping().sessions == 1
     assert list(Session.objects.values_list("session_key", flat=True)) == [
         owner.session.session_key
     ]

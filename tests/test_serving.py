@@ -308,3 +308,24 @@ def test_the_bench_floors_are_off_in_production(client: Any) -> None:
     assert wrapped({"PATH_INFO": "/healthz"}, lambda s, h: statuses.append(s)) == []
     assert statuses == ["200 OK", "204 No Content"]
     assert seen == ["/healthz"]
+
+
+@pytest.mark.parametrize(
+    ("raw", "says"),
+    [
+        ("inf", "must be a finite number, not inf"),
+        ("nan", "must be a finite number, not nan"),
+        ("0", "must be at least 1, not 0"),
+        ("soon", "must be a number, not 'soon'"),
+    ],
+)
+def test_a_number_of_seconds_out_of_its_range_is_refused(
+    raw: str, says: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django.core.exceptions import ImproperlyConfigured
+
+    from memoryadmin.settings import env_float
+
+    monkeypatch.setenv("MEMORYADMIN_EXPORT_SECONDS", raw)
+    with pytest.raises(ImproperlyConfigured, match=f"^MEMORYADMIN_EXPORT_SECONDS {says}$"):
+        env_float("MEMORYADMIN_EXPORT_SECONDS", 600.0, minimum=1)

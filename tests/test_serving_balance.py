@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -348,3 +349,38 @@ def test_a_client_timeout_of_zero_waits_for_ever_and_a_bad_one_stops_the_server(
     )
     assert refused.returncode != 0
     assert "GUNICORN_CLIENT_TIMEOUT must be a number, not 'soon'" in refused.stderr
+
+
+def test_an_answer_its_application_stops_ends_the_connection_unfinished(tmp_path: Path) -> None:
+    """A download past its seconds stops its stream (memory/exportzip.py): the client
+    sees the answer unfinished (no end of its chunks) and the server logs no traceback."""
+    log = tmp_path / "gunicorn.log"
+    with counting_server(threads=1, linger_ms=0, log=log) as (_, port):
+        sock = socket.create_connection(("127.0.0.1", port))
+        sock.sendall(b"GET /stopped HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        received = b""
+        sock.settimeout(10)
+        while chunk := sock.recv(65536):
+            received += chunk
+        sock.close()
+        assert b"200 OK" in received
+        assert b"part of it" in received
+        assert not received.endswith(b"0\r\n\r\n")  # chunked, and never ended
+        again = KeptAlive(port)
+        assert again.get("/") == 200
+        again.close()
+    assert "Traceback" not in log.read_text(), log.read_text()
+
+
+@pytest.mark.parametrize("raw", ["inf", "nan", "1e20", "-1", "86401"])
+def test_a_client_timeout_out_of_its_range_stops_the_server(raw: str, monkeypatch: Any) -> None:
+    """Each is a number, but none a socket's timeout can take (the kernel's `timeval`):
+    every connection would have failed in its worker, silently."""
+    from memoryadmin import serving
+
+    monkeypatch.setenv("GUNICORN_CLIENT_TIMEOUT", raw)
+    says = f"GUNICORN_CLIENT_TIMEOUT must be from 0 to 86400, not {raw}$"
+    with pytest.raises(SystemExit, match=says):
+        serving.client_timeout_seconds()
+    monkeypatch.setenv("GUNICORN_CLIENT_TIMEOUT", "86400")
+    assert serving.client_timeout_seconds() == 86400

@@ -1,7 +1,8 @@
 """The shared cache on Redis (memoryadmin/core/rediscache.py): counters in one round trip,
 made with their expiry, read back by Django's own reads; one client per pool; and an API
 key's rate limit, last use and usage counted through it (skips without a local Redis).
-The same counters in one process's cache (memoryadmin/core/localcache.py)."""
+The same counters in one process's cache (memoryadmin/core/localcache.py). Counters that
+stop past a limit, and slots given back or kept only by their holder, on each backend."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from django.test.utils import override_settings
 
 from memoryadmin.core.localcache import REMEMBERED_COUNTS
 from memoryadmin.core.rediscache import ReusingClient
-from memoryadmin.core.sharedcache import counters_bump
+from memoryadmin.core.sharedcache import counters_bump, slot_take
 from memoryadmin.memory.models import ApiKey
 from memoryadmin.memory.services.key_usage import key_usage
 from tests.helpers import DEV, DOCS, TEST_REDIS_URL, Keys, redis_prefix
@@ -188,9 +189,11 @@ def test_an_api_request_counts_its_rate_and_usage_in_one_round_trip(
     trips: list[list[str]] = []
     bump = ReusingClient.bump
 
-    def counted(self: ReusingClient, names: list[str], timeouts: list[int]) -> list[int]:
+    def counted(
+        self: ReusingClient, names: list[str], timeouts: list[int], stops: list[int]
+    ) -> list[int]:
         trips.append([name.rsplit(":", 2)[-1] for name in names])
-        return bump(self, names, timeouts)
+        return bump(self, names, timeouts, stops)
 
     monkeypatch.setattr(ReusingClient, "bump", counted)
     owner = client_for(keys.owner)
@@ -206,3 +209,57 @@ def test_an_api_request_counts_its_rate_and_usage_in_one_round_trip(
     key = ApiKey.objects.get(prefix=keys.owner[:12])
     now = key_usage(keys=[key])[key.pk][-1]
     assert (now.requests, now.errors, now.throttled) == (3, 1, 1)
+
+
+@pytest.fixture(params=["local", "redis", "django"])
+def any_cache(request: Any) -> Iterator[Any]:
+    """The shared cache as this project makes it, local or on Redis, or a deployer's
+    own backend (Django's LocMemCache: no `counters_bump` or `slot_held` of ours)."""
+    if request.param == "redis":
+        yield request.getfixturevalue("redis_cache")
+        return
+    backend = {
+        "local": "memoryadmin.core.localcache.LocalCache",
+        "django": "django.core.cache.backends.locmem.LocMemCache",
+    }[request.param]
+    with override_settings(CACHES={"default": {"BACKEND": backend, "LOCATION": "stops"}}):
+        caches["default"].clear()
+        yield caches["default"]
+        caches["default"].clear()
+
+
+def test_a_counter_past_its_stop_leaves_the_counters_after_it(any_cache: Any) -> None:
+    """A person's page requests past their own window spend nothing of their project's."""
+    counters = [("own", 60), ("wider", 60), ("widest", 60)]
+    assert [counters_bump(counters, [2, 0]) for _ in range(4)] == [
+        [1, 1, 1],
+        [2, 2, 2],
+        [3, 0, 0],
+        [4, 0, 0],
+    ]
+    assert counters_bump([("other", 60), ("wider", 60)], [2]) == [1, 3]
+    assert counters_bump([("other", 60), ("wider", 60), ("widest", 60)], [0, 2]) == [2, 4, 0]
+    assert cache.get_many(["own", "wider", "widest"]) == {"own": 4, "wider": 4, "widest": 2}
+
+
+def test_a_slot_is_given_back_and_kept_only_by_its_holder(any_cache: Any) -> None:
+    """Once a slot has expired another may take it; the first holder's late give or keep
+    leaves the new holder's slot as it is."""
+    first = slot_take("download", 1)
+    assert first is not None
+    assert slot_take("download", 60) is None
+    cache.delete("download")  # as if it expired
+    second = slot_take("download", 60)
+    assert second is not None
+    assert second.token != first.token
+    first.give()
+    first.keep()
+    assert slot_take("download", 60) is None  # still the second's
+    second.keep()
+    second.give()
+    third = slot_take("download", 1)
+    assert third is not None
+    third.seconds = 60
+    third.keep()  # lasts a minute from now, not a second
+    time.sleep(1.2)
+    assert slot_take("download", 60) is None

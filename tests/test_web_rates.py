@@ -92,3 +92,18 @@ def test_an_owner_revokes_a_key_past_the_projects_api_rate(
     key = ApiKey.objects.get(prefix=keys.owner[:12])
     assert owner.post(f"{BASE}/keys/{key.pk}/revoke/").status_code == 302
     assert ApiKey.objects.get(pk=key.pk).revoked_at is not None
+
+
+def test_a_person_past_their_own_rate_spends_nothing_of_the_projects(
+    people: People, web_client_for: Any, notes: Resource, settings: Any
+) -> None:
+    """The project's people are not all trusted alike: a viewer asking on past their own
+    rate must not hold the owner off the project's pages."""
+    settings.MEMORYADMIN_PAGE_RATE = "3/minute"
+    settings.MEMORYADMIN_PROJECT_PAGE_RATE = "5/minute"
+    viewer, owner = web_client_for(people.viewer), web_client_for(people.owner)
+    assert [viewer.get(NOTES).status_code for _ in range(8)] == [200] * 3 + [429] * 5
+    # The project's window holds the viewer's three: the owner has two more.
+    assert owner.get(NOTES).status_code == 200
+    assert owner.get(f"{BASE}/keys/").status_code == 200
+    assert "faster than they may (5/minute)" in refused(owner.get(NOTES))

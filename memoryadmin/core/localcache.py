@@ -6,6 +6,9 @@ Django's `incr` validates the key for memcached (a pass over its characters), un
 and pickles the value, and a missing counter's `add` does it all again: two of them on
 every API request cost as much as a tenth of a document's GET.
 
+`slot_held`: a slot's (core/sharedcache.py) expiry extended or the slot deleted, only
+while the token it holds is the caller's, under the same lock.
+
 Counters are stored as Django stores any value (pickled), so `get`, `get_many` and `incr`
 read them. Their names are ours (ASCII, no spaces), never a client's, so memcached's key
 warnings have nothing to say about them.
@@ -25,6 +28,11 @@ from django.core.cache.backends.locmem import LocMemCache
 REMEMBERED_COUNTS = 8192
 
 
+def stops_at(stops: Sequence[int], index: int) -> int:
+    """The stop of counter `index` (0: none)."""
+    return stops[index] if index < len(stops) else 0
+
+
 class LocalCache(LocMemCache):
     def __init__(self, name: str, params: dict[str, Any]) -> None:
         super().__init__(name, params)
@@ -40,16 +48,24 @@ class LocalCache(LocMemCache):
         return pickled
 
     def counters_bump(
-        self, counters: Sequence[tuple[str, int]], *, version: int | None = None
+        self,
+        counters: Sequence[tuple[str, int]],
+        *,
+        stops: Sequence[int] = (),
+        version: int | None = None,
     ) -> list[int]:
         """Adds one to each `(key, timeout)` counter and returns their counts, all under
         one hold of the lock; a new (or expired) counter lasts `timeout` seconds (at
-        least one)."""
+        least one). Past its stop (`stops`, in order), a counter leaves those after it as
+        they are (counts 0)."""
         names = [(self.make_key(key, version=version), timeout) for key, timeout in counters]
         store: Any = self  # LocMemCache's own lock, entries and expiry (not in its stubs)
-        counts = []
+        counts: list[int] = []
         with store._lock:
-            for name, timeout in names:
+            for index, (name, timeout) in enumerate(names):
+                if stops and index and 0 < stops_at(stops, index - 1) < counts[-1]:
+                    counts.extend([0] * (len(names) - index))
+                    break
                 if store._has_expired(name):
                     value = 1
                     store._set(name, self._count_pickled(value), max(1, int(timeout)))
@@ -61,3 +77,19 @@ class LocalCache(LocMemCache):
                     store._cache.move_to_end(name, last=False)
                 counts.append(value)
         return counts
+
+    def slot_held(
+        self, key: str, token: int, seconds: int | None, *, version: int | None = None
+    ) -> bool:
+        """Whether `token` holds the slot `key`; if so it then lasts `seconds` from now,
+        or is deleted (None)."""
+        name = self.make_key(key, version=version)
+        store: Any = self
+        with store._lock:
+            if store._has_expired(name) or pickle.loads(store._cache[name]) != token:
+                return False
+            if seconds is None:
+                store._delete(name)
+            else:
+                store._expire_info[name] = self.get_backend_timeout(max(1, int(seconds)))
+            return True

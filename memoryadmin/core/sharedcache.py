@@ -8,8 +8,10 @@ be reached, callers get their fallback and the request goes on.
 from __future__ import annotations
 
 import logging
+import secrets
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.core.cache import cache
@@ -33,14 +35,22 @@ def tolerant[T](operation: Callable[[], T], fallback: T) -> T:
         return fallback
 
 
-def counters_bump(counters: Sequence[tuple[str, int]]) -> list[int]:
+def counters_bump(counters: Sequence[tuple[str, int]], stops: Sequence[int] = ()) -> list[int]:
     """Adds one to each `(name, timeout)` counter of the shared cache (made, when missing,
     to last `timeout` seconds) and returns their counts in order: one step of the local
-    cache's lock, one round trip on Redis (core/rediscache.py)."""
+    cache's lock, one round trip on Redis (core/rediscache.py). A counter whose count
+    comes out past its stop (`stops[i]`, 0 or absent: none) leaves the counters after it
+    as they are, their counts 0."""
     bump = getattr(cache, "counters_bump", None)
     if bump is not None:
-        return [int(count) for count in bump(counters)]
-    return [_bump_with_incr(cache, name, timeout) for name, timeout in counters]
+        counted = bump(counters, stops=stops) if stops else bump(counters)
+        return [int(count) for count in counted]
+    counts: list[int] = []
+    for index, (name, timeout) in enumerate(counters):
+        if index and 0 < (stops[index - 1] if index - 1 < len(stops) else 0) < counts[-1]:
+            return counts + [0] * (len(counters) - index)
+        counts.append(_bump_with_incr(cache, name, timeout))
+    return counts
 
 
 def _bump_with_incr(cache: Any, name: str, timeout: int) -> int:
@@ -53,13 +63,47 @@ def _bump_with_incr(cache: Any, name: str, timeout: int) -> int:
         return int(cache.incr(name))
 
 
-def slot_take(name: str, seconds: int) -> bool:
+@dataclass
+class Slot:
+    """A slot taken (`slot_take`): the cache's entry `name`, holding `token`."""
+
+    name: str
+    token: int
+    seconds: int
+
+    def keep(self) -> None:
+        """Makes the slot last its `seconds` from now, while this holder has it."""
+        tolerant(lambda: _slot_held(self.name, self.token, self.seconds), None)
+
+    def give(self) -> None:
+        """Gives the slot back, while this holder has it: once it has expired, another
+        may hold it, and that one's stays."""
+        tolerant(lambda: _slot_held(self.name, self.token, None), None)
+
+
+def slot_take(name: str, seconds: int) -> Slot | None:
     """Takes the one slot `name` (one atomic `add`, seen by every process and instance
-    sharing the cache) for at most `seconds`: it expires then, so a process that dies
-    holding it frees it. False while another holds it; without a reachable cache, taken."""
-    return bool(tolerant(lambda: cache.add(name, 1, timeout=seconds), True))
+    sharing the cache) for `seconds` (`Slot.keep` extends it): it expires then, so a
+    process that dies holding it frees it. None while another holds it; without a
+    reachable cache, taken."""
+    token = secrets.randbits(62) + 1
+    taken = tolerant(lambda: cache.add(name, token, timeout=seconds), True)
+    return Slot(name, token, seconds) if taken else None
 
 
-def slot_give(name: str) -> None:
-    """Gives the slot `name` back (nothing if it expired meanwhile)."""
-    tolerant(lambda: cache.delete(name), None)
+def _slot_held(name: str, token: int, seconds: int | None) -> bool:
+    """Whether `token` holds the slot `name`; if it does, the slot then lasts `seconds`
+    from now, or is given back (None). One step of the local cache's lock, one script on
+    Redis."""
+    held = getattr(cache, "slot_held", None)
+    if held is not None:
+        return bool(held(name, token, seconds))
+    # A deployer's own backend: a read, then a touch or delete (another process's `add`
+    # can come between them only after the slot expired).
+    if cache.get(name) != token:
+        return False
+    if seconds is None:
+        cache.delete(name)
+    else:
+        cache.touch(name, seconds)
+    return True

@@ -17,7 +17,7 @@ chunks and the manifest says the export is not a consistent snapshot.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -233,26 +233,23 @@ def export_snapshot(
                 **({"selected": snapshot.doc_ids} if snapshot.doc_ids is not None else {}),
             },
         )
-        failure = yield from _hand_out(snapshot)
+        # The consumer's exception is kept, not raised here, so that the transaction
+        # commits (keeping the audit entry) before it is raised again; database errors
+        # still roll back. Here and not in a generator this one delegates to: a consumer
+        # closed part-way (a client gone) throws GeneratorExit, which `yield from` does
+        # not hand to the generator it delegates to but raises at once, and the entry
+        # was rolled back.
+        failure: BaseException | None = None
+        try:
+            yield snapshot
+        except DatabaseError:
+            raise
+        except BaseException as exc:
+            failure = exc
+        finally:
+            snapshot.open = False
     if failure is not None:
         raise failure
-
-
-def _hand_out(snapshot: ExportSnapshot) -> Generator[ExportSnapshot, None, BaseException | None]:
-    """Yields the snapshot; returns the consumer's exception instead of raising it.
-
-    Returning it lets the transaction commit (keeping the audit entry) before
-    the exception is raised again. Database errors still roll back.
-    """
-    try:
-        yield snapshot
-    except DatabaseError:
-        raise
-    except BaseException as exc:
-        return exc
-    finally:
-        snapshot.open = False
-    return None
 
 
 @contextmanager

@@ -1,17 +1,17 @@
 """The export download (page and API): an open export snapshot streamed as a zip, one
-document at a time.
+document at a time; and what every download of a project's data shares (its audit log's
+too).
 
-A download holds a request thread, a database connection and its snapshot for as long as
-it streams, so a project runs one at a time, across processes and instances (its slot in
-the shared cache: a second is refused with 429 until the first ends), and each within
-`MEMORYADMIN_EXPORT_SECONDS`: past it the stream stops before the manifest, which is
-last, so the archive reads as incomplete.
+A download holds a request thread, a database connection and (an export) its snapshot for
+as long as it streams, so a project runs one of each kind at a time, across processes and
+instances (its slot in the shared cache: a second is refused with 429 until the first
+ends), and each within `MEMORYADMIN_EXPORT_SECONDS`: past it the stream stops, and the
+server ends the connection without ending the answer, so the client sees it unfinished
+(an export's zip lacks its manifest, which is last).
 """
 
 from __future__ import annotations
 
-import logging
-import math
 import time
 import zipfile
 from collections.abc import Iterator
@@ -20,38 +20,61 @@ from django.conf import settings
 from django.http import StreamingHttpResponse
 from django.utils import timezone
 
-from memoryadmin.core.sharedcache import slot_give, slot_take
+from memoryadmin.core.sharedcache import Slot, slot_take
 from memoryadmin.memory.export import MANIFEST_NAME, ExportSnapshot, export_file, export_snapshot
-from memoryadmin.memory.imports import BUSY_RETRY_SECONDS, TransferBusy
+from memoryadmin.memory.imports import TransferBusy
 from memoryadmin.memory.models import Project
 
-logger = logging.getLogger(__name__)
+# A download's slot lasts this long unless its stream goes on: the stream makes it last
+# as long again at most every `SLOT_KEPT_EVERY` seconds, so a process that dies mid-way
+# frees it within a minute, and a write held up by a slow client (at most
+# GUNICORN_CLIENT_TIMEOUT, 30 s) does not outlast it.
+SLOT_SECONDS = 60
+SLOT_KEPT_EVERY = 15.0
 
 
-class ExportTimedOut(Exception):
-    """The download ran past MEMORYADMIN_EXPORT_SECONDS: its stream stops, unfinished."""
+class DownloadTimedOut(TimeoutError):
+    """A download ran past MEMORYADMIN_EXPORT_SECONDS: its stream stops, unfinished (the
+    request log's warning line; the shipped server closes the connection without ending
+    the answer, memoryadmin/serving.py)."""
 
 
-def download_slot(name: str, project_id: str, busy: TransferBusy) -> str:
-    """Takes the project's one slot for downloads of `name` (its export, its audit log):
-    a download holds a request thread and a database connection while it streams. Raises
-    `busy` while another holds it; the slot expires with an export's deadline."""
-    slot = f"{name}:{project_id}"
-    if not slot_take(slot, math.ceil(settings.MEMORYADMIN_EXPORT_SECONDS) + BUSY_RETRY_SECONDS):
+def download_slot(name: str, project_id: str, busy: TransferBusy) -> Slot:
+    """Takes the project's one slot for downloads of `name` (its export, its audit log).
+    Raises `busy` while another holds it."""
+    slot = slot_take(f"{name}:{project_id}", SLOT_SECONDS)
+    if slot is None:
         raise busy
     return slot
 
 
 class Download:
-    """A download's stream, and its project's slot (`download_slot`), given back when the
+    """A download's stream within its seconds (`MEMORYADMIN_EXPORT_SECONDS` from now), and
+    its project's slot (`download_slot`), kept while it streams and given back when the
     stream is closed (the server closes every response, finished or not)."""
 
-    def __init__(self, stream: Iterator[bytes] | Iterator[str], slot: str) -> None:
+    def __init__(self, stream: Iterator[bytes] | Iterator[str], slot: Slot, what: str) -> None:
         self.stream = stream
-        self.slot: str | None = slot
+        self.slot: Slot | None = slot
+        self.what = what
+        self.seconds = float(settings.MEMORYADMIN_EXPORT_SECONDS)
+        self.deadline = time.monotonic() + self.seconds
 
-    def __iter__(self) -> Iterator[bytes] | Iterator[str]:
-        return self.stream
+    def __iter__(self) -> Iterator[bytes | str]:
+        kept = time.monotonic()
+        for chunk in self.stream:
+            # Each chunk is made, then sent only within the deadline: the last one (an
+            # export's manifest) is never sent late, and nothing is stopped once sent.
+            now = time.monotonic()
+            if now > self.deadline:  # logged by the request log (memoryadmin/logs.py)
+                raise DownloadTimedOut(
+                    f"The {self.what} stopped unfinished at its deadline "
+                    f"(MEMORYADMIN_EXPORT_SECONDS, {self.seconds:g} s)."
+                )
+            if now - kept >= SLOT_KEPT_EVERY and self.slot is not None:
+                self.slot.keep()
+                kept = now
+            yield chunk
 
     def close(self) -> None:
         try:
@@ -60,19 +83,23 @@ class Download:
                 close()
         finally:
             if self.slot is not None:
-                slot_give(self.slot)
+                self.slot.give()
                 self.slot = None
 
 
 def download_response(
-    slot: str, stream: Iterator[bytes] | Iterator[str], content_type: str, filename: str
+    slot: Slot,
+    stream: Iterator[bytes] | Iterator[str],
+    content_type: str,
+    filename: str,
+    what: str,
 ) -> StreamingHttpResponse:
-    """A file to download, streamed, holding `slot` (`download_slot`) until the server
-    closes it (given back at once if the response cannot be made)."""
+    """A file to download, streamed as `Download` does, holding `slot` (`download_slot`)
+    until the server closes it (given back at once if the response cannot be made)."""
     try:
-        response = StreamingHttpResponse(Download(stream, slot), content_type=content_type)
+        response = StreamingHttpResponse(Download(stream, slot, what), content_type=content_type)
     except BaseException:
-        slot_give(slot)
+        slot.give()
         raise
     response["Content-Disposition"] = f'attachment; filename="{filename}"'
     response["Cache-Control"] = "no-store"
@@ -130,13 +157,11 @@ def export_download(
     who: str,
     doc_ids: list[str] | None = None,
 ) -> StreamingHttpResponse:
-    seconds = float(settings.MEMORYADMIN_EXPORT_SECONDS)
     slot = download_slot(
         "memory-export", project.id, TransferBusy("exporting", "export", "export_in_progress")
     )
 
     def stream() -> Iterator[bytes]:
-        deadline = time.monotonic() + seconds
         # The snapshot stays open while the response streams: on PostgreSQL
         # every file comes from the same REPEATABLE READ transaction.
         with export_snapshot(
@@ -146,16 +171,8 @@ def export_download(
             doc_ids=doc_ids,
             actor=who,
         ) as snapshot:
-            for chunk in export_zip(snapshot):
-                yield chunk
-                if time.monotonic() > deadline:
-                    logger.warning(
-                        "The export of project %s stopped at its deadline (%g s) unfinished.",
-                        project.id,
-                        seconds,
-                    )
-                    raise ExportTimedOut(f"past MEMORYADMIN_EXPORT_SECONDS ({seconds:g} s)")
+            yield from export_zip(snapshot)
 
     stamp = timezone.now().strftime("%Y%m%dT%H%M%SZ")
     name = f"memory-{project.id}-{environment}-{stamp}.zip"
-    return download_response(slot, stream(), "application/zip", name)
+    return download_response(slot, stream(), "application/zip", name, f"export of {project.id}")

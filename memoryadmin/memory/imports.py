@@ -34,7 +34,7 @@ from typing import IO, Protocol
 from django.conf import settings
 
 from memoryadmin.core.errors import DomainError, InvalidRequest, LimitExceeded
-from memoryadmin.core.sharedcache import slot_give, slot_take
+from memoryadmin.core.sharedcache import slot_take
 from memoryadmin.memory.limits import (
     DOCUMENT_ID_RE,
     MAX_BYTES_MAX,
@@ -196,13 +196,13 @@ def import_slot(project_id: str) -> Iterator[None]:
     worker that dies holding it frees it then. When the cache cannot be reached the
     import runs without a slot.
     """
-    key = f"memory-import:{project_id}"
-    if not slot_take(key, math.ceil(seconds_max()) + BUSY_RETRY_SECONDS):
+    slot = slot_take(f"memory-import:{project_id}", math.ceil(seconds_max()) + BUSY_RETRY_SECONDS)
+    if slot is None:
         raise TransferBusy("importing", "import", "import_in_progress")
     try:
         yield
     finally:
-        slot_give(key)
+        slot.give()
 
 
 class MemberUnreadable(Exception):

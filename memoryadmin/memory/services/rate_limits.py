@@ -13,7 +13,9 @@ reachable cache nothing is refused (core/sharedcache.py).
 
 The pages count the same way in windows of their own (`MEMORYADMIN_PAGE_RATE` per person,
 `MEMORYADMIN_PROJECT_PAGE_RATE` for a project's people together): an owner whose keys are
-past the project's API rate can still use the pages to revoke them.
+past the project's API rate can still use the pages to revoke them. But a person's
+request past their own window is not counted in the project's: the project's people are
+not all trusted alike, and one of them must not hold the others off.
 """
 
 from __future__ import annotations
@@ -56,16 +58,23 @@ def _retry_after(rate: str, now: float) -> int:
     return max(1, math.ceil((int(now // period) + 1) * period - now))
 
 
-def _count(limits: tuple[tuple[str, str, str], ...], also: tuple[str, int] | None) -> None:
+def _count(
+    limits: tuple[tuple[str, str, str], ...],
+    also: tuple[str, int] | None,
+    *,
+    refused_spend_wider: bool = True,
+) -> None:
     """Counts one request in the windows of `limits`, each `(rate, scope, what a refusal
     says past it)`, the widest last, and in the counter `also` if given, in one step;
-    RateLimited naming the widest window it is over."""
+    RateLimited naming the widest window it is over. Unless `refused_spend_wider`, a
+    request past a window is not counted in the wider ones."""
     now = time.time()
     windows = [_window(rate, scope, now) for rate, scope, _ in limits]
     counters = [(name, timeout) for name, timeout, _ in windows]
     if also is not None:
         counters.append(also)
-    counts = tolerant(lambda: counters_bump(counters), None)
+    stops = () if refused_spend_wider else [most for _, _, most in windows]
+    counts = tolerant(lambda: counters_bump(counters, stops), None)
     if counts is None:
         return  # nothing is refused without the cache
     over = [i for i, (_, _, most) in enumerate(windows) if counts[i] > most]
@@ -104,4 +113,6 @@ def page_request_count(*, user_id: int, project_id: str | None) -> None:
         f"pages:{project_id}",
         "This project's people together are asking for pages faster than they may",
     )
-    _count((own,) if project_id is None else (own, project), None)
+    # A person past their own rate spends nothing of the project's: one member, whatever
+    # their role, cannot keep the others (the owner among them) from the pages.
+    _count((own,) if project_id is None else (own, project), None, refused_spend_wider=False)

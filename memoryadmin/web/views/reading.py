@@ -299,7 +299,8 @@ def audit_download(request: HttpRequest, page: Page) -> HttpResponseBase:
     # One at a time for the project, as its exports (memory/exportzip.py).
     busy = TransferBusy("downloading its audit log", "download", "audit_download_in_progress")
     slot = download_slot("audit-download", page.project.id, busy)
-    return download_response(slot, write(rows), content_type, name)
+    what = f"audit log download of {page.project.id}"
+    return download_response(slot, write(rows), content_type, name, what)
 
 
 def as_of_context(request: HttpRequest, resource: Resource, raw: str) -> dict[str, Any]:

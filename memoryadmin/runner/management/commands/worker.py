@@ -70,8 +70,9 @@ class Command(BaseCommand):
         while True:
             try:
                 if time.monotonic() >= kept_until:
-                    housekeeping()
-                    kept_until = time.monotonic() + HOUSEKEEPING_SECONDS
+                    # Again at once, after a batch of jobs, while rows are left.
+                    done = housekeeping().done
+                    kept_until = time.monotonic() + (HOUSEKEEPING_SECONDS if done else 0)
                 jobs_sweep()
                 if batch is None:
                     # Tasks run where they are enqueued: the worker runs what is due.
