@@ -311,6 +311,28 @@ def _empty_cache() -> None:
     cache.clear()
 
 
+@pytest.fixture(autouse=True)
+def _rate_windows_start_with_the_test(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rate limits' fixed windows are the clock's (a minute from each whole minute):
+    a test counting its requests against a limit a minute long crossed a window's end now
+    and then on a slow machine, and its count started again. Here the windows' clock is
+    moved on to the next whole hour, so each test's windows start as it starts."""
+    import math
+    import time
+
+    from memoryadmin.memory.services import rate_limits
+
+    started = time.time()
+    ahead = math.ceil(started / 3600) * 3600 + 0.001 - started
+
+    class Clock:
+        @staticmethod
+        def time() -> float:
+            return time.time() + ahead
+
+    monkeypatch.setattr(rate_limits, "time", Clock)
+
+
 @pytest.fixture
 def echo_kind() -> Iterator[Any]:
     """The test-only `echo` provider kind (tests/echo_provider.py), registered for one test."""
