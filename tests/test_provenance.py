@@ -180,3 +180,33 @@ def test_a_recall_is_stored_with_its_sources_or_not_at_all(
     assert list(RecallSource.objects.values_list("doc_id", "revision")) == [
         ("workshop", workshop.revision)
     ]
+
+
+@pytest.mark.parametrize("ended_by", ["end", "containment"])
+def test_a_recall_whose_session_ended_while_it_was_made_stores_and_answers_nothing(
+    session: Session, monkeypatch: pytest.MonkeyPatch, ended_by: str
+) -> None:
+    """An end that committed first wins: a recall that read its memory (or waited on its
+    providers) while its session was ended is refused as one after the end, and no row
+    says a model was shown that memory."""
+    from memoryadmin.agents.services import runtime
+    from memoryadmin.agents.services.sessions import session_end, sessions_end
+    from memoryadmin.core.errors import DomainError
+
+    stored = runtime.recall_store
+
+    def ended_first(**kwargs: Any) -> bool:
+        if ended_by == "end":
+            session_end(session=Session.objects.get(pk=session.pk), actor="user:olivia")
+        else:  # as an incident's containment ends its sessions
+            sessions_end(session_ids=[session.pk], actor="t")
+        return stored(**kwargs)
+
+    monkeypatch.setattr(runtime, "recall_store", ended_first)
+    with pytest.raises(DomainError) as refused:
+        recall_create(session=session, use=["notes"])
+    assert refused.value.status == 409
+    assert refused.value.code == "session_closed"
+    assert not Recall.objects.filter(session=session).exists()
+    assert not RecallSource.objects.exists()
+    assert Session.objects.get(pk=session.pk).status == "ended"

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
 from typing import Any
 
 from django.db import connection, transaction
 
-from memoryadmin.agents.models import Binding, Recall, RecallSource, Session
+from memoryadmin.agents.models import Binding, Recall, RecallSource, Session, SessionStatus
 from memoryadmin.core.cursors import keyset_page
 from memoryadmin.core.rows import (
     column,
@@ -48,12 +49,35 @@ def recall_sources(
 _SOURCE_FIELDS = ("resource", "doc_id", "revision")
 
 
+def _recall_insert_sql(vendor: str) -> str:
+    """The recall's INSERT, made only while its session is active: a session ended (by
+    its host, an owner or an incident's containment) while the recall read its memory or
+    waited on its providers stores no recall (`recall_store`). `INSERT ... SELECT`: on
+    PostgreSQL each value cast to its column's type, which `VALUES` would infer."""
+    names = concrete_names(Recall)
+    targets = ", ".join(column(Recall, name) for name in names)
+    if vendor == "postgresql":
+        fields = [Recall._meta.get_field(name) for name in names]
+        # The type without its length (`varchar(40)` as `varchar`): a cast to a length
+        # cuts a longer text, where the column's own assignment refuses it.
+        values = ", ".join(
+            f"%s::{re.sub(r'\(\d+\)$', '', str(field.db_type(connection)))}" for field in fields
+        )
+    else:
+        values = ", ".join(["%s"] * len(names))
+    active = (
+        f"SELECT 1 FROM {table(Session)} WHERE {column(Session, 'id')} = %s"
+        f" AND {column(Session, 'status')} = '{SessionStatus.ACTIVE.value}'"
+    )
+    return f"INSERT INTO {table(Recall)} ({targets}) SELECT {values} WHERE EXISTS ({active})"
+
+
 @functools.lru_cache(maxsize=64)
 def _store_sql(vendor: str, sources: int) -> tuple[str, str | None]:
     """The recall's INSERT with `sources` source rows: on PostgreSQL one statement (the
     sources' INSERT reads the recall row a `WITH` clause inserted), elsewhere the
     recall's INSERT and the sources' (None without sources)."""
-    recall = insert_sql(Recall, concrete_names(Recall))
+    recall = _recall_insert_sql(vendor)
     if not sources:
         return recall, None
     if vendor != "postgresql":
@@ -69,7 +93,7 @@ def _store_sql(vendor: str, sources: int) -> tuple[str, str | None]:
     return together, None
 
 
-def recall_store(*, recall: Recall, sources: list[SourceRow]) -> None:
+def recall_store(*, recall: Recall, sources: list[SourceRow]) -> bool:
     """Inserts the recall and its sources: on PostgreSQL in one statement, elsewhere two.
     Its JSON (the `memory` the model was shown) is encoded once, by orjson.
 
@@ -81,20 +105,29 @@ def recall_store(*, recall: Recall, sources: list[SourceRow]) -> None:
     Two statements are one transaction: a recall is never stored without its
     sources. One statement is atomic by itself and needs none, but a recall under a
     request id can collide with a concurrent retry's (IntegrityError, for the caller to
-    resolve), which a transaction around it survives only behind a savepoint."""
+    resolve), which a transaction around it survives only behind a savepoint.
+
+    False, storing nothing, when the session is no longer active (ended while the recall
+    was made: `_recall_insert_sql`)."""
     sql, sources_sql = _store_sql(database_vendor(), len(sources))
-    params = prepared(recall, concrete_names(Recall))
+    params = [*prepared(recall, concrete_names(Recall)), recall.session_id]
     guarded = sources_sql is not None or (bool(recall.request_id) and connection.in_atomic_block)
     with (
         transaction.atomic() if guarded else contextlib.nullcontext(),
         (kept := statement_cursor(sql)) as cursor,
     ):
         if sources_sql is None:
+            # With sources, one row each or none (the recall row not made).
             cursor.execute(kept.statement, params + [v for source in sources for v in source])
+            if cursor.rowcount == 0:
+                return False
         else:
             cursor.execute(kept.statement, params)
+            if cursor.rowcount == 0:
+                return False
             cursor.execute(sources_sql, [v for source in sources for v in (recall.id, *source)])
     inserted(recall)
+    return True
 
 
 def recall_list(

@@ -291,13 +291,17 @@ def recall_create(
     )
     sources = {r: p.sources for r, p in projections.items()}
     try:
-        recall_store(recall=recall, sources=recall_sources(bindings=bindings, sources=sources))
+        stored = recall_store(
+            recall=recall, sources=recall_sources(bindings=bindings, sources=sources)
+        )
     except IntegrityError:
         # A concurrent retry of the same request was accepted first: use its recall.
         accepted = _accepted(session, request) if request else None
         if accepted is None:
             raise
         return _reused(session, accepted, fingerprint, bindings)
+    if not stored:  # ended while this recall was made: an end that committed first wins
+        raise SessionClosed(f"Session {session.id} has ended; it recalls no memory.")
     return {
         "recallId": recall.id,
         "memory": memory,
