@@ -215,6 +215,32 @@ def test_an_mcp_session_answers_only_the_key_that_opened_it(
     assert Document.objects.get(pk=workshop.pk).text == workshop.text
 
 
+def test_an_mcp_session_answers_only_the_session_name_that_opened_it(
+    endpoint: str, keys: Keys, workshop: Document
+) -> None:
+    async def scenario() -> MCPError | None:
+        async with (
+            httpx2.AsyncClient(headers={"x-api-key": keys.owner}) as http,
+            Client(
+                streamable_http_client(f"{endpoint}?{QUERY}&session=alpha", http_client=http)
+            ) as client,
+        ):
+            await client.list_tools()
+
+            # The same Mcp-Session-Id, the same key, another session's name in the URL.
+            async def renamed(request: httpx2.Request) -> None:
+                request.url = request.url.copy_set_param("session", "beta")
+
+            http.event_hooks["request"].append(renamed)
+            return await refusal(client.call_tool("memory_save", {"memory": "notes", "text": "x"}))
+
+    refused = run(scenario)
+    assert refused is not None
+    assert "another API key or URL" in str(refused)
+    assert list(Session.objects.values_list("idempotency_key", flat=True)) == ["mcp/alpha"]
+    assert Document.objects.get(pk=workshop.pk).text == workshop.text
+
+
 def test_bodies_over_the_api_limit_are_refused(endpoint: str, keys: Keys) -> None:
     body = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"x": "a" * 70_000}}
     response = httpx.post(f"{endpoint}?{QUERY}", json=body, headers={"x-api-key": keys.owner})

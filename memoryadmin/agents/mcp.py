@@ -427,7 +427,14 @@ class HttpDoors:
             raise MCPError(code=types.INTERNAL_ERROR, message="No HTTP request.")
         mcp_session = request.headers.get("mcp-session-id", "")
         config: HttpConfig = request.state.memoryadmin
-        opened_by = (config.key.pk, config.project.id, config.agent_id, config.memory)
+        # The session's name too: another `session=` is another memoryadmin session.
+        opened_by = (
+            config.key.pk,
+            config.project.id,
+            config.agent_id,
+            config.memory,
+            config.session_key,
+        )
         found = self._doors.get(mcp_session)
         if found is not None and found[1] != opened_by:
             raise MCPError(
