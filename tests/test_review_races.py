@@ -1,7 +1,9 @@
-"""Approval against concurrent writers, with real threads on PostgreSQL."""
+"""Agent saves under review and approval against concurrent writers, with real threads on
+PostgreSQL."""
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from typing import Any
 
@@ -11,15 +13,21 @@ from memoryadmin.agents.models import Session
 from memoryadmin.agents.services.runtime import recall_create, tool_call
 from memoryadmin.core.errors import DomainError
 from memoryadmin.memory.models import Document, DocumentVersion, Project, Proposal
+from memoryadmin.memory.services import proposals
 from memoryadmin.memory.services.deployments import deployment_create
-from memoryadmin.memory.services.documents import document_replace
+from memoryadmin.memory.services.documents import (
+    document_delete,
+    document_replace,
+    document_set_agent_writes,
+)
 from memoryadmin.memory.services.proposals import proposal_approve, proposal_reject
 from tests.helpers import MANIFEST_MEMORY, run_threads
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 
-def propose(project: Project, session: Session, text: str) -> str:
+def reviewed_recall(project: Project, session: Session) -> str:
+    """A recall of notes (workshop) under review."""
     notes = {**MANIFEST_MEMORY[0]}
     notes["provider"] = {**notes["provider"], "agentWrites": "review"}
     deployment_create(
@@ -29,14 +37,21 @@ def propose(project: Project, session: Session, text: str) -> str:
         promote="development",
         actor="t",
     )
-    recall = recall_create(session=session, use=["notes"])
-    result = tool_call(
+    return str(recall_create(session=session, use=["notes"])["recallId"])
+
+
+def agent_saves(session: Session, recall_id: str, text: str) -> dict[str, Any]:
+    return tool_call(
         session=session,
-        recall_id=recall["recallId"],
+        recall_id=recall_id,
         call_id="c",
         name="memory_save",
         arguments={"text": text},
     )
+
+
+def propose(project: Project, session: Session, text: str) -> str:
+    result = agent_saves(session, reviewed_recall(project, session), text)
     assert result["status"] == "proposed"
     return str(result["proposalId"])
 
@@ -113,3 +128,71 @@ def test_concurrent_decisions_on_one_proposal_decide_it_once(
     proposal = Proposal.objects.get(pk=proposal_id)
     written = DocumentVersion.objects.filter(document=workshop).count()
     assert written == (2 if proposal.state == "approved" else 1)
+
+
+# An owner's write that commits while an agent's save under review is between reading the
+# document and writing its proposal, and what the save then answers (the direct path's
+# answers): the owner's write wins, and no proposal is left over it.
+OWNER_FIRST = {
+    "freeze": (
+        lambda doc: document_set_agent_writes(
+            resource=doc.resource, doc_id="workshop", enabled=False, actor="user:olivia"
+        ),
+        {"status": "rejected", "reason": "agent_writes_disabled"},
+    ),
+    "edit": (
+        lambda doc: document_replace(
+            resource=doc.resource,
+            doc_id="workshop",
+            expected_revision=doc.revision,
+            text="From the owner.",
+            actor="user:olivia",
+        ),
+        {"status": "conflict", "text": "From the owner."},
+    ),
+    "delete": (
+        lambda doc: document_delete(
+            resource=doc.resource,
+            doc_id="workshop",
+            expected_revision=doc.revision,
+            actor="user:olivia",
+        ),
+        {"status": "rejected", "reason": "not_found"},
+    ),
+}
+
+
+@pytest.mark.parametrize("owner_write", list(OWNER_FIRST))
+def test_an_owner_write_that_commits_first_wins_over_a_save_under_review(
+    project: Project, session: Session, workshop: Document, monkeypatch: Any, owner_write: str
+) -> None:
+    write, answer = OWNER_FIRST[owner_write]
+    recall_id = reviewed_recall(project, session)
+    read, written = threading.Event(), threading.Event()
+    judge = proposals.review_catches
+
+    def held_after_reading(**kwargs: Any) -> bool:
+        # Called once the save has read the document, before it writes anything.
+        read.set()
+        assert written.wait(30)
+        return judge(**kwargs)
+
+    monkeypatch.setattr(proposals, "review_catches", held_after_reading)
+
+    def work(index: int) -> Any:
+        if index == 0:
+            return agent_saves(session, recall_id, "From the agent.")
+        assert read.wait(30)
+        write(workshop)
+        written.set()
+        return "written"
+
+    saved, _ = run_threads(2, work)
+    assert {k: saved.get(k) for k in answer} == answer
+    assert not Proposal.objects.exists()
+    stored = Document.objects.get(pk=workshop.pk)
+    assert stored.text != "From the agent."
+    assert (stored.agent_writes, stored.deleted) == (
+        owner_write != "freeze",
+        owner_write == "delete",
+    )

@@ -116,7 +116,10 @@ def _missing(resource: Resource, doc_id: str) -> NotFound:
     return NotFound(f"No document '{doc_id}' in resource '{resource.resource_id}'.")
 
 
-def _explain_no_rows(resource: Resource, doc_id: str) -> Exception:
+def explain_no_rows(resource: Resource, doc_id: str, *, agent: bool = False) -> Exception:
+    """Why a conditional write (or an agent's proposal) found no row to write: the
+    document is gone (NotFound), frozen to an agent (AgentWritesDisabled) or at
+    another revision (PreconditionFailed), in that order."""
     state = (
         Document.objects.filter(resource=resource, doc_id=doc_id)
         .values("deleted", "agent_writes")
@@ -124,6 +127,8 @@ def _explain_no_rows(resource: Resource, doc_id: str) -> Exception:
     )
     if state is None or state["deleted"]:
         return _missing(resource, doc_id)
+    if agent and not state["agent_writes"]:
+        return AgentWritesDisabled(doc_id)
     return PreconditionFailed(
         f"Document '{doc_id}' has changed since that revision; read it again and reconcile."
     )
@@ -423,7 +428,7 @@ def _conditional_update(
     else:
         row = fetch_row(*update())
     if row is None:
-        raise _explain_no_rows(resource, doc_id)
+        raise explain_no_rows(resource, doc_id, agent=require_agent_writes)
     # The row is ours until commit (locked on PostgreSQL, the database on SQLite).
     document = instance(Document, row)
     if record is not None and not together:
@@ -481,27 +486,16 @@ def document_replace(
         version=action,
         writer=writer,
     )
-    try:
-        with _one_statement_or_atomic():
-            document = _conditional_update(
-                resource,
-                doc_id,
-                expected_revision,
-                fields,
-                require_agent_writes=is_agent,
-                guard=guard,
-                record=record,
-            )
-    except PreconditionFailed:
-        if (
-            is_agent
-            and not Document.objects.filter(
-                resource=resource, doc_id=doc_id, agent_writes=True
-            ).exists()
-        ):
-            raise AgentWritesDisabled(doc_id) from None
-        raise
-    return document
+    with _one_statement_or_atomic():
+        return _conditional_update(
+            resource,
+            doc_id,
+            expected_revision,
+            fields,
+            require_agent_writes=is_agent,
+            guard=guard,
+            record=record,
+        )
 
 
 @transaction.atomic

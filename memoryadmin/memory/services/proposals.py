@@ -43,6 +43,7 @@ from memoryadmin.memory.services.documents import (
     AgentWritesDisabled,
     Writer,
     document_replace,
+    explain_no_rows,
 )
 
 REASON_MAX_BYTES = 500
@@ -171,8 +172,19 @@ def document_agent_save(
             action="save",
             guard=review_guard,
         )
-    if state["revision"] != expected_revision:
-        raise PreconditionFailed(f"Document '{doc_id}' has changed since that revision.")
+    # The proposal is written over the state it was judged by, as the direct path's
+    # conditional UPDATE is: the row is locked at the revision the agent read, live and
+    # open to agent writes. A freeze, edit, review change or delete that committed first
+    # is seen here and explained as the direct path explains it; one that comes later
+    # waits for this transaction.
+    held = (
+        Document.objects.select_for_update()
+        .filter(pk=state["id"], deleted=False, agent_writes=True, revision=expected_revision)
+        .values_list("pk", flat=True)
+        .first()
+    )
+    if held is None:
+        raise explain_no_rows(resource, doc_id, agent=True)
     return _proposal_create(
         document_pk=state["id"],
         text=text,
