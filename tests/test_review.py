@@ -301,6 +301,51 @@ def test_reject_needs_a_reason_and_is_final(
     assert entry.detail == {"proposalId": proposal_id, "reason": "Not true."}
 
 
+def test_deleting_a_document_rejects_its_pending_proposals_and_blanks_them_all(
+    reviewed: Session, workshop: Document, api: APIClient, owner: Any
+) -> None:
+    pending = save(reviewed, "Secret plan.", call_id="c1")["proposalId"]
+    decided = save(reviewed, "Old idea.", call_id="c2")["proposalId"]
+    assert reject(api, decided, {"reason": "No."}).status_code == 200
+    response = api.delete(f"{DOCS}/workshop{DEV}", HTTP_IF_MATCH=f'"{workshop.revision}"')
+    assert response.status_code == 204
+    # Nothing of the agent's text is left, and nothing is left to decide.
+    body = api.get(f"{PROPOSALS}/{pending}{DEV}").json()
+    assert (body["state"], body["reason"], body["text"], body["summary"]) == (
+        "rejected",
+        "document deleted",
+        "",
+        None,
+    )
+    assert body["decidedBy"].startswith("key:")
+    assert body["currentRevision"] is None
+    assert api.get(f"{PROPOSALS}{DEV}").json()["proposals"] == []
+    rejected = api.get(f"{PROPOSALS}{DEV}&state=rejected").json()["proposals"]
+    assert sorted((p["id"], p["reason"], p["text"]) for p in rejected) == sorted(
+        [(pending, "document deleted", ""), (decided, "No.", "")]
+    )
+    assert approve(api, pending, workshop.revision).status_code == 409
+    stored = Proposal.objects.order_by("text")
+    assert [(p.text, p.summary) for p in stored] == [("", None), ("", None)]
+    entry = AuditEntry.objects.filter(action="proposal.reject").latest("id")
+    assert entry.detail == {"proposalId": pending, "reason": "document deleted"}
+    assert AuditEntry.objects.filter(action="proposal.reject").count() == 2
+    # The Review page: nothing pending, and the rejected list shows no text of the agent's.
+    inbox = html_of(owner.get("/projects/acme/development/review/"))
+    assert pending not in inbox
+    assert "Secret plan." not in inbox
+    closed = html_of(owner.get("/projects/acme/development/review/?state=rejected"))
+    assert pending in closed
+    assert "document deleted" in closed
+    assert "Secret plan." not in closed
+    assert "Old idea." not in closed
+    detail = owner.get(f"/projects/acme/development/review/{pending}/")
+    assert detail.status_code == 200
+    assert "Secret plan." not in html_of(detail)
+    badge = html_of(owner.get("/projects/acme/development/review/count/", HTTP_HX_REQUEST="true"))
+    assert ">1<" not in badge
+
+
 def test_expired_proposals_cannot_be_decided(
     reviewed: Session, workshop: Document, api: APIClient
 ) -> None:

@@ -196,3 +196,41 @@ def test_an_owner_write_that_commits_first_wins_over_a_save_under_review(
         owner_write != "freeze",
         owner_write == "delete",
     )
+
+
+def test_a_delete_racing_an_approval_waits_for_it_and_never_deadlocks(
+    project: Project, session: Session, workshop: Document, monkeypatch: Any
+) -> None:
+    proposal_id = propose(project, session, "From the agent.")
+    claimed, go = threading.Event(), threading.Event()
+    write = proposals.document_replace
+
+    def held_after_claiming(**kwargs: Any) -> Document:
+        # The approval holds its claim on the proposal; the delete starts meanwhile.
+        claimed.set()
+        assert go.wait(30)
+        return write(**kwargs)
+
+    monkeypatch.setattr(proposals, "document_replace", held_after_claiming)
+
+    def work(index: int) -> str:
+        if index == 0:
+            return outcome(approval(project, proposal_id, workshop.revision))
+        assert claimed.wait(30)
+        # The approval goes on once the delete has had time to wait for it.
+        threading.Timer(1.0, go.set).start()
+        return outcome(
+            lambda: document_delete(
+                resource=workshop.resource,
+                doc_id="workshop",
+                expected_revision=workshop.revision,
+                actor="user:sam",
+            )
+        )
+
+    # The delete waited for the approval (the document then had another revision).
+    assert run_threads(2, work) == ["ok", "precondition_failed"]
+    stored = Document.objects.get(pk=workshop.pk)
+    assert (stored.deleted, stored.text) == (False, "From the agent.")
+    proposal = Proposal.objects.get(pk=proposal_id)
+    assert (proposal.state, proposal.text) == ("approved", "From the agent.")

@@ -666,12 +666,17 @@ def document_set_write_mode(
 
 @transaction.atomic
 def document_delete(*, resource: Resource, doc_id: str, expected_revision: str, actor: str) -> None:
-    """Wipes a document's content and keeps its id reserved forever."""
+    """Wipes a document's content, and its proposals' (the pending ones rejected), and
+    keeps its id reserved forever."""
+    # The proposals module builds on this one.
+    from memoryadmin.memory.services.proposals import proposals_close
+
     check_document_id(doc_id)
     fields = {"deleted": True, "title": "", "text": "", "summary": "", "bytes": 0}
     document = _conditional_update(resource, doc_id, expected_revision, fields)
     DocumentVersion.objects.filter(document=document).update(title="", summary="", text="")
     _audit(resource, document, actor=actor, action="document.delete")
+    proposals_close(document=document, actor=actor)
 
 
 def _clip(value: str, max_bytes: int) -> str:

@@ -277,6 +277,11 @@ def proposal_get(*, project: Project, environment: str, proposal_id: str) -> Pro
     return proposal
 
 
+def _decision(*, state: str, actor: str, reason: str, now: Any) -> dict[str, Any]:
+    """What deciding a proposal writes on it."""
+    return {"state": state, "decided_at": now, "decided_by": actor, "reason": reason}
+
+
 def _claim(proposal: Proposal, *, state: str, actor: str, reason: str = "") -> None:
     """Decides a pending, unexpired proposal in one statement: of two decisions
     racing, exactly one claims it."""
@@ -284,7 +289,7 @@ def _claim(proposal: Proposal, *, state: str, actor: str, reason: str = "") -> N
     claimed = (
         Proposal.objects.filter(pk=proposal.pk)
         .in_state(ProposalState.PENDING, now=now)
-        .update(state=state, decided_at=now, decided_by=actor, reason=reason)
+        .update(**_decision(state=state, actor=actor, reason=reason, now=now))
     )
     if not claimed:
         proposal.refresh_from_db()
@@ -326,6 +331,12 @@ def proposal_approve(
     proposal = proposal_get(project=project, environment=environment, proposal_id=proposal_id)
     if text is not None:
         string_check(text, field="text")
+    # The document is locked before the proposal is claimed: the order a delete (which
+    # closes the document's proposals) and an agent's save take, so that none of them
+    # waits on another for ever.
+    Document.objects.select_for_update().filter(pk=proposal.document_id).values_list(
+        "pk", flat=True
+    ).first()
     _claim(proposal, state=ProposalState.APPROVED, actor=actor)
     edited = text is not None and text != proposal.text
     writer = Writer(
@@ -378,3 +389,25 @@ def proposal_reject(
     _claim(proposal, state=ProposalState.REJECTED, actor=actor, reason=reason)
     _audit(proposal, actor=actor, action="proposal.reject", reason=reason)
     return proposal
+
+
+DOCUMENT_DELETED = "document deleted"
+
+
+def proposals_close(*, document: Document, actor: str) -> None:
+    """A deleted document's proposals: each pending one rejected by the delete's actor
+    (reason DOCUMENT_DELETED, audited `proposal.reject` as a rejection is), and the
+    agent's text and summary of every one blanked, as the document's versions are."""
+    now = timezone.now()
+    of_document = Proposal.objects.filter(document=document)
+    pending = list(
+        of_document.in_state(ProposalState.PENDING, now=now)
+        .select_for_update(of=("self",))
+        .select_related("document__resource")
+        .order_by("pk")
+    )
+    closed = _decision(state=ProposalState.REJECTED, actor=actor, reason=DOCUMENT_DELETED, now=now)
+    of_document.filter(pk__in=[proposal.pk for proposal in pending]).update(**closed)
+    of_document.update(text="", summary=None)
+    for proposal in pending:
+        _audit(proposal, actor=actor, action="proposal.reject", reason=DOCUMENT_DELETED)
