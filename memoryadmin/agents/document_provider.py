@@ -26,6 +26,7 @@ from memoryadmin.agents.kinds import (
 )
 from memoryadmin.agents.models import Binding, EventType, Recall, Scope, Session
 from memoryadmin.agents.representations import source_dict, tool_document_dict
+from memoryadmin.agents.services.provenance import tool_sources_store
 from memoryadmin.agents.services.sessions import event_append, session_lock
 from memoryadmin.core.errors import InvalidRequest, LimitExceeded, NotFound, PreconditionFailed
 from memoryadmin.core.rows import Compiled, column, columns_of, fetch_rows, table, values_of
@@ -286,6 +287,7 @@ def _read(
         document = document_get(resource=binding.resource, doc_id=doc_id)
     except NotFound:
         return rejected("not_found")
+    tool_sources_store(recall=recall, binding=binding, shown=[(doc_id, document.revision)])
     return tool_document_dict(document, include_text=True)
 
 
@@ -297,6 +299,8 @@ def _list(
     except InvalidRequest:
         return rejected("invalid_cursor")
     documents = [tool_document_dict(row, include_text=False) for row in rows]
+    shown = [(document["id"], document["revision"]) for document in documents]
+    tool_sources_store(recall=recall, binding=binding, shown=shown)
     return {"documents": documents, "nextCursor": next_cursor}
 
 

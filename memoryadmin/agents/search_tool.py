@@ -11,6 +11,7 @@ from typing import Any
 
 from memoryadmin.agents.errors import InvalidToolArguments
 from memoryadmin.agents.models import Binding, Recall, Scope, Session
+from memoryadmin.agents.services.provenance import tool_sources_store
 from memoryadmin.core.errors import InvalidRequest
 from memoryadmin.memory.services.search import document_search, plain_snippet, search_parse
 
@@ -63,4 +64,6 @@ def search_run(
         {"id": hit["doc_id"], "title": hit["title"], "snippet": plain_snippet(hit["snippet"])}
         for hit in hits
     ]
+    shown = [(hit["doc_id"], hit["revision"]) for hit in hits]
+    tool_sources_store(recall=recall, binding=binding, shown=shown)
     return {"documents": documents, "nextCursor": next_cursor}

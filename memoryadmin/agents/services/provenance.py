@@ -130,6 +130,20 @@ def recall_store(*, recall: Recall, sources: list[SourceRow]) -> bool:
     return True
 
 
+def tool_sources_store(*, recall: Recall, binding: Binding, shown: list[tuple[str, str]]) -> None:
+    """Adds the documents a memory tool put in front of the model (`shown`: id and
+    revision each; memory_read's document, a page of memory_list, memory_search's hits)
+    to the sources of the recall the tool call answered: the trace follows them as it
+    follows what the recall showed, so a model that read a version by a tool is one of its
+    readers. Committed before the tool's answer, as the recall's own are."""
+    if not shown:
+        return
+    RecallSource.objects.bulk_create(
+        RecallSource(recall_id=recall.id, resource_id=binding.resource_id, doc_id=d, revision=r)
+        for d, r in shown
+    )
+
+
 def recall_list(
     *, session: Session, cursor: str | None = None, limit: int = RECALL_PAGE_SIZE
 ) -> tuple[list[Recall], str | None]:

@@ -400,6 +400,10 @@ def proposals_close(*, document: Document, actor: str) -> None:
     agent's text and summary of every one blanked, as the document's versions are."""
     now = timezone.now()
     of_document = Proposal.objects.filter(document=document)
+    # Blanked first: most documents never had a proposal, and then this one statement is
+    # all a delete pays here.
+    if not of_document.update(text="", summary=None):
+        return
     pending = list(
         of_document.in_state(ProposalState.PENDING, now=now)
         .select_for_update(of=("self",))
@@ -408,6 +412,5 @@ def proposals_close(*, document: Document, actor: str) -> None:
     )
     closed = _decision(state=ProposalState.REJECTED, actor=actor, reason=DOCUMENT_DELETED, now=now)
     of_document.filter(pk__in=[proposal.pk for proposal in pending]).update(**closed)
-    of_document.update(text="", summary=None)
     for proposal in pending:
         _audit(proposal, actor=actor, action="proposal.reject", reason=DOCUMENT_DELETED)
