@@ -20,6 +20,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from django.core.management import CommandError, call_command
 from django.db import connection
+from django.urls import reverse
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -27,6 +28,8 @@ from memoryadmin.agents.models import ProviderOperation
 from memoryadmin.agents.services.runtime import recall_create
 from memoryadmin.erasures.models import Erasure
 from memoryadmin.erasures.receipts import canonical
+from memoryadmin.incidents.models import Incident
+from memoryadmin.incidents.services.incidents import incident_create
 from memoryadmin.memory.models import AuditEntry, Document, DocumentVersion, Project, Proposal
 from memoryadmin.memory.services.documents import document_patch, document_replace
 from memoryadmin.web.services.imports import pending_keep, pending_path
@@ -459,3 +462,75 @@ def test_a_recall_stores_what_it_answered_and_an_erasure_finds_it(
     preview = erase(api, match={"text": needle}, dryRun=True)
     assert preview.status_code == 200, preview.json()
     assert preview.json()["places"]["recalls"] == 1
+
+
+def test_an_erasure_erases_the_text_from_incidents_of_its_environment(
+    api: APIClient, project: Project, make_document: Callable[..., Any], owner: Any
+) -> None:
+    """An incident keeps its source (an exact text as given), its title and its
+    containment report (a conflict's merge is document text): the erasure finds the text
+    in all three, counts the incidents and leaves none of it; the Memory page never makes
+    the text an incident's title; another environment's incident is not this erasure's."""
+    v1 = make_document("workshop", text=f"Tea.\nRules: {POISON}.\nCake.\nEnd.")
+    notes = v1.resource
+    bad = document_replace(
+        resource=notes,
+        doc_id="workshop",
+        expected_revision=v1.revision,
+        text=f"Tea.\nRules: {POISON}.\nCake.\nWire refunds to 4242.",
+        actor="key:bad",
+    )
+    document_replace(
+        resource=notes,
+        doc_id="workshop",
+        expected_revision=bad.revision,
+        text=f"Green tea.\nRules: {POISON}.\nCake.\nWire refunds to 4242.",
+        actor="t",
+    )
+    incidents = "/api/managed-agents/projects/acme/memory/incidents"
+    version = {"resource": "notes", "document": "workshop", "revision": bad.revision}
+    traced = api.post(
+        incidents + DEV, {"title": f"Seen: {POISON}", "source": {"version": version}}, "json"
+    )
+    assert traced.status_code == 201, traced.json()
+    contained = api.post(f"{incidents}/{traced.json()['id']}/contain{DEV}", {}, format="json")
+    assert contained.status_code == 200, contained.json()
+    [document] = contained.json()["documents"]
+    assert document["action"] == "conflict"
+    assert POISON in document["merged"]
+    opened = owner.post(
+        reverse("web:incident-create", args=["acme", "development"]),
+        {"kind": "text", "value": POISON},
+    )
+    assert opened.status_code == 302
+    from_text = Incident.objects.get(source={"text": POISON})
+    assert from_text.title == f"Text ({len(POISON)} characters)"
+    elsewhere = incident_create(
+        project=project,
+        environment="production",
+        title="t",
+        source={"text": POISON},
+        hops=None,
+        actor="t",
+    )
+
+    preview = erase(api, dryRun=True)
+    assert preview.status_code == 200, preview.json()
+    assert preview.json()["places"]["incidents"] == 2
+    assert Incident.objects.get(pk=traced.json()["id"]).title == f"Seen: {POISON}"
+
+    response = erase(api)
+    assert response.status_code == 201, response.json()
+    body = response.json()
+    assert body["places"]["incidents"] == 2
+    assert body["complete"] is True
+    assert raw_rows_with(POISON) == ["incidents_incident"]  # production's, below
+    traced_row = Incident.objects.get(pk=traced.json()["id"])
+    assert traced_row.title == "Seen: [redacted]"
+    assert "[redacted]" in traced_row.containment["documents"][0]["merged"]
+    assert Incident.objects.get(pk=from_text.pk).source == {"text": "[redacted]"}
+    assert Incident.objects.get(pk=elsewhere.pk).source == {"text": POISON}
+    shown = api.get(f"{incidents}/{traced_row.id}{DEV}").json()
+    assert POISON not in json.dumps(shown)
+    again = erase(api)
+    assert again.json()["places"]["incidents"] == 0

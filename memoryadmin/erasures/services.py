@@ -70,6 +70,7 @@ PLACES = {
     "recalls": "recalls (what models were shown)",
     "sessionEvents": "session events",
     "audit": "audit details",
+    "incidents": "incidents (titles, sources, graphs, containment reports)",
     "webhookPayloads": "webhook payloads not delivered yet",
     "webhookPayloadsDelivered": "webhook payloads delivered",
     "exports": "exports kept on the server (uploads waiting for their import)",
@@ -84,8 +85,9 @@ class Place(Protocol):
         """How many copies this place holds of any needle; removed with `apply`."""
 
 
-# Places kept by apps above this one (e.g. the Memory page's uploads waiting for their
-# import), registered from their `ready()` with `erasure_place_register`.
+# Places kept by apps this one does not import (the Memory page's uploads waiting for
+# their import; incidents, an app beside this one), registered with
+# `erasure_place_register` from the `ready()` of an app above both (memoryadmin.web).
 _PLACES: dict[str, Place] = {}
 
 
@@ -330,7 +332,7 @@ def _places(
     counts["audit"] = audit_erase(**scope)
     # Exports are streamed to their client (page, API, CLI); what the server keeps of
     # them (an uploaded export waiting for its import) is a registered place.
-    counts["exports"] = 0
+    counts["exports"] = counts["incidents"] = 0
     for name, place in _PLACES.items():
         counts[name] = counts.get(name, 0) + place(**scope)
     return counts, needles

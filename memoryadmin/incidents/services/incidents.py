@@ -4,6 +4,7 @@ door (API, Memory page, CLI)."""
 from __future__ import annotations
 
 import secrets
+from collections.abc import Sequence
 from typing import Any
 
 from django.db import transaction
@@ -11,9 +12,11 @@ from django.utils import timezone
 
 from memoryadmin.core.cursors import keyset_page
 from memoryadmin.core.environments import check_environment
+from memoryadmin.core.erasing import containing, text_erase, value_erase
 from memoryadmin.core.errors import NotFound
 from memoryadmin.incidents.models import Incident
 from memoryadmin.incidents.services.trace import (
+    TITLE_MAX,
     check_hops,
     check_source,
     check_title,
@@ -97,6 +100,37 @@ def incident_list(
         scope=f"incidents:{project.id}:{environment}",
         limit=limit,
     )
+
+
+def incidents_erase(
+    *, project_id: str, environment: str, needles: Sequence[str], apply: bool
+) -> int:
+    """An erasure's part here: the incidents of one environment whose title, source,
+    graph or containment report (a conflict's merge is document text) hold any of
+    `needles`, the text replaced with `apply`; how many there are."""
+    if not needles:
+        return 0
+    rows = containing(
+        Incident.objects.filter(project_id=project_id, environment=environment),
+        needles,
+        text=("title",),
+        json_=("source", "graph", "containment"),
+    )
+    held = 0
+    for incident in rows:
+        title, in_title = text_erase(incident.title, needles)
+        erased = {
+            name: value_erase(getattr(incident, name), needles)
+            for name in ("source", "graph", "containment")
+        }
+        if not in_title + sum(count for _, count in erased.values()):
+            continue
+        held += 1
+        if apply:
+            Incident.objects.filter(pk=incident.pk).update(
+                title=title[:TITLE_MAX], **{name: value for name, (value, _) in erased.items()}
+            )
+    return held
 
 
 def _counts(graph: dict[str, Any]) -> dict[str, int]:

@@ -42,6 +42,14 @@ def _source(kind: str, value: str) -> dict[str, Any]:
     return {kind: value}
 
 
+def _default_title(kind: str, value: str) -> str:
+    """The title of an incident opened without one: never an exact text itself (an erasure
+    of that text would have to find it in every title)."""
+    if kind == "text":
+        return f"Text ({len(value)} characters)"
+    return f"{kind} {value}"[:200]
+
+
 @require_GET
 @project_view(READ)
 def incident_list(request: HttpRequest, page: Page) -> HttpResponseBase:
@@ -62,7 +70,7 @@ def incident_list(request: HttpRequest, page: Page) -> HttpResponseBase:
 @project_view(INCIDENTS)
 def incident_open(request: HttpRequest, page: Page) -> HttpResponseBase:
     kind, value = request.POST.get("kind", ""), request.POST.get("value", "")
-    title = request.POST.get("title", "") or f"{kind} {value}"[:200]
+    title = request.POST.get("title", "") or _default_title(kind, value)
     try:
         incident = incident_services.incident_create(
             project=page.project,
