@@ -23,6 +23,7 @@ from memoryadmin.incidents.services.contain import incident_contain
 from memoryadmin.memory.models import AuditEntry, Document, Project, Resource
 from memoryadmin.memory.services.deployments import deployment_create, resource_get
 from memoryadmin.memory.services.documents import document_create, document_replace
+from memoryadmin.memory.services.redaction import version_redact
 from memoryadmin.providers.services.secrets import secret_set
 from memoryadmin.webhooks.models import Delivery
 from memoryadmin.webhooks.services import endpoint_create
@@ -404,6 +405,61 @@ def test_a_document_changed_since_is_not_overwritten_the_merge_is_reported(
     assert "merged" in item
     assert Document.objects.get(pk=summary.pk).text.endswith("Checked by Olivia.")
     assert Document.objects.get(resource=notes, doc_id="runbook").text == "runbook v1"
+
+
+def test_a_document_whose_version_before_the_taint_is_redacted_stays_frozen_as_a_conflict(
+    api: APIClient, make_document: Any
+) -> None:
+    """No text to return to: the document is frozen, not reverted, and reported as a
+    conflict without a merge (its entry says `redacted`); the rest of the containment (here
+    another document's restore) is done and the containment recorded, dry run or not."""
+    other = make_document("other", text="x1")
+    document_replace(
+        resource=other.resource,
+        doc_id="other",
+        expected_revision=other.revision,
+        text="poison pill",
+        actor="key:bad",
+    )
+    v1 = make_document("doc", text="one")
+    notes = v1.resource
+    v2 = document_replace(
+        resource=notes, doc_id="doc", expected_revision=v1.revision, text="two", actor="t"
+    )
+    v3 = document_replace(
+        resource=notes, doc_id="doc", expected_revision=v2.revision, text="poison pill", actor="b"
+    )
+    document_replace(
+        resource=notes, doc_id="doc", expected_revision=v3.revision, text="four", actor="t"
+    )
+    version_redact(resource=notes, doc_id="doc", revision=v2.revision, reason="r", actor="t")
+    opened = post(api, INCIDENTS, {"title": "x", "source": {"text": "poison pill"}}).json()
+    node = f"version:notes/doc@{v3.revision}"
+
+    for dry_run in (True, False):
+        answer = post(api, f"{INCIDENTS}/{opened['id']}/contain", {"dryRun": dry_run})
+        assert answer.status_code == 200, answer.content
+        report = answer.json()
+        outcomes = {n["id"]: n["outcomes"] for n in report["nodes"]}
+        assert outcomes[node] == {"freeze": "frozen", "revert": "conflict"}
+        item = next(d for d in report["documents"] if d["documentId"] == "doc")
+        assert item["action"] == "redacted"
+        assert (item["restoreRevision"], item["merged"], item["revision"]) == (
+            v2.revision,
+            None,
+            None,
+        )
+        restored = next(d for d in report["documents"] if d["documentId"] == "other")
+        assert restored["action"] == "restore"
+    doc = Document.objects.get(resource=notes, doc_id="doc")
+    assert (doc.text, doc.agent_writes) == ("four", False)
+    assert Document.objects.get(resource=notes, doc_id="other").text == "x1"
+    incident = Incident.objects.get(pk=opened["id"])
+    assert incident.contained_at is not None
+    assert incident.containment == report
+    assert AuditEntry.objects.filter(action="incident.contain").count() == 1
+    again = post(api, f"{INCIDENTS}/{opened['id']}/contain", {})
+    assert again.status_code == 200, again.content
 
 
 def test_the_revert_reads_its_plan_once_and_restores_each_document_in_one_statement(

@@ -25,6 +25,7 @@ from memoryadmin.agents.services.operations import operation_dead_letter
 from memoryadmin.agents.services.records import record_delete
 from memoryadmin.agents.services.reverts import (
     CONFLICT,
+    REDACTED,
     RESTORE,
     RevertItem,
     document_versions,
@@ -211,7 +212,16 @@ def _end_sessions(report: _Report, actor: str) -> None:
         report.mark(node["id"], END_SESSIONS, ENDED if session_id in active else UNCHANGED)
 
 
-_REVERT_OUTCOMES = {RESTORE: RESTORED, CONFLICT: MERGE, "unchanged": UNCHANGED, "deleted": GONE}
+# A document whose version before the first tainted one was redacted has no text to return
+# to: it stays as it is (frozen), a conflict without a merge; its entry in `documents`
+# says why (action `redacted`, the redacted version as `restoreRevision`).
+_REVERT_OUTCOMES = {
+    RESTORE: RESTORED,
+    CONFLICT: MERGE,
+    REDACTED: MERGE,
+    "unchanged": UNCHANGED,
+    "deleted": GONE,
+}
 
 
 def _tainted(revisions: set[str]) -> Callable[[DocumentVersion], bool]:
