@@ -20,9 +20,10 @@ from memoryadmin.agents.services.sessions import session_create
 from memoryadmin.external.models import ExternalRecord
 from memoryadmin.incidents.models import Incident
 from memoryadmin.incidents.services.contain import incident_contain
-from memoryadmin.memory.models import AuditEntry, Document, Project, Resource
+from memoryadmin.memory.models import ApiKey, AuditEntry, Document, Project, Resource
 from memoryadmin.memory.services.deployments import deployment_create, resource_get
 from memoryadmin.memory.services.documents import document_create, document_replace
+from memoryadmin.memory.services.keys import api_key_create
 from memoryadmin.memory.services.redaction import version_redact
 from memoryadmin.providers.services.secrets import secret_set
 from memoryadmin.webhooks.models import Delivery
@@ -460,6 +461,40 @@ def test_a_document_whose_version_before_the_taint_is_redacted_stays_frozen_as_a
     assert AuditEntry.objects.filter(action="incident.contain").count() == 1
     again = post(api, f"{INCIDENTS}/{opened['id']}/contain", {})
     assert again.status_code == 200, again.content
+
+
+def test_containment_revokes_a_key_of_its_project_never_a_key_of_every_project(
+    api: APIClient, project: Project, keys: Keys
+) -> None:
+    """Keys of every project are made and ended with `manage.py apikey` only: an owner of
+    one project (or its read-write key) contains an incident traced from one, and the key
+    is reported `not_revocable_here` and works on; a key of the project is revoked."""
+    everywhere = ApiKey.objects.get(project__isnull=True)
+    mine, _ = api_key_create(project_id=project.id)
+    reports = {}
+    for key in (everywhere, mine):
+        opened = post(api, INCIDENTS, {"title": "k", "source": {"apiKey": key.prefix}})
+        assert opened.status_code == 201, opened.content
+        contain = f"{INCIDENTS}/{opened.json()['id']}/contain"
+        dry = post(api, contain, {"dryRun": True, "actions": ["revokeKey"]})
+        done = post(api, contain, {"actions": ["revokeKey"]})
+        assert (dry.status_code, done.status_code) == (200, 200), done.content
+        reports[key.pk] = (dry.json(), done.json())
+    node = f"apiKey:{everywhere.prefix}"
+    for report in reports[everywhere.pk]:
+        assert {n["id"]: n["outcomes"] for n in report["nodes"]} == {
+            node: {"revokeKey": "not_revocable_here"}
+        }
+        assert report["changed"] == 0
+    everywhere.refresh_from_db()
+    assert everywhere.revoked_at is None
+    assert api.get(INCIDENTS + DEV, HTTP_X_API_KEY=keys.all_projects).status_code == 200
+    revoked = reports[mine.pk][1]
+    assert revoked["nodes"][-1]["outcomes"] == {"revokeKey": "revoked"}
+    mine.refresh_from_db()
+    assert mine.revoked_at is not None
+    revokes = AuditEntry.objects.filter(action="apikey.revoke")
+    assert [entry.detail["key"] for entry in revokes] == [mine.prefix]
 
 
 def test_the_revert_reads_its_plan_once_and_restores_each_document_in_one_statement(

@@ -59,8 +59,13 @@ QUEUED = "queued"
 DEAD_LETTER = "dead_letter"
 NOT_UNDOABLE = "not_undoable"
 REVOKED = "revoked"
+# A key of every project: made and ended with `manage.py apikey` only, never by one
+# project's containment.
+NOT_REVOCABLE = "not_revocable_here"
 UNCHANGED = "unchanged"
 GONE = "document_deleted"
+# Outcomes that change nothing (the rest count in a report's `changed`).
+_CHANGES_NOTHING = {UNCHANGED, NOT_REVOCABLE}
 
 
 def applicable(incident: Incident) -> list[str]:
@@ -129,7 +134,10 @@ class _Report:
             key = f"apiKey:{self.incident.source['apiKey']}"
             nodes.append({"id": key, "kind": "apiKey", "outcomes": self.outcomes.get(key, {})})
         changed = sum(
-            1 for n in nodes for outcome in n["outcomes"].values() if outcome != UNCHANGED
+            1
+            for n in nodes
+            for outcome in n["outcomes"].values()
+            if outcome not in _CHANGES_NOTHING
         )
         return {
             "incident": self.incident.id,
@@ -324,6 +332,8 @@ def _undo_records(report: _Report, actor: str) -> None:
 
 
 def _revoke_key(report: _Report, actor: str) -> None:
+    """The source key revoked if it is a key of the incident's project; a key of every
+    project that reaches it is reported `not_revocable_here` and left alone."""
     prefix = report.incident.source["apiKey"]
     keys = ApiKey.objects.filter(prefix=prefix).filter(
         Q(project_id=report.incident.project_id) | Q(project__isnull=True)
@@ -332,6 +342,9 @@ def _revoke_key(report: _Report, actor: str) -> None:
     outcome = UNCHANGED
     for key in keys:
         if key.revoked_at is not None and key.revoked_at <= now:
+            continue
+        if key.project_id is None:
+            outcome = REVOKED if outcome == REVOKED else NOT_REVOCABLE
             continue
         outcome = REVOKED
         if not report.dry_run:
