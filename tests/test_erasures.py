@@ -534,3 +534,44 @@ def test_an_erasure_erases_the_text_from_incidents_of_its_environment(
     assert POISON not in json.dumps(shown)
     again = erase(api)
     assert again.json()["places"]["incidents"] == 0
+
+
+def test_namespaces_past_the_bound_are_not_read_and_the_receipt_says_so(
+    api: APIClient, project: Project, mem0_oss: FakeMem0Oss, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An erasure reads the first NAMESPACES_MAX namespaces of a resource (by name): the
+    first one past them is a failure of the receipt (a dead letter), never skipped quietly."""
+    from memoryadmin.erasures import services
+
+    monkeypatch.setattr(services, "NAMESPACES_MAX", 2)
+    deploy_external(
+        project,
+        {
+            "kind": "mem0-oss",
+            "baseUrl": mem0_oss.origin,
+            "scope": {"user_id": "{namespace}", "agent_id": "archivist"},
+            "headers": {"X-API-Key": {"secret": "MEM0_KEY"}},
+        },
+        secrets_by_origin={mem0_oss.origin: {"MEM0_KEY": MEM0_KEY}},
+    )
+    for namespace in ("anna", "bob", "zoe"):
+        records = "/api/managed-agents/projects/acme/memory/mem/records" + DEV
+        added = api.post(
+            f"{records}&namespace={namespace}", {"text": f"{namespace}: {POISON}"}, format="json"
+        )
+        assert added.status_code == 201
+
+    response = erase(api)
+    assert response.status_code == 201, response.json()
+    body = response.json()
+    assert body["complete"] is False
+    assert body["places"]["externalRecords"] == 2
+    external = body["receipt"]["receipt"]["external"]
+    assert sorted(d["namespace"] for d in external["deleted"]) == ["anna", "bob"]
+    [failed] = external["failed"]
+    assert (failed["resource"], failed["namespace"], failed["record"]) == ("mem", "zoe", None)
+    assert "more than 2 namespaces" in failed["error"]
+    dead = ProviderOperation.objects.get(pk=failed["operation"])
+    assert (dead.state, dead.namespace) == ("dead", "zoe")
+    assert [m["memory"] for m in mem0_oss.memories.values()] == [f"zoe: {POISON}"]
+    assert Erasure.objects.get().complete is False

@@ -200,15 +200,19 @@ def _record_resources(project: Project, environment: str) -> list[Resource]:
     return [resource for resource in resources if manages_records(resource)]
 
 
-def _namespaces(resource: Resource) -> list[str]:
+def _namespaces(resource: Resource) -> tuple[list[str], str | None]:
+    """The first NAMESPACES_MAX namespaces (by name) the server has seen records of or bound
+    sessions to, and the first one past them (None when none is)."""
+    wanted = NAMESPACES_MAX + 1
     bound = (
         Binding.objects.filter(resource=resource, scope=Scope.NAMESPACE)
         .exclude(target_id="")
         .values_list("target_id", flat=True)
-        .distinct()[:NAMESPACES_MAX]
+        .distinct()
+        .order_by("target_id")[:wanted]
     )
-    names = set(namespaces_seen(resource=resource, limit=NAMESPACES_MAX)) | set(bound)
-    return sorted(names)[:NAMESPACES_MAX]
+    names = sorted(set(namespaces_seen(resource=resource, limit=wanted)) | set(bound))
+    return names[:NAMESPACES_MAX], (names[NAMESPACES_MAX] if len(names) > NAMESPACES_MAX else None)
 
 
 def _external_plan(project: Project, environment: str, needles: Sequence[str]) -> ExternalPlan:
@@ -217,7 +221,8 @@ def _external_plan(project: Project, environment: str, needles: Sequence[str]) -
     if not needles:
         return plan
     for resource in _record_resources(project, environment):
-        for namespace in _namespaces(resource):
+        namespaces, past = _namespaces(resource)
+        for namespace in namespaces:
             cursor: str | None = None
             try:
                 for _ in range(RECORD_PAGES_MAX):
@@ -237,6 +242,13 @@ def _external_plan(project: Project, environment: str, needles: Sequence[str]) -
                     )
             except DomainError as exc:
                 plan.unreadable.append((resource, namespace, exc.message))
+        if past is not None:
+            # Not read, so not known to be free of the text: the receipt is not complete.
+            error = (
+                f"more than {NAMESPACES_MAX} namespaces: this one and every one after it "
+                "(by name) were not read"
+            )
+            plan.unreadable.append((resource, past, error))
     return plan
 
 
