@@ -276,6 +276,23 @@ def test_sources_text_session_and_key(api: APIClient, world: dict[str, Any]) -> 
     assert missing.status_code == 404
 
 
+def test_a_text_source_is_found_in_titles_and_summaries_too(
+    api: APIClient, make_document: Any
+) -> None:
+    """Recalls show models titles and summaries, and an erasure erases them: a trace from
+    an exact text finds the versions that hold it there, case included."""
+    make_document("summed", text="plain", summary=f"Note: {POISON}")
+    make_document("titled", title=POISON[:24], text="plain")
+    make_document("clean", text="plain", summary=POISON.upper())
+    opened = post(api, INCIDENTS, {"title": "t", "source": {"text": POISON}})
+    assert opened.status_code == 201, opened.content
+    assert [n["document"] for n in opened.json()["graph"]["nodes"]] == ["summed"]
+    titled = post(api, INCIDENTS, {"title": "t", "source": {"text": POISON[:24]}}).json()
+    assert sorted(n["document"] for n in titled["graph"]["nodes"]) == ["summed", "titled"]
+    stored = Incident.objects.get(pk=titled["id"])
+    assert sorted(n["document"] for n in stored.graph["nodes"]) == ["summed", "titled"]
+
+
 def test_writes_before_the_tainted_recall_are_not_tainted(
     api: APIClient, world: dict[str, Any]
 ) -> None:

@@ -422,9 +422,15 @@ def _sources(trace: Trace, source: dict[str, Any]) -> list[_Write]:
             raise NotFound(f"No API key '{value}' reaches project {trace.project.id}.")
         rows = versions.filter(origin__actor=f"key:{value}").order_by("id")
         return trace.version_rows(rows.values_list(*_VERSION_FIELDS), 0)
-    # Exact text: LIKE narrows (on SQLite it ignores ASCII case), Python decides.
-    rows = versions.filter(text__contains=value).order_by("id")
-    exact = (r[:-1] for r in rows.values_list(*_VERSION_FIELDS, "text") if value in r[-1])
+    # Exact text, in a version's title, summary or text (what recalls show models and an
+    # erasure erases): LIKE narrows (on SQLite it ignores ASCII case), Python decides.
+    held = Q(title__contains=value) | Q(summary__contains=value) | Q(text__contains=value)
+    rows = versions.filter(held).order_by("id")
+    exact = (
+        r[:-3]
+        for r in rows.values_list(*_VERSION_FIELDS, "title", "summary", "text")
+        if any(value in part for part in r[-3:])
+    )
     return trace.version_rows(exact, 0)
 
 
