@@ -31,6 +31,7 @@ from memoryadmin.erasures.receipts import canonical
 from memoryadmin.incidents.models import Incident
 from memoryadmin.incidents.services.incidents import incident_create
 from memoryadmin.memory.models import AuditEntry, Document, DocumentVersion, Project, Proposal
+from memoryadmin.memory.services.audit import audit_record
 from memoryadmin.memory.services.documents import document_patch, document_replace
 from memoryadmin.web.services.imports import pending_keep, pending_path
 from memoryadmin.webhooks.models import Delivery, DeliveryState, Endpoint
@@ -575,3 +576,42 @@ def test_namespaces_past_the_bound_are_not_read_and_the_receipt_says_so(
     assert (dead.state, dead.namespace) == ("dead", "zoe")
     assert [m["memory"] for m in mem0_oss.memories.values()] == [f"zoe: {POISON}"]
     assert Erasure.objects.get().complete is False
+
+
+def test_a_long_text_is_erased_on_both_databases(
+    api: APIClient, project: Project, make_document: Callable[..., Any]
+) -> None:
+    """Up to the documented 100,000 characters: SQLite's LIKE refuses a pattern over
+    50,000 bytes (the JSON-escaped form of 9,000 non-ASCII characters is 54,000), so the
+    erasure does not search with it there."""
+    needle = "秘密" * 4500
+    document = make_document("workshop", text="Rules.")
+    now = timezone.now()
+    Proposal.objects.create(
+        id="prop_1",
+        document=document,
+        text=f"Also: {needle}",
+        summary=None,
+        base_revision=document.revision,
+        session_id="",
+        created_at=now,
+        expires_at=now,
+    )
+    audit_record(
+        project_id="acme",
+        environment="development",
+        actor="t",
+        action="document.note",
+        detail={"note": needle},
+    )
+    preview = erase(api, match={"text": needle}, dryRun=True)
+    assert preview.status_code == 200, preview.content[:300]
+    assert (preview.json()["places"]["proposals"], preview.json()["places"]["audit"]) == (1, 1)
+    response = erase(api, match={"text": needle})
+    assert response.status_code == 201, response.content[:300]
+    assert Proposal.objects.get().text == "Also: [redacted]"
+    assert AuditEntry.objects.get(action="document.note").detail == {"note": "[redacted]"}
+    assert raw_rows_with(needle) == []
+    longest = erase(api, match={"text": "a" * 60_000}, dryRun=True)
+    assert longest.status_code == 200, longest.content[:300]
+    assert longest.json()["copies"] == 0
