@@ -615,3 +615,40 @@ def test_a_long_text_is_erased_on_both_databases(
     longest = erase(api, match={"text": "a" * 60_000}, dryRun=True)
     assert longest.status_code == 200, longest.content[:300]
     assert longest.json()["copies"] == 0
+
+
+def test_a_named_document_with_hundreds_of_versions_is_erased(
+    api: APIClient, make_document: Callable[..., Any]
+) -> None:
+    """Every past text of a named document is looked for elsewhere: hundreds of texts are
+    searched a bounded number of terms a query (SQLite refuses an expression tree past
+    1,000 deep), and each copy is found once."""
+    document = make_document("busy", text="version number 0 of the notes")
+    revision = document.revision
+    for number in range(1, 400):
+        revision = document_replace(
+            resource=document.resource,
+            doc_id="busy",
+            expected_revision=revision,
+            text=f"version number {number} of the notes",
+            actor="t",
+        ).revision
+    audit_record(
+        project_id="acme",
+        environment="development",
+        actor="t",
+        action="document.note",
+        detail={"a": "version number 7 of the notes", "b": "version number 398 of the notes"},
+    )
+    named = {"documents": [{"resource": "notes", "id": "busy"}]}
+    preview = erase(api, match=named, dryRun=True)
+    assert preview.status_code == 200, preview.content[:300]
+    assert preview.json()["places"]["versions"] == 400
+    assert preview.json()["places"]["audit"] == 1
+    response = erase(api, match=named)
+    assert response.status_code == 201, response.content[:300]
+    assert response.json()["places"] == preview.json()["places"]
+    assert Document.objects.get(doc_id="busy").deleted
+    note = AuditEntry.objects.get(action="document.note")
+    assert note.detail == {"a": "[redacted]", "b": "[redacted]"}
+    assert raw_rows_with("of the notes") == []

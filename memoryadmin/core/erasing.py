@@ -32,37 +32,48 @@ def stored_forms(needle: str) -> list[str]:
     return list(dict.fromkeys(forms))
 
 
+# Terms (one form of a needle in one column) per query: SQLite parses an OR of n terms
+# into an expression tree n deep and refuses one past 1,000 ("Expression tree is too
+# large"); a named document's past versions are hundreds of needles.
+TERMS_PER_QUERY = 200
+
+
 def containing(
     rows: QuerySet[Any],
     needles: Sequence[str],
     *,
     text: Iterable[str] = (),
     json_: Iterable[str] = (),
-) -> QuerySet[Any]:
-    """`rows` narrowed to those where a text column or a JSON column (read as text)
-    contains a needle in any stored form: candidates, which `value_erase` confirms.
+) -> list[Any]:
+    """The rows of `rows` where a text column or a JSON column (read as text) contains a
+    needle in any stored form: candidates, which `value_erase` confirms. Searched
+    TERMS_PER_QUERY terms a query, each row once.
 
     On SQLite with instr(): its LIKE refuses a pattern over 50,000 bytes, and a text of
     100,000 characters (or the JSON-escaped form of 8,400 non-ASCII ones, six bytes each)
     passes that. PostgreSQL's LIKE has no such limit and its trigram indexes serve it."""
-    condition = Q()
     annotations: dict[str, Any] = {}
     for name in json_:
         alias = f"_erasing_{name}"
         annotations[alias] = Cast(name, TextField())
     if annotations:
         rows = rows.alias(**annotations)
+    columns = (*text, *annotations)
+    terms = [
+        (column, form) for needle in needles for form in stored_forms(needle) for column in columns
+    ]
     instr = database_vendor() == "sqlite"
-    for needle in needles:
-        for form in stored_forms(needle):
-            for column in (*text, *annotations):
-                if instr:
-                    condition |= Q(GreaterThan(StrIndex(column, Value(form)), 0))
-                else:
-                    condition |= Q(**{f"{column}__contains": form})
-    if not condition:
-        return rows.none()
-    return rows.filter(condition)
+    found: dict[Any, Any] = {}
+    for start in range(0, len(terms), TERMS_PER_QUERY):
+        condition = Q()
+        for column, form in terms[start : start + TERMS_PER_QUERY]:
+            if instr:
+                condition |= Q(GreaterThan(StrIndex(column, Value(form)), 0))
+            else:
+                condition |= Q(**{f"{column}__contains": form})
+        for row in rows.filter(condition):
+            found.setdefault(row.pk, row)
+    return list(found.values())
 
 
 def text_erase(value: str, needles: Sequence[str], marker: str = MARKER) -> tuple[str, int]:

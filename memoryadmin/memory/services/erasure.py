@@ -60,24 +60,31 @@ def memory_erase_text(
     documents = [
         document
         for document in containing(
-            _of_environment(Document.objects.live(), "resource__", project_id, environment),
+            _of_environment(
+                Document.objects.live().select_related("resource"),
+                "resource__",
+                project_id,
+                environment,
+            ),
             needles,
             text=("title", "summary", "text"),
-        ).select_related("resource")
+        )
         if _holds(f"{document.title}\n{document.summary}\n{document.text}", needles)
     ]
     versions = [
         version
         for version in containing(
             _of_environment(
-                DocumentVersion.objects.filter(redacted_at__isnull=True),
+                DocumentVersion.objects.filter(redacted_at__isnull=True).select_related(
+                    "document__resource"
+                ),
                 "document__resource__",
                 project_id,
                 environment,
             ),
             needles,
             text=("title", "summary", "text"),
-        ).select_related("document__resource")
+        )
         if _holds(f"{version.title}\n{version.summary}\n{version.text}", needles)
     ]
     proposals = [
