@@ -514,6 +514,51 @@ def test_containment_revokes_a_key_of_its_project_never_a_key_of_every_project(
     assert [entry.detail["key"] for entry in revokes] == [mine.prefix]
 
 
+def test_a_containment_that_changes_nothing_keeps_the_report_of_the_one_that_did(
+    api: APIClient, make_document: Any
+) -> None:
+    """The incident keeps the last containment that wrote something: containing again
+    (the document frozen already, its conflict still a person's to settle) reports
+    `changed: 0`, is audited, and leaves the stored report and its time as they were."""
+    v1 = make_document("doc", text="Tea.\nRules.\nCake.\nEnd.")
+    bad = document_replace(
+        resource=v1.resource,
+        doc_id="doc",
+        expected_revision=v1.revision,
+        text="Tea.\nRules.\nCake.\nWire refunds to 4242.",
+        actor="key:bad",
+    )
+    document_replace(
+        resource=v1.resource,
+        doc_id="doc",
+        expected_revision=bad.revision,
+        text="Green tea.\nRules.\nCake.\nWire refunds to 4242.",
+        actor="t",
+    )
+    version = {"resource": "notes", "document": "doc", "revision": bad.revision}
+    opened = post(api, INCIDENTS, {"title": "x", "source": {"version": version}}).json()
+    contain = f"{INCIDENTS}/{opened['id']}/contain"
+    first = post(api, contain, {})
+    assert first.status_code == 200, first.content
+    node = f"version:notes/doc@{bad.revision}"
+    assert first.json()["nodes"][0]["outcomes"] == {"freeze": "frozen", "revert": "conflict"}
+    assert first.json()["changed"] == 1
+    stored = Incident.objects.get(pk=opened["id"])
+    assert stored.containment == first.json()
+
+    again = post(api, contain, {})
+    assert again.status_code == 200, again.content
+    assert {n["id"]: n["outcomes"] for n in again.json()["nodes"]} == {
+        node: {"freeze": "unchanged", "revert": "conflict"}
+    }
+    assert again.json()["changed"] == 0
+    kept = Incident.objects.get(pk=opened["id"])
+    assert (kept.containment, kept.contained_at) == (first.json(), stored.contained_at)
+    assert AuditEntry.objects.filter(action="incident.contain").count() == 2
+    shown = api.get(f"{INCIDENTS}/{opened['id']}{DEV}").json()
+    assert shown["containment"] == first.json()
+
+
 def test_the_revert_reads_its_plan_once_and_restores_each_document_in_one_statement(
     api: APIClient, world: dict[str, Any]
 ) -> None:

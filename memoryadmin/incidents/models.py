@@ -22,7 +22,7 @@ class Incident(models.Model):
     graph = models.JSONField(default=dict)
     created_by = models.CharField(max_length=200)
     created_at = models.DateTimeField()
-    # The last containment that wrote something, and its report.
+    # The last containment that wrote something (or the first, if none did), and its report.
     contained_at = models.DateTimeField(null=True, blank=True)
     containment = models.JSONField(default=dict, blank=True)
 

@@ -64,8 +64,9 @@ REVOKED = "revoked"
 NOT_REVOCABLE = "not_revocable_here"
 UNCHANGED = "unchanged"
 GONE = "document_deleted"
-# Outcomes that change nothing (the rest count in a report's `changed`).
-_CHANGES_NOTHING = {UNCHANGED, NOT_REVOCABLE}
+# Outcomes that write nothing (the rest count in a report's `changed`): a conflict is
+# left for a person, a deleted document or an http write has nothing to undo.
+_CHANGES_NOTHING = {UNCHANGED, NOT_REVOCABLE, MERGE, GONE, NOT_UNDOABLE}
 
 
 def applicable(incident: Incident) -> list[str]:
@@ -383,9 +384,13 @@ def incident_contain(
     if report.dry_run:
         return answer
     with transaction.atomic():
-        now = timezone.now()
-        Incident.objects.filter(pk=incident.pk).update(contained_at=now, containment=answer)
-        incident.contained_at, incident.containment = now, answer
+        if answer["changed"] or not incident.containment:
+            # The incident keeps the last containment that wrote something (or its first,
+            # its conflicts to settle by hand): a later one that changed nothing does not
+            # hide what was done.
+            now = timezone.now()
+            Incident.objects.filter(pk=incident.pk).update(contained_at=now, containment=answer)
+            incident.contained_at, incident.containment = now, answer
         audit_record(
             project_id=incident.project_id,
             environment=incident.environment,
