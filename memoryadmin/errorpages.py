@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.defaults import bad_request
 
 from memoryadmin.api.middleware import is_api
 from memoryadmin.core.dbstate import database_unavailable, unavailable_answer
@@ -18,6 +19,16 @@ from memoryadmin.core.errors import error_envelope
 from memoryadmin.metrics import DATABASE_UNAVAILABLE
 from memoryadmin.web.views.base import unavailable_page
 from memoryadmin.web.views.errors import page_not_found, permission_denied, server_error
+
+
+def bad_request_view(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """A request Django refuses before any view (a Host not allowed, too many query
+    fields): on API routes in the envelope, as every other answer there."""
+    if is_api(request):
+        return JsonResponse(
+            error_envelope("invalid_request", "The request could not be read."), status=400
+        )
+    return bad_request(request, exception)
 
 
 def not_found_view(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:

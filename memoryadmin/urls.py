@@ -4,7 +4,12 @@ from django.conf import settings
 from django.urls import include, path
 
 from memoryadmin.api.schema import DocsView, SchemaView
-from memoryadmin.errorpages import not_found_view, permission_denied_view, server_error_view
+from memoryadmin.errorpages import (
+    bad_request_view,
+    not_found_view,
+    permission_denied_view,
+    server_error_view,
+)
 from memoryadmin.health import healthz, readyz
 from memoryadmin.metrics import metrics_view
 
@@ -28,6 +33,7 @@ if settings.MEMORYADMIN_BENCH_FLOORS:
     # `make bench` only: the floors its ratios are measured against.
     urlpatterns.insert(0, path("", include("memoryadmin.benchfloors")))
 
+handler400 = bad_request_view
 handler403 = permission_denied_view
 handler404 = not_found_view
 handler500 = server_error_view

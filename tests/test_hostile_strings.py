@@ -616,3 +616,58 @@ def test_a_malformed_chunked_body_is_400_not_500(
         assert status == 400, (path, answer)
         assert answer["error"]["code"] == "invalid_request"
         assert answer["error"]["message"].startswith("body: the body could not be read")
+
+
+@pytest.mark.parametrize("url", ["https://[::1", "https://[zz]/x", "https://a]b/"])
+def test_a_url_whose_bracketed_host_cannot_be_read_is_a_400_and_stores_nothing(
+    client_for: Any, keys: Any, web_client_for: Any, people: Any, url: str
+) -> None:
+    """Every URL the product stores passes one check (providers/declarations.py
+    url_split): the standard library's split raised on these, a 500 on every door."""
+    from memoryadmin.providers.models import Secret
+    from memoryadmin.webhooks.models import Endpoint
+
+    api = client_for(keys.owner)
+    hook = api.post(
+        f"{API}/projects/acme/webhooks",
+        {"url": url, "events": ["document.updated"]},
+        format="json",
+    )
+    secret = api.put(
+        f"{API}/projects/acme/secrets/MEM_TOKEN{DEV}",
+        {"value": "abc", "origins": [url]},
+        format="json",
+    )
+    provider = {"kind": "mem0-platform", "baseUrl": url}
+    deployment = api.post(
+        DEPLOYMENTS,
+        {"agent": "x-bot", "memory": [{"id": "m", "description": "a", "provider": provider}]},
+        format="json",
+    )
+    for answer in (hook, secret, deployment):
+        assert answer.status_code == 400, answer.content
+        assert answer.json()["error"]["code"] == "invalid_request"
+        assert "a host in [brackets] must be an IPv6 address" in answer.json()["error"]["message"]
+    page = web_client_for(people.owner).post(
+        f"{PAGE}/webhooks/new/", {"url": url, "events": ["document.updated"]}
+    )
+    assert page.status_code == 422
+    assert not Endpoint.objects.exists()
+    assert not Secret.objects.exists()
+    assert not Deployment.objects.filter(agent="x-bot").exists()
+
+
+@pytest.mark.parametrize(
+    "request_kwargs",
+    [{"HTTP_HOST": "evil.example"}, {"HTTP_HOST": ""}, {"QUERY_STRING": "&".join(["a=1"] * 1001)}],
+    ids=["host-not-allowed", "no-host", "too-many-fields"],
+)
+def test_a_request_django_refuses_before_any_view_is_a_400_in_the_api_envelope(
+    client_for: Any, keys: Any, request_kwargs: dict[str, str]
+) -> None:
+    answer = client_for(keys.owner).get(f"{API}/projects/acme", **request_kwargs)
+    assert answer.status_code == 400
+    assert answer["Content-Type"] == "application/json"
+    assert answer.json() == {
+        "error": {"code": "invalid_request", "message": "The request could not be read."}
+    }

@@ -78,3 +78,18 @@ def test_a_changed_setting_builds_the_schema_again(
     again = client.get("/api/schema/?format=json")
     assert len(builds) == 2
     assert again.content == _theirs("format=json", {}).content
+
+
+def test_every_operation_with_a_key_lists_its_rate_limits_429(client: Client) -> None:
+    """Every request with a key counts in its key's and project's windows: a 429 can
+    answer any of them, and a client reading the schema must know it."""
+    schema = client.get("/api/schema/?format=json").json()
+    missing = [
+        f"{method.upper()} {path}"
+        for path, operations in schema["paths"].items()
+        for method, operation in operations.items()
+        if isinstance(operation, dict)
+        and any(operation.get("security", []))  # a scheme named: a key is sent
+        and "429" not in operation.get("responses", {})
+    ]
+    assert not missing, missing

@@ -39,6 +39,8 @@ ERRORS = {
         401: "unauthorized",
         403: "forbidden",
         404: "not_found / project_not_found",
+        # Every request with a key counts in its key's and its project's windows.
+        429: "rate_limited",
     }.items()
 }
 WRITE_ERRORS = {

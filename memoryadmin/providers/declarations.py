@@ -132,7 +132,10 @@ def url_split(value: str, *, where: str, query: bool = False) -> SplitResult:
             f"{where} must be ASCII: write an international host name in its xn-- form"
             " and percent-encode other characters."
         )
-    parts = urlsplit(value)
+    try:
+        parts = urlsplit(value)
+    except ValueError:  # "https://[::1", "https://[zz]/": a bracketed host it cannot read
+        _fail(f"{where} is not a valid URL: a host in [brackets] must be an IPv6 address.")
     if "@" in parts.netloc:
         _fail(f"{where} must not contain user-info; credentials belong in managed secrets.")
     if not query and (parts.query or "?" in value):
