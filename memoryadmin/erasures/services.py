@@ -46,6 +46,7 @@ from memoryadmin.memory.services.audit import audit_record
 from memoryadmin.memory.services.deployments import resource_documents_check, resource_get
 from memoryadmin.memory.services.erasure import (
     audit_erase,
+    erasure_epoch_advance,
     memory_erase_documents,
     memory_erase_text,
 )
@@ -435,7 +436,8 @@ def _commit(
     actor: str,
     external: dict[str, list[dict[str, Any]]],
 ) -> Erasure:
-    _locked(project)
+    # One erasure at a time, and no recall that read a copy before this commit stores it.
+    erasure_epoch_advance(project_id=project.pk)
     secure = _secure_delete(True)
     try:
         counts, _ = _database(project, environment, match, reason, actor, apply=True)
