@@ -24,10 +24,11 @@ from django.urls import reverse
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from memoryadmin.agents.models import ProviderOperation
+from memoryadmin.agents.models import ProviderOperation, Recall, RecallSource
 from memoryadmin.agents.services.runtime import recall_create
 from memoryadmin.erasures.models import Erasure
 from memoryadmin.erasures.receipts import canonical
+from memoryadmin.erasures.services import erasure_run
 from memoryadmin.incidents.models import Incident
 from memoryadmin.incidents.services.incidents import incident_create
 from memoryadmin.memory.models import AuditEntry, Document, DocumentVersion, Project, Proposal
@@ -652,3 +653,109 @@ def test_a_named_document_with_hundreds_of_versions_is_erased(
     note = AuditEntry.objects.get(action="document.note")
     assert note.detail == {"a": "[redacted]", "b": "[redacted]"}
     assert raw_rows_with("of the notes") == []
+
+
+def _erase_now(project: Project) -> Erasure:
+    outcome = erasure_run(
+        project=project,
+        environment="development",
+        match={"text": POISON},
+        reason="ASI06 incident",
+        dry_run=False,
+        actor="t",
+    )
+    assert outcome.erasure is not None
+    return outcome.erasure
+
+
+def test_a_recall_made_while_an_erasure_commits_is_made_again_after_it(
+    api: APIClient,
+    project: Project,
+    make_document: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An erasure that commits after a recall read its memory and before it stored it:
+    the recall stores nothing of what it read, reads its memory again and answers and
+    stores the text after the erasure. No row holds the erased text, and the receipt,
+    which found no recall to erase, stays true."""
+    from memoryadmin.agents.services import runtime
+
+    make_document("workshop", title="Plan", text=f"Rules: {POISON}.")
+    session = support_session(project)
+    stored = runtime.recall_store
+    receipts: list[Erasure] = []
+
+    def erased_first(**kwargs: Any) -> Any:
+        if not receipts:
+            # What the recall read holds the text; the erasure commits before its store.
+            assert POISON in kwargs["recall"].memory["notes"]["text"]
+            receipts.append(_erase_now(project))
+        return stored(**kwargs)
+
+    monkeypatch.setattr(runtime, "recall_store", erased_first)
+    answer = recall_create(session=session, use=["notes"])
+    assert answer["memory"]["notes"]["text"] == "Rules: [redacted]."
+    recall = Recall.objects.get(session=session)
+    assert recall.id == answer["recallId"]
+    assert recall.memory == answer["memory"]
+    document = Document.objects.get(doc_id="workshop")
+    assert list(RecallSource.objects.values_list("recall_id", "doc_id", "revision")) == [
+        (recall.id, "workshop", document.revision)
+    ]
+    assert raw_rows_with(WORD) == []
+    assert Project.objects.get(pk=project.pk).erasure_epoch == 1
+    assert receipts[0].complete
+    assert receipts[0].signed["receipt"]["places"]["recalls"] == 0
+    assert erase(api, dryRun=True).json()["copies"] == 0
+
+
+def test_a_recall_an_erasure_overtakes_every_time_is_a_retryable_conflict(
+    api: APIClient,
+    project: Project,
+    make_document: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where an erasure commits while each attempt of the recall is made, the recall is
+    409 recall_failed, reason erasure, retryable, and nothing is stored."""
+    from memoryadmin.agents.services import runtime
+
+    make_document("workshop", title="Plan", text=f"Rules: {POISON}.")
+    session = support_session(project)
+    stored = runtime.recall_store
+    erasures: list[Erasure] = []
+
+    def erased_first(**kwargs: Any) -> Any:
+        erasures.append(_erase_now(project))
+        return stored(**kwargs)
+
+    monkeypatch.setattr(runtime, "recall_store", erased_first)
+    response = api.post(
+        f"/api/managed-agents/sessions/{session.id}/memory/recall", {"use": []}, format="json"
+    )
+    assert response.status_code == 409, response.content
+    assert response.json()["error"]["code"] == "recall_failed"
+    assert response.json()["error"]["details"] == {
+        "resource": "kb",
+        "reason": "erasure",
+        "retryable": True,
+    }
+    assert len(erasures) == runtime.RECALL_ATTEMPTS
+    assert not Recall.objects.filter(session=session).exists()
+    assert not RecallSource.objects.exists()
+    assert Project.objects.get(pk=project.pk).erasure_epoch == runtime.RECALL_ATTEMPTS
+    assert raw_rows_with(WORD) == []
+
+
+def test_a_dry_run_leaves_the_erasure_epoch_and_a_recall_after_an_erasure_stores(
+    api: APIClient, project: Project, make_document: Callable[..., Any]
+) -> None:
+    """Only an erasure's commit moves the epoch on; a recall made after it reads the
+    new one and stores what it showed."""
+    make_document("workshop", title="Plan", text=f"Rules: {POISON}.")
+    session = support_session(project)
+    assert erase(api, dryRun=True).status_code == 200
+    assert Project.objects.get(pk=project.pk).erasure_epoch == 0
+    assert erase(api).status_code == 201
+    assert Project.objects.get(pk=project.pk).erasure_epoch == 1
+    answer = recall_create(session=session, use=["notes"])
+    assert Recall.objects.get(session=session).memory == answer["memory"]

@@ -55,6 +55,10 @@ class Session(models.Model):
     # bindings never change after it), so that its answer lists them without reading
     # them back. None for a session read from the database.
     written_bindings: list[Binding] | None = None
+    # Not a field: the project's erasure epoch, read in the statement that read the
+    # session (services/sessions.py); a recall stores what it read only while it stands
+    # (services/provenance.py). None for a session read otherwise.
+    erasure_epoch: int | None = None
 
     objects = SessionQuerySet.as_manager()
 

@@ -214,7 +214,8 @@ class RecallView(SessionApiView):
             200: s.RecallOutput,
             **ERRORS,
             409: _error(
-                "recall_failed (details: resource, reason), session_closed, or "
+                "recall_failed (details: resource, reason; reason erasure, retryable: "
+                "erasures of the project committed while it was made), session_closed, or "
                 "idempotency_conflict (a requestId reused with another body)"
             ),
             429: _error(

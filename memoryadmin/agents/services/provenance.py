@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import re
-from typing import Any
+from typing import Any, Literal
 
 from django.db import connection, transaction
 
@@ -21,7 +21,7 @@ from memoryadmin.core.rows import (
     statement_cursor,
     table,
 )
-from memoryadmin.memory.models import Document
+from memoryadmin.memory.models import Document, Project
 
 RECALL_PAGE_SIZE = 20
 READERS_MAX = 50
@@ -50,10 +50,19 @@ _SOURCE_FIELDS = ("resource", "doc_id", "revision")
 
 
 def _recall_insert_sql(vendor: str) -> str:
-    """The recall's INSERT, made only while its session is active: a session ended (by
-    its host, an owner or an incident's containment) while the recall read its memory or
-    waited on its providers stores no recall (`recall_store`). `INSERT ... SELECT`: on
-    PostgreSQL each value cast to its column's type, which `VALUES` would infer."""
+    """The recall's INSERT, made only while its session is active and its project's
+    erasure epoch is the one the recall read with its memory: a session ended (by its
+    host, an owner or an incident's containment), or an erasure committed, while the
+    recall read its memory or waited on its providers stores no recall (`recall_store`).
+    `INSERT ... SELECT`: on PostgreSQL each value cast to its column's type, which
+    `VALUES` would infer.
+
+    On PostgreSQL the epoch's row is read FOR KEY SHARE, which the erasure's FOR UPDATE
+    of it excludes (memory's `erasure_epoch_advance`): a store racing an erasure waits for
+    its commit and then reads the new epoch (the row's latest version, as a locking read
+    does), and an erasure that comes second waits for the recall's commit, then finds and
+    erases its row. SQLite's writers take turns whole (IMMEDIATE transactions): the plain
+    comparison is enough there."""
     names = concrete_names(Recall)
     targets = ", ".join(column(Recall, name) for name in names)
     if vendor == "postgresql":
@@ -69,7 +78,15 @@ def _recall_insert_sql(vendor: str) -> str:
         f"SELECT 1 FROM {table(Session)} WHERE {column(Session, 'id')} = %s"
         f" AND {column(Session, 'status')} = '{SessionStatus.ACTIVE.value}'"
     )
-    return f"INSERT INTO {table(Recall)} ({targets}) SELECT {values} WHERE EXISTS ({active})"
+    unerased = (
+        f"SELECT 1 FROM {table(Project)} WHERE {column(Project, 'id')} = %s"
+        f" AND {column(Project, 'erasure_epoch')} = %s"
+        + (" FOR KEY SHARE" if vendor == "postgresql" else "")
+    )
+    return (
+        f"INSERT INTO {table(Recall)} ({targets}) SELECT {values}"
+        f" WHERE EXISTS ({active}) AND EXISTS ({unerased})"
+    )
 
 
 @functools.lru_cache(maxsize=64)
@@ -93,7 +110,11 @@ def _store_sql(vendor: str, sources: int) -> tuple[str, str | None]:
     return together, None
 
 
-def recall_store(*, recall: Recall, sources: list[SourceRow]) -> bool:
+# What became of a recall `recall_store` was given.
+Stored = Literal["stored", "session_ended", "erased"]
+
+
+def recall_store(*, recall: Recall, sources: list[SourceRow], erasure_epoch: int) -> Stored:
     """Inserts the recall and its sources: on PostgreSQL in one statement, elsewhere two.
     Its JSON (the `memory` the model was shown) is encoded once, by orjson.
 
@@ -107,10 +128,18 @@ def recall_store(*, recall: Recall, sources: list[SourceRow]) -> bool:
     request id can collide with a concurrent retry's (IntegrityError, for the caller to
     resolve), which a transaction around it survives only behind a savepoint.
 
-    False, storing nothing, when the session is no longer active (ended while the recall
-    was made: `_recall_insert_sql`)."""
+    Nothing is stored (`_recall_insert_sql`) when the session is no longer active
+    ("session_ended") or an erasure of the project committed since the recall read
+    `erasure_epoch` with its memory ("erased": what it read may hold the erased text).
+    An ended session is named first where both happened."""
     sql, sources_sql = _store_sql(database_vendor(), len(sources))
-    params = [*prepared(recall, concrete_names(Recall)), recall.session_id]
+    project_id = recall.session.project_id
+    params = [
+        *prepared(recall, concrete_names(Recall)),
+        recall.session_id,
+        project_id,
+        erasure_epoch,
+    ]
     guarded = sources_sql is not None or (bool(recall.request_id) and connection.in_atomic_block)
     with (
         transaction.atomic() if guarded else contextlib.nullcontext(),
@@ -119,15 +148,18 @@ def recall_store(*, recall: Recall, sources: list[SourceRow]) -> bool:
         if sources_sql is None:
             # With sources, one row each or none (the recall row not made).
             cursor.execute(kept.statement, params + [v for source in sources for v in source])
-            if cursor.rowcount == 0:
-                return False
+            stored = cursor.rowcount != 0
         else:
             cursor.execute(kept.statement, params)
-            if cursor.rowcount == 0:
-                return False
-            cursor.execute(sources_sql, [v for source in sources for v in (recall.id, *source)])
+            stored = cursor.rowcount != 0
+            if stored:
+                cursor.execute(sources_sql, [v for source in sources for v in (recall.id, *source)])
+    if not stored:
+        # Which guard refused it: read only on this rare path.
+        active = Session.objects.active().filter(pk=recall.session_id).exists()
+        return "erased" if active else "session_ended"
     inserted(recall)
-    return True
+    return "stored"
 
 
 def tool_sources_store(*, recall: Recall, binding: Binding, shown: list[tuple[str, str]]) -> None:

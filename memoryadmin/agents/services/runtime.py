@@ -43,7 +43,7 @@ from memoryadmin.agents.kinds import (
 )
 from memoryadmin.agents.models import Access, Binding, Recall, Session
 from memoryadmin.agents.services.provenance import recall_sources, recall_store
-from memoryadmin.agents.services.sessions import session_bindings
+from memoryadmin.agents.services.sessions import session_bindings, session_get_with_bindings
 from memoryadmin.core.cancellation import Cancellation, cancel_request, cancellation_scope
 from memoryadmin.core.concurrency import Deadline, ProviderCalls
 from memoryadmin.core.errors import InvalidRequest, NotFound, ProviderBusy
@@ -65,6 +65,9 @@ Result = dict[str, Any]
 CALL_ID_MAX = 256
 REQUEST_ID_MAX = 256
 REQUEST_ID_RE = re.compile(r"[\x21-\x7e]{1,256}")
+# How many times a recall is made before an erasure that commits while it is made, each
+# time, fails it (`recall_create`).
+RECALL_ATTEMPTS = 2
 
 
 def new_recall_id() -> str:
@@ -229,14 +232,51 @@ def recall_create(
     need it, providers that select context do. With `request_id` (the model
     request's id), a retry of the same request reuses the recall accepted for
     it instead of recalling again; the same id with another body is 409.
+
+    An erasure of the project that commits while the recall is made (after it read its
+    memory, before it stored what it read) may have erased what it read: nothing is
+    stored and the recall is made again from the start, its memory read again; where
+    that happens on every one of RECALL_ATTEMPTS, it is 409 `recall_failed`, reason
+    `erasure`, retryable.
     """
     if not session.is_active:
         raise SessionClosed(f"Session {session.id} has ended; it recalls no memory.")
     selected_ids = _check_use(use)
     request = _check_request_id(request_id)
     fingerprint = _fingerprint(selected_ids, input_text) if request else ""
-    if bindings is None:  # read with the session by callers that can (session_get_with_bindings)
-        bindings = _bindings(session)
+    for attempt in range(RECALL_ATTEMPTS):
+        if attempt or bindings is None or session.erasure_epoch is None:
+            # The session with its project's erasure epoch and its bindings, read before
+            # any memory (their documents are read by their provider, next).
+            session, bindings = session_get_with_bindings(
+                session_id=session.pk, with_documents=False
+            )
+            if not session.is_active:
+                raise SessionClosed(f"Session {session.id} has ended; it recalls no memory.")
+        result = _recall_once(session, bindings, selected_ids, input_text, request, fingerprint)
+        if result is not None:
+            return result
+    first = bindings[0].resource.resource_id if bindings else ""
+    raise RecallFailed(
+        "An erasure of this project committed while the recall was made; nothing was "
+        "stored. Recall again.",
+        resource=first,
+        reason="erasure",
+        retryable=True,
+    )
+
+
+def _recall_once(
+    session: Session,
+    bindings: list[Binding],
+    selected_ids: list[str],
+    input_text: str | None,
+    request: str,
+    fingerprint: str,
+) -> Result | None:
+    """One attempt of `recall_create` with the bindings read with the session (and its
+    erasure epoch); None where an erasure committed since, storing nothing."""
+    assert session.erasure_epoch is not None
     if request:
         accepted = _accepted(session, request)
         if accepted is not None:
@@ -292,7 +332,9 @@ def recall_create(
     sources = {r: p.sources for r, p in projections.items()}
     try:
         stored = recall_store(
-            recall=recall, sources=recall_sources(bindings=bindings, sources=sources)
+            recall=recall,
+            sources=recall_sources(bindings=bindings, sources=sources),
+            erasure_epoch=session.erasure_epoch,
         )
     except IntegrityError:
         # A concurrent retry of the same request was accepted first: use its recall.
@@ -300,8 +342,10 @@ def recall_create(
         if accepted is None:
             raise
         return _reused(session, accepted, fingerprint, bindings)
-    if not stored:  # ended while this recall was made: an end that committed first wins
+    if stored == "session_ended":  # ended while the recall was made: an end committed first wins
         raise SessionClosed(f"Session {session.id} has ended; it recalls no memory.")
+    if stored == "erased":
+        return None
     return {
         "recallId": recall.id,
         "memory": memory,

@@ -331,7 +331,8 @@ def record_saved(*, session: Session, data: dict[str, Any]) -> None:
 def _session_sql(
     vendor: str, with_bindings: bool, with_documents: bool = False, with_key: bool = False
 ) -> str:
-    """The session with its deployment; `with_bindings`: one row per binding, with
+    """The session with its deployment and its project's erasure epoch (read with the
+    memory a recall shows: `recall_store`); `with_bindings`: one row per binding, with
     its resource, by resource id (one row of NULLs when there is none);
     `with_documents`: and a document binding's live document, its DOCUMENT_FIELDS
     (NULLs otherwise);
@@ -339,15 +340,18 @@ def _session_sql(
     columns come first (parameters: the session id, then the key's hash).
 
     With bindings, only the first row carries the key's, session's and deployment's
-    columns (NULLs on the others): they are the same on every row, and each row's copy
+    columns and the epoch (NULLs on the others): they are the same on every row, and each row's copy
     cost its conversion (the deployment's and the session's JSON among them)."""
-    head = f"{columns(Session, 's')}, {columns(Deployment, 'd')}"
+    head = (
+        f"{columns(Session, 's')}, {columns(Deployment, 'd')}, p.{column(Project, 'erasure_epoch')}"
+    )
     if with_key:
         head = f"{api_key_columns('k')}, {head}"
     selected = ""
     joined = (
         f" {table(Session)} s JOIN {table(Deployment)} d"
         f" ON d.{column(Deployment, 'id')} = s.{column(Session, 'deployment')}"
+        f" JOIN {table(Project)} p ON p.{column(Project, 'id')} = s.{column(Session, 'project')}"
     )
     order = ""
     if with_bindings:
@@ -394,17 +398,19 @@ def _session_rows(
         return None, []
     session_end_at = len(Session._meta.concrete_fields)
     deployment_end_at = session_end_at + len(Deployment._meta.concrete_fields)
+    binding_at = deployment_end_at + 1  # after the project's erasure epoch
     resource_end_at = (
-        deployment_end_at + len(Binding._meta.concrete_fields) + len(Resource._meta.concrete_fields)
+        binding_at + len(Binding._meta.concrete_fields) + len(Resource._meta.concrete_fields)
     )
     wrapper = db_connection()
     session = joined_instance(Session, "deployment", rows[0][:deployment_end_at], wrapper=wrapper)
+    session.erasure_epoch = rows[0][deployment_end_at]
     bindings = []
     for row in rows if with_bindings else []:
-        if row[deployment_end_at] is None:  # no binding: the LEFT JOIN's empty row
+        if row[binding_at] is None:  # no binding: the LEFT JOIN's empty row
             continue
         binding = joined_instance(
-            Binding, "resource", row[deployment_end_at:resource_end_at], wrapper=wrapper
+            Binding, "resource", row[binding_at:resource_end_at], wrapper=wrapper
         )
         related_set(binding, "session", session)
         if with_documents:
