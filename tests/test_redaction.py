@@ -219,3 +219,38 @@ def test_service_redaction_of_a_deleted_document_is_404(
         version_redact(
             resource=notes, doc_id="workshop", revision=history[0], reason="x", actor="t"
         )
+
+
+def test_a_recall_that_read_a_version_redacted_before_its_store_recalls_again(
+    project: Project, make_document: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The version was current when the recall read it; a write made it old and an owner
+    redacted it before the recall stored what it read: the recall stores nothing of it,
+    reads its memory again and shows the write's text."""
+    from memoryadmin.agents.models import Recall
+    from memoryadmin.agents.services import runtime
+
+    document = make_document("workshop", text="Leaked card 4111 1111 1111 1111.")
+    session = support_session(project)
+    stored = runtime.recall_store
+    redacted: list[str] = []
+
+    def redacted_first(**kwargs: Any) -> Any:
+        if not redacted:
+            assert "4111" in kwargs["recall"].memory["notes"]["text"]
+            newer = document_replace(
+                resource=document.resource, doc_id="workshop",
+                expected_revision=document.revision, text="Card removed.", actor="t",
+            )  # fmt: skip
+            version_redact(
+                resource=document.resource, doc_id="workshop", revision=document.revision,
+                reason="a card number", actor="t",
+            )  # fmt: skip
+            redacted.append(newer.revision)
+        return stored(**kwargs)
+
+    monkeypatch.setattr(runtime, "recall_store", redacted_first)
+    answer = recall_create(session=session, use=["notes"])
+    assert answer["memory"]["notes"]["text"] == "Card removed."
+    assert Recall.objects.get(session=session).memory == answer["memory"]
+    assert raw_rows_with("4111") == []

@@ -46,11 +46,10 @@ from memoryadmin.memory.services.audit import audit_record
 from memoryadmin.memory.services.deployments import resource_documents_check, resource_get
 from memoryadmin.memory.services.erasure import (
     audit_erase,
-    erasure_epoch_advance,
     memory_erase_documents,
     memory_erase_text,
 )
-from memoryadmin.memory.services.projects import project_lock
+from memoryadmin.memory.services.projects import erasure_epoch_advance, project_lock
 from memoryadmin.memory.services.redaction import check_reason
 from memoryadmin.webhooks.services import deliveries_erase
 

@@ -21,7 +21,7 @@ class Project(models.Model):
     name = models.CharField(max_length=200)
     created_at = models.DateTimeField(auto_now_add=True)
     # How many erasures of the project have committed: advanced by each, in the
-    # transaction that changes the copies (services/erasure.py, `erasure_epoch_advance`). A
+    # transaction that changes the copies (services/projects.py, `erasure_epoch_advance`). A
     # recall stores what it read only while the number it read with its memory stands.
     erasure_epoch = models.IntegerField(default=0, db_default=0)
 

@@ -19,19 +19,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from django.db.models import F, QuerySet
+from django.db.models import QuerySet
 
 from memoryadmin.core.erasing import MARKER, containing, text_erase, value_erase
 from memoryadmin.memory.models import (
     AuditEntry,
     Document,
     DocumentVersion,
-    Project,
     Proposal,
     Resource,
 )
 from memoryadmin.memory.services.documents import document_delete, document_erase_text
-from memoryadmin.memory.services.projects import project_lock
 from memoryadmin.memory.services.redaction import search_index_merge, versions_redact
 
 # A named document's texts shorter than this are not searched for elsewhere (audit,
@@ -53,20 +51,6 @@ def _holds(value: str, needles: Sequence[str]) -> bool:
 
 def _of_environment(rows: QuerySet, prefix: str, project_id: str, environment: str) -> QuerySet:
     return rows.filter(**{f"{prefix}project_id": project_id, f"{prefix}environment": environment})
-
-
-def erasure_epoch_advance(*, project_id: str) -> None:
-    """Begins an erasure's changes, in the caller's transaction, before it looks for any
-    copy: the project's row locked (FOR UPDATE, until the transaction ends) and its
-    `erasure_epoch` moved on, committed with the changes.
-
-    A recall reads the epoch with its memory and stores what it read only while the
-    epoch stands (agents' `recall_store`, under a FOR KEY SHARE lock of the row, which
-    this lock excludes): a recall that read a text before the erasure committed stores
-    nothing and recalls again, and one that stored first holds this lock back until its
-    row is committed, where the erasure finds it."""
-    project_lock(project_id=project_id)
-    Project.objects.filter(pk=project_id).update(erasure_epoch=F("erasure_epoch") + 1)
 
 
 def memory_erase_text(

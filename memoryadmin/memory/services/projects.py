@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import QuerySet
+from django.db.models import F, QuerySet
 
 from memoryadmin.core.errors import Conflict, Forbidden, InvalidRequest, ProjectNotFound
 from memoryadmin.core.rows import Compiled, concrete_names, instance
@@ -59,6 +59,21 @@ def project_for_key(*, key: ApiKey, project_id: str, write: bool) -> Project:
 def project_lock(*, project_id: str) -> None:
     """Holds the project's row until the transaction ends: whoever takes it next waits."""
     Project.objects.select_for_update().filter(pk=project_id).exists()
+
+
+def erasure_epoch_advance(*, project_id: str) -> None:
+    """Begins an erasure's changes, in the caller's transaction, before it looks for any
+    copy: the project's row locked (FOR UPDATE, until the transaction ends) and its
+    `erasure_epoch` moved on, committed with the changes (an erasure's, services/erasure.py;
+    a redaction's, services/redaction.py).
+
+    A recall reads the epoch with its memory and stores what it read only while the
+    epoch stands (agents' `recall_store`, under a FOR KEY SHARE lock of the row, which
+    this lock excludes): a recall that read a text before the erasure committed stores
+    nothing and recalls again, and one that stored first holds this lock back until its
+    row is committed, where the erasure finds it."""
+    project_lock(project_id=project_id)
+    Project.objects.filter(pk=project_id).update(erasure_epoch=F("erasure_epoch") + 1)
 
 
 def project_cap(*, project_id: str, held: QuerySet[Any], cap: int, message: str) -> None:

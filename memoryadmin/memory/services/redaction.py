@@ -21,6 +21,7 @@ from memoryadmin.core.rows import database_vendor
 from memoryadmin.memory.models import AuditEntry, Document, DocumentVersion, Proposal, Resource
 from memoryadmin.memory.services.audit import audit_record
 from memoryadmin.memory.services.documents import document_get
+from memoryadmin.memory.services.projects import erasure_epoch_advance
 
 REDACTED = "[redacted]"
 REASON_MAX_CHARS = 500
@@ -69,6 +70,9 @@ def version_redact(
     """
     reason = check_reason(reason)
     found = document_get(resource=resource, doc_id=doc_id)
+    # As an erasure: a recall that read this version while it was current and stores after
+    # the redaction commits stores nothing and recalls again.
+    erasure_epoch_advance(project_id=resource.project_id)
     # Locked: no write may make this version current while it is redacted.
     document = Document.objects.select_for_update().get(pk=found.pk)
     version = DocumentVersion.objects.filter(document=document, revision=revision).first()
