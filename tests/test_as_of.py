@@ -162,6 +162,27 @@ def test_page_and_cli_show_and_restore_a_moment(
     assert "later  created_since" in out.getvalue()
 
 
+def test_the_page_restores_what_its_plan_showed_and_never_the_whole_resource_unasked(
+    owner: Any, history: dict[str, Any]
+) -> None:
+    """A plan of no chosen documents offers nothing to restore, and a restore that names
+    neither documents nor the whole resource is refused: it restored the whole resource."""
+    t = history["t"].strftime("%Y-%m-%dT%H:%M:%S.%f")
+    base = "/projects/acme/development/resources/notes/as-of/restore/"
+    nothing = html_of(owner.get(base, {"asOf": t, "scope": "chosen"}))
+    assert "Nothing to restore." in nothing
+    assert "Restore as shown" not in nothing
+    refused = owner.post(base, {"asOf": t})
+    assert refused.status_code == 400
+    assert "Choose the documents to restore" in refused.content.decode()
+    assert current(history["changed"]).text == "now"
+    # The whole resource's plan says so in its form, and its restore does what it showed.
+    whole = html_of(owner.get(base, {"asOf": t, "scope": "all"}))
+    assert '<input type="hidden" name="scope" value="all">' in whole
+    assert owner.post(base, {"asOf": t, "scope": "all"}).status_code == 200
+    assert current(history["changed"]).text == "then"
+
+
 # The property: at any instant, the as-of listing is what the version history says.
 
 OPS = st.lists(

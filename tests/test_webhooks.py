@@ -521,3 +521,25 @@ def test_the_documented_signature_check_accepts_a_delivery_and_refuses_a_forgery
     assert namespace["verified"](hook["secret"], headers, body) is True
     assert namespace["verified"]("whsec_other", headers, body) is False
     assert namespace["verified"](hook["secret"], headers, body + b" ") is False
+
+
+def test_the_audit_log_keeps_a_webhook_url_without_its_query(
+    api: APIClient, receiver: Receiver, people: Any, web_client_for: Any
+) -> None:
+    """Receivers take tokens in the query; the Webhooks page is the owners', the audit
+    log every role's."""
+    base, _, query = receiver.url.partition("?")
+    join = f"{base}?{query}&" if query else f"{base}?"
+    created = register(api, f"{join}token=SEKRIT123", ["document.created"])
+    assert created["url"].endswith("token=SEKRIT123")  # the endpoint keeps it whole
+    changed = api.patch(f"{HOOKS}/{created['id']}", {"url": f"{join}token=OTHER456"}, format="json")
+    assert changed.status_code == 200, changed.content
+    details = [e.detail for e in AuditEntry.objects.filter(action__startswith="webhook.")]
+    assert [d["url"] for d in details] == [f"{base}?\u2026"] * 2
+    viewer = web_client_for(people.viewer)
+    for page in ("audit/", "audit/download/?format=jsonl"):
+        answer = viewer.get(f"/projects/acme/development/{page}")
+        assert answer.status_code == 200
+        body = b"".join(answer.streaming_content) if answer.streaming else answer.content
+        assert b"SEKRIT123" not in body
+        assert b"OTHER456" not in body

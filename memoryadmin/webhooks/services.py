@@ -94,13 +94,21 @@ def _new_secret() -> str:
     return SECRET_PREFIX + secrets.token_urlsafe(32)
 
 
+def audited_url(url: str) -> str:
+    """A webhook URL as the audit log keeps it: without its query, where receivers take
+    their tokens (`?…` marks one), since every role of the project reads the log and only
+    owners see the endpoints."""
+    base, query, _ = url.partition("?")
+    return f"{base}?\u2026" if query else base
+
+
 def _audit(endpoint: Endpoint, *, actor: str, action: str, **detail: Any) -> None:
     audit_record(
         project_id=endpoint.project_id,
         environment="",
         actor=actor,
         action=action,
-        detail={"webhook": endpoint.pk, "url": endpoint.url, **detail},
+        detail={"webhook": endpoint.pk, **detail, "url": audited_url(endpoint.url)},
     )
 
 

@@ -314,12 +314,16 @@ def restore(request: HttpRequest, page: Page, r: str, d: str, revision: str) -> 
 @require_http_methods(["GET", "POST"])
 @project_view(EDIT)
 def restore_as_of(request: HttpRequest, page: Page, r: str) -> HttpResponseBase:
-    """GET: the plan (a dry run) for the chosen documents or the whole resource. POST: apply."""
+    """GET: the plan (a dry run) for the chosen documents or the whole resource. POST: apply
+    what the plan showed: the whole resource only when it says so (`scope=all`), never
+    for want of a choice."""
     resource = page.resource(r)
     data = request.POST if request.method == "POST" else request.GET
     context = as_of_context(request, resource, data.get("asOf", ""))
     chosen = data.getlist("documents")
-    whole = data.get("scope") == "all" or (request.method == "POST" and not chosen)
+    whole = data.get("scope") == "all"
+    if request.method == "POST" and not whole and not chosen:
+        raise InvalidRequest("Choose the documents to restore, or plan the whole resource.")
     context["plan"] = resource_restore_as_of(
         resource=resource,
         as_of=context["as_of"],
@@ -328,4 +332,5 @@ def restore_as_of(request: HttpRequest, page: Page, r: str) -> HttpResponseBase:
         actor=actor(request),
     )
     context["chosen"] = [] if whole else chosen
+    context["whole"] = whole
     return page_render(request, "memoryadmin/asof.html", page, context)
