@@ -210,7 +210,7 @@ def test_the_sweep_hands_over_exactly_the_due_jobs_whose_turn_it_is(
     only: it finds what asking every due job finds. The rule, restated: a job is due if it
     is pending, its time has come and it was never handed over or a lease ago, or if it
     runs past its lease; a job of a line waits while an earlier job of its line is open or
-    another one runs."""
+    another one runs under a live lease."""
     Job.objects.all().delete()
     now = timezone.now()
     lease = jobs._lease()
@@ -240,7 +240,8 @@ def test_the_sweep_hands_over_exactly_the_due_jobs_whose_turn_it_is(
     def waits(job: Job) -> bool:
         same = [other for other in made if job.line and other.line == job.line]
         earlier = any(o.state in OPEN_STATES and o.pk < job.pk for o in same)
-        return earlier or any(o.state == JobState.RUNNING and o.pk != job.pk for o in same)
+        running = [o for o in same if o.state == JobState.RUNNING and o.lease_until >= now]
+        return earlier or any(o.pk != job.pk for o in running)
 
     expected = [job for job in made if candidate(job) and not waits(job)]
     assert sorted(jobs_due()) == sorted(job.pk for job in expected)
@@ -281,6 +282,27 @@ def test_a_job_running_in_its_line_holds_it_even_behind_a_later_one() -> None:
     assert job_run(first.pk) == "skipped"
     Job.objects.filter(pk=second.pk).update(state="done")
     assert job_run(first.pk) == "done"
+
+
+@pytest.mark.django_db
+def test_a_later_job_whose_worker_died_holds_its_line_no_longer() -> None:
+    """The later job of a line is running when its worker dies while an earlier one is
+    open (reopened in its place, or committed after it): the earlier one waited for the
+    running one and the running one for the earlier one, and the line stalled for good."""
+    first, second = (enqueue(lined, project="p", line="l", label=x) for x in "ab")
+    Job.objects.filter(pk=first.pk).update(state="done")
+    Job.objects.filter(pk=second.pk).update(
+        state="running", attempts=1, lease_until=timezone.now() - timedelta(seconds=1)
+    )
+    assert job_again(first.pk)
+    third = enqueue(lined, project="p", line="l", label="c")
+    # The earlier job is the line's turn; the abandoned one is taken over after it.
+    assert jobs_due() == [first.pk]
+    assert job_run(second.pk) == "skipped"
+    assert jobs_run_due() == {"done": 3}
+    assert RUNS == [("a", 1), ("b", 2), ("c", 1)]
+    states = Job.objects.order_by("pk").values_list("pk", "state", "attempts")
+    assert list(states) == [(first.pk, "done", 1), (second.pk, "done", 2), (third.pk, "done", 1)]
 
 
 @pytest.mark.django_db

@@ -298,13 +298,16 @@ def _lease() -> timedelta:
     return timedelta(seconds=settings.MEMORYADMIN_JOB_LEASE_SECONDS)
 
 
-def _waits_in_line() -> Q:
-    """A job of a line with an earlier job still open, or another one running: it waits."""
+def _waits_in_line(now: Any) -> Q:
+    """A job of a line with an earlier job still open, or another one running under a
+    live lease: it waits. A running job whose lease has passed (its worker died) holds
+    nothing: an earlier job reopened before it, or committed after it, runs first, and
+    the abandoned one is taken over at its turn (the line stalled for good otherwise)."""
     line = Job.objects.filter(NotBlank("line"), line=OuterRef("line"))
     # Two probes of the line's index, each ending at the first row it finds (one with an
     # OR read every open job of the line for each job it checked).
     earlier_open = line.filter(state__in=OPEN_STATES, pk__lt=OuterRef("pk"))
-    running = line.filter(state=JobState.RUNNING).exclude(pk=OuterRef("pk"))
+    running = line.filter(state=JobState.RUNNING, lease_until__gte=now).exclude(pk=OuterRef("pk"))
     return Q(NotBlank("line")) & (Q(Exists(earlier_open)) | Q(Exists(running)))
 
 
@@ -333,7 +336,7 @@ def jobs_due() -> list[int]:
     # Two halves of one UNION ALL, not one WHERE with an OR: with the OR, PostgreSQL
     # estimated the line check for many due jobs and compiled the statement (JIT).
     unlined = due.filter(line="")
-    lined = due.filter(pk__in=_first_in_lines()).exclude(_waits_in_line())
+    lined = due.filter(pk__in=_first_in_lines()).exclude(_waits_in_line(now))
     return [
         pk
         for pk, _ in unlined.values_list("pk", "run_after")
@@ -361,7 +364,7 @@ def _claim(job_id: int) -> Job | None:
     )
     lease_until = now + (_kind_lease(job) or _lease())
     rows = Job.objects.filter(claimable, pk=job_id, attempts=job.attempts)
-    claimed = rows.exclude(_waits_in_line()).update(
+    claimed = rows.exclude(_waits_in_line(now)).update(
         state=JobState.RUNNING, attempts=job.attempts + 1, lease_until=lease_until
     )
     if not claimed:
