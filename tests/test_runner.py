@@ -329,6 +329,32 @@ def test_retry_after_is_honoured_and_the_last_attempt_is_dead_with_its_hook() ->
 
 
 @pytest.mark.django_db
+def test_a_job_whose_worker_died_in_its_last_attempt_is_dead_not_run_again() -> None:
+    """Taking over an abandoned job ignored its attempts: a job whose worker kept dying
+    ran without end. Taken over at its turn with none left, it is dead, with its hook,
+    and its line moves on."""
+    job = enqueue(lined, project="p", line="l", label="a")
+    later = enqueue(lined, project="p", line="l", label="b")
+    past = timezone.now() - timedelta(seconds=1)
+    Job.objects.filter(pk=job.pk).update(state="running", attempts=3, lease_until=past)
+    assert jobs_due() == [job.pk]
+    assert job_run(job.pk) == "dead"
+    job.refresh_from_db()
+    assert (job.state, job.attempts, job.lease_until) == ("dead", 3, None)
+    assert job.last_error == "attempt 3 did not finish: its worker stopped (its lease passed)"
+    assert job.finished_at is not None
+    assert AuditEntry.objects.filter(action="dead:a").count() == 1
+    assert jobs_run_due() == {"done": 1}
+    assert RUNS == [("b", 1)]
+    assert Job.objects.get(pk=later.pk).state == "done"
+    # With attempts left, it is taken over and run.
+    assert job_again(job.pk)
+    Job.objects.filter(pk=job.pk).update(state="running", attempts=2, lease_until=past)
+    assert job_run(job.pk) == "done"
+    assert Job.objects.filter(pk=job.pk, state="done", attempts=3).exists()
+
+
+@pytest.mark.django_db
 def test_past_its_deadline_a_failed_attempt_is_the_last() -> None:
     FAILING["a"] = None
     job = enqueue(lined, project="p", label="a")

@@ -354,7 +354,8 @@ def jobs_sweep() -> int:
 
 def _claim(job_id: int) -> Job | None:
     """The job, claimed (its attempt counted, its lease taken), if it is due, nobody
-    holds it and it is its line's turn; None otherwise."""
+    holds it and it is its line's turn; None otherwise. A job abandoned in its last
+    attempt is not claimed but marked dead (returned as such)."""
     job = Job.objects.filter(pk=job_id).first()
     if job is None:
         return None
@@ -362,8 +363,12 @@ def _claim(job_id: int) -> Job | None:
     claimable = Q(state=JobState.PENDING, run_after__lte=now) | Q(
         state=JobState.RUNNING, lease_until__lt=now
     )
-    lease_until = now + (_kind_lease(job) or _lease())
     rows = Job.objects.filter(claimable, pk=job_id, attempts=job.attempts)
+    if job.state == JobState.RUNNING and _last_attempt(job, now):
+        # Its worker died in its last attempt: taken over at its turn, it is dead.
+        held = rows.filter(state=JobState.RUNNING).exclude(_waits_in_line(now))
+        return job if _abandoned_dead(job, held) else None
+    lease_until = now + (_kind_lease(job) or _lease())
     claimed = rows.exclude(_waits_in_line(now)).update(
         state=JobState.RUNNING, attempts=job.attempts + 1, lease_until=lease_until
     )
@@ -376,13 +381,18 @@ def _claim(job_id: int) -> Job | None:
     return job
 
 
-def _kind_lease(job: Job) -> timedelta | None:
-    """The job's own lease, when its kind has one other than the runner's."""
+def _kind_policy(job: Job) -> Policy | None:
+    """The policy of the job's kind; None when its name is no durable function."""
     try:
-        policy = _policy(import_string(job.name))
+        return _policy(import_string(job.name))
     except (ImportError, TypeError):
         return None
-    if policy.lease is _job_lease:
+
+
+def _kind_lease(job: Job) -> timedelta | None:
+    """The job's own lease, when its kind has one other than the runner's."""
+    policy = _kind_policy(job)
+    if policy is None or policy.lease is _job_lease:
         return None
     return timedelta(seconds=_value(policy.lease))
 
@@ -432,6 +442,8 @@ def job_run(job_id: int) -> str:
     job = _claim(job_id)
     if job is None:
         return "skipped"
+    if job.state == JobState.DEAD:
+        return "dead"
     policy: Policy | None = None
     token = _current.set(job)
     try:
@@ -472,12 +484,48 @@ def _postponed(job: Job, seconds: float) -> str:
     return "postponed"
 
 
+def _last_attempt(job: Job, now: Any) -> bool:
+    """Its attempts or its deadline ran out: a failed attempt, or one whose worker died,
+    leaves the job dead."""
+    past_deadline = job.deadline_at is not None and now >= job.deadline_at
+    return job.attempts >= job.max_attempts or past_deadline
+
+
+def _ended_dead(job: Job, policy: Policy | None) -> None:
+    """In the transaction that marked the job dead: its kind's `on_dead`, then its line's
+    next job."""
+    if policy is not None and policy.on_dead is not None:
+        policy.on_dead(job)
+    _next_in_line(job)
+
+
+def _abandoned_dead(job: Job, rows: QuerySet[Job]) -> bool:
+    """Marks dead a job (`rows`: it, still abandoned and its line's turn) whose worker
+    died in its last attempt, instead of running it again: a job whose worker kept dying
+    was retried without end."""
+    now = timezone.now()
+    error = f"attempt {job.attempts} did not finish: its worker stopped (its lease passed)"
+    with transaction.atomic():
+        updated = rows.update(
+            state=JobState.DEAD,
+            lease_until=None,
+            dispatched_at=None,
+            last_error=error,
+            finished_at=now,
+        )
+        if not updated:
+            return False
+        logger.warning("job %s (%s) is dead: %s", job.pk, job.name, error)
+        job.state, job.last_error, job.finished_at = JobState.DEAD, error, now
+        _ended_dead(job, _kind_policy(job))
+    return True
+
+
 def _failed(job: Job, exc: BaseException, policy: Policy | None) -> str:
     error = _error(exc)
     logger.warning("job %s (%s) attempt %d failed: %s", job.pk, job.name, job.attempts, error)
     now = timezone.now()
-    past_deadline = job.deadline_at is not None and now >= job.deadline_at
-    dead = job.attempts >= job.max_attempts or past_deadline
+    dead = _last_attempt(job, now)
     base = _value(policy.backoff) if policy is not None else _job_backoff()
     at_least = exc.seconds if isinstance(exc, RetryAfter) else None
     pause = backoff_seconds(base, job.attempts, at_least=at_least)
@@ -496,9 +544,7 @@ def _failed(job: Job, exc: BaseException, policy: Policy | None) -> str:
             return "skipped"
         if dead:
             job.state, job.last_error, job.finished_at = JobState.DEAD, error, now
-            if policy is not None and policy.on_dead is not None:
-                policy.on_dead(job)
-            _next_in_line(job)
+            _ended_dead(job, policy)
     return "dead" if dead else "retry"
 
 
@@ -509,9 +555,8 @@ def job_again(job_id: int) -> bool:
     job = Job.objects.filter(pk=job_id).first()
     if job is None:
         return False
-    try:
-        policy = _policy(import_string(job.name))
-    except (ImportError, TypeError):
+    policy = _kind_policy(job)
+    if policy is None:
         return False
     now = timezone.now()
     reopened = (
