@@ -20,6 +20,7 @@ from memoryadmin.memory.models import AuditEntry, Document, Project, Resource
 from memoryadmin.memory.services.documents import document_replace
 from memoryadmin.runner.jobs import job_run, jobs_run_due
 from memoryadmin.runner.models import Job
+from memoryadmin.webhooks import delivery as sending
 from memoryadmin.webhooks.delivery import webhook_deliver
 from memoryadmin.webhooks.models import Delivery, Endpoint
 from memoryadmin_client.webhooks import InvalidSignature, verify
@@ -251,6 +252,61 @@ def test_a_delivery_left_sending_by_a_worker_that_died_is_sent_once_its_lease_en
     ]
     assert sent == [("first", "2"), ("second", "1")]
     assert set(Delivery.objects.values_list("state", flat=True)) == {"delivered"}
+
+
+def test_a_worker_back_after_another_delivered_writes_nothing_over_it(
+    api: APIClient, receiver: Receiver, make_document: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker stalled past its lease while sending; another took the job over and
+    delivered. The first, failing late, wrote the delivery back to pending while its job
+    was done: never sent again, refused by redeliver, the endpoint failing for good."""
+    register(api, receiver.url, ["document.created"])
+    make_document("first")
+    delivery = Delivery.objects.get()
+    assert delivery.job_id is not None
+    real_send = sending._send
+    attempts: list[int] = []
+
+    def stalled(delivery: Delivery, attempt: int) -> tuple[int | None, str, float | None, str]:
+        attempts.append(attempt)
+        if attempt == 1:
+            # The first worker's lease passes; a second one takes the job over.
+            past = timezone.now() - timedelta(seconds=1)
+            Job.objects.filter(pk=delivery.job_id).update(lease_until=past)
+            assert job_run(delivery.job_id) == "done"
+            return None, "timed out", None, ""
+        return real_send(delivery, attempt)
+
+    monkeypatch.setattr(sending, "_send", stalled)
+    assert job_run(delivery.job_id) == "skipped"
+    assert attempts == [1, 2]
+    delivery.refresh_from_db()
+    assert (delivery.state, delivery.response_code, delivery.last_error) == ("delivered", 200, "")
+    assert Job.objects.filter(pk=delivery.job_id, state="done", attempts=2).exists()
+    assert [h["Memoryadmin-Delivery-Attempt"] for h, _, _ in receiver.received] == ["2"]
+
+
+def test_a_worker_whose_job_was_taken_over_before_it_sends_sends_nothing(
+    api: APIClient, receiver: Receiver, make_document: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    register(api, receiver.url, ["document.created"])
+    make_document("first")
+    delivery = Delivery.objects.get()
+    real_current_job = sending.current_job
+
+    def taken_over() -> Job:
+        # The worker's lease passed before it sent; another one took the job over.
+        Job.objects.filter(pk=delivery.job_id, attempts=1).update(
+            attempts=2, lease_until=timezone.now() + timedelta(seconds=60)
+        )
+        return real_current_job()
+
+    monkeypatch.setattr(sending, "current_job", taken_over)
+    assert job_run(delivery.job_id) == "skipped"
+    assert receiver.received == []
+    delivery.refresh_from_db()
+    assert (delivery.state, delivery.last_attempt_at) == ("pending", None)
+    assert Job.objects.filter(pk=delivery.job_id, state="running", attempts=2).exists()
 
 
 def test_exhausted_deliveries_are_kept_as_failed_and_can_be_redelivered(

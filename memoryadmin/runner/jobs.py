@@ -402,7 +402,7 @@ class _LeaseLost(Exception):
 
 
 def _finish(job: Job) -> None:
-    finished = Job.objects.filter(pk=job.pk, state=JobState.RUNNING, attempts=job.attempts).update(
+    finished = _held(job).update(
         state=JobState.DONE, finished_at=timezone.now(), lease_until=None, last_error=""
     )
     if not finished:
@@ -434,6 +434,19 @@ _current: contextvars.ContextVar[Job] = contextvars.ContextVar("current_job")
 def current_job() -> Job:
     """The job this code runs in (its attempt, its attempts left): inside a job only."""
     return _current.get()
+
+
+def _held(job: Job) -> QuerySet[Job]:
+    """The job's row while this attempt holds it: running, at this attempt (no one took
+    it over after its lease passed)."""
+    return Job.objects.filter(pk=job.pk, state=JobState.RUNNING, attempts=job.attempts)
+
+
+def current_claim() -> Exists:
+    """A condition, for a statement of the current job, that its attempt still holds the
+    job: a job that is not atomic writes its outcome with it, so a worker that comes back
+    after another took the job over writes nothing (inside a job only)."""
+    return Exists(_held(current_job()))
 
 
 def job_run(job_id: int) -> str:
@@ -474,7 +487,7 @@ def _error(exc: BaseException) -> str:
 
 
 def _postponed(job: Job, seconds: float) -> str:
-    Job.objects.filter(pk=job.pk, state=JobState.RUNNING, attempts=job.attempts).update(
+    _held(job).update(
         state=JobState.PENDING,
         attempts=F("attempts") - 1,
         run_after=timezone.now() + timedelta(seconds=seconds),
@@ -530,9 +543,7 @@ def _failed(job: Job, exc: BaseException, policy: Policy | None) -> str:
     at_least = exc.seconds if isinstance(exc, RetryAfter) else None
     pause = backoff_seconds(base, job.attempts, at_least=at_least)
     with transaction.atomic():
-        updated = Job.objects.filter(
-            pk=job.pk, state=JobState.RUNNING, attempts=job.attempts
-        ).update(
+        updated = _held(job).update(
             state=JobState.DEAD if dead else JobState.PENDING,
             run_after=now + timedelta(seconds=pause),
             lease_until=None,

@@ -22,7 +22,14 @@ from django.conf import settings
 from django.utils import timezone
 
 from memoryadmin.core.exchange import outbound, retry_after
-from memoryadmin.runner.jobs import Postpone, RetryAfter, current_job, durable, enqueue
+from memoryadmin.runner.jobs import (
+    Postpone,
+    RetryAfter,
+    current_claim,
+    current_job,
+    durable,
+    enqueue,
+)
 from memoryadmin.runner.models import Job
 from memoryadmin.webhooks.models import OPEN_DELIVERY_STATES, Delivery, DeliveryState
 
@@ -152,8 +159,12 @@ def webhook_deliver(*, endpoint: int, event: str) -> None:
     if not delivery.endpoint.active:
         raise Postpone(PAUSED_RECHECK_SECONDS)
     attempt = current_job().attempts
-    rows = Delivery.objects.filter(pk=delivery.pk)
-    rows.update(state=DeliveryState.SENDING, last_attempt_at=timezone.now())
+    # Each write of the delivery holds while this attempt holds its job: a worker that
+    # comes back after its lease passed and another took the job over sends nothing, and
+    # writes nothing over what the other one recorded (a delivered event left pending).
+    rows = Delivery.objects.filter(current_claim(), pk=delivery.pk)
+    if not rows.update(state=DeliveryState.SENDING, last_attempt_at=timezone.now()):
+        return
     try:
         code, error, wait, excerpt = _send(delivery, attempt)
     except Exception:
