@@ -22,15 +22,12 @@ from typing import Any
 
 from django.core.cache.backends.locmem import LocMemCache
 
+from memoryadmin.core.sharedcache import stop_of
+
 # A counter's pickled form for counts up to this: each window counts from 1 again, so a
 # process sees the same few thousand counts over and over, and pickle builds a pickler
 # (or unpickler) for each call: about 0.9 (0.6) us for an integer, a dict's look-up 0.05.
 REMEMBERED_COUNTS = 8192
-
-
-def stops_at(stops: Sequence[int], index: int) -> int:
-    """The stop of counter `index` (0: none)."""
-    return stops[index] if index < len(stops) else 0
 
 
 class LocalCache(LocMemCache):
@@ -63,7 +60,7 @@ class LocalCache(LocMemCache):
         counts: list[int] = []
         with store._lock:
             for index, (name, timeout) in enumerate(names):
-                if stops and index and 0 < stops_at(stops, index - 1) < counts[-1]:
+                if stops and index and 0 < stop_of(stops, index - 1) < counts[-1]:
                     counts.extend([0] * (len(names) - index))
                     break
                 if store._has_expired(name):

@@ -35,6 +35,11 @@ def tolerant[T](operation: Callable[[], T], fallback: T) -> T:
         return fallback
 
 
+def stop_of(stops: Sequence[int], index: int) -> int:
+    """The stop of counter `index` in `counters_bump`'s `stops` (0: none)."""
+    return stops[index] if index < len(stops) else 0
+
+
 def counters_bump(counters: Sequence[tuple[str, int]], stops: Sequence[int] = ()) -> list[int]:
     """Adds one to each `(name, timeout)` counter of the shared cache (made, when missing,
     to last `timeout` seconds) and returns their counts in order: one step of the local
@@ -47,7 +52,7 @@ def counters_bump(counters: Sequence[tuple[str, int]], stops: Sequence[int] = ()
         return [int(count) for count in counted]
     counts: list[int] = []
     for index, (name, timeout) in enumerate(counters):
-        if index and 0 < (stops[index - 1] if index - 1 < len(stops) else 0) < counts[-1]:
+        if index and 0 < stop_of(stops, index - 1) < counts[-1]:
             return counts + [0] * (len(counters) - index)
         counts.append(_bump_with_incr(cache, name, timeout))
     return counts
