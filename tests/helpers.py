@@ -1033,3 +1033,20 @@ def raw_rows_with(needle: str) -> list[str]:
                 )
                 found += [table for _ in cursor.fetchall()]
     return sorted(set(found))
+
+
+def erase_now(project: Project, text: str) -> Any:
+    """An erasure of `text` in the project's development environment, applied at once
+    (the service, not a door): its Erasure row."""
+    from memoryadmin.erasures.services import erasure_run
+
+    outcome = erasure_run(
+        project=project,
+        environment="development",
+        match={"text": text},
+        reason="ASI06 incident",
+        dry_run=False,
+        actor="t",
+    )
+    assert outcome.erasure is not None
+    return outcome.erasure

@@ -28,7 +28,6 @@ from memoryadmin.agents.models import ProviderOperation, Recall, RecallSource
 from memoryadmin.agents.services.runtime import recall_create
 from memoryadmin.erasures.models import Erasure
 from memoryadmin.erasures.receipts import canonical
-from memoryadmin.erasures.services import erasure_run
 from memoryadmin.incidents.models import Incident
 from memoryadmin.incidents.services.incidents import incident_create
 from memoryadmin.memory.models import AuditEntry, Document, DocumentVersion, Project, Proposal
@@ -42,6 +41,7 @@ from tests.helpers import (
     ROOT,
     Keys,
     deploy_external,
+    erase_now,
     raw_rows_with,
     support_session,
 )
@@ -655,19 +655,6 @@ def test_a_named_document_with_hundreds_of_versions_is_erased(
     assert raw_rows_with("of the notes") == []
 
 
-def _erase_now(project: Project) -> Erasure:
-    outcome = erasure_run(
-        project=project,
-        environment="development",
-        match={"text": POISON},
-        reason="ASI06 incident",
-        dry_run=False,
-        actor="t",
-    )
-    assert outcome.erasure is not None
-    return outcome.erasure
-
-
 def test_a_recall_made_while_an_erasure_commits_is_made_again_after_it(
     api: APIClient,
     project: Project,
@@ -689,7 +676,7 @@ def test_a_recall_made_while_an_erasure_commits_is_made_again_after_it(
         if not receipts:
             # What the recall read holds the text; the erasure commits before its store.
             assert POISON in kwargs["recall"].memory["notes"]["text"]
-            receipts.append(_erase_now(project))
+            receipts.append(erase_now(project, POISON))
         return stored(**kwargs)
 
     monkeypatch.setattr(runtime, "recall_store", erased_first)
@@ -725,7 +712,7 @@ def test_a_recall_an_erasure_overtakes_every_time_is_a_retryable_conflict(
     erasures: list[Erasure] = []
 
     def erased_first(**kwargs: Any) -> Any:
-        erasures.append(_erase_now(project))
+        erasures.append(erase_now(project, POISON))
         return stored(**kwargs)
 
     monkeypatch.setattr(runtime, "recall_store", erased_first)

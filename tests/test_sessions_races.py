@@ -16,12 +16,10 @@ from memoryadmin.agents.models import Binding, Recall, Session, SessionEvent
 from memoryadmin.agents.services.runtime import recall_create, tool_call
 from memoryadmin.agents.services.sessions import session_create, session_end, session_lock
 from memoryadmin.core.errors import NotFound, PreconditionFailed
-from memoryadmin.erasures.models import Erasure
-from memoryadmin.erasures.services import erasure_run
 from memoryadmin.memory.models import Document, Project, Resource
 from memoryadmin.memory.services.documents import document_create, document_delete, document_patch
 from memoryadmin.memory.services.keys import api_key_create
-from tests.helpers import raw_rows_with, run_threads
+from tests.helpers import erase_now, raw_rows_with, run_threads
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -209,19 +207,6 @@ def _poisoned_session(project: Project, notes: Resource) -> Session:
     return session
 
 
-def _erase(project: Project) -> Erasure:
-    outcome = erasure_run(
-        project=project,
-        environment="development",
-        match={"text": POISON},
-        reason="ASI06 incident",
-        dry_run=False,
-        actor="t",
-    )
-    assert outcome.erasure is not None
-    return outcome.erasure
-
-
 def _in_thread(work: Any, into: dict[str, Any]) -> threading.Thread:
     def run() -> None:
         try:
@@ -267,7 +252,7 @@ def test_a_recall_storing_while_an_erasure_commits_waits_and_recalls_again(
     erased: dict[str, Any] = {}
     recaller = _in_thread(lambda: recall_create(session=session, use=["notes"]), recalled)
     assert read.wait(60)
-    eraser = _in_thread(lambda: _erase(project), erased)
+    eraser = _in_thread(lambda: erase_now(project, POISON), erased)
     assert holding.wait(60)
     try:
         assert _wait_for_lock_waiter(recaller), "the recall's store did not wait for the erasure"
@@ -304,7 +289,7 @@ def test_an_erasure_after_a_recall_stored_waits_for_its_commit_and_erases_it(
     erased: dict[str, Any] = {}
     recaller = _in_thread(recall, recalled)
     assert stored.wait(60)
-    eraser = _in_thread(lambda: _erase(project), erased)
+    eraser = _in_thread(lambda: erase_now(project, POISON), erased)
     try:
         assert _wait_for_lock_waiter(eraser), "the erasure did not wait for the recall"
     finally:
