@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponseBase
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import redirect
 from django.urls import reverse
 from django.utils.http import urlencode
@@ -50,20 +50,22 @@ def _default_title(kind: str, value: str) -> str:
     return f"{kind} {value}"[:200]
 
 
+def _list_render(
+    request: HttpRequest, page: Page, *, cursor: str | None, form: dict[str, str], status: int
+) -> HttpResponse:
+    rows, next_cursor = incident_services.incident_list(
+        project=page.project, environment=page.environment, cursor=cursor
+    )
+    context = {"incidents": rows, "next_cursor": next_cursor, "kinds": SOURCE_KINDS, "form": form}
+    return page_render(request, "memoryadmin/incidents.html", page, context, status=status)
+
+
 @require_GET
 @project_view(READ)
 def incident_list(request: HttpRequest, page: Page) -> HttpResponseBase:
     cursor = request.GET.get("cursor") or None
-    rows, next_cursor = incident_services.incident_list(
-        project=page.project, environment=page.environment, cursor=cursor
-    )
-    context = {
-        "incidents": rows,
-        "next_cursor": next_cursor,
-        "kinds": SOURCE_KINDS,
-        "form": {"kind": request.GET.get("kind", "text"), "value": request.GET.get("value", "")},
-    }
-    return page_render(request, "memoryadmin/incidents.html", page, context)
+    form = {"kind": "text", "value": ""}
+    return _list_render(request, page, cursor=cursor, form=form, status=200)
 
 
 @require_POST
@@ -81,11 +83,13 @@ def incident_open(request: HttpRequest, page: Page) -> HttpResponseBase:
             actor=actor(request),
         )
     except DomainError as exc:
+        # Answered here, with what was typed: a redirect would carry the source (an exact
+        # text to trace, often the poison itself) in a URL, and URLs reach access logs,
+        # browser history and proxies, where no erasure finds them.
         messages.error(request, exc.message)
-        query = urlencode({"kind": kind, "value": value})
-        return redirect(
-            f"{reverse('web:incidents', args=[page.project.id, page.environment])}?{query}"
-        )
+        form = {"kind": kind, "value": value}
+        status = exc.status if exc.status != 400 else 422
+        return _list_render(request, page, cursor=None, form=form, status=status)
     return redirect("web:incident", page.project.id, page.environment, incident.id)
 
 
