@@ -119,6 +119,20 @@ def test_create_shows_the_key_once_with_a_copy_button(
     assert f"<code>{key.prefix}&hellip;</code>" in again
 
 
+def test_a_new_key_is_shown_on_its_own_projects_page_only(client: Any, project: Project) -> None:
+    owner = client("owner")
+    assert owner.post(f"{KEYS}new/", {"name": "ci"}).status_code == 302
+    # The page of another environment, opened before the one redirected to (another tab),
+    # neither shows the secret nor takes it away from the page it belongs to.
+    elsewhere = owner.get("/projects/acme/production/keys/")
+    assert elsewhere.status_code == 200
+    assert 'id="new-key-secret"' not in elsewhere.content.decode()
+    html = owner.get(KEYS).content.decode()
+    match = re.search(r'id="new-key-secret"[^>]*value="(mak_[^"]+)"', html)
+    assert match is not None
+    assert key_of(match.group(1)).name == "ci"
+
+
 def test_create_with_a_bad_name_is_422_and_creates_nothing(client: Any, project: Project) -> None:
     response = client("owner").post(f"{KEYS}new/", {"name": "x" * 201})
     assert response.status_code == 422

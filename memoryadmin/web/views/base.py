@@ -315,16 +315,22 @@ def error_page(
 
 # Secrets shown once after a POST (a new key, a signing secret, an invitation): the POST
 # keeps them in the session and redirects; the page that follows takes them out again,
-# so a reload shows the page without them and repeats nothing (POST/redirect/GET).
+# so a reload shows the page without them and repeats nothing (POST/redirect/GET). Kept
+# under the page's project and environment: the same page of another project, open in
+# another tab, neither shows nor consumes them.
 _ONCE = "memoryadmin.once."
 
 
-def show_once(request: HttpRequest, name: str, value: dict[str, Any]) -> None:
-    request.session[_ONCE + name] = value
+def _once_key(page: Page, name: str) -> str:
+    return f"{_ONCE}{page.project.id}.{page.environment}.{name}"
 
 
-def take_once(request: HttpRequest, name: str) -> dict[str, Any] | None:
-    value = request.session.pop(_ONCE + name, None)
+def show_once(request: HttpRequest, page: Page, name: str, value: dict[str, Any]) -> None:
+    request.session[_once_key(page, name)] = value
+
+
+def take_once(request: HttpRequest, page: Page, name: str) -> dict[str, Any] | None:
+    value = request.session.pop(_once_key(page, name), None)
     return value if isinstance(value, dict) else None
 
 

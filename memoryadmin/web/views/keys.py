@@ -102,7 +102,7 @@ def _render(
 @require_GET
 @project_view(KEYS)
 def key_list(request: HttpRequest, page: Page) -> HttpResponseBase:
-    made = take_once(request, "key")
+    made = take_once(request, page, "key")
     response = _render(request, page, ApiKeyForm(), made=made)
     return never_cached(response) if made else response
 
@@ -120,7 +120,7 @@ def key_create(request: HttpRequest, page: Page) -> HttpResponseBase:
         actor=actor(request),
     )
     # Shown by the page this redirects to, once: a reload makes no second key.
-    show_once(request, "key", {"pk": key.pk, "secret": secret})
+    show_once(request, page, "key", {"pk": key.pk, "secret": secret})
     return redirect("web:keys", page.project.id, page.environment)
 
 

@@ -60,7 +60,7 @@ def _back(page: Page) -> HttpResponseBase:
 @require_GET
 @project_view(PEOPLE)
 def people(request: HttpRequest, page: Page) -> HttpResponseBase:
-    invited = take_once(request, "invitation")
+    invited = take_once(request, page, "invitation")
     if invited is None:
         return _render(request, page)
     # Right after an invitation: its link or password, this once.
@@ -115,7 +115,7 @@ def person_invite(request: HttpRequest, page: Page) -> HttpResponseBase:
             reverse("web:password-set", args=[invitation.uid, invitation.token])
         )
     # Shown by the page this redirects to, once: a reload invites nobody again.
-    show_once(request, "invitation", {**asdict(invitation), "link": link})
+    show_once(request, page, "invitation", {**asdict(invitation), "link": link})
     return _back(page)
 
 

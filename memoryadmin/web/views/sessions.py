@@ -130,9 +130,9 @@ def session_revert_page(request: HttpRequest, page: Page, s: str) -> HttpRespons
             }
             for item in plan.items
         ]
-        show_once(request, f"revert-{session.id}", {"items": outcome})
+        show_once(request, page, f"revert-{session.id}", {"items": outcome})
         return redirect("web:session-revert", page.project.id, page.environment, session.id)
-    done = take_once(request, f"revert-{session.id}")
+    done = take_once(request, page, f"revert-{session.id}")
     if done is not None:
         items = done["items"]
         context = {

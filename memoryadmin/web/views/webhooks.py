@@ -78,7 +78,7 @@ def _refused(form: WebhookForm, exc: DomainError) -> None:
 @require_GET
 @project_view(WEBHOOKS)
 def webhook_list(request: HttpRequest, page: Page) -> HttpResponseBase:
-    made = take_once(request, "webhook")
+    made = take_once(request, page, "webhook")
     if made is None:
         return _list(request, page, WebhookForm())
     # Right after creating one: its signing secret, this once.
@@ -105,7 +105,7 @@ def webhook_create(request: HttpRequest, page: Page) -> HttpResponseBase:
         _refused(form, exc)
         return _list(request, page, form, status=INVALID)
     # Shown by the page this redirects to, once: a reload makes no second webhook.
-    show_once(request, "webhook", {"pk": endpoint.pk, "secret": secret})
+    show_once(request, page, "webhook", {"pk": endpoint.pk, "secret": secret})
     return redirect("web:webhooks", page.project.id, page.environment)
 
 
@@ -113,7 +113,7 @@ def webhook_create(request: HttpRequest, page: Page) -> HttpResponseBase:
 @project_view(WEBHOOKS)
 def webhook_detail(request: HttpRequest, page: Page, w: int) -> HttpResponseBase:
     endpoint = services.endpoint_get(project=page.project, endpoint_id=w)
-    rotated = take_once(request, f"webhook-secret-{endpoint.pk}")
+    rotated = take_once(request, page, f"webhook-secret-{endpoint.pk}")
     if rotated is None:
         return _detail(request, page, endpoint)
     # Right after a rotation: the new secret, this once.
@@ -143,7 +143,7 @@ def webhook_rotate(request: HttpRequest, page: Page, w: int) -> HttpResponseBase
     endpoint = services.endpoint_get(project=page.project, endpoint_id=w)
     endpoint, secret = services.endpoint_rotate_secret(endpoint=endpoint, actor=actor(request))
     # Shown by the page this redirects to, once: a reload rotates nothing again.
-    show_once(request, f"webhook-secret-{endpoint.pk}", {"secret": secret})
+    show_once(request, page, f"webhook-secret-{endpoint.pk}", {"secret": secret})
     return redirect("web:webhook", page.project.id, page.environment, endpoint.pk)
 
 
