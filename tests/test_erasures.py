@@ -349,6 +349,50 @@ def test_an_erasure_past_the_bound_is_refused(
     assert raw_rows_with(POISON) == before
 
 
+def test_copies_written_after_the_count_are_bounded_when_the_erasure_commits(
+    api: APIClient,
+    project: Project,
+    poisoned: dict[str, Any],
+    settings: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The bound holds on the counts of the transaction that changes the copies: copies
+    written between the first count and that transaction (here, while the provider
+    records are deleted) that take the erasure past the limit refuse it with the same 413,
+    and nothing changes."""
+    from memoryadmin.erasures import services
+
+    copies = erase(api, dryRun=True).json()["copies"]
+    settings.MEMORYADMIN_ERASURE_MAX_COPIES = copies
+    deleting = services._external_erase
+
+    def written_meanwhile(*args: Any, **kwargs: Any) -> Any:
+        for number in range(2):
+            audit_record(
+                project_id="acme",
+                environment="development",
+                actor="t",
+                action="document.note",
+                detail={"note": f"{number}: {POISON}"},
+            )
+        return deleting(*args, **kwargs)
+
+    monkeypatch.setattr(services, "_external_erase", written_meanwhile)
+    before = raw_rows_with(POISON)
+    response = erase(api)
+    assert response.status_code == 413, response.json()
+    error = response.json()["error"]
+    assert error["code"] == "erasure_too_large"
+    assert error["details"] == {"copies": copies + 2, "maxCopies": copies}
+    assert raw_rows_with(POISON) == before
+    assert AuditEntry.objects.filter(action="document.note").count() == 2
+    assert Document.objects.get(doc_id="workshop").title == POISON
+    assert not Erasure.objects.exists()
+    assert not AuditEntry.objects.filter(action="erasure.run").exists()
+    assert Project.objects.get(pk=project.pk).erasure_epoch == 0
+    assert poisoned["upload"].is_file()
+
+
 def test_read_only_keys_preview_and_read_but_never_erase(
     poisoned: dict[str, Any],
     client_for: Callable[[str | None], APIClient],

@@ -9,9 +9,11 @@ fails becomes a dead letter of the operation store and the receipt says so.
 A dry run counts what an erasure would remove and changes nothing. An erasure
 counts the same way first and is refused (413) past the limit of copies one
 erasure may change (`MEMORYADMIN_ERASURE_MAX_COPIES`), then deletes the
-provider records, then changes every table in one transaction that also
-stores its signed receipt and audits it (the audit entry names the erasure,
-never the text). Running it again finds nothing more: a second receipt says 0.
+provider records, then changes every table in one transaction that counts
+again (refused the same way past the limit, nothing changed: copies written
+since the first count are bounded too), stores its signed receipt and audits
+it (the audit entry names the erasure, never the text). Running it again finds
+nothing more: a second receipt says 0.
 """
 
 from __future__ import annotations
@@ -303,13 +305,24 @@ def _external_erase(plan: ExternalPlan, actor: str) -> dict[str, list[dict[str, 
 
 
 def _database(
-    project: Project, environment: str, match: Match, reason: str, actor: str, *, apply: bool
+    project: Project,
+    environment: str,
+    match: Match,
+    reason: str,
+    actor: str,
+    *,
+    apply: bool,
+    external: int = 0,
 ) -> tuple[dict[str, int], Sequence[str]]:
-    """Counts by place of this database's copies, changed with `apply`, and the texts
-    looked for (a named document's are its texts). Counted before anything changes: a
-    redacted version takes its recalls' and audit entries' copies along."""
+    """Counts by place of this database's copies (and the `external` provider records),
+    changed with `apply`, and the texts looked for (a named document's are its texts).
+    Counted before anything changes: a redacted version takes its recalls' and audit
+    entries' copies along. With `apply` the bound holds on these counts, taken in the
+    transaction that changes them: copies written since an earlier count are bounded too."""
     counts, needles = _places(project, environment, match, reason, actor, apply=False)
+    counts["externalRecords"] = external
     if apply:
+        _check_bound(sum(counts.values()))
         _places(project, environment, match, reason, actor, apply=True)
     return counts, needles
 
@@ -408,6 +421,8 @@ def erasure_run(
         counts, needles = _database(project, environment, checked, reason, actor, apply=False)
     plan = _external_plan(project, environment, needles)
     counts["externalRecords"] = len(plan.hits)
+    # Checked here before any provider record is deleted, and again on the counts of the
+    # transaction that changes the database (_commit).
     copies = sum(counts.values())
     _check_bound(copies)
     if dry_run:
@@ -439,10 +454,17 @@ def _commit(
     erasure_epoch_advance(project_id=project.pk)
     secure = _secure_delete(True)
     try:
-        counts, _ = _database(project, environment, match, reason, actor, apply=True)
+        counts, _ = _database(
+            project,
+            environment,
+            match,
+            reason,
+            actor,
+            apply=True,
+            external=len(external["deleted"]) + len(external["queued"]),
+        )
     finally:
         _secure_delete(secure)
-    counts["externalRecords"] = len(external["deleted"]) + len(external["queued"])
     now = timezone.now()
     erasure_id = "era_" + secrets.token_hex(12)
     complete = not external["failed"]
