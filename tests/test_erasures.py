@@ -19,7 +19,7 @@ import pytest
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from django.core.management import CommandError, call_command
-from django.db import connection
+from django.db import DatabaseError, connection
 from django.urls import reverse
 from django.utils import timezone
 from rest_framework.test import APIClient
@@ -59,6 +59,21 @@ MEM0_KEY = "mem0-test-key"
 def erase(api: APIClient, match: Any = None, **body: Any) -> Any:
     payload = {"match": {"text": POISON} if match is None else match, "reason": "ASI06 incident"}
     return api.post(ERASURES + DEV, {**payload, **body}, format="json")
+
+
+def deploy_mem0(project: Project, mem0_oss: FakeMem0Oss) -> str:
+    """An external Mem0 resource `mem` in development: the URL of its records in `alice`."""
+    deploy_external(
+        project,
+        {
+            "kind": "mem0-oss",
+            "baseUrl": mem0_oss.origin,
+            "scope": {"user_id": "{namespace}", "agent_id": "archivist"},
+            "headers": {"X-API-Key": {"secret": "MEM0_KEY"}},
+        },
+        secrets_by_origin={mem0_oss.origin: {"MEM0_KEY": MEM0_KEY}},
+    )
+    return "/api/managed-agents/projects/acme/memory/mem/records" + DEV + "&namespace=alice"
 
 
 def index_terms() -> set[str]:
@@ -417,17 +432,7 @@ def test_read_only_keys_preview_and_read_but_never_erase(
 def test_external_records_are_deleted_at_their_provider(
     api: APIClient, project: Project, mem0_oss: FakeMem0Oss
 ) -> None:
-    deploy_external(
-        project,
-        {
-            "kind": "mem0-oss",
-            "baseUrl": mem0_oss.origin,
-            "scope": {"user_id": "{namespace}", "agent_id": "archivist"},
-            "headers": {"X-API-Key": {"secret": "MEM0_KEY"}},
-        },
-        secrets_by_origin={mem0_oss.origin: {"MEM0_KEY": MEM0_KEY}},
-    )
-    records = "/api/managed-agents/projects/acme/memory/mem/records" + DEV + "&namespace=alice"
+    records = deploy_mem0(project, mem0_oss)
     for text in (f"Note: {POISON}", "Alice likes tea."):
         assert api.post(records, {"text": text}, format="json").status_code == 201
     response = erase(api)
@@ -442,17 +447,7 @@ def test_external_records_are_deleted_at_their_provider(
 def test_a_failed_provider_delete_is_a_dead_letter_the_receipt_names(
     api: APIClient, project: Project, mem0_oss: FakeMem0Oss
 ) -> None:
-    deploy_external(
-        project,
-        {
-            "kind": "mem0-oss",
-            "baseUrl": mem0_oss.origin,
-            "scope": {"user_id": "{namespace}", "agent_id": "archivist"},
-            "headers": {"X-API-Key": {"secret": "MEM0_KEY"}},
-        },
-        secrets_by_origin={mem0_oss.origin: {"MEM0_KEY": MEM0_KEY}},
-    )
-    records = "/api/managed-agents/projects/acme/memory/mem/records" + DEV + "&namespace=alice"
+    records = deploy_mem0(project, mem0_oss)
     assert api.post(records, {"text": f"Note: {POISON}"}, format="json").status_code == 201
     mem0_oss.routes.insert(
         0, ("DELETE", re.compile(r"/memories/.+"), lambda call: (500, {"detail": "down"}))
@@ -464,6 +459,134 @@ def test_a_failed_provider_delete_is_a_dead_letter_the_receipt_names(
     assert (dead.state, dead.action) == ("dead", "delete")
     assert dead.record_id == failed["record"]
     assert len(mem0_oss.memories) == 1  # still there: an owner retries the erasure
+
+
+def test_provider_records_deleted_before_the_database_part_fails_have_a_receipt(
+    api: APIClient,
+    project: Project,
+    poisoned: dict[str, Any],
+    mem0_oss: FakeMem0Oss,
+    settings: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    client_for: Callable[[str | None], APIClient],
+    owner: Any,
+) -> None:
+    """Provider records are deleted before the transaction that changes the database; when
+    that transaction is refused (here past the bound, by copies written meanwhile), the
+    records are gone all the same: an erasure of them alone is stored, its signed receipt
+    naming exactly them, not complete, audited with why it stopped, and the refusal names
+    it. Nothing else changed; the erasure run again erases the rest."""
+    from memoryadmin.erasures import services
+
+    records = deploy_mem0(project, mem0_oss)
+    assert api.post(records, {"text": f"Note: {POISON}"}, format="json").status_code == 201
+    [record_id] = [r["id"] for r in api.get(records).json()["records"]]
+    copies = erase(api, dryRun=True).json()["copies"]
+    settings.MEMORYADMIN_ERASURE_MAX_COPIES = copies
+    deleting = services._external_erase
+
+    def written_meanwhile(*args: Any, **kwargs: Any) -> Any:
+        audit_record(
+            project_id="acme",
+            environment="development",
+            actor="t",
+            action="document.note",
+            detail={"note": POISON},
+        )
+        return deleting(*args, **kwargs)
+
+    monkeypatch.setattr(services, "_external_erase", written_meanwhile)
+    before = raw_rows_with(POISON)
+    response = erase(api)
+    assert response.status_code == 413, response.json()
+    error = response.json()["error"]
+    assert error["code"] == "erasure_too_large"
+    erasure = Erasure.objects.get()
+    assert error["details"] == {"copies": copies + 1, "maxCopies": copies, "erasure": erasure.id}
+    assert mem0_oss.memories == {}  # deleted at the provider before the refusal
+    assert raw_rows_with(POISON) == before  # the database's copies are all still there
+    assert Document.objects.get(doc_id="workshop").title == POISON
+    assert Project.objects.get(pk=project.pk).erasure_epoch == 0
+
+    body = client_for(None).get(KEY_URL).json()
+    key = Ed25519PublicKey.from_public_bytes(base64.b64decode(body["publicKey"]))
+    shown = api.get(f"{ERASURES}/{erasure.id}{DEV}").json()
+    assert shown["complete"] is False
+    assert shown["copies"] == 1
+    assert shown["places"] == {name: 0 for name in services.PLACES} | {"externalRecords": 1}
+    receipt = shown["receipt"]["receipt"]
+    key.verify(base64.b64decode(shown["receipt"]["signature"]["value"]), canonical(receipt))
+    assert set(receipt) == {  # the receipt's format, as every receipt's
+        *("format", "version", "id", "project", "environment", "match", "reason", "actor"),
+        *("erasedAt", "places", "copies", "external", "complete"),
+    }
+    assert receipt["external"] == {
+        "deleted": [{"resource": "mem", "namespace": "alice", "record": record_id}],
+        "queued": [],
+        "failed": [],
+    }
+    assert receipt["complete"] is False
+    assert POISON not in json.dumps(shown)
+    page = owner.get(reverse("web:erasure", args=["acme", "development", erasure.id]))
+    assert page.status_code == 200
+    assert "the erasure stopped after it deleted the provider records" in page.text
+    audited = AuditEntry.objects.get(action="erasure.run")
+    assert audited.detail == {
+        "erasure": erasure.id,
+        "match": "text",
+        "copies": 1,
+        "complete": False,
+        "deadLetters": [],
+        "stopped": "erasure_too_large",
+    }
+
+    monkeypatch.setattr(services, "_external_erase", deleting)
+    settings.MEMORYADMIN_ERASURE_MAX_COPIES = 5000
+    again = erase(api)
+    assert again.status_code == 201, again.json()
+    assert again.json()["complete"] is True
+    assert again.json()["places"]["externalRecords"] == 0
+    assert raw_rows_with(POISON) == []
+
+
+def test_a_database_error_after_provider_deletes_leaves_their_receipt(
+    project: Project, make_document: Callable[..., Any], mem0_oss: FakeMem0Oss, api: APIClient
+) -> None:
+    """A database error in the transaction that changes the copies (a place of the erasure
+    failing) after provider records were deleted: the error goes to the caller, the
+    database is as it was, and the deleted records have their erasure and receipt."""
+    from memoryadmin.erasures import services
+
+    make_document("workshop", text=f"Rules: {POISON}.")
+    records = deploy_mem0(project, mem0_oss)
+    assert api.post(records, {"text": f"Note: {POISON}"}, format="json").status_code == 201
+    assert api.post(records, {"text": "Alice likes tea."}, format="json").status_code == 201
+
+    def failing(*, project_id: str, environment: str, needles: Any, apply: bool) -> int:
+        if apply:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT * FROM erasure_no_such_table")
+        return 0
+
+    registered = dict(services._PLACES)
+    services.erasure_place_register("exports", failing)
+    try:
+        with pytest.raises(DatabaseError):
+            erase_now(project, POISON)
+    finally:
+        services._PLACES.clear()
+        services._PLACES.update(registered)
+    assert [m["memory"] for m in mem0_oss.memories.values()] == ["Alice likes tea."]
+    assert Document.objects.get(doc_id="workshop").text == f"Rules: {POISON}."
+    erasure = Erasure.objects.get()
+    assert erasure.complete is False
+    receipt = erasure.signed["receipt"]
+    assert (receipt["copies"], receipt["places"]["externalRecords"]) == (1, 1)
+    assert [d["namespace"] for d in receipt["external"]["deleted"]] == ["alice"]
+    stopped = AuditEntry.objects.get(action="erasure.run").detail["stopped"]
+    assert stopped in {"OperationalError", "ProgrammingError"}
+    assert erase_now(project, POISON).complete is True
+    assert raw_rows_with(POISON) == []
 
 
 def test_verify_example_in_the_docs_runs(

@@ -12,13 +12,16 @@ erasure may change (`MEMORYADMIN_ERASURE_MAX_COPIES`), then deletes the
 provider records, then changes every table in one transaction that counts
 again (refused the same way past the limit, nothing changed: copies written
 since the first count are bounded too), stores its signed receipt and audits
-it (the audit entry names the erasure, never the text). Running it again finds
+it (the audit entry names the erasure, never the text). Where that transaction
+fails after provider records were deleted, those records have an erasure of
+their own, its receipt not complete (`_stopped`). Running it again finds
 nothing more: a second receipt says 0.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -54,6 +57,8 @@ from memoryadmin.memory.services.erasure import (
 from memoryadmin.memory.services.projects import erasure_epoch_advance, project_lock
 from memoryadmin.memory.services.redaction import check_reason
 from memoryadmin.webhooks.services import deliveries_erase
+
+logger = logging.getLogger(__name__)
 
 TEXT_MIN_CHARS = 8
 TEXT_MAX_CHARS = 100_000
@@ -428,17 +433,39 @@ def erasure_run(
     if dry_run:
         return Outcome(dry_run=True, places=_ordered(counts), copies=copies)
     external = _external_erase(plan, actor)
-    for attempt in range(3):
-        try:
-            erasure = _commit(project, environment, checked, reason, actor, external)
-            break
-        except PreconditionFailed:
-            # A document changed between the count and its rewrite: count again.
-            if attempt == 2:
-                raise
+    try:
+        erasure = _committed(project, environment, checked, reason, actor, external)
+    except Exception as exc:
+        # Provider records are gone whatever the database does: a receipt says which.
+        stopped = _stopped(project, environment, checked, reason, actor, external, exc)
+        if stopped is not None and isinstance(exc, DomainError):
+            exc.details["erasure"] = stopped.id
+        raise
     return Outcome(
         dry_run=False, places=erasure.signed["receipt"]["places"], copies=0, erasure=erasure
     )
+
+
+def _committed(
+    project: Project,
+    environment: str,
+    match: Match,
+    reason: str,
+    actor: str,
+    external: dict[str, list[dict[str, Any]]],
+) -> Erasure:
+    for _ in range(2):
+        try:
+            return _commit(project, environment, match, reason, actor, external)
+        except PreconditionFailed:
+            # A document changed between the count and its rewrite: count again.
+            continue
+    return _commit(project, environment, match, reason, actor, external)
+
+
+def _external_count(external: dict[str, list[dict[str, Any]]]) -> int:
+    """The provider records a receipt counts: deleted, and deletes the provider accepted."""
+    return len(external["deleted"]) + len(external["queued"])
 
 
 @transaction.atomic
@@ -461,13 +488,62 @@ def _commit(
             reason,
             actor,
             apply=True,
-            external=len(external["deleted"]) + len(external["queued"]),
+            external=_external_count(external),
         )
     finally:
         _secure_delete(secure)
+    return _store(project, environment, match, reason, actor, counts, external)
+
+
+def _stopped(
+    project: Project,
+    environment: str,
+    match: Match,
+    reason: str,
+    actor: str,
+    external: dict[str, list[dict[str, Any]]],
+    error: Exception,
+) -> Erasure | None:
+    """Where the database's transaction failed (refused past the bound, a document changing
+    under it three times, a database error) after provider records were deleted: the
+    erasure of those records alone, stored with its signed receipt (every other place 0,
+    not complete) and audited with the error's code, in a transaction of its own. None
+    where no provider record was deleted (nothing changed), or where it could not be
+    stored (logged: the records' own `record.delete` audit entries remain)."""
+    if not _external_count(external):
+        return None
+    code = error.code if isinstance(error, DomainError) else type(error).__name__
+    try:
+        with transaction.atomic():
+            counts = {"externalRecords": _external_count(external)}
+            return _store(
+                project, environment, match, reason, actor, counts, external, stopped=code
+            )
+    except Exception:
+        logger.exception(
+            "The erasure of provider records deleted before its database part failed "
+            "(%s) could not be stored.",
+            code,
+        )
+        return None
+
+
+def _store(
+    project: Project,
+    environment: str,
+    match: Match,
+    reason: str,
+    actor: str,
+    counts: dict[str, int],
+    external: dict[str, list[dict[str, Any]]],
+    *,
+    stopped: str = "",
+) -> Erasure:
+    """The erasure and its signed receipt of `counts`, stored and audited; complete where
+    no provider record failed and the database's part was not `stopped`."""
     now = timezone.now()
     erasure_id = "era_" + secrets.token_hex(12)
-    complete = not external["failed"]
+    complete = not external["failed"] and not stopped
     receipt = {
         "format": FORMAT,
         "version": FORMAT_VERSION,
@@ -505,7 +581,8 @@ def _commit(
             "copies": receipt["copies"],
             "complete": complete,
             "deadLetters": [failure["operation"] for failure in external["failed"]],
-        },
+        }
+        | ({"stopped": stopped} if stopped else {}),
     )
     return erasure
 
