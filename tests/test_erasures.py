@@ -705,6 +705,30 @@ def test_an_erasure_erases_the_text_from_incidents_of_its_environment(
     assert again.json()["places"]["incidents"] == 0
 
 
+def test_an_incident_title_erased_keeps_its_column_length(api: APIClient, project: Project) -> None:
+    """The marker is longer than an 8-character text: an incident's title erased is
+    clipped to its column (on PostgreSQL a longer one would be refused), its source is not."""
+    from memoryadmin.incidents.services.trace import TITLE_MAX
+
+    needle = "zq9poiso"
+    title = "x" * (TITLE_MAX - len(needle)) + needle
+    incident = incident_create(
+        project=project,
+        environment="development",
+        title=title,
+        source={"text": f"{needle} {needle}"},
+        hops=None,
+        actor="t",
+    )
+    response = erase(api, match={"text": needle})
+    assert response.status_code == 201, response.json()
+    assert response.json()["places"]["incidents"] == 1
+    erased = Incident.objects.get(pk=incident.pk)
+    assert erased.title == ("x" * (TITLE_MAX - len(needle)) + "[redacted]")[:TITLE_MAX]
+    assert erased.source == {"text": "[redacted] [redacted]"}
+    assert raw_rows_with(needle) == []
+
+
 def test_namespaces_past_the_bound_are_not_read_and_the_receipt_says_so(
     api: APIClient, project: Project, mem0_oss: FakeMem0Oss, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -4,14 +4,15 @@ An erasure (memoryadmin/erasures) removes an exact text from every place the
 database keeps it. Each app erases its own tables; the rules they share are
 here: the forms a text takes inside a stored JSON document (where quotes,
 backslashes and, on SQLite, every non-ASCII character are escaped), the
-filter that finds candidate rows in one query per table, and the replacement
-inside a JSON value (keys too), counted.
+filter that finds candidate rows in one query per table, the replacement
+inside a JSON value (keys too), counted, and the pass over one table's rows
+that uses them all (`rows_erase`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from django.db.models import Q, QuerySet, TextField, Value
@@ -109,3 +110,38 @@ def value_erase(value: Any, needles: Sequence[str], marker: str = MARKER) -> tup
             total += key_count + count
         return result, total
     return value, 0
+
+
+def rows_erase(
+    rows: QuerySet[Any],
+    needles: Sequence[str],
+    *,
+    apply: bool,
+    text: Sequence[str] = (),
+    json_: Sequence[str] = (),
+    fit: Mapping[str, Callable[[Any], Any]] | None = None,
+) -> int:
+    """How many rows of `rows` hold any of `needles` in a text column (`text`, a null
+    skipped) or a JSON column (`json_`, keys too); with `apply` each such row's columns
+    that held one are rewritten with the needles replaced by the marker, one update a
+    row. `fit` gives a column its own rule for the erased value (e.g. clipped to the
+    column's length)."""
+    if not needles:
+        return 0
+    fit = fit or {}
+    held = 0
+    for row in containing(rows, needles, text=text, json_=json_):
+        changed: dict[str, Any] = {}
+        for name in (*text, *json_):
+            value = getattr(row, name)
+            if name in text and value is None:
+                continue
+            erased, count = (text_erase if name in text else value_erase)(value, needles)
+            if count:
+                changed[name] = fit[name](erased) if name in fit else erased
+        if not changed:
+            continue
+        held += 1
+        if apply:
+            rows.model._base_manager.filter(pk=row.pk).update(**changed)
+    return held

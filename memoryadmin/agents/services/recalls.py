@@ -9,7 +9,7 @@ from django.db.models import TextField
 from django.db.models.functions import Cast
 
 from memoryadmin.agents.models import Binding, Recall, Scope, SessionEvent
-from memoryadmin.core.erasing import containing, value_erase
+from memoryadmin.core.erasing import rows_erase
 from memoryadmin.memory.models import Resource
 
 
@@ -81,34 +81,12 @@ def recalls_erase(
 ) -> dict[str, int]:
     """What recalls kept (projections and cursors) and session events hold of any of
     `needles`, the text replaced: counts of recalls and of events."""
-    counts = {"recalls": 0, "sessionEvents": 0}
-    if not needles:
-        return counts
-    recalls = containing(
-        Recall.objects.filter(session__project_id=project_id, session__environment=environment),
-        needles,
-        json_=("memory", "cursors"),
-    )
-    for recall in recalls:
-        memory, in_memory = value_erase(recall.memory, needles)
-        cursors, in_cursors = value_erase(recall.cursors, needles)
-        if not in_memory + in_cursors:
-            continue
-        counts["recalls"] += 1
-        if apply:
-            Recall.objects.filter(pk=recall.pk).update(memory=memory, cursors=cursors)
-    events = containing(
-        SessionEvent.objects.filter(
-            session__project_id=project_id, session__environment=environment
+    session = {"session__project_id": project_id, "session__environment": environment}
+    return {
+        "recalls": rows_erase(
+            Recall.objects.filter(**session), needles, json_=("memory", "cursors"), apply=apply
         ),
-        needles,
-        json_=("data",),
-    )
-    for event in events:
-        data, count = value_erase(event.data, needles)
-        if not count:
-            continue
-        counts["sessionEvents"] += 1
-        if apply:
-            SessionEvent.objects.filter(pk=event.pk).update(data=data)
-    return counts
+        "sessionEvents": rows_erase(
+            SessionEvent.objects.filter(**session), needles, json_=("data",), apply=apply
+        ),
+    }

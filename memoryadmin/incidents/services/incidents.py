@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from memoryadmin.core.cursors import keyset_page
 from memoryadmin.core.environments import check_environment
-from memoryadmin.core.erasing import containing, text_erase, value_erase
+from memoryadmin.core.erasing import rows_erase
 from memoryadmin.core.errors import NotFound
 from memoryadmin.incidents.models import Incident
 from memoryadmin.incidents.services.trace import (
@@ -108,29 +108,15 @@ def incidents_erase(
     """An erasure's part here: the incidents of one environment whose title, source,
     graph or containment report (a conflict's merge is document text) hold any of
     `needles`, the text replaced with `apply`; how many there are."""
-    if not needles:
-        return 0
-    rows = containing(
+    return rows_erase(
         Incident.objects.filter(project_id=project_id, environment=environment),
         needles,
         text=("title",),
         json_=("source", "graph", "containment"),
+        # The marker may be longer than the text it replaces: the title keeps its column.
+        fit={"title": lambda title: title[:TITLE_MAX]},
+        apply=apply,
     )
-    held = 0
-    for incident in rows:
-        title, in_title = text_erase(incident.title, needles)
-        erased = {
-            name: value_erase(getattr(incident, name), needles)
-            for name in ("source", "graph", "containment")
-        }
-        if not in_title + sum(count for _, count in erased.values()):
-            continue
-        held += 1
-        if apply:
-            Incident.objects.filter(pk=incident.pk).update(
-                title=title[:TITLE_MAX], **{name: value for name, (value, _) in erased.items()}
-            )
-    return held
 
 
 def _counts(graph: dict[str, Any]) -> dict[str, int]:

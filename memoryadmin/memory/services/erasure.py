@@ -7,8 +7,8 @@ version that held it is redacted whole (redaction.versions_redact, which also
 takes it out of the recalls that showed those versions and the proposals
 that wrote them). Named documents are deleted (their id stays reserved) and
 every version redacted. Proposals and audit details keep the rest of what
-they say: only the text is replaced. On SQLite the full-text index is merged,
-so no segment keeps a rewritten row's old terms.
+they say: only the text is replaced (core/erasing.rows_erase). On SQLite the
+full-text index is merged, so no segment keeps a rewritten row's old terms.
 
 Each function counts first and changes only with `apply`, in the caller's
 transaction: a dry run and the erasure it previews count the same copies.
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from django.db.models import QuerySet
 
-from memoryadmin.core.erasing import MARKER, containing, text_erase, value_erase
+from memoryadmin.core.erasing import MARKER, containing, rows_erase
 from memoryadmin.memory.models import (
     AuditEntry,
     Document,
@@ -93,21 +93,17 @@ def memory_erase_text(
         )
         if _holds(f"{version.title}\n{version.summary}\n{version.text}", needles)
     ]
-    proposals = [
-        proposal
-        for proposal in containing(
-            _of_environment(
-                Proposal.objects.all(), "document__resource__", project_id, environment
-            ),
-            needles,
-            text=("text", "summary"),
-        )
-        if _holds(f"{proposal.text}\n{proposal.summary or ''}", needles)
-    ]
+    # Proposals hold their texts apart from the documents and versions changed below.
+    proposals = rows_erase(
+        _of_environment(Proposal.objects.all(), "document__resource__", project_id, environment),
+        needles,
+        text=("text", "summary"),
+        apply=apply,
+    )
     counts = {
         "documents": len(documents),
         "versions": len(versions),
-        "proposals": len(proposals),
+        "proposals": proposals,
         "searchIndex": len(documents),
     }
     if not apply:
@@ -131,10 +127,6 @@ def memory_erase_text(
             actor=actor,
             copies=False,
         )
-    for proposal in proposals:
-        text, _ = text_erase(proposal.text, needles)
-        summary = None if proposal.summary is None else text_erase(proposal.summary, needles)[0]
-        Proposal.objects.filter(pk=proposal.pk).update(text=text, summary=summary)
     search_index_merge()
     return counts
 
@@ -191,19 +183,9 @@ def memory_erase_documents(
 
 def audit_erase(*, project_id: str, environment: str, needles: Sequence[str], apply: bool) -> int:
     """Audit entries whose details hold any of `needles`: the text replaced in them."""
-    if not needles:
-        return 0
-    rows = containing(
+    return rows_erase(
         AuditEntry.objects.filter(project_id=project_id, environment=environment),
         needles,
         json_=("detail",),
+        apply=apply,
     )
-    changed = 0
-    for entry in rows:
-        detail, count = value_erase(entry.detail, needles)
-        if not count:
-            continue
-        changed += 1
-        if apply:
-            AuditEntry.objects.filter(pk=entry.pk).update(detail=detail)
-    return changed
