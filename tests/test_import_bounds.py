@@ -9,10 +9,12 @@ import io
 import json
 import os
 import struct
+import threading
 import time
 import zipfile
 import zlib
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -601,3 +603,67 @@ def test_the_cli_import_reads_no_huge_file_and_follows_no_link(
     assert "failed notes/leak: leak.json is a link, not an exported file" in lines
     assert "failed notes/zero: zero.json is a link, not an exported file" in lines
     assert list(Document.objects.values_list("doc_id", flat=True)) == ["fine"]
+
+
+@contextmanager
+def fifo_nobody_writes(path: Path) -> Iterator[None]:
+    """A FIFO at `path` that no one writes: a reader that opened it waiting for a writer
+    is let go (an empty read) once REFUSED_WITHIN_SECONDS have passed, so a test of a
+    reader that should not wait fails instead of hanging."""
+    os.mkfifo(path)
+    done = threading.Event()
+
+    def let_go() -> None:
+        if done.wait(REFUSED_WITHIN_SECONDS):
+            return
+        while not done.is_set():
+            with suppress(OSError):  # opens only while a reader waits on it
+                os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=let_go, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
+def test_the_cli_import_fails_a_folder_or_fifo_under_an_exported_name_and_goes_on(
+    project: Project, notes: Any, tmp_path: Path
+) -> None:
+    (tmp_path / "notes").mkdir()
+    data = {"format": FORMAT, "formatVersion": FORMAT_VERSION, "resources": ["notes"]}
+    (tmp_path / MANIFEST_NAME).write_text(json.dumps(data))
+    (tmp_path / "notes" / "a-folder.json").mkdir()
+    (tmp_path / "notes" / "c-fine.json").write_text(json.dumps({"id": "c-fine", "title": "F"}))
+    out = io.StringIO()
+    started = time.monotonic()
+    with (
+        fifo_nobody_writes(tmp_path / "notes" / "b-fifo.json"),
+        pytest.raises(CommandError, match="2 documents could not be imported"),
+    ):
+        call_command("memory", "--project", "acme", "import", "--from", str(tmp_path),
+                     stdout=out)  # fmt: skip
+    assert time.monotonic() - started < REFUSED_WITHIN_SECONDS
+    lines = out.getvalue().splitlines()
+    assert "failed notes/a-folder: a-folder.json is not a regular file" in lines
+    assert "failed notes/b-fifo: b-fifo.json is not a regular file" in lines
+    assert list(Document.objects.values_list("doc_id", flat=True)) == ["c-fine"]
+
+
+@pytest.mark.parametrize("kind", ["folder", "fifo"])
+def test_a_manifest_that_is_no_regular_file_is_no_export(
+    project: Project, notes: Any, tmp_path: Path, kind: str
+) -> None:
+    manifest = tmp_path / MANIFEST_NAME
+    started = time.monotonic()
+    with (
+        fifo_nobody_writes(manifest) if kind == "fifo" else nullcontext(manifest.mkdir()),
+        pytest.raises(CommandError, match=r"manifest\.json is not a regular file"),
+    ):
+        call_command("memory", "--project", "acme", "import", "--from", str(tmp_path),
+                     stdout=io.StringIO())  # fmt: skip
+    assert time.monotonic() - started < REFUSED_WITHIN_SECONDS
+    assert not Document.objects.exists()

@@ -251,19 +251,29 @@ class ExportDirectory:
 
 
 def _read_file(path: Path, limit: int) -> bytes:
-    """A regular file's bytes, never following a link and never reading past `limit`."""
+    """A regular file's bytes, never following a link and never reading past `limit`.
+
+    Opened without blocking (a FIFO waits for a writer, a device may wait forever) and
+    checked to be a regular file before anything is read: a folder or a FIFO under an
+    exported name fails that file, as a link does."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        fd = os.open(path, flags)
     except FileNotFoundError:
         raise
     except OSError as exc:
         if path.is_symlink():
             raise MemberUnreadable(f"{path.name} is a link, not an exported file") from exc
         raise MemberUnreadable(f"cannot read {path.name}: {exc.strerror}") from exc
+    try:
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+    except BaseException:
+        os.close(fd)
+        raise
+    if not regular:
+        os.close(fd)
+        raise MemberUnreadable(f"{path.name} is not a regular file")
     with os.fdopen(fd, "rb") as file:
-        mode = os.fstat(file.fileno()).st_mode
-        if not stat.S_ISREG(mode):
-            raise MemberUnreadable(f"{path.name} is not a regular file")
         data = file.read(limit + 1)
     if len(data) > limit:
         raise MemberUnreadable(f"{path.name} is over {limit} bytes: not an exported document")
