@@ -20,6 +20,7 @@ from memoryadmin.memory.models import (
     Project,
     Resource,
 )
+from memoryadmin.memory.services.deployments import resource_get
 from memoryadmin.memory.services.keys import api_key_create
 from memoryadmin_client import (
     ApiError,
@@ -174,6 +175,37 @@ def test_documents_with_revisions_and_errors(client: Client, notes: Resource) ->
     assert (missing.value.status, missing.value.code) == (404, "not_found")
     assert Document.objects.get(doc_id="doc").deleted
     assert DocumentVersion.objects.filter(document__doc_id="doc").count() == 3
+
+
+def test_ids_from_users_reach_the_server_as_ids_never_as_other_paths(
+    client: Client, project: Project, make_document: Any
+) -> None:
+    """An application passes its users' document ids on: one that reads as a path or a
+    query is refused as an id, and reaches no other document, resource or environment."""
+    kb = resource_get(project=project, environment="development", resource_id="kb")
+    secret = make_document("secret", text="kb only", resource=kb)
+    make_document("x", text="x's text")
+    climbing = "../../kb/documents/secret"
+    for doc_id in (climbing, "..", "x?environment=production", "x#y", "x/"):
+        with pytest.raises(ApiError) as refused:
+            client.get_document("notes", doc_id)
+        assert refused.value.status in (400, 404), doc_id
+        assert refused.value.code in ("invalid_request", "not_found"), doc_id
+    with pytest.raises(ApiError) as refused:
+        client.replace_document("notes", climbing, revision=secret.revision, text="overwritten")
+    assert refused.value.status in (400, 404)
+    with pytest.raises(ApiError):
+        client.delete_document("notes", climbing, revision=secret.revision)
+    with pytest.raises(ApiError) as no_session:
+        client.get_session("../projects/acme/memory")
+    assert no_session.value.status == 404
+    with pytest.raises(ValueError, match="cannot be empty"):
+        client.get_document("notes", "")
+    kept = Document.objects.get(pk=secret.pk)
+    assert (kept.text, kept.revision, kept.deleted) == ("kb only", secret.revision, False)
+    assert Document.objects.get(doc_id="x").text == "x's text"
+    # Ids that are ids go through as they are.
+    assert client.get_document("kb", "secret")["text"] == "kb only"
 
 
 def test_iter_documents_follows_every_page(client: Client, make_document: Any) -> None:

@@ -13,6 +13,7 @@ import warnings
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
+from urllib.parse import quote
 
 import httpx
 
@@ -130,6 +131,18 @@ def if_match(revision: str | Mapping[str, Any]) -> str:
     return revision if revision.startswith('"') else f'"{revision}"'
 
 
+def _seg(value: str | int) -> str:
+    """One segment of a request's path, percent-encoded: an id an application took from
+    its users (`../other`, `x?environment=production`, `a/b`, `..`) reaches the server
+    as that id, which refuses it, never as another path or query."""
+    text = str(value)
+    if not text:
+        raise ValueError("An id in a request's path cannot be empty.")
+    if text in (".", ".."):
+        return text.replace(".", "%2E")  # kept as they are, a URL resolves them away
+    return quote(text, safe="")
+
+
 def _drop_none(values: Mapping[str, Any]) -> dict[str, Any]:
     return {name: value for name, value in values.items() if value is not None}
 
@@ -159,12 +172,16 @@ class Defaults:
             raise ValueError("Pass project=... here or to the client.")
         return chosen
 
+    def _root(self, project: str | None) -> str:
+        """The path of the project's routes."""
+        return f"projects/{_seg(self._project(project))}"
+
     def _env(self, environment: Environment | None) -> dict[str, str]:
         return {"environment": environment or self.environment}
 
     def _docs(self, project: str | None, resource: str, doc_id: str | None = None) -> str:
-        path = f"projects/{self._project(project)}/memory/{resource}/documents"
-        return path if doc_id is None else f"{path}/{doc_id}"
+        path = f"{self._root(project)}/memory/{_seg(resource)}/documents"
+        return path if doc_id is None else f"{path}/{_seg(doc_id)}"
 
 
 Revision = str | Mapping[str, Any]
@@ -176,27 +193,27 @@ Revision = str | Mapping[str, Any]
 def memory_inventory(
     c: Defaults, *, project: str | None = None, environment: Environment | None = None
 ) -> Op[list[dict[str, Any]]]:
-    path = f"projects/{c._project(project)}/memory"
+    path = f"{c._root(project)}/memory"
     response = yield Request("GET", path, c._env(environment))
     return cast(list[dict[str, Any]], response.json()["resources"])
 
 
 def list_api_keys(c: Defaults, *, project: str | None = None) -> Op[list[ApiKey]]:
     """Every key of the project, newest first, revoked ones included: the pages followed."""
-    path = f"projects/{c._project(project)}/api-keys"
+    path = f"{c._root(project)}/api-keys"
     return cast(list[ApiKey], (yield from _every_page(path, {}, "apiKeys")))
 
 
 def create_api_key(
     c: Defaults, *, name: str = "", read_only: bool = False, project: str | None = None
 ) -> Op[NewApiKey]:
-    path = f"projects/{c._project(project)}/api-keys"
+    path = f"{c._root(project)}/api-keys"
     response = yield Request("POST", path, json={"name": name, "readOnly": read_only})
     return cast(NewApiKey, response.json())
 
 
 def revoke_api_key(c: Defaults, key_id: int | str, *, project: str | None = None) -> Op[ApiKey]:
-    response = yield Request("POST", f"projects/{c._project(project)}/api-keys/{key_id}/revoke")
+    response = yield Request("POST", f"{c._root(project)}/api-keys/{_seg(key_id)}/revoke")
     return cast(ApiKey, response.json())
 
 
@@ -204,7 +221,7 @@ def rotate_api_key(
     c: Defaults, key_id: int | str, *, grace_seconds: int = 0, project: str | None = None
 ) -> Op[NewApiKey]:
     """A new key like the old one; the old one keeps working for grace_seconds."""
-    path = f"projects/{c._project(project)}/api-keys/{key_id}/rotate"
+    path = f"{c._root(project)}/api-keys/{_seg(key_id)}/rotate"
     response = yield Request("POST", path, json={"graceSeconds": grace_seconds})
     return cast(NewApiKey, response.json())
 
@@ -337,7 +354,7 @@ def version_readers(
     environment: Environment | None = None,
 ) -> Op[VersionReaders]:
     """The sessions whose recalls showed this version to a model, newest first."""
-    path = f"{c._docs(project, resource, doc_id)}/versions/{revision}/readers"
+    path = f"{c._docs(project, resource, doc_id)}/versions/{_seg(revision)}/readers"
     response = yield Request("GET", path, c._env(environment))
     return cast(VersionReaders, response.json())
 
@@ -354,7 +371,7 @@ def restore_as_of(
 ) -> Op[RestoreAsOf]:
     """Restores documents (default: all of the resource) to their text at `as_of`."""
     body = _drop_none({"asOf": as_of, "documents": documents, "dryRun": dry_run})
-    path = f"projects/{c._project(project)}/memory/{resource}/restore"
+    path = f"{c._root(project)}/memory/{_seg(resource)}/restore"
     response = yield Request("POST", path, c._env(environment), body)
     return cast(RestoreAsOf, response.json())
 
@@ -363,8 +380,8 @@ def restore_as_of(
 
 
 def _proposals(c: Defaults, project: str | None, proposal_id: str | None = None) -> str:
-    path = f"projects/{c._project(project)}/memory/proposals"
-    return path if proposal_id is None else f"{path}/{proposal_id}"
+    path = f"{c._root(project)}/memory/proposals"
+    return path if proposal_id is None else f"{path}/{_seg(proposal_id)}"
 
 
 def list_proposals(
@@ -419,7 +436,7 @@ def restore_version(
     version, if `revision` is still current (a stale one raises ApiError 412)."""
     response = yield Request(
         "POST",
-        f"{c._docs(project, resource, doc_id)}/versions/{version}/restore",
+        f"{c._docs(project, resource, doc_id)}/versions/{_seg(version)}/restore",
         c._env(environment),
         headers={"If-Match": if_match(revision)},
     )
@@ -457,7 +474,7 @@ def redact_version(
     for the current version); `reason` goes into the audit log."""
     response = yield Request(
         "POST",
-        f"{c._docs(project, resource, doc_id)}/versions/{version}/redact",
+        f"{c._docs(project, resource, doc_id)}/versions/{_seg(version)}/redact",
         c._env(environment),
         json={"reason": reason},
     )
@@ -474,7 +491,7 @@ def search_memory(
 ) -> Op[SearchPage]:
     """Ranked hits over every document resource of the environment, 50 a page."""
     params = _drop_none({**c._env(environment), "q": q, "cursor": cursor})
-    response = yield Request("GET", f"projects/{c._project(project)}/memory/search", params)
+    response = yield Request("GET", f"{c._root(project)}/memory/search", params)
     return cast(SearchPage, response.json())
 
 
@@ -505,7 +522,7 @@ def list_audit(
         "until": until,
         "cursor": cursor,
     }
-    path = f"projects/{c._project(project)}/audit"
+    path = f"{c._root(project)}/audit"
     response = yield Request("GET", path, _drop_none(params))
     return cast(AuditPage, response.json())
 
@@ -519,7 +536,7 @@ def export_memory(
 ) -> Op[bytes]:
     """The export zip (the Memory page's download) of every or the chosen resources."""
     params = _drop_none({**c._env(environment), "resource": resources})
-    response = yield Request("POST", f"projects/{c._project(project)}/memory/export", params)
+    response = yield Request("POST", f"{c._root(project)}/memory/export", params)
     return response.content
 
 
@@ -533,7 +550,7 @@ def import_memory(
     """Creates the documents of an export zip whose ids are free; never overwrites."""
     response = yield Request(
         "POST",
-        f"projects/{c._project(project)}/memory/import",
+        f"{c._root(project)}/memory/import",
         c._env(environment),
         headers={"Content-Type": "application/zip"},
         content=archive,
@@ -546,8 +563,8 @@ def import_memory(
 
 
 def _records(c: Defaults, project: str | None, resource: str, record_id: str | None = None) -> str:
-    path = f"projects/{c._project(project)}/memory/{resource}/records"
-    return path if record_id is None else f"{path}/{record_id}"
+    path = f"{c._root(project)}/memory/{_seg(resource)}/records"
+    return path if record_id is None else f"{path}/{_seg(record_id)}"
 
 
 def _in_namespace(c: Defaults, namespace: str, environment: Environment | None) -> dict[str, Any]:
@@ -651,8 +668,8 @@ def record_history(
 
 
 def _webhooks(c: Defaults, project: str | None, webhook_id: int | str | None = None) -> str:
-    path = f"projects/{c._project(project)}/webhooks"
-    return path if webhook_id is None else f"{path}/{webhook_id}"
+    path = f"{c._root(project)}/webhooks"
+    return path if webhook_id is None else f"{path}/{_seg(webhook_id)}"
 
 
 def list_webhooks(c: Defaults, *, project: str | None = None) -> Op[list[Webhook]]:
@@ -726,7 +743,7 @@ def redeliver_webhook(
     c: Defaults, webhook_id: int | str, delivery_id: int | str, *, project: str | None = None
 ) -> Op[WebhookDelivery]:
     """Sends a delivered or failed delivery again (same event id and body)."""
-    path = f"{_webhooks(c, project, webhook_id)}/deliveries/{delivery_id}/redeliver"
+    path = f"{_webhooks(c, project, webhook_id)}/deliveries/{_seg(delivery_id)}/redeliver"
     response = yield Request("POST", path)
     return cast(WebhookDelivery, response.json())
 
@@ -743,7 +760,7 @@ def create_deployment(
     project: str | None = None,
 ) -> Op[Deployment]:
     body = _drop_none({"agent": agent, "memory": memory, "promote": promote})
-    response = yield Request("POST", f"projects/{c._project(project)}/deployments", json=body)
+    response = yield Request("POST", f"{c._root(project)}/deployments", json=body)
     return cast(Deployment, response.json())
 
 
@@ -751,21 +768,21 @@ def list_deployments(
     c: Defaults, *, agent: str | None = None, project: str | None = None
 ) -> Op[list[Deployment]]:
     """Every deployment (of `agent`), newest first: the pages followed to the last."""
-    path = f"projects/{c._project(project)}/deployments"
+    path = f"{c._root(project)}/deployments"
     return cast(list[Deployment], (yield from _every_page(path, {"agent": agent}, "deployments")))
 
 
 def get_deployment(
     c: Defaults, deployment_id: str, *, project: str | None = None
 ) -> Op[Deployment]:
-    response = yield Request("GET", f"projects/{c._project(project)}/deployments/{deployment_id}")
+    response = yield Request("GET", f"{c._root(project)}/deployments/{_seg(deployment_id)}")
     return cast(Deployment, response.json())
 
 
 def promote_deployment(
     c: Defaults, deployment_id: str, environment: Environment, *, project: str | None = None
 ) -> Op[Deployment]:
-    path = f"projects/{c._project(project)}/deployments/{deployment_id}/promote"
+    path = f"{c._root(project)}/deployments/{_seg(deployment_id)}/promote"
     response = yield Request("POST", path, json={"environment": environment})
     return cast(Deployment, response.json())
 
@@ -808,7 +825,7 @@ def create_session(
 
 
 def get_session(c: Defaults, session_id: str) -> Op[Session]:
-    response = yield Request("GET", f"sessions/{session_id}")
+    response = yield Request("GET", f"sessions/{_seg(session_id)}")
     return cast(Session, response.json())
 
 
@@ -833,12 +850,12 @@ def list_sessions(
 
 
 def end_session(c: Defaults, session_id: str) -> Op[Session]:
-    response = yield Request("POST", f"sessions/{session_id}/end")
+    response = yield Request("POST", f"sessions/{_seg(session_id)}/end")
     return cast(Session, response.json())
 
 
 def session_events(c: Defaults, session_id: str, *, after: int = 0) -> Op[EventPage]:
-    response = yield Request("GET", f"sessions/{session_id}/events", {"after": after})
+    response = yield Request("GET", f"sessions/{_seg(session_id)}/events", {"after": after})
     return cast(EventPage, response.json())
 
 
@@ -848,14 +865,14 @@ def session_events(c: Defaults, session_id: str, *, after: int = 0) -> Op[EventP
 def revert_session(c: Defaults, session_id: str, *, dry_run: bool = False) -> Op[SessionRevert]:
     """Undoes what the session wrote where nobody wrote after it; `dry_run` only plans."""
     body = {"dryRun": dry_run}
-    response = yield Request("POST", f"sessions/{session_id}/revert", json=body)
+    response = yield Request("POST", f"sessions/{_seg(session_id)}/revert", json=body)
     return cast(SessionRevert, response.json())
 
 
 def list_recalls(c: Defaults, session_id: str, *, cursor: str | None = None) -> Op[RecallPage]:
     """What the model was given: the session's recalls, newest first."""
     response = yield Request(
-        "GET", f"sessions/{session_id}/recalls", _drop_none({"cursor": cursor})
+        "GET", f"sessions/{_seg(session_id)}/recalls", _drop_none({"cursor": cursor})
     )
     return cast(RecallPage, response.json())
 
@@ -876,7 +893,7 @@ def recall(
     body: dict[str, Any] = {"use": list(use), "input": {"text": input_text}}
     if request_id is not None:
         body["requestId"] = request_id
-    response = yield Request("POST", f"sessions/{session_id}/memory/recall", json=body)
+    response = yield Request("POST", f"sessions/{_seg(session_id)}/memory/recall", json=body)
     return cast(Recall, response.json())
 
 
@@ -896,7 +913,7 @@ def tool_call(
         "name": name,
         "arguments": dict(arguments),
     }
-    response = yield Request("POST", f"sessions/{session_id}/memory/tool-calls", json=body)
+    response = yield Request("POST", f"sessions/{_seg(session_id)}/memory/tool-calls", json=body)
     return cast(dict[str, Any], response.json()["result"])
 
 
@@ -905,7 +922,7 @@ def cancel(
 ) -> Op[None]:
     """Cancels an in-flight recall (by its request id) or tool call (by its call id)."""
     body = _drop_none({"requestId": request_id, "callId": call_id})
-    yield Request("POST", f"sessions/{session_id}/memory/cancel", json=body)
+    yield Request("POST", f"sessions/{_seg(session_id)}/memory/cancel", json=body)
 
 
 # Provider operations: accepted and uncertain writes, and dead letters.
@@ -928,7 +945,7 @@ def list_operations(
             {"state": state, "resource": resource, "session": session_id, "cursor": cursor}
         ),
     }
-    path = f"projects/{c._project(project)}/memory/operations"
+    path = f"{c._root(project)}/memory/operations"
     response = yield Request("GET", path, params)
     return cast(OperationPage, response.json())
 
@@ -936,7 +953,7 @@ def list_operations(
 def _dead_letter(
     c: Defaults, operation_id: str, action: str, project: str | None, env: Environment | None
 ) -> Op[Operation]:
-    path = f"projects/{c._project(project)}/memory/operations/{operation_id}/{action}"
+    path = f"{c._root(project)}/memory/operations/{_seg(operation_id)}/{action}"
     response = yield Request("POST", path, c._env(env))
     return cast(Operation, response.json())
 
