@@ -137,6 +137,18 @@ def test_start_session_on_deleted_document_fails_before_any_session(
     assert not Session.objects.exists()
 
 
+@pytest.mark.parametrize("key", ["k" * 249, "clé"])
+def test_start_session_with_a_key_no_session_takes_creates_no_document(
+    client: Client, notes: Resource, key: str
+) -> None:
+    with pytest.raises(ValueError, match="1-248 printable ASCII"):
+        client.start_session_on_document(
+            agent="support-bot", resource="notes", document_id="topic", idempotency_key=key
+        )
+    assert not Document.objects.exists()
+    assert not Session.objects.exists()
+
+
 def test_start_session_with_another_binding_under_the_same_key_is_a_conflict(
     client: Client, notes: Resource
 ) -> None:

@@ -23,6 +23,7 @@ import anyio.to_thread
 import httpx
 import httpx2
 import pytest
+from django.core.management import CommandError, call_command
 from django.db import connections
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
@@ -427,6 +428,17 @@ def rows(env: dict[str, str], model: Any, *columns: str) -> list[tuple[Any, ...]
     path = env["DATABASE_URL"].removeprefix("sqlite:///")
     with closing(sqlite3.connect(path)) as db:
         return db.execute(f"SELECT {', '.join(columns)} FROM {model._meta.db_table}").fetchall()
+
+
+@pytest.mark.parametrize("key", ["k" * 249, "clé"])
+def test_stdio_creates_no_document_for_a_key_it_refuses(project: Project, key: str) -> None:
+    with pytest.raises(CommandError, match="--idempotency-key: idempotency keys are 1-248"):
+        call_command(
+            "mcp", "--project", "acme", "--agent", "support-bot", "--memory", "notes=topic",
+            "--create-document", "--idempotency-key", key,
+        )  # fmt: skip
+    assert not Document.objects.exists()
+    assert not Session.objects.exists()
 
 
 def test_stdio_serves_one_session_that_a_restart_rejoins(stdio_env: dict[str, str]) -> None:

@@ -91,6 +91,25 @@ def test_create_document_on_deleted_id_fails_before_the_session(
     assert not Session.objects.exists()
 
 
+@pytest.mark.parametrize(
+    ("option", "refusal"),
+    [
+        (("--idempotency-key", "k" * 249), "--idempotency-key: idempotency keys are 1-248"),
+        (("--idempotency-key", "clé"), "--idempotency-key: idempotency keys are 1-248"),
+        (("--label", "nolabel"), "--label takes name=value"),
+        (("--label", "=empty-name"), "Label names are 1-64"),
+    ],
+)
+def test_create_document_creates_nothing_when_another_input_is_refused(
+    project: Project, notes: Resource, option: tuple[str, str], refusal: str
+) -> None:
+    with pytest.raises(CommandError, match=refusal):
+        run(*CREATE, "--memory", "notes=topic", "--create-document", *option)
+    assert not Document.objects.exists()
+    assert not Session.objects.exists()
+    assert not AuditEntry.objects.filter(action="document.create").exists()
+
+
 def test_bad_access_is_an_error(project: Project, make_document: Callable[..., Any]) -> None:
     make_document("workshop")
     with pytest.raises(CommandError, match="access"):

@@ -5,7 +5,11 @@ The installable client (clients/python) derives the same key; a test holds the t
 
 from __future__ import annotations
 
+import re
+
 TOPIC_KEY_MAX = 248
+# The session's key is this plus ":session": 1-256 printable ASCII characters.
+_TOPIC_KEY = re.compile(rf"[\x20-\x7e]{{1,{TOPIC_KEY_MAX}}}")
 
 
 def topic_session_key(idempotency_key: str) -> str:
@@ -13,7 +17,10 @@ def topic_session_key(idempotency_key: str) -> str:
 
     The SDK helper and `manage.py session create` derive it the same way, so
     either door, retried, converges on the same session.
+
+    A key the session could not take (too long, or not printable ASCII, as it travels
+    in a header) is refused here, so a door checks it before it creates any document.
     """
-    if not 1 <= len(idempotency_key) <= TOPIC_KEY_MAX:
-        raise ValueError(f"idempotency keys are 1-{TOPIC_KEY_MAX} characters.")
+    if not _TOPIC_KEY.fullmatch(idempotency_key):
+        raise ValueError(f"idempotency keys are 1-{TOPIC_KEY_MAX} printable ASCII characters.")
     return f"{idempotency_key}:session"

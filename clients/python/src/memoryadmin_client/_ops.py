@@ -8,6 +8,7 @@ then returns its result. `Client` drives operations with blocking I/O,
 
 from __future__ import annotations
 
+import re
 import secrets
 import warnings
 from collections.abc import Generator, Mapping
@@ -56,6 +57,8 @@ from memoryadmin_client._types import (
 )
 
 TOPIC_KEY_MAX = 248
+# The session's key is this plus ":session": 1-256 printable ASCII characters.
+_TOPIC_KEY = re.compile(rf"[\x20-\x7e]{{1,{TOPIC_KEY_MAX}}}")
 
 
 @dataclass(frozen=True)
@@ -118,9 +121,10 @@ class _Result(dict[str, Any]):
 
 
 def topic_session_key(idempotency_key: str) -> str:
-    """The session Idempotency-Key derived from a topic's key (as the server's CLI does)."""
-    if not 1 <= len(idempotency_key) <= TOPIC_KEY_MAX:
-        raise ValueError(f"idempotency keys are 1-{TOPIC_KEY_MAX} characters.")
+    """The session Idempotency-Key derived from a topic's key (as the server's CLI does);
+    ValueError for a key the session could not take (too long, not printable ASCII)."""
+    if not _TOPIC_KEY.fullmatch(idempotency_key):
+        raise ValueError(f"idempotency keys are 1-{TOPIC_KEY_MAX} printable ASCII characters.")
     return f"{idempotency_key}:session"
 
 
@@ -1039,6 +1043,8 @@ def start_session_on_document(
     unknown = set(fields) - {"title", "text", "summary"}
     if unknown:
         raise ValueError(f"document takes title, text and summary, not {sorted(unknown)}.")
+    # Before the document: a key the session cannot take must leave nothing behind.
+    session_key = topic_session_key(idempotency_key)
     ensured = yield from ensure_document(
         c, resource, document_id, project=project, environment=environment, **fields
     )
@@ -1049,7 +1055,7 @@ def start_session_on_document(
     created = yield from create_session(
         c,
         agent=agent,
-        idempotency_key=topic_session_key(idempotency_key),
+        idempotency_key=session_key,
         memory=bindings,
         deployment_id=deployment_id,
         labels=labels,

@@ -74,6 +74,11 @@ class Command(cli.Command):
         agent_id = agent if "@" in agent else f"{agent}@{DEFAULT_ENVIRONMENT}"
         environment = services.agent_ref_parse(agent_id)[1]
         memory = memory_options(options)
+        # Before any document is created: a refused key leaves nothing behind.
+        try:
+            key = topic_session_key(options["idempotency_key"] or default_key(agent_id, memory))
+        except ValueError as exc:
+            raise cli.invalid(f"--idempotency-key: {exc}") from exc
         if options["create_document"]:
             services.binding_documents_ensure(
                 project=project,
@@ -81,10 +86,6 @@ class Command(cli.Command):
                 specs=bindings_parse(memory),
                 actor=cli.cli_actor(),
             )
-        try:
-            key = topic_session_key(options["idempotency_key"] or default_key(agent_id, memory))
-        except ValueError as exc:
-            raise cli.invalid(f"--idempotency-key: {exc}") from exc
         door = mcp.door_open(
             project=project,
             agent_id=agent_id,

@@ -139,6 +139,14 @@ class Command(cli.Command):
         agent_id = agent if "@" in agent else f"{agent}@{DEFAULT_ENVIRONMENT}"
         environment = services.agent_ref_parse(agent_id)[1]
         memory = memory_options(options)
+        # Every input is checked before a document is created: a refused key or label
+        # leaves nothing behind.
+        key = options["idempotency_key"]
+        try:
+            key = topic_session_key(key) if key else "cli/" + secrets.token_hex(16)
+        except ValueError as exc:
+            raise cli.invalid(f"--idempotency-key: {exc}") from exc
+        labels = services.labels_check(dict(label_option(value) for value in options["label"]))
         documents: dict[str, bool] = {}
         if options["create_document"]:
             documents = services.binding_documents_ensure(
@@ -147,17 +155,12 @@ class Command(cli.Command):
                 specs=bindings_parse(memory),
                 actor=self.actor(),
             )
-        key = options["idempotency_key"]
-        try:
-            key = topic_session_key(key) if key else "cli/" + secrets.token_hex(16)
-        except ValueError as exc:
-            raise cli.invalid(f"--idempotency-key: {exc}") from exc
         session, created = services.session_create(
             project=project,
             agent_id=agent_id,
             deployment_id=options["deployment"],
             memory=memory,
-            labels=dict(label_option(value) for value in options["label"]),
+            labels=labels,
             idempotency_key=key,
             actor=self.actor(),
         )
