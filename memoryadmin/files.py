@@ -1,4 +1,4 @@
-"""Files only this user may read: `var/`, its secrets and SQLite databases.
+"""Files only this user may read: `var/`, its secrets and SQLite databases, exports.
 
 Imported by the settings, so it must not import Django.
 """
@@ -27,6 +27,13 @@ def private_file(path: Path, content: str | None = None) -> bool:
         if content is not None:
             file.write(content)
     return True
+
+
+def private_create(path: Path) -> int:
+    """A new file at `path`, mode 0600, opened for writing (its descriptor): refused with
+    FileExistsError where anything is there already."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    return os.open(path, flags, 0o600)
 
 
 def private_write(path: Path, content: str) -> None:

@@ -18,9 +18,10 @@ import resource
 import shlex
 import shutil
 import sqlite3
+import stat
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from io import StringIO
 from pathlib import Path
@@ -415,8 +416,16 @@ def test_remove_without_yes_off_a_terminal_deletes_nothing(
     assert stored(notes).deleted is False
 
 
+@pytest.fixture
+def open_umask() -> Iterator[None]:
+    """A umask that lets everyone read what is made (022, a common default)."""
+    previous = os.umask(0o022)
+    yield
+    os.umask(previous)
+
+
 def test_export_writes_documents_and_manifest(
-    project: Project, make_document: Any, kb: Resource, tmp_path: Path
+    project: Project, make_document: Any, kb: Resource, tmp_path: Path, open_umask: None
 ) -> None:
     make_document("workshop", text="Node 22.")
     make_document("faq", resource=kb, text="short")
@@ -440,10 +449,19 @@ def test_export_writes_documents_and_manifest(
         "acme", ["kb", "notes"], 2
     )  # fmt: skip
     assert AuditEntry.objects.get(action="memory.export").actor == ACTOR
+    # Every note of the environment: this user's only, whatever the umask lets others read.
+    modes = {
+        str(p.relative_to(out_dir)): stat.S_IMODE(p.stat().st_mode) for p in out_dir.rglob("*")
+    }
+    assert modes == {
+        "kb": 0o700, "notes": 0o700,
+        "kb/faq.json": 0o600, "notes/workshop.json": 0o600, "manifest.json": 0o600,
+    }  # fmt: skip
+    assert stat.S_IMODE(out_dir.stat().st_mode) == 0o700
 
 
 def test_export_as_json_lines_is_one_file_manifest_first(
-    project: Project, make_document: Any, kb: Resource, tmp_path: Path
+    project: Project, make_document: Any, kb: Resource, tmp_path: Path, open_umask: None
 ) -> None:
     make_document("workshop", text="Node 22.\nLine two.")
     make_document("faq", resource=kb, text="short")
@@ -464,6 +482,7 @@ def test_export_as_json_lines_is_one_file_manifest_first(
     ]
     notes = resource_get(project=project, environment="development", resource_id="notes")
     assert documents[1]["revision"] == stored(notes).revision
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
     assert AuditEntry.objects.filter(action="memory.export").count() == 1
     # Never over an existing file.
     error = memory_fails("export", "--format", "jsonl", "--out", str(target))

@@ -22,6 +22,7 @@ from memoryadmin.core import cli
 from memoryadmin.core.environments import DEFAULT_ENVIRONMENT, Environment
 from memoryadmin.core.errors import DomainError
 from memoryadmin.core.inputs import int_argument
+from memoryadmin.files import private_create, private_dir
 from memoryadmin.memory.cli_history import SUBCOMMANDS as HISTORY_SUBCOMMANDS
 from memoryadmin.memory.cli_history import HistoryCommands
 from memoryadmin.memory.cli_proposals import SUBCOMMANDS as PROPOSAL_SUBCOMMANDS
@@ -493,7 +494,9 @@ class Command(HistoryCommands, ProposalCommands, cli.Command):
             written = write_export(snapshot, out, progress)
             manifest = {**snapshot.manifest(), "documents": written}
             # Written last: a directory with a manifest is a complete export.
-            (out / MANIFEST_NAME).write_bytes(export_file(manifest))
+            manifest_fd = private_create(out / MANIFEST_NAME)
+            with os.fdopen(manifest_fd, "wb") as manifest_file:
+                manifest_file.write(export_file(manifest))
         if options["json"]:
             self.out_json(manifest)
         elif self.verbose():
@@ -528,7 +531,7 @@ class Command(HistoryCommands, ProposalCommands, cli.Command):
         if not to_stdout and out.exists():
             raise cli.invalid(f"{out} exists; a JSON Lines export goes to a new file.")
         with self.exporting(project, options, out) as snapshot:
-            target = sys.stdout.buffer if to_stdout else out.open("xb")
+            target = sys.stdout.buffer if to_stdout else os.fdopen(private_create(out), "wb")
             complete = False
             try:
                 for chunk in jsonl_chunks(snapshot):
@@ -647,17 +650,18 @@ def _export_writes(out: Path) -> Iterator[None]:
 
 
 def write_export(snapshot: ExportSnapshot, out: Path, progress: cli.Progress) -> int:
-    out.mkdir(parents=True, exist_ok=True)
+    # Every note of the environment: readable by this user only, as var/ and its secrets
+    # are (folders it makes 0700, files 0600; an empty folder given keeps its mode).
+    private_dir(out)
     for resource_id in snapshot.resources:
-        (out / resource_id).mkdir()
+        (out / resource_id).mkdir(mode=0o700)
     written = 0
-    # Exclusive create: ids differing only in case would collide on a
-    # case-insensitive filesystem; refuse rather than overwrite.
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
     for resource_id, document in snapshot.documents():
         path = out / resource_id / f"{document['id']}.json"
         try:
-            fd = os.open(path, flags, 0o666)
+            # Exclusive create: ids differing only in case would collide on a
+            # case-insensitive filesystem; refuse rather than overwrite.
+            fd = private_create(path)
         except FileExistsError as exc:
             raise cli.Error(
                 f"{path} already exists: document ids that differ only in case cannot be "
