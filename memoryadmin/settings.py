@@ -440,6 +440,13 @@ MEMORYADMIN_PROVIDER_REQUESTS_PER_PROJECT = env_int(
 MEMORYADMIN_PROVIDER_CONCURRENCY_PER_PROJECT = env_int(
     "MEMORYADMIN_PROVIDER_CONCURRENCY_PER_PROJECT", 8, minimum=1
 )
+# Name lookups of outbound calls (providers, token exchanges, webhooks) one project may
+# have running at once in one process, each on a thread of its own so that a call stops
+# waiting at its deadline; a lookup its call gave up on counts until it ends. Past it, the
+# project's next lookup waits for one to end, within its call's deadline.
+MEMORYADMIN_OUTBOUND_LOOKUPS_PER_PROJECT = env_int(
+    "MEMORYADMIN_OUTBOUND_LOOKUPS_PER_PROJECT", 8, minimum=1
+)
 # Provider origins must reach public addresses only; these non-public ranges
 # are allowed as well (`make run` allows loopback for the demo's provider).
 MEMORYADMIN_PROVIDER_ALLOW = env_networks("MEMORYADMIN_PROVIDER_ALLOW")

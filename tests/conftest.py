@@ -35,10 +35,12 @@ from tests.helpers import (
     PASSWORD,
     Keys,
     People,
+    SlowNames,
     agent_save,
     chromium_features_kept,
     clean_env,
     manage,
+    slow_lookups,
     support_session,
 )
 
@@ -735,3 +737,10 @@ hypothesis_settings.register_profile(
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 hypothesis_settings.load_profile("memoryadmin")
+
+
+@pytest.fixture
+def slow_names(monkeypatch: pytest.MonkeyPatch) -> Iterator[SlowNames]:
+    """Names under `.slow.test`: 127.0.0.1, at once until `hang` is set (tests/helpers.py)."""
+    with slow_lookups(monkeypatch) as names:
+        yield names

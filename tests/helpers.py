@@ -1050,3 +1050,44 @@ def erase_now(project: Project, text: str) -> Any:
     )
     assert outcome.erasure is not None
     return outcome.erasure
+
+
+class SlowNames:
+    """Names under `.slow.test` answer 127.0.0.1; once `hang` is set, only after they are
+    released (or five seconds). Counts the lookups in flight, and those started per name."""
+
+    def __init__(self) -> None:
+        self.hang = False
+        self.release = threading.Event()
+        self.lock = threading.Lock()
+        self.in_flight = 0
+        self.started: dict[str, int] = {}
+
+
+@contextmanager
+def slow_lookups(monkeypatch: pytest.MonkeyPatch) -> Iterator[SlowNames]:
+    """Steers the C library's lookups of names under `.slow.test` (see SlowNames); every
+    other name resolves as usual. Hanging lookups are released on the way out."""
+    names = SlowNames()
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        name = host.decode() if isinstance(host, bytes) else host
+        if not isinstance(name, str) or not name.endswith(".slow.test"):
+            return real(host, port, *args, **kwargs)
+        with names.lock:
+            names.in_flight += 1
+            names.started[name] = names.started.get(name, 0) + 1
+        try:
+            if names.hang:
+                names.release.wait(5)
+        finally:
+            with names.lock:
+                names.in_flight -= 1
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", int(port or 0)))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    try:
+        yield names
+    finally:
+        names.release.set()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import socket
 import ssl
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ from memoryadmin.providers.declarations import origin_check
 from memoryadmin.settings import env_networks
 from tests.helpers import RECORDED_RECALL as GOOD_RECALL
 from tests.helpers import RecordingProvider as Provider
-from tests.helpers import serve
+from tests.helpers import SlowNames, serve
 
 BASE = "/api/managed-agents/projects/acme"
 LOOPBACK = ["127.0.0.0/8", "::1/128"]
@@ -451,3 +452,61 @@ def test_a_recall_through_the_api_reports_a_generic_failure(
     entry = newest_failure(project)
     assert entry.environment == "development"
     assert "(loopback)" in entry.detail["description"]
+
+
+# Name lookups: within the call's deadline, within the project's share.
+
+
+def test_a_slow_name_lookup_ends_at_the_calls_deadline(
+    project: Project, provider: Provider, settings: Any, slow_names: SlowNames
+) -> None:
+    settings.MEMORYADMIN_PROVIDER_ALLOW = LOOPBACK
+    settings.MEMORYADMIN_PROVIDER_DEADLINE_SECONDS = 0.5
+    resource = deployed(project, f"https://knowledge.slow.test:{provider.port}")
+    slow_names.hang = True
+    started = time.monotonic()
+    failed = recall_failure(resource)
+    assert time.monotonic() - started < 1.5
+    assert (failed.reason, failed.retryable) == ("timeout", True)
+    assert newest_failure(project).detail["reason"] == "timeout"
+    assert provider.seen == []
+
+
+def test_a_projects_slow_lookups_hold_its_own_share_only(
+    project: Project,
+    other_project: Project,
+    provider: Provider,
+    settings: Any,
+    slow_names: SlowNames,
+) -> None:
+    settings.MEMORYADMIN_PROVIDER_ALLOW = LOOPBACK
+    settings.MEMORYADMIN_PROVIDER_DEADLINE_SECONDS = 0.4
+    settings.MEMORYADMIN_OUTBOUND_LOOKUPS_PER_PROJECT = 2
+    slow = deployed(project, f"https://knowledge.slow.test:{provider.port}")
+    fine = deployed(other_project, f"http://localhost:{provider.port}")
+    slow_names.hang = True
+    slow_names.started.clear()  # the lookup at deploy
+    for _ in range(3):
+        started = time.monotonic()
+        assert recall_failure(slow).reason == "timeout"
+        assert time.monotonic() - started < 1.2
+    # The lookups its calls gave up on still run, two at most: the third call waited
+    # for one of them to end, until its deadline, and started none.
+    assert slow_names.started == {"knowledge.slow.test": 2}
+    assert egress.lookups.running("acme") == 2
+    started = time.monotonic()
+    outcome = provider_recall(
+        resource=fine,
+        partition="ocmem_v1_p",
+        access="read",
+        operation_id="mrq_9:knowledge",
+        input_text="x",
+    )
+    assert outcome.text == "Internal."
+    assert time.monotonic() - started < 0.4
+    slow_names.release.set()
+    waited = time.monotonic() + 5
+    while egress.lookups.running("acme") and time.monotonic() < waited:
+        time.sleep(0.01)
+    assert egress.lookups.running("acme") == 0
+    assert slow_names.in_flight == 0

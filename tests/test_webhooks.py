@@ -24,7 +24,15 @@ from memoryadmin.webhooks import delivery as sending
 from memoryadmin.webhooks.delivery import webhook_deliver
 from memoryadmin.webhooks.models import Delivery, Endpoint
 from memoryadmin_client.webhooks import InvalidSignature, verify
-from tests.helpers import Keys, Receiver, is_postgres, run_threads, serve, support_session
+from tests.helpers import (
+    Keys,
+    Receiver,
+    SlowNames,
+    is_postgres,
+    run_threads,
+    serve,
+    support_session,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -496,6 +504,28 @@ def test_delivery_is_refused_when_the_address_is_no_longer_allowed(
     assert delivery.state == "pending"
     assert delivery.last_error.startswith("refused:")
     assert delivery.response_code is None
+
+
+def test_a_receivers_slow_name_lookup_ends_at_the_delivery_timeout(
+    api: APIClient, receiver: Receiver, make_document: Any, settings: Any, slow_names: SlowNames
+) -> None:
+    """The lookup of the receiver's name is part of the attempt: the worker's thread is
+    back at the timeout, whatever the receiver's name servers do."""
+    port = receiver.server_address[1]
+    register(api, f"https://hooks.slow.test:{port}/hooks", ["document.created"])
+    settings.MEMORYADMIN_WEBHOOK_TIMEOUT_SECONDS = 0.5
+    slow_names.hang = True
+    make_document("plan")
+    started = time.monotonic()
+    run_jobs()
+    assert time.monotonic() - started < 2.0
+    assert receiver.received == []
+    delivery = Delivery.objects.get()
+    assert (delivery.state, delivery.response_code, delivery.last_error) == (
+        "pending",
+        None,
+        "timed out",
+    )
 
 
 def test_endpoint_changes_are_audited_and_the_secret_is_shown_once(

@@ -6,6 +6,13 @@ is applied twice: when a declaration is deployed (`origin_address_check`:
 literal addresses in any spelling, and names that resolve now) and on every
 connection (`EgressBackend`: resolve once, check every address, connect to
 an address that was checked, so a name cannot rebind between check and use).
+
+A connection's name lookup runs on a thread of its own (`Lookups`), so that the call
+waits for it no longer than its deadline: the C library's lookup cannot be interrupted,
+and a name whose servers answer slowly would otherwise hold the caller past it. A
+project has at most `MEMORYADMIN_OUTBOUND_LOOKUPS_PER_PROJECT` lookups running in a
+process, those its calls abandoned included; past them its next lookup waits, within its
+call's deadline, for one of them to end. Other projects' lookups never wait for them.
 """
 
 from __future__ import annotations
@@ -17,8 +24,9 @@ import logging
 import socket
 import ssl
 import threading
+import time
 import typing
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import httpcore
 import httpx
@@ -181,6 +189,84 @@ def origin_address_check(host: str) -> str | None:
     return f"resolves to a {refused.category} address"
 
 
+def lookups_limit() -> int:
+    return int(settings.MEMORYADMIN_OUTBOUND_LOOKUPS_PER_PROJECT)
+
+
+class _Lookup:
+    """One name lookup running on its own thread: its answer, or the error it raised."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.addresses: list[tuple[int, IPAddress]] = []
+        self.error: BaseException | None = None
+
+
+class Lookups:
+    """Name lookups on threads of their own, at most `lookups_limit()` running per project
+    (in this process), waited for until a deadline or until the caller stops waiting."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._running: dict[str, int] = {}
+
+    def running(self, project: str) -> int:
+        with self._changed:
+            return self._running.get(project, 0)
+
+    def wake(self) -> None:
+        """Wakes every caller waiting for a slot, to see whether it still waits."""
+        with self._changed:
+            self._changed.notify_all()
+
+    def start(
+        self,
+        project: str,
+        host: str,
+        port: int,
+        *,
+        until: float | None,
+        stopped: Callable[[], bool],
+    ) -> _Lookup | None:
+        """Starts looking `host` up once `project` has a lookup slot; None when `until`
+        (`time.monotonic()`, None for no bound) passed or `stopped()` held first."""
+        with self._changed:
+            while self._running.get(project, 0) >= lookups_limit():
+                remaining = _left(until)
+                if (remaining is not None and remaining <= 0) or stopped():
+                    return None
+                self._changed.wait(remaining)
+            if stopped():
+                return None
+            self._running[project] = self._running.get(project, 0) + 1
+        lookup = _Lookup()
+
+        def run() -> None:
+            try:
+                lookup.addresses = resolve(host, port)
+            except BaseException as exc:  # handed to the caller, if it still waits
+                lookup.error = exc
+            finally:
+                with self._changed:
+                    left = self._running[project] - 1
+                    if left:
+                        self._running[project] = left
+                    else:
+                        del self._running[project]
+                    self._changed.notify_all()
+                lookup.done.set()
+
+        threading.Thread(target=run, name="egress-lookup", daemon=True).start()
+        return lookup
+
+
+lookups = Lookups()
+
+
+def _left(until: float | None) -> float | None:
+    return None if until is None else max(0.0, until - time.monotonic())
+
+
 class EgressBackend(httpcore.SyncBackend):
     """Connects only to checked addresses: one resolution, every address checked.
 
@@ -188,21 +274,60 @@ class EgressBackend(httpcore.SyncBackend):
     certificate against, and sends SNI for, the origin's host name (httpcore
     starts TLS with the request's host, not with the address).
 
+    A name is looked up on a thread of its own, within the connection's timeout and
+    `project`'s share of lookups (`Lookups`).
+
     `abort()` (from any thread) shuts down every socket it opened, so a request
-    waiting on one fails at once, and refuses new connections.
+    waiting on one fails at once, stops waiting for a lookup, and refuses new connections.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, project: str) -> None:
+        self.project = project
         self._lock = threading.Lock()
         self._streams: list[httpcore.NetworkStream] = []
+        self._lookups: list[_Lookup] = []
         self._aborted = False
 
     def abort(self) -> None:
         with self._lock:
             self._aborted = True
             streams, self._streams = self._streams, []
+            pending, self._lookups = self._lookups, []
         for stream in streams:
             _shutdown(stream)
+        for lookup in pending:
+            lookup.done.set()
+        lookups.wake()
+
+    def _aborted_now(self) -> bool:
+        with self._lock:
+            return self._aborted
+
+    def _resolve(self, host: str, port: int, timeout: float | None) -> list[tuple[int, IPAddress]]:
+        """What `host` resolves to, looked up within `timeout` (a literal address at once)."""
+        if literal_address(host) is not None:
+            return resolve(host, port)
+        until = None if timeout is None else time.monotonic() + timeout
+        lookup = lookups.start(self.project, host, port, until=until, stopped=self._aborted_now)
+        if lookup is None:
+            raise httpcore.ConnectTimeout(f"{host} was not looked up in time")
+        with self._lock:
+            if self._aborted:
+                lookup.done.set()
+            else:
+                self._lookups.append(lookup)
+        lookup.done.wait(_left(until))
+        with self._lock:
+            if lookup in self._lookups:
+                self._lookups.remove(lookup)
+            aborted = self._aborted
+        if aborted:
+            raise httpcore.ConnectError("the call was cancelled")
+        if not lookup.done.is_set():
+            raise httpcore.ConnectTimeout(f"{host} did not resolve in time")
+        if lookup.error is not None:
+            raise lookup.error
+        return lookup.addresses
 
     def connect_tcp(
         self,
@@ -213,7 +338,7 @@ class EgressBackend(httpcore.SyncBackend):
         socket_options: typing.Iterable[httpcore.SOCKET_OPTION] | None = None,
     ) -> httpcore.NetworkStream:
         try:
-            addresses = resolve(host, port)
+            addresses = self._resolve(host, port, timeout)
         except (OSError, UnicodeError) as exc:
             raise httpcore.ConnectError(f"{host} does not resolve") from exc
         refused = refusal_of((address for _, address in addresses), host)
@@ -249,10 +374,10 @@ def _shutdown(stream: httpcore.NetworkStream) -> None:
 class EgressTransport(httpx.HTTPTransport):
     """httpx's transport over EgressBackend; no proxies (a proxy would connect for us)."""
 
-    def __init__(self, verify: ssl.SSLContext | None = None) -> None:
+    def __init__(self, verify: ssl.SSLContext | None = None, *, project: str = "") -> None:
         context = verify or _ssl_context("")
         super().__init__(verify=context, trust_env=False)
-        self._backend = EgressBackend()
+        self._backend = EgressBackend(project)
         self._pool = httpcore.ConnectionPool(ssl_context=context, network_backend=self._backend)
 
     def abort(self) -> None:
@@ -270,11 +395,12 @@ def _ssl_context(extra_ca_file: str) -> ssl.SSLContext:
     return context
 
 
-def egress_transport() -> EgressTransport:
-    """A transport trusting public roots and `MEMORYADMIN_PROVIDER_CA_FILE`, if set: the
-    one of every outbound call (core/exchange.py `outbound()`)."""
+def egress_transport(project: str) -> EgressTransport:
+    """A transport trusting public roots and `MEMORYADMIN_PROVIDER_CA_FILE`, if set, whose
+    lookups count against `project`'s share: the one of every outbound call
+    (core/exchange.py `outbound()`)."""
     extra = str(getattr(settings, "MEMORYADMIN_PROVIDER_CA_FILE", "") or "")
-    return EgressTransport(verify=_ssl_context(extra))
+    return EgressTransport(verify=_ssl_context(extra), project=project)
 
 
 def egress_refusal(exc: BaseException) -> EgressRefused | None:

@@ -2,7 +2,8 @@
 their token exchanges, webhook deliveries) is sent here.
 
 `outbound()` gives the call its client: connections only to addresses the egress rule
-allows, checked on every connection (core/egress.py); TLS trusting public roots and
+allows, checked on every connection, each name looked up within the call's deadline and
+its project's share of lookups (core/egress.py); TLS trusting public roots and
 `MEMORYADMIN_PROVIDER_CA_FILE`; no redirect followed; no proxy or certificate taken from
 the environment. `Outbound.send` is one attempt within one overall deadline, reading at
 most a limit of body as it arrives (a peer sending a byte at a time is cut at the
@@ -124,15 +125,16 @@ class Outbound:
 
 
 @contextlib.contextmanager
-def outbound() -> Iterator[Outbound]:
-    """The client of one outbound call: the egress rule on every connection, TLS with
-    public roots and the operator's private CA (`MEMORYADMIN_PROVIDER_CA_FILE`), no
+def outbound(*, project: str) -> Iterator[Outbound]:
+    """The client of one outbound call made for `project`: the egress rule on every
+    connection, name lookups within the deadline and the project's share of them, TLS
+    with public roots and the operator's private CA (`MEMORYADMIN_PROVIDER_CA_FILE`), no
     redirects followed, nothing read from the environment (proxies, certificates)."""
     import httpx
 
     from memoryadmin.core.egress import egress_transport
 
-    transport = egress_transport()
+    transport = egress_transport(project)
     with httpx.Client(transport=transport, follow_redirects=False, trust_env=False) as client:
         yield Outbound(client, transport)
 

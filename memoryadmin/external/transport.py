@@ -238,7 +238,7 @@ def _attempt(connection: Connection, request: Request, deadline: float) -> Reply
     if request.body is not None:
         headers["Content-Type"] = request.content_type
     why: list[str] = []
-    with outbound() as out:
+    with outbound(project=connection.resource.project_id) as out:
 
         def cancel() -> None:
             why.append("cancelled")

@@ -90,6 +90,8 @@ class ToolOutcome:
 @dataclass(frozen=True)
 class _Target:
     url: str
+    # Whose share of outbound name lookups the call counts against.
+    project: str
     # Resolved secrets: kept out of reprs, and so out of tracebacks.
     headers: dict[str, str] = field(repr=False)
 
@@ -122,7 +124,7 @@ def _target(resource: Resource) -> _Target:
     }
     for name, value in connection.get("headers", {}).items():
         headers[name] = header_value(resource, name, value, origin=origin, path=path)
-    return _Target(url=origin + path, headers=headers)
+    return _Target(url=origin + path, project=resource.project_id, headers=headers)
 
 
 def _exchange(
@@ -143,7 +145,7 @@ def _exchange(
     closing its connection, and the reply is `cancelled`.
     """
     cancellation = cancellation or current_cancellation()
-    with outbound() as out:
+    with outbound(project=target.project) as out:
 
         def attempt() -> Reply:
             reply = out.send(

@@ -79,7 +79,7 @@ def _send(delivery: Delivery, attempt: int) -> tuple[int | None, str, float | No
         ATTEMPT_HEADER: str(attempt),
     }
     deadline = time.monotonic() + settings.MEMORYADMIN_WEBHOOK_TIMEOUT_SECONDS
-    with outbound() as out:
+    with outbound(project=endpoint.project_id) as out:
         reply = out.send(
             "POST",
             endpoint.url,
