@@ -963,8 +963,9 @@ class Receiver(LoopbackServer):
         self.statuses = [200]
         # A Retry-After header for answers that are not 2xx, when set.
         self.retry_after: str | None = None
-        # The body of every answer.
+        # The body of every answer, and headers it comes with.
         self.reply_body = b""
+        self.reply_headers: dict[str, str] = {}
         self.received: list[tuple[dict[str, str], bytes, int]] = []
         self.lock = threading.Lock()
 
@@ -993,6 +994,8 @@ class _ReceiverHandler(BaseHTTPRequestHandler):
         self.send_response(status)
         if self.server.retry_after is not None and not 200 <= status <= 299:
             self.send_header("Retry-After", self.server.retry_after)
+        for name, value in self.server.reply_headers.items():
+            self.send_header(name, value)
         self.send_header("Content-Length", str(len(self.server.reply_body)))
         self.end_headers()
         self.wfile.write(self.server.reply_body)

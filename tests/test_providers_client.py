@@ -8,10 +8,13 @@ attempts, their spacing, and that a request was never repeated.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import logging
 import threading
 import time
+import tracemalloc
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -453,6 +456,44 @@ def test_a_body_over_64_kib_is_refused(
     raised = failure(resource)
     assert (raised.reason, raised.attempts) == ("response_too_large", 1)
     assert len(server.seen) == 1
+
+
+def _gzip(data: bytes, times: int = 1) -> bytes:
+    for _ in range(times):
+        data = gzip.compress(data, 9)
+    return data
+
+
+def test_a_compressed_answer_is_read_once_decoded(server: FaultyServer, resource: Resource) -> None:
+    for coding, encoded in [
+        ("gzip", _gzip(json.dumps(GOOD_RECALL).encode())),
+        ("deflate", zlib.compress(json.dumps(GOOD_RECALL).encode())),
+        ("gzip, gzip", _gzip(json.dumps(GOOD_RECALL).encode(), times=2)),
+    ]:
+        server.script = [reply(200, raw=encoded, headers={"Content-Encoding": coding})]
+        assert recall(resource).text == "Use the free tier."
+
+
+def test_a_compression_bomb_is_cut_at_the_limit_as_it_inflates(
+    server: FaultyServer, resource: Resource
+) -> None:
+    """Two kilobytes that inflate to 256 MiB, gzip twice over: the answer is over the
+    limit, and no more than a little of it is ever held."""
+    inflater = zlib.compressobj(9, zlib.DEFLATED, 31)
+    zeros = b"0" * (1 << 20)
+    once = b"".join(inflater.compress(zeros) for _ in range(256)) + inflater.flush()
+    bomb = _gzip(once)
+    assert len(bomb) < 4096
+    server.script = [reply(200, raw=bomb, headers={"Content-Encoding": "gzip, gzip"})]
+    tracemalloc.start()
+    try:
+        raised = failure(resource)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert (raised.reason, raised.attempts) == ("response_too_large", 1)
+    assert peak < 16 * 1024 * 1024
+    assert audited(resource)["description"] == "answered with a body over 65536 bytes"
 
 
 def test_a_wrong_content_type_is_refused(server: FaultyServer, resource: Resource) -> None:

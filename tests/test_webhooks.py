@@ -3,8 +3,11 @@ and sent by the background runner to a real receiving HTTP server."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import time
+import tracemalloc
+import zlib
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
@@ -525,6 +528,33 @@ def test_a_receivers_slow_name_lookup_ends_at_the_delivery_timeout(
         "pending",
         None,
         "timed out",
+    )
+
+
+def test_a_receivers_compression_bomb_is_cut_at_the_reply_limit(
+    api: APIClient, receiver: Receiver, make_document: Any
+) -> None:
+    """A 200 whose few kilobytes inflate to 256 MiB (gzip twice over): delivered, its
+    reply not kept, and never held whole."""
+    inflater = zlib.compressobj(9, zlib.DEFLATED, 31)
+    zeros = b"0" * (1 << 20)
+    once = b"".join(inflater.compress(zeros) for _ in range(256)) + inflater.flush()
+    receiver.reply_body = gzip.compress(once, 9)
+    receiver.reply_headers = {"Content-Encoding": "gzip, gzip"}
+    register(api, receiver.url, ["document.created"])
+    make_document("plan")
+    tracemalloc.start()
+    try:
+        run_jobs()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 * 1024 * 1024
+    delivery = Delivery.objects.get()
+    assert (delivery.state, delivery.response_code, delivery.response_excerpt) == (
+        "delivered",
+        200,
+        f"(the reply was over {sending.REPLY_MAX_BYTES} bytes; not kept)",
     )
 
 

@@ -7,7 +7,9 @@ its project's share of lookups (core/egress.py); TLS trusting public roots and
 `MEMORYADMIN_PROVIDER_CA_FILE`; no redirect followed; no proxy or certificate taken from
 the environment. `Outbound.send` is one attempt within one overall deadline, reading at
 most a limit of body as it arrives (a peer sending a byte at a time is cut at the
-deadline), and says what came back as a `Reply`, never an exception. Retries, secrets and
+deadline; a compressed body is inflated a piece at a time, so the limit holds for what it
+inflates to, and a few bytes that inflate to gigabytes are cut at the limit), and says
+what came back as a `Reply`, never an exception. Retries, secrets and
 what a failure means are the callers' (a provider's protocol, a webhook's backoff).
 """
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -135,7 +138,13 @@ def outbound(*, project: str) -> Iterator[Outbound]:
     from memoryadmin.core.egress import egress_transport
 
     transport = egress_transport(project)
-    with httpx.Client(transport=transport, follow_redirects=False, trust_env=False) as client:
+    with httpx.Client(
+        transport=transport,
+        follow_redirects=False,
+        trust_env=False,
+        # The codings `_inflated` reads, whatever else httpx could.
+        headers={"Accept-Encoding": ", ".join(_INFLATERS)},
+    ) as client:
         yield Outbound(client, transport)
 
 
@@ -151,6 +160,66 @@ def _until(deadline: float, chunks: Iterator[bytes]) -> Iterator[bytes]:
             raise _Late()
 
 
+# What a body is inflated by a piece at a time, at most this many bytes a piece.
+INFLATED_PIECE = 64 * 1024
+# Content codings read, and the zlib window bits of each: gzip; deflate (RFC 9110: the
+# zlib format; a bare deflate stream, as some servers send, is read as well).
+_INFLATERS = {"gzip": zlib.MAX_WBITS | 16, "deflate": zlib.MAX_WBITS}
+
+
+def _codings(headers: httpx.Headers) -> list[str]:
+    """The content codings of a body, in the order they were applied; an unknown one
+    is left as it is (as httpx does), `x-gzip` is gzip."""
+    codings = []
+    for value in headers.get_list("content-encoding", split_commas=True):
+        coding = value.strip().lower()
+        coding = "gzip" if coding == "x-gzip" else coding
+        if coding in _INFLATERS:
+            codings.append(coding)
+    return codings
+
+
+def _inflate(chunks: Iterator[bytes], coding: str, deadline: float) -> Iterator[bytes]:
+    """`chunks` inflated from `coding` in pieces of at most INFLATED_PIECE bytes, so that
+    whoever reads them holds no more than they take; zlib errors are httpx's
+    DecodingError, as if httpx had decoded the body."""
+    import httpx
+
+    inflater = zlib.decompressobj(_INFLATERS[coding])
+    first = True
+    for chunk in chunks:
+        data = chunk
+        while True:
+            try:
+                piece = inflater.decompress(data, INFLATED_PIECE)
+            except zlib.error as exc:
+                if not (first and coding == "deflate"):
+                    raise httpx.DecodingError(f"the {coding} body is corrupt") from exc
+                # Not the zlib format: a bare deflate stream.
+                inflater = zlib.decompressobj(-zlib.MAX_WBITS)
+                first = False
+                continue
+            first = False
+            if piece:
+                yield piece
+            # A layer that inflates to nothing still ends by the deadline.
+            if time.monotonic() > deadline:
+                raise _Late()
+            data = inflater.unconsumed_tail
+            if inflater.eof or (not data and len(piece) < INFLATED_PIECE):
+                break
+        if inflater.eof:
+            # What follows the end of the stream is not part of the body (as httpx).
+            return
+
+
+def _inflated(chunks: Iterator[bytes], codings: list[str], deadline: float) -> Iterator[bytes]:
+    """A body as received (`chunks`) with its content codings undone, last applied first."""
+    for coding in reversed(codings):
+        chunks = _inflate(chunks, coding, deadline)
+    return chunks
+
+
 def _read(
     stream: contextlib.AbstractContextManager[httpx.Response], *, deadline: float, limit: int
 ) -> Reply:
@@ -163,10 +232,11 @@ def _read(
         with stream as response:
             reply = Reply(status=response.status_code, headers=response.headers)
             declared = response.headers.get("content-length")
+            # Read raw and inflated here: httpx inflates each chunk whole, however
+            # far beyond the limit it goes.
+            body = _inflated(response.iter_raw(), _codings(response.headers), deadline)
             try:
-                reply.body = body_read(
-                    _until(deadline, response.iter_bytes()), declared=declared, limit=limit
-                )
+                reply.body = body_read(_until(deadline, body), declared=declared, limit=limit)
             except LimitExceeded:
                 reply.oversize = True
             except _Late:
