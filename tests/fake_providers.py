@@ -862,6 +862,8 @@ class FakeVertexMemoryBank(FakeServer):
         self.fail_operations = False
         self.account, self.public_key = service_account(f"{self.origin}/token")
         self.tokens: set[str] = set()
+        # The access token the next grants hand out, when set (a token endpoint's mistake).
+        self.issue: Any = None
         self.memories: dict[str, dict[str, Any]] = {}
         self.revisions: dict[str, list[dict[str, Any]]] = {}
         self.operations: dict[str, dict[str, Any]] = {}
@@ -921,6 +923,8 @@ class FakeVertexMemoryBank(FakeServer):
             or decoded["aud"] != self.account["token_uri"]
         ):
             return 400, {"error": "invalid_grant"}
+        if self.issue is not None:
+            return 200, {"access_token": self.issue, "expires_in": 3599, "token_type": "Bearer"}
         token = "ya29." + uuid.uuid4().hex
         self.tokens.add(token)
         return 200, {"access_token": token, "expires_in": 3599, "token_type": "Bearer"}

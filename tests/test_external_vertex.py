@@ -249,3 +249,23 @@ def test_the_service_account_key_never_reaches_responses_or_the_audit_log(
     assert entry.detail["status"] == 400
     for entry in AuditEntry.objects.all():
         assert private not in str(entry.detail)
+
+
+@pytest.mark.parametrize("issued", ["ya29.caf\u00e9", "ya29.a\r\nX-Injected: 1", 42, ""])
+def test_a_token_endpoints_unusable_token_fails_the_call_and_is_not_kept(
+    api: APIClient, mem: Resource, vertex: FakeVertexMemoryBank, issued: Any
+) -> None:
+    """A token that cannot be a header value (not printable ASCII, or not a string) is the
+    token endpoint's invalid answer: a provider failure (502), never sent, never cached."""
+    vertex.seed("Alice's manager is Priya.", SCOPE)
+    vertex.issue = issued
+    failed = api.get(RECORDS + ALICE)
+    assert failed.status_code == 502, failed.content
+    assert failed.json()["error"]["code"] == "provider_failed"
+    entry = AuditEntry.objects.get(action="provider.failed")
+    assert (entry.detail["operation"], entry.detail["reason"]) == ("token", "invalid_response")
+    assert [call.path for call in vertex.calls] == ["/token"]
+    vertex.issue = None
+    listed = api.get(RECORDS + ALICE)
+    assert listed.status_code == 200, listed.content
+    assert len(vertex.seen("POST", "/token")) == 2

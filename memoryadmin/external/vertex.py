@@ -64,6 +64,9 @@ ADD_MODES = {"create", "generate"}
 JWT_BEARER_GRANT = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 SCOPE_CLOUD = "https://www.googleapis.com/auth/cloud-platform"
 TOKEN_CACHE_MAX = 256
+# What an access token may be (RFC 6750's b64token): sent as a header value, so nothing
+# else a token endpoint answers is used, or kept.
+ACCESS_TOKEN_RE = re.compile(r"[A-Za-z0-9._~+/-]{1,4096}=*")
 _tokens: dict[str, tuple[str, float]] = {}
 _tokens_lock = threading.Lock()
 
@@ -412,4 +415,12 @@ class VertexMemoryBankProvider(ExternalProvider):
             raise connection.failure(
                 "invalid_response", "the token endpoint sent no access token", operation="token"
             ) from None
-        return str(token), time.time() + max(0.0, lifetime - 60)
+        if not isinstance(token, str) or not ACCESS_TOKEN_RE.fullmatch(token):
+            # Not a header value (a character beyond ASCII, a line break, a number):
+            # neither sent nor cached.
+            raise connection.failure(
+                "invalid_response",
+                "the token endpoint sent an access token that is not a bearer token",
+                operation="token",
+            )
+        return token, time.time() + max(0.0, lifetime - 60)
