@@ -510,3 +510,23 @@ def test_a_projects_slow_lookups_hold_its_own_share_only(
         time.sleep(0.01)
     assert egress.lookups.running("acme") == 0
     assert slow_names.in_flight == 0
+
+
+def test_a_slow_lookup_at_deploy_holds_the_request_two_seconds_at_most(
+    api: APIClient, settings: Any, slow_names: SlowNames
+) -> None:
+    """A name whose lookup hangs is accepted as a name that does not resolve (it is
+    checked again on every connection), and the check waited for it that long only."""
+    settings.MEMORYADMIN_PROVIDER_ALLOW = []
+    slow_names.hang = True
+    started = time.monotonic()
+    response = deploy(api, "https://hangs.slow.test")
+    assert time.monotonic() - started < egress.DEPLOY_LOOKUP_SECONDS + 1.5
+    assert response.status_code == 201, response.json()
+    assert slow_names.started == {"hangs.slow.test": 1}
+    # Once it answers (127.0.0.1, not allowed), a deploy refuses it as before.
+    slow_names.hang = False
+    slow_names.release.set()
+    refused = deploy(api, "https://hangs.slow.test")
+    assert refused.status_code == 400
+    assert "resolves to a loopback address" in refused.json()["error"]["message"]

@@ -531,6 +531,16 @@ def test_a_receivers_slow_name_lookup_ends_at_the_delivery_timeout(
     )
 
 
+def test_registering_a_url_whose_lookup_hangs_holds_the_request_two_seconds_at_most(
+    api: APIClient, slow_names: SlowNames
+) -> None:
+    slow_names.hang = True
+    started = time.monotonic()
+    hook = register(api, "https://hangs.slow.test/hooks", ["document.created"])
+    assert time.monotonic() - started < 3.5
+    assert Endpoint.objects.get(pk=hook["id"]).url == "https://hangs.slow.test/hooks"
+
+
 def test_a_receivers_compression_bomb_is_cut_at_the_reply_limit(
     api: APIClient, receiver: Receiver, make_document: Any
 ) -> None:

@@ -167,20 +167,34 @@ def refusal_of(addresses: Iterable[IPAddress], host: str) -> EgressRefused | Non
     return None
 
 
+# How long a check at deploy time waits for a name's lookup, and whose share of lookups
+# (`Lookups`) those checks count against: all projects' together, so that however many
+# hang, they hold at most that many threads; a check that finds no slot in time accepts
+# the name as it accepts one that does not resolve (it is checked again when used).
+DEPLOY_LOOKUP_SECONDS = 2.0
+DEPLOY_LOOKUPS = "(deploy-time checks)"
+
+
 def origin_address_check(host: str) -> str | None:
     """At deploy time: why `host` may not be reached, or None.
 
-    A literal address is judged as it is; a name by what it resolves to now.
-    A name that does not resolve is accepted: it is checked again when used.
+    A literal address is judged as it is; a name by what it resolves to now, within
+    DEPLOY_LOOKUP_SECONDS. A name that does not resolve (in that time) is accepted: it
+    is checked again when used.
     """
     literal = literal_address(host)
     if literal is not None:
         addresses = [literal]
     else:
-        try:
-            addresses = [address for _, address in resolve(host, 443)]
-        except (OSError, UnicodeError):
+        until = time.monotonic() + DEPLOY_LOOKUP_SECONDS
+        lookup = lookups.start(DEPLOY_LOOKUPS, host, 443, until=until, stopped=lambda: False)
+        if lookup is None or not lookup.done.wait(_left(until)):
             return None
+        if isinstance(lookup.error, (OSError, UnicodeError)):
+            return None
+        if lookup.error is not None:
+            raise lookup.error
+        addresses = [address for _, address in lookup.addresses]
     refused = refusal_of(addresses, host)
     if refused is None:
         return None
