@@ -151,6 +151,7 @@ def newest_failure(project: Project) -> AuditEntry:
         ("fd00::1", "private"),
         ("169.254.169.254", "link-local"),
         ("fe80::1", "link-local"),
+        ("fec0::1", "site-local"),
         ("100.64.0.1", "shared address space (CGNAT)"),
         ("224.0.0.1", "multicast"),
         ("ff02::1", "multicast"),

@@ -92,6 +92,10 @@ def _category(address: IPAddress) -> str | None:
         return "loopback"
     if address.is_link_local:
         return "link-local"
+    if isinstance(address, ipaddress.IPv6Address) and address.is_site_local:
+        # fec0::/10, deprecated (RFC 3879) yet still routed inside some sites; the
+        # library counts it global.
+        return "site-local"
     if address.is_multicast:
         return "multicast"
     if isinstance(address, ipaddress.IPv4Address) and address in CGNAT:
