@@ -412,6 +412,22 @@ def test_transport_failure_is_retried(server: FaultyServer, resource: Resource) 
     assert len(server.seen) == 2
 
 
+def test_a_header_the_request_cannot_carry_is_a_transport_failure(server: FaultyServer) -> None:
+    from memoryadmin.core.exchange import outbound
+
+    with outbound(project="acme") as call:
+        reply = call.send(
+            "POST",
+            f"{server.origin}/recall",
+            headers={"Authorization": "Bearer caf\u00e9"},
+            deadline=time.monotonic() + 5,
+            limit=1024,
+            content=b"{}",
+        )
+    assert (reply.failure, reply.failure_kind) == ("transport", "UnicodeEncodeError")
+    assert server.seen == []
+
+
 def test_the_deadline_is_the_protocols_ten_seconds() -> None:
     from memoryadmin import settings as product_settings
 

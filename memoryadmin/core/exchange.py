@@ -244,7 +244,9 @@ def _read(
             return reply
     except httpx.TimeoutException:
         return Reply(failure="timeout")
-    except (httpx.HTTPError, httpx.InvalidURL) as exc:
+    except (httpx.HTTPError, httpx.InvalidURL, UnicodeError) as exc:
+        # UnicodeError: a header value the request cannot carry (HTTP headers are bytes);
+        # the callers check theirs, and an answer is never an exception, whoever missed one.
         refused = egress_refusal(exc)
         if refused is not None:
             return Reply(failure="refused", failure_kind=str(refused))
