@@ -14,6 +14,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from memoryadmin.agents.models import Session
+from memoryadmin.core.errors import InvalidRequest
 from memoryadmin.memory.models import Document, Project, Resource
 from memoryadmin.memory.services.documents import (
     document_delete,
@@ -411,6 +412,25 @@ def test_cli_search_refuses_a_query_without_words(notes: Resource) -> None:
     with pytest.raises(CommandError) as refused:
         call_command("memory", "--project", "acme", "search", "***")
     assert refused.value.returncode == 6
+
+
+@pytest.mark.parametrize("q", ["node\udcffjs", "no\x00de"])
+def test_a_query_breaking_the_string_rule_is_refused_not_a_traceback(
+    notes: Resource, make_document: Callable[..., Any], q: str
+) -> None:
+    """The CLI passes its arguments on as given (a byte that is not UTF-8 arrives as a
+    lone surrogate): the search refuses what the database cannot take, as every door."""
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    make_document("runtime", title="Runtime notes", text="Node.js 22.")
+    with pytest.raises(CommandError) as refused:
+        call_command("memory", "--project", "acme", "search", q)
+    assert refused.value.returncode == 6
+    assert "q: the value contains" in str(refused.value)
+    with pytest.raises(InvalidRequest):
+        document_search(resources=[notes], q=q, scope="t")
+    assert Document.objects.get(doc_id="runtime").text == "Node.js 22."
 
 
 def test_the_index_is_in_place_after_every_migration(db: None) -> None:

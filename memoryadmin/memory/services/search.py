@@ -39,6 +39,7 @@ from memoryadmin.core.rows import (
     fetch_rows,
     instance,
 )
+from memoryadmin.core.strings import string_check
 from memoryadmin.memory.limits import LIST_PAGE_SIZE
 from memoryadmin.memory.models import Document, Project, Resource
 from memoryadmin.memory.providers import kinds_keeping_documents
@@ -69,9 +70,12 @@ class Query:
 
 
 def search_parse(text: str) -> Query:
-    """The query's terms; 400 for an empty or overlong query."""
+    """The query's terms; 400 for an empty or overlong query, or one that breaks the
+    string rule (a door that passes it on unchecked, as the CLI's arguments, which may
+    hold lone surrogates, would otherwise reach the database with it)."""
     if len(text) > QUERY_MAX_CHARS:
         raise InvalidRequest(f"q is at most {QUERY_MAX_CHARS} characters.")
+    string_check(text, field="q")
     terms: list[Term] = []
     for match in _TERM.finditer(text):
         phrase, bare = match.group(1), match.group(2)
