@@ -183,6 +183,31 @@ def test_the_page_restores_what_its_plan_showed_and_never_the_whole_resource_una
     assert current(history["changed"]).text == "then"
 
 
+@pytest.mark.parametrize("doc_id", ["chan\x00ged", "chan\udcffged"])
+def test_a_restore_naming_an_id_that_breaks_the_string_rule_is_refused(
+    owner: Any, history: dict[str, Any], doc_id: str
+) -> None:
+    """The page's form and the CLI's arguments pass ids on as given: the restore refuses
+    one the database cannot take (400, exit code 6), not a server error."""
+    t = history["t"].strftime("%Y-%m-%dT%H:%M:%S.%f")
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError) as refused:
+        call_command(
+            "memory", "--project", "acme", "restore-as-of", "notes", "--as-of", t,
+            "--document", doc_id,
+        )  # fmt: skip
+    assert refused.value.returncode == 6
+    assert "documents[0]: the value contains" in str(refused.value)
+    if "\x00" in doc_id:  # a form's value may hold NUL, never a lone surrogate
+        base = "/projects/acme/development/resources/notes/as-of/restore/"
+        response = owner.post(base, {"asOf": t, "documents": ["changed", doc_id]})
+        assert response.status_code == 400
+        assert "documents[1]: the value contains a NUL" in response.content.decode()
+    assert current(history["changed"]).text == "now"
+    assert not AuditEntry.objects.filter(action="resource.restore_as_of").exists()
+
+
 # The property: at any instant, the as-of listing is what the version history says.
 
 OPS = st.lists(

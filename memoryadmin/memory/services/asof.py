@@ -19,6 +19,7 @@ from django.utils import timezone
 from memoryadmin.core.cursors import keyset_page
 from memoryadmin.core.errors import Conflict, InvalidRequest, NotFound, PreconditionFailed
 from memoryadmin.core.inputs import parse_instant
+from memoryadmin.core.strings import strings_check
 from memoryadmin.memory.limits import LIST_PAGE_SIZE
 from memoryadmin.memory.models import Document, DocumentVersion, Resource
 from memoryadmin.memory.representations import iso_ms, writer_dict
@@ -162,6 +163,9 @@ def resource_restore_as_of(
     restore rule, over the revision the plan read (a write meanwhile: conflict)."""
     if as_of > timezone.now():
         raise InvalidRequest("asOf is in the future; nothing was written after now.")
+    # The ids are looked up: one the database cannot take (NUL, a lone surrogate) is refused
+    # here, whichever door passed it on (the page's form, the CLI's arguments).
+    strings_check(doc_ids, field="documents")
     plan = _plan(resource, as_of, doc_ids)
     if dry_run:
         return plan
