@@ -208,6 +208,30 @@ def test_cli_refuses_the_current_version(history: list[str]) -> None:
     assert not DocumentVersion.objects.filter(redacted_at__isnull=False).exists()
 
 
+@pytest.mark.parametrize("reason", ["Leak\udcff.", "Leak\x00."])
+def test_a_reason_breaking_the_string_rule_is_refused_at_every_door(
+    notes: Resource, history: list[str], reason: str
+) -> None:
+    """The CLI passes its arguments on as given (a byte that is not UTF-8 arrives as a lone
+    surrogate): the redaction refuses a reason the audit log cannot keep, not a traceback."""
+    from django.core.management.base import CommandError
+
+    from memoryadmin.core.errors import InvalidRequest
+
+    with pytest.raises(CommandError) as refused:
+        call_command(
+            "memory", "--project", "acme", "redact", "notes", "workshop", history[0],
+            "--reason", reason, "--yes",
+        )  # fmt: skip
+    assert refused.value.returncode == 6
+    with pytest.raises(InvalidRequest):
+        version_redact(
+            resource=notes, doc_id="workshop", revision=history[0], reason=reason, actor="t"
+        )
+    assert not DocumentVersion.objects.filter(redacted_at__isnull=False).exists()
+    assert not AuditEntry.objects.filter(action="version.redact").exists()
+
+
 def test_service_redaction_of_a_deleted_document_is_404(
     notes: Resource, history: list[str]
 ) -> None:

@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from memoryadmin.core.errors import Conflict, InvalidRequest, NotFound
 from memoryadmin.core.rows import database_vendor
+from memoryadmin.core.strings import string_check
 from memoryadmin.memory.models import AuditEntry, Document, DocumentVersion, Proposal, Resource
 from memoryadmin.memory.services.audit import audit_record
 from memoryadmin.memory.services.documents import document_get
@@ -45,7 +46,8 @@ def check_reason(reason: object, *, what: str = "redaction") -> str:
         raise InvalidRequest(f"A{'n' if what[0] in 'aeiou' else ''} {what} needs a reason.")
     if len(reason) > REASON_MAX_CHARS:
         raise InvalidRequest(f"The reason is at most {REASON_MAX_CHARS} characters.")
-    return reason
+    # Kept in the audit log (and a receipt): whichever door passed it on unchecked.
+    return string_check(reason, field="reason")
 
 
 def _refusal(document: Document, version: DocumentVersion) -> str | None:
