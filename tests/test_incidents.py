@@ -559,7 +559,7 @@ def test_a_containment_that_changes_nothing_keeps_the_report_of_the_one_that_did
     assert shown["containment"] == first.json()
 
 
-def test_the_revert_reads_its_plan_once_and_restores_each_document_in_one_statement(
+def test_the_revert_reads_its_plan_once_and_restores_each_document_under_its_lock(
     api: APIClient, world: dict[str, Any]
 ) -> None:
     version = {"resource": "notes", "document": "runbook", "revision": world["poisoned"].revision}
@@ -573,20 +573,24 @@ def test_the_revert_reads_its_plan_once_and_restores_each_document_in_one_statem
     assert {d["documentId"] for d in restored} == {"runbook", "summary", "handoff"}
     assert Document.objects.get(resource=world["notes"], doc_id="runbook").text == "runbook v1"
     queries = [q["sql"] for q in captured.captured_queries]
-    # The documents' versions in one query for the whole plan, none read again to restore.
+    # The documents' versions in one query for the whole plan; each restore reads its
+    # version again once its document is locked (a redaction committed meanwhile is seen).
     versions = [q for q in queries if q.startswith("SELECT") and "memory_documentversion" in q]
-    assert len(versions) == 1, versions
-    # The revert's transaction: its savepoint, the plan's versions, one statement per
-    # restored document (on PostgreSQL its version, audit entry and deliveries ride on
-    # it; on SQLite they follow it), and the release.
+    assert len(versions) == 1 + len(restored), versions
+    # The revert's transaction: its savepoint, the plan's versions, three statements per
+    # restored document (its row locked, its version read, the write: on PostgreSQL its
+    # version, audit entry and deliveries ride on it; on SQLite they follow it), and the
+    # release.
     start = next(i for i, q in enumerate(queries) if q.startswith("SAVEPOINT"))
     end = queries.index(f"RELEASE {queries[start]}")
     revert = queries[start : end + 1]
-    assert revert[1] in versions
+    assert revert[1] == versions[0]
     writes = [q for q in revert if q.startswith(('UPDATE "memory_document"', "WITH updated"))]
     assert len(writes) == len(restored), revert
     if is_postgres():
-        assert len(revert) == 3 + len(restored), revert
+        locks = [q for q in revert if q.endswith("FOR UPDATE")]
+        assert len(locks) == len(restored), revert
+        assert len(revert) == 3 + 3 * len(restored), revert
 
 
 def test_a_record_the_provider_cannot_delete_becomes_one_dead_letter(

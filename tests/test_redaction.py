@@ -278,3 +278,126 @@ def test_a_recall_that_read_a_version_redacted_before_its_store_recalls_again(
     assert answer["memory"]["notes"]["text"] == "Card removed."
     assert Recall.objects.get(session=session).memory == answer["memory"]
     assert raw_rows_with("4111") == []
+
+
+# Redaction against concurrent restores, with real threads on PostgreSQL.
+
+
+def _waiting_on_a_lock() -> None:
+    """Returns once another connection waits on a row lock (the restore, behind the
+    redaction's lock on the document)."""
+    import time
+
+    from django.db import connections
+
+    with connections["default"].cursor() as cursor:
+        for _ in range(300):
+            # Inside a transaction the statistics are read once unless cleared.
+            cursor.execute("SELECT pg_stat_clear_snapshot()")
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )
+            if cursor.fetchone()[0]:
+                return
+            time.sleep(0.01)
+    raise AssertionError("the restore never waited for the redaction")
+
+
+def _redaction_committed_under(restore: Callable[[], Any], redact_it: Callable[[], Any]) -> Any:
+    """Runs `redact_it` in a transaction that commits only once `restore`, started after
+    it wrote, waits for its lock; returns what `restore` returned or raised."""
+    import threading
+
+    from django.db import connections, transaction
+
+    written = threading.Event()
+    outcome: dict[str, Any] = {}
+
+    def redactor() -> None:
+        try:
+            with transaction.atomic():
+                redact_it()
+                written.set()
+                _waiting_on_a_lock()
+        except Exception as exc:
+            outcome["redactor"] = exc
+        finally:
+            written.set()
+            connections.close_all()
+
+    def restorer() -> None:
+        written.wait(timeout=30)
+        try:
+            outcome["value"] = restore()
+        except Exception as exc:
+            outcome["value"] = exc
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=redactor), threading.Thread(target=restorer)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert "redactor" not in outcome, outcome["redactor"]
+    return outcome["value"]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_restore_racing_the_redaction_of_its_version_never_writes_the_redacted_text(
+    notes: Resource, make_document: Callable[..., Any]
+) -> None:
+    """The restore read the version before the redaction committed: it must not write
+    that text once the redaction has committed (409, the document as it was)."""
+    from memoryadmin.core.errors import Conflict
+    from memoryadmin.memory.services.documents import document_restore
+
+    first = make_document("plan", text="password hunter2zebra")
+    now = document_replace(
+        resource=notes, doc_id="plan", expected_revision=first.revision, text="clean", actor="t"
+    )
+    result = _redaction_committed_under(
+        lambda: document_restore(
+            resource=notes,
+            doc_id="plan",
+            revision=first.revision,
+            expected_revision=now.revision,
+            actor="t",
+        ),
+        lambda: version_redact(
+            resource=notes, doc_id="plan", revision=first.revision, reason="Leak.", actor="t"
+        ),
+    )
+    assert isinstance(result, Conflict), result
+    stored = Document.objects.get(doc_id="plan")
+    assert (stored.revision, stored.text) == (now.revision, "clean")
+    assert DocumentVersion.objects.get(revision=first.revision).text == "[redacted]"
+    assert raw_rows_with("hunter2zebra") == []
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_session_revert_racing_the_redaction_of_the_version_it_restores_is_a_conflict(
+    project: Project, notes: Resource, workshop: Document, make_document: Callable[..., Any]
+) -> None:
+    """A revert's plan read the version before the session's write; redacted before the
+    revert writes it, that version's text never becomes current again."""
+    from memoryadmin.agents.services.reverts import CONFLICT, session_revert
+    from tests.helpers import agent_save
+
+    session = support_session(project)
+    first = make_document("plan", text="password hunter2zebra")
+    agent_save(notes, "plan", first.revision, "the agent's text", session_id=session.id)
+    now = Document.objects.get(doc_id="plan")
+    plan = _redaction_committed_under(
+        lambda: session_revert(session=session, dry_run=False, actor="t"),
+        lambda: version_redact(
+            resource=notes, doc_id="plan", revision=first.revision, reason="Leak.", actor="t"
+        ),
+    )
+    assert [item.action for item in plan.items] == [CONFLICT], plan
+    stored = Document.objects.get(doc_id="plan")
+    assert (stored.revision, stored.text) == (now.revision, "the agent's text")
+    assert raw_rows_with("hunter2zebra") == []

@@ -38,8 +38,6 @@ class RevertItem:
     action: str
     # The version the revert restores (the one before the session's first write).
     restore_revision: str = ""
-    # That version as the plan read it (the restore writes it without reading it again).
-    restore_version: DocumentVersion | None = None
     merged: str | None = None
     written_revision: str = ""
     before_text: str = ""
@@ -97,9 +95,7 @@ def plan_document(
     if _content(document) == _content(before):
         return RevertItem(document, UNCHANGED, restore_revision=before.revision)
     if not touched:
-        return RevertItem(
-            document, RESTORE, restore_revision=before.revision, restore_version=before
-        )
+        return RevertItem(document, RESTORE, restore_revision=before.revision)
     merged = text_merge(base=versions[last_own].text, mine=before.text, theirs=document.text)
     return RevertItem(
         document, CONFLICT, restore_revision=before.revision, merged=merged, before_text=before.text
@@ -156,7 +152,6 @@ def revert_apply(items: list[RevertItem], *, actor: str) -> None:
                 revision=item.restore_revision,
                 expected_revision=item.document.revision,
                 actor=actor,
-                version=item.restore_version,
             )
         except (PreconditionFailed, NotFound, Conflict):
             item.action = CONFLICT

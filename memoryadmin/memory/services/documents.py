@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Q, QuerySet
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
@@ -803,27 +803,40 @@ def document_restore(
     revision: str,
     expected_revision: str,
     actor: str,
-    version: DocumentVersion | None = None,
 ) -> Document:
     """Makes an old version's text and summary current again (a replace under
-    `expected_revision`). `version`: that version of this document, when the caller
-    has read it already (a revert's plan), so the restore is its one conditional write.
-    No transaction of its own: the write is conditional, so a change between the reads
-    and the write makes it fail, not overwrite."""
-    if version is None or version.revision != revision:
-        document = document_get(resource=resource, doc_id=doc_id)
-        version = version_get(document=document, revision=revision)
-    if version.redacted_at is not None:
-        raise Conflict(f"Version {revision} was redacted; there is nothing to restore.")
-    return document_replace(
-        resource=resource,
-        doc_id=doc_id,
-        expected_revision=expected_revision,
-        text=version.text,
-        summary=version.summary,
-        actor=actor,
-        action="restore",
-    )
+    `expected_revision`); 409 for a redacted version.
+
+    The document's row is locked before the version is read, as a redaction locks it
+    before it redacts: a redaction that committed first is seen (409), one that comes
+    later waits for the restore and finds the version no longer the one written last.
+    Read before the lock, the version's text could be written after its redaction
+    committed. Inside a caller's transaction (a revert's, a containment's) the lock is
+    held until it commits; on its own the restore is one transaction."""
+    check_document_id(doc_id)
+    with contextlib.nullcontext() if connection.in_atomic_block else transaction.atomic():
+        locked = (
+            Document.objects.select_for_update()
+            .filter(resource=resource, doc_id=doc_id, deleted=False)
+            .values_list("pk", flat=True)
+            .first()
+        )
+        if locked is None:
+            raise _missing(resource, doc_id)
+        version = DocumentVersion.objects.filter(document_id=locked, revision=revision).first()
+        if version is None:
+            raise NotFound(f"Document '{doc_id}' has no version '{revision}'.")
+        if version.redacted_at is not None:
+            raise Conflict(f"Version {revision} was redacted; there is nothing to restore.")
+        return document_replace(
+            resource=resource,
+            doc_id=doc_id,
+            expected_revision=expected_revision,
+            text=version.text,
+            summary=version.summary,
+            actor=actor,
+            action="restore",
+        )
 
 
 def version_get(*, document: Document, revision: str) -> DocumentVersion:
