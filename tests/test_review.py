@@ -250,6 +250,31 @@ def test_approve_with_edited_text_is_an_owner_write(
     assert "sessionId" not in version.origin
 
 
+def test_approve_with_an_edited_summary_only_is_an_owner_write(
+    reviewed: Session, workshop: Document, api: APIClient
+) -> None:
+    """The approver's summary is the approver's: the version is not the agent's, so the
+    session's revert or an incident's trace never takes it for the agent's write."""
+    proposal_id = save(reviewed, "Node.js 24.")["proposalId"]
+    response = approve(api, proposal_id, workshop.revision, {"summary": "Checked by Olivia."})
+    assert response.status_code == 200, response.json()
+    body = response.json()
+    assert (body["text"], body["summary"]) == ("Node.js 24.", "Checked by Olivia.")
+    assert body["writer"] == {"kind": "owner"}
+    version = DocumentVersion.objects.get(revision=body["revision"])
+    assert (version.writer_kind, version.writer_session_id) == ("owner", "")
+    assert version.origin["proposalId"] == proposal_id
+    assert "sessionId" not in version.origin
+    # The proposal's own text and the summary it leaves as it was: still the agent's.
+    stored = current(workshop)
+    second = save(reviewed, "Node.js 26.", call_id="c2")["proposalId"]
+    unedited = approve(
+        api, second, stored.revision, {"text": "Node.js 26.", "summary": stored.summary}
+    )
+    assert unedited.status_code == 200, unedited.json()
+    assert unedited.json()["writer"] == {"kind": "agent", "sessionId": reviewed.id}
+
+
 def test_approving_after_the_document_moved_goes_through_the_merge(
     reviewed: Session, api: APIClient, make_document: Any, notes: Any
 ) -> None:

@@ -334,11 +334,19 @@ def proposal_approve(
     # The document is locked before the proposal is claimed: the order a delete (which
     # closes the document's proposals) and an agent's save take, so that none of them
     # waits on another for ever.
-    Document.objects.select_for_update().filter(pk=proposal.document_id).values_list(
-        "pk", flat=True
-    ).first()
+    current_summary = (
+        Document.objects.select_for_update()
+        .filter(pk=proposal.document_id)
+        .values_list("summary", flat=True)
+        .first()
+    )
     _claim(proposal, state=ProposalState.APPROVED, actor=actor)
-    edited = text is not None and text != proposal.text
+    # An approver's text or summary other than the agent's is the approver's write (the
+    # summary the agent left alone is the document's).
+    proposed_summary = proposal.summary if proposal.summary is not None else current_summary
+    edited = (text is not None and text != proposal.text) or (
+        summary is not None and summary != proposed_summary
+    )
     writer = Writer(
         kind=WriterKind.OWNER if edited else WriterKind.AGENT,
         session_id="" if edited else proposal.session_id,
