@@ -62,10 +62,14 @@ def _env_number[T: (int, float)](name: str, default: T, kind: type[T], what: str
         raise ImproperlyConfigured(f"{name} must be {what}, not {raw!r}") from exc
 
 
-def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
+def env_int(
+    name: str, default: int, *, minimum: int | None = None, maximum: int | None = None
+) -> int:
     value = _env_number(name, default, int, "an integer")
     if minimum is not None and value < minimum:
         raise ImproperlyConfigured(f"{name} must be at least {minimum}, not {value}")
+    if maximum is not None and value > maximum:
+        raise ImproperlyConfigured(f"{name} must be at most {maximum}, not {value}")
     return value
 
 
@@ -556,6 +560,22 @@ MEMORYADMIN_WORKER_JOBS_PER_PROJECT = env_int(
 # The database task backend's results of finished tasks (one a job's attempt; the job
 # keeps the record): removed by the workers this many hours after they finished.
 MEMORYADMIN_TASK_RESULTS_KEEP_HOURS = env_int("MEMORYADMIN_TASK_RESULTS_KEEP_HOURS", 24, minimum=1)
+# How long the workers keep what is finished (runner/housekeeping.py), in days after it
+# finished; 0 keeps it for ever, and more than ten years is for ever in all but name (and
+# past the dates a database keeps). Delivered and failed webhook deliveries, from their
+# last attempt; provider operations that succeeded, failed or were discarded, from when
+# they did (dead letters are kept until an owner retries or discards them); finished
+# jobs that no delivery or operation refers to (theirs go with them).
+KEEP_DAYS_MAX = 3650
+MEMORYADMIN_WEBHOOK_DELIVERIES_KEEP_DAYS = env_int(
+    "MEMORYADMIN_WEBHOOK_DELIVERIES_KEEP_DAYS", 30, minimum=0, maximum=KEEP_DAYS_MAX
+)
+MEMORYADMIN_OPERATIONS_KEEP_DAYS = env_int(
+    "MEMORYADMIN_OPERATIONS_KEEP_DAYS", 30, minimum=0, maximum=KEEP_DAYS_MAX
+)
+MEMORYADMIN_JOBS_KEEP_DAYS = env_int(
+    "MEMORYADMIN_JOBS_KEEP_DAYS", 30, minimum=0, maximum=KEEP_DAYS_MAX
+)
 # A running job whose worker shows no sign of life for this long is run again.
 MEMORYADMIN_JOB_LEASE_SECONDS = env_int("MEMORYADMIN_JOB_LEASE_SECONDS", 300, minimum=1)
 # The pause before a failed job's next attempt doubles from this, up to an hour.

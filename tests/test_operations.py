@@ -296,3 +296,57 @@ def test_the_schema_declares_the_operation_and_cancel_routes(api: APIClient) -> 
     assert "get" in paths["/api/managed-agents/projects/{p}/memory/operations"]
     assert "post" in paths["/api/managed-agents/projects/{p}/memory/operations/{o}/retry"]
     assert "post" in paths["/api/managed-agents/sessions/{session_id}/memory/cancel"]
+
+
+def test_settled_operations_past_their_days_go_with_their_jobs_and_dead_letters_stay(
+    api: APIClient, session_id: str, scripted: Any, settings: Any, web: Any
+) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from memoryadmin.runner.housekeeping import housekeeping
+    from memoryadmin.runner.models import Job
+
+    discarded = dead_letter(api, session_id, scripted)
+    post(api, f"{OPERATIONS}/{discarded['id']}/discard?environment=development")
+    remember(api, session_id, "call-2")
+    reconcile(4)
+    [waiting] = listed(api, "&state=dead")  # a dead letter nobody has settled
+    scripted.status = [status("stored")]
+    remember(api, session_id, "call-3")
+    reconcile()
+    [succeeded] = listed(api, "&state=succeeded")
+    scripted.tool = [None]
+    scripted.status = [status("unknown")]
+    remember(api, session_id, "call-4")
+    reconcile()
+    [failed] = listed(api, "&state=failed")
+    scripted.tool = [ACCEPTED]
+    remember(api, session_id, "call-5")
+    [still_open] = listed(api, "&state=open")
+    ages = {discarded["id"]: 31, waiting["id"]: 90, succeeded["id"]: 31}
+    ages |= {failed["id"]: 29, still_open["id"]: 90}
+    for operation_id, days in ages.items():
+        at = timezone.now() - timedelta(days=days)
+        ProviderOperation.objects.filter(pk=operation_id).update(created_at=at, updated_at=at)
+    jobs = dict(ProviderOperation.objects.values_list("id", "job_id"))
+
+    settings.MEMORYADMIN_OPERATIONS_KEEP_DAYS = 0  # for ever
+    assert housekeeping().removed == {}
+    settings.MEMORYADMIN_OPERATIONS_KEEP_DAYS = 30
+    assert housekeeping().removed == {"provider operations": 2}
+    kept = {waiting["id"], failed["id"], still_open["id"]}
+    assert set(ProviderOperation.objects.values_list("id", flat=True)) == kept
+    assert set(Job.objects.values_list("pk", flat=True)) == {jobs[o] for o in kept}
+    assert housekeeping().removed == {}
+
+    assert {o["id"] for o in listed(api)} == kept
+    gone = post(api, f"{OPERATIONS}/{discarded['id']}/retry?environment=development")
+    assert gone.status_code == 404
+    page = html_of(web("support").get(f"{PAGE}/resources/ledger/"))
+    assert waiting["id"] in page
+    # The dead letter kept is still the owners' to settle, by its own job.
+    retried = post(api, f"{OPERATIONS}/{waiting['id']}/retry?environment=development")
+    assert (retried.status_code, retried.json()["state"]) == (200, "queued")
+    assert ProviderOperation.objects.get(pk=waiting["id"]).job_id == jobs[waiting["id"]]

@@ -422,6 +422,8 @@ def test_a_dead_job_is_run_again_from_the_start_or_discarded() -> None:
 
 # Housekeeping (memoryadmin/runner/housekeeping.py).
 
+RESULTS = "finished task results"
+
 
 def _task_result(status: str, finished_hours_ago: float | None) -> Any:
     from django_tasks_db.models import DBTaskResult
@@ -454,10 +456,10 @@ def test_housekeeping_removes_finished_task_results_past_their_hours_in_batches(
         _task_result("READY", None),
         _task_result("RUNNING", None),
     ]
-    assert housekeeping.housekeeping() == housekeeping.Swept(task_results=len(gone))
+    assert housekeeping.housekeeping() == housekeeping.Swept({RESULTS: len(gone)})
     assert set(DBTaskResult.objects.values_list("pk", flat=True)) == {r.pk for r in kept}
     settings.MEMORYADMIN_TASK_RESULTS_KEEP_HOURS = 22
-    assert housekeeping.housekeeping().task_results == 1
+    assert housekeeping.housekeeping().removed == {RESULTS: 1}
     assert set(DBTaskResult.objects.values_list("status", flat=True)) == {"READY", "RUNNING"}
 
 
@@ -474,10 +476,13 @@ def test_housekeeping_stops_at_its_budget_and_goes_on_at_the_next_call(
     monkeypatch.setattr(housekeeping, "BATCH", 2)
     for _ in range(5):
         _task_result("SUCCESSFUL", 25)
-    assert housekeeping.housekeeping(budget=0) == housekeeping.Swept(2, 0, done=False)
+    assert housekeeping.housekeeping(budget=0) == housekeeping.Swept({RESULTS: 2}, done=False)
     assert DBTaskResult.objects.count() == 3
-    assert housekeeping.housekeeping(budget=0) == housekeeping.Swept(2, 0, done=False)
-    assert housekeeping.housekeeping(budget=0) == housekeeping.Swept(1, 0, done=True)
+    assert housekeeping.housekeeping(budget=0) == housekeeping.Swept({RESULTS: 2}, done=False)
+    # The last of them, then no other kind of row: its budget is spent.
+    assert housekeeping.housekeeping(budget=0) == housekeeping.Swept({RESULTS: 1}, done=False)
+    # Kinds with nothing due cost no budget: the next call goes through them all.
+    assert housekeeping.housekeeping(budget=0) == housekeeping.Swept({}, done=True)
     assert not DBTaskResult.objects.exists()
 
 
@@ -494,12 +499,91 @@ def test_housekeeping_ends_expired_sessions_and_keeps_live_ones(
     Session.objects.filter(session_key=expired.session.session_key).update(
         expire_date=timezone.now() - timedelta(seconds=1)
     )
-    assert housekeeping().sessions == 1
+    assert housekeeping().removed == {"expired sessions": 1}
     assert list(Session.objects.values_list("session_key", flat=True)) == [
         owner.session.session_key
     ]
     assert owner.get("/projects/acme/development/").status_code == 200
     assert expired.get("/projects/acme/development/").status_code == 302
+
+
+def _finished_job(state: str, days: float, **kwargs: Any) -> Job:
+    """A job of `record` that ended (`state`) `days` ago."""
+    job = enqueue(record, project="acme", label=f"{state}-{days}", **kwargs)
+    ended = timezone.now() - timedelta(days=days)
+    Job.objects.filter(pk=job.pk).update(state=state, finished_at=ended, run_after=ended)
+    return job
+
+
+@pytest.mark.django_db
+def test_finished_jobs_nothing_refers_to_go_after_their_days_and_open_ones_never(
+    settings: Any, notes: Any
+) -> None:
+    from memoryadmin.agents.models import ProviderOperation
+    from memoryadmin.agents.services.operations import operation_dead_letter
+    from memoryadmin.runner.housekeeping import housekeeping
+
+    gone = [_finished_job(state, 31) for state in ("done", "dead", "discarded")]
+    recent = _finished_job("done", 29)
+    waiting = enqueue(record, project="acme", label="waiting", delay=3600)
+    running = enqueue(record, project="acme", label="running")
+    long_ago = timezone.now() - timedelta(days=90)
+    Job.objects.filter(pk=waiting.pk).update(run_after=long_ago, created_at=long_ago)
+    Job.objects.filter(pk=running.pk).update(state="running", created_at=long_ago)
+    # A dead letter's job, dead long ago: its operation waits for an owner, and keeps it.
+    letter = operation_dead_letter(
+        resource=notes,
+        namespace="",
+        principal="owner:alice",
+        kind="erasure_delete",
+        action="delete",
+        record_id="xm_1",
+        error="the provider refused",
+    )
+    Job.objects.filter(pk=letter.job_id).update(finished_at=long_ago)
+    ProviderOperation.objects.filter(pk=letter.pk).update(updated_at=long_ago)
+
+    settings.MEMORYADMIN_JOBS_KEEP_DAYS = 0  # for ever
+    assert housekeeping().removed == {}
+    settings.MEMORYADMIN_JOBS_KEEP_DAYS = 30
+    # Never before the records that could refer to them go: kept while those are.
+    settings.MEMORYADMIN_WEBHOOK_DELIVERIES_KEEP_DAYS = 0
+    assert housekeeping().removed == {}
+    settings.MEMORYADMIN_WEBHOOK_DELIVERIES_KEEP_DAYS = 30
+    settings.MEMORYADMIN_OPERATIONS_KEEP_DAYS = 45
+    assert housekeeping().removed == {}
+    settings.MEMORYADMIN_OPERATIONS_KEEP_DAYS = 30
+    assert housekeeping().removed == {"finished jobs": len(gone)}
+    kept = {recent.pk, waiting.pk, running.pk, letter.job_id}
+    assert set(Job.objects.values_list("pk", flat=True)) == kept
+    assert ProviderOperation.objects.get(pk=letter.pk).state == "dead"
+    assert housekeeping().removed == {}
+
+
+@pytest.mark.parametrize(
+    ("name", "raw", "says"),
+    [
+        ("MEMORYADMIN_JOBS_KEEP_DAYS", "-1", "must be at least 0, not -1"),
+        ("MEMORYADMIN_WEBHOOK_DELIVERIES_KEEP_DAYS", "3651", "must be at most 3650, not 3651"),
+        ("MEMORYADMIN_OPERATIONS_KEEP_DAYS", "a month", "must be an integer, not 'a month'"),
+    ],
+)
+def test_days_to_keep_out_of_their_range_are_refused_at_start_up(
+    name: str, raw: str, says: str
+) -> None:
+    done = manage("check", env={**os.environ, "MEMORYADMIN_DEV_SECRETS": "1", name: raw})
+    assert done.returncode != 0
+    assert f"{name} {says}" in done.stderr
+
+
+def test_days_to_keep_are_read_from_the_environment_0_for_ever(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from memoryadmin.settings import KEEP_DAYS_MAX, env_int
+
+    for raw, days in (("", 30), ("0", 0), ("7", 7), ("3650", 3650)):
+        monkeypatch.setenv("MEMORYADMIN_JOBS_KEEP_DAYS", raw)
+        assert env_int("MEMORYADMIN_JOBS_KEEP_DAYS", 30, minimum=0, maximum=KEEP_DAYS_MAX) == days
 
 
 # Real worker processes.

@@ -669,3 +669,131 @@ def test_the_audit_log_keeps_a_webhook_url_without_its_query(
         body = b"".join(answer.streaming_content) if answer.streaming else answer.content
         assert b"SEKRIT123" not in body
         assert b"OTHER456" not in body
+
+
+def _aged(delivery: Delivery, days: float) -> None:
+    """The delivery (its event and its last attempt, if any) `days` old."""
+    at = timezone.now() - timedelta(days=days)
+    Delivery.objects.filter(pk=delivery.pk).update(created_at=at)
+    Delivery.objects.exclude(last_attempt_at=None).filter(pk=delivery.pk).update(last_attempt_at=at)
+
+
+def test_finished_deliveries_past_their_days_go_with_their_jobs_and_the_page_still_answers(
+    api: APIClient, receiver: Receiver, make_document: Any, settings: Any, owner: Any
+) -> None:
+    from memoryadmin.runner.housekeeping import housekeeping
+
+    settings.MEMORYADMIN_WEBHOOK_MAX_ATTEMPTS = 1
+    hook = register(api, receiver.url, ["document.created"])
+    receiver.statuses = [200, 500, 200]
+    for name in ("old", "failed", "recent"):
+        make_document(name)
+    run_jobs(3)
+    make_document("waiting")
+    api.patch(f"{HOOKS}/{hook['id']}", {"active": False}, format="json")
+    run_jobs()
+    old, failed, recent, waiting = Delivery.objects.order_by("id")
+    assert [d.state for d in (old, failed, recent, waiting)] == [
+        "delivered",
+        "failed",
+        "delivered",
+        "pending",
+    ]
+    for delivery, days in ((old, 31), (failed, 31), (recent, 29), (waiting, 90)):
+        _aged(delivery, days)
+    # Failed before any attempt of it began (its worker died each time): its event's age.
+    never_sent = Delivery.objects.create(
+        endpoint_id=hook["id"],
+        event_id="evt_never_sent",
+        event="document.created",
+        body="{}",
+        state="failed",
+        created_at=timezone.now() - timedelta(days=31),
+    )
+    jobs = {d.pk: d.job_id for d in (old, failed, recent, waiting)}
+
+    settings.MEMORYADMIN_WEBHOOK_DELIVERIES_KEEP_DAYS = 0  # for ever
+    assert housekeeping().removed == {}
+    assert Delivery.objects.count() == 5
+
+    settings.MEMORYADMIN_WEBHOOK_DELIVERIES_KEEP_DAYS = 30
+    assert housekeeping().removed == {"webhook deliveries": 3}
+    assert set(Delivery.objects.values_list("pk", flat=True)) == {recent.pk, waiting.pk}
+    assert set(Job.objects.values_list("pk", flat=True)) == {jobs[recent.pk], jobs[waiting.pk]}
+    assert never_sent.pk not in Delivery.objects.values_list("pk", flat=True)
+    assert housekeeping().removed == {}  # done: again removes nothing
+
+    listed = api.get(f"{HOOKS}/{hook['id']}/deliveries")
+    assert listed.status_code == 200
+    assert [(d["id"], d["state"], d["attempts"]) for d in listed.json()["deliveries"]] == [
+        (waiting.pk, "pending", 0),
+        (recent.pk, "delivered", 1),
+    ]
+    page = owner.get(f"/projects/acme/development/webhooks/{hook['id']}/")
+    assert page.status_code == 200
+    assert f'id="delivery-{recent.pk}"' in page.content.decode()
+    assert f'id="delivery-{old.pk}"' not in page.content.decode()
+    assert "kept 30 days after their last attempt" in page.content.decode()
+    gone = api.post(f"{HOOKS}/{hook['id']}/deliveries/{old.pk}/redeliver")
+    assert (gone.status_code, gone.json()["error"]["code"]) == (404, "delivery_not_found")
+    # What is kept is sent again as before, by its own job.
+    api.patch(f"{HOOKS}/{hook['id']}", {"active": True}, format="json")
+    again = api.post(f"{HOOKS}/{hook['id']}/deliveries/{recent.pk}/redeliver")
+    assert (again.status_code, again.json()["state"]) == (202, "pending")
+    run_until(lambda: not Delivery.objects.exclude(state="delivered").exists())
+    assert Delivery.objects.get(pk=recent.pk).job_id == jobs[recent.pk]
+    assert [e["data"]["document"] for e in receiver.events()][-2:] == ["recent", "waiting"]
+
+
+def test_a_backlog_of_old_deliveries_goes_a_batch_at_a_time_while_events_are_sent(
+    api: APIClient, receiver: Receiver, make_document: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memoryadmin.runner import housekeeping
+
+    monkeypatch.setattr(housekeeping, "BATCH", 2)
+    hook = register(api, receiver.url, ["document.created"])
+    for number in range(5):
+        make_document(f"old-{number}")
+    run_jobs(5)
+    for delivery in Delivery.objects.all():
+        _aged(delivery, 31)
+    calls = []
+    while not calls or not calls[-1].done:
+        # Each call stops at its budget (none here) after a batch; the worker runs its
+        # jobs between calls, and a new event goes out meanwhile.
+        calls.append(housekeeping.housekeeping(budget=0))
+        make_document(f"new-{len(calls)}")
+        run_jobs()
+    assert [call.removed.get("webhook deliveries", 0) for call in calls] == [2, 2, 1, 0]
+    new = [f"new-{number}" for number in range(1, 5)]
+    assert [e["data"]["document"] for e in receiver.events()][5:] == new
+    assert set(Delivery.objects.values_list("state", flat=True)) == {"delivered"}
+    assert Delivery.objects.count() == Job.objects.count() == 4
+    listed = api.get(f"{HOOKS}/{hook['id']}/deliveries").json()["deliveries"]
+    assert [d["attempts"] for d in listed] == [1, 1, 1, 1]
+
+
+def test_a_delivery_sent_again_while_it_is_being_removed_is_kept_with_its_job(
+    api: APIClient, receiver: Receiver, make_document: Any
+) -> None:
+    from memoryadmin.runner.housekeeping import _with_jobs
+    from memoryadmin.webhooks.delivery import deliveries_past_keeping
+
+    hook = register(api, receiver.url, ["document.created"])
+    make_document("first")
+    make_document("second")
+    run_jobs(2)
+    first, second = Delivery.objects.order_by("id")
+    _aged(first, 31)
+    _aged(second, 31)
+    due = deliveries_past_keeping()
+    assert due is not None
+    batch = list(due.values_list("pk", flat=True))
+    # Between the batch's read and its delete, an owner sends the first one again.
+    again = api.post(f"{HOOKS}/{hook['id']}/deliveries/{first.pk}/redeliver")
+    assert again.status_code == 202
+    assert _with_jobs(Delivery)(due, batch) == 1
+    assert list(Delivery.objects.values_list("pk", "state")) == [(first.pk, "pending")]
+    assert list(Job.objects.values_list("pk", "state")) == [(first.job_id, "pending")]
+    run_jobs()
+    assert Delivery.objects.get().state == "delivered"

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from django.apps import AppConfig
+from django.conf import settings
 
 
 class AgentsConfig(AppConfig):
@@ -10,14 +11,16 @@ class AgentsConfig(AppConfig):
 
     def ready(self) -> None:
         from memoryadmin.agents.document_provider import DocumentProvider
-        from memoryadmin.agents.models import Session
+        from memoryadmin.agents.models import ProviderOperation, Session
         from memoryadmin.agents.representations import reader_dict
+        from memoryadmin.agents.services.operations import operations_past_keeping
         from memoryadmin.agents.services.provenance import version_readers
         from memoryadmin.agents.services.recalls import recalls_scrub
         from memoryadmin.memory.cli_history import readers_register
         from memoryadmin.memory.providers import provider_register
         from memoryadmin.memory.services.document_filters import agent_sessions_register
         from memoryadmin.memory.services.redaction import redaction_register
+        from memoryadmin.runner.housekeeping import records_register
 
         provider_register(DocumentProvider())
         # What recalls showed of a version goes with its redaction; the CLI's history
@@ -33,4 +36,11 @@ class AgentsConfig(AppConfig):
             lambda resource, agent: Session.objects.filter(
                 project_id=resource.project_id, environment=resource.environment, agent=agent
             ).values("id")
+        )
+        # Settled operations past their days go, their jobs with them.
+        records_register(
+            "provider operations",
+            ProviderOperation,
+            operations_past_keeping,
+            days=lambda: settings.MEMORYADMIN_OPERATIONS_KEEP_DAYS,
         )

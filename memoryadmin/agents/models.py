@@ -219,6 +219,13 @@ class OperationState(models.TextChoices):
 
 
 OPEN_OPERATION_STATES = (OperationState.QUEUED, OperationState.PARTIAL)
+# Settled: where housekeeping removes them once their days have passed. A dead letter is
+# not: it waits for an owner (retried, it is open again; discarded, settled).
+SETTLED_OPERATION_STATES = (
+    OperationState.SUCCEEDED,
+    OperationState.FAILED,
+    OperationState.DISCARDED,
+)
 
 
 class OperationKind(models.TextChoices):
@@ -283,6 +290,8 @@ class ProviderOperation(models.Model):
                 fields=["project", "environment", "-created_at", "id"], name="operation_newest"
             ),
             models.Index(fields=["session", "state"], name="operation_session"),
+            # Housekeeping's settled operations past their days.
+            models.Index(fields=["state", "updated_at"], name="operation_settled"),
         ]
 
     def __str__(self) -> str:

@@ -18,6 +18,7 @@ class JobState(models.TextChoices):
 
 
 OPEN_STATES = (JobState.PENDING, JobState.RUNNING)
+FINISHED_STATES = (JobState.DONE, JobState.DEAD, JobState.DISCARDED)
 
 
 class Job(models.Model):
@@ -58,6 +59,8 @@ class Job(models.Model):
         indexes = [
             models.Index(fields=["state", "run_after"], name="job_due"),
             models.Index(fields=["line", "state", "id"], condition=~Q(line=""), name="job_line"),
+            # Housekeeping's finished jobs past their days.
+            models.Index(fields=["state", "finished_at"], name="job_finished"),
         ]
 
     def __str__(self) -> str:

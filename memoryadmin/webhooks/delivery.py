@@ -17,8 +17,10 @@ import hashlib
 import hmac
 import logging
 import time
+from datetime import timedelta
 
 from django.conf import settings
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from memoryadmin.core.exchange import outbound, retry_after
@@ -31,7 +33,12 @@ from memoryadmin.runner.jobs import (
     enqueue,
 )
 from memoryadmin.runner.models import Job
-from memoryadmin.webhooks.models import OPEN_DELIVERY_STATES, Delivery, DeliveryState
+from memoryadmin.webhooks.models import (
+    FINISHED_DELIVERY_STATES,
+    OPEN_DELIVERY_STATES,
+    Delivery,
+    DeliveryState,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -184,3 +191,16 @@ def webhook_deliver(*, endpoint: int, event: str) -> None:
         error,
     )
     raise RetryAfter(error, seconds=wait)
+
+
+def deliveries_past_keeping() -> QuerySet[Delivery] | None:
+    """Delivered and failed deliveries whose last attempt (or, never attempted, whose
+    event) is `MEMORYADMIN_WEBHOOK_DELIVERIES_KEEP_DAYS` old: the workers' housekeeping
+    removes them, their jobs with them (None: kept for ever). An open one is never
+    removed, however old; one sent again is open, then counts from its new attempt."""
+    days = settings.MEMORYADMIN_WEBHOOK_DELIVERIES_KEEP_DAYS
+    if not days:
+        return None
+    before = timezone.now() - timedelta(days=days)
+    attempted = Q(last_attempt_at__lt=before) | Q(last_attempt_at=None, created_at__lt=before)
+    return Delivery.objects.filter(attempted, state__in=FINISHED_DELIVERY_STATES).order_by()

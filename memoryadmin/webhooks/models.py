@@ -51,6 +51,7 @@ class DeliveryState(models.TextChoices):
 
 
 OPEN_DELIVERY_STATES = (DeliveryState.PENDING, DeliveryState.SENDING)
+FINISHED_DELIVERY_STATES = (DeliveryState.DELIVERED, DeliveryState.FAILED)
 
 
 class Delivery(models.Model):
@@ -82,6 +83,8 @@ class Delivery(models.Model):
         ]
         indexes = [
             models.Index(fields=["endpoint", "state", "id"], name="webhook_delivery_queue"),
+            # Housekeeping's finished deliveries past their days.
+            models.Index(fields=["state", "last_attempt_at"], name="webhook_delivery_finished"),
         ]
 
     def __str__(self) -> str:

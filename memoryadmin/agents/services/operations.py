@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -27,6 +27,7 @@ from django.utils import timezone
 from memoryadmin.agents.kinds import provider_for, provider_kinds
 from memoryadmin.agents.models import (
     OPEN_OPERATION_STATES,
+    SETTLED_OPERATION_STATES,
     Binding,
     OperationKind,
     OperationState,
@@ -428,3 +429,17 @@ def operation_dict(operation: ProviderOperation) -> dict[str, Any]:
         "updatedAt": iso_ms(operation.updated_at),
         "finishedAt": iso_ms(operation.finished_at) if operation.finished_at else None,
     }
+
+
+def operations_past_keeping() -> QuerySet[ProviderOperation] | None:
+    """Operations that succeeded, failed or were discarded `MEMORYADMIN_OPERATIONS_KEEP_DAYS`
+    ago (their last change: the provider's answer, or the discard): the workers'
+    housekeeping removes them, their jobs with them (None: kept for ever). Open
+    operations and dead letters are never removed: a dead letter is an owner's to settle."""
+    days = settings.MEMORYADMIN_OPERATIONS_KEEP_DAYS
+    if not days:
+        return None
+    before = _now() - timedelta(days=days)
+    return ProviderOperation.objects.filter(
+        state__in=SETTLED_OPERATION_STATES, updated_at__lt=before
+    ).order_by()

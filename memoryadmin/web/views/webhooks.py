@@ -62,6 +62,7 @@ def _detail(
         "form": form,
         "queue": services.delivery_queue(endpoint=endpoint),
         "max_attempts": settings.MEMORYADMIN_WEBHOOK_MAX_ATTEMPTS,
+        "keep_days": settings.MEMORYADMIN_WEBHOOK_DELIVERIES_KEEP_DAYS,
         "deliveries": deliveries,
         "next_cursor": next_cursor,
         **extra,

@@ -23,7 +23,8 @@ logger = logging.getLogger("memoryadmin.worker")
 class Command(BaseCommand):
     help = (
         "Run background jobs (provider operations, reconciliation, deliveries) until stopped, "
-        "and remove finished task results and expired sessions once an hour. "
+        "and once an hour remove what is finished and past its days (task results, expired "
+        "sessions, deliveries, operations, jobs). "
         "Start one or more beside the web server; see docs/operations.md."
     )
 
