@@ -245,6 +245,29 @@ def test_slash_focuses_the_search_box_and_results_show_marked_snippets(
     assert page.js_errors == []
 
 
+def test_a_document_deleted_between_the_ranking_and_the_page_is_left_out(
+    notes: Resource, library: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memoryadmin.memory.services import search
+
+    ranker = "_pg_ranked" if connection.vendor == "postgresql" else "_sqlite_ranked"
+    ranked = getattr(search, ranker)
+
+    def then_deleted(*args: Any) -> Any:
+        hits = ranked(*args)
+        # A delete that commits after the ranking's statement, before the page's read.
+        doomed = Document.objects.get(resource=notes, doc_id="refunds")
+        document_delete(
+            resource=notes, doc_id="refunds", expected_revision=doomed.revision, actor="t"
+        )
+        return hits
+
+    monkeypatch.setattr(search, ranker, then_deleted)
+    hits, _ = document_search(resources=[notes], q="refund", scope="t")
+    assert [h["doc_id"] for h in hits] == ["payments-team"]
+    assert all(h["text"] for h in hits)
+
+
 def test_a_deleted_document_leaves_no_words_in_the_index(
     notes: Resource, make_document: Callable[..., Any]
 ) -> None:

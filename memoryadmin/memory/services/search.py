@@ -341,13 +341,15 @@ def document_search(
     else:
         ranked = _sqlite_ranked(query, pks, after, limit + 1)
     page = ranked[:limit]
-    ids = [pk for pk, _ in page]
+    # A document deleted after the ranking read it (another statement, on PostgreSQL
+    # another snapshot) is left out of the page, never shown as a hit without its text.
     rows = {
         row["id"]: row
-        for row in Document.objects.filter(id__in=ids).values(
+        for row in Document.objects.filter(id__in=[pk for pk, _ in page], deleted=False).values(
             "id", "resource_id", "text", *LIST_FIELDS
         )
     }
+    ids = [pk for pk, _ in page if pk in rows]
     resource_ids = {r.pk: r.resource_id for r in resources}
     words = highlighter(query)
     hits = [
