@@ -151,6 +151,41 @@ def test_other_projects_key_is_403_and_changes_nothing(
     assert snapshot() == before
 
 
+# Routes whose body says whether they write (dryRun): the key's reach is still decided
+# first, so another project's key is refused before its body is read, as everywhere.
+BODY_FIRST = [
+    f"{BASE}/memory/erasures{DEV}",
+    f"{BASE}/memory/notes/restore{DEV}",
+    f"{BASE}/memory/incidents/inc_none/contain{DEV}",
+]
+
+
+@pytest.mark.parametrize("path", BODY_FIRST)
+@pytest.mark.parametrize("body", ['{"unknown": 1}', "not json", '{"dryRun": true}'])
+def test_other_projects_key_is_403_whatever_the_body(
+    seeded: Keys, client_for: Callable[[str | None], APIClient], path: str, body: str
+) -> None:
+    before = snapshot()
+    response = client_for(seeded.other).post(path, data=body, content_type="application/json")
+    assert response.status_code == 403, response.content
+    assert response.json()["error"] == {
+        "code": "forbidden",
+        "message": "This API key does not reach that project.",
+    }
+    assert snapshot() == before
+
+
+@pytest.mark.parametrize("path", BODY_FIRST)
+def test_a_reaching_key_still_hears_about_its_body(
+    seeded: Keys, client_for: Callable[[str | None], APIClient], path: str
+) -> None:
+    response = client_for(seeded.owner).post(
+        path, data='{"unknown": 1}', content_type="application/json"
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid_request"
+
+
 @pytest.mark.parametrize("index", range(len(READS)))
 def test_read_only_key_can_read(
     seeded: Keys, client_for: Callable[[str | None], APIClient], index: int

@@ -19,7 +19,7 @@ from memoryadmin.memory.models import ApiKey, Document, Project, Resource
 from memoryadmin.memory.services import deployments as deployment_services
 from memoryadmin.memory.services import documents as document_services
 from memoryadmin.memory.services.keys import ResourceLookup
-from memoryadmin.memory.services.projects import project_for_key
+from memoryadmin.memory.services.projects import key_may_act, project_for_key
 
 ENVIRONMENT = OpenApiParameter(
     "environment",
@@ -109,6 +109,15 @@ class ApiView(APIView):
 
     def get_permissions(self) -> list[Any]:
         return list(_shared(tuple(self.permission_classes)))
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        """DRF's (key, permission, rate), then whether the key reaches the project the path
+        names: a key of another project is refused (403) before its body or any id is
+        read, as on every route, including those whose body says whether they write."""
+        super().initial(request, *args, **kwargs)
+        project_id = kwargs.get("p")
+        if isinstance(project_id, str) and isinstance(request.auth, ApiKey):
+            key_may_act(key=request.auth, project_id=project_id, write=False)
 
     def permission_denied(
         self, request: Request, message: str | None = None, code: str | None = None
