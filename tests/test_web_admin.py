@@ -66,6 +66,27 @@ def test_owner_removes_a_role_after_confirming(owner: Client, people: People) ->
     assert AuditEntry.objects.filter(action="role.revoke", detail__user="sam").exists()
 
 
+@pytest.mark.parametrize("method", ["get", "post"])
+def test_removing_someone_without_a_role_here_is_404_whoever_they_are(
+    web: Callable[[str], Client], people: People, method: str
+) -> None:
+    """Globex's owner names acme's viewer, then a login that does not exist: the same
+    404, so a project's page tells nothing of other projects' people; nothing changes."""
+    outsider = web("outsider")
+    roles = list(ProjectRole.objects.order_by("id").values_list("user_id", "project_id", "role"))
+    audited = AuditEntry.objects.count()
+    answers = []
+    for name in ("vera", "ghost"):
+        response = getattr(outsider, method)(f"/projects/globex/development/people/{name}/revoke/")
+        html = html_of(response, 404)
+        assert f"No one named &#x27;{name}&#x27; has a role on globex." in html
+        answers.append(html.replace(name, "NAME"))
+    assert "Remove" not in answers[0]
+    roles_after = ProjectRole.objects.order_by("id").values_list("user_id", "project_id", "role")
+    assert list(roles_after) == roles
+    assert AuditEntry.objects.count() == audited
+
+
 def test_the_last_owner_cannot_leave_or_be_demoted(owner: Client, people: People) -> None:
     response = owner.post(f"{PEOPLE}grant/", {"grant-username": "olivia", "grant-role": "viewer"})
     assert "the only owner of acme" in html_of(response, 422)

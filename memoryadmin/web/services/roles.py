@@ -112,6 +112,10 @@ class UserNotFound(NotFound):
     code = "user_not_found"
 
 
+class MemberNotFound(NotFound):
+    code = "member_not_found"
+
+
 @dataclass(frozen=True)
 class Membership:
     project: Project
@@ -394,6 +398,21 @@ def user_create(*, username: str) -> str | None:
     password = secrets.token_urlsafe(12)
     model._default_manager.create_user(**{model.USERNAME_FIELD: username}, password=password)
     return password
+
+
+def member_get(*, project: Project, username: str) -> ProjectRole:
+    """A person with a role on the project, by name. Anyone else, whether a login of that
+    name exists or not, is missing alike: a project's page learns nothing of the people
+    of other projects."""
+    model = get_user_model()
+    found = (
+        ProjectRole.objects.select_related("user")
+        .filter(project=project, **{f"user__{model.USERNAME_FIELD}": username})
+        .first()
+    )
+    if found is None:
+        raise MemberNotFound(f"No one named '{username}' has a role on {project.id}.")
+    return found
 
 
 def members_list(*, project: Project) -> list[ProjectRole]:

@@ -17,6 +17,7 @@ from memoryadmin.web.forms import InviteForm, RoleForm
 from memoryadmin.web.services.roles import (
     PEOPLE,
     Invitation,
+    member_get,
     members_list,
     role_grant,
     role_revoke,
@@ -122,6 +123,7 @@ def person_invite(request: HttpRequest, page: Page) -> HttpResponseBase:
 @require_http_methods(["GET", "POST"])
 @project_view(PEOPLE)
 def person_revoke(request: HttpRequest, page: Page, username: str) -> HttpResponseBase:
+    member_get(project=page.project, username=username)
     if request.method == "GET":
         context = {"username": username}
         return page_render(
