@@ -131,6 +131,21 @@ def test_revert_needs_a_read_write_key_but_a_dry_run_does_not(
     assert current(workshop).text == "Poison."
 
 
+@pytest.mark.parametrize("body", [{"other": 1}, {"dryRun": "yes"}, {}])
+def test_another_projects_key_meets_a_missing_session_whatever_its_body(
+    writer: Session, workshop: Document, client_for: Any, keys: Keys, body: dict[str, Any]
+) -> None:
+    """The session's reach is decided before its body: the answer for another project's
+    session is the answer for one that does not exist, and nothing is reverted."""
+    save(writer, "notes", "Poison.")
+    other = client_for(keys.other)
+    found, missing = revert(other, writer.id, body), revert(other, "ses_missing", body)
+    assert (found.status_code, missing.status_code) == (404, 404)
+    assert found.json() == {"error": {"code": "not_found", "message": f"No session '{writer.id}'."}}
+    assert current(workshop).text == "Poison."
+    assert not AuditEntry.objects.filter(action__startswith="session.revert").exists()
+
+
 def test_cli_revert_with_a_dry_run_first(writer: Session, workshop: Document) -> None:
     save(writer, "notes", "Poison.")
     out = StringIO()

@@ -22,6 +22,7 @@ from memoryadmin.core.cancellation import caller_connection, client_gone_probe
 from memoryadmin.core.errors import InvalidRequest
 from memoryadmin.memory.models import Project
 from memoryadmin.memory.representations import deployments_dicts
+from memoryadmin.memory.services.projects import key_may_act
 
 IDEMPOTENCY_KEY = OpenApiParameter(
     "Idempotency-Key",
@@ -181,9 +182,13 @@ class SessionRevertView(SessionApiView):
         "merged text instead. `dryRun` shows the plan and writes nothing.",
     )
     def post(self, request: Request, session_id: str) -> Response:
+        # Whether the key reaches the session before the body; whether it may write after,
+        # as the body says whether the revert writes.
+        session = self.session(request, session_id)
         data = validated(s.RevertInput, request)
         dry_run = bool(data["dryRun"])
-        session = self.session(request, session_id, write=not dry_run)
+        if not dry_run:
+            key_may_act(key=self.key(request), project_id=session.project_id, write=True)
         plan = session_revert(session=session, dry_run=dry_run, actor=self.actor(request))
         return Response(plan.as_dict())
 
