@@ -68,7 +68,8 @@ def test_add_list_deliver_redeliver_rotate_remove(
     rotated = run("rotate", "--project", "acme", str(endpoint.pk)).splitlines()[-1]
     assert rotated.startswith("whsec_")
     assert rotated != secret
-    assert run("remove", "--project", "acme", str(endpoint.pk)).startswith("Removed webhook")
+    removed = run("remove", "--project", "acme", str(endpoint.pk))
+    assert removed == f"Removed webhook {endpoint.pk} ({endpoint.url}).\n"
     assert not Endpoint.objects.exists()
     actions = AuditEntry.objects.filter(action__startswith="webhook.").order_by("id")
     assert [entry.action for entry in actions] == [
