@@ -1,8 +1,9 @@
 """The documentation: the README's curl walkthrough runs verbatim against a live
 server and its other shell blocks on a checkout set up as `make run` sets one up; the
 first-run steps of docs/deploy.md run verbatim on a fresh database with the production
-environment; every shell, console, JSON and Python block of the README and of docs/
-parses; every relative link points at a file and heading that exist."""
+environment, and the worked example of docs/cli.md on a checkout of its own; every
+shell, console, JSON and Python block of the README and of docs/ parses; every relative
+link points at a file and heading that exist."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import ast
 import json
 import os
 import re
+import shlex
 import shutil
 import sqlite3
 import subprocess
@@ -405,3 +407,86 @@ def test_deploy_first_run_steps_run_verbatim(fresh_database: str, tmp_path: Path
     )
     assert shell.returncode == 0, shell.stderr
     assert shell.stdout.splitlines()[-1] == "True owner"
+
+
+# The worked example of docs/cli.md, verbatim, on a checkout of its own.
+
+CLI_DOC = ROOT / "docs" / "cli.md"
+
+
+def transcript_steps(transcript: str) -> list[tuple[str, list[str]]]:
+    """(command, its printed lines) of each `$ ` step, continuation lines joined."""
+    steps: list[tuple[str, list[str]]] = []
+    continuing = False
+    for line in transcript.splitlines():
+        if line.startswith("$ ") or continuing:
+            if not continuing:
+                steps.append(("", []))
+            command, printed = steps[-1]
+            steps[-1] = (command + line.removeprefix("$ ") + "\n", printed)
+            continuing = line.endswith("\\")
+        elif line:
+            steps[-1][1].append(line)
+    return steps
+
+
+def shape(line: str) -> str:
+    """A printed line less what differs from run to run: revisions and times."""
+    line = re.sub(r"\b[0-9a-f]{20}\b", "<revision>", line)
+    return re.sub(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z", "<time>", line)
+
+
+@pytest.mark.skipif(shutil.which("script") is None, reason="script (util-linux) is not installed")
+def test_cli_worked_example_runs_verbatim(tmp_path: Path) -> None:
+    """Each command of the example prints what the page shows (revisions and times
+    aside); `remove` runs on a terminal, where it asks, and is answered `y`."""
+    block = next(body for lang, body in FENCE.findall(CLI_DOC.read_text()) if lang == "console")
+    checkout = Checkout(tmp_path)
+    for name in (".venv", "manage.py"):
+        (checkout.home / name).symlink_to(ROOT / name)
+    exports, commands = make_run_setup()
+    for command in commands:
+        assert checkout.sh(command, **exports).returncode == 0
+    # "add a line": 17 bytes, as the page's 50 bytes became 67.
+    editor = tmp_path / "editor"
+    editor.write_text("#!/bin/sh\nprintf 'Meet at 9:30 am.\\n' >> \"$1\"\n")
+    editor.chmod(0o700)
+    env = {"PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "VISUAL": str(editor)}
+    steps = transcript_steps(block)
+    subcommands = [re.search(r"--project demo (\S+)", command) for command, _ in steps]
+    assert [found.group(1) for found in subcommands if found] == [
+        "list",
+        "create",
+        "show",
+        "edit",
+        "freeze",
+        "export",
+        "import",
+        "remove",
+    ]
+    for command, printed in steps:
+        if " remove " in command:
+            answer = printed[0].rsplit(" ", 1)[1] + "\n"
+            command = f"script -qec {shlex.quote(command.strip())} /dev/null"
+            done = subprocess.run(
+                ["bash", "-c", command],
+                cwd=checkout.home,
+                env={**checkout.env, **env},
+                input=answer,
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+            # The terminal echoes the answer where it was typed: ahead of the prompt.
+            lines = done.stdout.replace("\r", "").splitlines()
+            output = "\n".join(line.rstrip() for line in lines if line != answer.strip())
+            output = output.replace("[y/N] ", "[y/N]\n")  # the answer's line end, echoed early
+            printed = [printed[0].removesuffix(" " + answer.strip()), *printed[1:]]
+        else:
+            done = checkout.sh(command, **env)
+            output = done.stdout
+        assert done.returncode == 0, (command, done.stdout, done.stderr)
+        assert [shape(line) for line in output.splitlines() if line] == [
+            shape(line) for line in printed
+        ], command
