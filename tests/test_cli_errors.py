@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +47,7 @@ from memoryadmin.providers.models import Secret
 from memoryadmin.refprovider.declaration import reference_declaration
 from memoryadmin.web.models import ProjectRole
 from memoryadmin.web.services.roles import UserNotFound
+from tests.helpers import ROOT, clean_env
 
 pytestmark = pytest.mark.django_db
 
@@ -236,3 +240,29 @@ def test_session_create_binds_a_namespace(project: Project) -> None:
     assert bad.returncode == cli.EXIT_INVALID
     assert str(bad).startswith("memory.facts: Namespace ids are")
     assert Session.objects.count() == 2
+
+
+@pytest.mark.parametrize("buffered", [True, False], ids=["buffered", "unbuffered"])
+def test_output_to_a_pipe_its_reader_left_is_one_error_line(tmp_path: Path, buffered: bool) -> None:
+    """`manage.py erasure key | head -c 0`: the reader leaves before the command writes,
+    and the command ends with its one line and exit code 1, not a traceback."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    env = clean_env(MEMORYADMIN_DEV_SECRETS="1", MEMORYADMIN_VAR_DIR=str(tmp_path / "var"))
+    if not buffered:
+        env["PYTHONUNBUFFERED"] = "1"
+    with os.fdopen(write_end, "wb") as stdout:
+        done = subprocess.run(
+            [sys.executable, "manage.py", "erasure", "key"],
+            cwd=ROOT,
+            env=env,
+            stdout=stdout,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    assert done.returncode == cli.EXIT_ERROR
+    assert done.stderr == (
+        "Error: Cannot write to standard output: Broken pipe (its reader has left).\n"
+    )

@@ -7,6 +7,7 @@ import getpass
 import logging
 import os
 import re
+import select
 import shlex
 import signal
 import subprocess
@@ -141,15 +142,44 @@ class Command(BaseCommand):
         with contextlib.nullcontext(pool) if self.serves else pool.kept():
             try:
                 self.act(options)
+                # Here, not at exit: a reader that left is this command's one error line.
+                self.stdout.flush()
             except DomainError as exc:
                 raise error_from(exc) from exc
             except DatabaseError as exc:
                 if not database_unavailable(exc):
                     raise  # a statement's fault, not the database's state: its traceback
                 raise database_error(exc, pool.last) from exc
+            except BrokenPipeError as exc:
+                if not reader_gone(self.stdout._out):
+                    raise
+                raise Error(
+                    "Cannot write to standard output: Broken pipe (its reader has left).",
+                    returncode=EXIT_ERROR,
+                ) from exc
 
     def act(self, options: dict[str, Any]) -> None:
         raise NotImplementedError
+
+
+def reader_gone(stream: Any) -> bool:
+    """Whether `stream` is a pipe its reader has left (`manage.py ... | head`): then its
+    write end polls as an error. If so, what is left in its buffer goes nowhere, so that
+    nothing more fails at exit: the command ends with its one `Error:` line."""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return False
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    if not any(events & select.POLLERR for _, events in poller.poll(0)):
+        return False
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+    return True
 
 
 # What ends a command from outside: an interrupt, a kill, the terminal closing.
