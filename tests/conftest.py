@@ -591,6 +591,13 @@ def browser() -> Iterator[Any]:
             chromium_features_kept()
             yield browser
             browser.close()
+            # The module's tests ran while Playwright's loop ran in this thread, so their
+            # database connections are the ones asgiref's context-local storage kept for
+            # that loop: closed here, or the pool's close at the session's end misses them
+            # and dropping the test database fails (a connection still uses it).
+            from django.db import connections
+
+            connections.close_all()
 
 
 @pytest.fixture
