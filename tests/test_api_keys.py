@@ -268,6 +268,33 @@ def test_api_rotate_with_grace(keys: Keys, api: APIClient, client_for: Any) -> N
     assert ApiKey.objects.count() == 5
 
 
+def test_a_key_in_its_grace_period_manages_no_keys(
+    keys: Keys, api: APIClient, client_for: Any
+) -> None:
+    owner = key_of(keys.owner)
+    rotated = api.post(f"{KEYS}/{owner.pk}/rotate", {"graceSeconds": 600}, format="json")
+    assert rotated.status_code == 201
+    replacement = rotated.json()
+    leaked = client_for(keys.owner)
+    assert works(client_for, keys.owner) == 200  # memory still, until its grace ends
+    before = list(ApiKey.objects.order_by("pk").values_list("pk", "revoked_at"))
+    other = key_of(keys.read_only)
+    refused = [
+        leaked.get(KEYS),
+        leaked.post(KEYS, {"name": "persist"}, format="json"),
+        leaked.post(f"{KEYS}/{other.pk}/rotate", {"graceSeconds": 0}, format="json"),
+        leaked.post(f"{KEYS}/{replacement['id']}/revoke"),
+        leaked.post(f"{KEYS}/{owner.pk}/rotate", {"graceSeconds": 0}, format="json"),
+    ]
+    for response in refused:
+        assert response.status_code == 403, response.content
+        assert response.json()["error"]["code"] == "forbidden"
+        assert "grace period" in response.json()["error"]["message"]
+    assert list(ApiKey.objects.order_by("pk").values_list("pk", "revoked_at")) == before
+    # The key that replaced it manages keys.
+    assert client_for(replacement["secret"]).get(KEYS).status_code == 200
+
+
 def test_api_revoking_itself_ends_its_own_access(keys: Keys, api: APIClient) -> None:
     assert api.post(f"{KEYS}/{key_of(keys.owner).pk}/revoke").status_code == 200
     assert api.get(KEYS).status_code == 401

@@ -12,7 +12,7 @@ from rest_framework.response import Response
 
 from memoryadmin.api import serializers as s
 from memoryadmin.api.base import CURSOR, ERRORS, ApiView
-from memoryadmin.memory.models import ApiKey
+from memoryadmin.memory.models import ApiKey, Project
 from memoryadmin.memory.representations import api_key_dict
 from memoryadmin.memory.services import keys as key_services
 
@@ -23,6 +23,11 @@ KEY_ERRORS = {
 
 
 class ApiKeyView(ApiView):
+    def project(self, request: Request, p: str, *, write: bool = False) -> Project:
+        project = super().project(request, p, write=write)
+        key_services.check_key_manager(self.key(request))
+        return project
+
     def target(self, request: Request, p: str, k: str) -> ApiKey:
         project = self.project(request, p, write=True)
         return key_services.api_key_get(ref=k, project_id=project.id, scoped=True)

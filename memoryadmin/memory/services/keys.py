@@ -30,7 +30,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from memoryadmin.core.cursors import keyset_page
-from memoryadmin.core.errors import Conflict, InvalidRequest, NotFound
+from memoryadmin.core.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from memoryadmin.core.inputs import whole_number
 from memoryadmin.core.rows import (
     column,
@@ -208,6 +208,17 @@ def api_key_revoke(*, key: ApiKey, actor: str) -> ApiKey:
         _audit(key=key, actor=actor, action="apikey.revoke")
     _forget(key)
     return key
+
+
+def check_key_manager(key: ApiKey) -> None:
+    """A key that manages keys (lists, creates, revokes, rotates them) is not one a
+    rotation is ending: a key rotated away because it leaked would otherwise make, in its
+    grace period, keys that outlive it."""
+    if key.revoked_at is not None:
+        raise Forbidden(
+            f"API key {key.prefix}… is in its rotation's grace period: it keeps working "
+            "until then, but manages no keys. Use the key that replaced it."
+        )
 
 
 @transaction.atomic
