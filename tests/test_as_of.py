@@ -23,6 +23,7 @@ from memoryadmin.memory.services.documents import (
     document_patch,
     document_replace,
 )
+from memoryadmin.memory.services.redaction import version_redact
 from tests.helpers import DEV, DOCS, Keys, html_of
 
 RESTORE = "/api/managed-agents/projects/acme/memory/notes/restore"
@@ -125,6 +126,31 @@ def test_restore_chosen_documents_only(api: APIClient, notes: Resource, make_doc
     future = (timezone.now() + timedelta(days=1)).isoformat()
     assert restore(api, {"asOf": future}).status_code == 400
     assert restore(api, {"asOf": t.isoformat(), "documents": "two"}).status_code == 400
+
+
+def test_a_document_whose_version_then_was_redacted_is_redacted_in_the_plan_and_the_run(
+    api: APIClient, notes: Resource, make_document: Any
+) -> None:
+    secret = make_document("secret", text="the password is hunter2")
+    t = moment()
+    fixed = document_replace(
+        resource=notes, doc_id="secret", expected_revision=secret.revision, text="gone", actor="t"
+    )
+    version_redact(
+        resource=notes, doc_id="secret", revision=secret.revision, reason="a password", actor="t"
+    )
+    plans = [restore(api, {"asOf": t.isoformat(), "dryRun": dry}).json() for dry in (True, False)]
+    for plan in plans:
+        assert plan["documents"] == [
+            {
+                "documentId": "secret",
+                "action": "redacted",
+                "restoreRevision": secret.revision,
+                "currentRevision": fixed.revision,
+                "revision": None,
+            }
+        ]
+    assert (current(secret).text, current(secret).revision) == ("gone", fixed.revision)
 
 
 def test_page_and_cli_show_and_restore_a_moment(

@@ -557,7 +557,15 @@ class RestoreAsOfInput(StrictSerializer):
 class RestoreAsOfItemOutput(serializers.Serializer):
     documentId = serializers.CharField()
     action = serializers.ChoiceField(
-        choices=["restore", "unchanged", "deleted", "created_since", "conflict", "absent"]
+        choices=[
+            "restore",
+            "unchanged",
+            "deleted",
+            "created_since",
+            "conflict",
+            "absent",
+            "redacted",
+        ]
     )
     restoreRevision = serializers.CharField(allow_null=True)
     currentRevision = serializers.CharField(allow_null=True)

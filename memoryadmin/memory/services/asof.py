@@ -32,6 +32,9 @@ DELETED = "deleted"
 CREATED_SINCE = "created_since"
 CONFLICT = "conflict"
 ABSENT = "absent"
+# The version at T was redacted: nothing to return to (a restore never makes a redacted
+# version current), as a session revert says of its own.
+REDACTED = "redacted"
 
 
 def parse_as_of(value: object) -> datetime:
@@ -144,6 +147,11 @@ def _plan(resource: Resource, as_of: datetime, doc_ids: list[str] | None) -> AsO
         if document.deleted:
             # Never a resurrection: a deleted id stays reserved.
             plan.items.append(AsOfRestoreItem(doc_id, DELETED, version.revision))
+            continue
+        if version.redacted_at is not None:
+            plan.items.append(
+                AsOfRestoreItem(doc_id, REDACTED, version.revision, document.revision)
+            )
             continue
         same = (document.text, document.summary) == (version.text, version.summary)
         action = UNCHANGED if same else RESTORE
