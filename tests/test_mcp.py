@@ -158,12 +158,16 @@ def test_frozen_document_ended_session_and_bad_arguments(
             frozen = await client.call_tool("memory_save", {"memory": "notes", "text": "x"})
             ended = await in_thread(end_only_session)
             closed = await client.call_tool("memory_save", {"memory": "notes", "text": "x"})
+            malformed = await client.call_tool("memory_recall", {"input": 5})
             recall = await client.call_tool("memory_recall", {})
-            return bad, nul, unknown, frozen, ended, closed, recall
+            return bad, nul, unknown, frozen, ended, closed, malformed, recall
 
-    bad, nul, unknown, frozen, ended, closed, recall = run(scenario)
+    bad, nul, unknown, frozen, ended, closed, malformed, recall = run(scenario)
     assert bad.is_error
     assert bad.structured_content["error"]["code"] == "invalid_tool_arguments"
+    # memory_recall's malformed arguments are refused as every tool's are.
+    assert malformed.is_error
+    assert malformed.structured_content["error"]["code"] == "invalid_tool_arguments"
     assert nul.is_error
     assert nul.structured_content["error"]["code"] == "invalid_request"
     assert unknown.is_error

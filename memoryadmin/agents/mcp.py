@@ -60,6 +60,7 @@ from memoryadmin.core.dbstate import database_unavailable, unavailable_answer
 from memoryadmin.core.errors import (
     DomainError,
     InvalidRequest,
+    InvalidToolArguments,
     Unauthorized,
     envelope_of,
     error_envelope,
@@ -152,7 +153,8 @@ class MemoryDoor:
             unknown = set(arguments) - {"input"}
             text = arguments.get("input")
             if unknown or not isinstance(text, str | None):
-                raise InvalidRequest(f"{RECALL_TOOL} takes only 'input', a string.")
+                # As the runtime refuses its own tools' malformed arguments.
+                raise InvalidToolArguments(f"{RECALL_TOOL} takes only 'input', a string.")
             recall = self.recall_now(text)
             return {"recallId": recall["recallId"], "memory": recall["memory"]}
         recall = self.recall or self.recall_now()
