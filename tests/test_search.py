@@ -428,6 +428,25 @@ def test_cli_search_prints_hits_of_every_resource(library: None, capsys: Any) ->
     assert body["documents"][0]["resource"] == "notes"
 
 
+def test_cli_tables_show_agent_written_fields_on_one_line_without_terminal_controls(
+    notes: Resource, make_document: Callable[..., Any], capsys: Any
+) -> None:
+    from django.core.management import call_command
+
+    make_document(
+        "hostile",
+        title="Rogue\x1b]0;owned\x07 title\u202e",
+        text="first line about zebras\nsecond line\r\x1b[2Jthird",
+    )
+    for command in (["list", "notes"], ["search", "zebras"]):
+        call_command("memory", "--project", "acme", *command)
+        out = capsys.readouterr().out
+        lines = out.splitlines()
+        assert len(lines) == 2, out  # the heading and one row: no cell spans lines
+        assert not any(c in out for c in "\x1b\x07\r\u202e"), out
+        assert "Rogue ]0;owned  title" in lines[1]
+
+
 def test_cli_search_refuses_a_query_without_words(notes: Resource) -> None:
     from django.core.management import call_command
     from django.core.management.base import CommandError

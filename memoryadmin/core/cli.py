@@ -61,6 +61,19 @@ def exit_code_for(exc: DomainError) -> int:
     return EXIT_CODES.get(exc.status, EXIT_ERROR)
 
 
+# What a line about stored data never passes to the terminal: control characters (escape
+# sequences an agent could write into a title would reach the operator's terminal), line
+# and paragraph separators (a row is one line) and bidirectional overrides (they reorder
+# what is shown around them).
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def one_line(text: str) -> str:
+    """`text` (a title, a snippet: written by people or agents) for a table's cell or a line
+    of a listing: as written, but each character a terminal would act on a space."""
+    return _UNPRINTABLE.sub(" ", text)
+
+
 def error_from(exc: DomainError, *, prefix: str = "", suffix: str = "") -> Error:
     message = " ".join(part for part in (prefix, exc.message, suffix) if part)
     return Error(message, returncode=exit_code_for(exc))

@@ -106,7 +106,7 @@ class Command(cli.Command):
         data = services.incident_dict(incident)
         counts = data["counts"]
         lines = [
-            f"{incident.id}  {incident.title}",
+            f"{incident.id}  {cli.one_line(incident.title)}",
             f"source {json.dumps(incident.source)}, {incident.hops} hops: "
             f"{counts['version']} versions, {counts['recall']} recalls, "
             f"{counts['session']} sessions, {counts['record']} records",
@@ -124,7 +124,7 @@ class Command(cli.Command):
         rows, _ = services.incident_list(project=self.project, environment=self.environment)
         data = [services.incident_summary(row) for row in rows]
         lines = ["ID                            CREATED                   TITLE"]
-        lines += [f"{i['id']:<29} {i['createdAt']:<25} {i['title']}" for i in data]
+        lines += [f"{i['id']:<29} {i['createdAt']:<25} {cli.one_line(i['title'])}" for i in data]
         self.emit(options, {"incidents": data}, lines)
 
     def handle_contain(self, options: dict[str, Any]) -> None:

@@ -311,8 +311,8 @@ class Command(HistoryCommands, ProposalCommands, cli.Command):
         if options["json"]:
             self.out_json(data)
             return
-        self.out(f"{resource.resource_id}/{data['id']}: {data['title']}")
-        self.out(f"  summary:      {data['summary']}")
+        self.out(f"{resource.resource_id}/{data['id']}: {cli.one_line(data['title'])}")
+        self.out(f"  summary:      {cli.one_line(data['summary'])}")
         self.out(f"  agent writes: {data['agentWrites']}")
         self.out(f"  revision:     {data['revision']}")
         self.out(f"  size:         {data['bytes']} of {data['maxBytes']} bytes")
@@ -623,6 +623,8 @@ def _writer(writer: dict[str, Any]) -> str:
 
 
 def _clip(text: str, width: int) -> str:
+    """One line of at most `width` characters (`cli.one_line`)."""
+    text = cli.one_line(text)
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
