@@ -13,6 +13,7 @@ from __future__ import annotations
 import socket
 import ssl
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -531,3 +532,43 @@ def test_a_slow_lookup_at_deploy_holds_the_request_two_seconds_at_most(
     refused = deploy(api, "https://hangs.slow.test")
     assert refused.status_code == 400
     assert "resolves to a loopback address" in refused.json()["error"]["message"]
+
+
+def test_a_lookup_no_thread_can_run_fails_its_call_and_gives_its_share_back(
+    project: Project,
+    provider: Provider,
+    settings: Any,
+    slow_names: SlowNames,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The process can start no more threads (its limit; the interpreter shutting down):
+    the call fails as one whose name did not resolve, an answer and not an exception, and
+    the project's share is whole again for the calls after it."""
+    settings.MEMORYADMIN_PROVIDER_ALLOW = LOOPBACK
+    settings.MEMORYADMIN_OUTBOUND_LOOKUPS_PER_PROJECT = 1
+    resource = deployed(project, f"https://knowledge.slow.test:{provider.port}")
+    start = threading.Thread.start
+
+    def no_thread(thread: threading.Thread) -> None:
+        if thread.name == "egress-lookup":
+            raise RuntimeError("can't start new thread")
+        start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", no_thread)
+    for _ in range(2):
+        failed = recall_failure(resource)
+        assert (failed.reason, failed.retryable) == ("transport_error", True)
+        assert egress.lookups.running("acme") == 0
+    assert newest_failure(project).detail["reason"] == "transport_error"
+    assert provider.seen == []
+    # A deploy's check accepts the name, as one that does not resolve now.
+    assert egress.origin_address_check("hangs.slow.test") is None
+    assert egress.lookups.running(egress.DEPLOY_LOOKUPS) == 0
+    monkeypatch.setattr(threading.Thread, "start", start)
+    # The share is whole: the next lookup starts at once.
+    lookup = egress.lookups.start(
+        "acme", "knowledge.slow.test", 443, until=time.monotonic(), stopped=lambda: False
+    )
+    assert lookup is not None
+    assert lookup.done.wait(5)
+    assert lookup.error is None

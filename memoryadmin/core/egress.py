@@ -191,7 +191,10 @@ def origin_address_check(host: str) -> str | None:
         addresses = [literal]
     else:
         until = time.monotonic() + DEPLOY_LOOKUP_SECONDS
-        lookup = lookups.start(DEPLOY_LOOKUPS, host, 443, until=until, stopped=lambda: False)
+        try:
+            lookup = lookups.start(DEPLOY_LOOKUPS, host, 443, until=until, stopped=lambda: False)
+        except OSError:
+            return None
         if lookup is None or not lookup.done.wait(_left(until)):
             return None
         if isinstance(lookup.error, (OSError, UnicodeError)):
@@ -247,7 +250,8 @@ class Lookups:
         stopped: Callable[[], bool],
     ) -> _Lookup | None:
         """Starts looking `host` up once `project` has a lookup slot; None when `until`
-        (`time.monotonic()`, None for no bound) passed or `stopped()` held first."""
+        (`time.monotonic()`, None for no bound) passed or `stopped()` held first; OSError
+        when no thread could be started for it (its slot given back)."""
         with self._changed:
             while self._running.get(project, 0) >= lookups_limit():
                 remaining = _left(until)
@@ -265,17 +269,26 @@ class Lookups:
             except BaseException as exc:  # handed to the caller, if it still waits
                 lookup.error = exc
             finally:
-                with self._changed:
-                    left = self._running[project] - 1
-                    if left:
-                        self._running[project] = left
-                    else:
-                        del self._running[project]
-                    self._changed.notify_all()
+                self._release(project)
                 lookup.done.set()
 
-        threading.Thread(target=run, name="egress-lookup", daemon=True).start()
+        try:
+            threading.Thread(target=run, name="egress-lookup", daemon=True).start()
+        except RuntimeError as exc:
+            # No thread to be had (the process's limit; the interpreter shutting down):
+            # the slot is given back, and the name is one that could not be looked up.
+            self._release(project)
+            raise OSError(f"{host} could not be looked up: {exc}") from exc
         return lookup
+
+    def _release(self, project: str) -> None:
+        with self._changed:
+            left = self._running[project] - 1
+            if left:
+                self._running[project] = left
+            else:
+                del self._running[project]
+            self._changed.notify_all()
 
 
 lookups = Lookups()
