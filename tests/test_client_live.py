@@ -197,20 +197,26 @@ def test_ids_from_users_reach_the_server_as_ids_never_as_other_paths(
     kb = resource_get(project=project, environment="development", resource_id="kb")
     secret = make_document("secret", text="kb only", resource=kb)
     make_document("x", text="x's text")
-    climbing = "../../kb/documents/secret"
-    for doc_id in (climbing, "..", "x?environment=production", "x#y", "x/"):
+    for doc_id in ("..", ".", "x?environment=production", "x#y"):
         with pytest.raises(ApiError) as refused:
             client.get_document("notes", doc_id)
         assert refused.value.status in (400, 404), doc_id
         assert refused.value.code in ("invalid_request", "not_found"), doc_id
-    with pytest.raises(ApiError) as refused:
+    # A server decodes %2F into '/' before it routes: an id holding one would name another
+    # route (x/versions: document x's versions, read as if they were a document). No id
+    # has one; the client sends none.
+    climbing = "../../kb/documents/secret"
+    for doc_id in (climbing, "x/versions", "x/", "/"):
+        with pytest.raises(ValueError, match="cannot hold '/'"):
+            client.get_document("notes", doc_id)
+    with pytest.raises(ValueError, match="cannot hold '/'"):
         client.replace_document("notes", climbing, revision=secret.revision, text="overwritten")
-    assert refused.value.status in (400, 404)
-    with pytest.raises(ApiError):
+    with pytest.raises(ValueError, match="cannot hold '/'"):
         client.delete_document("notes", climbing, revision=secret.revision)
-    with pytest.raises(ApiError) as no_session:
+    with pytest.raises(ValueError, match="cannot hold '/'"):
+        client.get_document("kb/documents/secret/documents", "x")
+    with pytest.raises(ValueError, match="cannot hold '/'"):
         client.get_session("../projects/acme/memory")
-    assert no_session.value.status == 404
     with pytest.raises(ValueError, match="cannot be empty"):
         client.get_document("notes", "")
     kept = Document.objects.get(pk=secret.pk)

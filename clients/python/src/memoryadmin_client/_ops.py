@@ -137,11 +137,16 @@ def if_match(revision: str | Mapping[str, Any]) -> str:
 
 def _seg(value: str | int) -> str:
     """One segment of a request's path, percent-encoded: an id an application took from
-    its users (`../other`, `x?environment=production`, `a/b`, `..`) reaches the server
-    as that id, which refuses it, never as another path or query."""
+    its users (`x?environment=production`, `x#y`, `..`) reaches the server as that id,
+    which refuses it, never as another path or query. An id holding '/' is a ValueError:
+    a server decodes `%2F` back into '/' before it routes the path, so `x/versions` would
+    reach another route (document x's versions, answered as if they were a document), and
+    no id has one."""
     text = str(value)
     if not text:
         raise ValueError("An id in a request's path cannot be empty.")
+    if "/" in text:
+        raise ValueError(f"An id in a request's path cannot hold '/': {text!r}.")
     if text in (".", ".."):
         return text.replace(".", "%2E")  # kept as they are, a URL resolves them away
     return quote(text, safe="")
