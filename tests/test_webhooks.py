@@ -797,3 +797,69 @@ def test_a_delivery_sent_again_while_it_is_being_removed_is_kept_with_its_job(
     assert list(Job.objects.values_list("pk", "state")) == [(first.job_id, "pending")]
     run_jobs()
     assert Delivery.objects.get().state == "delivered"
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(not is_postgres(), reason="a row lock held across threads needs PostgreSQL")
+def test_a_redelivery_racing_the_removal_of_its_delivery_is_not_found(
+    api: APIClient, receiver: Receiver, make_document: Any, settings: Any
+) -> None:
+    """Housekeeping deletes the delivery after the redelivery read it and before its
+    update: the owner is told it is not found (404), as after the removal, not a 500."""
+    import threading
+
+    from django.db import connections
+
+    from memoryadmin.runner.housekeeping import _with_jobs
+    from memoryadmin.webhooks.delivery import deliveries_past_keeping
+
+    settings.MEMORYADMIN_WEBHOOK_DELIVERIES_KEEP_DAYS = 30
+    hook = register(api, receiver.url, ["document.created"])
+    make_document("old")
+    run_jobs()
+    # Delivered long ago (set here: the race is with its removal, not its sending).
+    Delivery.objects.update(state="delivered", last_attempt_at=timezone.now())
+    Job.objects.update(state="done", finished_at=timezone.now())
+    old = Delivery.objects.get()
+    _aged(old, 31)
+    deleted, done = threading.Event(), threading.Event()
+    outcome: dict[str, Any] = {}
+
+    def housekeeper() -> None:
+        try:
+            with transaction.atomic():
+                due = deliveries_past_keeping()
+                assert due is not None
+                outcome["removed"] = _with_jobs(Delivery)(due, [old.pk])
+                deleted.set()
+                # Commits once the redelivery waits for the deleted row's lock.
+                with connections["default"].cursor() as cursor:
+                    for _ in range(1000):
+                        cursor.execute("SELECT pg_stat_clear_snapshot()")
+                        cursor.execute(
+                            "SELECT count(*) FROM pg_stat_activity WHERE datname ="
+                            " current_database() AND wait_event_type = 'Lock'"
+                        )
+                        if cursor.fetchone()[0]:
+                            break
+                        time.sleep(0.01)
+                    else:
+                        outcome["never waited"] = True
+        except Exception as exc:
+            outcome["housekeeper"] = exc
+        finally:
+            deleted.set()
+            done.set()
+            connections.close_all()
+
+    thread = threading.Thread(target=housekeeper)
+    thread.start()
+    assert deleted.wait(60)
+    gone = api.post(f"{HOOKS}/{hook['id']}/deliveries/{old.pk}/redeliver")
+    assert done.wait(60)
+    thread.join(60)
+    assert outcome == {"removed": 1}
+    assert (gone.status_code, gone.json()["error"]["code"]) == (404, "delivery_not_found")
+    assert not Delivery.objects.exists()
+    assert not Job.objects.exists()
+    assert not AuditEntry.objects.filter(action="webhook.redeliver").exists()

@@ -250,7 +250,11 @@ def delivery_redeliver(
             )
             rows.update(job=job)
         _audit(endpoint, actor=actor, action="webhook.redeliver", event=event_id)
-    return rows.select_related("job").get(), bool(finished)
+    delivery = rows.select_related("job").first()
+    if delivery is None:
+        # Removed since it was read (housekeeping, the endpoint's deletion): as if never read.
+        raise DeliveryNotFound(f"No delivery '{delivery_id}' for webhook endpoint {endpoint.pk}.")
+    return delivery, bool(finished)
 
 
 def deliveries_erase(
