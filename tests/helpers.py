@@ -1057,7 +1057,7 @@ def erase_now(project: Project, text: str) -> Any:
 
 class SlowNames:
     """Names under `.slow.test` answer 127.0.0.1; once `hang` is set, only after they are
-    released (or five seconds). Counts the lookups in flight, and those started per name."""
+    released (or thirty seconds). Counts the lookups in flight, and those started per name."""
 
     def __init__(self) -> None:
         self.hang = False
@@ -1083,7 +1083,7 @@ def slow_lookups(monkeypatch: pytest.MonkeyPatch) -> Iterator[SlowNames]:
             names.started[name] = names.started.get(name, 0) + 1
         try:
             if names.hang:
-                names.release.wait(5)
+                names.release.wait(30)
         finally:
             with names.lock:
                 names.in_flight -= 1
