@@ -116,3 +116,24 @@ def test_an_edit_the_provider_lacks_is_a_clear_error(
     assert response.status_code == 400
     assert "cannot edit a memory" in response.content.decode()
     assert hindsight.bank("alice")["units"][unit]["text"] == "Alice is left-handed."
+
+
+def test_a_text_with_nul_is_refused_before_the_provider_hears_of_it(
+    owner: Any, mem: Resource, mem0_oss: FakeMem0Oss
+) -> None:
+    """A form's text is sent to the provider as it came: the string rule refuses a NUL (400,
+    naming the text) before the provider stores it, not after, when its answer repeats it."""
+    seeded = mem0_oss.seed("Alice plays the cello.", user_id="alice")
+    listing = html_of(owner.get(BASE + "records/?namespace=alice"))
+    record_id = "xm_" + listing.split("<code>xm_")[1].split("<")[0]
+    audited = AuditEntry.objects.count()
+    added = owner.post(BASE + "records/new/", {"namespace": "alice", "text": "Likes\x00 figs."})
+    edited = owner.post(
+        f"{BASE}records/{record_id}/edit/", {"namespace": "alice", "text": "Likes\x00 dates."}
+    )
+    for response in (added, edited):
+        assert response.status_code == 400, response.content
+        assert "text: the value contains a NUL character" in response.content.decode()
+    assert list(mem0_oss.memories) == [seeded]
+    assert mem0_oss.memories[seeded]["memory"] == "Alice plays the cello."
+    assert AuditEntry.objects.count() == audited

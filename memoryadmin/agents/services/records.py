@@ -23,6 +23,7 @@ from memoryadmin.agents.services.operations import operation_open
 from memoryadmin.core.cancellation import Cancelled, cancellation_scope
 from memoryadmin.core.concurrency import Deadline, provider_call
 from memoryadmin.core.errors import InvalidRequest
+from memoryadmin.core.strings import string_check
 from memoryadmin.memory.models import ActiveDeployment, Resource
 from memoryadmin.memory.providers import NotSupported, ResourceKind, provider_for
 from memoryadmin.memory.services.audit import audit_record
@@ -185,6 +186,9 @@ def _write(
 def record_create(*, resource: Resource, namespace: str, text: str, actor: str) -> Result:
     if not isinstance(text, str) or not text.strip():
         raise InvalidRequest("text is required: a nonempty string.")
+    # The string rule before the provider hears of it (the page's form reads the field as
+    # it came): a provider would store the NUL, then its answer would repeat it.
+    string_check(text, field="text")
     provider, namespace = _provider(resource), check_namespace(namespace)
     return _write(
         resource=resource,
@@ -207,6 +211,7 @@ def record_get(*, resource: Resource, namespace: str, record_id: str) -> Result:
 def record_update(
     *, resource: Resource, namespace: str, record_id: str, text: str, actor: str
 ) -> Result:
+    string_check(text, field="text")
     provider, namespace = _provider(resource), check_namespace(namespace)
     record_id = _check_record_id(record_id)
     return _write(
