@@ -302,3 +302,19 @@ def test_as_of_listings_agree_with_the_history_at_every_instant(
         assert entry.document.deleted == (entry.document.doc_id in deleted)
         if entry.document.deleted:
             assert entry.version.text == ""
+
+
+def test_a_chosen_id_with_a_nul_refuses_the_whole_restore(
+    owner: Any, history: dict[str, Any]
+) -> None:
+    """The page's form sends the chosen ids as they came: one holding a NUL is a 400
+    naming the field, before any document is read or restored (PostgreSQL answered 500;
+    SQLite restored the others and planned that one as absent)."""
+    t = history["t"].strftime("%Y-%m-%dT%H:%M:%S.%f")
+    base = "/projects/acme/development/resources/notes/as-of/restore/"
+    audited = AuditEntry.objects.count()
+    refused = owner.post(base, {"asOf": t, "documents": ["changed", "kept\x00"]})
+    assert refused.status_code == 400, refused.content
+    assert "documents[1]: the value contains a NUL character" in refused.content.decode()
+    assert current(history["changed"]).text == "now"
+    assert AuditEntry.objects.count() == audited
