@@ -436,6 +436,25 @@ def test_bulk_delete_reports_the_documents_that_changed_meanwhile(
     assert Document.objects.get(doc_id="b2").deleted is False
 
 
+def test_bulk_delete_with_a_nul_in_a_revision_refuses_the_whole_selection(
+    owner: Client, make_document: Any, notes: Resource
+) -> None:
+    """A selection is refused as a whole before any document is touched, as a malformed id
+    is: a revision holding a NUL is a 400 naming the field (PostgreSQL answered 500 after
+    deleting the documents before it; SQLite deleted them and reported that one as failed)."""
+    from memoryadmin.memory.models import Document
+
+    first, second = make_document("b1"), make_document("b2")
+    audited = AuditEntry.objects.count()
+    picked = [f"b1:{first.revision}", f"b2:{second.revision}\x00"]
+    response = owner.post(
+        f"{BASE}/resources/notes/bulk/", {"action": "delete", "doc": picked, "confirm": "yes"}
+    )
+    assert "doc[1]: the value contains a NUL character" in html_of(response, 400)
+    assert list(Document.objects.filter(deleted=True)) == []
+    assert AuditEntry.objects.count() == audited
+
+
 def test_bulk_delete_is_for_owners_only(
     support: Client, make_document: Any, notes: Resource
 ) -> None:

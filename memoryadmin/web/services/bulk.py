@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from memoryadmin.core.errors import DomainError, InvalidRequest, PreconditionFailed
+from memoryadmin.core.strings import strings_check
 from memoryadmin.memory.limits import check_document_id
 from memoryadmin.memory.models import Resource
 from memoryadmin.memory.services.document_filters import DocumentFacets
@@ -44,6 +45,9 @@ def bulk_selection(values: list[str]) -> list[Selected]:
         raise InvalidRequest("Select at least one document.")
     if len(values) > BULK_MAX:
         raise InvalidRequest(f"Select at most {BULK_MAX} documents at once, not {len(values)}.")
+    # The revisions too: a delete compares each in a query, which PostgreSQL cannot run
+    # with a NUL, after the documents before it were deleted.
+    strings_check(values, field="doc")
     selected: dict[str, Selected] = {}
     for value in values:
         doc_id, _, revision = value.partition(":")
