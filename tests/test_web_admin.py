@@ -159,6 +159,31 @@ def test_invite_of_an_existing_user_is_refused(owner: Client, people: People) ->
     assert role_of("oscar") is None
 
 
+def test_an_invited_name_is_read_as_logins_store_it(owner: Client, people: People) -> None:
+    """Logins keep a username in Unicode's compatibility form (NFKC): an invitation reads
+    the name so before checking it, so a name written in fullwidth letters is the login it
+    will be (it answered 500 for an existing one, and refused a new one after making it)."""
+    users = get_user_model().objects
+    html = html_of(
+        owner.post(
+            f"{PEOPLE}invite/",
+            {"invite-username": "\uff4f\uff53\uff43\uff41\uff52", "invite-role": "viewer"}
+            | {"invite-method": "link"},
+        ),
+        422,
+    )
+    assert "A user &#x27;oscar&#x27; exists already" in html
+    assert role_of("oscar") is None
+    assert users.count() == 4
+    made = owner.post(
+        f"{PEOPLE}invite/",
+        {"invite-username": "nina\uff21", "invite-role": "viewer", "invite-method": "link"},
+    )
+    assert made.status_code == 302, made.content
+    assert role_of("ninaA") == "viewer"
+    assert AuditEntry.objects.get(action="user.invite").detail["user"] == "ninaA"
+
+
 @pytest.mark.parametrize("persona", ["support", "viewer"])
 def test_only_owners_manage_people(persona: str, web: Callable[[str], Client]) -> None:
     client = web(persona)

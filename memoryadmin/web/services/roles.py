@@ -451,7 +451,9 @@ def user_invite(
         raise InvalidRequest("method must be 'password' or 'link'.")
     model = get_user_model()
     field = model.USERNAME_FIELD
-    username = username.strip()
+    # As the login will be stored (create_user keeps the compatibility form, NFKC): a name
+    # checked as typed could be another's login once stored, or not the one granted.
+    username = model.normalize_username(username.strip())
     try:
         model._meta.get_field(field).run_validators(username)  # type: ignore[union-attr]
     except ValidationError as exc:
