@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from memoryadmin.memory.models import AuditEntry
+from memoryadmin.memory.models import AuditEntry, Project
 from memoryadmin.runner.jobs import jobs_run_due
 from memoryadmin.webhooks.models import Delivery, Endpoint
+from memoryadmin.webhooks.services import endpoint_create
 from memoryadmin_client.webhooks import verify
 from tests.helpers import Receiver, html_of, serve
 
@@ -93,6 +94,30 @@ def test_a_refused_url_is_shown_and_nothing_is_made(owner: Any, settings: Any) -
     none = owner.post(f"{HOOKS}new/", {"url": "https://example.com/hooks"})
     assert "This field is required" in html_of(none, 422)
     assert not Endpoint.objects.exists()
+
+
+def test_a_url_past_its_length_once_its_address_is_spelled_out_is_refused(
+    owner: Any, people: Any
+) -> None:
+    """The URL kept is the checked one, its address in its usual spelling (1572395042 is
+    93.184.216.34): its length is the kept URL's. A URL of 2048 characters became 2051
+    (PostgreSQL answered 500; SQLite kept it past the limit)."""
+    url = "https://1572395042/" + "a" * (2048 - len("https://1572395042/"))
+    response = owner.post(f"{HOOKS}new/", {"url": url, "events": ["document.created"]})
+    assert "Url is over 2048 characters." in html_of(response, 422)
+    endpoint, _ = endpoint_create(
+        project=Project.objects.get(id="acme"),
+        url="https://93.184.216.34/x",
+        events=["document.created"],
+        actor="t",
+    )
+    audited = AuditEntry.objects.count()
+    changed = owner.post(
+        f"{HOOKS}{endpoint.pk}/edit/", {"url": url, "events": ["document.created"], "active": "on"}
+    )
+    assert "Url is over 2048 characters." in html_of(changed, 422)
+    assert list(Endpoint.objects.values_list("url", flat=True)) == ["https://93.184.216.34/x"]
+    assert AuditEntry.objects.count() == audited
 
 
 def test_owner_pauses_rotates_and_deletes(owner: Any, receiver: Receiver) -> None:
