@@ -161,3 +161,15 @@ def test_the_session_store_reads_as_djangos(db: None) -> None:
     missing = SessionStore("x" * 32)
     assert missing.load() == {}
     assert missing.session_key is None
+
+
+@pytest.mark.parametrize("length", [151, 256, 70_000])
+def test_a_user_name_longer_than_any_login_is_the_forms_error(people: People, length: int) -> None:
+    """A name past the 150 characters of a login is refused by the form, before a login is
+    tried: it was tried and failed, and django-axes, recording the failure, could not keep
+    the name (PostgreSQL answered 500 past 255 characters)."""
+    response = Client().post("/login/", {"username": "o" * length, "password": "wrong"})
+    assert response.status_code == 200
+    assert "at most 150 characters" in response.content.decode()
+    assert not AccessAttempt.objects.exists()
+    assert password_login(Client(), "olivia", PASSWORD)

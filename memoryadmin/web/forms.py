@@ -7,6 +7,8 @@ from datetime import date
 from typing import Any
 
 from django import forms
+from django.contrib.auth.forms import AuthenticationForm
+from django.core.validators import MaxLengthValidator
 from django.utils.http import urlencode
 
 from memoryadmin.core.errors import DomainError, LimitExceeded
@@ -185,6 +187,19 @@ class ExportForm(StrictForm):
         self.fields["resources"].choices = [(r, r) for r in resource_ids]  # type: ignore[attr-defined]
         self.fields["resources"].initial = resource_ids if initial is None else initial
         self.resource_ids = resource_ids
+
+
+class LoginForm(AuthenticationForm):
+    """Django's login form, with the username's length checked before a login is tried
+    (Django sets the field's max_length after making its validators, so it only reaches
+    the HTML): a name no login can have is the form's error, never a failed login, which
+    django-axes records with at most 255 characters of the name."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # The limit Django gives the field: the user model's (150), else 254.
+        limit = self.username_field.max_length or 254
+        self.fields["username"].validators.append(MaxLengthValidator(limit))
 
 
 class ApiKeyForm(forms.Form):

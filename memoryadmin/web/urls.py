@@ -4,6 +4,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import path, register_converter, reverse_lazy
 
 from memoryadmin.core.environments import Environment
+from memoryadmin.web.forms import LoginForm
 from memoryadmin.web.views import (
     bulk,
     deployments,
@@ -51,7 +52,9 @@ urlpatterns = [
     path(
         "login/",
         auth_views.LoginView.as_view(
-            template_name="memoryadmin/login.html", redirect_authenticated_user=True
+            template_name="memoryadmin/login.html",
+            authentication_form=LoginForm,
+            redirect_authenticated_user=True,
         ),
         name="login",
     ),
