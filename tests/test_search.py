@@ -445,6 +445,10 @@ def test_cli_tables_show_agent_written_fields_on_one_line_without_terminal_contr
         assert len(lines) == 2, out  # the heading and one row: no cell spans lines
         assert not any(c in out for c in "\x1b\x07\r\u202e"), out
         assert "Rogue ]0;owned  title" in lines[1]
+    call_command("memory", "--project", "acme", "list", "notes", "--as-of", "2999-01-01T00:00:00Z")
+    out = capsys.readouterr().out
+    assert len(out.splitlines()) == 1, out
+    assert "\x1b" not in out, out
 
 
 def test_cli_search_refuses_a_query_without_words(notes: Resource) -> None:

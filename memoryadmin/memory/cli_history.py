@@ -7,6 +7,7 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
+from memoryadmin.core import cli
 from memoryadmin.memory.models import Document, Project
 from memoryadmin.memory.representations import version_dict
 from memoryadmin.memory.services.asof import (
@@ -104,7 +105,7 @@ class HistoryCommands:
                     else "changed since"
                 )
             )
-            self.out(f"{entry['id']}  {entry['revision']}  {state}  {entry['title']}")
+            self.out(f"{entry['id']}  {entry['revision']}  {state}  {cli.one_line(entry['title'])}")
         if not entries:
             self.out(f"No documents in {resource.resource_id} at {options['as_of']}.")
 

@@ -87,8 +87,9 @@ SUBCOMMANDS = {
 
 class Command(HistoryCommands, ProposalCommands, cli.Command):
     help = (
-        "Owner access to document memory: list, show, create, edit, freeze, export, remove, "
-        "review proposals, restore a resource as it was."
+        "Owner access to document memory: list, show, create, edit, freeze, search, export, "
+        "import, remove, redact versions, review proposals, read a document's history and "
+        "restore a resource as it was."
     )
     # Tests hand the command a stdin of their own.
     stealth_options = ("stdin",)
@@ -404,8 +405,8 @@ class Command(HistoryCommands, ProposalCommands, cli.Command):
         name = f"{resource.resource_id}/{document.doc_id}"
         if not options["yes"]:
             self.confirm_or_stop(
-                f"Delete {name} ({document.title})? Its title, text and summary are wiped "
-                "and the id stays reserved.",
+                f"Delete {name} ({cli.one_line(document.title)})? Its title, text and summary "
+                "are wiped and the id stays reserved.",
                 doing=f"deleting {name}",
                 done="deleted",
             )
