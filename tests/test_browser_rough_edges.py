@@ -524,3 +524,27 @@ def test_agent_writes_is_one_control_with_three_states(
     expect(viewer.locator("dl.meta")).to_contain_text("enabled")
     expect(viewer.get_by_role("radio")).to_have_count(0)
     assert viewer.js_errors == []
+
+
+@VIEWPORTS
+def test_a_title_and_an_id_without_spaces_wrap_inside_the_page(
+    open_page: Any, used_memory: Resource, make_document: Any, viewport: dict[str, int]
+) -> None:
+    """A 240-byte title and a 128-character id with no space to break at: the heading, the
+    breadcrumb, a search hit and the overview's lists wrap them rather than widen the page."""
+    from playwright.sync_api import expect
+
+    doc_id = "n" * 128
+    make_document(doc_id, title="Ü" * 120, text="x" * 7000)
+    document = f"{NOTES}documents/{doc_id}/"
+    page = open_page("olivia", document, viewport=viewport)
+    expect(page.get_by_role("heading", level=1)).to_have_text("Ü" * 120)
+    for path in (document, f"{document}edit/", f"{document}delete/", f"{BASE}/search/?q=x*"):
+        if path != document:
+            page.goto(path)
+        width = page.evaluate("document.documentElement.scrollWidth")
+        assert width <= viewport["width"], (path, width)
+    page.goto(f"{BASE}/overview/")
+    expect(page.get_by_role("link", name=f"notes/{doc_id}").first).to_be_visible()
+    assert page.evaluate("document.documentElement.scrollWidth") <= viewport["width"]
+    assert page.js_errors == []
