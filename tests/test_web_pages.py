@@ -65,6 +65,29 @@ def test_htmx_requests_of_anonymous_users_reload_to_the_login_page(project: Proj
     assert response["HX-Redirect"].startswith("/login/?next=")
 
 
+def test_a_form_sent_after_the_login_expired_comes_back_to_its_page_after_logging_in(
+    people: People, used_memory: Resource
+) -> None:
+    """The form's own address answers its POST only: after the login, a GET there was a
+    blank 405. The login now leads back to the page the form was on."""
+    version = Document.objects.get(resource=used_memory, doc_id="workshop").revision
+    page = f"{WORKSHOP}versions/{version}/"
+    client = Client()
+    response = client.post(
+        f"{page}restore/", {"revision": version}, HTTP_REFERER=f"http://testserver{page}"
+    )
+    assert response.status_code == 302
+    assert response["Location"] == f"/login/?next={page}"
+    response = client.post(
+        response["Location"], {"username": "olivia", "password": PASSWORD}, follow=True
+    )
+    assert response.redirect_chain[-1][0] == page
+    assert response.status_code == 200
+    # Without a Referer of this site: the home page, which leads to the project.
+    response = Client().post(f"{page}restore/", HTTP_REFERER="https://elsewhere.example/x/")
+    assert response["Location"] == "/login/?next=/"
+
+
 def test_login_lands_on_the_only_project_in_development(people: People) -> None:
     client = Client()
     response = client.post("/login/", {"username": "olivia", "password": PASSWORD}, follow=True)

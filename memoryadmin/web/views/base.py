@@ -6,12 +6,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import wraps
 from typing import Any, Concatenate
+from urllib.parse import urlsplit
 
 from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import render, resolve_url
 from django.utils.cache import add_never_cache_headers, patch_vary_headers
-from django.utils.http import urlencode
+from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django_htmx.http import HttpResponseClientRedirect
 
 from memoryadmin.core.environments import Environment
@@ -180,7 +181,24 @@ def login_redirect(request: HttpRequest) -> HttpResponseBase:
         login = resolve_url("web:login")
         path = request.htmx.current_url_abs_path or request.get_full_path()  # type: ignore[attr-defined]
         return HttpResponseClientRedirect(f"{login}?{urlencode({'next': path})}")
-    return redirect_to_login(request.get_full_path())
+    if request.method in ("GET", "HEAD"):
+        return redirect_to_login(request.get_full_path())
+    # A form sent once the login had expired: after logging in, back to the page the form
+    # was on. The form's own address answers its POST only: a GET there is a 405.
+    return redirect_to_login(_referring_page(request) or resolve_url("web:home"))
+
+
+def _referring_page(request: HttpRequest) -> str | None:
+    """The path and query of the page that sent the request, when it is one of this site's."""
+    referer = request.headers.get("Referer", "")
+    if not url_has_allowed_host_and_scheme(
+        referer, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        return None
+    parts = urlsplit(referer)
+    if not parts.netloc:
+        return None
+    return parts.path + (f"?{parts.query}" if parts.query else "")
 
 
 def project_view(
