@@ -109,6 +109,10 @@ def test_create_shows_the_key_once_with_a_copy_button(
     secret = match.group(1)
     assert 'data-copy="new-key-secret"' in html
     key = key_of(secret)
+    # The heading names the key by its prefix, cut with an ellipsis (it read "&hellip;").
+    heading = re.search(r'<h2 id="new-key-secret-title">([^<]*)</h2>', html)
+    assert heading is not None
+    assert heading.group(1) == f"New key {key.prefix}… (ci)"
     assert (key.name, key.read_only, key.project_id) == ("ci", True, "acme")
     assert api_status(client_for, secret) == 200
     entry = AuditEntry.objects.get(action="apikey.create", actor="user:olivia")
