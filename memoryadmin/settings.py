@@ -270,6 +270,8 @@ PAGE_MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # A route's 405 as the site's error page, not a blank one.
+    "memoryadmin.web.middleware.MethodNotAllowedPages",
 ]
 
 # django-axes first: it refuses a locked-out login before a password is hashed.

@@ -88,6 +88,23 @@ def test_a_form_sent_after_the_login_expired_comes_back_to_its_page_after_loggin
     assert response["Location"] == "/login/?next=/"
 
 
+@pytest.mark.parametrize("path", [f"{BASE}/webhooks/new/", f"{BASE}/keys/new/"])
+def test_a_visit_to_a_forms_address_is_a_page_that_says_so(web: Any, path: str) -> None:
+    """A refused form leaves its address in the address bar; opened again from there it was
+    a blank 405. Now the site's page, with the navigation, saying what the address is."""
+    response = web("owner").get(path)
+    assert response.status_code == 405
+    assert response["Allow"] == "POST"
+    html = response.content.decode()
+    assert "<h1>Not a page</h1>" in html
+    assert "takes a form&#x27;s submission, not a visit" in html
+    assert 'href="/projects/acme/development/"' in html  # the site's header
+    # Anonymous alike (with the login link).
+    anonymous = Client().get(path)
+    assert anonymous.status_code == 405
+    assert 'href="/login/"' in anonymous.content.decode()
+
+
 def test_login_lands_on_the_only_project_in_development(people: People) -> None:
     client = Client()
     response = client.post("/login/", {"username": "olivia", "password": PASSWORD}, follow=True)
