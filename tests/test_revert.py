@@ -176,6 +176,9 @@ def test_page_shows_the_plan_then_reverts(
     assert response["Location"] == url
     done = html_of(owner.get(url))
     assert "restored version" in done
+    # Every document it wrote was restored: no "others" are said to be left as they were.
+    assert "Restored 1 of 1 document to the version from before the session.</p>" in done
+    assert "the others are listed" not in done
     # A reload shows the plan again (nothing left to restore), and applies nothing.
     again = html_of(owner.get(url))
     assert "already as before" in again
