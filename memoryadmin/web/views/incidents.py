@@ -64,7 +64,7 @@ def _list_render(
 @project_view(READ)
 def incident_list(request: HttpRequest, page: Page) -> HttpResponseBase:
     cursor = request.GET.get("cursor") or None
-    form = {"kind": "text", "value": ""}
+    form = {"kind": "text", "value": "", "title": "", "hops": "3"}
     return _list_render(request, page, cursor=cursor, form=form, status=200)
 
 
@@ -87,7 +87,12 @@ def incident_open(request: HttpRequest, page: Page) -> HttpResponseBase:
         # text to trace, often the poison itself) in a URL, and URLs reach access logs,
         # browser history and proxies, where no erasure finds them.
         messages.error(request, exc.message)
-        form = {"kind": kind, "value": value}
+        form = {
+            "kind": kind,
+            "value": value,
+            "title": request.POST.get("title", ""),
+            "hops": request.POST.get("hops", ""),
+        }
         status = exc.status if exc.status != 400 else 422
         return _list_render(request, page, cursor=None, form=form, status=status)
     return redirect("web:incident", page.project.id, page.environment, incident.id)
