@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from datetime import timedelta
+from html import unescape
 from typing import Any
 
 import pytest
@@ -112,7 +113,7 @@ def test_create_shows_the_key_once_with_a_copy_button(
     # The heading names the key by its prefix, cut with an ellipsis (it read "&hellip;").
     heading = re.search(r'<h2 id="new-key-secret-title">([^<]*)</h2>', html)
     assert heading is not None
-    assert heading.group(1) == f"New key {key.prefix}… (ci)"
+    assert unescape(heading.group(1)) == f"New key {key.prefix}\u2026 (ci)"
     assert (key.name, key.read_only, key.project_id) == ("ci", True, "acme")
     assert api_status(client_for, secret) == 200
     entry = AuditEntry.objects.get(action="apikey.create", actor="user:olivia")
