@@ -145,3 +145,29 @@ def test_operations_in_flight_become_jobs_keeping_their_checks_and_deadline() ->
         assert jobs_due() == [got["due"].job_id]
     finally:
         _migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
+
+
+@pytest.mark.postgres
+def test_an_index_a_failed_concurrent_build_left_invalid_is_built_again() -> None:
+    """A concurrent build that failed leaves its index invalid; the migration run again
+    replaces it with a valid one instead of failing on "already exists"."""
+    latest = MigrationExecutor(connection).loader.graph.leaf_nodes()
+    try:
+        _migrate([("runner", "0003_job_lines_and_deadlines")])
+        with connection.cursor() as cursor:
+            # What an interrupted CREATE INDEX CONCURRENTLY leaves: the index, marked invalid.
+            cursor.execute('CREATE INDEX "job_finished" ON "runner_job" ("state")')
+            cursor.execute(
+                "UPDATE pg_index SET indisvalid = false WHERE indexrelid = 'job_finished'::regclass"
+            )
+        _migrate([("runner", "0004_job_finished_index")])
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT indisvalid, pg_get_indexdef(indexrelid) FROM pg_index"
+                " WHERE indexrelid = 'job_finished'::regclass"
+            )
+            valid, definition = cursor.fetchone()
+        assert valid is True
+        assert '("state", finished_at)' in definition or "(state, finished_at)" in definition
+    finally:
+        _migrate(latest)
