@@ -685,6 +685,14 @@ def test_the_page_lets_support_open_dry_run_and_freeze_and_owners_contain(
         "Dry run: what containing would do"
         in support.post(contain, {"dryRun": "true"}).content.decode()
     )
+    # The page's dry run is a page of its own address (a reload shows it again), for
+    # support and owners; a viewer is refused as on the form's address.
+    support_page = support.get(page).content.decode()
+    assert f'<form method="get" action="{page}"><input type="hidden" name="dryRun"' in support_page
+    assert viewer.get(page, {"dryRun": "true"}).status_code == 403
+    planned = support.get(page, {"dryRun": "true"})
+    assert planned.status_code == 200
+    assert "Dry run: what containing would do" in planned.content.decode()
     assert not Document.objects.filter(agent_writes=False).exists()
     assert support.post(contain, {}).status_code == 403
     assert not Session.objects.filter(status="ended").exists()

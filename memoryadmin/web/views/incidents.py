@@ -183,7 +183,16 @@ def incident_detail(request: HttpRequest, page: Page, i: str) -> HttpResponseBas
     incident = incident_services.incident_get(
         project=page.project, environment=page.environment, incident_id=i
     )
-    return page_render(request, "memoryadmin/incident.html", page, _context(page, incident, None))
+    report = None
+    if request.GET.get("dryRun") == "true":
+        # What containing would do, written nowhere: a page of its own address, so a reload
+        # or the back button shows it again instead of asking to send a form again.
+        membership_require(membership=page.membership, permission=INCIDENTS)
+        report = contain_services.incident_contain(
+            incident=incident, dry_run=True, actions=None, actor=actor(request)
+        )
+    context = _context(page, incident, report)
+    return page_render(request, "memoryadmin/incident.html", page, context)
 
 
 @require_POST
