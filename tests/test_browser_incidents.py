@@ -89,7 +89,17 @@ def test_an_owner_contains_on_a_phone(
     expect(page.get_by_role("heading", name="Refund poison")).to_be_visible()
     _no_sideways_scroll(page)
     shoot(page, "incident-phone", full_page=True)
-    page.get_by_role("button", name="Contain: freeze, endSessions, revert").click()
+    # Containing asks first, in place, saying what it would do; Esc cancels it.
+    page.get_by_role("link", name="Contain: freeze, endSessions, revert").click()
+    dialog = page.locator("#panel .confirm-contain")
+    expect(dialog).to_contain_text("endSessions: 3 ended")
+    page.keyboard.press("Escape")
+    expect(dialog).to_have_count(0)
+    assert not Session.objects.filter(status="ended").exists()
+    page.get_by_role("link", name="Contain: freeze, endSessions, revert").click()
+    confirm = page.get_by_role("button", name="Contain: freeze, endSessions, revert")
+    expect(confirm).to_be_focused()
+    page.keyboard.press("Enter")
     expect(page.get_by_role("status").filter(has_text="changes")).to_be_visible()
     assert set(Session.objects.filter(status="ended").values_list("id", flat=True)) == {
         world["reader"].id,

@@ -698,7 +698,24 @@ def test_the_page_lets_support_open_dry_run_and_freeze_and_owners_contain(
     assert not Session.objects.filter(status="ended").exists()
     assert support.post(contain, {"action": "freeze"}).status_code == 302
     assert Document.objects.filter(agent_writes=False).count() == 3
-    assert owner.post(contain, {}).status_code == 302
+    # Containing asks first: the page's button (GET) and a POST without the confirmation
+    # show what it would do and write nothing; the confirmed POST contains.
+    audited = AuditEntry.objects.filter(action="incident.contain").count()
+    html = owner.get(page).content.decode()
+    assert f'<a class="button danger" href="{contain}" hx-get="{contain}"' in html
+    for asked in (owner.get(contain), owner.post(contain, {})):
+        assert asked.status_code == 200
+        shown = asked.content.decode()
+        assert "Contain p?" in shown
+        assert "<strong>endSessions</strong>: 3 ended" in shown
+        assert '<input type="hidden" name="confirm" value="yes">' in shown
+    assert not Session.objects.filter(status="ended").exists()
+    assert AuditEntry.objects.filter(action="incident.contain").count() == audited
+    assert support.get(contain).status_code == 403
+    confirmed = owner.post(
+        contain, {"confirm": "yes", "action": ["freeze", "endSessions", "revert"]}
+    )
+    assert confirmed.status_code == 302
     assert Session.objects.filter(status="ended").count() == 3
     # A bad source is answered on the list, keeping what was typed, and never by a
     # redirect: the source (an exact text, often the poison) would ride in a URL.

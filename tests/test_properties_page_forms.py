@@ -102,7 +102,7 @@ FORM_FIELDS: dict[str, list[str]] = {
     "operation-retry": ["next"],
     "operation-discard": ["next"],
     "incident-create": ["kind", "value", "title", "hops"],
-    "incident-contain": ["dryRun", "action"],
+    "incident-contain": ["dryRun", "action", "confirm"],
     "proposal-approve": ["revision", "summary", "text"],
     "proposal-reject": ["reason"],
     "document-create": ["doc_id", "title", "summary", "text", "frozen"],

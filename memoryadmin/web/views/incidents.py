@@ -10,7 +10,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import redirect
 from django.urls import reverse
 from django.utils.http import urlencode
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from memoryadmin.core.errors import DomainError
 from memoryadmin.incidents.models import Incident
@@ -195,19 +195,43 @@ def incident_detail(request: HttpRequest, page: Page, i: str) -> HttpResponseBas
     return page_render(request, "memoryadmin/incident.html", page, context)
 
 
-@require_POST
+def _plan(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """A dry run's report, action by action: how many nodes each outcome would reach."""
+    tally: dict[str, dict[str, int]] = {action: {} for action in report["actions"]}
+    for node in report["nodes"]:
+        for action, outcome in node["outcomes"].items():
+            counts = tally.setdefault(action, {})
+            counts[outcome] = counts.get(outcome, 0) + 1
+    return [
+        {"action": action, "outcomes": sorted(counts.items())} for action, counts in tally.items()
+    ]
+
+
+@require_http_methods(["GET", "POST"])
 @project_view(INCIDENTS)
 def incident_contain(request: HttpRequest, page: Page, i: str) -> HttpResponseBase:
     """A dry run (support and owners) shows the report; a freeze alone (support and owners)
-    or a containment (owners) writes it and comes back to the incident."""
+    writes it and comes back to the incident. A containment (owners) asks first: GET, or a
+    POST without `confirm=yes`, shows what it would do (a dry run, writing nothing); the
+    confirmed POST writes it."""
     incident = incident_services.incident_get(
         project=page.project, environment=page.environment, incident_id=i
     )
-    dry_run = request.POST.get("dryRun") == "true"
+    dry_run = request.method == "POST" and request.POST.get("dryRun") == "true"
     actions = request.POST.getlist("action") or None
+    freeze_only = actions == [contain_services.FREEZE]
     if not dry_run:
-        permission = FREEZE if actions == [contain_services.FREEZE] else CONTAIN
+        permission = FREEZE if freeze_only else CONTAIN
         membership_require(membership=page.membership, permission=permission)
+    confirmed = request.method == "POST" and (freeze_only or request.POST.get("confirm") == "yes")
+    if not dry_run and not confirmed:
+        report = contain_services.incident_contain(
+            incident=incident, dry_run=True, actions=actions, actor=actor(request)
+        )
+        context = {"incident": incident, "report": report, "plan": _plan(report)}
+        return page_render(
+            request, "memoryadmin/incident_contain.html", page, context, partial="dialog"
+        )
     report = contain_services.incident_contain(
         incident=incident, dry_run=dry_run, actions=actions, actor=actor(request)
     )
