@@ -100,6 +100,9 @@ def test_select_all_matching_freezes_every_match_beyond_the_page(
     fits(page)
     page.get_by_role("button", name="Freeze 55 documents").click()
     expect(page.get_by_text("Froze 55 documents.")).to_be_visible()
+    # Back on the list as it was: the filter typed (pushed to the address by htmx) stays.
+    assert page.url.endswith("/resources/notes/?q=batch")
+    expect(page.get_by_label("Filter by id or title")).to_have_value("batch")
     frozen = used_memory.documents.filter(doc_id__startswith="batch-", agent_writes=False)
     assert frozen.count() == 55
     assert used_memory.documents.get(doc_id="workshop").agent_writes is True

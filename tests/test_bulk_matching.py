@@ -120,3 +120,26 @@ def test_the_list_offers_it_with_the_filters(support: Client, sixty: None) -> No
 def test_a_viewer_is_not_offered_it(web: Any, sixty: None) -> None:
     html = html_of(web("viewer").get("/projects/acme/development/resources/notes/"))
     assert 'name="all"' not in html
+
+
+def test_an_action_comes_back_to_the_list_as_it_was(support: Client, sixty: None) -> None:
+    """The list's sort and filter ride in `back` through the confirmation to the redirect;
+    only the list's own parameters are kept, and the way back is always this list."""
+    listed = html_of(support.get("/projects/acme/development/resources/notes/?sort=id&q=plan"))
+    assert '<input type="hidden" name="back" value="sort=id&amp;q=plan">' in listed
+    plan = Document.objects.get(doc_id="plan-07")
+    picked = {"action": "freeze", "doc": f"plan-07:{plan.revision}"}
+    confirm = html_of(support.post(URL, {**picked, "back": "sort=id&q=plan"}))
+    assert '<input type="hidden" name="back" value="sort=id&amp;q=plan">' in confirm
+    assert 'href="/projects/acme/development/resources/notes/?sort=id&amp;q=plan"' in confirm
+    done = support.post(URL, {**picked, "confirm": "yes", "back": "sort=id&q=plan"})
+    assert done.status_code == 302
+    assert done["Location"] == "/projects/acme/development/resources/notes/?sort=id&q=plan"
+    assert Document.objects.get(doc_id="plan-07").agent_writes is False
+    # Anything else is dropped: another site, a cursor, an unknown sort or facet.
+    for back in ("https://evil.example/", "//evil.example", "next=/x&cursor=abc&sort=evil"):
+        again = support.post(URL, {**picked, "confirm": "yes", "back": back})
+        assert again["Location"] == "/projects/acme/development/resources/notes/"
+    # Nothing ticked: told so on the list as it was.
+    empty = support.post(URL, {"action": "freeze", "back": "sizeMin=100"})
+    assert empty["Location"] == "/projects/acme/development/resources/notes/?sizeMin=100"

@@ -106,7 +106,7 @@ FORM_FIELDS: dict[str, list[str]] = {
     "proposal-approve": ["revision", "summary", "text"],
     "proposal-reject": ["reason"],
     "document-create": ["doc_id", "title", "summary", "text", "frozen"],
-    "documents-bulk": ["action", "all", "doc", "confirm", "count", *FACETS],
+    "documents-bulk": ["action", "all", "doc", "confirm", "count", "back", *FACETS],
     "documents-restore": ["asOf", "documents", "scope"],
     "record-create": ["namespace", "text"],
     "record-edit": ["namespace", "text"],

@@ -344,6 +344,12 @@
   // (htmx filters the rows without reloading the page, and so the form).
   document.addEventListener("submit", function (event) {
     const form = event.target;
+    // The way back: the list's address as it is now (the filter pushes it as it narrows
+    // the rows); the server keeps only the list's own parameters.
+    const back = form.id === "bulk" && form.querySelector('input[type="hidden"][name="back"]');
+    if (back) {
+      back.value = window.location.search.replace(/^\?/, "");
+    }
     const all = form.querySelector && form.querySelector('input[name="all"][value="matching"]');
     const typed = document.getElementById("filter-q");
     if (!all || !all.checked || !typed) {

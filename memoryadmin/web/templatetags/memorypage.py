@@ -5,7 +5,7 @@ import json
 from datetime import UTC, datetime, timedelta
 from html import escape as _escape  # as Django's escape, without its lazy wrapper
 from typing import Any
-from urllib.parse import parse_qsl, quote
+from urllib.parse import parse_qsl, quote, urlencode
 from zoneinfo import ZoneInfo
 
 from django import template
@@ -787,10 +787,14 @@ def documents_head(context: template.Context, list_url: str) -> SafeString:
     )
     selectable = bool(page.can_freeze)
     if selectable:
+        # The list's query string (sort, filter, facets): the actions come back to it.
+        kept = "" if sort in (None, "updated") else urlencode({"sort": sort})
+        back = "&".join(part for part in (kept, filters) if part)
         bulk = _escape(cached_reverse("web:documents-bulk", p, e, rid, context=context))
         out.append(
             f'\n<form id="bulk" class="inline-form bulk-bar" method="post" action="{bulk}">\n'
             f"  {_csrf_input(context)}\n"
+            f'  <input type="hidden" name="back" value="{_text(back)}">\n'
             '  <span data-bulk-count aria-live="polite">Select documents for</span>\n'
             f"  {_select_all_matching(filters)}\n"
             '  <button type="submit" name="action" value="freeze">Freeze selected</button>\n'

@@ -6,11 +6,13 @@ from __future__ import annotations
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponseBase, QueryDict
 from django.shortcuts import redirect
+from django.urls import reverse
+from django.utils.http import urlencode
 from django.views.decorators.http import require_POST
 
 from memoryadmin.core.errors import InvalidRequest
 from memoryadmin.memory.exportzip import export_download
-from memoryadmin.memory.services.document_filters import document_facets
+from memoryadmin.memory.services.document_filters import NO_FACETS, document_facets
 from memoryadmin.web.services.bulk import (
     BULK_ACTIONS,
     BULK_MATCHING_MAX,
@@ -22,7 +24,7 @@ from memoryadmin.web.services.bulk import (
 )
 from memoryadmin.web.services.roles import DELETE, EXPORT, FREEZE, membership_require
 from memoryadmin.web.views.base import Page, actor, page_render, project_view
-from memoryadmin.web.views.reading import list_filters, list_query
+from memoryadmin.web.views.reading import SORT_LABELS, list_filters, list_query
 
 # How many ids of a "select all matching" the confirmation lists (it names the count).
 SHOWN_IDS = 20
@@ -38,6 +40,20 @@ def _names(doc_ids: list[str]) -> str:
     shown = ", ".join(doc_ids[:SHOWN_IDS])
     more = len(doc_ids) - SHOWN_IDS
     return f"{shown} and {more} more" if more > 0 else shown
+
+
+def _back_query(raw: str) -> str:
+    """The list's query string the person came from (its sort, filter and facets), as
+    the list spells it: read again from what was sent, keeping only the list's own
+    parameters, so the way back is always this resource's list on this site."""
+    params = QueryDict(raw[:2000])
+    try:
+        facets = document_facets(params)
+    except InvalidRequest:
+        facets = NO_FACETS
+    sort = params.get("sort", "")
+    kept = urlencode({"sort": sort}) if sort in SORT_LABELS and sort != "updated" else ""
+    return "&".join(part for part in (kept, list_filters(list_query(params), facets)) if part)
 
 
 def _report(request: HttpRequest, action: str, result: BulkResult) -> None:
@@ -66,7 +82,13 @@ def documents_bulk_view(request: HttpRequest, page: Page, r: str) -> HttpRespons
         raise InvalidRequest(f"Choose an action: {', '.join(BULK_ACTIONS)}.")
     permission = {"delete": DELETE, "export": EXPORT}.get(action, FREEZE)
     membership_require(membership=page.membership, permission=permission)
-    back = redirect("web:documents", page.project.id, page.environment, resource.resource_id)
+    # Back to the list as it was (its sort and filter): the bulk form and its
+    # confirmation carry the list's query string in `back`.
+    back_query = _back_query(request.POST.get("back", ""))
+    list_url = reverse(
+        "web:documents", args=[page.project.id, page.environment, resource.resource_id]
+    )
+    back = redirect(list_url + (f"?{back_query}" if back_query else ""))
     matching = request.POST.get("all") == "matching"
     filters = ""
     if matching:
@@ -104,6 +126,7 @@ def documents_bulk_view(request: HttpRequest, page: Page, r: str) -> HttpRespons
             "count": len(selected),
             "matching": matching,
             "filters": QueryDict(filters),
+            "back": back_query,
             "changed": changed,
             "matching_max": BULK_MATCHING_MAX,
         }
