@@ -97,7 +97,7 @@ FORM_FIELDS: dict[str, list[str]] = {
     "webhook-update": ["url", "description", "events", "active"],
     "key-create": ["name", "read_only"],
     "secret-set": ["name", "value", "origins"],
-    "person-grant": ["grant-username", "grant-role"],
+    "person-grant": ["grant-username", "grant-role", "row"],
     "person-invite": ["invite-username", "invite-role", "invite-method"],
     "operation-retry": ["next"],
     "operation-discard": ["next"],

@@ -40,6 +40,22 @@ def test_people_page_lists_roles_owners_first(owner: Client, people: People) -> 
     assert "oscar" not in html  # a role on another project only
 
 
+def test_a_rows_refused_role_change_is_told_beside_that_row(owner: Client, people: People) -> None:
+    """Demoting the only owner from their row: a 409 whose message stands in that row,
+    on its role control, and not in the "Give someone a role" box below."""
+    posted = {"grant-username": "olivia", "grant-role": "viewer", "row": "yes"}
+    html = html_of(owner.post(f"{PEOPLE}grant/", posted), 409)
+    start = html.index('<th scope="row">olivia')
+    row = html[start : html.index("</tr>", start)]
+    assert 'role="alert"><p>olivia is the only owner of acme;' in row
+    assert 'aria-invalid="true" aria-describedby="role-' in row
+    box = html[html.index('id="grant-title"') : html.index('id="invite-title"')]
+    assert "the only owner" not in box
+    assert 'name="grant-username" value="olivia"' not in box
+    assert html.count("the only owner of acme") == 1
+    assert role_of("olivia") == "owner"
+
+
 def test_owner_changes_a_role_and_it_is_audited(owner: Client, people: People) -> None:
     response = owner.post(f"{PEOPLE}grant/", {"grant-username": "vera", "grant-role": "support"})
     assert response.status_code == 302
@@ -89,7 +105,7 @@ def test_removing_someone_without_a_role_here_is_404_whoever_they_are(
 
 def test_the_last_owner_cannot_leave_or_be_demoted(owner: Client, people: People) -> None:
     response = owner.post(f"{PEOPLE}grant/", {"grant-username": "olivia", "grant-role": "viewer"})
-    assert "the only owner of acme" in html_of(response, 422)
+    assert "the only owner of acme" in html_of(response, 409)
     page = owner.post(f"{PEOPLE}olivia/revoke/", follow=True).content.decode()
     assert "the only owner of acme" in page
     assert role_of("olivia") == "owner"

@@ -12,7 +12,7 @@ from django.shortcuts import redirect
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from memoryadmin.core.errors import DomainError
+from memoryadmin.core.errors import Conflict, DomainError
 from memoryadmin.web.forms import InviteForm, RoleForm
 from memoryadmin.web.services.roles import (
     PEOPLE,
@@ -73,8 +73,11 @@ def people(request: HttpRequest, page: Page) -> HttpResponseBase:
 @require_POST
 @project_view(PEOPLE)
 def person_grant(request: HttpRequest, page: Page) -> HttpResponseBase:
-    """Gives an existing user a role, or changes the role they have."""
+    """Gives an existing user a role, or changes the role they have. A refusal is shown
+    where the change was asked: beside a row's "Change role" (its form sends `row`), or
+    in the "Give someone a role" box; a conflict (the only owner) is a 409."""
     form = RoleForm(request.POST, prefix="grant")
+    status = INVALID
     if form.is_valid():
         data = form.cleaned_data
         try:
@@ -86,10 +89,16 @@ def person_grant(request: HttpRequest, page: Page) -> HttpResponseBase:
             )
         except DomainError as exc:
             form.add_error(None, exc.message)
+            # The only owner: a conflict with the project as it is, not a form's mistake.
+            status = exc.status if isinstance(exc, Conflict) else INVALID
         else:
             messages.success(request, f"{data['username']} is now {data['role']}.")
             return _back(page)
-    return _render(request, page, grant=form, status=INVALID)
+    if request.POST.get("row") == "yes":
+        errors = [str(error) for errors in form.errors.values() for error in errors]
+        row_error = {"username": request.POST.get("grant-username", ""), "errors": errors}
+        return _render(request, page, row_error=row_error, status=status)
+    return _render(request, page, grant=form, status=status)
 
 
 @require_POST
