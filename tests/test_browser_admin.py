@@ -507,12 +507,16 @@ def test_documents_list_sorts_loads_more_in_place_and_freezes_a_selection(
     )
     assert frozen == {"bulk-059", "bulk-058"}
 
+    # The list came back as it was, sorted by size.
+    expect(page).to_have_url(re.compile(r"sort=size"))
+    expect(rows.first).to_have_text("bulk-059")
+
     # Export two selected documents: a download of just those, nothing changed.
-    page.get_by_role("checkbox", name="Select bulk-001").check()
-    page.get_by_role("checkbox", name="Select bulk-000").check()
+    page.get_by_role("checkbox", name="Select bulk-057").check()
+    page.get_by_role("checkbox", name="Select bulk-056").check()
     with page.expect_download() as download:
         page.get_by_role("button", name="Export selected", exact=True).click()
     with zipfile.ZipFile(download.value.path()) as archive:
         files = sorted(name for name in archive.namelist() if name.endswith(".json"))
-    assert files == ["manifest.json", "notes/bulk-000.json", "notes/bulk-001.json"]
+    assert files == ["manifest.json", "notes/bulk-056.json", "notes/bulk-057.json"]
     assert page.js_errors == []
