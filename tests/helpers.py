@@ -1094,3 +1094,43 @@ def slow_lookups(monkeypatch: pytest.MonkeyPatch) -> Iterator[SlowNames]:
         yield names
     finally:
         names.release.set()
+
+
+def url_routes(resolver: Any = None, prefix: str = "") -> list[tuple[str, Any, tuple[Any, ...]]]:
+    """Every URL pattern of the site (or of `resolver`): its whole route, the pattern, and
+    the namespaces of the resolvers it sits under (None for one without)."""
+    from django.urls import URLPattern, URLResolver, get_resolver
+
+    found: list[tuple[str, Any, tuple[Any, ...]]] = []
+    for pattern in (resolver or get_resolver()).url_patterns:
+        route = prefix + str(pattern.pattern)
+        if isinstance(pattern, URLResolver):
+            for inner, leaf, spaces in url_routes(pattern, route):
+                found.append((inner, leaf, (pattern.namespace, *spaces)))
+        elif isinstance(pattern, URLPattern):
+            found.append((route, pattern, ()))
+    return found
+
+
+def lock_waiter_seen(thread: threading.Thread | None = None, *, looks: int = 6000) -> bool:
+    """True once another PostgreSQL connection waits on a lock; False when `thread` ended
+    first or after `looks` looks, 10 ms apart. Usable inside a transaction: each look
+    clears the snapshot of the statistics, which a transaction otherwise reads once."""
+    query = (
+        "SELECT count(*) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND wait_event_type = 'Lock' "
+        "AND pid <> pg_backend_pid()"
+    )
+    with connection.cursor() as cursor:
+        for _ in range(looks):
+            if thread is not None and not thread.is_alive():
+                return False
+            cursor.execute("SELECT pg_stat_clear_snapshot()")
+            cursor.execute(query)
+            if cursor.fetchone()[0] > 0:
+                return True
+            if thread is not None:
+                thread.join(timeout=0.01)
+            else:
+                time.sleep(0.01)
+    return False

@@ -737,16 +737,7 @@ def test_namespaces_past_the_bound_are_not_read_and_the_receipt_says_so(
     from memoryadmin.erasures import services
 
     monkeypatch.setattr(services, "NAMESPACES_MAX", 2)
-    deploy_external(
-        project,
-        {
-            "kind": "mem0-oss",
-            "baseUrl": mem0_oss.origin,
-            "scope": {"user_id": "{namespace}", "agent_id": "archivist"},
-            "headers": {"X-API-Key": {"secret": "MEM0_KEY"}},
-        },
-        secrets_by_origin={mem0_oss.origin: {"MEM0_KEY": MEM0_KEY}},
-    )
+    deploy_mem0(project, mem0_oss)
     for namespace in ("anna", "bob", "zoe"):
         records = "/api/managed-agents/projects/acme/memory/mem/records" + DEV
         added = api.post(

@@ -16,10 +16,10 @@ from urllib.parse import urlencode
 
 import pytest
 from django.test import Client
-from django.urls import URLPattern, URLResolver, get_resolver
 
 from memoryadmin.agents.models import Session
 from memoryadmin.memory.models import Document
+from tests.helpers import url_routes
 
 pytestmark = pytest.mark.django_db
 
@@ -40,17 +40,6 @@ HOSTILE_QUERY = {
 }
 FORM = {"text": "\u202e", "revision": "x", "doc": "workshop:nope", "action": "explode"}
 JSON_BODY = json.dumps({"text": 1, "use": "notes", "name": ["x"], "memory": {"a": None}})
-
-
-def _routes(resolver: Any, prefix: str = "") -> list[str]:
-    routes = []
-    for pattern in resolver.url_patterns:
-        route = prefix + str(pattern.pattern)
-        if isinstance(pattern, URLResolver):
-            routes += _routes(pattern, route)
-        elif isinstance(pattern, URLPattern):
-            routes.append(route)
-    return routes
 
 
 def _url(route: str, session_id: str) -> str:
@@ -96,7 +85,7 @@ def test_no_route_answers_any_method_with_a_server_error(
     # The sweep asks each route as fast as it can, more than a person's rate of pages.
     settings.MEMORYADMIN_PAGE_RATE = settings.MEMORYADMIN_PROJECT_PAGE_RATE = "100000/minute"
     # Signing out would sign the owner's client out for the rest of the sweep.
-    routes = [r for r in _routes(get_resolver()) if r != "logout/"]
+    routes = [r for r, _, _ in url_routes() if r != "logout/"]
     assert len(routes) > 60, routes
     failures = []
     asked = 0

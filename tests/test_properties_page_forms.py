@@ -35,7 +35,6 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.signals import request_finished
 from django.db import close_old_connections, transaction
 from django.test import Client
-from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils import timezone
 from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
@@ -49,7 +48,7 @@ from memoryadmin.memory.services.documents import document_create, document_repl
 from memoryadmin.memory.services.keys import api_key_create
 from memoryadmin.webhooks import services as webhooks
 from tests.fake_providers import FakeMem0Oss
-from tests.helpers import deploy_external, erase_now, proposed_save
+from tests.helpers import deploy_external, erase_now, proposed_save, url_routes
 
 pytestmark = pytest.mark.django_db
 
@@ -271,23 +270,15 @@ def _pairs(draw: Any, world: World, fields: list[str]) -> list[tuple[str, str]]:
     return draw(st.permutations(pairs))
 
 
-def _routes(resolver: Any, prefix: str = "") -> list[tuple[str, str]]:
-    """(name, route) of every page pattern: the web app's, under the site's root."""
-    routes = []
-    for pattern in resolver.url_patterns:
-        route = prefix + str(pattern.pattern)
-        if isinstance(pattern, URLResolver):
-            if getattr(pattern, "namespace", None) in (None, "web"):
-                routes += _routes(pattern, route)
-        elif isinstance(pattern, URLPattern) and pattern.callback.__module__.startswith(
-            ("memoryadmin.web", "django.contrib.auth")
-        ):
-            routes.append((str(pattern.name), route))
-    return routes
-
-
-# Signing out would sign the owner out for the rest of the run.
-ROUTES = [(name, route) for name, route in _routes(get_resolver()) if name != "logout"]
+# (name, route) of every page pattern: the web app's, under the site's root. Signing out
+# would sign the owner out for the rest of the run.
+ROUTES = [
+    (str(pattern.name), route)
+    for route, pattern, namespaces in url_routes()
+    if all(namespace in (None, "web") for namespace in namespaces)
+    and pattern.callback.__module__.startswith(("memoryadmin.web", "django.contrib.auth"))
+    and pattern.name != "logout"
+]
 # Pages a signed-in owner is redirected away from: asked by an anonymous client.
 ANONYMOUS = {"login", "password-set", "password-set-done"}
 HOSTILE_IDS = ["99999999999999999999", "0", "x" * 300, "\u00e9", "e\u0301", "..", "-1"]

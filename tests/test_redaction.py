@@ -18,7 +18,7 @@ from memoryadmin.agents.services.sessions import session_create
 from memoryadmin.memory.models import AuditEntry, Document, DocumentVersion, Project, Resource
 from memoryadmin.memory.services.documents import document_patch, document_replace
 from memoryadmin.memory.services.redaction import version_redact
-from tests.helpers import DEV, DOCS, Keys, html_of, raw_rows_with, support_session
+from tests.helpers import DEV, DOCS, Keys, html_of, lock_waiter_seen, raw_rows_with, support_session
 
 pytestmark = pytest.mark.django_db
 
@@ -283,27 +283,6 @@ def test_a_recall_that_read_a_version_redacted_before_its_store_recalls_again(
 # Redaction against concurrent restores, with real threads on PostgreSQL.
 
 
-def _waiting_on_a_lock() -> None:
-    """Returns once another connection waits on a row lock (the restore, behind the
-    redaction's lock on the document)."""
-    import time
-
-    from django.db import connections
-
-    with connections["default"].cursor() as cursor:
-        for _ in range(300):
-            # Inside a transaction the statistics are read once unless cleared.
-            cursor.execute("SELECT pg_stat_clear_snapshot()")
-            cursor.execute(
-                "SELECT count(*) FROM pg_stat_activity"
-                " WHERE datname = current_database() AND wait_event_type = 'Lock'"
-            )
-            if cursor.fetchone()[0]:
-                return
-            time.sleep(0.01)
-    raise AssertionError("the restore never waited for the redaction")
-
-
 def _redaction_committed_under(restore: Callable[[], Any], redact_it: Callable[[], Any]) -> Any:
     """Runs `redact_it` in a transaction that commits only once `restore`, started after
     it wrote, waits for its lock; returns what `restore` returned or raised."""
@@ -319,7 +298,8 @@ def _redaction_committed_under(restore: Callable[[], Any], redact_it: Callable[[
             with transaction.atomic():
                 redact_it()
                 written.set()
-                _waiting_on_a_lock()
+                # The restore, behind the redaction's lock on the document.
+                assert lock_waiter_seen(looks=300), "the restore never waited for the redaction"
         except Exception as exc:
             outcome["redactor"] = exc
         finally:

@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
-from django.db import connection, connections, transaction
+from django.db import connections, transaction
 
 from memoryadmin.agents.models import Binding, Recall, Session, SessionEvent
 from memoryadmin.agents.services.runtime import recall_create, tool_call
@@ -19,7 +19,7 @@ from memoryadmin.core.errors import NotFound, PreconditionFailed
 from memoryadmin.memory.models import Document, Project, Resource
 from memoryadmin.memory.services.documents import document_create, document_delete, document_patch
 from memoryadmin.memory.services.keys import api_key_create
-from tests.helpers import erase_now, raw_rows_with, run_threads
+from tests.helpers import erase_now, lock_waiter_seen, raw_rows_with, run_threads
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -120,30 +120,12 @@ def test_save_waiting_on_an_end_in_progress_sees_it_and_is_rejected(
         session_lock(session=session)
         saver = threading.Thread(target=save)
         saver.start()
-        assert _wait_for_lock_waiter(saver), "the save did not wait for the session lock"
+        assert lock_waiter_seen(saver), "the save did not wait for the session lock"
         session_end(session=session, actor="t")
     saver.join(timeout=60)
     assert outcome == {"status": "rejected", "reason": "session_closed"}
     assert Document.objects.get(resource=notes, doc_id="doc-0").text == "0"
     assert not SessionEvent.objects.filter(session=session, type="memory.saved").exists()
-
-
-def _wait_for_lock_waiter(thread: threading.Thread) -> bool:
-    """True once another backend waits on a lock; False if the thread finished first."""
-    query = (
-        "SELECT count(*) FROM pg_stat_activity "
-        "WHERE datname = current_database() AND wait_event_type = 'Lock' "
-        "AND pid <> pg_backend_pid()"
-    )
-    for _ in range(6000):
-        if not thread.is_alive():
-            return False
-        with connection.cursor() as cursor:
-            cursor.execute(query)
-            if cursor.fetchone()[0] > 0:
-                return True
-        thread.join(timeout=0.01)
-    return False
 
 
 @pytest.mark.parametrize("owner_action", ["freeze", "delete"])
@@ -255,7 +237,7 @@ def test_a_recall_storing_while_an_erasure_commits_waits_and_recalls_again(
     eraser = _in_thread(lambda: erase_now(project, POISON), erased)
     assert holding.wait(60)
     try:
-        assert _wait_for_lock_waiter(recaller), "the recall's store did not wait for the erasure"
+        assert lock_waiter_seen(recaller), "the recall's store did not wait for the erasure"
     finally:
         release.set()
     eraser.join(timeout=60)
@@ -291,7 +273,7 @@ def test_an_erasure_after_a_recall_stored_waits_for_its_commit_and_erases_it(
     assert stored.wait(60)
     eraser = _in_thread(lambda: erase_now(project, POISON), erased)
     try:
-        assert _wait_for_lock_waiter(eraser), "the erasure did not wait for the recall"
+        assert lock_waiter_seen(eraser), "the erasure did not wait for the recall"
     finally:
         release.set()
     recaller.join(timeout=60)

@@ -27,7 +27,6 @@ from typing import Any
 import pytest
 from django.apps import apps
 from django.test import Client
-from django.urls import URLPattern, URLResolver, get_resolver
 from rest_framework.test import APIClient
 
 from memoryadmin.agents.models import ProviderOperation
@@ -37,7 +36,7 @@ from memoryadmin.memory.models import ApiKey, Deployment, Document, Project
 from memoryadmin.memory.services.deployments import deployment_create
 from memoryadmin.memory.services.keys import api_key_create
 from memoryadmin.webhooks.services import endpoint_create, endpoint_send_test
-from tests.helpers import MANIFEST_MEMORY, Keys, People, proposed_save
+from tests.helpers import MANIFEST_MEMORY, Keys, People, proposed_save, url_routes
 
 pytestmark = pytest.mark.django_db
 
@@ -46,17 +45,6 @@ API = "api/managed-agents/"
 # name nothing a project owns (a set-password link).
 PLACES = {"p", "e", "r", "uidb64", "token", "name"}
 SKIPPED = {"logout/"}
-
-
-def _routes(resolver: Any, prefix: str = "") -> list[str]:
-    routes = []
-    for pattern in resolver.url_patterns:
-        route = prefix + str(pattern.pattern)
-        if isinstance(pattern, URLResolver):
-            routes += _routes(pattern, route)
-        elif isinstance(pattern, URLPattern):
-            routes.append(route)
-    return routes
 
 
 def _parameters(route: str) -> list[str]:
@@ -216,7 +204,7 @@ def _same(world: dict[str, str], found: Any, missing: Any) -> bool:
 def _page_routes() -> list[str]:
     return [
         r
-        for r in _routes(get_resolver())
+        for r, _, _ in url_routes()
         if not r.startswith(API)
         and r.startswith("projects/<slug:p>/<env:e>/")
         and set(_parameters(r)) - PLACES
@@ -264,7 +252,7 @@ def test_no_page_reaches_another_places_objects(
 def _api_routes() -> list[str]:
     return [
         r
-        for r in _routes(get_resolver())
+        for r, _, _ in url_routes()
         # On the API `e` is an erasure (the environment is in the query).
         if r.startswith(API) and set(_parameters(r)) - (PLACES - {"e"})
     ]
@@ -326,7 +314,7 @@ def test_no_get_changes_anything(
     clients = {persona: web(persona) for persona in ("owner", "support", "viewer")}
     before = _state()
     for persona, client in clients.items():
-        for route in _routes(get_resolver()):
+        for route, _, _ in url_routes():
             if route.startswith(API) or route in SKIPPED or "set-password" in route:
                 continue
             url = _fill(route, {**world, "p": "acme", "e": "development"})
@@ -335,7 +323,7 @@ def test_no_get_changes_anything(
                 assert response.status_code < 500, (persona, method, url)
                 assert _state() == before, (persona, method, url)
     client = client_for(keys.owner)
-    for route in _routes(get_resolver()):
+    for route, _, _ in url_routes():
         if not route.startswith(API):
             continue
         url = (
@@ -355,7 +343,7 @@ def test_every_post_needs_the_csrf_token(
     client.get("/projects/acme/development/")  # the CSRF cookie, as a browser holds it
     before = _state()
     wrong = []
-    for route in _routes(get_resolver()):
+    for route, _, _ in url_routes():
         if route.startswith(API) or route.startswith("reference-provider"):
             continue
         url = _fill(route, {**world, "p": "acme", "e": "development"})
@@ -371,7 +359,7 @@ def test_a_viewer_changes_nothing(world: dict[str, str], web: Any, settings: Any
     client = web("viewer")
     before = _state()
     wrong = []
-    for route in _routes(get_resolver()):
+    for route, _, _ in url_routes():
         if route.startswith(API) or not route.startswith("projects/<slug:p>/<env:e>/"):
             continue
         url = _fill(route, {**world, "p": "acme", "e": "development"})

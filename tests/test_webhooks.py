@@ -32,6 +32,7 @@ from tests.helpers import (
     Receiver,
     SlowNames,
     is_postgres,
+    lock_waiter_seen,
     run_threads,
     serve,
     support_session,
@@ -833,18 +834,8 @@ def test_a_redelivery_racing_the_removal_of_its_delivery_is_not_found(
                 outcome["removed"] = _with_jobs(Delivery)(due, [old.pk])
                 deleted.set()
                 # Commits once the redelivery waits for the deleted row's lock.
-                with connections["default"].cursor() as cursor:
-                    for _ in range(1000):
-                        cursor.execute("SELECT pg_stat_clear_snapshot()")
-                        cursor.execute(
-                            "SELECT count(*) FROM pg_stat_activity WHERE datname ="
-                            " current_database() AND wait_event_type = 'Lock'"
-                        )
-                        if cursor.fetchone()[0]:
-                            break
-                        time.sleep(0.01)
-                    else:
-                        outcome["never waited"] = True
+                if not lock_waiter_seen(looks=1000):
+                    outcome["never waited"] = True
         except Exception as exc:
             outcome["housekeeper"] = exc
         finally:
