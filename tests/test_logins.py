@@ -33,7 +33,7 @@ def test_settings_lock_out_after_five_failures_for_fifteen_minutes() -> None:
 def test_a_user_name_locks_out_from_every_address(people: People) -> None:
     # Each failure from another address: the lock follows the user name.
     statuses = [attempt("olivia", "wrong", f"10.0.0.{n + 1}") for n in range(LIMIT)]
-    assert statuses == [200] * (LIMIT - 1) + [429]  # the last failure already locks
+    assert statuses == [422] * (LIMIT - 1) + [429]  # the last failure already locks
     response = Client(REMOTE_ADDR="10.0.1.1").post(
         "/login/", {"username": "olivia", "password": PASSWORD}
     )
@@ -46,7 +46,7 @@ def test_a_user_name_locks_out_from_every_address(people: People) -> None:
 
 def test_an_address_locks_out_for_every_user_name(people: People) -> None:
     statuses = [attempt(f"nobody-{n}", "wrong", "10.0.0.7") for n in range(LIMIT)]
-    assert statuses == [200] * (LIMIT - 1) + [429]
+    assert statuses == [422] * (LIMIT - 1) + [429]
     assert attempt("vera", PASSWORD, "10.0.0.7") == 429
     assert password_login(Client(REMOTE_ADDR="10.0.0.8"), "vera", PASSWORD)
 
@@ -106,7 +106,7 @@ def test_behind_a_proxy_each_client_address_locks_out_alone(people: People) -> N
 
     # Another user name each time: only the address can lock.
     statuses = [attempt_via_proxy("1.1.1.1", f"nobody-{n}") for n in range(LIMIT)]
-    assert statuses == [200] * (LIMIT - 1) + [429]
+    assert statuses == [422] * (LIMIT - 1) + [429]
     # Another client behind the same proxy is not locked out.
     client = Client(REMOTE_ADDR="10.9.9.9", HTTP_X_FORWARDED_FOR="2.2.2.2")
     assert password_login(client, "vera", PASSWORD)
@@ -169,7 +169,7 @@ def test_a_user_name_longer_than_any_login_is_the_forms_error(people: People, le
     tried: it was tried and failed, and django-axes, recording the failure, could not keep
     the name (PostgreSQL answered 500 past 255 characters)."""
     response = Client().post("/login/", {"username": "o" * length, "password": "wrong"})
-    assert response.status_code == 200
+    assert response.status_code == 422
     assert "at most 150 characters" in response.content.decode()
     assert not AccessAttempt.objects.exists()
     assert password_login(Client(), "olivia", PASSWORD)

@@ -152,6 +152,14 @@ def test_invite_with_a_link_lets_them_choose_a_password_once(owner: Client, peop
     guest = Client()
     form = guest.get(path, follow=True)
     assert "Choose your password" in form.content.decode()
+    # Two passwords that differ: the form again, 422 as every page form, nothing set.
+    refused = guest.post(
+        form.redirect_chain[-1][0], {"new_password1": PASSWORD, "new_password2": PASSWORD + "x"}
+    )
+    assert refused.status_code == 422
+    assert "The two password fields didn" in refused.content.decode()
+    user.refresh_from_db()
+    assert not user.has_usable_password()
     done = guest.post(
         form.redirect_chain[-1][0],
         {"new_password1": PASSWORD, "new_password2": PASSWORD},

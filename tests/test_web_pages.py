@@ -115,7 +115,7 @@ def test_login_lands_on_the_only_project_in_development(people: People) -> None:
 
 def test_login_with_a_wrong_password_is_refused(people: People) -> None:
     response = Client().post("/login/", {"username": "olivia", "password": "nope"})
-    assert response.status_code == 200
+    assert response.status_code == 422
     assert b"Please enter a correct username and password" in response.content
     assert "_auth_user_id" not in Client().session
 

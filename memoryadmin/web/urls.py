@@ -23,6 +23,7 @@ from memoryadmin.web.views import (
     review,
     search,
     sessions,
+    signin,
     webhooks,
     writing,
 )
@@ -51,7 +52,7 @@ urlpatterns = [
     path("", reading.home, name="home"),
     path(
         "login/",
-        auth_views.LoginView.as_view(
+        signin.LoginView.as_view(
             template_name="memoryadmin/login.html",
             authentication_form=LoginForm,
             redirect_authenticated_user=True,
@@ -61,7 +62,7 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path(
         "set-password/<uidb64>/<token>/",
-        auth_views.PasswordResetConfirmView.as_view(
+        signin.PasswordSetView.as_view(
             template_name="memoryadmin/password_set.html",
             success_url=reverse_lazy("web:password-set-done"),
         ),
