@@ -61,6 +61,7 @@ def test_owner_previews_erases_and_downloads_the_receipt(
     page.get_by_label("Type ERASE to confirm").fill("erase")
     page.get_by_role("button", name="Erase for good").click()
     expect(page.get_by_text("Type ERASE exactly to erase for good.")).to_be_visible()
+    expect(page.get_by_label("Type ERASE to confirm")).to_be_focused()  # the refused field
     assert not Erasure.objects.exists()
     page.get_by_label("Type ERASE to confirm").fill("ERASE")
     page.get_by_role("button", name="Erase for good").click()

@@ -147,6 +147,7 @@ def test_support_freezes_a_document_and_may_not_edit_or_delete_it(
     shoot(page, "freeze")
     page.keyboard.press("Enter")
     expect(page.get_by_role("status")).to_contain_text("Frozen")
+    expect(page.get_by_role("status")).to_be_focused()  # where the action's outcome is told
     expect(page.locator("h1 + .badge.frozen")).to_be_visible()
     document = used_memory.documents.get(doc_id="workshop")
     assert document.agent_writes is False

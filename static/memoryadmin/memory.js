@@ -42,6 +42,23 @@
     initCounters(event.target);
   });
 
+  // After a full-page action, its message takes the focus, or a refused form's first
+  // invalid field does, so the keyboard and a screen reader start from what the action
+  // did rather than from the top of the page; a field the page focuses itself wins.
+  document.addEventListener("DOMContentLoaded", function () {
+    if (document.querySelector("[autofocus]") || (document.activeElement && document.activeElement !== document.body)) {
+      return;
+    }
+    const invalid = document.querySelector('main [aria-invalid="true"]');
+    const messages = document.querySelector(".messages");
+    if (invalid) {
+      invalid.focus();
+    } else if (messages) {
+      messages.tabIndex = -1;
+      messages.focus({ preventScroll: true });
+    }
+  });
+
   document.documentElement.classList.add("js");
 
   function copyText(button, text) {
