@@ -490,6 +490,64 @@ def test_a_compressed_answer_is_read_once_decoded(server: FaultyServer, resource
         assert recall(resource).text == "Use the free tier."
 
 
+def _cut_short(data: bytes, wbits: int) -> bytes:
+    """`data` compressed and flushed whole, but without the end of its stream: inflated,
+    it is all of `data`, and nothing says the stream ended."""
+    deflater = zlib.compressobj(9, zlib.DEFLATED, wbits)
+    return deflater.compress(data) + deflater.flush(zlib.Z_SYNC_FLUSH)
+
+
+def _wrong_trailer(data: bytes) -> bytes:
+    """`data` gzipped, its trailer's CRC-32 off by one."""
+    whole = gzip.compress(data, 9)
+    crc = (int.from_bytes(whole[-8:-4], "little") + 1) % 2**32
+    return whole[:-8] + crc.to_bytes(4, "little") + whole[-4:]
+
+
+GOOD = json.dumps(GOOD_RECALL).encode()
+
+
+@pytest.mark.parametrize(
+    ("coding", "encoded"),
+    [
+        ("gzip", _cut_short(GOOD, 31)),  # no final block, no trailer
+        ("gzip", gzip.compress(GOOD)[:-4]),  # the trailer's length missing
+        ("gzip", _wrong_trailer(GOOD)),
+        ("deflate", _cut_short(GOOD, 15)),  # zlib format, no final block
+        ("deflate", zlib.compress(GOOD)[:-4]),  # zlib format, no Adler-32
+        ("deflate", _cut_short(GOOD, -15)),  # a bare deflate stream, no final block
+        ("gzip, gzip", gzip.compress(_cut_short(GOOD, 31))),  # the inner layer cut short
+    ],
+    ids=[
+        "gzip-no-end",
+        "gzip-trailer-cut",
+        "gzip-wrong-crc",
+        "zlib-no-end",
+        "zlib-no-adler",
+        "bare-deflate-no-end",
+        "gzip-gzip-inner-no-end",
+    ],
+)
+def test_a_compressed_answer_cut_short_is_a_transport_failure(
+    server: FaultyServer, resource: Resource, coding: str, encoded: bytes
+) -> None:
+    """A body whose compressed stream ends before its end (or whose trailer does not match)
+    is not an answer, whatever it inflates to: like a connection reset mid-body, a failure
+    that is retried, and never the half body."""
+    server.script = [reply(200, raw=encoded, headers={"Content-Encoding": coding})]
+    raised = failure(resource, retry_delays=NO_WAIT)
+    assert (raised.reason, raised.retryable, raised.attempts) == ("transport_error", True, 3)
+    assert len(server.seen) == 3
+    detail = audited(resource)
+    assert detail["reason"] == "transport_error"
+    assert "DecodingError" in detail["description"]
+    # Retried: a whole answer after it is read.
+    cut = reply(200, raw=encoded, headers={"Content-Encoding": coding})
+    server.script = [cut, reply(200, raw=gzip.compress(GOOD), headers={"Content-Encoding": "gzip"})]
+    outcome = recall(resource, retry_delays=NO_WAIT)
+    assert (outcome.text, outcome.attempts) == ("Use the free tier.", 2)
+
+
 def test_a_compression_bomb_is_cut_at_the_limit_as_it_inflates(
     server: FaultyServer, resource: Resource
 ) -> None:

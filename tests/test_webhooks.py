@@ -569,6 +569,38 @@ def test_a_receivers_compression_bomb_is_cut_at_the_reply_limit(
     )
 
 
+@pytest.mark.parametrize("coding", ["gzip", "deflate"])
+def test_a_reply_cut_short_is_not_a_delivery(
+    api: APIClient, receiver: Receiver, make_document: Any, fast_retries: None, coding: str
+) -> None:
+    """A 200 whose compressed reply ends before its stream does (no last block, no
+    trailer) failed as a connection reset mid-reply does: the delivery waits for its next
+    attempt, and no part of the reply is kept as the receiver's."""
+    deflater = zlib.compressobj(9, zlib.DEFLATED, 31 if coding == "gzip" else 15)
+    receiver.reply_body = deflater.compress(b'{"ok": true}') + deflater.flush(zlib.Z_SYNC_FLUSH)
+    receiver.reply_headers = {"Content-Encoding": coding}
+    register(api, receiver.url, ["document.created"])
+    make_document("plan")
+    run_jobs()
+    assert len(receiver.received) == 1
+    delivery = Delivery.objects.get()
+    assert (delivery.state, delivery.attempts, delivery.response_code) == ("pending", 1, None)
+    assert (delivery.last_error, delivery.response_excerpt) == (
+        "could not connect (DecodingError)",
+        "",
+    )
+    # The whole reply, next time, is a delivery.
+    deflater = zlib.compressobj(9, zlib.DEFLATED, 31 if coding == "gzip" else 15)
+    receiver.reply_body = deflater.compress(b'{"ok": true}') + deflater.flush()
+    run_until(lambda: Delivery.objects.get().state == "delivered")
+    delivery.refresh_from_db()
+    assert (delivery.attempts, delivery.response_code, delivery.response_excerpt) == (
+        2,
+        200,
+        '{"ok": true}',
+    )
+
+
 def test_endpoint_changes_are_audited_and_the_secret_is_shown_once(
     api: APIClient, receiver: Receiver
 ) -> None:

@@ -8,7 +8,8 @@ its project's share of lookups (core/egress.py); TLS trusting public roots and
 the environment. `Outbound.send` is one attempt within one overall deadline, reading at
 most a limit of body as it arrives (a peer sending a byte at a time is cut at the
 deadline; a compressed body is inflated a piece at a time, so the limit holds for what it
-inflates to, and a few bytes that inflate to gigabytes are cut at the limit), and says
+inflates to, and a few bytes that inflate to gigabytes are cut at the limit; one whose
+stream ends before its end is a transport failure, as a body cut by a reset is), and says
 what came back as a `Reply`, never an exception. Retries, secrets and
 what a failure means are the callers' (a provider's protocol, a webhook's backoff).
 """
@@ -182,12 +183,16 @@ def _codings(headers: httpx.Headers) -> list[str]:
 def _inflate(chunks: Iterator[bytes], coding: str, deadline: float) -> Iterator[bytes]:
     """`chunks` inflated from `coding` in pieces of at most INFLATED_PIECE bytes, so that
     whoever reads them holds no more than they take; zlib errors are httpx's
-    DecodingError, as if httpx had decoded the body."""
+    DecodingError, as if httpx had decoded the body, and so is a stream that ends before
+    its end (its last block, its trailer): a body cut short is no answer, whatever its
+    first part inflated to (httpx takes it for whole)."""
     import httpx
 
     inflater = zlib.decompressobj(_INFLATERS[coding])
     first = True
     for chunk in chunks:
+        if not chunk:
+            continue
         data = chunk
         while True:
             try:
@@ -211,6 +216,9 @@ def _inflate(chunks: Iterator[bytes], coding: str, deadline: float) -> Iterator[
         if inflater.eof:
             # What follows the end of the stream is not part of the body (as httpx).
             return
+    if first:
+        return  # not a byte came (a 204, a 304): an empty body, nothing to inflate
+    raise httpx.DecodingError(f"the {coding} body ends before its stream does")
 
 
 def _inflated(chunks: Iterator[bytes], codings: list[str], deadline: float) -> Iterator[bytes]:
