@@ -453,6 +453,14 @@ MEMORYADMIN_PROVIDER_CONCURRENCY_PER_PROJECT = env_int(
 MEMORYADMIN_OUTBOUND_LOOKUPS_PER_PROJECT = env_int(
     "MEMORYADMIN_OUTBOUND_LOOKUPS_PER_PROJECT", 8, minimum=1
 )
+# Name lookups of all projects together running at once in one process (the threads
+# they hold), by default four projects' shares; a project's share is at most half of it.
+# Past it, the next lookup waits for one to end, within its caller's deadline.
+MEMORYADMIN_OUTBOUND_LOOKUPS_PER_PROCESS = env_int(
+    "MEMORYADMIN_OUTBOUND_LOOKUPS_PER_PROCESS",
+    4 * MEMORYADMIN_OUTBOUND_LOOKUPS_PER_PROJECT,
+    minimum=2,
+)
 # Provider origins must reach public addresses only; these non-public ranges
 # are allowed as well (`make run` allows loopback for the demo's provider).
 MEMORYADMIN_PROVIDER_ALLOW = env_networks("MEMORYADMIN_PROVIDER_ALLOW")

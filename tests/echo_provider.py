@@ -44,7 +44,7 @@ class EchoProvider(MemoryProvider):
         # (resource id, namespace) -> notes, oldest first.
         self.notes: dict[tuple[str, str], list[str]] = {}
 
-    def normalize(self, provider: dict[str, Any], where: str) -> dict[str, Any]:
+    def normalize(self, provider: dict[str, Any], where: str, *, project: str) -> dict[str, Any]:
         if set(provider) - {"kind", "maxBytes"}:
             raise InvalidRequest(f"{where}.provider takes kind and maxBytes only.")
         return {"kind": self.kind, "maxBytes": provider.get("maxBytes", 1024)}

@@ -28,6 +28,7 @@ from memoryadmin.core import egress
 from memoryadmin.core.egress import EgressTransport, address_refusal, literal_address
 from memoryadmin.memory.models import AuditEntry, Deployment, Project, Resource
 from memoryadmin.memory.services.deployments import deployment_create, resource_get
+from memoryadmin.memory.services.projects import project_create
 from memoryadmin.providers import client
 from memoryadmin.providers.client import ProviderFailure, provider_recall
 from memoryadmin.providers.declarations import origin_check
@@ -538,6 +539,124 @@ def test_a_slow_lookup_at_deploy_holds_the_request_two_seconds_at_most(
     assert "resolves to a loopback address" in refused.json()["error"]["message"]
 
 
+def _lookups_ended(project: str | None = None) -> bool:
+    """Whether the lookups of `project` (of every project) ended, waiting 5 s at most."""
+    waited = time.monotonic() + 5
+    while egress.lookups.running(project) and time.monotonic() < waited:
+        time.sleep(0.01)
+    return egress.lookups.running(project) == 0
+
+
+def test_the_process_bounds_every_projects_lookups_together(
+    project: Project,
+    other_project: Project,
+    provider: Provider,
+    settings: Any,
+    slow_names: SlowNames,
+) -> None:
+    """However many projects' names hang, the process runs at most its bound of lookups: a
+    project holds half of it at most (its own setting higher or not), and once it is full a
+    lookup waits for one to end within its call's deadline, then fails as a timeout,
+    starting no thread. Once lookups end, calls are answered again."""
+    settings.MEMORYADMIN_PROVIDER_ALLOW = LOOPBACK
+    settings.MEMORYADMIN_PROVIDER_DEADLINE_SECONDS = 0.4
+    settings.MEMORYADMIN_OUTBOUND_LOOKUPS_PER_PROJECT = 8
+    settings.MEMORYADMIN_OUTBOUND_LOOKUPS_PER_PROCESS = 4
+    third = project_create(project_id="initech", name="Initech")
+    acme = deployed(project, f"https://acme.slow.test:{provider.port}")
+    globex = deployed(other_project, f"https://globex.slow.test:{provider.port}")
+    initech = deployed(third, f"https://initech.slow.test:{provider.port}")
+    slow_names.hang = True
+    slow_names.spared = {"initech.slow.test"}
+    slow_names.started.clear()  # the lookups at deploy
+    for _ in range(3):
+        assert recall_failure(acme).reason == "timeout"
+    # Half the process's four, not its own eight.
+    assert slow_names.started == {"acme.slow.test": 2}
+    for _ in range(3):
+        assert recall_failure(globex).reason == "timeout"
+    assert slow_names.started == {"acme.slow.test": 2, "globex.slow.test": 2}
+    assert egress.lookups.running() == 4
+    # The process is full: a third project's name, which would answer at once, is not
+    # looked up; its call waited until its deadline.
+    started = time.monotonic()
+    failed = recall_failure(initech)
+    assert time.monotonic() - started < 10
+    assert (failed.reason, failed.retryable) == ("timeout", True)
+    assert newest_failure(third).detail["reason"] == "timeout"
+    assert "initech.slow.test" not in slow_names.started
+    assert slow_names.in_flight == 4
+    assert egress.lookups.running() == 4
+    assert provider.seen == []
+    # Once the hung lookups end, the third project's name is looked up again.
+    slow_names.release.set()
+    assert _lookups_ended()
+    lookup = egress.lookups.start(
+        "initech", "initech.slow.test", 443, until=time.monotonic() + 5, stopped=lambda: False
+    )
+    assert lookup is not None
+    assert lookup.done.wait(5)
+    assert [address.compressed for _, address in lookup.addresses] == ["127.0.0.1"]
+    assert slow_names.started["initech.slow.test"] == 1
+
+
+def test_the_process_bound_defaults_to_four_projects_shares() -> None:
+    from memoryadmin import settings as configured
+
+    assert configured.MEMORYADMIN_OUTBOUND_LOOKUPS_PER_PROJECT == 8
+    assert configured.MEMORYADMIN_OUTBOUND_LOOKUPS_PER_PROCESS == 32
+    assert egress.lookups_limit() == 8
+
+
+def test_a_projects_hung_deploy_checks_leave_other_projects_checks_whole(
+    api: APIClient,
+    client_for: Callable[[str | None], APIClient],
+    keys: Any,
+    settings: Any,
+    slow_names: SlowNames,
+) -> None:
+    """Deploy-time checks count against their project's share: one project's names that
+    hang leave another's checks theirs, which still resolve and refuse what they must."""
+    settings.MEMORYADMIN_PROVIDER_ALLOW = []
+    settings.MEMORYADMIN_OUTBOUND_LOOKUPS_PER_PROJECT = 1
+    slow_names.hang = True
+    slow_names.spared = {"globex.slow.test"}
+    # Acme's check waits its two seconds and accepts the name; its lookup still hangs.
+    assert deploy(api, "https://acme.slow.test").status_code == 201
+    assert egress.lookups.running("acme") == 1
+    # Its share is full: its next check starts no lookup, and accepts the name too.
+    assert (
+        api.post(
+            f"{BASE}/webhooks",
+            {"url": "https://acme.slow.test/hooks", "events": ["document.created"]},
+            format="json",
+        ).status_code
+        == 201
+    )
+    assert slow_names.started == {"acme.slow.test": 1}
+    # Globex's checks resolve their name (127.0.0.1, not allowed) and refuse it.
+    globex = client_for(keys.other)
+    refused = globex.post(
+        "/api/managed-agents/projects/globex/deployments",
+        {"agent": "researcher", "memory": [http_declaration("https://globex.slow.test")]},
+        format="json",
+    )
+    assert refused.status_code == 400, refused.json()
+    assert "resolves to a loopback address" in refused.json()["error"]["message"]
+    hook = globex.post(
+        "/api/managed-agents/projects/globex/webhooks",
+        {"url": "https://globex.slow.test/hooks", "events": ["document.created"]},
+        format="json",
+    )
+    assert hook.status_code == 400, hook.json()
+    assert "resolves to a loopback address" in hook.json()["error"]["message"]
+    assert slow_names.started == {"acme.slow.test": 1, "globex.slow.test": 2}
+    assert not Deployment.objects.filter(project_id="globex").exists()
+    assert egress.lookups.running("globex") == 0
+    slow_names.release.set()
+    assert _lookups_ended("acme")
+
+
 def test_a_lookup_no_thread_can_run_fails_its_call_and_gives_its_share_back(
     project: Project,
     provider: Provider,
@@ -566,8 +685,8 @@ def test_a_lookup_no_thread_can_run_fails_its_call_and_gives_its_share_back(
     assert newest_failure(project).detail["reason"] == "transport_error"
     assert provider.seen == []
     # A deploy's check accepts the name, as one that does not resolve now.
-    assert egress.origin_address_check("hangs.slow.test") is None
-    assert egress.lookups.running(egress.DEPLOY_LOOKUPS) == 0
+    assert egress.origin_address_check("hangs.slow.test", project="acme") is None
+    assert egress.lookups.running() == 0
     monkeypatch.setattr(threading.Thread, "start", start)
     # The share is whole: the next lookup starts at once.
     lookup = egress.lookups.start(

@@ -414,7 +414,7 @@ class DocumentProvider(MemoryProvider):
     # and an http provider may declare a tool of that name for other sessions.
     reserved_tools = tuple(name for name in TOOLS if name != search_tool.SEARCH_TOOL)
 
-    def normalize(self, provider: dict[str, Any], where: str) -> dict[str, Any]:
+    def normalize(self, provider: dict[str, Any], where: str, *, project: str) -> dict[str, Any]:
         unknown = set(provider) - {"kind", "maxBytes", "agentWrites", "reviewPolicy"}
         if unknown:
             raise InvalidRequest(

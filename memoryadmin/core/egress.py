@@ -7,12 +7,14 @@ literal addresses in any spelling, and names that resolve now) and on every
 connection (`EgressBackend`: resolve once, check every address, connect to
 an address that was checked, so a name cannot rebind between check and use).
 
-A connection's name lookup runs on a thread of its own (`Lookups`), so that the call
-waits for it no longer than its deadline: the C library's lookup cannot be interrupted,
-and a name whose servers answer slowly would otherwise hold the caller past it. A
-project has at most `MEMORYADMIN_OUTBOUND_LOOKUPS_PER_PROJECT` lookups running in a
-process, those its calls abandoned included; past them its next lookup waits, within its
-call's deadline, for one of them to end. Other projects' lookups never wait for them.
+A name lookup (a connection's, a deploy-time check's) runs on a thread of its own
+(`Lookups`), so that the caller waits for it no longer than its deadline: the C library's
+lookup cannot be interrupted, and a name whose servers answer slowly would otherwise hold
+the caller past it. A project has at most `MEMORYADMIN_OUTBOUND_LOOKUPS_PER_PROJECT`
+lookups running in a process, those its callers abandoned included, and all projects
+together at most `MEMORYADMIN_OUTBOUND_LOOKUPS_PER_PROCESS` (of which one project's share
+is at most half); past either, the next lookup waits, within its caller's deadline, for
+one of them to end. Other projects' lookups never wait for a project's own share.
 """
 
 from __future__ import annotations
@@ -171,28 +173,30 @@ def refusal_of(addresses: Iterable[IPAddress], host: str) -> EgressRefused | Non
     return None
 
 
-# How long a check at deploy time waits for a name's lookup, and whose share of lookups
-# (`Lookups`) those checks count against: all projects' together, so that however many
-# hang, they hold at most that many threads; a check that finds no slot in time accepts
-# the name as it accepts one that does not resolve (it is checked again when used).
+# How long a check at deploy time waits for a name's lookup (which counts against the
+# project's share of lookups, `Lookups`, as its calls' do); a check that finds no slot in
+# time accepts the name as it accepts one that does not resolve (it is checked again when
+# used).
 DEPLOY_LOOKUP_SECONDS = 2.0
-DEPLOY_LOOKUPS = "(deploy-time checks)"
 
 
-def origin_address_check(host: str) -> str | None:
+def origin_address_check(host: str, *, project: str | None) -> str | None:
     """At deploy time: why `host` may not be reached, or None.
 
-    A literal address is judged as it is; a name by what it resolves to now, within
-    DEPLOY_LOOKUP_SECONDS. A name that does not resolve (in that time) is accepted: it
-    is checked again when used.
+    A literal address is judged as it is; a name, when a `project` is given, by what it
+    resolves to now, within DEPLOY_LOOKUP_SECONDS and that project's share of lookups. A
+    name that is not looked up, or does not resolve (in that time), is accepted: it is
+    checked again when used.
     """
     literal = literal_address(host)
     if literal is not None:
         addresses = [literal]
+    elif project is None:
+        return None
     else:
         until = time.monotonic() + DEPLOY_LOOKUP_SECONDS
         try:
-            lookup = lookups.start(DEPLOY_LOOKUPS, host, 443, until=until, stopped=lambda: False)
+            lookup = lookups.start(project, host, 443, until=until, stopped=lambda: False)
         except OSError:
             return None
         if lookup is None or not lookup.done.wait(_left(until)):
@@ -210,8 +214,16 @@ def origin_address_check(host: str) -> str | None:
     return f"resolves to a {refused.category} address"
 
 
+def lookups_limit_total() -> int:
+    """Lookups of all projects together running at once in this process."""
+    return int(settings.MEMORYADMIN_OUTBOUND_LOOKUPS_PER_PROCESS)
+
+
 def lookups_limit() -> int:
-    return int(settings.MEMORYADMIN_OUTBOUND_LOOKUPS_PER_PROJECT)
+    """Lookups of one project running at once in this process: as configured, and at most
+    half of all projects' (at least one), so that no project holds all of theirs."""
+    configured = int(settings.MEMORYADMIN_OUTBOUND_LOOKUPS_PER_PROJECT)
+    return min(configured, max(1, lookups_limit_total() // 2))
 
 
 class _Lookup:
@@ -225,15 +237,23 @@ class _Lookup:
 
 class Lookups:
     """Name lookups on threads of their own, at most `lookups_limit()` running per project
-    (in this process), waited for until a deadline or until the caller stops waiting."""
+    and `lookups_limit_total()` for all projects (in this process), waited for until a
+    deadline or until the caller stops waiting."""
 
     def __init__(self) -> None:
         self._changed = threading.Condition()
         self._running: dict[str, int] = {}
+        self._total = 0
 
-    def running(self, project: str) -> int:
+    def running(self, project: str | None = None) -> int:
+        """Lookups running for `project`, or for all projects."""
         with self._changed:
-            return self._running.get(project, 0)
+            return self._total if project is None else self._running.get(project, 0)
+
+    def _full(self, project: str) -> bool:
+        return (
+            self._running.get(project, 0) >= lookups_limit() or self._total >= lookups_limit_total()
+        )
 
     def wake(self) -> None:
         """Wakes every caller waiting for a slot, to see whether it still waits."""
@@ -249,11 +269,12 @@ class Lookups:
         until: float | None,
         stopped: Callable[[], bool],
     ) -> _Lookup | None:
-        """Starts looking `host` up once `project` has a lookup slot; None when `until`
-        (`time.monotonic()`, None for no bound) passed or `stopped()` held first; OSError
-        when no thread could be started for it (its slot given back)."""
+        """Starts looking `host` up once `project` has a lookup slot, within its share
+        and the process's; None when `until` (`time.monotonic()`, None for no bound)
+        passed or `stopped()` held first; OSError when no thread could be started for it
+        (its slot given back)."""
         with self._changed:
-            while self._running.get(project, 0) >= lookups_limit():
+            while self._full(project):
                 remaining = _left(until)
                 if (remaining is not None and remaining <= 0) or stopped():
                     return None
@@ -261,6 +282,7 @@ class Lookups:
             if stopped():
                 return None
             self._running[project] = self._running.get(project, 0) + 1
+            self._total += 1
         lookup = _Lookup()
 
         def run() -> None:
@@ -283,6 +305,7 @@ class Lookups:
 
     def _release(self, project: str) -> None:
         with self._changed:
+            self._total -= 1
             left = self._running[project] - 1
             if left:
                 self._running[project] = left

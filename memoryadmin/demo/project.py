@@ -205,7 +205,7 @@ def demo_setup(*, base_url: str = DEFAULT_BASE_URL) -> DemoResult:
     # The token first: a deployment may send it only where it is bound.
     _demo_provider_token(project, base_url, created)
     manifest = demo_manifest(base_url)
-    declarations = declarations_normalize(manifest["memory"])
+    declarations = declarations_normalize(manifest["memory"], project=project.pk)
     for environment in Environment:
         active = active_deployment(project=project, environment=environment, agent=AGENT)
         if active is None or active.memory != declarations:

@@ -325,12 +325,14 @@ class ExternalProvider(MemoryProvider):
     def settings_normalize(self, provider: dict[str, Any], at: str) -> dict[str, Any]:
         """The kind's own fields, checked (the base URL and headers are checked already)."""
 
-    def normalize(self, provider: dict[str, Any], where: str) -> dict[str, Any]:
+    def normalize(self, provider: dict[str, Any], where: str, *, project: str) -> dict[str, Any]:
         at = f"{where}.provider"
         _check_fields(provider, {"kind", "maxBytes", "baseUrl", "headers", *self.fields}, at)
         raw_url = provider.get("baseUrl", self.default_base_url)
         # The URL first: nothing else matters, and no secret is looked at, if it is refused.
-        base_url_check(raw_url, where=f"{at}.baseUrl", rule=self.url_rule, resolve_names=True)
+        base_url_check(
+            raw_url, where=f"{at}.baseUrl", rule=self.url_rule, resolve_names_for=project
+        )
         headers = _headers_normalize(provider.get("headers"), f"{at}.headers")
         max_bytes = provider.get("maxBytes", MAX_BYTES_DEFAULT)
         try:

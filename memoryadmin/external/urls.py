@@ -18,9 +18,11 @@ HTTPS_ONLY = "https-only"
 
 
 def base_url_check(
-    value: object, *, where: str, rule: str, resolve_names: bool = False
+    value: object, *, where: str, rule: str, resolve_names_for: str | None = None
 ) -> tuple[str, str]:
-    """(origin, path prefix without a trailing slash) of a provider base URL."""
+    """(origin, path prefix without a trailing slash) of a provider base URL; with
+    `resolve_names_for` (a project), its name's addresses are checked as they resolve now
+    (`origin_check`)."""
     if not isinstance(value, str) or not value:
         raise InvalidRequest(f"{where} is required: an https:// URL.")
     parts = url_split(value, where=where)
@@ -30,7 +32,7 @@ def base_url_check(
     if scheme == "http" and rule == HTTPS_ONLY:
         raise InvalidRequest(f"{where} must use https://; this provider is never reached in clear.")
     origin = origin_check(
-        f"{parts.scheme}://{parts.netloc}", where=where, resolve_names=resolve_names
+        f"{parts.scheme}://{parts.netloc}", where=where, resolve_names_for=resolve_names_for
     )
     path = parts.path.rstrip("/")
     if path:

@@ -305,13 +305,13 @@ class VertexMemoryBankProvider(ExternalProvider):
         "in recall once the operation is done."
     )
 
-    def normalize(self, provider: dict[str, Any], where: str) -> dict[str, Any]:
+    def normalize(self, provider: dict[str, Any], where: str, *, project: str) -> dict[str, Any]:
         if "baseUrl" not in provider and isinstance(provider.get("location"), str):
             provider = {
                 **provider,
                 "baseUrl": f"https://{provider['location']}-aiplatform.googleapis.com",
             }
-        return super().normalize(provider, where)
+        return super().normalize(provider, where, project=project)
 
     def settings_normalize(self, provider: dict[str, Any], at: str) -> dict[str, Any]:
         checks = (

@@ -45,9 +45,10 @@ class ResourceKind(ABC):
     # Declarations.
 
     @abstractmethod
-    def normalize(self, provider: dict[str, Any], where: str) -> dict[str, Any]:
-        """The checked, normalised `provider` object of a declaration (with `kind` and
-        `maxBytes`); raises InvalidRequest naming the field under `where`."""
+    def normalize(self, provider: dict[str, Any], where: str, *, project: str) -> dict[str, Any]:
+        """The checked, normalised `provider` object of a declaration of `project` (with
+        `kind` and `maxBytes`); raises InvalidRequest naming the field under `where`. Names
+        an origin's check resolves count against `project`'s share of lookups."""
 
     def promote_check(
         self, *, project: Project, environment: str, provider: dict[str, Any], where: str

@@ -107,13 +107,10 @@ def _origin_host(host: str | None, where: str) -> str:
     return f"[{address.compressed}]" if address.version == 6 else address.compressed
 
 
-def _refuse_unreachable(host: str, where: str, *, resolve_names: bool, kind: str) -> None:
-    from memoryadmin.core.egress import SETTING, literal_address, origin_address_check
+def _refuse_unreachable(host: str, where: str, *, resolve_names_for: str | None, kind: str) -> None:
+    from memoryadmin.core.egress import SETTING, origin_address_check
 
-    literal = literal_address(host)
-    if literal is None and not resolve_names:
-        return
-    refusal = origin_address_check(host)
+    refusal = origin_address_check(host, project=resolve_names_for)
     if refusal is not None:
         _fail(
             f"{where} {refusal}; {kind} must reach public addresses "
@@ -149,7 +146,7 @@ def origin_check(
     value: object,
     *,
     where: str = "origin",
-    resolve_names: bool = False,
+    resolve_names_for: str | None = None,
     kind: str = "provider origins",
 ) -> str:
     """An origin `scheme://host[:port]`, normalised; checked before any secret is resolved.
@@ -157,7 +154,8 @@ def origin_check(
     https only, except http on loopback (127.0.0.0/8, ::1, localhost) for
     local development. No user-info, path, query, fragment or other scheme.
     A literal address (in any spelling) must be one the server may reach;
-    with `resolve_names`, so must every address a name resolves to now.
+    with `resolve_names_for` (a project), so must every address a name resolves to now,
+    looked up within that project's share of lookups (core/egress.py).
     """
     if not isinstance(value, str) or not value:
         _fail(f"{where} is required: an https:// origin such as https://memory.example.com.")
@@ -178,7 +176,7 @@ def origin_check(
             f"{where} must use https://; plain http:// is allowed only on loopback "
             "(127.0.0.0/8, ::1, localhost)."
         )
-    _refuse_unreachable(host, where, resolve_names=resolve_names, kind=kind)
+    _refuse_unreachable(host, where, resolve_names_for=resolve_names_for, kind=kind)
     return f"{scheme}://{shown_host}" + (f":{port}" if port is not None else "")
 
 
@@ -293,7 +291,7 @@ def _methods_normalize(raw: object, where: str) -> list[str]:
     return sorted(set(methods))
 
 
-def connection_normalize(raw: object, *, where: str) -> dict[str, Any]:
+def connection_normalize(raw: object, *, where: str, project: str) -> dict[str, Any]:
     if not isinstance(raw, dict):
         _fail(f"{where} is required and must be an object: a connection permitting POST.")
     _check_fields(raw, {"id", "origin", "methods", "pathPrefix", "headers"}, where)
@@ -302,7 +300,7 @@ def connection_normalize(raw: object, *, where: str) -> dict[str, Any]:
         _fail(f"{where}.id must be 1-64 lowercase letters, digits or inner hyphens.")
     # The origin comes first: nothing else about a connection matters if it
     # may not be reached.
-    origin = origin_check(raw.get("origin"), where=f"{where}.origin", resolve_names=True)
+    origin = origin_check(raw.get("origin"), where=f"{where}.origin", resolve_names_for=project)
     methods = _methods_normalize(raw.get("methods"), f"{where}.methods")
     prefix = path_check(raw.get("pathPrefix", "/"), where=f"{where}.pathPrefix")
     headers = _headers_normalize(raw.get("headers"), f"{where}.headers")
@@ -413,11 +411,16 @@ def _tools_normalize(raw: object, where: str) -> list[dict[str, Any]]:
 HTTP_KIND = "http"
 
 
-def http_provider_normalize(provider: dict[str, Any], where: str) -> dict[str, Any]:
-    """The normaliser of `{"kind": "http", ...}` declarations (see providers/http.py)."""
+def http_provider_normalize(
+    provider: dict[str, Any], where: str, *, project: str
+) -> dict[str, Any]:
+    """The normaliser of `{"kind": "http", ...}` declarations of `project` (see
+    providers/http.py)."""
     at = f"{where}.provider"
     _check_fields(provider, {"kind", "connection", "path", "maxBytes", "tools"}, at)
-    connection = connection_normalize(provider.get("connection"), where=f"{at}.connection")
+    connection = connection_normalize(
+        provider.get("connection"), where=f"{at}.connection", project=project
+    )
     path = path_check(provider.get("path", PATH_DEFAULT), where=f"{at}.path")
     if not path_within(path, connection["pathPrefix"]):
         _fail(

@@ -112,8 +112,8 @@ def _recall_failed(resource_id: str, exc: ProviderFailure) -> RecallFailed:
 class HttpProvider(MemoryProvider):
     kind = KIND
 
-    def normalize(self, provider: dict[str, Any], where: str) -> dict[str, Any]:
-        return http_provider_normalize(provider, where)
+    def normalize(self, provider: dict[str, Any], where: str, *, project: str) -> dict[str, Any]:
+        return http_provider_normalize(provider, where, project=project)
 
     def promote_check(
         self, *, project: Project, environment: str, provider: dict[str, Any], where: str

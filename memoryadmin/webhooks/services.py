@@ -56,9 +56,10 @@ class DeliveryNotFound(NotFound):
     code = "delivery_not_found"
 
 
-def check_url(value: object) -> str:
-    """An endpoint URL: an origin as providers have (https, or http on loopback;
-    public addresses unless the server allows more), then a path and query."""
+def check_url(value: object, *, project: str) -> str:
+    """An endpoint URL of `project`: an origin as providers have (https, or http on
+    loopback; public addresses unless the server allows more, its name looked up within
+    the project's share of lookups), then a path and query."""
     if not isinstance(value, str) or not value:
         raise InvalidRequest("url is required: an https:// URL such as https://example.com/hooks.")
     string_check(value, field="url")
@@ -66,7 +67,10 @@ def check_url(value: object) -> str:
         raise InvalidRequest(f"url is over {URL_MAX} characters.")
     parts = url_split(value, where="url", query=True)
     origin = origin_check(
-        f"{parts.scheme}://{parts.netloc}", where="url", resolve_names=True, kind="webhook URLs"
+        f"{parts.scheme}://{parts.netloc}",
+        where="url",
+        resolve_names_for=project,
+        kind="webhook URLs",
     )
     path = parts.path or "/"
     checked = origin + path + (f"?{parts.query}" if parts.query else "")
@@ -122,7 +126,7 @@ def endpoint_create(
     *, project: Project, url: object, events: object, description: object = "", actor: str
 ) -> tuple[Endpoint, str]:
     """A new endpoint and its signing secret (returned this once)."""
-    checked_url = check_url(url)
+    checked_url = check_url(url, project=project.pk)
     wanted = check_events(events)
     text = check_description(description)
     project_cap(
@@ -174,7 +178,7 @@ def endpoint_update(
     """Changes what is given; reactivating an endpoint sends what waited meanwhile."""
     changes: dict[str, Any] = {}
     if url is not None:
-        endpoint.url = changes["url"] = check_url(url)
+        endpoint.url = changes["url"] = check_url(url, project=endpoint.project_id)
     if events is not None:
         changes["events"] = check_events(events)
         endpoint.events = events_column_value(changes["events"])

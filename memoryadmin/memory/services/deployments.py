@@ -50,7 +50,7 @@ def declarations_public(memory: list[Declaration]) -> list[Declaration]:
     return shown
 
 
-def declaration_normalize(raw: object, where: str) -> Declaration:
+def declaration_normalize(raw: object, where: str, *, project: str) -> Declaration:
     if not isinstance(raw, dict):
         raise InvalidRequest(f"{where} must be an object.")
     unknown = set(raw) - {"id", "description", "provider"}
@@ -73,16 +73,18 @@ def declaration_normalize(raw: object, where: str) -> Declaration:
         raise InvalidRequest(
             f"{where}.provider.kind must be one of: {', '.join(provider_kinds())}."
         )
-    normalized = provider_for(kind).normalize(provider, where)
+    normalized = provider_for(kind).normalize(provider, where, project=project)
     return {"id": resource_id, "description": description, "provider": normalized}
 
 
-def declarations_normalize(raw: object) -> list[Declaration]:
+def declarations_normalize(raw: object, *, project: str) -> list[Declaration]:
+    """`raw` checked as the declarations of a deployment of `project` (whose share of name
+    lookups an origin's check counts against), one per id."""
     if not isinstance(raw, list):
         raise InvalidRequest("memory must be a list of declarations.")
     by_id: dict[str, Declaration] = {}
     for index, item in enumerate(raw):
-        declaration = declaration_normalize(item, f"memory[{index}]")
+        declaration = declaration_normalize(item, f"memory[{index}]", project=project)
         seen = by_id.get(declaration["id"])
         if seen is not None and seen != declaration:
             raise InvalidRequest(
@@ -118,7 +120,7 @@ def deployment_create(
 ) -> Deployment:
     check_agent_id(agent)
     strings_check(memory, field="memory")
-    declarations = declarations_normalize(memory)
+    declarations = declarations_normalize(memory, project=project.pk)
     if promote is not None:
         check_environment(promote)
     with transaction.atomic():
