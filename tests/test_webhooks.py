@@ -31,6 +31,7 @@ from tests.helpers import (
     Keys,
     Receiver,
     SlowNames,
+    free_port,
     is_postgres,
     lock_waiter_seen,
     run_threads,
@@ -569,6 +570,17 @@ def test_a_receivers_compression_bomb_is_cut_at_the_reply_limit(
     )
 
 
+def test_a_receiver_nothing_listens_on_is_told_as_no_connection(
+    api: APIClient, make_document: Any, fast_retries: None
+) -> None:
+    register(api, f"http://127.0.0.1:{free_port()}/hook", ["document.created"])
+    make_document("plan")
+    run_jobs()
+    delivery = Delivery.objects.get()
+    assert (delivery.state, delivery.attempts, delivery.response_code) == ("pending", 1, None)
+    assert delivery.last_error == "could not connect (ConnectError)"
+
+
 @pytest.mark.parametrize("coding", ["gzip", "deflate"])
 def test_a_reply_cut_short_is_not_a_delivery(
     api: APIClient, receiver: Receiver, make_document: Any, fast_retries: None, coding: str
@@ -586,7 +598,7 @@ def test_a_reply_cut_short_is_not_a_delivery(
     delivery = Delivery.objects.get()
     assert (delivery.state, delivery.attempts, delivery.response_code) == ("pending", 1, None)
     assert (delivery.last_error, delivery.response_excerpt) == (
-        "could not connect (DecodingError)",
+        "no whole reply (DecodingError)",
         "",
     )
     # The whole reply, next time, is a delivery.

@@ -100,7 +100,11 @@ def _send(delivery: Delivery, attempt: int) -> tuple[int | None, str, float | No
     if reply.failure == "refused":
         return None, f"refused: {reply.failure_kind}", None, ""
     if reply.failure is not None:
-        return None, f"could not connect ({reply.failure_kind})", None, ""
+        # The connection failed, or it was made and the reply did not arrive whole (a
+        # reset, a broken or cut-short body): each told as what happened.
+        if reply.failure_kind.startswith("Connect"):
+            return None, f"could not connect ({reply.failure_kind})", None, ""
+        return None, f"no whole reply ({reply.failure_kind})", None, ""
     assert reply.status is not None
     excerpt = reply_excerpt(reply.body, oversize=reply.oversize)
     if 200 <= reply.status <= 299:
