@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Q, QuerySet
+from django.db.models import DateTimeField, Q, QuerySet
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
@@ -176,6 +176,24 @@ def document_get(*, resource: Resource, doc_id: str, read: object = UNREAD) -> D
     return document
 
 
+# A document's time (`updated_at`, and the time of the version a write records) is Python's
+# clock, as every time memoryadmin records, decided by the statement that writes the row,
+# under its lock: the later of the clock and the time the document already has. A write that
+# waited for the lock, or came from a server whose clock is behind, is never dated before
+# the version it follows, which the as-of reads (they pick a version by its time) rely on.
+@functools.cache
+def _written_at_sql(vendor: str) -> str:
+    """The time a document's UPDATE gives it; its parameter is the clock (`timezone.now()`)."""
+    later = "GREATEST" if vendor == "postgresql" else "MAX"
+    return f"{later}(%s, {column(Document, 'updated_at')})"
+
+
+def _written_at() -> RawSQL:
+    """`_written_at_sql` for an UPDATE the ORM composes."""
+    now = db_value(Document, "updated_at", timezone.now())
+    return RawSQL(_written_at_sql(database_vendor()), [now], DateTimeField())
+
+
 @functools.cache
 def version_copied() -> tuple[str, ...]:
     """What a version copies of its document: every field the two models share but their
@@ -312,7 +330,10 @@ def _update_statement(
     """`UPDATE ... SET <names> WHERE <key, revision, live, shape[, listeners' guards]>
     RETURNING <row>`: the same text for every write of one shape, built once (and
     prepared by the database)."""
-    sets = ", ".join(f"{column(Document, name)} = %s" for name in names)
+    sets = ", ".join(
+        f"{column(Document, name)} = " + (_written_at_sql(vendor) if name == "updated_at" else "%s")
+        for name in names
+    )
     where = " AND ".join(
         f"{column(Document, name)} = %s" for name in ("resource", "doc_id", "revision", "deleted")
     )
@@ -402,6 +423,7 @@ def _conditional_update(
     """Writes `fields` if the revision still matches; with `record`, records the write
     (its version and audit entry) too."""
     revision = new_revision()
+    # The clock, which the UPDATE makes the document's time unless its time is later.
     fields = {**fields, "revision": revision, "updated_at": timezone.now()}
     update = functools.partial(
         _update_sql,
@@ -576,13 +598,20 @@ def documents_set_agent_writes(
     )
     if not rows:
         return []
-    now = timezone.now()
+    written_at = _written_at()
     for document in rows:
         document.resource = resource
-        document.agent_writes, document.revision, document.updated_at = enabled, new_revision(), now
+        document.agent_writes, document.revision = enabled, new_revision()
+        document.updated_at = written_at
         document.writer_kind, document.writer_session_id = WriterKind.OWNER, ""
     fields = ["agent_writes", "revision", "updated_at", "writer_kind", "writer_session_id"]
     Document.objects.bulk_update(rows, fields)
+    # Each row's time as its UPDATE decided it, for its version.
+    times = dict(
+        Document.objects.filter(pk__in=[d.pk for d in rows]).values_list("pk", "updated_at")
+    )
+    for document in rows:
+        document.updated_at = times[document.pk]
     DocumentVersion.objects.bulk_create(
         DocumentVersion(
             document=document,
@@ -596,7 +625,7 @@ def documents_set_agent_writes(
             agent_writes=enabled,
             action="patch",
             origin=OWNER.origin(actor),
-            created_at=now,
+            created_at=document.updated_at,
         )
         for document in rows
     )
@@ -624,7 +653,7 @@ def document_set_review(
     changed = rows.update(
         agent_review=review,
         revision=new_revision(),
-        updated_at=timezone.now(),
+        updated_at=_written_at(),
         writer_kind=WriterKind.OWNER,
         writer_session_id="",
     )
