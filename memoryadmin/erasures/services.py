@@ -24,7 +24,7 @@ import hashlib
 import logging
 import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from django.conf import settings
@@ -140,6 +140,23 @@ class ExternalPlan:
     unreadable: list[tuple[Resource, str, str]] = field(default_factory=list)
 
 
+def _no_external() -> dict[str, list[dict[str, Any]]]:
+    return {"deleted": [], "queued": [], "failed": []}
+
+
+@dataclass(frozen=True)
+class _Run:
+    """The erasure being run: where, what and why, by whom, and what became of its
+    provider records (`external`: none deleted yet until they are)."""
+
+    project: Project
+    environment: str
+    match: Match
+    reason: str
+    actor: str
+    external: dict[str, list[dict[str, Any]]] = field(default_factory=_no_external)
+
+
 def check_match(*, project: Project, environment: str, value: object) -> Match:
     """The match of a request: `{"text": ...}` or `{"documents": [{"resource", "id"}]}`."""
     if not isinstance(value, dict) or len(value) != 1 or not {"text", "documents"} & set(value):
@@ -222,12 +239,12 @@ def _namespaces(resource: Resource) -> tuple[list[str], str | None]:
     return names[:NAMESPACES_MAX], (names[NAMESPACES_MAX] if len(names) > NAMESPACES_MAX else None)
 
 
-def _external_plan(project: Project, environment: str, needles: Sequence[str]) -> ExternalPlan:
+def _external_plan(run: _Run, needles: Sequence[str]) -> ExternalPlan:
     """The provider records holding a needle, read through their providers."""
     plan = ExternalPlan()
     if not needles:
         return plan
-    for resource in _record_resources(project, environment):
+    for resource in _record_resources(run.project, run.environment):
         namespaces, past = _namespaces(resource)
         for namespace in namespaces:
             cursor: str | None = None
@@ -262,7 +279,7 @@ def _external_plan(project: Project, environment: str, needles: Sequence[str]) -
 def _external_erase(plan: ExternalPlan, actor: str) -> dict[str, list[dict[str, Any]]]:
     """Deletes the planned records through their providers; every failure (a delete,
     or a namespace that could not be read) is a dead letter of the operation store."""
-    outcome: dict[str, list[dict[str, Any]]] = {"deleted": [], "queued": [], "failed": []}
+    outcome = _no_external()
     for hit in plan.hits:
         where = {
             "resource": hit.resource.resource_id,
@@ -309,52 +326,43 @@ def _external_erase(plan: ExternalPlan, actor: str) -> dict[str, list[dict[str, 
 # The database.
 
 
-def _database(
-    project: Project,
-    environment: str,
-    match: Match,
-    reason: str,
-    actor: str,
-    *,
-    apply: bool,
-    external: int = 0,
-) -> tuple[dict[str, int], Sequence[str]]:
-    """Counts by place of this database's copies (and the `external` provider records),
-    changed with `apply`, and the texts looked for (a named document's are its texts).
-    Counted before anything changes: a redacted version takes its recalls' and audit
-    entries' copies along. With `apply` the bound holds on these counts, taken in the
-    transaction that changes them: copies written since an earlier count are bounded too."""
-    counts, needles = _places(project, environment, match, reason, actor, apply=False)
-    counts["externalRecords"] = external
+def _database(run: _Run, *, apply: bool) -> tuple[dict[str, int], Sequence[str]]:
+    """Counts by place of this database's copies (and of the provider records the run
+    deleted or queued), changed with `apply`, and the texts looked for (a named
+    document's are its texts). Counted before anything changes: a redacted version takes
+    its recalls' and audit entries' copies along. With `apply` the bound holds on these
+    counts, taken in the transaction that changes them: copies written since an earlier
+    count are bounded too."""
+    counts, needles = _places(run, apply=False)
+    counts["externalRecords"] = _external_count(run.external)
     if apply:
         _check_bound(sum(counts.values()))
-        _places(project, environment, match, reason, actor, apply=True)
+        _places(run, apply=True)
     return counts, needles
 
 
-def _places(
-    project: Project, environment: str, match: Match, reason: str, actor: str, *, apply: bool
-) -> tuple[dict[str, int], Sequence[str]]:
+def _places(run: _Run, *, apply: bool) -> tuple[dict[str, int], Sequence[str]]:
     counts: dict[str, int] = {}
+    match = run.match
     needles: Sequence[str] = match.needles
     if match.kind == "documents":
         erased = memory_erase_documents(
-            documents=match.documents, reason=reason, actor=actor, apply=apply
+            documents=match.documents, reason=run.reason, actor=run.actor, apply=apply
         )
         counts.update(erased.counts)
         needles = erased.needles
     else:
         counts.update(
             memory_erase_text(
-                project_id=project.id,
-                environment=environment,
+                project_id=run.project.id,
+                environment=run.environment,
                 needles=needles,
-                reason=reason,
-                actor=actor,
+                reason=run.reason,
+                actor=run.actor,
                 apply=apply,
             )
         )
-    scope: dict[str, Any] = {"project_id": project.id, "environment": environment}
+    scope: dict[str, Any] = {"project_id": run.project.id, "environment": run.environment}
     scope |= {"needles": needles, "apply": apply}
     recalled = recalls_erase(**scope)
     counts.update(recalled)
@@ -421,10 +429,11 @@ def erasure_run(
     reason = check_erasure_reason(reason, checked)
     if not dry_run:
         public_key()  # refuses at once (503) where no signing key is configured
+    run = _Run(project=project, environment=environment, match=checked, reason=reason, actor=actor)
     with transaction.atomic():
         _locked(project)
-        counts, needles = _database(project, environment, checked, reason, actor, apply=False)
-    plan = _external_plan(project, environment, needles)
+        counts, needles = _database(run, apply=False)
+    plan = _external_plan(run, needles)
     counts["externalRecords"] = len(plan.hits)
     # Checked here before any provider record is deleted, and again on the counts of the
     # transaction that changes the database (_commit).
@@ -432,12 +441,12 @@ def erasure_run(
     _check_bound(copies)
     if dry_run:
         return Outcome(dry_run=True, places=_ordered(counts), copies=copies)
-    external = _external_erase(plan, actor)
+    run = replace(run, external=_external_erase(plan, actor))
     try:
-        erasure = _committed(project, environment, checked, reason, actor, external)
+        erasure = _committed(run)
     except Exception as exc:
         # Provider records are gone whatever the database does: a receipt says which.
-        stopped = _stopped(project, environment, checked, reason, actor, external, exc)
+        stopped = _stopped(run, exc)
         if stopped is not None and isinstance(exc, DomainError):
             exc.details["erasure"] = stopped.id
         raise
@@ -446,21 +455,14 @@ def erasure_run(
     )
 
 
-def _committed(
-    project: Project,
-    environment: str,
-    match: Match,
-    reason: str,
-    actor: str,
-    external: dict[str, list[dict[str, Any]]],
-) -> Erasure:
+def _committed(run: _Run) -> Erasure:
     for _ in range(2):
         try:
-            return _commit(project, environment, match, reason, actor, external)
+            return _commit(run)
         except PreconditionFailed:
             # A document changed between the count and its rewrite: count again.
             continue
-    return _commit(project, environment, match, reason, actor, external)
+    return _commit(run)
 
 
 def _external_count(external: dict[str, list[dict[str, Any]]]) -> int:
@@ -469,56 +471,31 @@ def _external_count(external: dict[str, list[dict[str, Any]]]) -> int:
 
 
 @transaction.atomic
-def _commit(
-    project: Project,
-    environment: str,
-    match: Match,
-    reason: str,
-    actor: str,
-    external: dict[str, list[dict[str, Any]]],
-) -> Erasure:
+def _commit(run: _Run) -> Erasure:
     # One erasure at a time, and no recall that read a copy before this commit stores it.
-    erasure_epoch_advance(project_id=project.pk)
+    erasure_epoch_advance(project_id=run.project.pk)
     secure = _secure_delete(True)
     try:
-        counts, _ = _database(
-            project,
-            environment,
-            match,
-            reason,
-            actor,
-            apply=True,
-            external=_external_count(external),
-        )
+        counts, _ = _database(run, apply=True)
     finally:
         _secure_delete(secure)
-    return _store(project, environment, match, reason, actor, counts, external)
+    return _store(run, counts)
 
 
-def _stopped(
-    project: Project,
-    environment: str,
-    match: Match,
-    reason: str,
-    actor: str,
-    external: dict[str, list[dict[str, Any]]],
-    error: Exception,
-) -> Erasure | None:
+def _stopped(run: _Run, error: Exception) -> Erasure | None:
     """Where the database's transaction failed (refused past the bound, a document changing
     under it three times, a database error) after provider records were deleted: the
     erasure of those records alone, stored with its signed receipt (every other place 0,
     not complete) and audited with the error's code, in a transaction of its own. None
     where no provider record was deleted (nothing changed), or where it could not be
     stored (logged: the records' own `record.delete` audit entries remain)."""
-    if not _external_count(external):
+    if not _external_count(run.external):
         return None
     code = error.code if isinstance(error, DomainError) else type(error).__name__
     try:
         with transaction.atomic():
-            counts = {"externalRecords": _external_count(external)}
-            return _store(
-                project, environment, match, reason, actor, counts, external, stopped=code
-            )
+            counts = {"externalRecords": _external_count(run.external)}
+            return _store(run, counts, stopped=code)
     except Exception:
         logger.exception(
             "The erasure of provider records deleted before its database part failed "
@@ -528,59 +505,49 @@ def _stopped(
         return None
 
 
-def _store(
-    project: Project,
-    environment: str,
-    match: Match,
-    reason: str,
-    actor: str,
-    counts: dict[str, int],
-    external: dict[str, list[dict[str, Any]]],
-    *,
-    stopped: str = "",
-) -> Erasure:
+def _store(run: _Run, counts: dict[str, int], *, stopped: str = "") -> Erasure:
     """The erasure and its signed receipt of `counts`, stored and audited; complete where
     no provider record failed and the database's part was not `stopped`."""
     now = timezone.now()
     erasure_id = "era_" + secrets.token_hex(12)
-    complete = not external["failed"] and not stopped
+    complete = not run.external["failed"] and not stopped
     receipt = {
         "format": FORMAT,
         "version": FORMAT_VERSION,
         "id": erasure_id,
-        "project": project.id,
-        "environment": environment,
-        "match": match.described(),
-        "reason": reason,
-        "actor": actor,
+        "project": run.project.id,
+        "environment": run.environment,
+        "match": run.match.described(),
+        "reason": run.reason,
+        "actor": run.actor,
         "erasedAt": iso_ms(now),
         "places": _ordered(counts),
         "copies": sum(counts.values()),
-        "external": external,
+        "external": run.external,
         "complete": complete,
     }
     erasure = Erasure.objects.create(
         id=erasure_id,
-        project=project,
-        environment=environment,
-        actor=actor,
-        reason=reason,
-        match_kind=match.kind,
+        project=run.project,
+        environment=run.environment,
+        actor=run.actor,
+        reason=run.reason,
+        match_kind=run.match.kind,
         signed=sign(receipt),
         complete=complete,
         created_at=now,
     )
     audit_record(
-        project_id=project.id,
-        environment=environment,
-        actor=actor,
+        project_id=run.project.id,
+        environment=run.environment,
+        actor=run.actor,
         action="erasure.run",
         detail={
             "erasure": erasure_id,
-            "match": match.kind,
+            "match": run.match.kind,
             "copies": receipt["copies"],
             "complete": complete,
-            "deadLetters": [failure["operation"] for failure in external["failed"]],
+            "deadLetters": [failure["operation"] for failure in run.external["failed"]],
         }
         | ({"stopped": stopped} if stopped else {}),
     )
