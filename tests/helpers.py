@@ -1055,6 +1055,43 @@ def erase_now(project: Project, text: str) -> Any:
     return outcome.erasure
 
 
+# Retention of provider operations (tests/test_erasures.py, tests/test_incidents.py).
+
+
+def unnamed_dead_letter(resource: Resource, namespace: str) -> str:
+    """A dead letter of `resource` that no receipt or report names: its id."""
+    from memoryadmin.agents.models import OperationAction, OperationKind
+    from memoryadmin.agents.services.operations import operation_dead_letter
+
+    return operation_dead_letter(
+        resource=resource,
+        namespace=namespace,
+        principal="t",
+        kind=OperationKind.ERASURE_DELETE,
+        action=OperationAction.DELETE,
+        record_id="xm_unnamed",
+        error="down",
+    ).id
+
+
+def discarded_long_ago(operation_ids: Sequence[str], *, days: int = 31) -> dict[str, int]:
+    """The dead letters discarded (settled) `days` ago, past the 30 days operations are
+    kept: their jobs by id."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from memoryadmin.agents.models import ProviderOperation
+    from memoryadmin.agents.services.operations import operation_discard
+
+    for operation in ProviderOperation.objects.filter(pk__in=operation_ids):
+        assert operation_discard(operation=operation, actor="t").state == "discarded"
+    at = timezone.now() - timedelta(days=days)
+    aged = ProviderOperation.objects.filter(pk__in=operation_ids)
+    assert aged.update(created_at=at, updated_at=at) == len(set(operation_ids))
+    return dict(aged.values_list("id", "job_id"))
+
+
 class SlowNames:
     """Names under `.slow.test` answer 127.0.0.1; once `hang` is set, only after they are
     released (or thirty seconds), but for those `spared`. Counts the lookups in flight, and

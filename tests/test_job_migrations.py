@@ -1,5 +1,7 @@
 """Migrations that moved deliveries and provider operations onto runner jobs carry
-what was in flight over: each row gets its job, where its own queue had left it."""
+what was in flight over: each row gets its job, where its own queue had left it. The
+migrations that let receipts and containment reports keep the operations they name find
+those the stored ones name."""
 
 from __future__ import annotations
 
@@ -143,6 +145,53 @@ def test_operations_in_flight_become_jobs_keeping_their_checks_and_deadline() ->
         assert got["later"].job.kwargs == {"operation_id": "mop_later"}
         # The one whose check is due is handed to the worker; the others wait.
         assert jobs_due() == [got["due"].job_id]
+    finally:
+        _migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
+
+
+def test_the_operations_stored_receipts_and_reports_name_are_kept_by_them() -> None:
+    from memoryadmin.erasures.models import NamedOperation as ErasureNamed
+    from memoryadmin.incidents.models import NamedOperation as IncidentNamed
+
+    apps = _migrate([("erasures", "0001_initial"), ("incidents", "0001_initial")])
+    try:
+        now = timezone.now()
+        project = apps.get_model("memory", "Project").objects.create(id="old", name="Old")
+        where = {"resource": "mem", "namespace": "alice"}
+        external = {
+            "deleted": [{**where, "record": "r1"}],
+            "queued": [{**where, "record": "r2", "operation": "mop_queued"}],
+            "failed": [
+                {**where, "record": "r3", "operation": "mop_failed", "error": "down"},
+                {**where, "record": None, "operation": "mop_unread", "error": "down"},
+            ],
+        }
+        for erasure_id, outcome in [("era_mixed", external), ("era_clean", {"deleted": []})]:
+            apps.get_model("erasures", "Erasure").objects.create(
+                id=erasure_id, project=project, environment="development", actor="t",
+                reason="r", match_kind="text", complete=False, created_at=now,
+                signed={"receipt": {"external": outcome}, "signature": {}},
+            )  # fmt: skip
+        incidents = apps.get_model("incidents", "Incident").objects
+        for incident_id, report, contained in [
+            ("inc_dead", {"deadLetters": ["mop_undo", "mop_undo"]}, now),
+            ("inc_none", {"deadLetters": []}, now),
+            ("inc_open", {}, None),
+        ]:
+            incidents.create(
+                id=incident_id, project=project, environment="development", title="t",
+                source={"text": "x"}, hops=1, created_by="t", created_at=now,
+                contained_at=contained, containment=report,
+            )  # fmt: skip
+        _migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
+        assert set(ErasureNamed.objects.values_list("erasure_id", "operation_id")) == {
+            ("era_mixed", "mop_queued"),
+            ("era_mixed", "mop_failed"),
+            ("era_mixed", "mop_unread"),
+        }
+        assert list(IncidentNamed.objects.values_list("incident_id", "operation_id")) == [
+            ("inc_dead", "mop_undo")
+        ]
     finally:
         _migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
 

@@ -35,3 +35,22 @@ class Erasure(models.Model):
 
     def __str__(self) -> str:
         return self.id
+
+
+class NamedOperation(models.Model):
+    """A provider operation an erasure's receipt names (the dead letter of a delete that
+    failed, a delete its provider queued): kept as long as the erasure, past the days
+    operations are kept, so the receipt's id still leads to it."""
+
+    erasure = models.ForeignKey(Erasure, on_delete=models.CASCADE, related_name="operations")
+    operation_id = models.CharField(max_length=40)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["erasure", "operation_id"], name="erasure_operation")
+        ]
+        # The retention sweep's look-up, by operation.
+        indexes = [models.Index(fields=["operation_id"], name="erasure_named_operation")]
+
+    def __str__(self) -> str:
+        return f"{self.erasure_id} {self.operation_id}"

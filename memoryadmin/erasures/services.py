@@ -40,7 +40,7 @@ from memoryadmin.core.environments import check_environment
 from memoryadmin.core.errors import DomainError, InvalidRequest, NotFound, PreconditionFailed
 from memoryadmin.core.rows import database_vendor
 from memoryadmin.core.strings import strings_check
-from memoryadmin.erasures.models import Erasure
+from memoryadmin.erasures.models import Erasure, NamedOperation
 from memoryadmin.erasures.receipts import FORMAT, FORMAT_VERSION, public_key, sign
 from memoryadmin.external.ids import namespaces_seen
 from memoryadmin.memory.limits import check_document_id
@@ -536,6 +536,11 @@ def _store(run: _Run, counts: dict[str, int], *, stopped: str = "") -> Erasure:
         signed=sign(receipt),
         complete=complete,
         created_at=now,
+    )
+    # What the receipt names stays as long as it does (the operations' retention).
+    named = {entry["operation"] for entry in run.external["queued"] + run.external["failed"]}
+    NamedOperation.objects.bulk_create(
+        NamedOperation(erasure=erasure, operation_id=operation_id) for operation_id in sorted(named)
     )
     audit_record(
         project_id=run.project.id,

@@ -35,3 +35,22 @@ class Incident(models.Model):
 
     def __str__(self) -> str:
         return f"{self.id} {self.title}"
+
+
+class NamedOperation(models.Model):
+    """A provider operation an incident's containment report names (the dead letter of a
+    record's undo): kept as long as the report names it, past the days operations are
+    kept, so the report's id still leads to it."""
+
+    incident = models.ForeignKey(Incident, on_delete=models.CASCADE, related_name="operations")
+    operation_id = models.CharField(max_length=40)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["incident", "operation_id"], name="incident_operation")
+        ]
+        # The retention sweep's look-up, by operation.
+        indexes = [models.Index(fields=["operation_id"], name="incident_named_operation")]
+
+    def __str__(self) -> str:
+        return f"{self.incident_id} {self.operation_id}"

@@ -20,8 +20,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
-from django.db.models import QuerySet
+from django.db import models, transaction
+from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
 from memoryadmin.agents.kinds import provider_for, provider_kinds
@@ -431,15 +431,32 @@ def operation_dict(operation: ProviderOperation) -> dict[str, Any]:
     }
 
 
+# Rows of the apps above that name operations by id (an erasure's receipt, an incident's
+# containment report), as (model, the column holding the id): registered with
+# `operations_named_register` from their `ready()`.
+_NAMED: list[tuple[type[models.Model], str]] = []
+
+
+def operations_named_register(model: type[models.Model], column: str) -> None:
+    """An operation whose id a row of `model` holds (in `column`, indexed) is kept past
+    `MEMORYADMIN_OPERATIONS_KEEP_DAYS` for as long as the row is: what names it still
+    leads to it, the operation as it ended. Called from the naming app's `ready()`."""
+    _NAMED.append((model, column))
+
+
 def operations_past_keeping() -> QuerySet[ProviderOperation] | None:
     """Operations that succeeded, failed or were discarded `MEMORYADMIN_OPERATIONS_KEEP_DAYS`
-    ago (their last change: the provider's answer, or the discard): the workers'
-    housekeeping removes them, their jobs with them (None: kept for ever). Open
-    operations and dead letters are never removed: a dead letter is an owner's to settle."""
+    ago (their last change: the provider's answer, or the discard) that nothing registered
+    names: the workers' housekeeping removes them, their jobs with them (None: kept for
+    ever). Open operations and dead letters are never removed: a dead letter is an owner's
+    to settle."""
     days = settings.MEMORYADMIN_OPERATIONS_KEEP_DAYS
     if not days:
         return None
     before = _now() - timedelta(days=days)
-    return ProviderOperation.objects.filter(
+    due = ProviderOperation.objects.filter(
         state__in=SETTLED_OPERATION_STATES, updated_at__lt=before
-    ).order_by()
+    )
+    for model, column in _NAMED:
+        due = due.exclude(Exists(model._default_manager.filter(**{column: OuterRef("pk")})))
+    return due.order_by()

@@ -34,7 +34,7 @@ from memoryadmin.agents.services.reverts import (
 )
 from memoryadmin.agents.services.sessions import sessions_end
 from memoryadmin.core.errors import Conflict, DomainError, InvalidRequest, NotFound
-from memoryadmin.incidents.models import Incident
+from memoryadmin.incidents.models import Incident, NamedOperation
 from memoryadmin.memory.models import ApiKey, Document, DocumentVersion, Proposal, Resource
 from memoryadmin.memory.providers import manages_records
 from memoryadmin.memory.services.audit import audit_record
@@ -391,6 +391,13 @@ def incident_contain(
             now = timezone.now()
             Incident.objects.filter(pk=incident.pk).update(contained_at=now, containment=answer)
             incident.contained_at, incident.containment = now, answer
+            # The operations the kept report names stay as long as it names them (the
+            # operations' retention).
+            NamedOperation.objects.filter(incident=incident).delete()
+            NamedOperation.objects.bulk_create(
+                NamedOperation(incident=incident, operation_id=operation_id)
+                for operation_id in sorted(set(report.operations))
+            )
         audit_record(
             project_id=incident.project_id,
             environment=incident.environment,
