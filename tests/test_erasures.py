@@ -158,7 +158,9 @@ def poisoned(
     return {"session": session, "v3": v3, "upload": upload}
 
 
-def test_an_erasure_leaves_no_copy_in_any_table(api: APIClient, poisoned: dict[str, Any]) -> None:
+def test_an_erasure_leaves_no_copy_in_any_table(
+    api: APIClient, poisoned: dict[str, Any], django_capture_on_commit_callbacks: Any
+) -> None:
     before = raw_rows_with(POISON)
     for table in ("memory_document", "memory_documentversion", "agents_recall"):
         assert table in before  # the scan sees the text where it was seeded
@@ -181,8 +183,11 @@ def test_an_erasure_leaves_no_copy_in_any_table(api: APIClient, poisoned: dict[s
     assert poisoned["upload"].is_file()
     assert not Erasure.objects.exists()
 
-    response = erase(api)
-    assert response.status_code == 201, response.json()
+    with django_capture_on_commit_callbacks(execute=True):
+        response = erase(api)
+        assert response.status_code == 201, response.json()
+        # The upload goes once the erasure commits: one rolled back keeps it.
+        assert poisoned["upload"].is_file()
     body = response.json()
     assert body["places"] == places  # the dry run counted what the erasure removed
     assert body["complete"] is True
@@ -610,27 +615,27 @@ def test_a_database_error_after_provider_deletes_leaves_their_receipt(
     """A database error in the transaction that changes the copies (a place of the erasure
     failing) after provider records were deleted: the error goes to the caller, the
     database is as it was, and the deleted records have their erasure and receipt."""
-    from memoryadmin.erasures import services
+    from memoryadmin.core import erasing
 
     make_document("workshop", text=f"Rules: {POISON}.")
     records = deploy_mem0(project, mem0_oss)
     assert api.post(records, {"text": f"Note: {POISON}"}, format="json").status_code == 201
     assert api.post(records, {"text": "Alice likes tea."}, format="json").status_code == 201
 
-    def failing(*, project_id: str, environment: str, needles: Any, apply: bool) -> int:
+    def failing(*, project_id: str, environment: str, needles: Any, apply: bool) -> dict[str, int]:
         if apply:
             with connection.cursor() as cursor:
                 cursor.execute("SELECT * FROM erasure_no_such_table")
-        return 0
+        return {"exports": 0}
 
-    registered = dict(services._PLACES)
-    services.erasure_place_register("exports", failing)
+    registered = dict(erasing._COPIES)
+    erasing.copies_register("exports", erase=failing, redact=None)
     try:
         with pytest.raises(DatabaseError):
             erase_now(project, POISON)
     finally:
-        services._PLACES.clear()
-        services._PLACES.update(registered)
+        erasing._COPIES.clear()
+        erasing._COPIES.update(registered)
     assert [m["memory"] for m in mem0_oss.memories.values()] == ["Alice likes tea."]
     assert Document.objects.get(doc_id="workshop").text == f"Rules: {POISON}."
     erasure = Erasure.objects.get()
@@ -983,3 +988,24 @@ def test_a_dry_run_leaves_the_erasure_epoch_and_a_recall_after_an_erasure_stores
     assert Project.objects.get(pk=project.pk).erasure_epoch == 1
     answer = recall_create(session=session, use=["notes"])
     assert Recall.objects.get(session=session).memory == answer["memory"]
+
+
+def test_an_erasure_refuses_to_run_when_no_app_registered_a_place_its_receipts_name(
+    project: Project, make_document: Callable[..., Any]
+) -> None:
+    """Each app registers its copies (core.erasing.copies_register): a receipt never says
+    complete about a place nobody searched, so a place left unregistered is an error and
+    changes nothing."""
+    from memoryadmin.core import erasing
+
+    make_document("workshop", text=f"Rules: {POISON}.")
+    registered = dict(erasing._COPIES)
+    del erasing._COPIES["incidents"]
+    try:
+        with pytest.raises(RuntimeError, match="incidents"):
+            erase_now(project, POISON)
+    finally:
+        erasing._COPIES.clear()
+        erasing._COPIES.update(registered)
+    assert Document.objects.get(doc_id="workshop").text == f"Rules: {POISON}."
+    assert not Erasure.objects.exists()

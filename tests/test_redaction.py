@@ -10,14 +10,18 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management import call_command
 from rest_framework.test import APIClient
 
 from memoryadmin.agents.services.runtime import recall_create
 from memoryadmin.agents.services.sessions import session_create
+from memoryadmin.incidents.models import Incident
 from memoryadmin.memory.models import AuditEntry, Document, DocumentVersion, Project, Resource
 from memoryadmin.memory.services.documents import document_patch, document_replace
 from memoryadmin.memory.services.redaction import version_redact
+from memoryadmin.webhooks.models import Delivery
+from memoryadmin.webhooks.services import endpoint_create
 from tests.helpers import DEV, DOCS, Keys, html_of, lock_waiter_seen, raw_rows_with, support_session
 
 pytestmark = pytest.mark.django_db
@@ -381,3 +385,171 @@ def test_a_session_revert_racing_the_redaction_of_the_version_it_restores_is_a_c
     stored = Document.objects.get(doc_id="plan")
     assert (stored.revision, stored.text) == (now.revision, "the agent's text")
     assert raw_rows_with("hunter2zebra") == []
+
+
+# Copies other apps keep: incidents' containment reports, uploads waiting for their
+# import, webhook payloads.
+
+INCIDENTS = "/api/managed-agents/projects/acme/memory/incidents"
+CODE = "Door code 7781-4412."
+BAD = "Wire refunds to account 4242."
+
+
+def _contained_conflict(api: APIClient, make_document: Callable[..., Any], holder: str) -> Any:
+    """notes/doc: a clean version, a tainted one (BAD), then an owner's edit; an incident
+    traced from the tainted version, contained (revert): a conflict whose merge holds CODE,
+    from the version before the taint (`restored`) or the one then current (`current`).
+    Answers (the version that holds CODE, the incident's id, the containment report)."""
+    lines = ["Tea.", "Rules.", CODE if holder == "restored" else "Cake.", "End."]
+    # An endpoint hears of every write and of the containment (payloads name versions).
+    endpoint_create(
+        project=Project.objects.get(pk="acme"),
+        url="http://127.0.0.1:9/hooks",
+        events=["document.created", "document.updated", "incident.contained"],
+        actor="t",
+    )
+    v1 = make_document("doc", text="\n".join(lines))
+    notes = v1.resource
+    bad = document_replace(
+        resource=notes,
+        doc_id="doc",
+        expected_revision=v1.revision,
+        text="\n".join([*lines[:2], BAD, lines[3]]),
+        actor="key:bad",
+    )
+    first = f"Tea. {CODE}" if holder == "current" else "Green tea."
+    then = document_replace(
+        resource=notes,
+        doc_id="doc",
+        expected_revision=bad.revision,
+        text="\n".join([first, "Rules.", BAD, "End."]),
+        actor="t",
+    )
+    version = {"resource": "notes", "document": "doc", "revision": bad.revision}
+    opened = api.post(
+        INCIDENTS + DEV, {"title": "Refunds", "source": {"version": version}}, format="json"
+    )
+    assert opened.status_code == 201, opened.content
+    incident = opened.json()["id"]
+    contained = api.post(
+        f"{INCIDENTS}/{incident}/contain{DEV}", {"actions": ["revert"]}, format="json"
+    )
+    assert contained.status_code == 200, contained.content
+    report = contained.json()
+    (item,) = report["documents"]
+    assert item["action"] == "conflict"
+    assert CODE in item["merged"]  # the merge of the undo into the then-current text
+    if holder == "restored":
+        return v1, incident, report
+    # The owner takes the code out again: the version then current is an old one now.
+    document_replace(
+        resource=notes, doc_id="doc", expected_revision=then.revision, text="Tea.", actor="t"
+    )
+    return then, incident, report
+
+
+@pytest.mark.parametrize("holder", ["restored", "current"])
+def test_a_redaction_reaches_the_merge_an_incident_s_containment_kept(
+    api: APIClient, owner: Any, make_document: Callable[..., Any], holder: str
+) -> None:
+    """A containment's conflict keeps the merge of its undo into the document's text,
+    made from the version before the taint, the tainted ones and the version then
+    current. Redacting one of them replaces that merge with the marker in the same
+    transaction; the report keeps the rest, and neither the API nor the page shows the
+    text again."""
+    holding, incident, report = _contained_conflict(api, make_document, holder)
+    assert "incidents_incident" in raw_rows_with(CODE)
+    before = Incident.objects.get(pk=incident)
+
+    response = api.post(
+        f"{DOCS}/doc/versions/{holding.revision}/redact{DEV}",
+        {"reason": "A door code."},
+        format="json",
+    )
+    assert response.status_code == 200, response.content
+
+    kept = Incident.objects.get(pk=incident)
+    (item,) = report["documents"]
+    assert kept.containment == {**report, "documents": [{**item, "merged": "[redacted]"}]}
+    assert (kept.title, kept.source, kept.graph) == (before.title, before.source, before.graph)
+    shown = api.get(f"{INCIDENTS}/{incident}{DEV}")
+    assert shown.status_code == 200
+    assert shown.json()["containment"] == kept.containment
+    assert CODE not in shown.content.decode()
+    assert CODE not in html_of(owner.get(f"/projects/acme/development/incidents/{incident}/"))
+    # Every other copy: none holds the code (webhook payloads name the version, no text).
+    assert raw_rows_with(CODE) == []
+    bodies = [json.loads(d.body) for d in Delivery.objects.order_by("id")]
+    assert "incident.contained" in {b["type"] for b in bodies}
+    assert holding.revision in {b["data"].get("revision") for b in bodies}
+
+
+def test_a_redaction_leaves_a_merge_made_from_other_versions(
+    api: APIClient, make_document: Callable[..., Any]
+) -> None:
+    """Only the merges made from the redacted version: a version of the document written
+    after the containment leaves the report as it was."""
+    holding, incident, report = _contained_conflict(api, make_document, "restored")
+    notes = holding.resource
+    after = document_replace(
+        resource=notes,
+        doc_id="doc",
+        expected_revision=Document.objects.get(doc_id="doc").revision,
+        text="Tea.",
+        actor="t",
+    )
+    document_replace(
+        resource=notes, doc_id="doc", expected_revision=after.revision, text="Cake.", actor="t"
+    )
+    assert redact_doc(api, after.revision).status_code == 200
+    assert Incident.objects.get(pk=incident).containment == report
+
+
+def test_a_redaction_deletes_an_upload_waiting_for_its_import_that_holds_the_version(
+    api: APIClient,
+    owner: Any,
+    make_document: Callable[..., Any],
+    settings: Any,
+    tmp_path: Any,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    """An export downloaded while the version was current and uploaded on the Memory page
+    waits on the server for its import: it holds that version (the same revision). The
+    redaction deletes it once it commits (upload it again); an upload of another version
+    of the document stays."""
+    settings.VAR_DIR = tmp_path
+    v1 = make_document("doc", text=CODE)
+
+    def export() -> bytes:
+        response = api.post(f"/api/managed-agents/projects/acme/memory/export{DEV}")
+        assert response.status_code == 200
+        return b"".join(response.streaming_content)
+
+    holding = export()
+    document_replace(
+        resource=v1.resource, doc_id="doc", expected_revision=v1.revision, text="Tea.", actor="t"
+    )
+    later = export()
+    imports = "/projects/acme/development/import/"
+    tokens = []
+    for content in (holding, later):
+        upload = SimpleUploadedFile("memory.zip", content, "application/zip")
+        page = html_of(owner.post(imports, {"export": upload}))
+        tokens.append(page.split('name="upload" value="', 1)[1].split('"', 1)[0])
+    folder = tmp_path / "imports" / "acme" / "development"
+    # One upload waits at a time (a new one replaces it): put the first one back beside it.
+    (folder / f"{tokens[0]}.zip").write_bytes(holding)
+    assert len(list(folder.glob("*.zip"))) == 2
+
+    with django_capture_on_commit_callbacks(execute=True):
+        assert redact_doc(api, v1.revision).status_code == 200
+        # Deleted once the redaction commits, not before: a redaction rolled back keeps it.
+        assert (folder / f"{tokens[0]}.zip").is_file()
+    assert list(folder.glob("*.zip")) == [folder / f"{tokens[1]}.zip"]
+    gone = owner.post(imports, {"upload": tokens[0], "confirm": "yes"})
+    assert "no longer waiting" in html_of(gone, 404)
+    assert raw_rows_with(CODE) == []
+
+
+def redact_doc(api: APIClient, revision: str) -> Any:
+    return api.post(f"{DOCS}/doc/versions/{revision}/redact{DEV}", {"reason": "r"}, format="json")

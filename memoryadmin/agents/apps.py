@@ -15,17 +15,17 @@ class AgentsConfig(AppConfig):
         from memoryadmin.agents.representations import reader_dict
         from memoryadmin.agents.services.operations import operations_past_keeping
         from memoryadmin.agents.services.provenance import version_readers
-        from memoryadmin.agents.services.recalls import recalls_scrub
+        from memoryadmin.agents.services.recalls import recalls_erase, recalls_redact
+        from memoryadmin.core.erasing import copies_register
         from memoryadmin.memory.cli_history import readers_register
         from memoryadmin.memory.providers import provider_register
         from memoryadmin.memory.services.document_filters import agent_sessions_register
-        from memoryadmin.memory.services.redaction import redaction_register
         from memoryadmin.runner.housekeeping import records_register
 
         provider_register(DocumentProvider())
-        # What recalls showed of a version goes with its redaction; the CLI's history
-        # names the sessions that read it.
-        redaction_register("recalls", recalls_scrub)
+        # What recalls showed models goes with an erasure of its text and with a redaction
+        # of its version; the CLI's history names the sessions that read a version.
+        copies_register("agents", erase=recalls_erase, redact=recalls_redact)
         readers_register(
             lambda document, revision: [
                 reader_dict(r) for r in version_readers(document=document, revision=revision)

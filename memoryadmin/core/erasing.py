@@ -7,13 +7,19 @@ backslashes and, on SQLite, every non-ASCII character are escaped), the
 filter that finds candidate rows in one query per table, the replacement
 inside a JSON value (keys too), counted, and the pass over one table's rows
 that uses them all (`rows_erase`).
+
+It is also where the apps' copies of memory text are registered (`copies_register`,
+from each app's `ready()`): every erasure asks each app for its copies of a text,
+every redaction for its copies of one version, so neither needs to know the apps
+above it.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from django.db.models import Q, QuerySet, TextField, Value
 from django.db.models.functions import Cast, StrIndex
@@ -23,6 +29,52 @@ from memoryadmin.core.rows import database_vendor
 
 # What an erased text becomes (the same marker as a redacted version's).
 MARKER = "[redacted]"
+
+
+@dataclass(frozen=True)
+class RedactedVersion:
+    """The version a redaction takes: copies that name it (by its revision) go with it."""
+
+    project_id: str
+    environment: str
+    resource_key: int  # the resource's primary key
+    resource_id: str
+    doc_id: str
+    revision: str
+
+
+class Erase(Protocol):
+    def __call__(
+        self, *, project_id: str, environment: str, needles: Sequence[str], apply: bool
+    ) -> dict[str, int]:
+        """How many copies of any needle each of the app's places holds (by the names an
+        erasure's receipt gives them); the text replaced with `apply`."""
+
+
+class Redact(Protocol):
+    def __call__(self, *, version: RedactedVersion, marker: str) -> int:
+        """Replaces the app's copies of the version's text with `marker`, in the caller's
+        transaction; how many changed."""
+
+
+@dataclass(frozen=True)
+class Copies:
+    erase: Erase
+    # None: the app's copies name a version (ids, revision) but never hold its text.
+    redact: Redact | None
+
+
+_COPIES: dict[str, Copies] = {}
+
+
+def copies_register(owner: str, *, erase: Erase, redact: Redact | None) -> None:
+    """An app's copies of memory text (from its `ready()`): every erasure runs `erase`,
+    every redaction `redact`."""
+    _COPIES[owner] = Copies(erase=erase, redact=redact)
+
+
+def copies_registered() -> list[Copies]:
+    return list(_COPIES.values())
 
 
 def stored_forms(needle: str) -> list[str]:

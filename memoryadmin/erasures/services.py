@@ -1,10 +1,13 @@
 """Erasures: every stored copy of a text (or of named documents) removed, with a signed receipt.
 
 One rule book for every door (API, Memory page, CLI). Each app erases its own
-tables (memory: documents, versions, proposals, audit details, search index;
-agents: recalls and session events; webhooks: payloads), and records that live
-with an external provider are deleted through their provider; a delete that
-fails becomes a dead letter of the operation store and the receipt says so.
+tables (memory: documents, versions, proposals, audit details, search index; the
+apps that keep copies of memory text register theirs from their `ready()` with
+core.erasing's `copies_register`, as every redaction finds them: agents' recalls
+and session events, webhooks' payloads, incidents, the Memory page's uploads
+waiting for their import), and records that live with an external provider are
+deleted through their provider; a delete that fails becomes a dead letter of the
+operation store and the receipt says so.
 
 A dry run counts what an erasure would remove and changes nothing. An erasure
 counts the same way first and is refused (413) past the limit of copies one
@@ -25,7 +28,7 @@ import logging
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -34,9 +37,9 @@ from django.utils import timezone
 from memoryadmin.agents.models import Binding, OperationAction, OperationKind, Scope
 from memoryadmin.agents.services import records as record_services
 from memoryadmin.agents.services.operations import operation_dead_letter
-from memoryadmin.agents.services.recalls import recalls_erase
 from memoryadmin.core.cursors import keyset_page
 from memoryadmin.core.environments import check_environment
+from memoryadmin.core.erasing import copies_registered
 from memoryadmin.core.errors import DomainError, InvalidRequest, NotFound, PreconditionFailed
 from memoryadmin.core.rows import database_vendor
 from memoryadmin.core.strings import strings_check
@@ -56,7 +59,6 @@ from memoryadmin.memory.services.erasure import (
 )
 from memoryadmin.memory.services.projects import erasure_epoch_advance, project_lock
 from memoryadmin.memory.services.redaction import check_reason
-from memoryadmin.webhooks.services import deliveries_erase
 
 logger = logging.getLogger(__name__)
 
@@ -84,25 +86,9 @@ PLACES = {
     "externalRecords": "external provider records",
 }
 
-
-class Place(Protocol):
-    def __call__(
-        self, *, project_id: str, environment: str, needles: Sequence[str], apply: bool
-    ) -> int:
-        """How many copies this place holds of any needle; removed with `apply`."""
-
-
-# Places kept by apps this one does not import (the Memory page's uploads waiting for
-# their import; incidents, an app beside this one), registered with
-# `erasure_place_register` from the `ready()` of an app above both (memoryadmin.web).
-_PLACES: dict[str, Place] = {}
-
-
-def erasure_place_register(name: str, place: Place) -> None:
-    """Adds a place of copies to every erasure; `name` must be one of PLACES."""
-    if name not in PLACES:
-        raise ValueError(f"{name} is not a place receipts name")
-    _PLACES[name] = place
+# The places the memory app's erasure counts, and the provider records; every other
+# place of PLACES is counted by the app that registered its copies (core.erasing).
+_OWN_PLACES = {"documents", "versions", "searchIndex", "proposals", "audit", "externalRecords"}
 
 
 class ErasureTooLarge(DomainError):
@@ -364,15 +350,18 @@ def _places(run: _Run, *, apply: bool) -> tuple[dict[str, int], Sequence[str]]:
         )
     scope: dict[str, Any] = {"project_id": run.project.id, "environment": run.environment}
     scope |= {"needles": needles, "apply": apply}
-    recalled = recalls_erase(**scope)
-    counts.update(recalled)
-    counts.update(deliveries_erase(**scope))
     counts["audit"] = audit_erase(**scope)
     # Exports are streamed to their client (page, API, CLI); what the server keeps of
-    # them (an uploaded export waiting for its import) is a registered place.
-    counts["exports"] = counts["incidents"] = 0
-    for name, place in _PLACES.items():
-        counts[name] = counts.get(name, 0) + place(**scope)
+    # them (an uploaded export waiting for its import) is registered with the rest.
+    for copies in copies_registered():
+        for name, count in copies.erase(**scope).items():
+            if name not in PLACES or name in _OWN_PLACES:
+                raise ValueError(f"{name} is not a place receipts name for an app's copies")
+            counts[name] = counts.get(name, 0) + count
+    unsearched = set(PLACES) - _OWN_PLACES - set(counts)
+    if unsearched:
+        # A receipt never says complete about a place nobody searched.
+        raise RuntimeError(f"No app registered the erasure's places {sorted(unsearched)}")
     return counts, needles
 
 

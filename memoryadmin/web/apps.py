@@ -9,11 +9,8 @@ class WebConfig(AppConfig):
     verbose_name = "Memory page"
 
     def ready(self) -> None:
-        from memoryadmin.erasures.services import erasure_place_register
-        from memoryadmin.incidents.services.incidents import incidents_erase
-        from memoryadmin.web.services.imports import pending_erase
+        from memoryadmin.core.erasing import copies_register
+        from memoryadmin.web.services.imports import pending_erase, pending_redact
 
         # An upload waiting for its import is an export kept on the server.
-        erasure_place_register("exports", pending_erase)
-        # Incidents and erasures are apps beside each other: neither imports the other.
-        erasure_place_register("incidents", incidents_erase)
+        copies_register("exports", erase=pending_erase, redact=pending_redact)

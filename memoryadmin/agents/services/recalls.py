@@ -9,13 +9,13 @@ from django.db.models import TextField
 from django.db.models.functions import Cast
 
 from memoryadmin.agents.models import Binding, Recall, Scope, SessionEvent
-from memoryadmin.core.erasing import rows_erase
-from memoryadmin.memory.models import Resource
+from memoryadmin.core.erasing import RedactedVersion, rows_erase
 
 
-def recalls_scrub(*, resource: Resource, doc_id: str, revision: str, marker: str) -> int:
-    """Replaces what recalls showed of `revision` of a document with `marker`; returns
-    how many recalls changed.
+def recalls_redact(*, version: RedactedVersion, marker: str) -> int:
+    """A redaction's part here: what recalls showed of the version, replaced with
+    `marker`; returns how many recalls changed. Session events and recalls' provider
+    cursors name versions (ids, revision, size) but never hold their text.
 
     A document binding's projection is that document's text; a collection's is
     one `id | title | summary | day` line per document. Either way the source
@@ -23,17 +23,17 @@ def recalls_scrub(*, resource: Resource, doc_id: str, revision: str, marker: str
     """
     recalls = (
         Recall.objects.filter(
-            session__project_id=resource.project_id, session__environment=resource.environment
+            session__project_id=version.project_id, session__environment=version.environment
         )
         .annotate(raw=Cast("memory", TextField()))
-        .filter(raw__contains=revision)
+        .filter(raw__contains=version.revision)
     )
     changed = 0
     for recall in recalls:
-        projection = recall.memory.get(resource.resource_id)
+        projection = recall.memory.get(version.resource_id)
         if not isinstance(projection, dict):
             continue
-        if not _scrub_projection(projection, recall, resource, doc_id, revision, marker):
+        if not _scrub_projection(projection, recall, version, marker):
             continue
         Recall.objects.filter(pk=recall.pk).update(memory=recall.memory)
         changed += 1
@@ -41,24 +41,20 @@ def recalls_scrub(*, resource: Resource, doc_id: str, revision: str, marker: str
 
 
 def _scrub_projection(
-    projection: dict[str, Any],
-    recall: Recall,
-    resource: Resource,
-    doc_id: str,
-    revision: str,
-    marker: str,
+    projection: dict[str, Any], recall: Recall, version: RedactedVersion, marker: str
 ) -> bool:
+    doc_id = version.doc_id
     sources = [
         s
         for s in projection.get("sources", [])
-        if s.get("id") == doc_id and s.get("revision") == revision
+        if s.get("id") == doc_id and s.get("revision") == version.revision
     ]
     if not sources:
         return False
     for source in sources:
         source["title"] = marker
     scope = (
-        Binding.objects.filter(session_id=recall.session_id, resource=resource)
+        Binding.objects.filter(session_id=recall.session_id, resource_id=version.resource_key)
         .values_list("scope", flat=True)
         .first()
     )

@@ -8,11 +8,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.db import transaction
+from django.db.models import TextField
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 from memoryadmin.core.cursors import keyset_page
 from memoryadmin.core.environments import check_environment
-from memoryadmin.core.erasing import rows_erase
+from memoryadmin.core.erasing import RedactedVersion, rows_erase
 from memoryadmin.core.errors import NotFound
 from memoryadmin.incidents.models import Incident
 from memoryadmin.incidents.services.trace import (
@@ -104,11 +106,11 @@ def incident_list(
 
 def incidents_erase(
     *, project_id: str, environment: str, needles: Sequence[str], apply: bool
-) -> int:
+) -> dict[str, int]:
     """An erasure's part here: the incidents of one environment whose title, source,
     graph or containment report (a conflict's merge is document text) hold any of
     `needles`, the text replaced with `apply`; how many there are."""
-    return rows_erase(
+    held = rows_erase(
         Incident.objects.filter(project_id=project_id, environment=environment),
         needles,
         text=("title",),
@@ -117,6 +119,45 @@ def incidents_erase(
         fit={"title": lambda title: title[:TITLE_MAX]},
         apply=apply,
     )
+    return {"incidents": held}
+
+
+def incidents_redact(*, version: RedactedVersion, marker: str) -> int:
+    """A redaction's part here: a containment report's merges made from the version,
+    replaced with `marker`; how many incidents changed.
+
+    A conflict's merge applies the undo (the tainted versions back to the one before
+    them, `restoreRevision`) to the text then current (`currentRevision`), so it is made
+    from each of those versions of its document. The rest of an incident holds no
+    version's text: its graph and report name versions by revision, its title and a
+    text source are what the owner typed (an erasure of that text reaches them)."""
+    rows = (
+        Incident.objects.filter(project_id=version.project_id, environment=version.environment)
+        .alias(raw=Cast("containment", TextField()))
+        .filter(raw__contains=version.revision)
+    )
+    document = (version.resource_id, version.doc_id)
+    changed = 0
+    for incident in rows:
+        tainted = {
+            node.get("revision")
+            for node in incident.graph.get("nodes", [])
+            if node.get("kind") == "version"
+            and (node.get("resource"), node.get("document")) == document
+        }
+        merged = False
+        for entry in incident.containment.get("documents", []):
+            of = (entry.get("resource"), entry.get("documentId"))
+            if of != document or entry.get("merged") in (None, marker):
+                continue
+            made_from = tainted | {entry.get("restoreRevision"), entry.get("currentRevision")}
+            if version.revision in made_from:
+                entry["merged"] = marker
+                merged = True
+        if merged:
+            Incident.objects.filter(pk=incident.pk).update(containment=incident.containment)
+            changed += 1
+    return changed
 
 
 def _counts(graph: dict[str, Any]) -> dict[str, int]:

@@ -1,21 +1,22 @@
 """Redaction: an old version's title, summary and text replaced for good by a marker.
 
 The version keeps its metadata (writer, time, revision, action, size before);
-the audit log gets the reason. Every other copy the database holds goes in
-the same transaction: titles in the audit details of that revision, the
-approved proposal that wrote it, copies other apps keep (registered from
-their `ready()` with `redaction_register`: the recalls that showed that
-revision to a model), and the search index (on SQLite, FTS5 keeps deleted
-terms in its segments until they are merged, so the index is merged at once).
+the audit log gets the reason. Every other copy the server keeps goes in the
+same transaction: titles in the audit details of that revision, the approved
+proposal that wrote it, the copies other apps keep (each registered from its
+`ready()` with core.erasing's `copies_register`, as for an erasure: the recalls
+that showed that revision to a model, the merges of incidents' containment
+reports made from it, the uploads waiting for their import that hold it), and
+the search index (on SQLite, FTS5 keeps deleted terms in its segments until
+they are merged, so the index is merged at once).
 """
 
 from __future__ import annotations
 
-from typing import Protocol
-
 from django.db import connection, transaction
 from django.utils import timezone
 
+from memoryadmin.core.erasing import MARKER, RedactedVersion, copies_registered
 from memoryadmin.core.errors import Conflict, InvalidRequest, NotFound
 from memoryadmin.core.rows import database_vendor
 from memoryadmin.core.strings import string_check
@@ -24,21 +25,8 @@ from memoryadmin.memory.services.audit import audit_record
 from memoryadmin.memory.services.documents import document_get
 from memoryadmin.memory.services.projects import erasure_epoch_advance
 
-REDACTED = "[redacted]"
+REDACTED = MARKER
 REASON_MAX_CHARS = 500
-
-
-class Scrub(Protocol):
-    def __call__(self, *, resource: Resource, doc_id: str, revision: str, marker: str) -> object:
-        """Replaces this app's copies of a version's text with `marker`."""
-
-
-_SCRUBS: dict[str, Scrub] = {}
-
-
-def redaction_register(name: str, scrub: Scrub) -> None:
-    """Adds an app's copies of version text to every redaction (from its `ready()`)."""
-    _SCRUBS[name] = scrub
 
 
 def check_reason(reason: object, *, what: str = "redaction") -> str:
@@ -112,10 +100,11 @@ def versions_redact(
     copies: bool = True,
 ) -> int:
     """Redacts these versions of a document (the current one too: an erasure has
-    rewritten the document first), with every copy the database holds of them but
-    the search index (`search_index_merge`, once per transaction); returns how many
-    were not redacted yet. The caller audits. Without `copies`, the copies elsewhere are
-    left to the caller (an erasure of a text finds them by the text, in one pass)."""
+    rewritten the document first), with every copy the server keeps of them (the
+    copies the apps registered too) but the search index (`search_index_merge`, once
+    per transaction); returns how many were not redacted yet. The caller audits.
+    Without `copies`, the copies elsewhere are left to the caller (an erasure of a text
+    finds them by the text, in one pass)."""
     versions = DocumentVersion.objects.filter(
         document=document, revision__in=revisions, redacted_at__isnull=True
     )
@@ -135,8 +124,17 @@ def versions_redact(
         Proposal.objects.filter(document=document, applied_revision=revision).update(
             text=REDACTED, summary=None
         )
-        for scrub in _SCRUBS.values():
-            scrub(resource=resource, doc_id=document.doc_id, revision=revision, marker=REDACTED)
+        version = RedactedVersion(
+            project_id=resource.project_id,
+            environment=resource.environment,
+            resource_key=resource.pk,
+            resource_id=resource.resource_id,
+            doc_id=document.doc_id,
+            revision=revision,
+        )
+        for registered in copies_registered():
+            if registered.redact is not None:
+                registered.redact(version=version, marker=REDACTED)
     return changed
 
 

@@ -17,13 +17,15 @@ import shutil
 import time
 import zipfile
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import IO, Any
 
 from django.conf import settings
 from django.core.files.uploadhandler import FileUploadHandler, TemporaryFileUploadHandler
+from django.db import transaction
 
-from memoryadmin.core.erasing import stored_forms
+from memoryadmin.core.erasing import RedactedVersion, stored_forms
 from memoryadmin.core.errors import InvalidRequest, NotFound
 from memoryadmin.core.jsonbody import declared_check, too_large
 from memoryadmin.files import private_dir
@@ -102,21 +104,37 @@ def pending_path(*, project_id: str, environment: str, token: str) -> Path:
     return path
 
 
-def pending_erase(*, project_id: str, environment: str, needles: Sequence[str], apply: bool) -> int:
+def pending_erase(
+    *, project_id: str, environment: str, needles: Sequence[str], apply: bool
+) -> dict[str, int]:
     """An erasure's part here: the uploads waiting for their import whose documents hold
     any of `needles` (read member by member, within the upload bound), deleted with
-    `apply`; how many there are."""
-    folder = _folder(project_id, environment)
-    if not folder.is_dir() or not needles:
-        return 0
+    `apply` once the erasure commits; how many there are."""
     forms = [form.encode() for needle in needles for form in stored_forms(needle)]
+    return {"exports": _pending_delete(project_id, environment, forms, apply=apply)}
+
+
+def pending_redact(*, version: RedactedVersion, marker: str) -> int:
+    """A redaction's part here: the uploads waiting for their import that hold the
+    version (an export of its document made while it was current names its revision),
+    deleted once the redaction commits; how many."""
+    forms = [version.revision.encode()]
+    return _pending_delete(version.project_id, version.environment, forms, apply=True)
+
+
+def _pending_delete(project_id: str, environment: str, forms: list[bytes], *, apply: bool) -> int:
+    """The uploads holding any of `forms`, deleted with `apply` when the transaction
+    commits (a rolled back erasure or redaction keeps them); how many there are."""
+    folder = _folder(project_id, environment)
+    if not folder.is_dir() or not forms:
+        return 0
     held = 0
     for path in sorted(folder.glob("*.zip")):
         if not _holds_any(path, forms):
             continue
         held += 1
         if apply:
-            path.unlink(missing_ok=True)
+            transaction.on_commit(partial(path.unlink, missing_ok=True))
     return held
 
 
@@ -132,5 +150,5 @@ def _holds_any(path: Path, forms: list[bytes]) -> bool:
     except FileNotFoundError:
         return False
     except (zipfile.BadZipFile, OSError, ValueError):
-        return True  # an upload nobody can import goes with the erasure
+        return True  # an upload nobody can import goes with an erasure or a redaction
     return False
