@@ -6,8 +6,8 @@ external kinds against the fakes of tests/fake_providers.py) and the suite's
 bound the same way and asked the same things through the runtime: an ended
 session takes no tool call and recalls nothing, a read binding never writes
 and its memory is not writable, a recall and a tool call are refused at the
-project's bounds (429) and a recall when cancelled, before anything reaches
-the provider. The last tests bind
+project's bounds (429), and a recall or a tool call when cancelled, before anything
+reaches the provider. The last tests bind
 an http and an external provider together: one deadline and one reservation
 for the whole recall, both called at once.
 """
@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from memoryadmin.agents.errors import RecallBusy, RecallFailed, SessionClosed
-from memoryadmin.agents.models import Recall, Session
+from memoryadmin.agents.models import EventType, ProviderOperation, Recall, Session, SessionEvent
 from memoryadmin.agents.services.runtime import recall_create, tool_call
 from memoryadmin.agents.services.sessions import session_create, session_end
 from memoryadmin.core.cancellation import cancel_request
@@ -343,6 +343,27 @@ def test_a_cancelled_recall_fails_as_cancelled_before_anything_is_sent(
     assert failed.value.details == {"resource": "mem", "reason": "cancelled"}
     assert kind.state() == before
     assert not Recall.objects.filter(session=session).exists()
+
+
+def test_a_cancelled_tool_call_is_answered_cancelled_before_anything_is_sent(
+    kind: Kind, project: Project
+) -> None:
+    """A call its caller cancelled (by its callId) before it started is not sent, and
+    leaves no open operation: nothing reached the provider, so nothing is uncertain."""
+    session = kind.session(project, "read-write")
+    recalled = recall_create(session=session, use=["mem"], input_text="tabs")
+    cancel_request(session_id=session.id, ref="c1")
+    before = kind.state()
+    if not kind.calls_out:
+        # Nothing is in flight to cancel: memory kept here is written here.
+        assert call(session, recalled["recallId"], *kind.write)["status"] == "saved"
+        return
+    for name, arguments in [kind.write, *([kind.read] if kind.read else [])]:
+        result = call(session, recalled["recallId"], name, arguments)
+        assert result == {"status": "cancelled"}, name
+    assert kind.state() == before
+    assert not ProviderOperation.objects.exists()
+    assert not SessionEvent.objects.filter(session=session, type=EventType.RECORD_SAVED).exists()
 
 
 # One recall binding an http and an external provider: one deadline, one reservation,

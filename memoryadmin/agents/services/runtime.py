@@ -65,6 +65,8 @@ Result = dict[str, Any]
 CALL_ID_MAX = 256
 REQUEST_ID_MAX = 256
 REQUEST_ID_RE = re.compile(r"[\x21-\x7e]{1,256}")
+# A tool call's result when its caller cancelled it.
+CANCELLED: Result = {"status": "cancelled"}
 # How many times a recall is made before an erasure that commits while it is made, each
 # time, fails it (`recall_create`).
 RECALL_ATTEMPTS = 2
@@ -502,9 +504,13 @@ def tool_call(
         )
 
     # The caller may cancel the call by its callId.
-    with cancellation_scope(session_id=session.id, ref=call_id):
+    with cancellation_scope(session_id=session.id, ref=call_id) as cancellation:
         if provider.recalls_here:
             return execute()
+        if cancellation is not None and cancellation.poll():
+            # Cancelled before it was sent, whatever the kind: nothing reached the
+            # provider, so nothing is uncertain and no operation is left open.
+            return dict(CANCELLED)
         # A kind that calls out counts against the project's bounds on provider calls,
         # whatever the kind: past them ProviderBusy (429) before anything is sent.
         deadline = Deadline.after()
