@@ -15,7 +15,13 @@ from rest_framework.test import APIClient
 
 from memoryadmin.agents.models import ProviderOperation, Recall
 from memoryadmin.memory.models import Project
-from tests.helpers import gunicorn, scripted_session, suite_database_url, wait_until
+from tests.helpers import (
+    free_port,
+    gunicorn,
+    scripted_session,
+    suite_database_url,
+    wait_until,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -168,3 +174,37 @@ def test_a_client_that_goes_away_cancels_its_call_where_the_server_sees_it(
         wait_until(ProviderOperation.objects.exists, "the open operation")
     operation = ProviderOperation.objects.get()
     assert (operation.kind, operation.call_id) == ("cancelled_write", "call-gone")
+
+
+def test_an_unreachable_shared_cache_fails_no_call_and_refuses_a_cancel(
+    api: APIClient, session_id: str, scripted: Any, settings: Any
+) -> None:
+    """Cancellations travel through the shared cache; while it is away (a Redis nobody
+    answers on), recalls and tool calls are served as if nobody cancelled them, and a
+    cancel, which cannot be passed on, is a 503 with Retry-After rather than a 202 for
+    nothing."""
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "memoryadmin.core.rediscache.RedisCache",
+            "LOCATION": f"redis://127.0.0.1:{free_port()}/5",
+        }
+    }
+    recall = post(
+        api, f"{SESSIONS}/{session_id}/memory/recall", {"use": ["ledger"], "requestId": "mreq-1"}
+    )
+    assert recall.status_code == 200, recall.content
+    body = {
+        "recallId": recall.json()["recallId"],
+        "callId": "call-1",
+        "name": "memory_remember",
+        "arguments": {"fact": "Tabs."},
+    }
+    called = post(api, f"{SESSIONS}/{session_id}/memory/tool-calls", body)
+    assert called.status_code == 200, called.content
+    assert called.json() == {"result": {"status": "stored"}}
+    assert [b["arguments"] for b in scripted.requests("tool")] == [{"fact": "Tabs."}]
+    refused = cancel(api, session_id, callId="call-1")
+    assert refused.status_code == 503
+    assert refused.json()["error"]["code"] == "service_unavailable"
+    assert refused["Retry-After"] == "5"
+    assert refused.json()["error"]["details"] == {"retryAfter": 5}

@@ -256,7 +256,11 @@ class RecallView(SessionApiView):
 class CancelView(SessionApiView):
     @extend_schema(
         request=s.CancelInput,
-        responses={202: s.CancelOutput, **ERRORS},
+        responses={
+            202: s.CancelOutput,
+            **ERRORS,
+            503: _error("service_unavailable: the shared cache cannot carry the cancellation"),
+        },
         operation_id="sessions_cancel",
         description="Cancels an in-flight recall (by the requestId it was sent with) or tool "
         "call (by its callId), on whichever instance runs it. Its provider attempts stop; the "

@@ -9,7 +9,9 @@ from any instance: the request is a flag in the shared cache (Redis when
 `REDIS_URL` is set). While an attempt is in flight a watcher polls the flag
 and, once it is set, closes the attempt's connection, so the attempt stops
 at once instead of running to its deadline; no further attempt starts.
-Deadlines bound every attempt as before.
+Deadlines bound every attempt as before. While the shared cache cannot be
+reached, calls run as if nobody cancelled them (a poll reads no flag) and a
+cancel is refused (503) rather than lost without a word.
 
 A caller also cancels by going away: each door passes a probe of its caller
 (`caller_connection`): the API and the Memory page the client's connection
@@ -35,8 +37,13 @@ from django.core.cache import cache
 from django.http import HttpRequest
 
 from memoryadmin.core.errors import DomainError
+from memoryadmin.core.sharedcache import tolerant
 
 POLL_SECONDS = 0.1
+# What a poll of an unreachable shared cache reads.
+_UNREACHABLE = object()
+# Seconds after which a cancel the shared cache could not carry may be tried again.
+CANCEL_RETRY_SECONDS = 5
 # A cancellation outlives any call it may concern by this margin.
 TTL_MARGIN_SECONDS = 60
 
@@ -53,10 +60,28 @@ def _key(session_id: str, ref: str) -> str:
     return f"cancel:{digest}"
 
 
+class CancelUnavailable(DomainError):
+    """The shared cache cannot be reached: the cancellation could not be passed on."""
+
+    status = 503
+    code = "service_unavailable"
+
+
 def cancel_request(*, session_id: str, ref: str) -> None:
-    """Asks every instance to stop the calls of `ref` (a requestId or callId) of a session."""
+    """Asks every instance to stop the calls of `ref` (a requestId or callId) of a session;
+    CancelUnavailable (503) when the shared cache that carries it cannot be reached."""
     ttl = int(settings.MEMORYADMIN_PROVIDER_DEADLINE_SECONDS) + TTL_MARGIN_SECONDS
-    cache.set(_key(session_id, ref), 1, timeout=ttl)
+
+    def put() -> bool:
+        cache.set(_key(session_id, ref), 1, timeout=ttl)
+        return True
+
+    if not tolerant(put, False):
+        raise CancelUnavailable(
+            f"The cancellation could not be passed on (the shared cache is unreachable); "
+            f"retry in {CANCEL_RETRY_SECONDS} seconds.",
+            retry_after=CANCEL_RETRY_SECONDS,
+        )
 
 
 @dataclass
@@ -71,9 +96,15 @@ class Cancellation:
     def poll(self) -> bool:
         if self.event.is_set():
             return True
-        if (self.key is not None and cache.get(self.key)) or (
-            self.gone is not None and self.gone()
-        ):
+        if self.key is not None:
+            flag = tolerant(lambda: cache.get(self.key), _UNREACHABLE)
+            if flag is _UNREACHABLE:
+                # The calls go on without it (their deadline still ends them), and ask it
+                # no more: one warning a call, not one a poll.
+                self.key = None
+            elif flag:
+                self.event.set()
+        if self.gone is not None and self.gone():
             self.event.set()
         return self.event.is_set()
 
