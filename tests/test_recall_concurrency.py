@@ -25,7 +25,7 @@ from memoryadmin.agents.errors import RecallFailed
 from memoryadmin.agents.models import Recall, Session
 from memoryadmin.agents.services.runtime import recall_create
 from memoryadmin.agents.services.sessions import session_create
-from memoryadmin.core.concurrency import Deadline, ProviderCalls, in_flight
+from memoryadmin.core.concurrency import Deadline, ProviderCalls, in_flight, requests_waiting
 from memoryadmin.memory.models import AuditEntry, Document, Project
 from memoryadmin.memory.services.deployments import deployment_create, resource_get
 from memoryadmin.memory.services.documents import document_create
@@ -158,6 +158,37 @@ def test_a_failing_provider_fails_the_recall_without_waiting_for_the_others(
     provider.release.set()
     assert _eventually(lambda: in_flight(project.id) == 0)
     assert not Recall.objects.exists()
+
+
+@override_settings(MEMORYADMIN_PROVIDER_REQUESTS_PER_PROJECT=1)
+def test_a_call_no_thread_can_be_started_for_gives_the_recalls_slots_back(
+    project: Project, provider: HeldProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The process cannot start a thread for a recall's second call (its thread limit):
+    the recall fails, its first call still reaches the provider, and once that call ends
+    the project's slots are all free again; kept, they would lock the project out (with
+    one request a project, at once)."""
+    provider.release.set()
+    memory, bindings = namespaces(2, provider.origin)
+    session = session_on(project, memory, bindings)
+    submit = ThreadPoolExecutor.submit
+    submitted: list[int] = []
+
+    def failing_second(pool: ThreadPoolExecutor, *args: Any, **kwargs: Any) -> Future[Any]:
+        submitted.append(1)
+        if len(submitted) == 2:
+            raise RuntimeError("can't start new thread")
+        return submit(pool, *args, **kwargs)
+
+    monkeypatch.setattr(ThreadPoolExecutor, "submit", failing_second)
+    with pytest.raises(RuntimeError):
+        recall_create(session=session, use=[], input_text=None)
+    assert provider.wait_for(1)
+    assert _eventually(lambda: in_flight(project.id) == 0 and requests_waiting(project.id) == 0)
+    monkeypatch.setattr(ThreadPoolExecutor, "submit", submit)
+    body = recall_create(session=session, use=[], input_text=None)
+    assert list(body["memory"]) == ["facts-0", "facts-1"]
+    assert in_flight(project.id) == 0
 
 
 @override_settings(MEMORYADMIN_PROVIDER_CONCURRENCY_PER_PROJECT=2)

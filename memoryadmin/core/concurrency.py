@@ -208,6 +208,10 @@ class ProviderCalls[T]:
             self._slots.release()
             return
         self._executor.shutdown(wait=False, cancel_futures=True)
+        if not self._futures:
+            # No call was started (no thread could be): nothing holds the slots.
+            self._slots.release()
+            return
         remaining = [len(self._futures)]
         counter = threading.Lock()
 
@@ -236,7 +240,10 @@ class ProviderCalls[T]:
         self._executor = ThreadPoolExecutor(
             max_workers=self.workers, thread_name_prefix="provider-call"
         )
-        self._futures = [self._executor.submit(call, self.cancelled) for call in calls]
+        # One at a time: where no thread can be started for a call (the process's limit),
+        # the calls submitted before it are those whose end gives the slots back.
+        for call in calls:
+            self._futures.append(self._executor.submit(call, self.cancelled))
         index_of = {id(future): index for index, future in enumerate(self._futures)}
         pending = set(self._futures)
         while pending:
