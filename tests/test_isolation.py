@@ -38,6 +38,7 @@ from memoryadmin.webhooks.services import endpoint_create
 from tests.fake_providers import FakeMem0Oss, running
 from tests.helpers import (
     Receiver,
+    ScriptedProvider,
     clean_env,
     deploy_external,
     gunicorn,
@@ -168,6 +169,102 @@ def test_a_project_saturating_its_slow_provider_leaves_another_projects_reads_fa
             answered = [f.result() for f in recalls]
             assert {r.status_code for r in answered} <= {200, 429}
             assert sum(r.status_code == 200 for r in answered) == len(provider.bodies)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_project_saturating_its_slow_provider_leaves_another_projects_recalls_fast(
+    project: Project, other_project: Project, scripted: ScriptedProvider
+) -> None:
+    """Project A's recalls wait on a provider that does not answer, as many as its share
+    of every worker's threads; project B's recalls through its own provider meanwhile are
+    all served (no 429, no wait on A's calls), each within a second."""
+    b_provider = scripted
+    with held_provider() as held:
+        b_provider.recall = [(200, {"text": "B's facts.", "sources": []})]
+        deployment_create(
+            project=project,
+            agent="researcher",
+            memory=[held_declaration(held.origin)],
+            promote="development",
+            actor="t",
+        )
+        a_session, _ = session_create(
+            project=project,
+            agent_id="researcher@development",
+            memory={"facts": {"scope": "namespace", "id": "owner"}},
+            idempotency_key="k",
+            actor="t",
+        )
+        deployment_create(
+            project=other_project,
+            agent="scribe",
+            memory=[b_provider.declaration([])],
+            promote="development",
+            actor="t",
+        )
+        b_session, _ = session_create(
+            project=other_project,
+            agent_id="scribe@development",
+            memory={"ledger": {"scope": "namespace", "id": "team"}},
+            idempotency_key="k",
+            actor="t",
+        )
+        a_key = api_key_create(project_id=project.id)[1]
+        b_key = api_key_create(project_id=other_project.id)[1]
+
+        with gunicorn(production_server_env(), workers=WORKERS, threads=THREADS) as base:
+
+            def recall_a(_: int) -> httpx.Response:
+                with httpx.Client(base_url=base, timeout=60) as client:
+                    return client.post(
+                        f"{SESSIONS}/{a_session.id}/memory/recall",
+                        json={"use": []},
+                        headers={"x-api-key": a_key},
+                    )
+
+            storm = ThreadPoolExecutor(24)
+            try:
+                recalls = [storm.submit(recall_a, i) for i in range(24)]
+                share = WORKERS * (THREADS // 2)
+                for wave in range(10):
+                    if held.wait_for(share, timeout=2):
+                        break
+                    recalls += [storm.submit(recall_a, wave) for _ in range(8)]
+                assert held.wait_for(share)
+                timings = []
+                with httpx.Client(base_url=base, timeout=60) as b:
+                    for _ in range(20):
+                        started = time.monotonic()
+                        recalled = b.post(
+                            f"{SESSIONS}/{b_session.id}/memory/recall",
+                            json={"use": ["ledger"]},
+                            headers={"x-api-key": b_key, "Connection": "close"},
+                        )
+                        timings.append(time.monotonic() - started)
+                        assert recalled.status_code == 200, recalled.text
+                        assert recalled.json()["memory"]["ledger"]["text"] == "B's facts."
+                assert max(timings) < 1.0, timings
+                assert len(b_provider.requests("recall")) == 20
+                # A still waits on its provider: B was served meanwhile, not after.
+                assert not all(f.done() for f in recalls)
+            finally:
+                held.release.set()
+                storm.shutdown(wait=True)
+            assert {f.result().status_code for f in recalls} <= {200, 429}
+
+
+def held_declaration(origin: str) -> dict[str, Any]:
+    """Resource `facts` on the http provider at `origin`."""
+    return {
+        "id": "facts",
+        "description": "Facts.",
+        "provider": {
+            "kind": "http",
+            "connection": {"id": "held", "origin": origin, "methods": ["POST"], "pathPrefix": "/"},
+            "path": "/memory",
+        },
+    }
 
 
 # Background jobs: a worker process runs webhook deliveries of every project.
