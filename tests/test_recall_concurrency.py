@@ -21,7 +21,7 @@ from django.test.utils import CaptureQueriesContext, override_settings
 from pytest_django.live_server_helper import LiveServer
 from rest_framework.test import APIClient
 
-from memoryadmin.agents.errors import RecallFailed
+from memoryadmin.agents.errors import RecallBusy, RecallFailed
 from memoryadmin.agents.models import Recall, Session
 from memoryadmin.agents.services.runtime import recall_create
 from memoryadmin.agents.services.sessions import session_create
@@ -181,8 +181,10 @@ def test_a_call_no_thread_can_be_started_for_gives_the_recalls_slots_back(
         return submit(pool, *args, **kwargs)
 
     monkeypatch.setattr(ThreadPoolExecutor, "submit", failing_second)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RecallBusy) as refused:  # a 429 to retry, not a 500
         recall_create(session=session, use=[], input_text=None)
+    assert (refused.value.status, refused.value.retry_after) == (429, 1)
+    assert refused.value.details["resource"] == "facts-0"
     assert provider.wait_for(1)
     assert _eventually(lambda: in_flight(project.id) == 0 and requests_waiting(project.id) == 0)
     monkeypatch.setattr(ThreadPoolExecutor, "submit", submit)

@@ -243,7 +243,16 @@ class ProviderCalls[T]:
         # One at a time: where no thread can be started for a call (the process's limit),
         # the calls submitted before it are those whose end gives the slots back.
         for call in calls:
-            self._futures.append(self._executor.submit(call, self.cancelled))
+            try:
+                future = self._executor.submit(call, self.cancelled)
+            except RuntimeError as exc:
+                # The server is at its limit of threads: refused as the cap refuses, for
+                # a retry; the calls already started end on their own (their cancel set).
+                raise ProviderBusy(
+                    "The server cannot start another thread for provider calls now.",
+                    retry_after=1,
+                ) from exc
+            self._futures.append(future)
         index_of = {id(future): index for index, future in enumerate(self._futures)}
         pending = set(self._futures)
         while pending:

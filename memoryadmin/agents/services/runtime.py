@@ -193,6 +193,8 @@ def _recall_calls(
                     if cancellation is not None and cancellation.poll():
                         raise _cancelled(resource) from exc
                     raise
+    except ProviderBusy as exc:
+        raise RecallBusy(exc.message, resource=first, retry_after=exc.retry_after) from exc
     finally:
         for call in prepared:
             if call.settle is not None:
