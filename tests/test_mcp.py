@@ -33,7 +33,7 @@ from memoryadmin.agents import mcp
 from memoryadmin.agents.models import Session
 from memoryadmin.agents.services import runtime
 from memoryadmin.agents.services.sessions import session_end
-from memoryadmin.memory.models import ApiKey, Document, Project
+from memoryadmin.memory.models import ApiKey, AuditEntry, Document, Project
 from memoryadmin.memory.services.deployments import deployment_create
 from memoryadmin.memory.services.key_usage import key_usage
 from memoryadmin.memory.services.keys import api_key_create
@@ -216,8 +216,59 @@ def test_an_mcp_session_answers_only_the_key_that_opened_it(
 
     refused = run(scenario)
     assert refused is not None
-    assert "another API key" in str(refused)
+    assert str(refused) == "Session not found"  # as for a session that does not exist
     assert Document.objects.get(pk=workshop.pk).text == workshop.text
+
+
+def test_an_mcp_session_belongs_to_its_key_from_its_creation(
+    endpoint: str, keys: Keys, project: Project, workshop: Document
+) -> None:
+    """Between `initialize` and the session's first call another key that knows the
+    Mcp-Session-Id cannot claim it: it is told what an unknown session is told."""
+    second = api_key_create(project_id=project.id)[1]
+    accept = {"accept": "application/json, text/event-stream"}
+    opened = initialize(endpoint, keys.owner)
+    assert opened.status_code == 200
+    sid = opened.headers["mcp-session-id"]
+
+    def post(key: str, session_id: str, body: dict[str, Any], query: str = QUERY) -> httpx.Response:
+        headers = {"x-api-key": key, "mcp-session-id": session_id, **accept}
+        return httpx.post(f"{endpoint}?{query}", json=body, headers=headers)
+
+    done = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    assert post(keys.owner, sid, done).status_code == 202
+    listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}
+    unknown = post(second, "f" * 32, listing)
+    assert unknown.status_code == 404
+    # Another key, then the same key with another URL: each as for an unknown session.
+    for key, query in [(second, QUERY), (keys.owner, QUERY + "&session=beta")]:
+        claimed = post(key, sid, listing, query)
+        assert (claimed.status_code, claimed.text) == (unknown.status_code, unknown.text)
+    assert not Session.objects.exists()
+    listed = post(keys.owner, sid, listing)
+    assert listed.status_code == 200
+    assert "memory_save" in listed.text
+    session = Session.objects.get()
+    assert session.idempotency_key == f"mcp/{sid}"
+    assert AuditEntry.objects.filter(actor=f"key:{keys.owner[:12]}").exists()
+    # Nor in the protocol's era without sessions, where the SDK checks no opener: with
+    # or without the session's id, a request there reaches no session.
+    save = {"name": "memory_save", "arguments": {"memory": "notes", "text": "claimed"}}
+    modern = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    for ids in ({"mcp-session-id": sid}, {}):
+        headers = {"mcp-protocol-version": "2026-07-28", "mcp-method": "tools/call"}
+        headers |= {"mcp-name": "memory_save", "x-api-key": second, **accept, **ids}
+        body = {"jsonrpc": "2.0", "id": 3, "method": "tools/call"}
+        body["params"] = {**save, "_meta": modern}
+        elsewhere = httpx.post(f"{endpoint}?{QUERY}", json=body, headers=headers)
+        assert "Use initialize." in elsewhere.text, elsewhere.text
+    assert Document.objects.get(pk=workshop.pk).text == workshop.text
+    assert list(Session.objects.all()) == [session]
+    assert not AuditEntry.objects.filter(actor=f"key:{second[:12]}").exists()
 
 
 def test_an_mcp_session_answers_only_the_session_name_that_opened_it(
@@ -241,7 +292,7 @@ def test_an_mcp_session_answers_only_the_session_name_that_opened_it(
 
     refused = run(scenario)
     assert refused is not None
-    assert "another API key or URL" in str(refused)
+    assert str(refused) == "Session not found"
     assert list(Session.objects.values_list("idempotency_key", flat=True)) == ["mcp/alpha"]
     assert Document.objects.get(pk=workshop.pk).text == workshop.text
 

@@ -32,12 +32,15 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import CommandError
 from django.db import DatabaseError
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import Server
 from mcp.server.stdio import stdio_server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -348,6 +351,16 @@ class HttpConfig:
     memory: dict[str, dict[str, str]]
     session_key: str | None
 
+    def opener(self) -> AuthenticatedUser:
+        """Who asks, as the SDK's session manager compares it: the key and all the URL
+        says (another `session=` is another memoryadmin session). The manager records
+        it when it creates an MCP session and answers any other asker of that session
+        as it answers an unknown one (404), so a session belongs to its opener from
+        `initialize` on, not from its first call, and its existence does not leak."""
+        asks = [self.key.pk, self.project.id, self.agent_id, self.memory, self.session_key]
+        identity = json.dumps(asks, sort_keys=True, separators=(",", ":"))
+        return AuthenticatedUser(AccessToken(token=self.key.prefix, client_id=identity, scopes=[]))
+
 
 # An HTTP session's Idempotency-Key: this before the URL's `session` (or the MCP session's id).
 HTTP_SESSION_KEY_PREFIX = "mcp/"
@@ -416,34 +429,29 @@ def _config_of(key: ApiKey, query: str) -> HttpConfig:
 
 
 class HttpDoors:
-    """The doors of the HTTP endpoint's MCP sessions (at most HTTP_SESSIONS_MAX)."""
+    """The doors of the HTTP endpoint's MCP sessions (at most HTTP_SESSIONS_MAX).
+
+    A request reaches its session's door only as the session's opener: the SDK's
+    session manager refuses anyone else first (HttpConfig.opener). Requests of the era
+    without sessions, which the manager serves without that check, are refused.
+    """
 
     def __init__(self, threads: Threads) -> None:
         self.threads = threads
-        # MCP session id -> the door and who opened it with what.
-        self._doors: OrderedDict[str, tuple[MemoryDoor, tuple[Any, ...]]] = OrderedDict()
+        # MCP session id -> its door.
+        self._doors: OrderedDict[str, MemoryDoor] = OrderedDict()
 
     async def door_for(self, ctx: ServerRequestContext[Any, Any]) -> MemoryDoor:
         request = ctx.request
         if not isinstance(request, Request):
             raise MCPError(code=types.INTERNAL_ERROR, message="No HTTP request.")
+        if ctx.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS:
+            # A request of the era without sessions: its Mcp-Session-Id header, if any, is
+            # nobody's word (the SDK checks it, and its opener, only in the handshake era).
+            raise MCPError(code=types.METHOD_NOT_FOUND, message="Use initialize.")
         mcp_session = request.headers.get("mcp-session-id", "")
         config: HttpConfig = request.state.memoryadmin
-        # The session's name too: another `session=` is another memoryadmin session.
-        opened_by = (
-            config.key.pk,
-            config.project.id,
-            config.agent_id,
-            config.memory,
-            config.session_key,
-        )
-        found = self._doors.get(mcp_session)
-        if found is not None and found[1] != opened_by:
-            raise MCPError(
-                code=types.INVALID_REQUEST,
-                message="This MCP session was opened with another API key or URL.",
-            )
-        door = found[0] if found is not None else None
+        door = self._doors.get(mcp_session)
         if door is None:
             try:
                 opening = partial(
@@ -457,7 +465,7 @@ class HttpDoors:
                 door = await self.threads.run(config.project.id, opening)
             except DomainError as exc:
                 raise _mcp_error(exc) from exc
-            self._doors[mcp_session] = (door, opened_by)
+            self._doors[mcp_session] = door
             while len(self._doors) > HTTP_SESSIONS_MAX:
                 self._doors.popitem(last=False)
         self._doors.move_to_end(mcp_session)
@@ -551,6 +559,7 @@ def http_app() -> Starlette:
             await JSONResponse(body, 503, headers)(scope, receive, send)
             return
         scope.setdefault("state", {})["memoryadmin"] = checked
+        scope["user"] = checked.opener()
         status = 0
 
         async def sent(message: Message) -> None:
