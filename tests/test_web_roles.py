@@ -10,10 +10,12 @@ from typing import Any
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from memoryadmin.core.errors import Forbidden, ProjectNotFound
-from memoryadmin.memory.models import AuditEntry, Project
+from memoryadmin.memory.models import AuditEntry, Document, Project
 from memoryadmin.web.models import ProjectRole
 from memoryadmin.web.services.roles import (
     DELETE,
@@ -109,6 +111,100 @@ def test_each_role_has_exactly_its_permissions(persona: str, people: People) -> 
         else:
             with pytest.raises(Forbidden):
                 membership_require(membership=membership, permission=permission)
+
+
+PROJECT = "/projects/acme/development"
+# The tables the erasure, bulk and containment views read or write; a refusal reads none.
+VIEW_TABLES = ("memory_document", "memory_auditentry", "incidents_incident", "erasures_erasure")
+
+
+@pytest.mark.parametrize(
+    ("persona", "method", "path", "data", "refusal"),
+    [
+        (
+            "viewer",
+            "post",
+            "/erasures/",
+            {"field": "text", "value": "x", "reason": "r"},
+            "The viewer role may not preview erasures",
+        ),
+        (
+            "support",
+            "post",
+            "/erasures/",
+            {"field": "text", "value": "x", "reason": "r", "erase": "1", "confirm": "x"},
+            "The support role may not erase memory for good",
+        ),
+        # A resource that does not exist: refused before it is looked for.
+        (
+            "support",
+            "post",
+            "/resources/nosuch/bulk/",
+            {"action": "delete", "doc": ["a:1"], "confirm": "yes"},
+            "The support role may not delete documents",
+        ),
+        (
+            "viewer",
+            "post",
+            "/resources/notes/bulk/",
+            {"action": "export", "doc": ["a:1"]},
+            "The viewer role may not freeze or unfreeze documents",
+        ),
+        # An incident that does not exist: refused before it is looked for.
+        (
+            "support",
+            "post",
+            "/incidents/inc_nosuch/contain/",
+            {"confirm": "yes"},
+            "The support role may not contain incidents beyond a freeze",
+        ),
+        (
+            "support",
+            "get",
+            "/incidents/inc_nosuch/contain/",
+            {},
+            "The support role may not contain incidents beyond a freeze",
+        ),
+        (
+            "viewer",
+            "post",
+            "/incidents/inc_nosuch/contain/",
+            {"action": "freeze"},
+            "The viewer role may not open incidents or dry-run their containment",
+        ),
+        (
+            "viewer",
+            "get",
+            "/incidents/inc_nosuch/",
+            {"dryRun": "true"},
+            "The viewer role may not open incidents or dry-run their containment",
+        ),
+    ],
+)
+def test_a_member_without_the_role_is_refused_before_anything_is_read(
+    persona: str,
+    method: str,
+    path: str,
+    data: dict[str, Any],
+    refusal: str,
+    web: Any,
+    make_document: Any,
+) -> None:
+    """The erasure, bulk and containment views need a permission that depends on the
+    request (erase or preview, the bulk action, contain or freeze or dry-run): the page's
+    door decides it before the view runs, as for every other page."""
+    make_document("a")
+    client = web(persona)
+    before = sorted(AuditEntry.objects.values_list("pk", flat=True))
+    with CaptureQueriesContext(connection) as queries:
+        response = getattr(client, method)(PROJECT + path, data)
+    assert response.status_code == 403, response.content.decode()[:500]
+    assert refusal in response.content.decode()
+    read = [q["sql"] for q in queries if any(name in q["sql"] for name in VIEW_TABLES)]
+    assert read == []
+    assert sorted(AuditEntry.objects.values_list("pk", flat=True)) == before
+    assert Document.objects.get(doc_id="a").agent_writes is True
+    assert not Document.objects.filter(deleted=True).exists()
 
 
 def test_a_user_without_a_role_meets_the_missing_project_answer(people: People) -> None:

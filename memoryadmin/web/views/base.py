@@ -201,13 +201,21 @@ def _referring_page(request: HttpRequest) -> str | None:
     return parts.path + (f"?{parts.query}" if parts.query else "")
 
 
+# The further permission a request asks for, read from its method and fields alone (None:
+# none beyond the view's own).
+Asks = Callable[[HttpRequest], str | None]
+
+
 def project_view(
-    permission: str, *, agents: bool = False
+    permission: str, *, agents: bool = False, asks: Asks | None = None
 ) -> Callable[[ProjectView], Callable[..., HttpResponseBase]]:
-    """Resolves the user's role on the project in the URL and demands `permission`.
+    """Resolves the user's role on the project in the URL and demands `permission`, then
+    what `asks` says this request needs (erasing rather than previewing, deleting rather
+    than freezing...).
 
     No role on the project: 404, as for a project that does not exist.
-    A role without the permission: 403, and the view never runs.
+    A role without the permission: 403, and the view never runs: it reads and changes
+    nothing.
     The signed-in user is read with the role, the project switcher, the resource the
     URL names (if it does) and, with `agents`, the project's agents for full pages
     (`Page.project_agents`): one query after the session's.
@@ -260,6 +268,9 @@ def project_view(
                     agents=None if read.agents is None else tuple(read.agents),
                 )
                 membership_require(membership=membership, permission=permission)
+                asked = None if asks is None else asks(request)
+                if asked is not None:
+                    membership_require(membership=membership, permission=asked)
                 response = view(request, page, **kwargs)
             except DomainError as exc:
                 response = error_page(request, exc, page=page)

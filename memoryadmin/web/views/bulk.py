@@ -22,7 +22,7 @@ from memoryadmin.web.services.bulk import (
     bulk_selection,
     documents_bulk,
 )
-from memoryadmin.web.services.roles import DELETE, EXPORT, FREEZE, membership_require
+from memoryadmin.web.services.roles import DELETE, EXPORT, FREEZE
 from memoryadmin.web.views.base import Page, actor, page_render, project_view
 from memoryadmin.web.views.reading import SORT_LABELS, list_filters, list_query
 
@@ -73,15 +73,19 @@ def _report(request: HttpRequest, action: str, result: BulkResult) -> None:
         )
 
 
+def _bulk_asks(request: HttpRequest) -> str | None:
+    """Deleting is the owners'; exporting needs the export permission (freezing, the
+    view's own, is asked of every action)."""
+    return {"delete": DELETE, "export": EXPORT}.get(request.POST.get("action", ""))
+
+
 @require_POST
-@project_view(FREEZE)
+@project_view(FREEZE, asks=_bulk_asks)
 def documents_bulk_view(request: HttpRequest, page: Page, r: str) -> HttpResponseBase:
     resource = page.resource(r)
     action = request.POST.get("action", "")
     if action not in BULK_ACTIONS:
         raise InvalidRequest(f"Choose an action: {', '.join(BULK_ACTIONS)}.")
-    permission = {"delete": DELETE, "export": EXPORT}.get(action, FREEZE)
-    membership_require(membership=page.membership, permission=permission)
     # Back to the list as it was (its sort and filter): the bulk form and its
     # confirmation carry the list's query string in `back`.
     back_query = _back_query(request.POST.get("back", ""))

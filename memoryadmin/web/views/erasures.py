@@ -12,12 +12,19 @@ from django.views.decorators.http import require_GET, require_http_methods
 from memoryadmin.core.errors import DomainError
 from memoryadmin.erasures import services
 from memoryadmin.web.forms import ErasureConfirmForm, ErasureForm
-from memoryadmin.web.services.roles import ERASE, ERASE_PREVIEW, READ, membership_require
+from memoryadmin.web.services.roles import ERASE, ERASE_PREVIEW, READ
 from memoryadmin.web.views.base import Page, actor, page_render, project_view
 
 
+def _erasure_asks(request: HttpRequest) -> str | None:
+    """Reading the page is everyone's; sending the form previews, or erases for good."""
+    if request.method != "POST":
+        return None
+    return ERASE if "erase" in request.POST else ERASE_PREVIEW
+
+
 @require_http_methods(["GET", "POST"])
-@project_view(READ)
+@project_view(READ, asks=_erasure_asks)
 def erasures(request: HttpRequest, page: Page) -> HttpResponseBase:
     """The form (a preview first, then the confirmation) and the list of past erasures."""
     status, preview = 200, None
@@ -25,7 +32,6 @@ def erasures(request: HttpRequest, page: Page) -> HttpResponseBase:
     form = ErasureForm()
     if request.method == "POST":
         erase = "erase" in request.POST
-        membership_require(membership=page.membership, permission=ERASE if erase else ERASE_PREVIEW)
         form = (ErasureConfirmForm if erase else ErasureForm)(request.POST)
         status = 422
         if form.is_valid():

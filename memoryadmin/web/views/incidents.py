@@ -16,7 +16,7 @@ from memoryadmin.core.errors import DomainError
 from memoryadmin.incidents.models import Incident
 from memoryadmin.incidents.services import contain as contain_services
 from memoryadmin.incidents.services import incidents as incident_services
-from memoryadmin.web.services.roles import CONTAIN, FREEZE, INCIDENTS, READ, membership_require
+from memoryadmin.web.services.roles import CONTAIN, FREEZE, INCIDENTS, READ
 from memoryadmin.web.views.base import Page, actor, page_render, project_view
 
 SOURCE_KINDS = (
@@ -177,8 +177,13 @@ def _context(page: Page, incident: Incident, report: dict[str, Any] | None) -> d
     }
 
 
+def _dry_run_asks(request: HttpRequest) -> str | None:
+    """The incident's page is everyone's; its dry run (`?dryRun=true`) is support's."""
+    return INCIDENTS if request.GET.get("dryRun") == "true" else None
+
+
 @require_GET
-@project_view(READ)
+@project_view(READ, asks=_dry_run_asks)
 def incident_detail(request: HttpRequest, page: Page, i: str) -> HttpResponseBase:
     incident = incident_services.incident_get(
         project=page.project, environment=page.environment, incident_id=i
@@ -187,7 +192,6 @@ def incident_detail(request: HttpRequest, page: Page, i: str) -> HttpResponseBas
     if request.GET.get("dryRun") == "true":
         # What containing would do, written nowhere: a page of its own address, so a reload
         # or the back button shows it again instead of asking to send a form again.
-        membership_require(membership=page.membership, permission=INCIDENTS)
         report = contain_services.incident_contain(
             incident=incident, dry_run=True, actions=None, actor=actor(request)
         )
@@ -207,8 +211,24 @@ def _plan(report: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+def _is_dry_run(request: HttpRequest) -> bool:
+    return request.method == "POST" and request.POST.get("dryRun") == "true"
+
+
+def _freezes_only(request: HttpRequest) -> bool:
+    return request.POST.getlist("action") == [contain_services.FREEZE]
+
+
+def _contain_asks(request: HttpRequest) -> str | None:
+    """A dry run needs only the view's own permission; a freeze alone, freezing; anything
+    else (asking first included), containing."""
+    if _is_dry_run(request):
+        return None
+    return FREEZE if _freezes_only(request) else CONTAIN
+
+
 @require_http_methods(["GET", "POST"])
-@project_view(INCIDENTS)
+@project_view(INCIDENTS, asks=_contain_asks)
 def incident_contain(request: HttpRequest, page: Page, i: str) -> HttpResponseBase:
     """A dry run (support and owners) shows the report; a freeze alone (support and owners)
     writes it and comes back to the incident. A containment (owners) asks first: GET, or a
@@ -217,12 +237,9 @@ def incident_contain(request: HttpRequest, page: Page, i: str) -> HttpResponseBa
     incident = incident_services.incident_get(
         project=page.project, environment=page.environment, incident_id=i
     )
-    dry_run = request.method == "POST" and request.POST.get("dryRun") == "true"
+    dry_run = _is_dry_run(request)
     actions = request.POST.getlist("action") or None
-    freeze_only = actions == [contain_services.FREEZE]
-    if not dry_run:
-        permission = FREEZE if freeze_only else CONTAIN
-        membership_require(membership=page.membership, permission=permission)
+    freeze_only = _freezes_only(request)
     confirmed = request.method == "POST" and (freeze_only or request.POST.get("confirm") == "yes")
     if not dry_run and not confirmed:
         report = contain_services.incident_contain(
