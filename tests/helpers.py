@@ -373,6 +373,17 @@ def shoot(page: Any, name: str, *, full_page: bool = False) -> None:
         (SCREENSHOTS / f"{name}.png").write_bytes(image)
 
 
+# How far the page's widest table reaches past the page's column (main, inside its
+# padding), in CSS pixels: 0 or less when every table fits.
+TABLES_PAST_COLUMN = """() => {
+  const main = document.querySelector("main");
+  const padding = parseFloat(getComputedStyle(main).paddingRight);
+  const edge = main.getBoundingClientRect().right - padding;
+  const tables = Array.from(main.querySelectorAll("table"));
+  return Math.max(0, ...tables.map(table => table.getBoundingClientRect().right - edge));
+}"""
+
+
 def password_login(client: Any, username: str, password: str) -> bool:
     """Logs in through the login form (as a browser does, so lockouts apply)."""
     response = client.post("/login/", {"username": username, "password": password})

@@ -11,13 +11,21 @@ from typing import Any
 
 import pytest
 
-from memoryadmin.memory.models import Document, Resource
-from tests.helpers import BROWSER_TESTS, proposed_save, shoot
+from memoryadmin.memory.models import Document, Project, Resource
+from tests.helpers import (
+    BROWSER_TESTS,
+    MANIFEST_MEMORY,
+    PASSWORD,
+    TABLES_PAST_COLUMN,
+    proposed_save,
+    shoot,
+)
 
 pytestmark = BROWSER_TESTS
 
 DESKTOP = {"width": 1280, "height": 860}
 PHONE = {"width": 390, "height": 844}
+TABLET = {"width": 800, "height": 1024}
 VIEWPORTS = pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["1280px", "390px"])
 BASE = "/projects/acme/development"
 NOTES = f"{BASE}/resources/notes/"
@@ -547,4 +555,58 @@ def test_a_title_and_an_id_without_spaces_wrap_inside_the_page(
     page.goto(f"{BASE}/overview/")
     expect(page.get_by_role("link", name=f"notes/{doc_id}").first).to_be_visible()
     assert page.evaluate("document.documentElement.scrollWidth") <= viewport["width"]
+    assert page.js_errors == []
+
+
+@pytest.mark.parametrize("viewport", [DESKTOP, TABLET], ids=["1280px", "800px"])
+def test_names_without_spaces_wrap_inside_the_tables_that_list_them(
+    open_page: Any, project: Project, people: Any, viewport: dict[str, int]
+) -> None:
+    """A resource's id, a person's name, a webhook's URL and description, an incident's
+    title and source, each with no space to break at: their tables wrap them inside the
+    page's column rather than widen it (at phone width tables are cards, which wrap)."""
+    from django.contrib.auth import get_user_model
+    from playwright.sync_api import expect
+
+    from memoryadmin.incidents.services.incidents import incident_create
+    from memoryadmin.memory.services.deployments import deployment_create
+    from memoryadmin.web.services.roles import role_grant
+    from memoryadmin.webhooks.services import endpoint_create
+
+    wide = "W" * 80  # wide letters: about 1,100 px on one line
+    resource_id = "m" * 128
+    declared = {"id": resource_id, "description": "d", "provider": {"kind": "document"}}
+    memory = [*MANIFEST_MEMORY, declared]
+    deployment_create(
+        project=project, agent="support-bot", memory=memory, promote="development", actor="t"
+    )
+    username = "M" * 80
+    get_user_model().objects.create_user(username=username, password=PASSWORD)
+    role_grant(username=username, project_id=project.id, role="viewer", actor="t")
+    endpoint_create(
+        project=project,
+        url=f"https://93.184.216.34/{wide}",
+        events=["document.updated"],
+        description=wide,
+        actor="t",
+    )
+    incident_create(
+        project=project,
+        environment="development",
+        title=wide,
+        source={"text": wide},
+        hops=1,
+        actor=f"user:{username}",
+    )
+    page = open_page("olivia", f"{BASE}/", viewport=viewport)
+    for path, shown in [
+        ("/", resource_id),
+        ("/people/", username),
+        ("/webhooks/", wide),
+        ("/incidents/", wide),
+    ]:
+        page.goto(BASE + path)
+        expect(page.locator("main table").get_by_text(shown).first).to_be_visible()
+        assert page.evaluate(TABLES_PAST_COLUMN) <= 0.5, path
+        assert page.evaluate("document.documentElement.scrollWidth") <= viewport["width"], path
     assert page.js_errors == []

@@ -35,7 +35,9 @@ def role_of(username: str) -> str | None:
 
 def test_people_page_lists_roles_owners_first(owner: Client, people: People) -> None:
     html = html_of(owner.get(PEOPLE))
-    names = [html.index(f'<th scope="row">{name}') for name in ("olivia", "sam", "vera")]
+    names = [
+        html.index(f'<th scope="row" class="chosen">{name}') for name in ("olivia", "sam", "vera")
+    ]
     assert names == sorted(names)
     assert "oscar" not in html  # a role on another project only
 
@@ -45,7 +47,7 @@ def test_a_rows_refused_role_change_is_told_beside_that_row(owner: Client, peopl
     on its role control, and not in the "Give someone a role" box below."""
     posted = {"grant-username": "olivia", "grant-role": "viewer", "row": "yes"}
     html = html_of(owner.post(f"{PEOPLE}grant/", posted), 409)
-    start = html.index('<th scope="row">olivia')
+    start = html.index('<th scope="row" class="chosen">olivia')
     row = html[start : html.index("</tr>", start)]
     assert 'role="alert"><p>olivia is the only owner of acme;' in row
     assert 'aria-invalid="true" aria-describedby="role-' in row

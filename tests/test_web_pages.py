@@ -135,7 +135,9 @@ def test_inventory_lists_resources_with_kind_limit_status_and_count(
     )
     response = owner.get(f"{BASE}/")
     assert response.status_code == 200
-    rows = re.findall(r"<tr>\s*<th scope=\"row\">.*?</tr>", response.content.decode(), re.S)
+    rows = re.findall(
+        r"<tr>\s*<th scope=\"row\" class=\"chosen\">.*?</tr>", response.content.decode(), re.S
+    )
     assert len(rows) == 2
     kb, notes = rows
     assert ">kb</a>" in kb
