@@ -38,7 +38,14 @@ from memoryadmin.memory.limits import agent_write_fields
 from memoryadmin.memory.models import AuditEntry, Document, Project, Resource
 from memoryadmin.memory.services.deployments import resource_get
 from memoryadmin.memory.services.documents import document_replace
-from tests.helpers import DEV, DOCS, MANIFEST_MEMORY, free_port, retire_kb
+from tests.helpers import (
+    DEV,
+    DOCS,
+    MANIFEST_MEMORY,
+    deploy_reference_provider,
+    free_port,
+    retire_kb,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 ACTOR = f"cli:{getpass.getuser()}"
@@ -148,6 +155,23 @@ def test_list_without_resource_shows_resources_retired_included(
     }  # fmt: skip
     table, _ = memory("list")
     assert "retired" in table.splitlines()[1]
+
+
+def test_list_prints_no_count_for_a_resource_whose_records_live_with_the_provider(
+    project: Project, make_document: Any
+) -> None:
+    """An http resource keeps no documents here: the table shows "-", not a false 0; the
+    JSON is the API's inventory, which counts the documents kept here."""
+    make_document("workshop")
+    deploy_reference_provider(project, "http://127.0.0.1:9", extra=[MANIFEST_MEMORY[0]])
+    table, _ = memory("list")
+    rows = {line.split()[0]: line.split() for line in table.splitlines()[1:]}
+    assert rows["facts"] == ["facts", "http", "4096", "declared", "-"]
+    assert rows["notes"] == ["notes", "document", "8192", "declared", "1"]
+    assert rows["kb"][-1] == "0"
+    out, _ = memory("list", "--json")
+    counts = {r["id"]: r["documents"] for r in json.loads(out)["resources"]}
+    assert counts == {"facts": 0, "kb": 0, "notes": 1}
 
 
 def test_show_json_is_the_document_object_of_the_api(make_document: Any, api: APIClient) -> None:

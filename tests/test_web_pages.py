@@ -18,7 +18,15 @@ from django.utils import timezone
 from memoryadmin.memory.models import Document, Project, Resource
 from memoryadmin.memory.services.deployments import deployment_create
 from memoryadmin.memory.services.documents import document_replace
-from tests.helpers import PASSWORD, People, agent_save, fragment_of, html_of
+from tests.helpers import (
+    MANIFEST_MEMORY,
+    PASSWORD,
+    People,
+    agent_save,
+    deploy_reference_provider,
+    fragment_of,
+    html_of,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -111,6 +119,23 @@ def test_login_lands_on_the_only_project_in_development(people: People) -> None:
     assert response.status_code == 200
     assert response.redirect_chain[-1][0] == f"{BASE}/"
     assert b"notes" in response.content
+
+
+def test_inventory_shows_no_count_for_a_resource_whose_records_live_with_the_provider(
+    owner: Client, project: Project, make_document: Any
+) -> None:
+    """An http resource keeps no documents here: its count is not a false 0."""
+    make_document("workshop")
+    deploy_reference_provider(project, "http://127.0.0.1:9", extra=[MANIFEST_MEMORY[0]])
+    html = html_of(owner.get(f"{BASE}/"))
+    rows = dict(
+        re.findall(r'<tr>\s*<th scope="row"[^>]*><a [^>]*>([^<]+)</a>(.*?)</tr>', html, re.S)
+    )
+    assert set(rows) == {"facts", "kb", "notes"}
+    assert "http" in rows["facts"]
+    facts = rows["facts"].split('<td class="num">')[-1]
+    assert facts.startswith('<span class="muted">with the provider</span></td>'), facts
+    assert rows["notes"].split('<td class="num">')[-1] == "1</td>\n    "
 
 
 def test_login_with_a_wrong_password_is_refused(people: People) -> None:

@@ -326,3 +326,11 @@ def resource_inventory(*, project: Project, environment: str) -> list[dict[str, 
         }
         for resource in resources.order_by("resource_id")
     ]
+
+
+def inventory_count(row: dict[str, Any]) -> int | None:
+    """An inventory row's document count as the page and the CLI's table show it: None
+    where the provider keeps the resource's records (an http resource), which no count here
+    covers; not a 0 that reads as an empty resource. (The API's `documents` stays the count
+    of documents kept here, as its contract says.)"""
+    return row["documents"] if row["provider"]["kind"] in kinds_keeping_documents() else None

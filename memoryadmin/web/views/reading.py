@@ -27,7 +27,11 @@ from memoryadmin.memory.services.audit import (
     audit_list,
     audit_record_dict,
 )
-from memoryadmin.memory.services.deployments import resource_ids, resource_inventory
+from memoryadmin.memory.services.deployments import (
+    inventory_count,
+    resource_ids,
+    resource_inventory,
+)
 from memoryadmin.memory.services.document_filters import NO_FACETS, DocumentFacets, document_facets
 from memoryadmin.memory.services.documents import (
     document_count,
@@ -88,7 +92,10 @@ def project_home(request: HttpRequest, p: str) -> HttpResponseBase:
 @require_GET
 @project_view(READ)
 def inventory(request: HttpRequest, page: Page) -> HttpResponseBase:
-    resources = resource_inventory(project=page.project, environment=page.environment)
+    resources = [
+        {**row, "documents": inventory_count(row)}
+        for row in resource_inventory(project=page.project, environment=page.environment)
+    ]
     return page_render(request, "memoryadmin/inventory.html", page, {"resources": resources})
 
 

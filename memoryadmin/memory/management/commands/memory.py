@@ -51,6 +51,7 @@ from memoryadmin.memory.representations import (
     version_dict,
 )
 from memoryadmin.memory.services.deployments import (
+    inventory_count,
     resource_documents_check,
     resource_get,
     resource_inventory,
@@ -296,7 +297,7 @@ class Command(HistoryCommands, ProposalCommands, cli.Command):
                 r["provider"]["kind"],
                 str(r["provider"]["maxBytes"]),
                 "declared" if r["declared"] else "retired",
-                str(r["documents"]),
+                _documents_shown(inventory_count(r)),
             ]
             for r in inventory
         ]
@@ -615,6 +616,11 @@ class Command(HistoryCommands, ProposalCommands, cli.Command):
 
 def _count(number: int, noun: str) -> str:
     return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+
+
+def _documents_shown(documents: int | None) -> str:
+    """A resource's document count; "-" where its records live with the provider."""
+    return "-" if documents is None else str(documents)
 
 
 def _writer(writer: dict[str, Any]) -> str:
