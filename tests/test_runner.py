@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -14,7 +15,7 @@ from typing import Any
 
 import hypothesis
 import pytest
-from django.db import transaction
+from django.db import connections, transaction
 from django.utils import timezone
 from hypothesis import strategies as st
 
@@ -38,6 +39,7 @@ from tests.helpers import (
     is_postgres,
     manage,
     suite_database_url,
+    wait_until,
     worker_start,
     worker_stop,
     worker_stopped,
@@ -89,6 +91,8 @@ def _no_calls(settings: Any) -> Iterator[None]:
     RUNS.clear()
     FAILING.clear()
     POSTPONED.clear()
+    GATES.clear()
+    STARTED.clear()
     yield
     CALLS.clear()
 
@@ -418,6 +422,66 @@ def test_a_dead_job_is_run_again_from_the_start_or_discarded() -> None:
     job.refresh_from_db()
     assert job.state == "discarded"
     assert jobs_run_due() == {}
+
+
+# Attempts of `gated` that wait for their gate before they go on: the first call takes the
+# first gate, and so on; a call with none left goes on at once.
+GATES: list[threading.Event] = []
+# (label, attempt) of each call of `gated` as it starts.
+STARTED: list[tuple[str, int]] = []
+
+
+@durable(max_attempts=3, atomic=False)
+def gated(*, label: str) -> None:
+    gate = GATES.pop(0) if GATES else None
+    STARTED.append((label, current_job().attempts))
+    if gate is not None:
+        assert gate.wait(60)
+    if label in FAILING:
+        raise RetryAfter(f"{label} failed late")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_attempt_of_an_earlier_run_back_late_counts_for_nothing() -> None:
+    """A worker stalled past its lease in the first attempt; another one took the job over
+    and finished it; an owner ran it again, and a third worker is in its first attempt when
+    the first comes back. An attempt was told by its number alone, which running again
+    counts from 0: the stalled one, failing late, counted as the running one's (the job
+    back to pending, to run a third time), and the running one's own end was lost."""
+    job = enqueue(gated, project="p", label="a")
+    first_gate, third_gate = threading.Event(), threading.Event()
+    GATES.append(first_gate)
+    outcomes: dict[str, str] = {}
+
+    def attempt(name: str) -> None:
+        try:
+            outcomes[name] = job_run(job.pk)
+        finally:
+            connections.close_all()
+
+    stalled = threading.Thread(target=attempt, args=("stalled",))
+    stalled.start()
+    wait_until(lambda: len(STARTED) == 1, "the first attempt to start")
+    # Its lease passes; another worker takes the job over and finishes it.
+    Job.objects.filter(pk=job.pk).update(lease_until=timezone.now() - timedelta(seconds=1))
+    assert job_run(job.pk) == "done"
+    assert job_again(job.pk)
+    GATES.append(third_gate)
+    running = threading.Thread(target=attempt, args=("running",))
+    running.start()
+    wait_until(lambda: len(STARTED) == 3, "the run again to start")
+    assert STARTED == [("a", 1), ("a", 2), ("a", 1)]
+    # The stalled worker comes back and fails; then the running one ends.
+    FAILING["a"] = None
+    first_gate.set()
+    stalled.join(60)
+    del FAILING["a"]
+    third_gate.set()
+    running.join(60)
+    assert outcomes == {"stalled": "skipped", "running": "done"}
+    job.refresh_from_db()
+    assert (job.state, job.attempts, job.last_error) == ("done", 1, "")
+    assert len(STARTED) == 3
 
 
 # Housekeeping (memoryadmin/runner/housekeeping.py).

@@ -437,9 +437,13 @@ def current_job() -> Job:
 
 
 def _held(job: Job) -> QuerySet[Job]:
-    """The job's row while this attempt holds it: running, at this attempt (no one took
-    it over after its lease passed)."""
-    return Job.objects.filter(pk=job.pk, state=JobState.RUNNING, attempts=job.attempts)
+    """The job's row while this attempt holds it: running, at this attempt, under the
+    lease its claim took (no one took it over after its lease passed). The lease, not
+    the number alone: running a job again counts its attempts from 0, and an attempt of
+    the earlier run back late counted as the new run's attempt of the same number."""
+    return Job.objects.filter(
+        pk=job.pk, state=JobState.RUNNING, attempts=job.attempts, lease_until=job.lease_until
+    )
 
 
 def current_claim() -> Exists:
