@@ -898,3 +898,158 @@ def test_a_redelivery_racing_the_removal_of_its_delivery_is_not_found(
     assert not Delivery.objects.exists()
     assert not Job.objects.exists()
     assert not AuditEntry.objects.filter(action="webhook.redeliver").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(not is_postgres(), reason="a row lock held across threads needs PostgreSQL")
+@pytest.mark.parametrize("first", ["change", "deletion"])
+def test_a_change_racing_its_endpoints_deletion_is_written_and_the_endpoint_goes(
+    api: APIClient, make_document: Any, first: str
+) -> None:
+    """A change of the project writes its delivery while the owner deletes the endpoint:
+    the change read the endpoint before the deletion committed, and failed at its own
+    commit (the delivery's endpoint gone), its write lost. Now whichever comes second
+    waits for the first: a deletion waits for the change and deletes its delivery too, a
+    change waits for the deletion and queues nothing for the endpoint."""
+    import threading
+
+    from django.db import connections
+
+    from memoryadmin.webhooks.services import endpoint_delete
+
+    hook = register(api, "http://127.0.0.1:9/hooks", ["document.created"])
+    ready, done = threading.Event(), threading.Event()
+    outcome: dict[str, Any] = {}
+
+    def holder() -> None:
+        # Writes first, then commits once the other side waits for it (3 s at most).
+        try:
+            with transaction.atomic():
+                if first == "change":
+                    make_document("racing")
+                else:
+                    endpoint_delete(endpoint=Endpoint.objects.get(), actor="t")
+                ready.set()
+                outcome["waited"] = lock_waiter_seen(looks=300)
+        except Exception as exc:
+            outcome["holder"] = repr(exc)
+        finally:
+            ready.set()
+            done.set()
+            connections.close_all()
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    assert ready.wait(60)
+    if first == "change":
+        second = api.delete(f"{HOOKS}/{hook['id']}")
+        assert second.status_code == 204
+    else:
+        second = api.put(
+            f"{DOCS}/racing{ENV}", {"title": "Racing"}, format="json", HTTP_IF_NONE_MATCH="*"
+        )
+        assert second.status_code == 201, second.json()
+    assert done.wait(60)
+    thread.join(60)
+    assert outcome == {"waited": True}
+    assert Document.objects.filter(doc_id="racing").exists()
+    assert not Endpoint.objects.exists()
+    assert not Delivery.objects.exists()
+    assert AuditEntry.objects.filter(action="webhook.delete").count() == 1
+    jobs = Job.objects.filter(name=DELIVER)
+    # The change's delivery job, deleted with the delivery's endpoint, sends nothing.
+    assert jobs.count() == (1 if first == "change" else 0)
+    assert [job_run(job.pk) for job in jobs] == (["done"] if first == "change" else [])
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(not is_postgres(), reason="a row lock held across threads needs PostgreSQL")
+@pytest.mark.parametrize("action", ["test", "update", "rotate", "delete"])
+def test_an_endpoints_change_racing_its_deletion_is_not_found(api: APIClient, action: str) -> None:
+    """An owner's action on an endpoint read before another's deletion of it committed:
+    a test event queued its delivery to the deleted endpoint all the same (a 500 at its
+    commit), a change or a new secret saved no row (a 500), a second deletion was
+    audited twice. Each is now not found (404) and changes nothing."""
+    import threading
+
+    from django.db import connections
+
+    from memoryadmin.webhooks.services import endpoint_delete
+
+    hook = register(api, "http://127.0.0.1:9/hooks", ["document.created"])
+    ready, done = threading.Event(), threading.Event()
+    outcome: dict[str, Any] = {}
+
+    def deleter() -> None:
+        try:
+            with transaction.atomic():
+                endpoint_delete(endpoint=Endpoint.objects.get(), actor="t")
+                ready.set()
+                outcome["waited"] = lock_waiter_seen(looks=300)
+        except Exception as exc:
+            outcome["deleter"] = repr(exc)
+        finally:
+            ready.set()
+            done.set()
+            connections.close_all()
+
+    thread = threading.Thread(target=deleter)
+    thread.start()
+    assert ready.wait(60)
+    url = f"{HOOKS}/{hook['id']}"
+    sent = {
+        "test": lambda: api.post(f"{url}/test"),
+        "update": lambda: api.patch(url, {"description": "Ops"}, format="json"),
+        "rotate": lambda: api.post(f"{url}/rotate-secret"),
+        "delete": lambda: api.delete(url),
+    }[action]()
+    assert done.wait(60)
+    thread.join(60)
+    assert outcome == {"waited": True}
+    assert (sent.status_code, sent.json()["error"]["code"]) == (404, "webhook_not_found")
+    assert not Endpoint.objects.exists()
+    assert not Delivery.objects.exists()
+    assert not Job.objects.filter(name=DELIVER).exists()
+    actions = AuditEntry.objects.filter(action__startswith="webhook.").order_by("id")
+    assert list(actions.values_list("action", flat=True)) == ["webhook.create", "webhook.delete"]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(not is_postgres(), reason="a row lock held across threads needs PostgreSQL")
+def test_changes_of_an_endpoint_at_once_each_keep_the_others(api: APIClient) -> None:
+    """An owner pauses an endpoint while another changes its description: the second,
+    saving the endpoint as it read it, set it active again (its deliveries went out).
+    Now each change is saved over the endpoint as the one before left it."""
+    import threading
+
+    from django.db import connections
+
+    from memoryadmin.webhooks.services import endpoint_update
+
+    hook = register(api, "http://127.0.0.1:9/hooks", ["document.created"])
+    ready, done = threading.Event(), threading.Event()
+    outcome: dict[str, Any] = {}
+
+    def pauser() -> None:
+        try:
+            with transaction.atomic():
+                endpoint_update(endpoint=Endpoint.objects.get(), actor="t", active=False)
+                ready.set()
+                outcome["waited"] = lock_waiter_seen(looks=300)
+        except Exception as exc:
+            outcome["pauser"] = repr(exc)
+        finally:
+            ready.set()
+            done.set()
+            connections.close_all()
+
+    thread = threading.Thread(target=pauser)
+    thread.start()
+    assert ready.wait(60)
+    described = api.patch(f"{HOOKS}/{hook['id']}", {"description": "Ops"}, format="json")
+    assert done.wait(60)
+    thread.join(60)
+    assert outcome == {"waited": True}
+    assert described.status_code == 200
+    assert (described.json()["description"], described.json()["active"]) == ("Ops", False)
+    assert Endpoint.objects.filter(active=False, description="Ops").count() == 1

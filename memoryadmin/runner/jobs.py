@@ -227,22 +227,25 @@ def enqueue_sql(
     line: str = "''",
     order: str = "",
     returning: str = "",
+    lock: str = "",
 ) -> tuple[str, list[Any]]:
     """`INSERT INTO <jobs> ... SELECT ... FROM <rows> RETURNING id`: one job of `project`
     per row, for a PostgreSQL statement that also writes the change causing them (a
     `WITH` clause of it). `kwargs` is the SQL of each job's JSON arguments over `rows`,
     `line` of its line, `order` (an ORDER BY) the order of their ids, `returning` more
-    columns to return. Hand the ids it returns to `jobs_dispatch_on_commit`."""
+    columns to return, `lock` a locking clause of the SELECT (`FOR KEY SHARE OF ...`).
+    Hand the ids it returns to `jobs_dispatch_on_commit`."""
     policy = _policy(function)
     now = timezone.now()
     params = [_path(function), project, JobState.PENDING, _value(policy.max_attempts)]
     params += [_deadline(policy, now), now, now]
-    return _enqueue_statement(database_vendor(), rows, kwargs, line, order, returning), params
+    statement = _enqueue_statement(database_vendor(), rows, kwargs, line, order, returning, lock)
+    return statement, params
 
 
 @functools.cache
 def _enqueue_statement(
-    vendor: str, rows: str, kwargs: str, line: str, order: str, returning: str
+    vendor: str, rows: str, kwargs: str, line: str, order: str, returning: str, lock: str
 ) -> str:
     """`enqueue_sql`'s statement, the same text for the same arguments: built once."""
     names = ["name", "project", "kwargs", "key", "line", "state", "attempts", "max_attempts"]
@@ -253,6 +256,7 @@ def _enqueue_statement(
         f"INSERT INTO {table(Job)} ({targets})"
         f" SELECT %s, %s, {kwargs}, '', {line}, %s, 0, %s, %s, %s, %s, '' FROM {rows}"
         f"{f' ORDER BY {order}' if order else ''}"
+        f"{f' {lock}' if lock else ''}"
         f" RETURNING {column(Job, 'id')}{extra}"
     )
 

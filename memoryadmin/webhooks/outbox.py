@@ -156,6 +156,12 @@ def outbox_clauses(facts: AuditFacts, *, source: str) -> tuple[str, list[Any]] |
         line=f"'{LINE_PREFIX}' || e.id",
         order="e.id, ev.ordinal",
         returning=column(Job, "kwargs"),
+        # The endpoints it queues for, locked as their key's check at commit would lock
+        # them: one deleted meanwhile (`endpoint_delete` locks it first) is skipped once
+        # its deletion commits, where the change failed at its own commit (the delivery's
+        # key missing), and one being deleted waits for the change, whose deliveries
+        # then go with it.
+        lock="FOR KEY SHARE OF e",
     )
     # In the order of their placeholders: the events, the job's columns, the rows'
     # conditions, the delivery's columns.

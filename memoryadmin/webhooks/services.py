@@ -99,6 +99,18 @@ def check_description(value: object) -> str:
     return value
 
 
+def _locked(endpoint: Endpoint) -> None:
+    """Locks the endpoint's row for a change of it (in the caller's transaction) and reads
+    it again: a change saves what it changed over the endpoint as it is now (over another
+    change committed since it was read, it undid that one: a pause lost), and one
+    deleted meanwhile is not found, as if never read (a change saved no row, a test event
+    queued a delivery whose endpoint is gone)."""
+    try:
+        endpoint.refresh_from_db(from_queryset=Endpoint.objects.select_for_update())
+    except Endpoint.DoesNotExist:
+        raise WebhookNotFound(f"No webhook endpoint '{endpoint.pk}'.") from None
+
+
 def _new_secret() -> str:
     return SECRET_PREFIX + secrets.token_urlsafe(32)
 
@@ -176,6 +188,7 @@ def endpoint_update(
     active: object = None,
 ) -> Endpoint:
     """Changes what is given; reactivating an endpoint sends what waited meanwhile."""
+    _locked(endpoint)
     changes: dict[str, Any] = {}
     if url is not None:
         endpoint.url = changes["url"] = check_url(url, project=endpoint.project_id)
@@ -203,6 +216,7 @@ def endpoint_update(
 @transaction.atomic
 def endpoint_rotate_secret(*, endpoint: Endpoint, actor: str) -> tuple[Endpoint, str]:
     """A new signing secret (returned this once); deliveries sent from now on use it."""
+    _locked(endpoint)
     endpoint.secret = _new_secret()
     endpoint.save(update_fields=["secret"])
     _audit(endpoint, actor=actor, action="webhook.rotate")
@@ -211,7 +225,10 @@ def endpoint_rotate_secret(*, endpoint: Endpoint, actor: str) -> tuple[Endpoint,
 
 @transaction.atomic
 def endpoint_delete(*, endpoint: Endpoint, actor: str) -> None:
-    """Deletes the endpoint and its deliveries, sent or not."""
+    """Deletes the endpoint and its deliveries, sent or not. Its row is locked first: a
+    change queuing a delivery to it meanwhile (the outbox locks the endpoints it queues
+    for) commits before, its delivery deleted here, or skips the endpoint after."""
+    _locked(endpoint)
     _audit(endpoint, actor=actor, action="webhook.delete")
     endpoint.delete()
 
@@ -304,7 +321,7 @@ def deliveries_erase(
 def endpoint_send_test(*, endpoint: Endpoint, actor: str) -> Delivery:
     """Queues a `webhook.test` event to this endpoint: a delivery like any other (signed,
     sent in the endpoint's order, retried, recorded), whatever events it wants."""
-    Endpoint.objects.select_for_update().filter(pk=endpoint.pk).first()
+    _locked(endpoint)
     waiting = Delivery.objects.filter(
         endpoint=endpoint, event=TEST_EVENT, state__in=OPEN_DELIVERY_STATES
     ).count()
