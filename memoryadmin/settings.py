@@ -555,7 +555,9 @@ else:
 # Open provider operations (accepted or uncertain writes): checked with a pause
 # doubling from the backoff, at most MAX_ATTEMPTS times and until the deadline;
 # then they are dead letters.
-MEMORYADMIN_OPERATION_BACKOFF_SECONDS = env_float("MEMORYADMIN_OPERATION_BACKOFF_SECONDS", 10.0)
+MEMORYADMIN_OPERATION_BACKOFF_SECONDS = env_float(
+    "MEMORYADMIN_OPERATION_BACKOFF_SECONDS", 10.0, minimum=0
+)
 MEMORYADMIN_OPERATION_MAX_ATTEMPTS = env_int("MEMORYADMIN_OPERATION_MAX_ATTEMPTS", 12, minimum=1)
 MEMORYADMIN_OPERATION_DEADLINE_SECONDS = env_int(
     "MEMORYADMIN_OPERATION_DEADLINE_SECONDS", 86400, minimum=1
@@ -589,12 +591,17 @@ MEMORYADMIN_JOBS_KEEP_DAYS = env_int(
 # A running job whose worker shows no sign of life for this long is run again.
 MEMORYADMIN_JOB_LEASE_SECONDS = env_int("MEMORYADMIN_JOB_LEASE_SECONDS", 300, minimum=1)
 # The pause before a failed job's next attempt doubles from this, up to an hour.
-MEMORYADMIN_JOB_BACKOFF_SECONDS = env_float("MEMORYADMIN_JOB_BACKOFF_SECONDS", 5.0)
+MEMORYADMIN_JOB_BACKOFF_SECONDS = env_float("MEMORYADMIN_JOB_BACKOFF_SECONDS", 5.0, minimum=0)
 # Webhook deliveries (docs/webhooks.md): how long a receiver has to answer, the
 # pause before a failed delivery's next attempt (doubling, up to an hour), and
-# how many attempts it gets before it is kept as failed.
-MEMORYADMIN_WEBHOOK_TIMEOUT_SECONDS = env_float("MEMORYADMIN_WEBHOOK_TIMEOUT_SECONDS", 10.0)
-MEMORYADMIN_WEBHOOK_BACKOFF_SECONDS = env_float("MEMORYADMIN_WEBHOOK_BACKOFF_SECONDS", 10.0)
+# how many attempts it gets before it is kept as failed. The timeout sets the delivery's
+# lease (twice it plus 30 s), so a negative one gave a lease passed when it was taken.
+MEMORYADMIN_WEBHOOK_TIMEOUT_SECONDS = env_float(
+    "MEMORYADMIN_WEBHOOK_TIMEOUT_SECONDS", 10.0, minimum=1
+)
+MEMORYADMIN_WEBHOOK_BACKOFF_SECONDS = env_float(
+    "MEMORYADMIN_WEBHOOK_BACKOFF_SECONDS", 10.0, minimum=0
+)
 MEMORYADMIN_WEBHOOK_MAX_ATTEMPTS = env_int("MEMORYADMIN_WEBHOOK_MAX_ATTEMPTS", 8, minimum=1)
 
 

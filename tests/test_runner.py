@@ -640,6 +640,25 @@ def test_days_to_keep_out_of_their_range_are_refused_at_start_up(
     assert f"{name} {says}" in done.stderr
 
 
+@pytest.mark.parametrize(
+    ("name", "raw", "says"),
+    [
+        ("MEMORYADMIN_JOB_BACKOFF_SECONDS", "-5", "must be at least 0, not -5"),
+        ("MEMORYADMIN_WEBHOOK_BACKOFF_SECONDS", "-0.5", "must be at least 0, not -0.5"),
+        ("MEMORYADMIN_OPERATION_BACKOFF_SECONDS", "-1", "must be at least 0, not -1"),
+        ("MEMORYADMIN_WEBHOOK_TIMEOUT_SECONDS", "-20", "must be at least 1, not -20"),
+    ],
+)
+def test_pauses_and_timeouts_below_their_least_are_refused_at_start_up(
+    name: str, raw: str, says: str
+) -> None:
+    """A negative backoff retried without a pause; a webhook timeout under -15 s gave
+    deliveries a lease that had passed when it was taken (sent twice at once)."""
+    done = manage("check", env={**os.environ, "MEMORYADMIN_DEV_SECRETS": "1", name: raw})
+    assert done.returncode != 0
+    assert f"{name} {says}" in done.stderr
+
+
 def test_days_to_keep_are_read_from_the_environment_0_for_ever(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
