@@ -12,6 +12,7 @@ from rest_framework.test import APIClient
 from memoryadmin.agents.models import ProviderOperation
 from memoryadmin.agents.services.runtime import recall_create, tool_call
 from memoryadmin.external.ids import external_memory_id, provider_id
+from memoryadmin.external.models import ExternalRecord
 from memoryadmin.memory.models import AuditEntry, Project, Resource
 from memoryadmin.memory.services.deployments import deployment_create
 from memoryadmin.runner.jobs import jobs_run_due
@@ -151,6 +152,13 @@ def test_update_and_delete_are_queued_then_applied_with_history(
     ]
     assert memory_id not in vertex.memories
     assert api.get(f"{RECORDS}/{record_id}{ALICE}").status_code == 404
+    # Its delete done, the record is forgotten as a delete answered at once forgets it:
+    # deleting it again is a 404 that asks the provider nothing, never a second delete.
+    calls = len(vertex.calls)
+    again = api.delete(f"{RECORDS}/{record_id}{ALICE}")
+    assert (again.status_code, again.json()["error"]["code"]) == (404, "not_found")
+    assert len(vertex.calls) == calls
+    assert not ExternalRecord.objects.filter(record_id=record_id).exists()
     assert {e.action for e in AuditEntry.objects.filter(action__startswith="record.")} == {
         "record.update",
         "record.delete",

@@ -629,7 +629,8 @@ class ExternalProvider(MemoryProvider):
 
         `operation` has `resource`, `namespace` and `provider_operation`. A
         finished write's records are mapped to our ids, so they can be managed
-        at once; a failure keeps the provider's words for the owners.
+        at once; a finished delete forgets its record, as a delete answered at
+        once does; a failure keeps the provider's words for the owners.
         """
         if operation.kind != OperationKind.ACCEPTED_WRITE:
             # A write whose answer was lost or cancelled left no provider operation to
@@ -642,6 +643,8 @@ class ExternalProvider(MemoryProvider):
             return OperationCheck(state="queued")
         if state.failed:
             return OperationCheck(state="failed", detail=state.error or "the provider failed it")
+        if operation.action == OperationAction.DELETE and operation.record_id:
+            record_forget(resource=resource, record_id=operation.record_id)
         ids = records_map(
             resource=resource,
             namespace=namespace,
