@@ -5,6 +5,7 @@ in one action."""
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from io import StringIO
 from typing import Any
 
@@ -12,13 +13,14 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from memoryadmin.agents.models import OperationState, ProviderOperation, Session, SessionEvent
 from memoryadmin.agents.services.runtime import recall_create, tool_call
-from memoryadmin.agents.services.sessions import session_create
+from memoryadmin.agents.services.sessions import record_saved, session_create
 from memoryadmin.external.models import ExternalRecord
-from memoryadmin.incidents.models import Incident
+from memoryadmin.incidents.models import Incident, NamedOperation
 from memoryadmin.incidents.services.contain import incident_contain
 from memoryadmin.memory.models import ApiKey, AuditEntry, Document, Project, Resource
 from memoryadmin.memory.services.deployments import deployment_create, resource_get
@@ -28,12 +30,15 @@ from memoryadmin.memory.services.redaction import version_redact
 from memoryadmin.providers.services.secrets import secret_set
 from memoryadmin.webhooks.models import Delivery
 from memoryadmin.webhooks.services import endpoint_create
-from tests.fake_providers import FakeMem0Oss
+from tests.fake_providers import FakeMem0Oss, FakeVertexMemoryBank
 from tests.helpers import (
     DEV,
     MANIFEST_MEMORY,
     Keys,
+    deploy_external,
     discarded_long_ago,
+    external_session,
+    html_of,
     is_postgres,
     unnamed_dead_letter,
 )
@@ -659,6 +664,134 @@ def test_an_operation_a_containment_report_names_is_kept_past_the_days_operation
     assert Incident.objects.get(pk=opened["id"]).containment == again
     assert housekeeping().removed == {"provider operations": 1}
     assert not ProviderOperation.objects.filter(pk=named).exists()
+
+
+@pytest.fixture
+def queued_world(project: Project, vertex: FakeVertexMemoryBank, api: APIClient) -> dict[str, Any]:
+    """A session that stored a record in a Vertex AI Memory Bank resource `mem` (its
+    `record.saved` event), whose provider deletes through long-running operations: an
+    incident traced from the session, and the record's id."""
+    deploy_external(
+        project,
+        {
+            "kind": "vertex-memory-bank",
+            "baseUrl": vertex.origin,
+            "project": "acme-prod",
+            "location": "us-central1",
+            "reasoningEngine": "4242",
+            "credentials": {"secret": "VERTEX_SA", "type": "service-account"},
+            "scope": {"user_id": "{namespace}", "app": "support"},
+        },
+        secrets_by_origin={vertex.origin: {"VERTEX_SA": vertex.account_json()}},
+    )
+    memory = vertex.seed(POISON, {"user_id": "alice", "app": "support"})
+    records = "/api/managed-agents/projects/acme/memory/mem/records" + DEV + "&namespace=alice"
+    (record,) = [r["id"] for r in api.get(records).json()["records"]]
+    session = external_session(project, "alice")
+    recall = recall_create(session=session, use=["mem"])
+    record_saved(
+        session=session,
+        data={
+            "resource": "mem",
+            "namespace": "alice",
+            "tool": "memory_add",
+            "callId": "c1",
+            "recallId": recall["recallId"],
+            "recordIds": [record],
+        },
+    )
+    opened = post(api, INCIDENTS, {"title": "Vertex", "source": {"session": session.id}})
+    assert by_kind(opened.json()["graph"], "record") == {f"record:mem/{record}": 0}
+    return {"incident": opened.json()["id"], "record": record, "memory": memory}
+
+
+def test_a_queued_record_delete_is_named_kept_audited_and_shown(
+    api: APIClient,
+    web: Any,
+    queued_world: dict[str, Any],
+    vertex: FakeVertexMemoryBank,
+    settings: Any,
+) -> None:
+    """A record delete the provider only accepts (a long-running operation) is reported
+    `queued` on its node and by its operation in `queued`, beside `deadLetters`: the
+    operation is open until the provider finishes it, the audit entry names it, the
+    incident (API and page) shows it, and the operations' retention keeps it, settled,
+    while the kept report names it."""
+    from memoryadmin.runner.housekeeping import housekeeping
+    from memoryadmin.runner.jobs import jobs_run_due
+
+    incident_id, record = queued_world["incident"], queued_world["record"]
+    settings.MEMORYADMIN_OPERATION_BACKOFF_SECONDS = 0
+    settings.MEMORYADMIN_JOB_BACKOFF_SECONDS = 0
+    contain = f"{INCIDENTS}/{incident_id}/contain"
+    dry = post(api, contain, {"dryRun": True, "actions": ["revert"]}).json()
+    assert (dry["queued"], dry["deadLetters"]) == ([], [])
+    answer = post(api, contain, {"actions": ["revert"]})
+    assert answer.status_code == 200, answer.content
+    report = answer.json()
+    node = f"record:mem/{record}"
+    assert {n["id"]: n["outcomes"] for n in report["nodes"]}[node] == {"revert": "queued"}
+    (queued,) = report["queued"]
+    assert (report["deadLetters"], report["changed"]) == ([], 1)
+    operation = ProviderOperation.objects.get(pk=queued)
+    assert (operation.state, operation.action, operation.record_id) == (
+        OperationState.QUEUED,
+        "delete",
+        record,
+    )
+    assert operation.provider_operation in vertex.operations
+    assert queued_world["memory"] in vertex.memories  # not yet: the provider finishes it
+    assert list(
+        NamedOperation.objects.filter(incident_id=incident_id).values_list(
+            "operation_id", flat=True
+        )
+    ) == [queued]
+    audited = AuditEntry.objects.get(action="incident.contain")
+    assert (audited.detail["queued"], audited.detail["deadLetters"]) == ([queued], [])
+    shown = api.get(f"{INCIDENTS}/{incident_id}{DEV}").json()
+    assert shown["containment"]["queued"] == [queued]
+    page = web("viewer").get(f"/projects/acme/development/incidents/{incident_id}/")
+    assert f"Queued delete <code>{queued}</code>" in page.content.decode()
+    listed = api.get(f"{OPERATIONS}{DEV}&state=open").json()["operations"]
+    assert [(o["id"], o["state"]) for o in listed] == [(queued, "queued")]
+
+    # The provider finishes it; settled long ago, the report still names it and the
+    # retention keeps it (one as old that nothing names goes).
+    jobs_run_due()
+    jobs_run_due()
+    assert ProviderOperation.objects.get(pk=queued).state == OperationState.SUCCEEDED
+    assert queued_world["memory"] not in vertex.memories
+    unnamed = unnamed_dead_letter(Resource.objects.get(resource_id="mem"), "alice")
+    discarded_long_ago([unnamed])
+    aged = timezone.now() - timedelta(days=31)
+    ProviderOperation.objects.filter(pk=queued).update(created_at=aged, updated_at=aged)
+    settings.MEMORYADMIN_OPERATIONS_KEEP_DAYS = 30
+    assert housekeeping().removed == {"provider operations": 1}
+    assert set(ProviderOperation.objects.values_list("id", flat=True)) == {queued}
+    # Contained again: the record is gone, nothing changes, the report kept still names it.
+    again = post(api, contain, {"actions": ["revert"]}).json()
+    assert (again["queued"], again["changed"]) == ([], 0)
+    assert {n["id"]: n["outcomes"] for n in again["nodes"]}[node] == {"revert": "unchanged"}
+    assert Incident.objects.get(pk=incident_id).containment == report
+    assert housekeeping().removed == {}
+    assert ProviderOperation.objects.filter(pk=queued).exists()
+
+
+def test_the_page_and_the_command_line_name_a_queued_record_delete(
+    web: Any, queued_world: dict[str, Any]
+) -> None:
+    page = f"/projects/acme/development/incidents/{queued_world['incident']}/"
+    contained = web("owner").post(
+        page + "contain/", {"confirm": "yes", "action": ["revert"]}, follow=True
+    )
+    (queued,) = Incident.objects.get(pk=queued_world["incident"]).containment["queued"]
+    html = html_of(contained)
+    assert f"revert: 1 changes. Queued at the provider: {queued}." in html
+    assert f"Queued delete <code>{queued}</code>" in html
+    assert ProviderOperation.objects.get(pk=queued).state == OperationState.QUEUED
+    cli = incident_command("contain", queued_world["incident"], "--action", "revert")
+    (again,) = Incident.objects.get(pk=queued_world["incident"]).containment["queued"]
+    assert f"  queued {again}" in cli
 
 
 def test_external_writes_leave_record_saved_events(world: dict[str, Any]) -> None:

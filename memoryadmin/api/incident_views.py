@@ -93,7 +93,15 @@ CONTAINMENT = OpenApiResponse(
             "actions": serializers.ListField(child=serializers.CharField()),
             "nodes": serializers.ListField(child=serializers.DictField()),
             "documents": serializers.ListField(child=serializers.DictField()),
-            "deadLetters": serializers.ListField(child=serializers.CharField()),
+            "deadLetters": serializers.ListField(
+                child=serializers.CharField(),
+                help_text="The dead letters of records' deletes that failed (operations).",
+            ),
+            "queued": serializers.ListField(
+                child=serializers.CharField(),
+                help_text="The open operations of records' deletes the provider queued "
+                "(memory/operations).",
+            ),
             "changed": serializers.IntegerField(),
         },
     ),

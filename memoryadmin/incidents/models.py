@@ -38,9 +38,9 @@ class Incident(models.Model):
 
 
 class NamedOperation(models.Model):
-    """A provider operation an incident's containment report names (the dead letter of a
-    record's undo): kept as long as the report names it, past the days operations are
-    kept, so the report's id still leads to it."""
+    """A provider operation an incident's containment report names (a record's undo: its
+    dead letter, or the delete its provider queued): kept as long as the report names it,
+    past the days operations are kept, so the report's id still leads to it."""
 
     incident = models.ForeignKey(Incident, on_delete=models.CASCADE, related_name="operations")
     operation_id = models.CharField(max_length=40)

@@ -121,7 +121,10 @@ class _Report:
     # node id -> {action: outcome}
     outcomes: dict[str, dict[str, str]] = field(default_factory=lambda: defaultdict(dict))
     documents: list[dict[str, Any]] = field(default_factory=list)
-    operations: list[str] = field(default_factory=list)
+    # Operations of the store the records' undo left: the deletes that failed (dead
+    # letters) and those the provider only accepted (open until it finishes them).
+    dead_letters: list[str] = field(default_factory=list)
+    queued: list[str] = field(default_factory=list)
 
     def mark(self, node: str, action: str, outcome: str) -> None:
         self.outcomes[node][action] = outcome
@@ -146,7 +149,8 @@ class _Report:
             "actions": self.actions,
             "nodes": nodes,
             "documents": self.documents,
-            "deadLetters": self.operations,
+            "deadLetters": self.dead_letters,
+            "queued": self.queued,
             "changed": changed,
         }
 
@@ -290,7 +294,9 @@ def _reject_proposals(report: _Report, actor: str) -> None:
 
 def _undo_records(report: _Report, actor: str) -> None:
     """Tainted records deleted through their provider; a refusal or a failure becomes a
-    dead letter of the operation store. An http provider's write has no undo here."""
+    dead letter of the operation store, a delete the provider only accepted is the open
+    operation it is (both named by the report). An http provider's write has no undo
+    here."""
     nodes = _nodes(report.incident, "record")
     resources = {
         r.resource_id: r
@@ -325,10 +331,13 @@ def _undo_records(report: _Report, actor: str) -> None:
                 record_id=record_id,
                 error=f"incident {report.incident.id}: {exc.message}",
             )
-            report.operations.append(operation.id)
+            report.dead_letters.append(operation.id)
             outcome = DEAD_LETTER
         else:
-            outcome = QUEUED if result.get("status") == "queued" else DELETED
+            outcome = DELETED
+            if result.get("status") == "queued":
+                report.queued.append(result["operation"])
+                outcome = QUEUED
         report.mark(node["id"], REVERT, outcome)
 
 
@@ -396,7 +405,7 @@ def incident_contain(
             NamedOperation.objects.filter(incident=incident).delete()
             NamedOperation.objects.bulk_create(
                 NamedOperation(incident=incident, operation_id=operation_id)
-                for operation_id in sorted(set(report.operations))
+                for operation_id in sorted({*report.dead_letters, *report.queued})
             )
         audit_record(
             project_id=incident.project_id,
@@ -407,7 +416,8 @@ def incident_contain(
                 "incident": incident.id,
                 "actions": report.actions,
                 "changed": answer["changed"],
-                "deadLetters": report.operations,
+                "deadLetters": report.dead_letters,
+                "queued": report.queued,
             },
         )
     return answer

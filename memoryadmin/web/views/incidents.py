@@ -173,6 +173,10 @@ def _context(page: Page, incident: Incident, report: dict[str, Any] | None) -> d
             {**s, "link": reverse("web:session", args=[p, e, s["id"]])} for s in data["sessions"]
         ],
         "report": report,
+        # The operations the report shown names (a report kept before they were named
+        # has no `queued`).
+        "dead_letters": shown.get("deadLetters", []),
+        "queued": shown.get("queued", []),
         "applicable": contain_services.applicable(incident),
     }
 
@@ -255,9 +259,10 @@ def incident_contain(request: HttpRequest, page: Page, i: str) -> HttpResponseBa
     if dry_run:
         context = _context(page, incident, report)
         return page_render(request, "memoryadmin/incident.html", page, context)
-    messages.success(
-        request,
-        f"{', '.join(report['actions'])}: {report['changed']} changes."
-        + (f" {len(report['deadLetters'])} dead letters." if report["deadLetters"] else ""),
-    )
+    said = f"{', '.join(report['actions'])}: {report['changed']} changes."
+    if report["deadLetters"]:
+        said += f" {len(report['deadLetters'])} dead letters."
+    if report["queued"]:
+        said += f" Queued at the provider: {', '.join(report['queued'])}."
+    messages.success(request, said)
     return redirect("web:incident", page.project.id, page.environment, incident.id)

@@ -149,4 +149,5 @@ class Command(cli.Command):
                     "not overwritten (--json shows the merge)"
                 )
         lines += [f"  dead letter {operation}" for operation in report["deadLetters"]]
+        lines += [f"  queued {operation}" for operation in report["queued"]]
         self.emit(options, report, lines)
