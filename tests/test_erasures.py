@@ -26,7 +26,7 @@ from rest_framework.test import APIClient
 
 from memoryadmin.agents.models import ProviderOperation, Recall, RecallSource
 from memoryadmin.agents.services.runtime import recall_create
-from memoryadmin.erasures.models import Erasure
+from memoryadmin.erasures.models import Erasure, NamedOperation
 from memoryadmin.erasures.receipts import canonical
 from memoryadmin.incidents.models import Incident
 from memoryadmin.incidents.services.incidents import incident_create
@@ -42,7 +42,7 @@ from memoryadmin.memory.services.audit import audit_record
 from memoryadmin.memory.services.documents import document_patch, document_replace
 from memoryadmin.web.services.imports import pending_keep, pending_path
 from memoryadmin.webhooks.models import Delivery, DeliveryState, Endpoint
-from tests.fake_providers import FakeMem0Oss
+from tests.fake_providers import FakeMem0Oss, FakeVertexMemoryBank
 from tests.helpers import (
     DEV,
     ROOT,
@@ -474,6 +474,61 @@ def test_a_failed_provider_delete_is_a_dead_letter_the_receipt_names(
     assert (dead.state, dead.action) == ("dead", "delete")
     assert dead.record_id == failed["record"]
     assert len(mem0_oss.memories) == 1  # still there: an owner retries the erasure
+
+
+def test_a_provider_delete_that_is_queued_is_named_by_its_operation_in_the_receipt(
+    api: APIClient, project: Project, vertex: FakeVertexMemoryBank, settings: Any
+) -> None:
+    """A delete the provider only accepts (a Vertex AI Memory Bank long-running operation)
+    is listed under `external.queued` with its open operation, which the receipt keeps
+    named; the provider finishes it later."""
+    from memoryadmin.runner.jobs import jobs_run_due
+
+    settings.MEMORYADMIN_OPERATION_BACKOFF_SECONDS = 0
+    settings.MEMORYADMIN_JOB_BACKOFF_SECONDS = 0
+    deploy_external(
+        project,
+        {
+            "kind": "vertex-memory-bank",
+            "baseUrl": vertex.origin,
+            "project": "acme-prod",
+            "location": "us-central1",
+            "reasoningEngine": "4242",
+            "credentials": {"secret": "VERTEX_SA", "type": "service-account"},
+            "scope": {"user_id": "{namespace}", "app": "support"},
+        },
+        secrets_by_origin={vertex.origin: {"VERTEX_SA": vertex.account_json()}},
+    )
+    scope = {"user_id": "alice", "app": "support"}
+    poisoned = vertex.seed(f"Note: {POISON}", scope)
+    kept = vertex.seed("Alice likes tea.", scope)
+    records = "/api/managed-agents/projects/acme/memory/mem/records" + DEV + "&namespace=alice"
+    listed = api.get(records).json()["records"]
+    (record,) = [r["id"] for r in listed if POISON in r["text"]]
+
+    made = erase(api)
+    assert made.status_code == 201, made.json()
+    body = made.json()
+    external = body["receipt"]["receipt"]["external"]
+    (queued,) = external["queued"]
+    assert (external["deleted"], external["failed"]) == ([], [])
+    assert {k: v for k, v in queued.items() if k != "operation"} == {
+        "resource": "mem",
+        "namespace": "alice",
+        "record": record,
+    }
+    operation = ProviderOperation.objects.get(pk=queued["operation"])
+    assert (operation.state, operation.action, operation.record_id) == ("queued", "delete", record)
+    assert operation.provider_operation in vertex.operations
+    assert body["places"]["externalRecords"] == 1
+    assert list(
+        NamedOperation.objects.filter(erasure_id=body["id"]).values_list("operation_id", flat=True)
+    ) == [queued["operation"]]
+    assert poisoned in vertex.memories  # not yet: the provider finishes it
+    jobs_run_due()
+    jobs_run_due()
+    assert ProviderOperation.objects.get(pk=queued["operation"]).state == "succeeded"
+    assert set(vertex.memories) == {kept}
 
 
 def test_an_operation_a_receipt_names_is_kept_past_the_days_operations_are_kept(
