@@ -525,6 +525,12 @@ def test_a_provider_delete_that_is_queued_is_named_by_its_operation_in_the_recei
         NamedOperation.objects.filter(erasure_id=body["id"]).values_list("operation_id", flat=True)
     ) == [queued["operation"]]
     assert poisoned in vertex.memories  # not yet: the provider finishes it
+    # Erased again meanwhile: the record's open delete answers, nothing is sent again.
+    again = erase(api)
+    assert again.status_code == 201, again.json()
+    assert again.json()["receipt"]["receipt"]["external"]["queued"] == [queued]
+    assert len(vertex.seen("DELETE", r".*/memories/" + poisoned)) == 1
+    assert ProviderOperation.objects.filter(action="delete").count() == 1
     jobs_run_due()
     jobs_run_due()
     assert ProviderOperation.objects.get(pk=queued["operation"]).state == "succeeded"

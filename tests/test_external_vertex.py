@@ -165,6 +165,55 @@ def test_update_and_delete_are_queued_then_applied_with_history(
     }
 
 
+def test_a_delete_while_one_is_open_is_answered_with_the_open_one(
+    api: APIClient, mem: Resource, vertex: FakeVertexMemoryBank
+) -> None:
+    """A record whose delete the provider has accepted and not finished: deleting it again
+    sends nothing and answers 202 with the open operation; it is audited as asked."""
+    memory_id = vertex.seed("Alice likes tea.", SCOPE)
+    record_id = api.get(RECORDS + ALICE).json()["records"][0]["id"]
+    first = api.delete(f"{RECORDS}/{record_id}{ALICE}")
+    assert first.status_code == 202, first.json()
+    calls = len(vertex.seen("DELETE", r".*/memories/" + memory_id))
+    assert calls == 1
+
+    again = api.delete(f"{RECORDS}/{record_id}{ALICE}")
+    assert again.status_code == 202, again.json()
+    assert again.json() == first.json()
+    assert len(vertex.seen("DELETE", r".*/memories/" + memory_id)) == 1
+    assert ProviderOperation.objects.filter(action="delete", record_id=record_id).count() == 1
+    audited = AuditEntry.objects.filter(action="record.delete").order_by("id")
+    assert [(a.detail["id"], a.detail["status"]) for a in audited] == [
+        (record_id, "queued"),
+        (record_id, "queued"),
+    ]
+
+    # Once the provider finished it, the record is forgotten: a 404, nothing sent.
+    assert [reconciled(first.json()["operation"]).state for _ in range(2)] == [
+        "queued",
+        "succeeded",
+    ]
+    assert memory_id not in vertex.memories
+    assert api.delete(f"{RECORDS}/{record_id}{ALICE}").status_code == 404
+    assert len(vertex.seen("DELETE", r".*/memories/" + memory_id)) == 1
+
+
+def test_a_failed_delete_is_no_longer_open_and_is_sent_again(
+    api: APIClient, mem: Resource, vertex: FakeVertexMemoryBank
+) -> None:
+    """Only an open delete answers for the next: one the provider failed is sent again."""
+    memory_id = vertex.seed("Alice likes tea.", SCOPE)
+    record_id = api.get(RECORDS + ALICE).json()["records"][0]["id"]
+    vertex.fail_operations = True
+    first = api.delete(f"{RECORDS}/{record_id}{ALICE}").json()["operation"]
+    assert [reconciled(first).state for _ in range(2)] == ["queued", "failed"]
+    vertex.fail_operations = False
+    again = api.delete(f"{RECORDS}/{record_id}{ALICE}")
+    assert again.status_code == 202, again.json()
+    assert again.json()["operation"] != first
+    assert len(vertex.seen("DELETE", r".*/memories/" + memory_id)) == 2
+
+
 def test_a_failed_operation_is_failed_never_a_success(
     api: APIClient, mem: Resource, vertex: FakeVertexMemoryBank
 ) -> None:

@@ -754,6 +754,20 @@ def test_a_queued_record_delete_is_named_kept_audited_and_shown(
     assert f"Queued delete <code>{queued}</code>" in page.content.decode()
     listed = api.get(f"{OPERATIONS}{DEV}&state=open").json()["operations"]
     assert [(o["id"], o["state"]) for o in listed] == [(queued, "queued")]
+    # Contained again while the provider has not finished it: the open delete answers,
+    # nothing is sent again, the report names the same operation.
+    deletes = len(vertex.seen("DELETE", r".*/memories/.*"))
+    while_open = post(api, contain, {"actions": ["revert"]}).json()
+    assert (while_open["queued"], while_open["deadLetters"]) == ([queued], [])
+    assert {n["id"]: n["outcomes"] for n in while_open["nodes"]}[node] == {"revert": "queued"}
+    assert len(vertex.seen("DELETE", r".*/memories/.*")) == deletes == 1
+    assert ProviderOperation.objects.filter(action="delete").count() == 1
+    assert Incident.objects.get(pk=incident_id).containment["queued"] == [queued]
+    assert list(
+        NamedOperation.objects.filter(incident_id=incident_id).values_list(
+            "operation_id", flat=True
+        )
+    ) == [queued]
 
     # The provider finishes it; settled long ago, the report still names it and the
     # retention keeps it (one as old that nothing names goes).
@@ -790,8 +804,10 @@ def test_the_page_and_the_command_line_name_a_queued_record_delete(
     assert f"Queued delete <code>{queued}</code>" in html
     assert ProviderOperation.objects.get(pk=queued).state == OperationState.QUEUED
     cli = incident_command("contain", queued_world["incident"], "--action", "revert")
-    (again,) = Incident.objects.get(pk=queued_world["incident"]).containment["queued"]
-    assert f"  queued {again}" in cli
+    # Still open: contained again, the same delete is named, not a second one sent.
+    assert Incident.objects.get(pk=queued_world["incident"]).containment["queued"] == [queued]
+    assert f"  queued {queued}" in cli
+    assert ProviderOperation.objects.filter(action="delete").count() == 1
 
 
 def test_external_writes_leave_record_saved_events(world: dict[str, Any]) -> None:

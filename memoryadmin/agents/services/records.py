@@ -18,7 +18,12 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from memoryadmin.agents.models import OperationAction, OperationKind
+from memoryadmin.agents.models import (
+    OPEN_OPERATION_STATES,
+    OperationAction,
+    OperationKind,
+    ProviderOperation,
+)
 from memoryadmin.agents.services.operations import operation_open
 from memoryadmin.core.cancellation import Cancelled, cancellation_scope
 from memoryadmin.core.concurrency import Deadline, provider_call
@@ -128,6 +133,7 @@ def _write(
     action: OperationAction,
     record_id: str = "",
     send: Callable[[], Result],
+    pending: ProviderOperation | None = None,
 ) -> Result:
     """One owner write through the provider, audited (`record.create`, `.update`, `.delete`).
 
@@ -135,7 +141,8 @@ def _write(
     reconciled in the background; the caller sees `queued` until the provider confirms.
     One cancelled in flight (its caller went away) may or may not have happened: it is
     recorded as an open operation too, for an owner to settle, and the caller gets 409
-    `cancelled` naming it.
+    `cancelled` naming it. `pending`: the same write, accepted already and still open:
+    nothing is sent, the caller sees it `queued`.
     """
 
     def opened(kind: str, provider_operation: str) -> str:
@@ -151,36 +158,39 @@ def _write(
         ).id
 
     detail: Result = {"id": record_id} if record_id else {}
-    try:
-        result = _call(resource, send)
-    except Cancelled as exc:
-        operation = opened(OperationKind.CANCELLED_WRITE, "")
-        _audit(
-            resource,
-            actor,
-            AUDIT_ACTIONS[action],
-            namespace,
-            {**detail, "status": "cancelled", "operation": operation},
-        )
-        raise Cancelled(
-            f"{exc.message} Whether the provider applied it is unknown: operation "
-            f"{operation} keeps it for an owner to settle.",
-            details={"operation": operation},
-        ) from exc
-    if result["status"] == "queued":
-        provider_operation = result["operation"]
-        operation = opened(OperationKind.ACCEPTED_WRITE, provider_operation)
-        result = {
-            "status": "queued",
-            "operation": operation,
-            "providerOperation": provider_operation,
-        }
+    if pending is not None:
+        result = _queued(pending.id, pending.provider_operation)
+    else:
+        try:
+            result = _call(resource, send)
+        except Cancelled as exc:
+            operation = opened(OperationKind.CANCELLED_WRITE, "")
+            _audit(
+                resource,
+                actor,
+                AUDIT_ACTIONS[action],
+                namespace,
+                {**detail, "status": "cancelled", "operation": operation},
+            )
+            raise Cancelled(
+                f"{exc.message} Whether the provider applied it is unknown: operation "
+                f"{operation} keeps it for an owner to settle.",
+                details={"operation": operation},
+            ) from exc
+        if result["status"] == "queued":
+            provider_operation = result["operation"]
+            operation = opened(OperationKind.ACCEPTED_WRITE, provider_operation)
+            result = _queued(operation, provider_operation)
     if action == OperationAction.ADD:
         detail["ids"] = [record["id"] for record in result.get("records", [])]
     _audit(
         resource, actor, AUDIT_ACTIONS[action], namespace, {**detail, "status": result["status"]}
     )
     return result
+
+
+def _queued(operation: str, provider_operation: str) -> Result:
+    return {"status": "queued", "operation": operation, "providerOperation": provider_operation}
 
 
 def record_create(*, resource: Resource, namespace: str, text: str, actor: str) -> Result:
@@ -227,6 +237,9 @@ def record_update(
 
 
 def record_delete(*, resource: Resource, namespace: str, record_id: str, actor: str) -> Result:
+    """Whoever asks (an owner, an erasure, an incident's containment), a record whose delete
+    the provider accepted and has not finished is answered with that open operation,
+    `queued`: nothing is sent again."""
     provider, namespace = _provider(resource), check_namespace(namespace)
     record_id = _check_record_id(record_id)
     return _write(
@@ -238,6 +251,25 @@ def record_delete(*, resource: Resource, namespace: str, record_id: str, actor: 
         send=lambda: provider.record_delete(
             resource=resource, namespace=namespace, record_id=record_id
         ),
+        pending=_open_delete(resource, namespace, record_id),
+    )
+
+
+def _open_delete(resource: Resource, namespace: str, record_id: str) -> ProviderOperation | None:
+    """The open delete of this record the provider accepted (an owner's, an erasure's, a
+    containment's or a session's), if any. A delete cancelled in flight or whose answer was
+    lost is not one: no provider operation will finish it, so a new delete is sent."""
+    return (
+        ProviderOperation.objects.filter(
+            resource=resource,
+            namespace=namespace,
+            record_id=record_id,
+            action=OperationAction.DELETE,
+            kind=OperationKind.ACCEPTED_WRITE,
+            state__in=OPEN_OPERATION_STATES,
+        )
+        .order_by("created_at", "id")
+        .first()
     )
 
 
