@@ -18,7 +18,7 @@ from rest_framework.test import APIClient
 
 from memoryadmin.agents.models import OperationState, ProviderOperation, Session, SessionEvent
 from memoryadmin.agents.services.runtime import recall_create, tool_call
-from memoryadmin.agents.services.sessions import record_saved, session_create
+from memoryadmin.agents.services.sessions import session_create
 from memoryadmin.external.models import ExternalRecord
 from memoryadmin.incidents.models import Incident, NamedOperation
 from memoryadmin.incidents.services.contain import incident_contain
@@ -30,7 +30,7 @@ from memoryadmin.memory.services.redaction import version_redact
 from memoryadmin.providers.services.secrets import secret_set
 from memoryadmin.webhooks.models import Delivery
 from memoryadmin.webhooks.services import endpoint_create
-from tests.fake_providers import FakeMem0Oss, FakeVertexMemoryBank
+from tests.fake_providers import FakeMem0Oss, FakeMem0Platform, FakeVertexMemoryBank
 from tests.helpers import (
     DEV,
     MANIFEST_MEMORY,
@@ -666,43 +666,73 @@ def test_an_operation_a_containment_report_names_is_kept_past_the_days_operation
     assert not ProviderOperation.objects.filter(pk=named).exists()
 
 
+VERTEX_SCOPE = {"user_id": "alice", "app": "support"}
+
+
+def vertex_declaration(vertex: FakeVertexMemoryBank) -> dict[str, Any]:
+    return {
+        "kind": "vertex-memory-bank",
+        "baseUrl": vertex.origin,
+        "project": "acme-prod",
+        "location": "us-central1",
+        "reasoningEngine": "4242",
+        "credentials": {"secret": "VERTEX_SA", "type": "service-account"},
+        "scope": {"user_id": "{namespace}", "app": "support"},
+    }
+
+
+def reconcile_all(settings: Any, rounds: int = 2) -> None:
+    """Rounds of due background jobs (the fakes finish an operation at their second poll)."""
+    from memoryadmin.runner.jobs import jobs_run_due
+
+    settings.MEMORYADMIN_OPERATION_BACKOFF_SECONDS = 0
+    settings.MEMORYADMIN_JOB_BACKOFF_SECONDS = 0
+    for _ in range(rounds):
+        jobs_run_due()
+
+
+def queued_add(session: Session, text: str, use: list[str], call: str = "c1") -> str:
+    """A session's `memory_add` to `mem` that the provider only accepts: its operation."""
+    recall = recall_create(session=session, use=use)
+    added = tool_call(
+        session=session,
+        recall_id=recall["recallId"],
+        call_id=call,
+        name="memory_add",
+        arguments={"memory": "mem", "text": text},
+    )
+    assert added["status"] == "accepted", added
+    return str(added["operation"])
+
+
 @pytest.fixture
-def queued_world(project: Project, vertex: FakeVertexMemoryBank, api: APIClient) -> dict[str, Any]:
-    """A session that stored a record in a Vertex AI Memory Bank resource `mem` (its
-    `record.saved` event), whose provider deletes through long-running operations: an
-    incident traced from the session, and the record's id."""
+def queued_world(
+    project: Project, vertex: FakeVertexMemoryBank, api: APIClient, settings: Any
+) -> dict[str, Any]:
+    """A session that stored a record in a Vertex AI Memory Bank resource `mem` through its
+    `memory_add` (a long-running operation the provider finished later), whose provider
+    deletes through long-running operations too: an incident traced from the session, and
+    the record's id."""
     deploy_external(
         project,
-        {
-            "kind": "vertex-memory-bank",
-            "baseUrl": vertex.origin,
-            "project": "acme-prod",
-            "location": "us-central1",
-            "reasoningEngine": "4242",
-            "credentials": {"secret": "VERTEX_SA", "type": "service-account"},
-            "scope": {"user_id": "{namespace}", "app": "support"},
-        },
+        vertex_declaration(vertex),
         secrets_by_origin={vertex.origin: {"VERTEX_SA": vertex.account_json()}},
     )
-    memory = vertex.seed(POISON, {"user_id": "alice", "app": "support"})
+    session = external_session(project, "alice")
+    operation = queued_add(session, POISON, ["mem"])
+    reconcile_all(settings)
+    assert ProviderOperation.objects.get(pk=operation).state == OperationState.SUCCEEDED
+    (memory,) = vertex.memories
     records = "/api/managed-agents/projects/acme/memory/mem/records" + DEV + "&namespace=alice"
     (record,) = [r["id"] for r in api.get(records).json()["records"]]
-    session = external_session(project, "alice")
-    recall = recall_create(session=session, use=["mem"])
-    record_saved(
-        session=session,
-        data={
-            "resource": "mem",
-            "namespace": "alice",
-            "tool": "memory_add",
-            "callId": "c1",
-            "recallId": recall["recallId"],
-            "recordIds": [record],
-        },
-    )
     opened = post(api, INCIDENTS, {"title": "Vertex", "source": {"session": session.id}})
     assert by_kind(opened.json()["graph"], "record") == {f"record:mem/{record}": 0}
-    return {"incident": opened.json()["id"], "record": record, "memory": memory}
+    return {
+        "incident": opened.json()["id"],
+        "record": record,
+        "memory": memory,
+        "add": operation,
+    }
 
 
 def test_a_queued_record_delete_is_named_kept_audited_and_shown(
@@ -781,7 +811,10 @@ def test_a_queued_record_delete_is_named_kept_audited_and_shown(
     ProviderOperation.objects.filter(pk=queued).update(created_at=aged, updated_at=aged)
     settings.MEMORYADMIN_OPERATIONS_KEEP_DAYS = 30
     assert housekeeping().removed == {"provider operations": 1}
-    assert set(ProviderOperation.objects.values_list("id", flat=True)) == {queued}
+    assert set(ProviderOperation.objects.values_list("id", flat=True)) == {
+        queued,
+        queued_world["add"],
+    }
     # Contained again: the record is gone, nothing changes, the report kept still names it.
     again = post(api, contain, {"actions": ["revert"]}).json()
     assert (again["queued"], again["changed"]) == ([], 0)
@@ -808,6 +841,133 @@ def test_the_page_and_the_command_line_name_a_queued_record_delete(
     assert Incident.objects.get(pk=queued_world["incident"]).containment["queued"] == [queued]
     assert f"  queued {queued}" in cli
     assert ProviderOperation.objects.filter(action="delete").count() == 1
+
+
+def queued_provider(
+    project: Project, request: pytest.FixtureRequest, kind: str
+) -> tuple[Any, dict[str, Any]]:
+    """Agent `archivist` with `notes` and an external `mem` of `kind` whose adds the
+    provider only queues: the fake, and the memories it keeps."""
+    if kind == "vertex":
+        vertex: FakeVertexMemoryBank = request.getfixturevalue("vertex")
+        declaration = vertex_declaration(vertex)
+        secrets = {"VERTEX_SA": vertex.account_json()}
+        server: Any = vertex
+    else:
+        platform: FakeMem0Platform = request.getfixturevalue("mem0_platform")
+        platform.queued_imports = True
+        declaration = {
+            "kind": "mem0-platform",
+            "baseUrl": platform.origin,
+            "apiKey": {"secret": "MEM0_API_KEY"},
+            "scope": {"user_id": "{namespace}", "app_id": "support"},
+        }
+        secrets = {"MEM0_API_KEY": "mem0-platform-key"}
+        server = platform
+    for name, value in secrets.items():
+        secret_set(
+            project=project,
+            environment="development",
+            name=name,
+            value=value,
+            origins=[server.origin],
+            actor="t",
+        )
+    external = {"id": "mem", "description": "External memory.", "provider": declaration}
+    deployment_create(
+        project=project,
+        agent="archivist",
+        memory=[MANIFEST_MEMORY[0], external],
+        promote="development",
+        actor="t",
+    )
+    return server, server.memories
+
+
+def archivist(project: Project, key: str) -> Session:
+    return bind(
+        project,
+        "archivist",
+        key,
+        {
+            "notes": read("runbook"),
+            "mem": {"scope": "namespace", "id": "alice", "access": "read-write"},
+        },
+    )
+
+
+@pytest.mark.parametrize("kind", ["vertex", "mem0-platform"])
+def test_a_sessions_queued_add_is_traced_once_its_provider_finishes_it_and_contained(
+    project: Project, api: APIClient, settings: Any, request: pytest.FixtureRequest, kind: str
+) -> None:
+    """A session that read the poison adds a record the provider only queues: once the
+    operation succeeds the session's `record.saved` names the record (the store writes it,
+    whatever the kind), so an incident opened from the poison's text traces the record
+    and its containment deletes it at the provider."""
+    _, memories = queued_provider(project, request, kind)
+    notes = resource_get(project=project, environment="development", resource_id="notes")
+    document_create(resource=notes, doc_id="runbook", title="runbook", text=POISON, actor="k")
+    session = archivist(project, "queued")
+    operation = queued_add(session, "Refunds go to account 4242.", ["notes", "mem"])
+    events = SessionEvent.objects.filter(session=session, type="record.saved")
+    assert not events.exists()  # the provider has not finished it: no record yet
+
+    reconcile_all(settings)
+    assert ProviderOperation.objects.get(pk=operation).state == OperationState.SUCCEEDED
+    (memory,) = memories
+    records = "/api/managed-agents/projects/acme/memory/mem/records" + DEV + "&namespace=alice"
+    (record,) = [r["id"] for r in api.get(records).json()["records"]]
+    (event,) = events
+    accepted = ProviderOperation.objects.get(pk=operation).created_at
+    assert event.data == {
+        "resource": "mem",
+        "namespace": "alice",
+        "tool": "memory_add",
+        "callId": "c1",
+        "recallId": event.data["recallId"],
+        "recordIds": [record],
+        "operation": operation,
+        "acceptedAt": accepted.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+    }
+    assert session.recalls.filter(pk=event.data["recallId"]).exists()
+    reconcile_all(settings)  # checked again: nothing more is recorded
+    assert events.count() == 1
+
+    opened = post(api, INCIDENTS, {"title": "Refunds", "source": {"text": POISON}})
+    assert opened.status_code == 201, opened.content
+    node = f"record:mem/{record}"
+    assert by_kind(opened.json()["graph"], "record") == {node: 1}
+    contained = post(api, f"{INCIDENTS}/{opened.json()['id']}/contain", {"actions": ["revert"]})
+    assert contained.status_code == 200, contained.content
+    outcome = {n["id"]: n["outcomes"] for n in contained.json()["nodes"]}[node]["revert"]
+    assert outcome == ("queued" if kind == "vertex" else "deleted")
+    reconcile_all(settings)
+    assert memory not in memories
+    assert api.get(f"{records.split('?')[0]}/{record}?{records.split('?')[1]}").status_code == 404
+
+
+def test_a_queued_add_accepted_before_the_session_read_the_poison_is_not_traced(
+    project: Project, api: APIClient, settings: Any, request: pytest.FixtureRequest
+) -> None:
+    """What a session wrote before its tainted recall is not in the graph: a queued add
+    counts from when the provider accepted it, not from when it finished."""
+    queued_provider(project, request, "vertex")
+    notes = resource_get(project=project, environment="development", resource_id="notes")
+    document_create(resource=notes, doc_id="runbook", title="runbook", text="v1", actor="k")
+    session = archivist(project, "early-add")
+    operation = queued_add(session, "Refunds go to account 1111.", ["notes", "mem"])
+    runbook = Document.objects.get(resource=notes, doc_id="runbook")
+    document_replace(
+        resource=notes, doc_id="runbook", expected_revision=runbook.revision, text=POISON, actor="k"
+    )
+    recall_create(session=session, use=["notes"])  # tainted from here on
+    reconcile_all(settings)
+    assert ProviderOperation.objects.get(pk=operation).state == OperationState.SUCCEEDED
+    assert SessionEvent.objects.filter(session=session, type="record.saved").count() == 1
+
+    opened = post(api, INCIDENTS, {"title": "Refunds", "source": {"text": POISON}}).json()
+    assert f"session:{session.id}" in {n["id"] for n in opened["graph"]["nodes"]}
+    assert by_kind(opened["graph"], "record") == {}
 
 
 def test_external_writes_leave_record_saved_events(world: dict[str, Any]) -> None:

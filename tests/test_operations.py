@@ -117,6 +117,64 @@ def test_an_accepted_write_is_queued_then_partial_then_succeeds(
     assert len(scripted.requests("status")) == 3
 
 
+def saved_events(api: APIClient, session_id: str) -> list[dict[str, Any]]:
+    response = api.get(f"{SESSIONS}/{session_id}/events")
+    assert response.status_code == 200, response.json()
+    return [e for e in response.json()["events"] if e["type"] == "record.saved"]
+
+
+@pytest.mark.parametrize(
+    ("answer", "record_ids"),
+    [
+        ((200, {"result": {"status": "accepted", "id": "fact-9"}}), ["fact-9"]),
+        # Its answer lost: the write is uncertain until the provider says it stored it.
+        (None, []),
+    ],
+)
+def test_a_write_the_provider_finishes_later_is_the_sessions_record_saved_when_it_succeeds(
+    api: APIClient, session_id: str, scripted: Any, answer: Any, record_ids: list[str]
+) -> None:
+    """A session's write that leaves an open operation is its `record.saved` (the
+    evidence an incident traces) once the provider says it stored it, not before; a check
+    run again records nothing more."""
+    scripted.tool = [answer]
+    scripted.status = [status("accepted"), status("stored")]
+    remember(api, session_id)
+    [operation] = listed(api)
+    assert saved_events(api, session_id) == []
+    reconcile()
+    assert saved_events(api, session_id) == []
+    reconcile()
+    [operation] = listed(api)
+    assert operation["state"] == "succeeded"
+    [saved] = saved_events(api, session_id)
+    recall_id = saved["data"]["recallId"]
+    assert saved["data"] == {
+        "resource": "ledger",
+        "namespace": "team",
+        "tool": "memory_remember",
+        "callId": "call-1",
+        "recallId": recall_id,
+        "recordIds": record_ids,
+        "operation": operation["id"],
+        "acceptedAt": operation["createdAt"],
+    }
+    assert recall_id.startswith("mrq_")
+    reconcile()
+    assert len(saved_events(api, session_id)) == 1
+
+
+def test_a_write_the_provider_failed_is_no_record_saved(
+    api: APIClient, session_id: str, scripted: Any
+) -> None:
+    scripted.tool = [ACCEPTED]
+    scripted.status = [status("failed")]
+    remember(api, session_id)
+    reconcile(2)
+    assert [o["state"] for o in listed(api)] == ["failed"]
+    assert saved_events(api, session_id) == []
+
+
 def test_attempts_running_out_make_a_dead_letter_never_a_success(
     api: APIClient, session_id: str, scripted: Any
 ) -> None:

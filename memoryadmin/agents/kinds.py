@@ -119,11 +119,14 @@ class ToolTarget:
 class OperationCheck:
     """Where the provider says an asynchronous operation stands.
 
-    state: "queued" or "partial" (still open), "succeeded" or "failed" (terminal).
+    state: "queued" or "partial" (still open), "succeeded" or "failed" (terminal);
+    `record_ids`: for a write that succeeded, the records it stored, where the provider
+    names them (ours, as the kind's records are addressed).
     """
 
     state: str
     detail: str = ""
+    record_ids: tuple[str, ...] = ()
 
 
 class MemoryProvider(ResourceKind):

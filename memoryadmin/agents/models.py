@@ -267,12 +267,15 @@ class ProviderOperation(models.Model):
     kind = models.CharField(max_length=32, choices=OperationKind.choices)
     # The provider's name for it (for http providers: the protocol's operationId).
     provider_operation = models.CharField(max_length=600)
-    # What the write was: its action, the model's tool (and call) that made it, and the
-    # record it changed (ours, `xm_...`; none for an add), so an owner reading a dead
-    # letter knows what to check and retry.
+    # What the write was: its action, the model's tool (and call, and the recall it
+    # answered) that made it, and the record it changed (ours, `xm_...`; none for an
+    # external add; the id an http provider's accepted write named), so an owner reading
+    # a dead letter knows what to check and retry, and the session's `record.saved` can
+    # be written when it succeeds.
     action = models.CharField(max_length=8, choices=OperationAction.choices, blank=True)
     tool = models.CharField(max_length=64, blank=True)
     call_id = models.CharField(max_length=256, blank=True)
+    recall_id = models.CharField(max_length=40, blank=True, db_default="")
     record_id = models.CharField(max_length=128, blank=True)
     state = models.CharField(
         max_length=16, choices=OperationState.choices, default=OperationState.QUEUED

@@ -287,6 +287,7 @@ class _ToolCall:
             provider_operation=provider_operation,
             tool=self.name,
             call_id=self.call_id,
+            recall_id=self.recall_id,
             action=self.action,
             record_id=self.record_id,
         )
@@ -650,7 +651,8 @@ class ExternalProvider(MemoryProvider):
             namespace=namespace,
             external_ids=[r.external_id for r in state.records],
         )
-        return OperationCheck(state="succeeded", detail=", ".join(ids.values()))
+        stored = tuple(dict.fromkeys(ids[r.external_id] for r in state.records))
+        return OperationCheck(state="succeeded", detail=", ".join(stored), record_ids=stored)
 
     def record_history(self, *, resource: Resource, namespace: str, record_id: str) -> list[Result]:
         external_id = external_id_of(resource=resource, namespace=namespace, record_id=record_id)

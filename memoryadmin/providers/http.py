@@ -184,8 +184,22 @@ class HttpProvider(MemoryProvider):
             cursor=recall.cursors.get(target.resource_id),
         )
         payload: Result = outcome.payload
-        if target.offer.spec["access"] == "write" and outcome.kind == "result":
-            record_id = payload.get("id") if isinstance(payload, dict) else None
+        named = payload.get("id") if isinstance(payload, dict) else None
+        record_id = named if isinstance(named, str) else ""
+        kind = _open_operation(target, outcome)
+        if kind is not None:
+            # Its `record.saved` is the operation store's to write, when it succeeds.
+            operation_record(
+                session=session,
+                binding=binding,
+                kind=kind,
+                provider_operation=f"{call_id}:{target.resource_id}",
+                tool=target.offer.name,
+                call_id=call_id,
+                recall_id=recall.id,
+                record_id=record_id,
+            )
+        elif target.offer.spec["access"] == "write" and outcome.kind == "result":
             record_saved(
                 session=session,
                 data={
@@ -194,18 +208,8 @@ class HttpProvider(MemoryProvider):
                     "tool": target.offer.name,
                     "callId": call_id,
                     "recallId": recall.id,
-                    "recordIds": [record_id] if isinstance(record_id, str) else [],
+                    "recordIds": [record_id] if record_id else [],
                 },
-            )
-        kind = _open_operation(target, outcome)
-        if kind is not None:
-            operation_record(
-                session=session,
-                binding=binding,
-                kind=kind,
-                provider_operation=f"{call_id}:{target.resource_id}",
-                tool=target.offer.name,
-                call_id=call_id,
             )
         return payload
 

@@ -24,16 +24,18 @@ from django.db import models, transaction
 from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
-from memoryadmin.agents.kinds import provider_for, provider_kinds
+from memoryadmin.agents.kinds import OperationCheck, provider_for, provider_kinds
 from memoryadmin.agents.models import (
     OPEN_OPERATION_STATES,
     SETTLED_OPERATION_STATES,
     Binding,
+    OperationAction,
     OperationKind,
     OperationState,
     ProviderOperation,
     Session,
 )
+from memoryadmin.agents.services.sessions import record_saved
 from memoryadmin.core.cursors import keyset_page
 from memoryadmin.core.environments import check_environment
 from memoryadmin.core.errors import Conflict, InvalidRequest, NotFound
@@ -76,10 +78,12 @@ def operation_record(
     provider_operation: str,
     tool: str = "",
     call_id: str = "",
+    recall_id: str = "",
     action: str = "",
     record_id: str = "",
 ) -> ProviderOperation:
-    """Records an open operation of a session's binding and schedules its reconciliation."""
+    """Records an open operation of a session's binding and schedules its reconciliation:
+    a write of the session's model tool (`tool`, `call_id`, the recall it answered)."""
     return operation_open(
         resource=binding.resource,
         namespace=binding.target_id,
@@ -90,6 +94,7 @@ def operation_record(
         provider_operation=provider_operation,
         tool=tool,
         call_id=call_id,
+        recall_id=recall_id,
         action=action,
         record_id=record_id,
     )
@@ -106,6 +111,7 @@ def operation_open(
     deployment_id: str = "",
     tool: str = "",
     call_id: str = "",
+    recall_id: str = "",
     action: str = "",
     record_id: str = "",
 ) -> ProviderOperation:
@@ -128,6 +134,7 @@ def operation_open(
             action=action,
             tool=tool,
             call_id=call_id,
+            recall_id=recall_id,
             record_id=record_id,
         )
 
@@ -235,25 +242,28 @@ def operation_reconcile(*, operation_id: str) -> None:
     operation = ProviderOperation.objects.select_related("resource").filter(pk=operation_id).first()
     if operation is None or not operation.is_open:
         return
-    state, error = _check(operation)
+    check, error = _check(operation)
     now = _now()
     changes: dict[str, Any] = {"updated_at": now, "last_error": error}
-    if state is not None:
-        changes["state"] = state
+    if check is not None:
+        changes["state"] = check.state
     still_open = changes.get("state", operation.state) in OPEN_OPERATION_STATES
     if not still_open:
         changes["finished_at"] = now
-    ProviderOperation.objects.filter(pk=operation.pk, state__in=OPEN_OPERATION_STATES).update(
-        **changes
-    )
+    with transaction.atomic():
+        moved = ProviderOperation.objects.filter(
+            pk=operation.pk, state__in=OPEN_OPERATION_STATES
+        ).update(**changes)
+        if moved and check is not None and check.state == OperationState.SUCCEEDED:
+            _saved(operation, check.record_ids)
     if still_open:
         raise RetryAfter(
             error or f"the provider reports it {changes.get('state', operation.state)}"
         )
 
 
-def _check(operation: ProviderOperation) -> tuple[str | None, str]:
-    """(new state or None when unknown, the error to keep)."""
+def _check(operation: ProviderOperation) -> tuple[OperationCheck | None, str]:
+    """(the provider's answer, or None when there is no usable one; the error to keep)."""
     kind = operation.resource.kind
     if kind not in provider_kinds():
         return None, f"no provider of kind {kind} is installed"
@@ -268,7 +278,35 @@ def _check(operation: ProviderOperation) -> tuple[str | None, str]:
     }:
         return None, f"the provider reported an unknown state {check.state!r}"
     error = check.detail[:ERROR_MAX] if check.state == OperationState.FAILED else ""
-    return check.state, error
+    return check, error
+
+
+def _saved(operation: ProviderOperation, record_ids: tuple[str, ...]) -> None:
+    """A session's write that the provider finished, whatever the kind, is the session's
+    `record.saved`, as a write answered at once is: the records the provider named (or
+    the one the write named), the call, its recall, the operation and when the provider
+    accepted it (a write counts for a trace from then: `acceptedAt`). A delete saves
+    nothing; an owner's write has no session. In the transaction that settles the
+    operation, so a check run twice records it once."""
+    if operation.session_id is None or operation.action == OperationAction.DELETE:
+        return
+    session = Session.objects.filter(pk=operation.session_id).first()
+    if session is None:
+        return
+    stored = list(record_ids) or ([operation.record_id] if operation.record_id else [])
+    record_saved(
+        session=session,
+        data={
+            "resource": operation.resource.resource_id,
+            "namespace": operation.namespace,
+            "tool": operation.tool,
+            "callId": operation.call_id,
+            "recallId": operation.recall_id,
+            "recordIds": stored,
+            "operation": operation.id,
+            "acceptedAt": iso_ms(operation.created_at),
+        },
+    )
 
 
 def _audit(operation: ProviderOperation, action: str, actor: str, **detail: Any) -> None:

@@ -61,6 +61,17 @@ class IncidentTooLarge(InvalidRequest):
     code = "incident_too_large"
 
 
+def _written_at(data: dict[str, Any], at: datetime) -> datetime:
+    """When a `record.saved` write was made: a write the provider finished later was made
+    when it accepted it (`acceptedAt`), not when the event was written."""
+    accepted = data.get("acceptedAt")
+    try:
+        made = datetime.fromisoformat(accepted) if isinstance(accepted, str) else None
+    except ValueError:
+        made = None
+    return at if made is None or made.tzinfo is None else min(made, at)
+
+
 def _chunks[T](values: Iterable[T], size: int = CHUNK) -> Iterator[list[T]]:
     items = list(values)
     for start in range(0, len(items), size):
@@ -265,7 +276,10 @@ class Trace:
             for session_id, data, at in events.order_by("id").values_list(
                 "session_id", "data", "created_at"
             ):
-                if not after(session_id, at) or data.get("resource") not in by_id:
+                if (
+                    not after(session_id, _written_at(data, at))
+                    or data.get("resource") not in by_id
+                ):
                     continue
                 resource_pk = by_id[data["resource"]]
                 ids_written = [i for i in data.get("recordIds") or [] if isinstance(i, str)]
