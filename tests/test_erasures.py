@@ -524,6 +524,8 @@ def test_a_provider_delete_that_is_queued_is_named_by_its_operation_in_the_recei
     assert list(
         NamedOperation.objects.filter(erasure_id=body["id"]).values_list("operation_id", flat=True)
     ) == [queued["operation"]]
+    audited = AuditEntry.objects.get(action="erasure.run")
+    assert (audited.detail["deadLetters"], audited.detail["queued"]) == ([], [queued["operation"]])
     assert poisoned in vertex.memories  # not yet: the provider finishes it
     # Erased again meanwhile: the record's open delete answers, nothing is sent again.
     again = erase(api)
@@ -658,6 +660,7 @@ def test_provider_records_deleted_before_the_database_part_fails_have_a_receipt(
         "copies": 1,
         "complete": False,
         "deadLetters": [],
+        "queued": [],
         "stopped": "erasure_too_large",
     }
 

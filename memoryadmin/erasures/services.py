@@ -542,6 +542,7 @@ def _store(run: _Run, counts: dict[str, int], *, stopped: str = "") -> Erasure:
             "copies": receipt["copies"],
             "complete": complete,
             "deadLetters": [failure["operation"] for failure in run.external["failed"]],
+            "queued": [entry["operation"] for entry in run.external["queued"]],
         }
         | ({"stopped": stopped} if stopped else {}),
     )
