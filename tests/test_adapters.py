@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from memoryadmin.agents.models import Session
+from memoryadmin.agents.models import Session, SessionEvent
 from memoryadmin.memory.models import Document, Project, Resource
 from memoryadmin.memory.services.keys import api_key_create
 from memoryadmin_client import AgentSession, Client, dispatch, tool_call_parse, tools_for
@@ -142,6 +142,67 @@ def test_malformed_calls_come_back_as_errors_the_model_can_fix(
     assert error["code"] == "invalid_tool_arguments"
     assert "txt" in error["message"]
     assert Document.objects.get(resource=notes, doc_id="workshop").text == "v1"
+
+
+@pytest.mark.parametrize(
+    ("call", "code"),
+    [
+        # Nested deeper than any JSON reader reads: the host's parser gives up on it.
+        (
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {
+                    "name": "memory_save",
+                    "arguments": '{"text": ' + "[" * 100_000 + "]" * 100_000 + "}",
+                },
+            },
+            "invalid_tool_arguments",
+        ),
+        # An unpaired surrogate, escaped in the model's JSON or already parsed.
+        (
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "memory_save", "arguments": '{"text": "a\\ud800"}'},
+            },
+            "invalid_request",
+        ),
+        (anthropic_call("memory_save", {"memory": "notes", "text": "a\udfff"}), "invalid_request"),
+        # Not JSON, though Python's reader takes it.
+        (
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "memory_save", "arguments": '{"text": NaN}'},
+            },
+            "invalid_request",
+        ),
+        (
+            anthropic_call("memory_save", {"memory": "notes", "text": float("inf")}),
+            "invalid_request",
+        ),
+        # Arguments past the body limit: the model can write less.
+        (
+            anthropic_call("memory_save", {"memory": "notes", "text": "x" * 100_000}),
+            "memory_limit_exceeded",
+        ),
+    ],
+)
+def test_hostile_arguments_come_back_as_errors_and_change_nothing(
+    agent: AgentSession, notes: Resource, call: dict[str, Any], code: str
+) -> None:
+    message = dispatch(agent, call)
+    if call.get("type") == "tool_use":
+        [block] = message["content"]
+        assert block["is_error"] is True
+        content = block["content"]
+    else:
+        content = message["content"]
+    assert json.loads(content)["error"]["code"] == code
+    document = Document.objects.get(resource=notes, doc_id="workshop")
+    assert (document.text, document.writer_kind) == ("v1", "owner")
+    assert not SessionEvent.objects.filter(type="memory.saved").exists()
 
 
 @pytest.mark.parametrize("example", EXAMPLES)

@@ -8,6 +8,7 @@ then returns its result. `Client` drives operations with blocking I/O,
 
 from __future__ import annotations
 
+import json
 import re
 import secrets
 import warnings
@@ -922,8 +923,25 @@ def tool_call(
         "name": name,
         "arguments": dict(arguments),
     }
-    response = yield Request("POST", f"sessions/{_seg(session_id)}/memory/tool-calls", json=body)
+    response = yield Request(
+        "POST",
+        f"sessions/{_seg(session_id)}/memory/tool-calls",
+        content=_model_json(body),
+        headers={"Content-Type": "application/json"},
+    )
     return cast(dict[str, Any], response.json()["result"])
+
+
+def _model_json(body: Any) -> bytes:
+    """A body holding what a model wrote, encoded whatever it holds, so that the server
+    judges it (and refuses it as a malformed tool call) rather than the client failing
+    to send it: an unpaired surrogate, which UTF-8 cannot carry, goes as its JSON
+    escape; NaN and Infinity as Python writes them, which is not JSON."""
+    text = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(body, separators=(",", ":")).encode("ascii")
 
 
 def cancel(

@@ -152,7 +152,7 @@ def _json_object(raw: Any) -> dict[str, Any] | None:
     if isinstance(raw, str):
         try:
             raw = json.loads(raw) if raw.strip() else {}
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past what Python reads
             return None
     return dict(raw) if isinstance(raw, Mapping) else None
 
@@ -201,9 +201,14 @@ def _bad_arguments(call: ToolCall) -> dict[str, Any]:
     )
 
 
+# The server's refusals of what the model wrote: malformed (400), or arguments past the
+# body limit (413): error results the model can act on. Anything else is the host's.
+MODEL_REFUSALS = (400, 413)
+
+
 def _refused(call: ToolCall, exc: ApiError) -> dict[str, Any]:
-    """A call the server refused (400): an error result the model can act on."""
-    if exc.status != 400:
+    """A call the server refused for what the model wrote: an error result."""
+    if exc.status not in MODEL_REFUSALS:
         raise exc
     return tool_result_message(
         call, {"error": {"code": exc.code, "message": exc.message}}, error=True
