@@ -417,6 +417,57 @@ def test_environment_is_required(api: APIClient, notes: Resource, query: str) ->
     assert response.json()["error"]["code"] == "invalid_request"
 
 
+@pytest.mark.parametrize(
+    "query",
+    [
+        "?environment=production&environment=development",
+        "?environment=development&environment=production",
+        "?environment=development&environment=development",
+    ],
+)
+def test_environment_given_twice_is_400_and_writes_nothing(
+    api: APIClient, make_document: Any, query: str
+) -> None:
+    """Which store a request reaches is never a guess between two environments."""
+    document = make_document("workshop", text="one")
+    urls = [
+        f"{DOCS}{query}",
+        f"{DOCS}/workshop{query}",
+        f"/api/managed-agents/projects/acme/memory{query}",
+    ]
+    for url in urls:
+        response = api.get(url)
+        assert response.status_code == 400, url
+        assert response.json() == {
+            "error": {
+                "code": "invalid_request",
+                "message": "environment must be given once: 'development' or 'production'.",
+            }
+        }
+    body = json.dumps({"title": "New"})
+    created = api.put(
+        f"{DOCS}/new{query}", data=body, content_type="application/json", HTTP_IF_NONE_MATCH="*"
+    )
+    assert created.status_code == 400
+    assert created.json()["error"]["code"] == "invalid_request"
+    replaced = api.put(
+        f"{DOCS}/workshop{query}",
+        data=json.dumps({"text": "two"}),
+        content_type="application/json",
+        HTTP_IF_MATCH=f'"{document.revision}"',
+    )
+    assert replaced.status_code == 400
+    deleted = api.delete(f"{DOCS}/workshop{query}", HTTP_IF_MATCH=f'"{document.revision}"')
+    assert deleted.status_code == 400
+    stored = Document.objects.get()
+    assert (stored.doc_id, stored.text, stored.revision, stored.deleted) == (
+        "workshop",
+        "one",
+        document.revision,
+        False,
+    )
+
+
 def test_environments_are_separate(api: APIClient, make_document: Any) -> None:
     make_document("workshop")
     response = api.get(f"{DOCS}/workshop?environment=production")

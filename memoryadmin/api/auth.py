@@ -39,7 +39,9 @@ class ApiKeyAuthentication(BaseAuthentication):
         # view decides whether the key may reach it.
         kwargs = (request.parser_context or {}).get("kwargs") or {}
         project_id, resource_id = kwargs.get("p"), kwargs.get("r")
-        environment = request._request.GET.get("environment")
+        # Only a single valid environment: anything else is the view's to refuse.
+        environments = request._request.GET.getlist("environment")
+        environment = environments[0] if len(environments) == 1 else None
         view = (request.parser_context or {}).get("view")
         session_id = kwargs.get("session_id")
         reads_session = getattr(view, "reads_session_with_key", "")

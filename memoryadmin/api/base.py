@@ -14,7 +14,7 @@ from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from memoryadmin.api import serializers as s
-from memoryadmin.core.environments import Environment, check_environment
+from memoryadmin.core.environments import Environment, check_environment_given
 from memoryadmin.memory.models import ApiKey, Document, Project, Resource
 from memoryadmin.memory.services import deployments as deployment_services
 from memoryadmin.memory.services import documents as document_services
@@ -166,7 +166,7 @@ class ApiView(APIView):
         return project_for_key(key=self.key(request), project_id=p, write=write)
 
     def environment(self, request: Request) -> Environment:
-        return check_environment(request.query_params.get("environment"))
+        return check_environment_given(request.query_params.getlist("environment"))
 
     def resource(self, request: Request, p: str, r: str, *, write: bool = False) -> Resource:
         lookup = getattr(request, "resource_lookup", None)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from django.db import models
 
 from memoryadmin.core.errors import InvalidRequest
@@ -21,3 +23,12 @@ def check_environment(value: object) -> Environment:
         allowed = " or ".join(f"'{name}'" for name in Environment.values)
         raise InvalidRequest(f"environment must be {allowed}.")
     return Environment(value)
+
+
+def check_environment_given(values: Sequence[str]) -> Environment:
+    """The environment a request names in its query (every value it gave): exactly one,
+    never a choice between two (the last of a repeated parameter would otherwise win)."""
+    if len(values) > 1:
+        allowed = " or ".join(f"'{name}'" for name in Environment.values)
+        raise InvalidRequest(f"environment must be given once: {allowed}.")
+    return check_environment(values[0] if values else None)
