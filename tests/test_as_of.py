@@ -128,6 +128,39 @@ def test_restore_chosen_documents_only(api: APIClient, notes: Resource, make_doc
     assert restore(api, {"asOf": t.isoformat(), "documents": "two"}).status_code == 400
 
 
+@pytest.mark.parametrize("resource_id", ["incidents", "proposals", "operations"])
+def test_a_resource_named_as_a_project_wide_list_is_restored(
+    api: APIClient, project: Project, resource_id: str
+) -> None:
+    """Any resource id reaches its own routes: a resource called "incidents" is restored
+    to a moment, not taken for an incident called "restore"."""
+    api.post(
+        "/api/managed-agents/projects/acme/deployments",
+        {
+            "agent": "support-bot",
+            "memory": [{"id": resource_id, "description": "Lists of things."}],
+            "promote": "development",
+        },
+        format="json",
+    )
+    resource = Resource.objects.get(resource_id=resource_id, environment="development")
+    document = document_create(resource=resource, doc_id="one", title="One", text="1", actor="t")
+    t = moment()
+    document_replace(
+        resource=resource, doc_id="one", expected_revision=document.revision, text="x", actor="t"
+    )
+    response = api.post(
+        f"/api/managed-agents/projects/acme/memory/{resource_id}/restore{DEV}",
+        data=json.dumps({"asOf": t.isoformat()}),
+        content_type="application/json",
+    )
+    assert response.status_code == 200, response.json()
+    assert {d["documentId"]: d["action"] for d in response.json()["documents"]} == {
+        "one": "restore"
+    }
+    assert current(document).text == "1"
+
+
 def test_a_document_whose_version_then_was_redacted_is_redacted_in_the_plan_and_the_run(
     api: APIClient, notes: Resource, make_document: Any
 ) -> None:

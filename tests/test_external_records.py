@@ -101,6 +101,32 @@ def test_namespaces_sharing_a_partition_resolve_its_records_alike(
     assert api.get(f"{RECORDS}/{record_id}{ALICE}").status_code == 404
 
 
+@pytest.mark.parametrize("resource_id", ["proposals", "incidents", "operations"])
+def test_a_resource_named_as_a_project_wide_list_reaches_its_records(
+    api: APIClient, project: Project, mem0_oss: FakeMem0Oss, resource_id: str
+) -> None:
+    """A resource id may be any word, including the names of the project's memory-wide
+    lists (proposals, incidents, operations): its records are its own, not a proposal,
+    incident or operation called "records"."""
+    deploy_external(
+        project,
+        mem0_declaration(mem0_oss),
+        resource_id=resource_id,
+        secrets_by_origin={mem0_oss.origin: {"MEM0_KEY": MEM0_KEY}},
+    )
+    records = f"/api/managed-agents/projects/acme/memory/{resource_id}/records"
+    made = api.post(records + ALICE, {"text": "The team meets on Mondays."}, format="json")
+    assert made.status_code == 201, made.json()
+    record_id = made.json()["records"][0]["id"]
+    listed = api.get(records + ALICE)
+    assert listed.status_code == 200, listed.json()
+    assert [r["id"] for r in listed.json()["records"]] == [record_id]
+    one = api.get(f"{records}/{record_id}{ALICE}")
+    assert one.status_code == 200, one.json()
+    assert one.json()["text"] == "The team meets on Mondays."
+    assert len(mem0_oss.memories) == 1
+
+
 def test_a_fixed_bank_shares_its_records_with_every_namespace(
     api: APIClient, project: Project, hindsight: FakeHindsight
 ) -> None:

@@ -66,6 +66,21 @@ urlpatterns = [
         views.VersionReadersView.as_view(),
         name="api-version-readers",
     ),
+    # A resource's own routes, before the project-wide lists of the same shape: a
+    # resource may be called "incidents", "operations" or "proposals", and no incident,
+    # operation or proposal id is "restore" or "records" (theirs start inc_, mop_, prop_).
+    path(
+        "projects/<str:p>/memory/<str:r>/restore",
+        views.ResourceRestoreView.as_view(),
+        name="api-resource-restore",
+    ),
+    path(RECORDS, record_views.RecordListView.as_view(), name="api-records"),
+    path(f"{RECORDS}/<str:rec>", record_views.RecordDetailView.as_view(), name="api-record"),
+    path(
+        f"{RECORDS}/<str:rec>/history",
+        record_views.RecordHistoryView.as_view(),
+        name="api-record-history",
+    ),
     # After the document routes: a resource may be called "operations", and no
     # operation id is "documents".
     path(OPERATIONS, operation_views.OperationListView.as_view(), name="api-operations"),
@@ -86,11 +101,6 @@ urlpatterns = [
         operation_views.OperationDiscardView.as_view(),
         name="api-operation-discard",
     ),
-    path(
-        "projects/<str:p>/memory/<str:r>/restore",
-        views.ResourceRestoreView.as_view(),
-        name="api-resource-restore",
-    ),
     # After the document routes: a resource may be called "proposals".
     path(PROPOSALS, views.ProposalListView.as_view(), name="api-proposals"),
     path(f"{PROPOSALS}/<str:proposal_id>", views.ProposalDetailView.as_view(), name="api-proposal"),
@@ -103,13 +113,6 @@ urlpatterns = [
         f"{PROPOSALS}/<str:proposal_id>/reject",
         views.ProposalRejectView.as_view(),
         name="api-proposal-reject",
-    ),
-    path(RECORDS, record_views.RecordListView.as_view(), name="api-records"),
-    path(f"{RECORDS}/<str:rec>", record_views.RecordDetailView.as_view(), name="api-record"),
-    path(
-        f"{RECORDS}/<str:rec>/history",
-        record_views.RecordHistoryView.as_view(),
-        name="api-record-history",
     ),
     path(
         f"{DOCUMENTS}/<str:doc_id>/versions/<str:revision>/restore",
