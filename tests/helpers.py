@@ -1162,9 +1162,11 @@ def url_routes(resolver: Any = None, prefix: str = "") -> list[tuple[str, Any, t
     return found
 
 
-def lock_waiter_seen(thread: threading.Thread | None = None, *, looks: int = 6000) -> bool:
-    """True once another PostgreSQL connection waits on a lock; False when `thread` ended
-    first or after `looks` looks, 10 ms apart. Usable inside a transaction: each look
+def lock_waiter_seen(
+    thread: threading.Thread | None = None, *, looks: int = 6000, waiters: int = 1
+) -> bool:
+    """True once `waiters` other PostgreSQL connections wait on a lock; False when `thread`
+    ended first or after `looks` looks, 10 ms apart. Usable inside a transaction: each look
     clears the snapshot of the statistics, which a transaction otherwise reads once."""
     query = (
         "SELECT count(*) FROM pg_stat_activity "
@@ -1177,7 +1179,7 @@ def lock_waiter_seen(thread: threading.Thread | None = None, *, looks: int = 600
                 return False
             cursor.execute("SELECT pg_stat_clear_snapshot()")
             cursor.execute(query)
-            if cursor.fetchone()[0] > 0:
+            if cursor.fetchone()[0] >= waiters:
                 return True
             if thread is not None:
                 thread.join(timeout=0.01)

@@ -153,7 +153,10 @@ def deployment_promote(*, deployment: Deployment, environment: str, actor: str) 
             provider=declaration["provider"],
             where=f"memory[{index}].provider",
         )
-    for declaration in deployment.memory:
+    # The resources' rows in the order of their ids, whatever the declarations' order:
+    # promotions naming the same resources take their locks in one order, so one waits
+    # for the other rather than each holding a row the other needs (a deadlock).
+    for declaration in sorted(deployment.memory, key=lambda d: d["id"]):
         provider = dict(declaration["provider"])
         kind = provider.pop("kind")
         max_bytes = provider.pop("maxBytes")

@@ -1,0 +1,155 @@
+"""Promotion: shared limits applied with the activation, for sessions on older deployments
+too; concurrent promotions; declarations that name a resource's id with another kind."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from django.db import connections, transaction
+from rest_framework.test import APIClient
+
+from memoryadmin.agents.models import Session
+from memoryadmin.agents.services.runtime import recall_create, tool_call
+from memoryadmin.memory.models import ActiveDeployment, AuditEntry, Deployment, Project, Resource
+from memoryadmin.memory.services.deployments import deployment_create, deployment_promote
+from memoryadmin.memory.services.documents import document_create
+from tests.helpers import MANIFEST_MEMORY, lock_waiter_seen, support_session
+
+BASE = "/api/managed-agents/projects/acme"
+
+
+def _declarations(notes: int, kb: int, *, order: tuple[str, ...]) -> list[dict[str, Any]]:
+    limits = {"notes": notes, "kb": kb}
+    by_id = {d["id"]: d for d in MANIFEST_MEMORY}
+    return [
+        {**by_id[resource_id], "provider": {"kind": "document", "maxBytes": limits[resource_id]}}
+        for resource_id in order
+    ]
+
+
+def _limits(project: Project) -> dict[str, int]:
+    return dict(
+        Resource.objects.filter(project=project, environment="development").values_list(
+            "resource_id", "max_bytes"
+        )
+    )
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_promotions_declaring_shared_resources_in_other_orders_both_succeed(
+    project: Project,
+) -> None:
+    """Two promotions at once whose declarations name the same resources in opposite
+    orders: each applies its limits and activates, one after the other, and neither
+    fails for the other (each took the rows' locks in its own order: a deadlock, and
+    one of them refused as if the database were away)."""
+    first = deployment_create(
+        project=project,
+        agent="support-bot",
+        memory=_declarations(1000, 100, order=("notes", "kb")),
+        actor="t",
+    )
+    second = deployment_create(
+        project=project,
+        agent="support-bot",
+        memory=_declarations(2000, 200, order=("kb", "notes")),
+        actor="t",
+    )
+    errors: list[BaseException] = []
+
+    def promote(deployment: Deployment) -> None:
+        try:
+            deployment_promote(deployment=deployment, environment="development", actor="t")
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    first_thread = threading.Thread(target=promote, args=(first,))
+    second_thread = threading.Thread(target=promote, args=(second,))
+    with transaction.atomic():
+        # Holding notes makes the first promotion wait for it first, then the second.
+        Resource.objects.select_for_update().get(
+            project=project, environment="development", resource_id="notes"
+        )
+        first_thread.start()
+        assert lock_waiter_seen(first_thread), "the first promotion never waited"
+        second_thread.start()
+        assert lock_waiter_seen(second_thread, waiters=2), "the second promotion never waited"
+    first_thread.join(timeout=60)
+    second_thread.join(timeout=60)
+    assert errors == []
+    # The first to have its locks committed first; the second's limits and activation won.
+    active = ActiveDeployment.objects.get(
+        project=project, environment="development", agent="support-bot"
+    )
+    assert active.deployment_id == second.id
+    assert _limits(project) == {"notes": 2000, "kb": 200}
+    promoted = AuditEntry.objects.filter(action="deployment.promote", environment="development")
+    assert {e.detail["deployment"] for e in promoted} >= {first.id, second.id}
+
+
+def test_a_session_on_an_older_deployment_saves_under_the_limit_promoted_since(
+    project: Project, notes: Resource
+) -> None:
+    """Promotion applies shared limits, including for sessions on older deployments: a
+    lower limit refuses the older session's next save over it, and the note written
+    under the old limit is kept whole and still recalled."""
+    document_create(resource=notes, doc_id="workshop", title="W", text="x" * 100, actor="t")
+    session = support_session(project)
+    older = session.deployment_id
+    deployment_create(
+        project=project,
+        agent="support-bot",
+        memory=_declarations(10, 64, order=("notes", "kb")),
+        promote="development",
+        actor="t",
+    )
+    recall = recall_create(session=session, use=["notes"])
+    assert recall["memory"]["notes"]["text"] == "x" * 100
+    refused = tool_call(
+        session=session,
+        recall_id=recall["recallId"],
+        call_id="c1",
+        name="memory_save",
+        arguments={"text": "y" * 11},
+    )
+    assert refused == {
+        "status": "rejected",
+        "reason": "too_large",
+        "field": "text",
+        "bytes": 11,
+        "maxBytes": 10,
+    }
+    saved = tool_call(
+        session=session,
+        recall_id=recall["recallId"],
+        call_id="c2",
+        name="memory_save",
+        arguments={"text": "y" * 10},
+    )
+    assert saved["status"] == "saved"
+    assert Session.objects.get(pk=session.pk).deployment_id == older
+
+
+def test_promoting_another_projects_deployment_is_404_and_changes_nothing(
+    api: APIClient, project: Project, other_project: Project
+) -> None:
+    theirs = deployment_create(
+        project=other_project,
+        agent="support-bot",
+        memory=_declarations(10, 10, order=("notes", "kb")),
+        actor="t",
+    )
+    before = _limits(project)
+    response = api.post(
+        f"{BASE}/deployments/{theirs.id}/promote", {"environment": "development"}, format="json"
+    )
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "not_found"
+    assert _limits(project) == before
+    assert not ActiveDeployment.objects.filter(deployment=theirs).exists()
+    assert not Resource.objects.filter(project=other_project).exists()
