@@ -3,6 +3,7 @@ too; concurrent promotions; declarations that name a resource's id with another 
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any
 
@@ -10,7 +11,7 @@ import pytest
 from django.db import connections, transaction
 from rest_framework.test import APIClient
 
-from memoryadmin.agents.models import Session
+from memoryadmin.agents.models import Binding, Session
 from memoryadmin.agents.services.runtime import recall_create, tool_call
 from memoryadmin.memory.models import ActiveDeployment, AuditEntry, Deployment, Project, Resource
 from memoryadmin.memory.services.deployments import deployment_create, deployment_promote
@@ -18,6 +19,7 @@ from memoryadmin.memory.services.documents import document_create
 from tests.helpers import MANIFEST_MEMORY, lock_waiter_seen, support_session
 
 BASE = "/api/managed-agents/projects/acme"
+SESSIONS = "/api/managed-agents/sessions"
 
 
 def _declarations(notes: int, kb: int, *, order: tuple[str, ...]) -> list[dict[str, Any]]:
@@ -133,6 +135,65 @@ def test_a_session_on_an_older_deployment_saves_under_the_limit_promoted_since(
     )
     assert saved["status"] == "saved"
     assert Session.objects.get(pk=session.pk).deployment_id == older
+
+
+def test_a_session_pinned_to_a_deployment_declaring_another_kind_is_refused(
+    api: APIClient, project: Project
+) -> None:
+    """A deployment made before another agent's promotion gave its resource id another
+    kind still names that id; a session pinned to it must not be admitted to a resource
+    of a kind its deployment never declared (it would get the other kind's tools and
+    storage)."""
+    facts_as_http = {
+        "id": "facts",
+        "description": "Facts.",
+        "provider": {
+            "kind": "http",
+            "connection": {
+                "id": "facts",
+                "origin": "https://memory.example.com",
+                "methods": ["POST"],
+            },
+        },
+    }
+    writer = deployment_create(project=project, agent="writer", memory=[facts_as_http], actor="t")
+    deployment_create(
+        project=project,
+        agent="support-bot",
+        memory=[*MANIFEST_MEMORY, {"id": "facts", "description": "Facts."}],
+        promote="development",
+        actor="t",
+    )
+    document_create(
+        resource=Resource.objects.get(resource_id="facts", environment="development"),
+        doc_id="workshop",
+        title="W",
+        actor="t",
+    )
+    for key, binding in [
+        ("doc", {"scope": "document", "id": "workshop", "access": "read-write"}),
+        ("ns", {"scope": "namespace", "id": "owner"}),
+        ("col", {"scope": "collection"}),
+    ]:
+        response = api.post(
+            SESSIONS,
+            data=json.dumps(
+                {
+                    "agentId": "writer@development",
+                    "deploymentId": writer.id,
+                    "memory": {"facts": binding},
+                }
+            ),
+            content_type="application/json",
+            HTTP_IDEMPOTENCY_KEY=key,
+        )
+        assert response.status_code == 400, response.content
+        error = response.json()["error"]
+        assert error["code"] == "invalid_memory_binding"
+        assert error["details"] == {"binding": "facts"}
+        assert "declares it with provider kind http" in error["message"]
+    assert not Session.objects.filter(agent="writer").exists()
+    assert not Binding.objects.exists()
 
 
 def test_promoting_another_projects_deployment_is_404_and_changes_nothing(

@@ -122,7 +122,8 @@ def bindings_admit(
     *, deployment: Deployment, environment: str, specs: list[BindingSpec]
 ) -> dict[str, Resource]:
     """Checks every binding against the pinned deployment and current data."""
-    declared = {declaration["id"] for declaration in deployment.memory}
+    # Each declared id with the provider kind its declaration names.
+    declared = {d["id"]: d["provider"]["kind"] for d in deployment.memory}
     wrapper = db_connection()
     resources = {
         resource.resource_id: resource
@@ -144,6 +145,15 @@ def bindings_admit(
         if resource is None:
             raise InvalidMemoryBinding(
                 spec.resource, f"the resource does not exist in {environment}; promote first."
+            )
+        if resource.kind != declared[spec.resource]:
+            # Another deployment made the id a resource of another kind since this one
+            # was made (promotion refuses this one now): not the resource it declares.
+            raise InvalidMemoryBinding(
+                spec.resource,
+                f"deployment {deployment.id} declares it with provider kind "
+                f"{declared[spec.resource]}, but in {environment} it is a {resource.kind} "
+                "resource; changing provider kind requires a new resource.",
             )
         by_kind.setdefault(resource.kind, []).append((spec, resource))
     for bindings in by_kind.values():
