@@ -539,6 +539,31 @@ def test_a_slow_lookup_at_deploy_holds_the_request_two_seconds_at_most(
     assert "resolves to a loopback address" in refused.json()["error"]["message"]
 
 
+def test_the_lookups_of_one_deployment_share_its_two_seconds(
+    api: APIClient, settings: Any, slow_names: SlowNames
+) -> None:
+    """A deployment naming many origins whose lookups hang holds the request two seconds
+    in all, not two seconds a name (a 64 KiB manifest names hundreds): the names not
+    checked in time are accepted as names that do not resolve, as a hung one is, and are
+    checked again on every connection."""
+    settings.MEMORYADMIN_PROVIDER_ALLOW = []
+    settings.MEMORYADMIN_OUTBOUND_LOOKUPS_PER_PROJECT = 2
+    slow_names.hang = True
+    memory = [
+        http_declaration(f"https://n{index}.slow.test", resource_id=f"knowledge-{index}")
+        for index in range(6)
+    ]
+    started = time.monotonic()
+    response = api.post(
+        f"{BASE}/deployments", {"agent": "researcher", "memory": memory}, format="json"
+    )
+    took = time.monotonic() - started
+    assert response.status_code == 201, response.json()
+    assert took < egress.DEPLOY_LOOKUP_SECONDS + 1.5, took
+    # Only those the project's share had room for were looked up at all.
+    assert sum(slow_names.started.values()) <= 2
+
+
 def _lookups_ended(project: str | None = None) -> bool:
     """Whether the lookups of `project` (of every project) ended, waiting 5 s at most."""
     waited = time.monotonic() + 5

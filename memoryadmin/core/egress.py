@@ -20,6 +20,7 @@ one of them to end. Other projects' lookups never wait for a project's own share
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import ipaddress
 import logging
@@ -28,7 +29,7 @@ import ssl
 import threading
 import time
 import typing
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 import httpcore
 import httpx
@@ -179,14 +180,36 @@ def refusal_of(addresses: Iterable[IPAddress], host: str) -> EgressRefused | Non
 # used).
 DEPLOY_LOOKUP_SECONDS = 2.0
 
+# When the deploy-time checks under way in this context (`deploy_checks`) stop waiting.
+_deploy_until: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "deploy_until", default=None
+)
+
+
+@contextlib.contextmanager
+def deploy_checks() -> Iterator[None]:
+    """The checks of one deployment's declarations, however many names they make: their
+    lookups share one DEPLOY_LOOKUP_SECONDS, so that a manifest naming hundreds of origins
+    whose lookups hang holds its request that long in all, not that long a name. A name
+    not looked up in time is accepted as one that does not resolve. Nested, the outer
+    one's time counts."""
+    if _deploy_until.get() is not None:
+        yield
+        return
+    token = _deploy_until.set(time.monotonic() + DEPLOY_LOOKUP_SECONDS)
+    try:
+        yield
+    finally:
+        _deploy_until.reset(token)
+
 
 def origin_address_check(host: str, *, project: str | None) -> str | None:
     """At deploy time: why `host` may not be reached, or None.
 
     A literal address is judged as it is; a name, when a `project` is given, by what it
-    resolves to now, within DEPLOY_LOOKUP_SECONDS and that project's share of lookups. A
-    name that is not looked up, or does not resolve (in that time), is accepted: it is
-    checked again when used.
+    resolves to now, within DEPLOY_LOOKUP_SECONDS (those of the `deploy_checks` under way,
+    if any) and that project's share of lookups. A name that is not looked up, or does not
+    resolve (in that time), is accepted: it is checked again when used.
     """
     literal = literal_address(host)
     if literal is not None:
@@ -194,7 +217,9 @@ def origin_address_check(host: str, *, project: str | None) -> str | None:
     elif project is None:
         return None
     else:
-        until = time.monotonic() + DEPLOY_LOOKUP_SECONDS
+        until = _deploy_until.get() or time.monotonic() + DEPLOY_LOOKUP_SECONDS
+        if not _left(until):
+            return None  # no time left to wait for it: not looked up
         try:
             lookup = lookups.start(project, host, 443, until=until, stopped=lambda: False)
         except OSError:

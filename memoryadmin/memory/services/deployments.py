@@ -80,18 +80,24 @@ def declaration_normalize(raw: object, where: str, *, project: str) -> Declarati
 def declarations_normalize(raw: object, *, project: str) -> list[Declaration]:
     """`raw` checked as the declarations of a deployment of `project` (whose share of name
     lookups an origin's check counts against), one per id."""
+    # Imported here: the HTTP client it loads is needed only where a declaration names
+    # an origin.
+    from memoryadmin.core.egress import deploy_checks
+
     if not isinstance(raw, list):
         raise InvalidRequest("memory must be a list of declarations.")
     by_id: dict[str, Declaration] = {}
-    for index, item in enumerate(raw):
-        declaration = declaration_normalize(item, f"memory[{index}]", project=project)
-        seen = by_id.get(declaration["id"])
-        if seen is not None and seen != declaration:
-            raise InvalidRequest(
-                f"Declarations of '{declaration['id']}' disagree; "
-                "declarations sharing an id must agree on provider and configuration."
-            )
-        by_id[declaration["id"]] = declaration
+    # The origins' lookups of all the declarations share one wait.
+    with deploy_checks():
+        for index, item in enumerate(raw):
+            declaration = declaration_normalize(item, f"memory[{index}]", project=project)
+            seen = by_id.get(declaration["id"])
+            if seen is not None and seen != declaration:
+                raise InvalidRequest(
+                    f"Declarations of '{declaration['id']}' disagree; "
+                    "declarations sharing an id must agree on provider and configuration."
+                )
+            by_id[declaration["id"]] = declaration
     return list(by_id.values())
 
 
