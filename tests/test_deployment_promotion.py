@@ -214,3 +214,34 @@ def test_promoting_another_projects_deployment_is_404_and_changes_nothing(
     assert _limits(project) == before
     assert not ActiveDeployment.objects.filter(deployment=theirs).exists()
     assert not Resource.objects.filter(project=other_project).exists()
+
+
+def test_a_promotion_failing_at_activation_changes_nothing_and_its_retry_applies_all(
+    project: Project, notes: Resource, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Limits are applied before the activation and commit with it: a promotion that fails
+    as it activates leaves limits and active deployment as they were, and trying it again
+    applies both."""
+    from memoryadmin.memory.services import deployments
+
+    active_before = ActiveDeployment.objects.get(agent="support-bot").deployment_id
+    lowered = deployment_create(
+        project=project,
+        agent="support-bot",
+        memory=_declarations(10, 20, order=("notes", "kb")),
+        actor="t",
+    )
+    real = deployments.ActiveDeployment.objects.update_or_create
+
+    def fails(**kwargs: Any) -> Any:
+        raise RuntimeError("activation failed")
+
+    monkeypatch.setattr(deployments.ActiveDeployment.objects, "update_or_create", fails)
+    with pytest.raises(RuntimeError):
+        deployment_promote(deployment=lowered, environment="development", actor="t")
+    assert _limits(project) == {"notes": 8192, "kb": 64}
+    assert ActiveDeployment.objects.get(agent="support-bot").deployment_id == active_before
+    monkeypatch.setattr(deployments.ActiveDeployment.objects, "update_or_create", real)
+    deployment_promote(deployment=lowered, environment="development", actor="t")
+    assert _limits(project) == {"notes": 10, "kb": 20}
+    assert ActiveDeployment.objects.get(agent="support-bot").deployment_id == lowered.id
