@@ -488,3 +488,20 @@ def user_invite(
         uid=urlsafe_base64_encode(force_bytes(user.pk)),
         token=default_token_generator.make_token(user),
     )
+
+
+@transaction.atomic
+def password_set_by_link(*, user_pk: Any, token: str | None, password: str) -> bool:
+    """Sets the password an invitation's set-password link asks for, if the link still
+    works; False (nothing set) once it does not. The login's row is locked and the link
+    checked again under the lock: a link used twice at once sets one password, and the
+    other use finds it used, as it would a moment later."""
+    from django.contrib.auth.tokens import default_token_generator
+
+    model = get_user_model()
+    user = model._default_manager.select_for_update().filter(pk=user_pk).first()
+    if user is None or not default_token_generator.check_token(user, token):
+        return False
+    user.set_password(password)
+    user.save(update_fields=["password"])
+    return True

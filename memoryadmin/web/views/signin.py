@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth import views as auth_views
-from django.http import HttpResponse
+from django.http import HttpResponse, HttpResponseRedirect
 
+from memoryadmin.web.services.roles import password_set_by_link
 from memoryadmin.web.views.base import INVALID
 
 
@@ -23,4 +24,16 @@ class LoginView(_InvalidFormStatus, auth_views.LoginView):
 
 
 class PasswordSetView(_InvalidFormStatus, auth_views.PasswordResetConfirmView):
-    pass
+    def form_valid(self, form: Any) -> HttpResponse:
+        # The link is checked again as the password is set (the check on the way in was
+        # made before another use of it could finish): one use sets the password.
+        session, user = self.request.session, self.user
+        if user is None or not password_set_by_link(
+            user_pk=user.pk,
+            token=session.get(auth_views.INTERNAL_RESET_SESSION_TOKEN),
+            password=form.cleaned_data["new_password1"],
+        ):
+            self.validlink = False
+            return self.render_to_response(self.get_context_data())
+        del session[auth_views.INTERNAL_RESET_SESSION_TOKEN]
+        return HttpResponseRedirect(self.get_success_url())
