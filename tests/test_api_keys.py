@@ -268,6 +268,35 @@ def test_api_rotate_with_grace(keys: Keys, api: APIClient, client_for: Any) -> N
     assert ApiKey.objects.count() == 5
 
 
+def test_a_key_is_rotated_once(keys: Keys, api: APIClient, client_for: Any) -> None:
+    """A key in its rotation's grace period has its successor: rotating it again is 409 and
+    makes no second key (its replacement rotates; revoking ends the grace)."""
+    key = key_of(keys.read_only)
+    first = api.post(f"{KEYS}/{key.pk}/rotate", {"graceSeconds": 600}, format="json")
+    assert first.status_code == 201
+    before = (
+        list(ApiKey.objects.order_by("pk").values_list("pk", "revoked_at")),
+        AuditEntry.objects.count(),
+    )
+    for grace in (600, 0):
+        again = api.post(f"{KEYS}/{key.pk}/rotate", {"graceSeconds": grace}, format="json")
+        assert again.status_code == 409
+        error = again.json()["error"]
+        assert error["code"] == "conflict"
+        assert f"API key {key.prefix}… was rotated already and ends at " in error["message"]
+        assert "rotate the key that replaced it, or revoke this one" in error["message"]
+    with pytest.raises(CommandError, match="was rotated already") as caught:
+        apikey("rotate", str(key.pk))
+    assert caught.value.returncode == cli.EXIT_CONFLICT
+    assert (
+        list(ApiKey.objects.order_by("pk").values_list("pk", "revoked_at")),
+        AuditEntry.objects.count(),
+    ) == before
+    assert works(client_for, keys.read_only) == 200  # in its grace period still
+    replaced = api.post(f"{KEYS}/{first.json()['id']}/rotate", {}, format="json")
+    assert replaced.status_code == 201
+
+
 def test_a_key_in_its_grace_period_manages_no_keys(
     keys: Keys, api: APIClient, client_for: Any
 ) -> None:
@@ -543,7 +572,8 @@ def test_bad_limits_refuse_to_start(name: str, value: str, message: str) -> None
 def test_a_project_has_at_most_keys_max_keys_in_use(
     keys: Keys, api: APIClient, client_for: Any
 ) -> None:
-    """Revoked keys do not count, keys in a rotation's grace do; rotating at the cap works."""
+    """Revoked keys do not count, keys in a rotation's grace do; rotating at the cap works
+    with no grace period."""
     ApiKey.objects.bulk_create(
         ApiKey(project_id="acme", name=f"k{i}", prefix=f"mak_k{i:07d}", hashed=f"h{i}")
         for i in range(keys_service.KEYS_MAX - 4)  # with the fixture's two and the rotated two
@@ -573,7 +603,22 @@ def test_a_project_has_at_most_keys_max_keys_in_use(
         apikey("create", "--project", "acme")
     assert info.value.returncode == cli.EXIT_INVALID
     assert (ApiKey.objects.count(), AuditEntry.objects.count()) == before
-    # Rotating a key at the cap works: its old key ends.
+    # With a grace period both keys work until it ends: refused at the cap like a create.
+    graced = api.post(
+        f"{KEYS}/{key_of(keys.read_only).pk}/rotate", {"graceSeconds": 60}, format="json"
+    )
+    assert graced.status_code == 400
+    assert graced.json()["error"] == {
+        "code": "invalid_request",
+        "message": "A project has at most 100 API keys in use; revoke one first, "
+        "or rotate with no grace period.",
+    }
+    with pytest.raises(CommandError, match="or rotate with no grace period") as info:
+        apikey("rotate", str(key_of(keys.read_only).pk), "--grace", "60")
+    assert info.value.returncode == cli.EXIT_INVALID
+    assert (ApiKey.objects.count(), AuditEntry.objects.count()) == before
+    assert key_of(keys.read_only).revoked_at is None
+    # Rotating a key at the cap with no grace period works: its old key ends now.
     rotated = api.post(f"{KEYS}/{key_of(keys.read_only).pk}/rotate", {}, format="json")
     assert rotated.status_code == 201
     assert works(client_for, rotated.json()["secret"]) == 200

@@ -1,5 +1,6 @@
-"""People, roles and invitations of one project against concurrent changes, with real
-threads on PostgreSQL: a project keeps an owner, an invitation link sets one password."""
+"""People, roles, invitations and API keys of one project against concurrent changes, with
+real threads on PostgreSQL: a project keeps an owner, an invitation link sets one password,
+a key is rotated into one successor and a revoked key into none."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from django.db import connection, transaction
 from django.test import Client
 
 from memoryadmin.core.errors import DomainError
-from memoryadmin.memory.models import Project
+from memoryadmin.memory.models import ApiKey, AuditEntry, Project
+from memoryadmin.memory.services.keys import api_key_create, api_key_revoke, api_key_rotate
 from memoryadmin.web.models import ProjectRole, Role
 from memoryadmin.web.services.roles import role_grant, role_revoke, user_invite
 from tests.helpers import PASSWORD, lock_waiter_seen, password_login, run_threads
@@ -201,3 +203,94 @@ def test_an_invitation_accepted_while_its_role_is_revoked(project: Project) -> N
     member = Client()
     assert password_login(member, "nina", PASSWORD)
     assert member.get("/projects/acme/development/").status_code == 404
+
+
+# API keys.
+
+
+def successors(key: ApiKey) -> list[ApiKey]:
+    return list(ApiKey.objects.filter(project_id=key.project_id, name=key.name).exclude(pk=key.pk))
+
+
+def test_a_key_rotated_twice_at_once_has_one_successor(project: Project) -> None:
+    key = api_key_create(project_id="acme", name="ci")[0]
+    rotate = lambda: api_key_rotate(key=key, actor="t", grace_seconds=600)  # noqa: E731
+    assert sorted(run_threads(2, lambda i: outcome(rotate))) == ["conflict", "ok"]
+    assert len(successors(key)) == 1
+    assert AuditEntry.objects.filter(action="apikey.rotate").count() == 1
+
+
+def test_a_key_rotated_while_another_rotation_holds_it_has_one_successor(
+    project: Project,
+) -> None:
+    key = api_key_create(project_id="acme", name="ci")[0]
+    rotate = lambda: api_key_rotate(key=key, actor="t", grace_seconds=0)  # noqa: E731
+    hold = lambda: ApiKey.objects.select_for_update().get(pk=key.pk)  # noqa: E731
+    # A rotation reads the clock and waits on the key's row; another, asked later, takes
+    # it first and ends the key now. The waiting one finds the key ended.
+    assert while_held(hold, rotate, then=rotate) == ("ok", "conflict", "ok")
+    assert len(successors(key)) == 1
+
+
+def test_a_key_revoked_while_a_rotation_waits_gets_no_successor(project: Project) -> None:
+    key = api_key_create(project_id="acme", name="ci")[0]
+    rotate = lambda: api_key_rotate(key=key, actor="t", grace_seconds=60)  # noqa: E731
+    revoke = lambda: api_key_revoke(key=key, actor="t")  # noqa: E731
+
+    results: dict[str, str] = {}
+
+    def run_rotate() -> None:
+        try:
+            results["rotate"] = outcome(rotate)
+        finally:
+            connection.close()
+
+    # Another change holds the key's row; the rotation reads the clock and waits; the key
+    # is revoked after that (a later time) and the hold ends.
+    with transaction.atomic():
+        ApiKey.objects.select_for_update().get(pk=key.pk)
+        thread = threading.Thread(target=run_rotate)
+        thread.start()
+        assert lock_waiter_seen(thread)
+        revoke()
+    thread.join(timeout=60)
+    assert results["rotate"] == "conflict"
+    assert successors(key) == []
+    assert not AuditEntry.objects.filter(action="apikey.rotate").exists()
+
+
+def test_a_key_revoked_while_its_rotation_waits_is_revoked_once(project: Project) -> None:
+    """A revocation waiting on a rotation that ends the key now changes nothing more."""
+    key = api_key_create(project_id="acme", name="ci")[0]
+    results: dict[str, str] = {}
+
+    def run_revoke() -> None:
+        try:
+            results["revoke"] = outcome(lambda: api_key_revoke(key=key, actor="t"))
+        finally:
+            connection.close()
+
+    with transaction.atomic():
+        ApiKey.objects.select_for_update().get(pk=key.pk)
+        thread = threading.Thread(target=run_revoke)
+        thread.start()
+        assert lock_waiter_seen(thread)
+        api_key_rotate(key=key, actor="t", grace_seconds=0)
+        rotated_at = ApiKey.objects.get(pk=key.pk).revoked_at
+    thread.join(timeout=60)
+    assert results["revoke"] == "ok"
+    assert ApiKey.objects.get(pk=key.pk).revoked_at == rotated_at
+    assert not AuditEntry.objects.filter(action="apikey.revoke").exists()
+
+
+def test_concurrent_creates_stop_at_the_cap(project: Project, settings: Any) -> None:
+    from memoryadmin.memory.services import keys as keys_service
+
+    ApiKey.objects.bulk_create(
+        ApiKey(project_id="acme", name="same", prefix=f"mak_k{i:07d}", hashed=f"h{i}")
+        for i in range(keys_service.KEYS_MAX - 2)
+    )
+    create = lambda: api_key_create(project_id="acme", name="same")  # noqa: E731
+    results = run_threads(4, lambda i: outcome(create))
+    assert Counter(results) == {"ok": 2, "invalid_request": 2}
+    assert ApiKey.objects.filter(project_id="acme").count() == keys_service.KEYS_MAX

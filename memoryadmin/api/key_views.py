@@ -83,7 +83,9 @@ class ApiKeyRotateView(ApiKeyView):
         responses={
             201: s.ApiKeyCreatedOutput,
             **KEY_ERRORS,
-            409: OpenApiResponse(s.ErrorOutput, description="conflict: the key is revoked"),
+            409: OpenApiResponse(
+                s.ErrorOutput, description="conflict: the key is revoked or rotated already"
+            ),
         },
         operation_id="api_keys_rotate",
         description="A new key with the same name and access; the old one keeps working for "

@@ -201,10 +201,12 @@ def _forget(key: ApiKey) -> None:
 def api_key_revoke(*, key: ApiKey, actor: str) -> ApiKey:
     """Revokes a key now. Revoking a revoked key changes nothing; one in its
     rotation grace period ends now (never later than it would have)."""
+    key = ApiKey.objects.select_for_update().get(pk=key.pk)
+    # Read after the lock: a rotation or revocation it waited for is seen as ended.
     now = timezone.now()
-    ended = _live(ApiKey.objects.filter(pk=key.pk), now).update(revoked_at=now)
-    key.refresh_from_db()
-    if ended:
+    if key.revoked_at is None or key.revoked_at > now:
+        key.revoked_at = now
+        key.save(update_fields=["revoked_at"])
         _audit(key=key, actor=actor, action="apikey.revoke")
     _forget(key)
     return key
@@ -223,16 +225,33 @@ def check_key_manager(key: ApiKey) -> None:
 
 @transaction.atomic
 def api_key_rotate(*, key: ApiKey, actor: str, grace_seconds: int = 0) -> tuple[ApiKey, str]:
-    """A new key with the same name, scope and access; the old one ends after the grace period."""
+    """A new key with the same name, scope and access; the old one ends after the grace period.
+
+    A key is rotated once: one rotated already (in its grace period) or revoked is a
+    conflict, so that two rotations at once make one successor. With a grace period both
+    keys work until it ends: one more key in use, refused at the cap as a create is."""
     grace_seconds = check_grace_seconds(grace_seconds)
-    now = timezone.now()
     old = ApiKey.objects.select_for_update().get(pk=key.pk)
+    # Read after the lock: a rotation or revocation it waited for is seen as ended.
+    now = timezone.now()
     if old.revoked_at is not None and old.revoked_at <= now:
         raise Conflict(f"API key {old.prefix}… is revoked; create a new one instead.")
-    ends = now + timedelta(seconds=grace_seconds)
-    if old.revoked_at is None or old.revoked_at > ends:
-        old.revoked_at = ends
-        old.save(update_fields=["revoked_at"])
+    if old.revoked_at is not None:
+        raise Conflict(
+            f"API key {old.prefix}… was rotated already and ends at "
+            f"{old.revoked_at.isoformat()}; rotate the key that replaced it, or revoke this "
+            "one to end it now."
+        )
+    if grace_seconds and old.project_id is not None:
+        project_cap(
+            project_id=old.project_id,
+            held=_live(ApiKey.objects.filter(project_id=old.project_id), now),
+            cap=KEYS_MAX,
+            message=f"A project has at most {KEYS_MAX} API keys in use; revoke one first, or "
+            "rotate with no grace period.",
+        )
+    old.revoked_at = now + timedelta(seconds=grace_seconds)
+    old.save(update_fields=["revoked_at"])
     new = _insert(project_id=old.project_id, read_only=old.read_only, name=old.name)
     _audit(
         key=old,
