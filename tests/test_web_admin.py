@@ -117,6 +117,30 @@ def test_the_last_owner_cannot_leave_or_be_demoted(owner: Client, people: People
     assert (role_of("olivia"), role_of("sam")) == ("viewer", "owner")
 
 
+def test_a_demoted_owners_open_page_loses_owner_powers_on_its_next_request(
+    owner: Client, people: People, web_client_for: Callable[[Any], Client]
+) -> None:
+    """Roles are read on every request: a page open in a demoted owner's browser manages
+    nothing any more (no role cached in the session)."""
+    assert owner.get(PEOPLE).status_code == 200
+    owner.post(f"{PEOPLE}grant/", {"grant-username": "sam", "grant-role": "owner"})
+    sam = web_client_for(people.support)
+    sam.post(f"{PEOPLE}grant/", {"grant-username": "olivia", "grant-role": "viewer"})
+    assert role_of("olivia") == "viewer"
+    roles = list(ProjectRole.objects.order_by("id").values_list("user_id", "role"))
+    audited = AuditEntry.objects.count()
+    assert "may not manage people" in html_of(owner.get(PEOPLE), 403)
+    html_of(owner.post(f"{PEOPLE}grant/", {"grant-username": "olivia", "grant-role": "owner"}), 403)
+    html_of(owner.post(f"{PEOPLE}sam/revoke/"), 403)
+    invite = {"invite-username": "nina", "invite-role": "owner", "invite-method": "password"}
+    html_of(owner.post(f"{PEOPLE}invite/", invite), 403)
+    html_of(owner.post(f"{BASE}/keys/new/", {"name": "mine"}), 403)
+    assert list(ProjectRole.objects.order_by("id").values_list("user_id", "role")) == roles
+    assert not get_user_model().objects.filter(username="nina").exists()
+    assert AuditEntry.objects.count() == audited
+    assert owner.get(f"{BASE}/").status_code == 200  # a viewer reads
+
+
 def test_invite_with_a_one_time_password_shows_it_once(
     owner: Client, people: People, web_client_for: Callable[[Any], Client]
 ) -> None:
@@ -171,6 +195,31 @@ def test_invite_with_a_link_lets_them_choose_a_password_once(owner: Client, peop
     assert password_login(Client(), "nina", PASSWORD)
     # Used once: the link no longer works.
     assert "This link no longer works" in Client().get(path, follow=True).content.decode()
+
+
+def test_an_expired_link_sets_nothing(
+    owner: Client, people: People, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django.contrib.auth.tokens import default_token_generator
+
+    html = html_of(
+        owner.post(
+            f"{PEOPLE}invite/",
+            {"invite-username": "nina", "invite-role": "viewer", "invite-method": "link"},
+            follow=True,
+        )
+    )
+    path = html.split('id="invitation-secret"')[1].split('value="')[1].split('"')[0]
+    path = path.removeprefix("http://testserver")
+    guest = Client()
+    form = guest.get(path, follow=True).redirect_chain[-1][0]
+    later = default_token_generator._now() + timedelta(days=3, seconds=1)
+    monkeypatch.setattr(default_token_generator, "_now", lambda: later)
+    # The form opened before it expired, and the link itself, no longer work.
+    refused = guest.post(form, {"new_password1": PASSWORD, "new_password2": PASSWORD})
+    assert "This link no longer works" in refused.content.decode()
+    assert "This link no longer works" in Client().get(path, follow=True).content.decode()
+    assert not get_user_model().objects.get(username="nina").has_usable_password()
 
 
 def test_invite_of_an_existing_user_is_refused(owner: Client, people: People) -> None:
