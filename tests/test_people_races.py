@@ -294,3 +294,23 @@ def test_concurrent_creates_stop_at_the_cap(project: Project, settings: Any) -> 
     results = run_threads(4, lambda i: outcome(create))
     assert Counter(results) == {"ok": 2, "invalid_request": 2}
     assert ApiKey.objects.filter(project_id="acme").count() == keys_service.KEYS_MAX
+
+
+def test_one_name_invited_twice_at_once_is_one_login(project: Project) -> None:
+    owners(project, "ann")
+
+    def invite(i: int) -> str:
+        method = ("link", "password")[i]
+        return outcome(
+            lambda: user_invite(
+                username="nina", project_id="acme", role=Role.VIEWER, method=method, actor="t"
+            )
+        )
+
+    for _ in range(3):
+        assert sorted(run_threads(2, invite)) == ["conflict", "ok"]
+        assert get_user_model().objects.filter(username="nina").count() == 1
+        assert roles()["nina"] == Role.VIEWER
+        assert AuditEntry.objects.filter(action="user.invite").count() == 1
+        get_user_model().objects.filter(username="nina").delete()
+        AuditEntry.objects.filter(action="user.invite").delete()

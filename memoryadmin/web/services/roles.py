@@ -15,7 +15,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Model
 
 from memoryadmin.core.errors import (
@@ -390,14 +390,27 @@ def role_revoke(*, username: str, project_id: str, actor: str) -> bool:
     return bool(deleted)
 
 
+def _login_create(username: str, password: str | None) -> AbstractBaseUser | None:
+    """A new login (None for `password`: no usable one), or None when a login of that name
+    exists, made before or meanwhile: the name's unique constraint decides between two
+    made at once."""
+    manager = get_user_model()._default_manager
+    field = get_user_model().USERNAME_FIELD
+    if manager.filter(**{field: username}).exists():
+        return None
+    try:
+        with transaction.atomic():
+            return manager.create_user(**{field: username}, password=password)
+    except IntegrityError:
+        if manager.filter(**{field: username}).exists():
+            return None
+        raise
+
+
 def user_create(*, username: str) -> str | None:
     """Creates a login with a generated password and returns it; None if the user exists."""
-    model = get_user_model()
-    if model._default_manager.filter(**{model.USERNAME_FIELD: username}).exists():
-        return None
     password = secrets.token_urlsafe(12)
-    model._default_manager.create_user(**{model.USERNAME_FIELD: username}, password=password)
-    return password
+    return None if _login_create(username, password) is None else password
 
 
 def member_get(*, project: Project, username: str) -> ProjectRole:
@@ -460,17 +473,14 @@ def user_invite(
         raise InvalidRequest(
             "Usernames are letters, digits and @/./+/-/_ only, up to 150 characters."
         ) from exc
-    if not username or model._default_manager.filter(**{field: username}).exists():
+    if not username:
+        raise Conflict("A username is needed.")
+    password = secrets.token_urlsafe(12) if method == "password" else None
+    user: Any = _login_create(username, password)
+    if user is None:
         raise Conflict(
             f"A user '{username}' exists already: give them a role instead of an invitation."
-            if username
-            else "A username is needed."
         )
-    password = secrets.token_urlsafe(12) if method == "password" else None
-    user = model._default_manager.create_user(**{field: username}, password=password)
-    if password is None:
-        user.set_unusable_password()
-        user.save(update_fields=["password"])
     role_grant(username=username, project_id=project_id, role=role, actor=actor)
     audit_record(
         project_id=project_id,
