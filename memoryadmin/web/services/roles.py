@@ -337,10 +337,11 @@ def _user_by_name(username: str) -> AbstractBaseUser:
 def _keep_an_owner(project: Project, user: AbstractBaseUser) -> None:
     """Refuses to leave a project without an owner: nobody could manage it any more."""
     # Locks the project's owner rows, so two owners demoting each other at once
-    # cannot both succeed.
+    # cannot both succeed; in one order, so two such locks never wait on each other.
     owners = list(
         ProjectRole.objects.select_for_update()
         .filter(project=project, role=Role.OWNER)
+        .order_by("pk")
         .values_list("user_id", flat=True)
     )
     if owners == [user.pk]:
