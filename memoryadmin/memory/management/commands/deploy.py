@@ -34,6 +34,6 @@ class Command(cli.Command):
             agent=manifest.get("agent"),  # type: ignore[arg-type]
             memory=manifest.get("memory", []),
             promote=options["environment"],
-            actor="cli:deploy",
+            actor=cli.cli_actor(),
         )
         self.stdout.write(deployment.id)
