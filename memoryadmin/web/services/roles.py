@@ -408,10 +408,27 @@ def _login_create(username: str, password: str | None) -> AbstractBaseUser | Non
         raise
 
 
-def user_create(*, username: str) -> str | None:
-    """Creates a login with a generated password and returns it; None if the user exists."""
+def _invited(*, username: str, project_id: str, role: str, method: str, actor: str) -> None:
+    """The audit entry of a login made for a person given `role` on the project."""
+    audit_record(
+        project_id=project_id,
+        environment="",
+        actor=actor,
+        action="user.invite",
+        detail={"user": username, "role": role, "method": method},
+    )
+
+
+def user_create(*, username: str, project_id: str, role: str, actor: str) -> str | None:
+    """Creates a login with a generated password for a person who is to get `role` on the
+    project, and returns the password; None if the user exists. The login is audited as
+    an invitation by password is (`user.invite`); the role is the caller's `role_grant`."""
+    project_get(project_id=project_id)  # no login is made for a project there is not
     password = secrets.token_urlsafe(12)
-    return None if _login_create(username, password) is None else password
+    if _login_create(username, password) is None:
+        return None
+    _invited(username=username, project_id=project_id, role=role, method="password", actor=actor)
+    return password
 
 
 def member_get(*, project: Project, username: str) -> ProjectRole:
@@ -483,13 +500,7 @@ def user_invite(
             f"A user '{username}' exists already: give them a role instead of an invitation."
         )
     role_grant(username=username, project_id=project_id, role=role, actor=actor)
-    audit_record(
-        project_id=project_id,
-        environment="",
-        actor=actor,
-        action="user.invite",
-        detail={"user": username, "role": role, "method": method},
-    )
+    _invited(username=username, project_id=project_id, role=role, method=method, actor=actor)
     if password is not None:
         return Invitation(username=username, role=role, password=password, uid=None, token=None)
     return Invitation(

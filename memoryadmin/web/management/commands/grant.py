@@ -33,15 +33,15 @@ class Command(cli.Command):
             had = role_revoke(username=username, project_id=project_id, actor=cli.cli_actor())
             self.stdout.write(f"{username} {'lost their role' if had else 'had no role'}")
             return
+        role, actor = options["role"], cli.cli_actor()
         try:
             with transaction.atomic():
-                password = user_create(username=username) if options["create"] else None
-                grant = role_grant(
-                    username=username,
-                    project_id=project_id,
-                    role=options["role"],
-                    actor=cli.cli_actor(),
-                )
+                password = None
+                if options["create"]:
+                    password = user_create(
+                        username=username, project_id=project_id, role=role, actor=actor
+                    )
+                grant = role_grant(username=username, project_id=project_id, role=role, actor=actor)
         except UserNotFound as exc:
             raise cli.error_from(exc, suffix="Add --create to create it.") from exc
         self.stdout.write(f"{username} is {grant.role} of {project_id}")
