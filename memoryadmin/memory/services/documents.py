@@ -501,10 +501,14 @@ def document_replace(
         fields["summary"] = check_summary(summary)
     # An approved proposal is the owner's decision, not an agent save.
     is_agent = writer.kind == WriterKind.AGENT and not writer.proposal_id
+    # An approved proposal's write names it (in its audit entry and its webhook events).
+    detail: dict[str, Any] = {"bytes": size}
+    if writer.proposal_id:
+        detail["proposalId"] = writer.proposal_id
     record = Record(
         actor=actor,
         action=f"document.{action}",
-        detail={"bytes": size},
+        detail=detail,
         version=action,
         writer=writer,
     )
@@ -531,7 +535,13 @@ def document_patch(
     agent_review: bool | None = None,
     actor: str,
 ) -> Document:
-    """Changes title and write mode; `agent_review` None leaves review as it is."""
+    """Changes title and write mode; `agent_review` None leaves review as it is.
+
+    Audited as what it changed (each entry raises its webhook events): a freeze or
+    unfreeze where agent writes turned off or on (`document.freeze`,
+    `document.unfreeze`), and beside it `document.patch` where a title was given,
+    `document.review` where whether saves are reviewed changed; a patch that changed
+    neither is still a new revision, `document.patch`."""
     check_document_id(doc_id)
     fields: dict[str, Any] = {}
     if title is not None:
@@ -542,25 +552,46 @@ def document_patch(
         fields["agent_review"] = agent_review
     if not fields:
         raise InvalidRequest("A patch needs title, agentWrites or both.")
+    # The document at the revision the patch is conditional on: its write mode before
+    # (the revision, a random token, pins it: the write below is conditional on it too).
+    before = (
+        Document.objects.filter(
+            resource=resource, doc_id=doc_id, revision=expected_revision, deleted=False
+        )
+        .values("agent_writes", "agent_review")
+        .first()
+    )
+    if before is None:
+        raise explain_no_rows(resource, doc_id)
     # A patch is an owner write: it changes the revision and the last writer.
     fields.update(writer_kind=WriterKind.OWNER, writer_session_id="")
     document = _conditional_update(resource, doc_id, expected_revision, fields)
     _record_version(document, action="patch", writer=OWNER, actor=actor)
+    shown = agent_writes_shown(
+        agent_writes=document.agent_writes,
+        agent_review=document.agent_review,
+        default=resource.review_default,
+    )
+
+    def reviewed(review: bool | None) -> bool:
+        return review if review is not None else resource.review_default
+
+    entries: list[tuple[str, dict[str, Any]]] = []
+    if before["agent_writes"] != document.agent_writes:
+        freeze = "document.unfreeze" if document.agent_writes else "document.freeze"
+        entries.append((freeze, {"agentWrites": shown}))
+    review_changed = reviewed(before["agent_review"]) != reviewed(document.agent_review)
     changes: dict[str, Any] = {}
     if title is not None:
         changes["title"] = title
-    if agent_writes is not None:
-        changes["agentWrites"] = agent_writes_shown(
-            agent_writes=document.agent_writes,
-            agent_review=document.agent_review,
-            default=resource.review_default,
-        )
-    action = "document.patch"
-    if set(changes) == {"agentWrites"}:
-        action = {"enabled": "document.unfreeze", "disabled": "document.freeze"}.get(
-            changes["agentWrites"], "document.review"
-        )
-    _audit(resource, document, actor=actor, action=action, **changes)
+    if agent_writes is not None and (review_changed or not entries):
+        changes["agentWrites"] = shown
+    if title is None and review_changed:
+        entries.append(("document.review", changes))
+    elif title is not None or not entries:
+        entries.append(("document.patch", changes))
+    for action, detail in entries:
+        _audit(resource, document, actor=actor, action=action, **detail)
     return document
 
 
