@@ -518,7 +518,8 @@ def test_both_export_layouts_write_the_api_document_objects_byte_for_byte(
     make_document: Any, kb: Resource, notes: Resource, api: APIClient, tmp_path: Path
 ) -> None:
     """Exports make document objects from database rows, not models: each is the API's
-    object for the document, as compact (JSON Lines) or indented (files) UTF-8 JSON."""
+    object for the document (a frozen one's with the mode its unfreeze returns to), as
+    compact (JSON Lines) or indented (files) UTF-8 JSON."""
     make_document(
         "unicode",
         title="Zürich — 東京 🦀",
@@ -548,6 +549,7 @@ def test_both_export_layouts_write_the_api_document_objects_byte_for_byte(
     assert expected[("notes", "frozen")]["agentWrites"] == "disabled"
     assert expected[("notes", "reviewed")]["agentWrites"] == "review"
     assert expected[("notes", "by-agent")]["writer"]["kind"] == "agent"
+    expected[("notes", "frozen")]["agentWritesUnfrozen"] = "enabled"
 
     target = tmp_path / "memory.jsonl"
     memory("export", "--format", "jsonl", "--out", str(target))

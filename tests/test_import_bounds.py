@@ -204,18 +204,20 @@ def test_a_zip_bomb_is_refused_within_seconds_and_creates_nothing(
 
 
 def test_the_limits_derive_from_the_document_limits() -> None:
-    # Title, text and summary at their limits, every byte a control character.
+    # Title, text and summary at their limits, every byte a control character; frozen,
+    # so its file also says what an unfreeze returns it to.
     largest = {
         "id": "d" * 128,
         "title": "\x01" * 240,
         "text": "\x01" * 16_384,
         "summary": "\x01" * 240,
-        "agentWrites": "review",
+        "agentWrites": "disabled",
         "revision": "r" * 64,
         "bytes": 16_384,
         "maxBytes": 16_384,
         "updatedAt": "2026-01-01T00:00:00.000Z",
         "writer": {"kind": "agent", "sessionId": "s" * 64},
+        "agentWritesUnfrozen": "review",
     }
     written = json.dumps(largest, ensure_ascii=False, indent=2) + "\n"
     assert len(written.encode()) <= imports.MEMBER_MAX_BYTES

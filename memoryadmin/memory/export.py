@@ -37,7 +37,12 @@ from memoryadmin.core.errors import (
 from memoryadmin.core.jsonbody import json_parse
 from memoryadmin.core.rows import database_vendor
 from memoryadmin.memory.imports import MANIFEST_NAME, ImportSource, MemberUnreadable
-from memoryadmin.memory.limits import agent_write_fields, check_agent_writes, check_resource_id
+from memoryadmin.memory.limits import (
+    agent_write_fields,
+    agent_writes_shown,
+    check_agent_writes,
+    check_resource_id,
+)
 from memoryadmin.memory.models import Document, Project, Resource
 from memoryadmin.memory.providers import keeps_documents, kinds_keeping_documents
 from memoryadmin.memory.representations import DOCUMENT_FIELDS, document_of_values, iso_ms
@@ -56,6 +61,11 @@ STREAM_CHUNK_SIZE = 500
 # Bytes of JSON Lines handed to the writer at once: few writes, memory bounded.
 WRITE_SIZE = 1 << 18
 _DOC_ID = DOCUMENT_FIELDS.index("doc_id")
+_WRITES = DOCUMENT_FIELDS.index("agent_writes")
+_REVIEW = DOCUMENT_FIELDS.index("agent_review")
+# A frozen document's file also states the mode an unfreeze returns it to ("enabled" or
+# "review"): the freeze keeps the document's review setting, and so does its import.
+UNFROZEN = "agentWritesUnfrozen"
 
 
 @dataclass
@@ -80,10 +90,14 @@ class ExportSnapshot:
             resource_id, max_bytes = resource.resource_id, resource.max_bytes
             review_default = resource.review_default
             for row in _documents_of(resource, self):
-                yield (
-                    resource_id,
-                    document_of_values(row, max_bytes=max_bytes, review_default=review_default),
+                document = document_of_values(
+                    row, max_bytes=max_bytes, review_default=review_default
                 )
+                if not row[_WRITES]:
+                    document[UNFROZEN] = agent_writes_shown(
+                        agent_writes=True, agent_review=row[_REVIEW], default=review_default
+                    )
+                yield resource_id, document
 
     def manifest(self) -> dict[str, Any]:
         return {
@@ -368,6 +382,12 @@ def _document_fields(data: object, doc_id: str) -> dict[str, Any]:
             raise InvalidRequest(f"{name} must be a string.")
         fields[name] = value
     # An exported document states its mode as it was shown: it is kept as the
-    # document's own setting.
-    fields.update(agent_write_fields(check_agent_writes(data.get("agentWrites", "enabled"))))
+    # document's own setting; a frozen one's, with the mode its unfreeze returns to.
+    mode = check_agent_writes(data.get("agentWrites", "enabled"))
+    fields.update(agent_write_fields(mode))
+    if mode == "disabled" and UNFROZEN in data:
+        unfrozen = data[UNFROZEN]
+        if unfrozen not in ("enabled", "review"):
+            raise InvalidRequest(f"{UNFROZEN} must be 'enabled' or 'review'.")
+        fields["agent_review"] = agent_write_fields(unfrozen)["agent_review"]
     return fields

@@ -49,7 +49,7 @@ DOCUMENT_SUFFIX = ".json"
 
 # The largest document file an export writes: JSON escapes a control character as
 # six bytes (\u0001), so title, text and summary at their limits take at most six
-# times their bytes, plus the other fields (id, revision, times, writer) and the
+# times their bytes, plus the other fields (id, revision, times, writer, modes) and the
 # indentation.
 MEMBER_MAX_BYTES = 6 * (MAX_BYTES_MAX + TITLE_MAX_BYTES + SUMMARY_MAX_BYTES) + 4096
 # Resources named by one import. A deployment declares its resources in one JSON body
