@@ -9,6 +9,7 @@ from io import StringIO
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from django.core.management import CommandError, call_command
 from rest_framework.test import APIClient
@@ -22,6 +23,7 @@ from memoryadmin.memory.services.documents import (
 )
 from memoryadmin.memory.services.keys import api_key_create
 from memoryadmin.memory.services.projects import project_create
+from tests.helpers import run_threads
 
 API = "/api/managed-agents/projects"
 MEMORY = [
@@ -200,3 +202,48 @@ def test_a_frozen_document_s_unfreeze_mode_is_enabled_or_review(
     )
     assert not Document.objects.filter(resource=target["notes"], doc_id="frozen-review").exists()
     assert Document.objects.filter(resource=target["notes"]).count() == 10
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_four_imports_of_one_export_at_once_create_each_document_once(
+    source: dict[str, Resource], live_server: Any
+) -> None:
+    """Over real HTTP: the project's import slot lets one import run at a time; the others
+    are 429 (or, once it ended, find every id taken), and no document is created twice."""
+    for i in range(300):
+        document_create(
+            resource=source["notes"], doc_id=f"n{i:03d}", title="t", text="y" * 2000, actor="t"
+        )
+    target = _environment("target", "production")
+    reader = api_key_create(project_id="source")[1]
+    writer = api_key_create(project_id="target")[1]
+    with httpx.Client(timeout=60) as client:
+        archive = client.post(
+            f"{live_server.url}{API}/source/memory/export?environment=development",
+            headers={"x-api-key": reader},
+        ).content
+
+    def run_import(index: int) -> tuple[int, dict[str, Any]]:
+        with httpx.Client(timeout=120) as client:
+            response = client.post(
+                f"{live_server.url}{API}/target/memory/import?environment=production",
+                headers={"x-api-key": writer, "Content-Type": "application/zip"},
+                content=archive,
+            )
+        return response.status_code, response.json()
+
+    results = run_threads(4, run_import)
+    statuses = sorted(status for status, _ in results)
+    assert 200 in statuses, statuses
+    assert 429 in statuses, statuses  # released together: the others came while it ran
+    assert set(statuses) <= {200, 429}, statuses
+    # One import at a time: each that ran created all or none, never a share of them.
+    created = [body["created"] for status, body in results if status == 200]
+    assert sorted(created)[-1] == 313, created
+    assert set(created) <= {0, 313}, created
+    for status, body in results:
+        if status == 429:
+            assert body["error"]["details"] == {"reason": "import_in_progress", "retryAfter": 5}
+    assert Document.objects.filter(resource__project_id="target").count() == 313
+    _check_round_trip(source, target)
