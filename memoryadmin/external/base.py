@@ -534,14 +534,12 @@ class ExternalProvider(MemoryProvider):
         stored = [ids[r.external_id] for r in outcome]
         record_saved(
             session=call.session,
-            data={
-                "resource": resource.resource_id,
-                "namespace": namespace,
-                "tool": call.name,
-                "callId": call.call_id,
-                "recallId": call.recall_id,
-                "recordIds": stored,
-            },
+            resource=resource.resource_id,
+            namespace=namespace,
+            tool=call.name,
+            call_id=call.call_id,
+            recall_id=call.recall_id,
+            record_ids=stored,
         )
         return {"status": "stored", "ids": stored}
 

@@ -202,14 +202,12 @@ class HttpProvider(MemoryProvider):
         elif target.offer.spec["access"] == "write" and outcome.kind == "result":
             record_saved(
                 session=session,
-                data={
-                    "resource": target.resource_id,
-                    "namespace": binding.target_id,
-                    "tool": target.offer.name,
-                    "callId": call_id,
-                    "recallId": recall.id,
-                    "recordIds": [record_id] if record_id else [],
-                },
+                resource=target.resource_id,
+                namespace=binding.target_id,
+                tool=target.offer.name,
+                call_id=call_id,
+                recall_id=recall.id,
+                record_ids=[record_id] if record_id else [],
             )
         return payload
 

@@ -296,16 +296,14 @@ def _saved(operation: ProviderOperation, record_ids: tuple[str, ...]) -> None:
     stored = list(record_ids) or ([operation.record_id] if operation.record_id else [])
     record_saved(
         session=session,
-        data={
-            "resource": operation.resource.resource_id,
-            "namespace": operation.namespace,
-            "tool": operation.tool,
-            "callId": operation.call_id,
-            "recallId": operation.recall_id,
-            "recordIds": stored,
-            "operation": operation.id,
-            "acceptedAt": iso_ms(operation.created_at),
-        },
+        resource=operation.resource.resource_id,
+        namespace=operation.namespace,
+        tool=operation.tool,
+        call_id=operation.call_id,
+        recall_id=operation.recall_id,
+        record_ids=stored,
+        operation=operation.id,
+        acceptedAt=iso_ms(operation.created_at),
     )
 
 

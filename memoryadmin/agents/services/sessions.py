@@ -319,10 +319,30 @@ def _next_event(session: Session, type: str, data: dict[str, Any], *, at: dateti
     return SessionEvent(session=session, seq=session.last_seq, type=type, data=data, created_at=at)
 
 
-def record_saved(*, session: Session, data: dict[str, Any]) -> None:
+def record_saved(
+    *,
+    session: Session,
+    resource: str,
+    namespace: str,
+    tool: str,
+    call_id: str,
+    recall_id: str,
+    record_ids: list[str],
+    **more: Any,
+) -> None:
     """Appends a `record.saved` event: what a tool call stored through a provider whose
-    records live elsewhere (resource, namespace, tool, call, recall and the record ids),
-    the one durable trace of which session wrote which record."""
+    records live elsewhere (resource, namespace, tool, call, recall and the record ids,
+    and `more`: a write the provider finished later names its operation and when it was
+    accepted), the one durable trace of which session wrote which record."""
+    data = {
+        "resource": resource,
+        "namespace": namespace,
+        "tool": tool,
+        "callId": call_id,
+        "recallId": recall_id,
+        "recordIds": record_ids,
+        **more,
+    }
     with transaction.atomic():
         event_append(session=session_lock(session=session), type=EventType.RECORD_SAVED, data=data)
 
