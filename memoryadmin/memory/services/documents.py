@@ -629,20 +629,16 @@ def documents_set_agent_writes(
     )
     if not rows:
         return []
-    written_at = _written_at()
+    now = timezone.now()
     for document in rows:
         document.resource = resource
         document.agent_writes, document.revision = enabled, new_revision()
-        document.updated_at = written_at
+        # The later of the clock and the document's time, as `_written_at_sql` decides it
+        # in a statement: the row is locked and its time read, so it is decided here.
+        document.updated_at = max(now, document.updated_at)
         document.writer_kind, document.writer_session_id = WriterKind.OWNER, ""
     fields = ["agent_writes", "revision", "updated_at", "writer_kind", "writer_session_id"]
     Document.objects.bulk_update(rows, fields)
-    # Each row's time as its UPDATE decided it, for its version.
-    times = dict(
-        Document.objects.filter(pk__in=[d.pk for d in rows]).values_list("pk", "updated_at")
-    )
-    for document in rows:
-        document.updated_at = times[document.pk]
     DocumentVersion.objects.bulk_create(
         DocumentVersion(
             document=document,
