@@ -54,6 +54,10 @@ class ApiKey(models.Model):
     def can_reach(self, project_id: str) -> bool:
         return self.project_id is None or self.project_id == project_id
 
+    def works_at(self, now: datetime) -> bool:
+        """Whether the key still works at `now` (as `keys._live` selects such keys)."""
+        return self.revoked_at is None or self.revoked_at > now
+
 
 class Deployment(models.Model):
     id = models.CharField(primary_key=True, max_length=40)

@@ -351,7 +351,7 @@ def _revoke_key(report: _Report, actor: str) -> None:
     now = timezone.now()
     outcome = UNCHANGED
     for key in keys:
-        if key.revoked_at is not None and key.revoked_at <= now:
+        if not key.works_at(now):
             continue
         if key.project_id is None:
             outcome = REVOKED if outcome == REVOKED else NOT_REVOCABLE

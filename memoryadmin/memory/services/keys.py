@@ -204,7 +204,7 @@ def api_key_revoke(*, key: ApiKey, actor: str) -> ApiKey:
     key = ApiKey.objects.select_for_update().get(pk=key.pk)
     # Read after the lock: a rotation or revocation it waited for is seen as ended.
     now = timezone.now()
-    if key.revoked_at is None or key.revoked_at > now:
+    if key.works_at(now):
         key.revoked_at = now
         key.save(update_fields=["revoked_at"])
         _audit(key=key, actor=actor, action="apikey.revoke")
@@ -234,7 +234,7 @@ def api_key_rotate(*, key: ApiKey, actor: str, grace_seconds: int = 0) -> tuple[
     old = ApiKey.objects.select_for_update().get(pk=key.pk)
     # Read after the lock: a rotation or revocation it waited for is seen as ended.
     now = timezone.now()
-    if old.revoked_at is not None and old.revoked_at <= now:
+    if not old.works_at(now):
         raise Conflict(f"API key {old.prefix}… is revoked; create a new one instead.")
     if old.revoked_at is not None:
         raise Conflict(
@@ -331,7 +331,7 @@ def _touch(key: ApiKey, now: datetime) -> None:
 
 def _usable(key: ApiKey | None) -> ApiKey | None:
     now = timezone.now()
-    if key is None or (key.revoked_at is not None and key.revoked_at <= now):
+    if key is None or not key.works_at(now):
         return None
     _touch(key, now)
     return key
