@@ -17,11 +17,14 @@ class Environment(models.TextChoices):
 DEFAULT_ENVIRONMENT = Environment.DEVELOPMENT
 
 
+# The names, as an error tells them.
+_ALLOWED = " or ".join(f"'{name}'" for name in Environment.values)
+
+
 def check_environment(value: object) -> Environment:
     """An environment name, or `invalid_request` naming the allowed ones."""
     if not isinstance(value, str) or value not in Environment.values:
-        allowed = " or ".join(f"'{name}'" for name in Environment.values)
-        raise InvalidRequest(f"environment must be {allowed}.")
+        raise InvalidRequest(f"environment must be {_ALLOWED}.")
     return Environment(value)
 
 
@@ -29,6 +32,5 @@ def check_environment_given(values: Sequence[str]) -> Environment:
     """The environment a request names in its query (every value it gave): exactly one,
     never a choice between two (the last of a repeated parameter would otherwise win)."""
     if len(values) > 1:
-        allowed = " or ".join(f"'{name}'" for name in Environment.values)
-        raise InvalidRequest(f"environment must be given once: {allowed}.")
+        raise InvalidRequest(f"environment must be given once: {_ALLOWED}.")
     return check_environment(values[0] if values else None)
