@@ -49,6 +49,7 @@ from tests.helpers import (
     wait_until,
     wait_until_up,
 )
+from tests.test_providers_client import FaultyServer, reply
 
 QUERY = "agent=support-bot@development&memory=notes=workshop:read-write&memory=kb"
 
@@ -178,6 +179,61 @@ def test_frozen_document_ended_session_and_bad_arguments(
     assert recall.is_error
     assert recall.structured_content["error"]["code"] == "session_closed"
     assert Document.objects.get(pk=workshop.pk).text == workshop.text
+
+
+@pytest.fixture
+def lookup_provider(project: Project) -> Iterator[FaultyServer]:
+    """An http provider on a real socket, its `lookup` tool (a read) answering as scripted."""
+    server = FaultyServer()
+    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
+    thread.start()
+    schema = {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}
+    lookup = {"name": "lookup", "description": "Look up.", "access": "read", "input": schema}
+    connection = {"id": "lookup", "origin": server.origin, "methods": ["POST"]}
+    declaration = {
+        "id": "knowledge",
+        "description": "Facts.",
+        "provider": {"kind": "http", "connection": connection, "tools": [lookup]},
+    }
+    deployment_create(
+        project=project, agent="researcher", memory=[declaration], promote="development", actor="t"
+    )
+    yield server
+    server.release.set()
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("result", ["stored", ["fact:1", "fact:2"], 7, None])
+def test_a_provider_result_that_is_no_object_reaches_the_model_unchanged(
+    endpoint: str, keys: Keys, lookup_provider: FaultyServer, result: Any
+) -> None:
+    # Any JSON `result` of a provider's tool reaches the model unchanged (spec 000); MCP's
+    # structured content is an object, so only an object is given as that as well.
+    lookup_provider.script = [
+        reply(200, {"text": "", "sources": []}),
+        reply(200, {"result": result}),
+        reply(200, {"result": {"facts": []}}),
+    ]
+    url = f"{endpoint}?agent=researcher@development&namespace=knowledge=owner"
+
+    async def scenario() -> Any:
+        async with connected(url, keys.owner) as client:
+            answered = await client.call_tool("memory_lookup", {"q": "hosting"})
+            then = await client.call_tool("memory_lookup", {"q": "tier"})
+            return answered, then
+
+    answered, then = run(scenario)
+    assert not answered.is_error
+    assert text_of(answered) == result
+    assert answered.structured_content is None
+    assert then.structured_content == text_of(then) == {"facts": []}
+    sent = [seen.json() for seen in lookup_provider.seen]
+    assert [(body["operation"], body.get("arguments")) for body in sent] == [
+        ("recall", None),
+        ("tool", {"q": "hosting"}),
+        ("tool", {"q": "tier"}),
+    ]
 
 
 def end_only_session() -> Session:

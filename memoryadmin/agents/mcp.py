@@ -149,8 +149,9 @@ class MemoryDoor:
         own = [] if self._runtime_recall_tool() else [RECALL_DEFINITION]
         return [*recall["tools"], *own]
 
-    def call(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        """The runtime's result of one tool call; a DomainError for a refused call."""
+    def call(self, name: str, arguments: dict[str, Any]) -> Any:
+        """The runtime's result of one tool call (an http provider's is any JSON value); a
+        DomainError for a refused call."""
         strings_check(arguments, field="arguments")
         if name == RECALL_TOOL and not self._runtime_recall_tool():
             unknown = set(arguments) - {"input"}
@@ -200,10 +201,15 @@ def _error_result(exc: DomainError) -> types.CallToolResult:
     )
 
 
-def _result(result: dict[str, Any]) -> types.CallToolResult:
+def _result(result: Any) -> types.CallToolResult:
+    """A tool's result as the model receives it. An http provider's `result` is any JSON
+    value, passed on unchanged as text; MCP's structured content is an object, so a result
+    that is not one has none."""
     content: list[types.ContentBlock] = [
         types.TextContent(text=json.dumps(result, ensure_ascii=False))
     ]
+    if not isinstance(result, dict):
+        return types.CallToolResult(content=content)
     if result.get("status") == "conflict":
         content.append(types.TextContent(text=CONFLICT_HINT))
     return types.CallToolResult(content=content, structured_content=result)
