@@ -114,6 +114,54 @@ def test_recall_puts_relevant_facts_first_within_max_bytes(facts: Resource) -> N
     assert all(line.startswith("- ") for line in lines)
 
 
+def _stored(texts: list[str]) -> list[Fact]:
+    """Facts of the owner's partition, newest last, as remember stores them."""
+    partition, _ = Partition.objects.get_or_create(key=OWNER)
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    return Fact.objects.bulk_create(
+        Fact(partition=partition, text=text, created_at=start + timedelta(seconds=n))
+        for n, text in enumerate(texts)
+    )
+
+
+def test_a_recall_keeps_within_64_kib_whatever_its_text_escapes_to(
+    live_server: Any, project: Project
+) -> None:
+    # Text within maxBytes may take six bytes of JSON a byte (a control character) and
+    # sources add their titles: the whole response must still be at most 64 KiB (spec 000),
+    # or the host refuses it and every recall of the partition fails.
+    facts = deploy_reference_provider(project, live_server.url, max_bytes=16_384)
+    _stored([f"{n:03d} " + "記" * 56 for n in range(100)] + ["\x01" * 2_000] * 8)
+    outcome = recall(facts)
+    raw = {k: v for k, v in _body().items() if k not in ("tool", "arguments")}
+    recall_body = {**raw, "operation": "recall", "input": {"text": None}, "maxBytes": 16_384}
+    response = post(live_server, recall_body)
+    assert response.status_code == 200
+    # Full, yet within the limit: facts are left out only where they would not fit.
+    assert 60 * 1024 < len(response.content) <= 64 * 1024
+    assert response.json()["text"] == outcome.text
+    shown = outcome.text.split("\n")
+    assert len(shown) == len(outcome.sources)
+    assert len(outcome.text.encode()) <= 16_384
+    # The newest first: as many of the eight escaped facts as fit, then shorter ones.
+    assert shown[:5] == ["- " + "\x01" * 2_000] * 5
+    assert shown[5].startswith("- 099 ")
+
+
+def test_a_search_answer_keeps_within_64_kib(live_server: Any, project: Project) -> None:
+    facts = deploy_reference_provider(project, live_server.url)
+    stored = _stored(["記 refunds " + "記" * 1_990] * 20)
+    found = call(facts, "search", {"query": "refunds", "limit": 20})
+    assert found.kind == "result", found.payload
+    ids = [fact["id"] for fact in found.payload["facts"]]
+    # Newest first, as many whole facts as 64 KiB holds.
+    assert 5 <= len(ids) < 20
+    assert ids == [f"fact:{fact.pk}" for fact in reversed(stored)][: len(ids)]
+    raw = post(live_server, _body(tool="search", arguments={"query": "refunds", "limit": 20}))
+    assert raw.status_code == 200
+    assert len(raw.content) <= 64 * 1024
+
+
 def test_stale_cursor_is_a_conflict_that_reaches_the_model(facts: Resource) -> None:
     cursor = recall(facts).cursor
     assert remember(facts, "First.", 1, cursor=cursor).kind == "result"

@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from memoryadmin.core.errors import error_envelope
 from memoryadmin.core.inputs import InvalidInput, parse_instant
+from memoryadmin.core.jsonbody import BODY_MAX_BYTES
 from memoryadmin.memory.limits import MAX_BYTES_MAX, MAX_BYTES_MIN, utf8_len
 from memoryadmin.memory.representations import iso_ms
 from memoryadmin.refprovider.declaration import REFERENCE_TOOLS
@@ -136,6 +137,15 @@ def _cursor(partition: Partition | None) -> str:
     return f"v{partition.version if partition else 0}"
 
 
+def answer_bytes(payload: object) -> bytes:
+    """A body as the endpoint sends it (UTF-8 JSON), and as its size is counted."""
+    return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def _size(value: object) -> int:
+    return len(answer_bytes(value))
+
+
 # Recall.
 
 
@@ -153,26 +163,34 @@ def recall(call: Call) -> Payload:
     if not MAX_BYTES_MIN <= max_bytes <= MAX_BYTES_MAX:
         raise _invalid(f"maxBytes must be from {MAX_BYTES_MIN} to {MAX_BYTES_MAX}.")
     partition = Partition.objects.filter(key=call.partition).first()
+    cursor = _cursor(partition)
     lines: list[str] = []
     sources: list[dict[str, str]] = []
     size = 0
+    # The protocol's 64 KiB hold the whole body, sources included: a fact whose escaped
+    # line and source would not fit is left out, as one over maxBytes is.
+    body = _size({"text": "", "sources": [], "cursor": cursor})
     for _, fact in _ranked(partition, text):
         line = "- " + " ".join(fact.text.split())
         added = utf8_len(line) + (1 if lines else 0)
         if size + added > max_bytes:
             continue
+        source = {
+            "id": f"fact:{fact.pk}",
+            "title": _fact_title(fact),
+            "updatedAt": iso_ms(fact.created_at),
+        }
+        # The line without its quotes, the source, and after the first the "\n" and ",".
+        grown = _size(line) - 2 + _size(source) + (3 if lines else 0)
+        if body + grown > BODY_MAX_BYTES:
+            continue
         size += added
+        body += grown
         lines.append(line)
-        sources.append(
-            {
-                "id": f"fact:{fact.pk}",
-                "title": _fact_title(fact),
-                "updatedAt": iso_ms(fact.created_at),
-            }
-        )
+        sources.append(source)
         if len(sources) == SOURCES_MAX:
             break
-    return {"text": "\n".join(lines), "sources": sources, "cursor": _cursor(partition)}
+    return {"text": "\n".join(lines), "sources": sources, "cursor": cursor}
 
 
 # Tools.
@@ -210,20 +228,24 @@ def tool_call(call: Call, *, now: datetime) -> Payload:
 
 def _search(partition: Partition | None, arguments: dict[str, Any]) -> Payload:
     limit = arguments.get("limit", SEARCH_LIMIT_DEFAULT)
-    found = [fact for score, fact in _ranked(partition, arguments["query"]) if score > 0]
-    return {
-        "result": {
-            "facts": [
-                {
-                    "id": f"fact:{fact.pk}",
-                    "title": _fact_title(fact),
-                    "text": fact.text,
-                    "updatedAt": iso_ms(fact.created_at),
-                }
-                for fact in found[:limit]
-            ]
+    shown: list[dict[str, str]] = []
+    # Whole facts, as many of the most relevant as the protocol's 64 KiB body holds.
+    body = _size({"result": {"facts": []}})
+    for score, fact in _ranked(partition, arguments["query"]):
+        if score == 0 or len(shown) == limit:
+            break
+        entry = {
+            "id": f"fact:{fact.pk}",
+            "title": _fact_title(fact),
+            "text": fact.text,
+            "updatedAt": iso_ms(fact.created_at),
         }
-    }
+        grown = _size(entry) + (1 if shown else 0)
+        if body + grown > BODY_MAX_BYTES:
+            continue
+        body += grown
+        shown.append(entry)
+    return {"result": {"facts": shown}}
 
 
 def _fingerprint(name: str, arguments: dict[str, Any], cursor: str | None) -> str:

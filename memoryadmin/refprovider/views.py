@@ -5,17 +5,21 @@ from __future__ import annotations
 import hmac
 from typing import Any
 
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from memoryadmin.core.errors import DomainError, LimitExceeded, error_envelope
 from memoryadmin.core.jsonbody import body_read, json_parse, stream_chunks
 from memoryadmin.refprovider.declaration import reference_token
-from memoryadmin.refprovider.services import ProtocolError, call_handle
+from memoryadmin.refprovider.services import ProtocolError, answer_bytes, call_handle
 
 
-def _error(status: int, code: str, message: str, **headers: str) -> JsonResponse:
-    response = JsonResponse(error_envelope(code, message), status=status)
+def _answer(payload: dict[str, Any], status: int = 200) -> HttpResponse:
+    return HttpResponse(answer_bytes(payload), status=status, content_type="application/json")
+
+
+def _error(status: int, code: str, message: str, **headers: str) -> HttpResponse:
+    response = _answer(error_envelope(code, message), status=status)
     for name, value in headers.items():
         response[name.replace("_", "-")] = value
     return response
@@ -40,7 +44,7 @@ def _body(request: HttpRequest) -> Any:
 
 
 @csrf_exempt
-def endpoint(request: HttpRequest) -> JsonResponse:
+def endpoint(request: HttpRequest) -> HttpResponse:
     if request.method != "POST":
         return _error(405, "method_not_allowed", "Use POST.", Allow="POST")
     if not _authorized(request):
@@ -50,6 +54,6 @@ def endpoint(request: HttpRequest) -> JsonResponse:
     if request.content_type != "application/json":
         return _error(415, "unsupported_media_type", "Send Content-Type: application/json.")
     try:
-        return JsonResponse(call_handle(_body(request)))
+        return _answer(call_handle(_body(request)))
     except ProtocolError as exc:
-        return JsonResponse(exc.envelope(), status=exc.status)
+        return _answer(exc.envelope(), status=exc.status)
