@@ -749,6 +749,17 @@ def test_idempotent_write_is_retried_with_the_same_operation(
     assert server.seen[0].json()["operationId"] == "toolcall_1:knowledge"
 
 
+def test_idempotent_write_whose_retries_are_exhausted_is_a_visible_error(
+    server: FaultyServer, resource: Resource
+) -> None:
+    server.script = [hang_up(), hang_up(), hang_up(), reply(200, {"result": {"status": "stored"}})]
+    outcome = tool(resource, "save", retry_delays=NO_WAIT)
+    assert (outcome.kind, outcome.attempts) == ("failed", 3)
+    assert outcome.payload["error"]["code"] == "provider_failed"
+    assert len(server.seen) == 3
+    assert len({seen.body for seen in server.seen}) == 1
+
+
 def test_tool_responses_without_result_or_envelope_are_host_errors(
     server: FaultyServer, resource: Resource
 ) -> None:

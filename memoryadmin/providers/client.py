@@ -529,10 +529,11 @@ def _tool_outcome(call: _Call, tool: dict[str, Any], reply: Reply, attempts: int
     if (
         unread is not None
         and reply.failure in {"timeout", "transport"}
-        and tool["access"] == "write"
+        and not tool_retryable(tool)
     ):
-        # The write may have committed before the reply was lost; only the
-        # next recall can tell.
+        # A write sent once may have committed before the reply was lost; only the
+        # next recall can tell. An idempotent write was retried: its exhausted
+        # retries are a visible error (spec 000, Deadlines and retries).
         call.record("uncertain", unread[1], attempts=attempts)
         return ToolOutcome(kind="uncertain", payload=dict(UNCERTAIN), attempts=attempts)
     if unread is not None:
