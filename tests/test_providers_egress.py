@@ -10,6 +10,7 @@ under `.test` only; everything else resolves as usual.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import ssl
 import subprocess
@@ -720,3 +721,84 @@ def test_a_lookup_no_thread_can_run_fails_its_call_and_gives_its_share_back(
     assert lookup is not None
     assert lookup.done.wait(5)
     assert lookup.error is None
+
+
+# Stopping an https call: the connection TLS wraps is the one a cancellation and the
+# deadline's watchdog shut down (TLS detaches the socket it wraps; a shutdown of that one
+# reached nothing, so an https call ran on to its socket timeouts).
+
+
+class _TlsPeer:
+    """A TLS listener on 127.0.0.1 that misbehaves as told: `handshake` never completes the
+    handshake, `silent` reads the request and never answers, `trickle` sends its status
+    line a byte every 0.2 s."""
+
+    def __init__(self, key: Path, cert: Path, behaviour: str) -> None:
+        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.context.load_cert_chain(cert, key)
+        self.behaviour = behaviour
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        conn, _ = self.listener.accept()
+        with conn:
+            if self.behaviour == "handshake":
+                self.stop.wait(15)
+                return
+            tls = self.context.wrap_socket(conn, server_side=True)
+            tls.recv(65536)
+            if self.behaviour == "silent":
+                self.stop.wait(15)
+                return
+            for byte in b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}":
+                if self.stop.wait(0.2):
+                    return
+                with contextlib.suppress(OSError):
+                    tls.send(bytes([byte]))
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(5)
+        self.listener.close()
+
+
+@pytest.mark.parametrize("behaviour", ["handshake", "silent", "trickle"])
+def test_an_https_call_stops_at_once_when_cancelled_and_ends_by_its_deadline(
+    tmp_path: Path, settings: Any, behaviour: str
+) -> None:
+    from memoryadmin.core.exchange import outbound
+
+    settings.MEMORYADMIN_PROVIDER_ALLOW = LOOPBACK
+    key, cert = _certificate(tmp_path, "localhost")
+    settings.MEMORYADMIN_PROVIDER_CA_FILE = str(cert)
+    peer = _TlsPeer(key, cert, behaviour)
+    url = f"https://localhost:{peer.port}/memory"
+    try:
+        with outbound(project="acme") as out:
+            timer = threading.Timer(0.5, out.abort)
+            timer.start()
+            started = time.monotonic()
+            reply = out.send("GET", url, headers={}, deadline=time.monotonic() + 10, limit=1024)
+            elapsed = time.monotonic() - started
+            timer.join()
+        assert reply.status is None
+        assert reply.failure is not None
+        assert elapsed < 3, f"cancelled at 0.5 s, ended after {elapsed:.1f} s"
+    finally:
+        peer.close()
+
+    peer = _TlsPeer(key, cert, behaviour)
+    url = f"https://localhost:{peer.port}/memory"
+    try:
+        with outbound(project="acme") as out:
+            started = time.monotonic()
+            reply = out.send("GET", url, headers={}, deadline=time.monotonic() + 1, limit=1024)
+            elapsed = time.monotonic() - started
+        assert reply.failure == "timeout"
+        assert elapsed < 3, f"a deadline of 1 s, ended after {elapsed:.1f} s"
+    finally:
+        peer.close()

@@ -356,27 +356,41 @@ class EgressBackend(httpcore.SyncBackend):
     A name is looked up on a thread of its own, within the connection's timeout and
     `project`'s share of lookups (`Lookups`).
 
-    `abort()` (from any thread) shuts down every socket it opened, so a request
+    `abort()` (from any thread) shuts down every connection it opened, so a request
     waiting on one fails at once, stops waiting for a lookup, and refuses new connections.
+    It holds a duplicate of each connection's socket for that: TLS wraps the socket it
+    connected in a new one and detaches it (a shutdown of the first then reached nothing,
+    so neither a cancellation nor the deadline's watchdog stopped an https call), while a
+    shutdown through any descriptor of a connection ends the connection itself. The
+    duplicates are closed with the transport (`release`).
     """
 
     def __init__(self, project: str) -> None:
         self.project = project
         self._lock = threading.Lock()
-        self._streams: list[httpcore.NetworkStream] = []
+        self._sockets: list[socket.socket] = []
         self._lookups: list[_Lookup] = []
         self._aborted = False
 
     def abort(self) -> None:
         with self._lock:
             self._aborted = True
-            streams, self._streams = self._streams, []
+            held = list(self._sockets)
             pending, self._lookups = self._lookups, []
-        for stream in streams:
-            _shutdown(stream)
+        for sock in held:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
         for lookup in pending:
             lookup.done.set()
         lookups.wake()
+
+    def release(self) -> None:
+        """Closes the duplicates `abort` would shut down (the transport is closed)."""
+        with self._lock:
+            held, self._sockets = self._sockets, []
+        for sock in held:
+            with contextlib.suppress(OSError):
+                sock.close()
 
     def _aborted_now(self) -> bool:
         with self._lock:
@@ -433,21 +447,20 @@ class EgressBackend(httpcore.SyncBackend):
             except httpcore.ConnectError as exc:
                 last = exc
                 continue
+            sock = stream.get_extra_info("socket")
+            held = sock.dup() if sock is not None else None
             with self._lock:
                 if not self._aborted:
-                    self._streams.append(stream)
+                    if held is not None:
+                        self._sockets.append(held)
                     return stream
-            _shutdown(stream)
+            if held is not None:
+                with contextlib.suppress(OSError):
+                    held.shutdown(socket.SHUT_RDWR)
+                held.close()
             raise httpcore.ConnectError("the call was cancelled")
         assert last is not None
         raise last
-
-
-def _shutdown(stream: httpcore.NetworkStream) -> None:
-    sock = stream.get_extra_info("socket")
-    if sock is not None:
-        with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_RDWR)
 
 
 class EgressTransport(httpx.HTTPTransport):
@@ -462,6 +475,12 @@ class EgressTransport(httpx.HTTPTransport):
     def abort(self) -> None:
         """Stops the requests in flight on this transport at once (a cancellation)."""
         self._backend.abort()
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._backend.release()
 
 
 @functools.cache
