@@ -4,6 +4,8 @@ long-running operations that finish after several polls (or fail), retrieval by 
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -11,9 +13,11 @@ from rest_framework.test import APIClient
 
 from memoryadmin.agents.models import ProviderOperation
 from memoryadmin.agents.services.runtime import recall_create, tool_call
+from memoryadmin.core.cancellation import Cancelled
 from memoryadmin.external.ids import external_memory_id, provider_id
 from memoryadmin.external.models import ExternalRecord
 from memoryadmin.memory.models import AuditEntry, Project, Resource
+from memoryadmin.memory.providers import provider_for
 from memoryadmin.memory.services.deployments import deployment_create
 from memoryadmin.runner.jobs import jobs_run_due
 from tests.fake_providers import FakeVertexMemoryBank
@@ -326,3 +330,53 @@ def test_a_token_endpoints_unusable_token_fails_the_call_and_is_not_kept(
     listed = api.get(RECORDS + ALICE)
     assert listed.status_code == 200, listed.content
     assert len(vertex.seen("POST", "/token")) == 2
+
+
+def test_a_cancel_during_the_token_exchange_is_a_cancellation_not_a_provider_failure(
+    project: Project, mem: Resource, vertex: FakeVertexMemoryBank
+) -> None:
+    """The token exchange is one of the operation's requests: cancelled by its caller, the
+    call ends cancelled, as for any other request of it, never a provider failure (502,
+    audited as the provider's fault)."""
+    from memoryadmin.agents.services.runtime import call_cancel
+    from memoryadmin.external import vertex as vertex_kind
+
+    session = external_session(project, "alice")
+    recall = recall_create(session=session, use=["mem"], input_text=None)
+    vertex_kind._tokens.clear()  # the next call exchanges the key for a token again
+    stall = vertex.stall("/token")
+
+    def cancel_when_sent() -> None:
+        assert stall.arrived.wait(10)
+        call_cancel(session=session, call_id="c-search")
+
+    canceller = threading.Thread(target=cancel_when_sent)
+    canceller.start()
+    started = time.monotonic()
+    result = tool_call(
+        session=session,
+        recall_id=recall["recallId"],
+        call_id="c-search",
+        name="memory_search",
+        arguments={"query": "manager"},
+    )
+    elapsed = time.monotonic() - started
+    canceller.join()
+    stall.release.set()
+    assert result == {"status": "cancelled"}
+    assert elapsed < 5  # not the 10 s deadline
+    assert len(vertex.seen("POST", "/token")) == 2  # the recall's, then this one: not retried
+    assert not vertex.seen("POST", r".*/memories:retrieve")[1:]
+    assert not AuditEntry.objects.filter(action="provider.failed").exists()
+
+    # Opening a store, as an owner's call does: the same.
+    cancelled = threading.Event()
+    vertex_kind._tokens.clear()
+    held = vertex.stall("/token")
+    timer = threading.Timer(0.2, cancelled.set)
+    timer.start()
+    with pytest.raises(Cancelled):
+        provider_for("vertex-memory-bank").open(mem, "alice", cancelled=cancelled)
+    timer.join()
+    held.release.set()
+    assert not AuditEntry.objects.filter(action="provider.failed").exists()

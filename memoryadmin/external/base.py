@@ -56,7 +56,7 @@ from memoryadmin.external.transport import (
     ExternalFailure,
     Reply,
     connection_open,
-    describe,
+    reply_usable,
 )
 from memoryadmin.external.urls import base_url_check
 from memoryadmin.memory.limits import MAX_BYTES_DEFAULT, check_max_bytes, utf8_len
@@ -170,11 +170,7 @@ class RemoteStore(ABC):
         return self.answer(reply, operation=operation, missing_ok=missing_ok)
 
     def answer(self, reply: Reply, *, operation: str, missing_ok: bool = False) -> Any:
-        unusable = describe(reply)
-        if unusable is not None:
-            if reply.failure == "cancelled":
-                raise Cancelled("The call was cancelled before the provider answered.")
-            raise self.connection.failure(*unusable, operation=operation, reply=reply)
+        reply_usable(self.connection, reply, operation=operation)
         assert reply.status is not None
         if reply.status == 404 and missing_ok:
             return None
@@ -430,7 +426,7 @@ class ExternalProvider(MemoryProvider):
         for binding in bindings:
             try:
                 store = self.open(binding.resource, binding.target_id, deadline=deadline)
-            except ExternalFailure as exc:
+            except (ExternalFailure, Cancelled) as exc:
                 raise _recall_failed(binding, exc) from exc
             # Failures of calls in other threads wait for the caller's thread to audit them.
             store.connection.deferred = []

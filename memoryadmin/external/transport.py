@@ -25,7 +25,12 @@ from typing import Any
 
 from django.views.decorators.debug import sensitive_variables
 
-from memoryadmin.core.cancellation import Cancellation, current_cancellation, stop_watch
+from memoryadmin.core.cancellation import (
+    Cancellation,
+    Cancelled,
+    current_cancellation,
+    stop_watch,
+)
 from memoryadmin.core.concurrency import Deadline
 from memoryadmin.core.errors import InvalidRequest
 from memoryadmin.core.exchange import Reply, outbound
@@ -263,6 +268,22 @@ def _attempt(connection: Connection, request: Request, deadline: float) -> Reply
 def describe(reply: Reply) -> tuple[str, str] | None:
     """(reason, description) when a reply carries no answer that can be read."""
     return unusable(reply, REPLY_MAX_BYTES)
+
+
+def reply_usable(connection: Connection, reply: Reply, *, operation: str, what: str = "") -> None:
+    """Nothing when `reply` carries an answer to read; otherwise why not, raised: Cancelled
+    when the caller cancelled the call (whichever request of the operation it was, a token
+    exchange included), the call's failure (logged and audited) for anything else.
+    `what` names the request in the failure's description (the token endpoint)."""
+    unreadable = describe(reply)
+    if unreadable is None:
+        return
+    if reply.failure == "cancelled":
+        raise Cancelled("The call was cancelled before the provider answered.")
+    reason, description = unreadable
+    raise connection.failure(
+        reason, f"{what} {description}" if what else description, operation=operation, reply=reply
+    )
 
 
 def check_body_size(body: Any, what: str) -> None:

@@ -47,7 +47,7 @@ from memoryadmin.external.base import (
     RemoteStore,
     _scope_normalize,
 )
-from memoryadmin.external.transport import Connection, describe, secret_value
+from memoryadmin.external.transport import Connection, reply_usable, secret_value
 from memoryadmin.external.urls import HTTPS_ONLY, base_url_check
 from memoryadmin.memory.providers import Result
 from memoryadmin.providers.declarations import SECRET_NAME_RE
@@ -400,11 +400,13 @@ class VertexMemoryBankProvider(ExternalProvider):
         return token[0]
 
     def _token_of(self, connection: Connection, reply: Reply) -> tuple[str, float]:
-        unusable = describe(reply)
-        if unusable is not None or reply.status != 200:
-            reason, description = unusable or ("http_error", f"answered HTTP {reply.status}")
+        reply_usable(connection, reply, operation="token", what="token endpoint")
+        if reply.status != 200:
             raise connection.failure(
-                reason, f"token endpoint {description}", operation="token", reply=reply
+                "http_error",
+                f"token endpoint answered HTTP {reply.status}",
+                operation="token",
+                reply=reply,
             )
         try:
             data = reply.json(suffixed=True)
