@@ -8,6 +8,7 @@ import threading
 import time
 from typing import Any
 
+import httpx
 import pytest
 from rest_framework.test import APIClient
 
@@ -19,9 +20,10 @@ from memoryadmin.external.models import ExternalRecord
 from memoryadmin.memory.models import AuditEntry, Project, Resource
 from memoryadmin.memory.providers import provider_for
 from memoryadmin.memory.services.deployments import deployment_create
+from memoryadmin.memory.services.keys import api_key_create
 from memoryadmin.runner.jobs import jobs_run_due
 from tests.fake_providers import FakeVertexMemoryBank
-from tests.helpers import DEV, deploy_external, external_session
+from tests.helpers import DEV, deploy_external, external_session, run_threads
 
 RECORDS = "/api/managed-agents/projects/acme/memory/mem/records"
 ALICE = DEV + "&namespace=alice"
@@ -200,6 +202,49 @@ def test_a_delete_while_one_is_open_is_answered_with_the_open_one(
     assert memory_id not in vertex.memories
     assert api.delete(f"{RECORDS}/{record_id}{ALICE}").status_code == 404
     assert len(vertex.seen("DELETE", r".*/memories/" + memory_id)) == 1
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_two_first_deletes_at_once_send_one_and_both_name_its_operation(
+    live_server: Any, mem: Resource, vertex: FakeVertexMemoryBank, api: APIClient
+) -> None:
+    """Two deletes of one record at the same moment, neither finding an open one: the
+    provider hears of one, both callers are answered 202 with its operation."""
+    memory_id = vertex.seed("Alice likes tea.", SCOPE)
+    record_id = api.get(RECORDS + ALICE).json()["records"][0]["id"]
+    key = api_key_create(project_id="acme")[1]
+    url = f"{live_server.url}{RECORDS}/{record_id}{ALICE}"
+    sent = r".*/memories/" + memory_id
+    held = vertex.stall(sent, method="DELETE")
+
+    def release() -> None:
+        # The first delete is held at the provider until the second has had the time to
+        # reach it too (it never does once the first holds the record's delete).
+        assert held.arrived.wait(30)
+        deadline = time.monotonic() + 2
+        while len(vertex.seen("DELETE", sent)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        held.release.set()
+
+    releaser = threading.Thread(target=release)
+    releaser.start()
+
+    def delete(_: int) -> tuple[int, Any]:
+        with httpx.Client(timeout=60) as client:
+            response = client.delete(url, headers={"x-api-key": key})
+        return response.status_code, response.json()
+
+    answers = run_threads(2, delete)
+    releaser.join(30)
+    assert len(vertex.seen("DELETE", sent)) == 1
+    assert [status for status, _ in answers] == [202, 202], answers
+    operations = ProviderOperation.objects.filter(action="delete", record_id=record_id)
+    assert [o.id for o in operations] == [answers[0][1]["operation"]]
+    assert answers[0][1] == answers[1][1]
+    assert answers[0][1]["status"] == "queued"
+    audited = AuditEntry.objects.filter(action="record.delete")
+    assert sorted(a.detail["status"] for a in audited) == ["queued", "queued"]
 
 
 def test_a_failed_delete_is_no_longer_open_and_is_sent_again(

@@ -319,3 +319,25 @@ class ProviderOperation(models.Model):
     @property
     def next_check_at(self) -> datetime | None:
         return self.job.run_after if self.job is not None and self.is_open else None
+
+
+class RecordDeleteClaim(models.Model):
+    """A record's delete being sent to its provider: inserted by the transaction that looks
+    for an open delete of the record, sends one if there is none and records its operation,
+    and removed by it before it commits. The unique key makes a second such transaction's
+    insert wait until the first has committed, so it finds the first's open operation
+    instead of sending again; the table holds rows only while a delete is in flight."""
+
+    resource = models.ForeignKey(Resource, on_delete=models.CASCADE, related_name="+")
+    namespace = models.CharField(max_length=128)
+    record_id = models.CharField(max_length=128)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["resource", "namespace", "record_id"], name="record_delete_claim"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.resource_id}:{self.namespace}:{self.record_id}"

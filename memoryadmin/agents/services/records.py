@@ -15,14 +15,18 @@ was (add, update or delete and the record) and the deployment it ran under.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from typing import Any
+
+from django.db import transaction
 
 from memoryadmin.agents.models import (
     OPEN_OPERATION_STATES,
     OperationAction,
     OperationKind,
     ProviderOperation,
+    RecordDeleteClaim,
 )
 from memoryadmin.agents.services.operations import operation_open
 from memoryadmin.core.cancellation import Cancelled, cancellation_scope
@@ -133,7 +137,7 @@ def _write(
     action: OperationAction,
     record_id: str = "",
     send: Callable[[], Result],
-    pending: ProviderOperation | None = None,
+    pending: Callable[[], ProviderOperation | None] | None = None,
 ) -> Result:
     """One owner write through the provider, audited (`record.create`, `.update`, `.delete`).
 
@@ -141,9 +145,40 @@ def _write(
     reconciled in the background; the caller sees `queued` until the provider confirms.
     One cancelled in flight (its caller went away) may or may not have happened: it is
     recorded as an open operation too, for an owner to settle, and the caller gets 409
-    `cancelled` naming it. `pending`: the same write, accepted already and still open:
-    nothing is sent, the caller sees it `queued`.
+    `cancelled` naming it. `pending`: finds the same write, accepted already and still
+    open; when it does, nothing is sent and the caller sees that one `queued`. The look,
+    the send and the recording of its operation are then one step per record
+    (`_claimed`): a second caller at the same moment waits for the first's operation
+    and is answered with it, instead of sending again.
     """
+    claim = _claimed(resource, namespace, record_id) if pending is not None else nullcontext()
+    with claim:
+        outcome = _outcome(
+            resource=resource,
+            namespace=namespace,
+            actor=actor,
+            action=action,
+            record_id=record_id,
+            send=send,
+            known=pending() if pending is not None else None,
+        )
+    # Raised once the operation that keeps the cancelled write is committed.
+    if isinstance(outcome, Cancelled):
+        raise outcome
+    return outcome
+
+
+def _outcome(
+    *,
+    resource: Resource,
+    namespace: str,
+    actor: str,
+    action: OperationAction,
+    record_id: str,
+    send: Callable[[], Result],
+    known: ProviderOperation | None,
+) -> Result | Cancelled:
+    """The write's answer, audited, or the Cancelled its caller is to be given."""
 
     def opened(kind: str, provider_operation: str) -> str:
         return operation_open(
@@ -158,8 +193,8 @@ def _write(
         ).id
 
     detail: Result = {"id": record_id} if record_id else {}
-    if pending is not None:
-        result = _queued(pending.id, pending.provider_operation)
+    if known is not None:
+        result = _queued(known.id, known.provider_operation)
     else:
         try:
             result = _call(resource, send)
@@ -172,11 +207,13 @@ def _write(
                 namespace,
                 {**detail, "status": "cancelled", "operation": operation},
             )
-            raise Cancelled(
+            cancelled = Cancelled(
                 f"{exc.message} Whether the provider applied it is unknown: operation "
                 f"{operation} keeps it for an owner to settle.",
                 details={"operation": operation},
-            ) from exc
+            )
+            cancelled.__cause__ = exc
+            return cancelled
         if result["status"] == "queued":
             provider_operation = result["operation"]
             operation = opened(OperationKind.ACCEPTED_WRITE, provider_operation)
@@ -187,6 +224,23 @@ def _write(
         resource, actor, AUDIT_ACTIONS[action], namespace, {**detail, "status": result["status"]}
     )
     return result
+
+
+@contextmanager
+def _claimed(resource: Resource, namespace: str, record_id: str) -> Iterator[None]:
+    """One transaction holding the record's claim (`RecordDeleteClaim`, its unique key):
+    another caller's claim of the same record waits at its insert until this one has
+    committed what it found or sent, and then finds it. The claim is removed before the
+    commit, so the table keeps no row once the write is settled here (on SQLite the
+    transaction itself is the one writer)."""
+    with transaction.atomic():
+        RecordDeleteClaim.objects.create(
+            resource=resource, namespace=namespace, record_id=record_id
+        )
+        yield
+        RecordDeleteClaim.objects.filter(
+            resource=resource, namespace=namespace, record_id=record_id
+        ).delete()
 
 
 def _queued(operation: str, provider_operation: str) -> Result:
@@ -239,7 +293,8 @@ def record_update(
 def record_delete(*, resource: Resource, namespace: str, record_id: str, actor: str) -> Result:
     """Whoever asks (an owner, an erasure, an incident's containment), a record whose delete
     the provider accepted and has not finished is answered with that open operation,
-    `queued`: nothing is sent again."""
+    `queued`: nothing is sent again, also to a caller asking at the very moment the first
+    sends it (it waits for the first's operation)."""
     provider, namespace = _provider(resource), check_namespace(namespace)
     record_id = _check_record_id(record_id)
     return _write(
@@ -251,7 +306,7 @@ def record_delete(*, resource: Resource, namespace: str, record_id: str, actor: 
         send=lambda: provider.record_delete(
             resource=resource, namespace=namespace, record_id=record_id
         ),
-        pending=_open_delete(resource, namespace, record_id),
+        pending=lambda: _open_delete(resource, namespace, record_id),
     )
 
 
