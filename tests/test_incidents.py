@@ -946,6 +946,86 @@ def test_a_sessions_queued_add_is_traced_once_its_provider_finishes_it_and_conta
     assert api.get(f"{records.split('?')[0]}/{record}?{records.split('?')[1]}").status_code == 404
 
 
+@pytest.mark.parametrize("kind", ["vertex", "mem0-platform"])
+def test_a_write_still_queued_when_the_incident_opens_is_traced_pending_and_contained_later(
+    project: Project,
+    api: APIClient,
+    web: Any,
+    settings: Any,
+    request: pytest.FixtureRequest,
+    kind: str,
+) -> None:
+    """An incident opened while a tainted session's add is still queued at the provider
+    names that write (a record node of its operation, pending); containing it then
+    reports it `pending` and names its operation, deletes nothing and keeps the operation
+    named; once the provider has finished it, containing again deletes the record it
+    stored, through the provider."""
+    server, memories = queued_provider(project, request, kind)
+    notes = resource_get(project=project, environment="development", resource_id="notes")
+    document_create(resource=notes, doc_id="runbook", title="runbook", text=POISON, actor="k")
+    session = archivist(project, "late")
+    operation = queued_add(session, "Refunds go to account 4242.", ["notes", "mem"])
+
+    opened = post(api, INCIDENTS, {"title": "Refunds", "source": {"text": POISON}})
+    assert opened.status_code == 201, opened.content
+    incident = opened.json()
+    node = f"record:mem/operation:{operation}"
+    assert by_kind(incident["graph"], "record") == {node: 1}
+    (traced,) = [n for n in incident["graph"]["nodes"] if n["id"] == node]
+    assert traced | {"createdAt": None} == {
+        "id": node,
+        "kind": "record",
+        "hop": 1,
+        "resource": "mem",
+        "namespace": "alice",
+        "recordId": None,
+        "tool": "memory_add",
+        "callId": "c1",
+        "session": session.id,
+        "operation": operation,
+        "pending": True,
+        "createdAt": None,
+    }
+    assert {"from": f"session:{session.id}", "to": node} in [
+        {"from": e["from"], "to": e["to"]} for e in incident["graph"]["edges"]
+    ]
+    contain = f"{INCIDENTS}/{incident['id']}/contain"
+    early = post(api, contain, {"actions": ["revert"]})
+    assert early.status_code == 200, early.content
+    report = early.json()
+    assert {n["id"]: n["outcomes"] for n in report["nodes"]}[node] == {"revert": "pending"}
+    assert (report["pending"], report["queued"], report["changed"]) == ([operation], [], 0)
+    assert memories == {}  # the provider has not stored it yet: nothing was deleted
+    assert not server.seen("DELETE", r".*")
+    assert Incident.objects.get(pk=incident["id"]).containment["pending"] == [operation]
+    assert list(
+        NamedOperation.objects.filter(incident_id=incident["id"]).values_list(
+            "operation_id", flat=True
+        )
+    ) == [operation]
+    assert AuditEntry.objects.get(action="incident.contain").detail["pending"] == [operation]
+    page = web("viewer").get(f"/projects/acme/development/incidents/{incident['id']}/")
+    assert f"Pending write <code>{operation}</code>" in page.content.decode()
+    assert f"  pending {operation}" in incident_command("contain", incident["id"], "--dry-run")
+
+    reconcile_all(settings)
+    assert ProviderOperation.objects.get(pk=operation).state == OperationState.SUCCEEDED
+    (memory,) = memories
+    (record,) = SessionEvent.objects.get(session=session, type="record.saved").data["recordIds"]
+    dry = post(api, contain, {"actions": ["revert"], "dryRun": True}).json()
+    assert {n["id"]: n["outcomes"] for n in dry["nodes"]}[node] == {"revert": "deleted"}
+    assert memory in memories
+    later = post(api, contain, {"actions": ["revert"]}).json()
+    outcome = {n["id"]: n["outcomes"] for n in later["nodes"]}[node]["revert"]
+    assert outcome == ("queued" if kind == "vertex" else "deleted")
+    assert (later["pending"], later["changed"]) == ([], 1)
+    assert Incident.objects.get(pk=incident["id"]).containment == later
+    reconcile_all(settings)
+    assert memory not in memories
+    records = "/api/managed-agents/projects/acme/memory/mem/records"
+    assert api.get(f"{records}/{record}{DEV}&namespace=alice").status_code == 404
+
+
 def test_a_queued_add_accepted_before_the_session_read_the_poison_is_not_traced(
     project: Project, api: APIClient, settings: Any, request: pytest.FixtureRequest
 ) -> None:

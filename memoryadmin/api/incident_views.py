@@ -46,6 +46,12 @@ NODE = inline_serializer(
         "document": serializers.CharField(required=False),
         "revision": serializers.CharField(required=False, allow_null=True),
         "session": serializers.CharField(required=False, allow_null=True),
+        "recordId": serializers.CharField(required=False, allow_null=True),
+        "operation": serializers.CharField(
+            required=False,
+            help_text="A record node of a write its provider had not finished: its operation.",
+        ),
+        "pending": serializers.BooleanField(required=False),
         "createdAt": serializers.DateTimeField(required=False),
     },
 )
@@ -101,6 +107,11 @@ CONTAINMENT = OpenApiResponse(
                 child=serializers.CharField(),
                 help_text="The open operations of records' deletes the provider queued "
                 "(memory/operations).",
+            ),
+            "pending": serializers.ListField(
+                child=serializers.CharField(),
+                help_text="The operations of tainted writes the provider has not finished: "
+                "contain again once they have succeeded.",
             ),
             "changed": serializers.IntegerField(),
         },

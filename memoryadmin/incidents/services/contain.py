@@ -20,8 +20,17 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from memoryadmin.agents.models import OperationAction, OperationKind, Session, SessionStatus
-from memoryadmin.agents.services.operations import operation_dead_letter
+from memoryadmin.agents.models import (
+    EventType,
+    OperationAction,
+    OperationKind,
+    OperationState,
+    ProviderOperation,
+    Session,
+    SessionEvent,
+    SessionStatus,
+)
+from memoryadmin.agents.services.operations import UNSETTLED, operation_dead_letter
 from memoryadmin.agents.services.records import record_delete
 from memoryadmin.agents.services.reverts import (
     CONFLICT,
@@ -56,6 +65,8 @@ MERGE = "conflict"
 REJECTED = "rejected"
 DELETED = "deleted"
 QUEUED = "queued"
+# A tainted write its provider has not finished: nothing to undo yet.
+PENDING = "pending"
 DEAD_LETTER = "dead_letter"
 NOT_UNDOABLE = "not_undoable"
 REVOKED = "revoked"
@@ -66,7 +77,7 @@ UNCHANGED = "unchanged"
 GONE = "document_deleted"
 # Outcomes that write nothing (the rest count in a report's `changed`): a conflict is
 # left for a person, a deleted document or an http write has nothing to undo.
-_CHANGES_NOTHING = {UNCHANGED, NOT_REVOCABLE, MERGE, GONE, NOT_UNDOABLE}
+_CHANGES_NOTHING = {UNCHANGED, NOT_REVOCABLE, MERGE, GONE, NOT_UNDOABLE, PENDING}
 
 
 def applicable(incident: Incident) -> list[str]:
@@ -125,6 +136,9 @@ class _Report:
     # letters) and those the provider only accepted (open until it finishes them).
     dead_letters: list[str] = field(default_factory=list)
     queued: list[str] = field(default_factory=list)
+    # Tainted writes the provider had not finished (their operations): contain again
+    # once they have succeeded.
+    pending: list[str] = field(default_factory=list)
 
     def mark(self, node: str, action: str, outcome: str) -> None:
         self.outcomes[node][action] = outcome
@@ -151,6 +165,7 @@ class _Report:
             "documents": self.documents,
             "deadLetters": self.dead_letters,
             "queued": self.queued,
+            "pending": self.pending,
             "changed": changed,
         }
 
@@ -296,7 +311,10 @@ def _undo_records(report: _Report, actor: str) -> None:
     """Tainted records deleted through their provider; a refusal or a failure becomes a
     dead letter of the operation store, a delete the provider only accepted is the open
     operation it is (both named by the report). An http provider's write has no undo
-    here."""
+    here. A write the provider had not finished when the incident was traced (a node
+    named by its operation) is undone as the records its operation stored, once it has
+    succeeded; until then it is `pending`, named by the report, for a containment after
+    it (one that failed stored nothing)."""
     nodes = _nodes(report.incident, "record")
     resources = {
         r.resource_id: r
@@ -308,37 +326,82 @@ def _undo_records(report: _Report, actor: str) -> None:
     }
     for node in nodes:
         resource = resources.get(node["resource"])
-        record_id = node.get("recordId")
-        if resource is None or record_id is None or not manages_records(resource):
+        record_ids = [node["recordId"]] if node.get("recordId") is not None else []
+        if resource is not None and node.get("operation"):
+            stored = _stored_by(node)
+            if isinstance(stored, str):
+                if stored == PENDING:
+                    report.pending.append(node["operation"])
+                report.mark(node["id"], REVERT, stored)
+                continue
+            record_ids = stored
+        if resource is None or not record_ids or not manages_records(resource):
             report.mark(node["id"], REVERT, NOT_UNDOABLE if resource is not None else UNCHANGED)
             continue
-        if report.dry_run:
-            report.mark(node["id"], REVERT, DELETED)
-            continue
-        try:
-            result = record_delete(
-                resource=resource, namespace=node["namespace"], record_id=record_id, actor=actor
-            )
-        except NotFound:
-            outcome = UNCHANGED
-        except DomainError as exc:
-            operation = operation_dead_letter(
-                resource=resource,
-                namespace=node["namespace"],
-                principal=actor,
-                kind=OperationKind.CONTAINMENT_UNDO,
-                action=OperationAction.DELETE,
-                record_id=record_id,
-                error=f"incident {report.incident.id}: {exc.message}",
-            )
-            report.dead_letters.append(operation.id)
-            outcome = DEAD_LETTER
-        else:
-            outcome = DELETED
-            if result.get("status") == "queued":
-                report.queued.append(result["operation"])
-                outcome = QUEUED
-        report.mark(node["id"], REVERT, outcome)
+        outcomes = [
+            _undo_record(report, resource, node["namespace"], record_id, actor)
+            for record_id in record_ids
+        ]
+        report.mark(node["id"], REVERT, min(outcomes, key=_UNDO_ORDER.index))
+
+
+# A node of several records is reported by the outcome of its record that most needs a look.
+_UNDO_ORDER = (DEAD_LETTER, QUEUED, DELETED, UNCHANGED)
+
+
+def _stored_by(node: dict[str, Any]) -> list[str] | str:
+    """The records a pending write's operation stored, once it succeeded (its session's
+    `record.saved` names them), or the outcome to report instead: `pending` while its
+    outcome is not known (open, or a dead letter for an owner to settle), `unchanged` for
+    one that failed or was discarded (it stored nothing), `not_undoable` for a success
+    that named no record."""
+    state = (
+        ProviderOperation.objects.filter(pk=node["operation"])
+        .values_list("state", flat=True)
+        .first()
+    )
+    if state in UNSETTLED:
+        return PENDING
+    saved = SessionEvent.objects.filter(
+        session_id=node.get("session"),
+        type=EventType.RECORD_SAVED,
+        data__operation=node["operation"],
+    ).values_list("data", flat=True)
+    stored = [i for data in saved for i in data.get("recordIds") or [] if isinstance(i, str)]
+    if stored:
+        return stored
+    # Settled without an event (failed, discarded) stored nothing; one gone since
+    # (settled long ago) left its event if it stored anything.
+    return NOT_UNDOABLE if saved or state == OperationState.SUCCEEDED else UNCHANGED
+
+
+def _undo_record(
+    report: _Report, resource: Resource, namespace: str, record_id: str, actor: str
+) -> str:
+    if report.dry_run:
+        return DELETED
+    try:
+        result = record_delete(
+            resource=resource, namespace=namespace, record_id=record_id, actor=actor
+        )
+    except NotFound:
+        return UNCHANGED
+    except DomainError as exc:
+        operation = operation_dead_letter(
+            resource=resource,
+            namespace=namespace,
+            principal=actor,
+            kind=OperationKind.CONTAINMENT_UNDO,
+            action=OperationAction.DELETE,
+            record_id=record_id,
+            error=f"incident {report.incident.id}: {exc.message}",
+        )
+        report.dead_letters.append(operation.id)
+        return DEAD_LETTER
+    if result.get("status") == "queued":
+        report.queued.append(result["operation"])
+        return QUEUED
+    return DELETED
 
 
 def _revoke_key(report: _Report, actor: str) -> None:
@@ -405,7 +468,7 @@ def incident_contain(
             NamedOperation.objects.filter(incident=incident).delete()
             NamedOperation.objects.bulk_create(
                 NamedOperation(incident=incident, operation_id=operation_id)
-                for operation_id in sorted({*report.dead_letters, *report.queued})
+                for operation_id in sorted({*report.dead_letters, *report.queued, *report.pending})
             )
         audit_record(
             project_id=incident.project_id,
@@ -418,6 +481,7 @@ def incident_contain(
                 "changed": answer["changed"],
                 "deadLetters": report.dead_letters,
                 "queued": report.queued,
+                "pending": report.pending,
             },
         )
     return answer

@@ -26,7 +26,16 @@ from django.db.models.functions import Cast
 from django.utils import timezone
 
 from memoryadmin.agents.errors import SessionNotFound
-from memoryadmin.agents.models import EventType, Recall, RecallSource, Session, SessionEvent
+from memoryadmin.agents.models import (
+    EventType,
+    OperationAction,
+    ProviderOperation,
+    Recall,
+    RecallSource,
+    Session,
+    SessionEvent,
+)
+from memoryadmin.agents.services.operations import UNSETTLED
 from memoryadmin.core.environments import check_environment
 from memoryadmin.core.errors import InvalidRequest, NotFound
 from memoryadmin.core.inputs import parse_int
@@ -235,10 +244,23 @@ class Trace:
                 expires_at__gt=timezone.now(),
             )
             events = SessionEvent.objects.filter(session_id__in=ids, type=EventType.RECORD_SAVED)
+            unsettled = (
+                ProviderOperation.objects.filter(
+                    session_id__in=ids, resource_id__in=resource_pks, state__in=UNSETTLED
+                )
+                .exclude(action=OperationAction.DELETE)
+                .select_related("resource")
+            )
             if earliest is not None:
                 versions = versions.filter(created_at__gte=earliest)
                 proposals = proposals.filter(created_at__gte=earliest)
                 events = events.filter(created_at__gte=earliest)
+                unsettled = unsettled.filter(created_at__gte=earliest)
+            # Read before the events: an operation that succeeds in between is then seen
+            # as both, and its event wins.
+            pending = [
+                o for o in unsettled.order_by("id") if after(o.session_id or "", o.created_at)
+            ]
             rows = versions.order_by("id").values_list(
                 "document__resource_id",
                 "document__doc_id",
@@ -273,6 +295,7 @@ class Trace:
                 )
                 self.link(f"session:{session_id}", node, recall=recall_id or None, at=at)
             by_id = {r.resource_id: pk for pk, r in self.resources.items()}
+            saved: set[object] = set()
             for session_id, data, at in events.order_by("id").values_list(
                 "session_id", "data", "created_at"
             ):
@@ -303,7 +326,39 @@ class Trace:
                     ):
                         found.append(_Write(node, (resource_pk, record), at))
                     self.link(f"session:{session_id}", node, recall=data.get("recallId"), at=at)
+                saved.add(data.get("operation"))
+            for operation in pending:
+                if operation.id not in saved:
+                    self.pending_write(operation, hop)
         return found
+
+    def pending_write(self, operation: ProviderOperation, hop: int) -> None:
+        """A write of a tainted session that its provider has not finished (accepted, or
+        its outcome unknown): a record node named by its operation, which containment
+        resolves to the records once the operation has succeeded (its `record.saved`).
+        No model can have read it yet, so nothing follows from it."""
+        resource = operation.resource.resource_id
+        node = record_node_id(resource, f"operation:{operation.id}")
+        self.add(
+            node,
+            "record",
+            hop,
+            resource=resource,
+            namespace=operation.namespace,
+            recordId=None,
+            tool=operation.tool,
+            callId=operation.call_id,
+            session=operation.session_id,
+            operation=operation.id,
+            pending=True,
+            createdAt=iso_ms(operation.created_at),
+        )
+        self.link(
+            f"session:{operation.session_id}",
+            node,
+            recall=operation.recall_id or None,
+            at=operation.created_at,
+        )
 
     # Readers.
 

@@ -124,6 +124,8 @@ def _label(node: dict[str, Any]) -> str:
         return f"{node['resource']}/{node['document']} (proposal {node['proposal']})"
     if kind == "version":
         return f"{node['resource']}/{node['document']}@{node['revision'][:8]}"
+    if kind == "record" and node.get("operation"):
+        return f"{node['resource']} (write pending: {node['operation']})"
     if kind == "record":
         return f"{node['resource']}/{node.get('recordId') or node.get('callId', '')}"
     return node["id"].split(":", 1)[1]
@@ -174,9 +176,10 @@ def _context(page: Page, incident: Incident, report: dict[str, Any] | None) -> d
         ],
         "report": report,
         # The operations the report shown names (a report kept before they were named
-        # has no `queued`).
+        # has no `queued` or `pending`).
         "dead_letters": shown.get("deadLetters", []),
         "queued": shown.get("queued", []),
+        "pending": shown.get("pending", []),
         "applicable": contain_services.applicable(incident),
     }
 
@@ -264,5 +267,7 @@ def incident_contain(request: HttpRequest, page: Page, i: str) -> HttpResponseBa
         said += f" {len(report['deadLetters'])} dead letters."
     if report["queued"]:
         said += f" Queued at the provider: {', '.join(report['queued'])}."
+    if report["pending"]:
+        said += f" Writes not finished at the provider: {', '.join(report['pending'])}."
     messages.success(request, said)
     return redirect("web:incident", page.project.id, page.environment, incident.id)

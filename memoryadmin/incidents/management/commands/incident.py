@@ -150,4 +150,5 @@ class Command(cli.Command):
                 )
         lines += [f"  dead letter {operation}" for operation in report["deadLetters"]]
         lines += [f"  queued {operation}" for operation in report["queued"]]
+        lines += [f"  pending {operation}" for operation in report["pending"]]
         self.emit(options, report, lines)
