@@ -353,14 +353,14 @@ def test_owner_writes_record_what_they_were_and_the_deployment_they_ran_under(
     assert [r.status_code for r in (added, updated, deleted)] == [202, 202, 202]
 
     listed = {o["id"]: o for o in api.get(OPERATIONS).json()["operations"]}
-    keys = ("action", "recordId", "deploymentId", "tool")
+    keys = ("action", "recordId", "deploymentId", "tool", "recallId")
     what = [
         tuple(listed[r.json()["operation"]][k] for k in keys) for r in (added, updated, deleted)
     ]
     assert what == [
-        ("add", "", first, ""),
-        ("update", record["id"], first, ""),
-        ("delete", record["id"], second, ""),
+        ("add", "", first, "", ""),
+        ("update", record["id"], first, "", ""),
+        ("delete", record["id"], second, "", ""),
     ]
     for response in (added, updated, deleted):
         operation = listed[response.json()["operation"]]
@@ -397,6 +397,12 @@ def test_a_sessions_writes_record_the_tool_the_record_and_the_sessions_deploymen
     ]
     assert {o.deployment_id for o in (added, forgotten)} == {session.deployment_id}
     assert {o.session_id for o in (added, forgotten)} == {session.id}
+    # The API shows the recall each write answered.
+    shown = api.get(f"{OPERATIONS}&session={session.id}").json()["operations"]
+    assert {(o["id"], o["callId"], o["recallId"]) for o in shown} == {
+        (added.id, "c1", recall["recallId"]),
+        (forgotten.id, "c2", recall["recallId"]),
+    }
 
 
 def test_an_operation_past_its_deadline_is_a_dead_letter_with_attempts_left(

@@ -160,6 +160,8 @@ def test_a_write_the_provider_finishes_later_is_the_sessions_record_saved_when_i
         "acceptedAt": operation["createdAt"],
     }
     assert recall_id.startswith("mrq_")
+    # The operation names the recall its write answered, as the event does.
+    assert (operation["callId"], operation["recallId"]) == ("call-1", recall_id)
     reconcile()
     assert len(saved_events(api, session_id)) == 1
 

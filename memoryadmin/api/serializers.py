@@ -525,6 +525,10 @@ class OperationOutput(serializers.Serializer):
     )
     tool = serializers.CharField(help_text="The model's tool that made it; empty for owners.")
     callId = serializers.CharField()
+    recallId = serializers.CharField(
+        help_text="The recall a session's write answered (the model's tool call was made "
+        "in answer to it); empty for owners and for operations of no call."
+    )
     recordId = serializers.CharField(
         help_text="The record the write changed (update, delete); empty for an add."
     )

@@ -455,6 +455,7 @@ def operation_dict(operation: ProviderOperation) -> dict[str, Any]:
         "action": operation.action,
         "tool": operation.tool,
         "callId": operation.call_id,
+        "recallId": operation.recall_id,
         "recordId": operation.record_id,
         "attempts": operation.attempts,
         "maxAttempts": operation.max_attempts,

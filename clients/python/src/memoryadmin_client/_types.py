@@ -317,10 +317,12 @@ class Operation(TypedDict):
     deploymentId: str
     providerOperation: str
     # What the write was: add, update or delete of an external provider's records ("" for
-    # an http provider's declared tool), the model's tool and call, the record it changed.
+    # an http provider's declared tool), the model's tool and call, the recall the call
+    # answered ("" for an owner's write), the record it changed.
     action: Literal["add", "update", "delete", ""]
     tool: str
     callId: str
+    recallId: str
     recordId: str
     attempts: int
     maxAttempts: int
