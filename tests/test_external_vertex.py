@@ -12,9 +12,10 @@ import httpx
 import pytest
 from rest_framework.test import APIClient
 
-from memoryadmin.agents.models import ProviderOperation
+from memoryadmin.agents.models import ProviderOperation, RecordDeleteClaim
+from memoryadmin.agents.services.records import record_delete
 from memoryadmin.agents.services.runtime import recall_create, tool_call
-from memoryadmin.core.cancellation import Cancelled
+from memoryadmin.core.cancellation import Cancelled, caller_connection
 from memoryadmin.external.ids import external_memory_id, provider_id
 from memoryadmin.external.models import ExternalRecord
 from memoryadmin.memory.models import AuditEntry, Project, Resource
@@ -245,6 +246,32 @@ def test_two_first_deletes_at_once_send_one_and_both_name_its_operation(
     assert answers[0][1]["status"] == "queued"
     audited = AuditEntry.objects.filter(action="record.delete")
     assert sorted(a.detail["status"] for a in audited) == ["queued", "queued"]
+
+
+def test_a_delete_cancelled_in_flight_keeps_its_operation_and_the_next_is_sent(
+    api: APIClient, mem: Resource, vertex: FakeVertexMemoryBank
+) -> None:
+    """A delete whose caller goes away while the provider has it: 409 `cancelled` naming
+    the open operation that keeps it, committed with the record's claim gone; it is no
+    open delete of the provider's, so the next delete is sent."""
+    memory_id = vertex.seed("Alice likes tea.", SCOPE)
+    record_id = api.get(RECORDS + ALICE).json()["records"][0]["id"]
+    sent = r".*/memories/" + memory_id
+    held = vertex.stall(sent, method="DELETE")
+    with caller_connection(held.arrived.is_set), pytest.raises(Cancelled) as cancelled:
+        record_delete(resource=mem, namespace="alice", record_id=record_id, actor="t")
+    held.release.set()
+    operation = ProviderOperation.objects.get()
+    assert cancelled.value.details == {"operation": operation.id}
+    assert (operation.kind, operation.action, operation.record_id) == (
+        "cancelled_write",
+        "delete",
+        record_id,
+    )
+    assert not RecordDeleteClaim.objects.exists()
+    again = api.delete(f"{RECORDS}/{record_id}{ALICE}")
+    assert again.status_code == 202, again.json()
+    assert len(vertex.seen("DELETE", sent)) == 2
 
 
 def test_a_failed_delete_is_no_longer_open_and_is_sent_again(
