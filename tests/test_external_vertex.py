@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import timedelta
 from typing import Any
 
 import httpx
 import pytest
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from memoryadmin.agents.models import ProviderOperation, RecordDeleteClaim
@@ -246,6 +248,58 @@ def test_two_first_deletes_at_once_send_one_and_both_name_its_operation(
     assert answers[0][1]["status"] == "queued"
     audited = AuditEntry.objects.filter(action="record.delete")
     assert sorted(a.detail["status"] for a in audited) == ["queued", "queued"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_delete_sent_to_the_provider_holds_no_transaction_over_the_call(
+    live_server: Any, mem: Resource, vertex: FakeVertexMemoryBank, api: APIClient
+) -> None:
+    """While the provider holds a record's delete, the record's claim is a committed row
+    and no transaction is open: other writes go through at once (on SQLite a transaction
+    held over the call would hold every project's writes for up to the call's deadline)."""
+    memory_id = vertex.seed("Alice likes tea.", SCOPE)
+    record_id = api.get(RECORDS + ALICE).json()["records"][0]["id"]
+    key = api_key_create(project_id="acme")[1]
+    held = vertex.stall(r".*/memories/" + memory_id, method="DELETE")
+    answers: list[int] = []
+
+    def delete() -> None:
+        with httpx.Client(timeout=60) as client:
+            url = f"{live_server.url}{RECORDS}/{record_id}{ALICE}"
+            answers.append(client.delete(url, headers={"x-api-key": key}).status_code)
+
+    deleting = threading.Thread(target=delete)
+    deleting.start()
+    try:
+        assert held.arrived.wait(30)
+        claim = RecordDeleteClaim.objects.get()
+        assert (claim.record_id, claim.namespace) == (record_id, "alice")
+        # A write elsewhere while the call is held: not kept waiting for it.
+        assert Project.objects.filter(pk="acme").update(name="Acme renamed") == 1
+        assert not answers
+    finally:
+        held.release.set()
+        deleting.join(30)
+    assert answers == [202]
+    assert not RecordDeleteClaim.objects.exists()
+
+
+def test_a_claim_older_than_the_calls_deadline_is_taken_over(
+    api: APIClient, mem: Resource, vertex: FakeVertexMemoryBank
+) -> None:
+    """A claim left by a process that died mid-call does not keep the record undeletable."""
+    memory_id = vertex.seed("Alice likes tea.", SCOPE)
+    record_id = api.get(RECORDS + ALICE).json()["records"][0]["id"]
+    RecordDeleteClaim.objects.create(
+        resource=mem,
+        namespace="alice",
+        record_id=record_id,
+        claimed_at=timezone.now() - timedelta(minutes=5),
+    )
+    response = api.delete(f"{RECORDS}/{record_id}{ALICE}")
+    assert response.status_code == 202, response.json()
+    assert len(vertex.seen("DELETE", r".*/memories/" + memory_id)) == 1
+    assert not RecordDeleteClaim.objects.exists()
 
 
 def test_a_delete_cancelled_in_flight_keeps_its_operation_and_the_next_is_sent(

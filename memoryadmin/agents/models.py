@@ -322,15 +322,17 @@ class ProviderOperation(models.Model):
 
 
 class RecordDeleteClaim(models.Model):
-    """A record's delete being sent to its provider: inserted by the transaction that looks
-    for an open delete of the record, sends one if there is none and records its operation,
-    and removed by it before it commits. The unique key makes a second such transaction's
-    insert wait until the first has committed, so it finds the first's open operation
-    instead of sending again; the table holds rows only while a delete is in flight."""
+    """A record's delete being sent to its provider: committed by the caller that then
+    looks for an open delete of the record, sends one if there is none and records its
+    operation, and removed after. The unique key keeps a second caller waiting until the
+    first's claim is gone, so it finds the first's open operation instead of sending
+    again; the table holds rows only while a delete is in flight (or a dead process's,
+    taken over once older than the call's deadline and its margin)."""
 
     resource = models.ForeignKey(Resource, on_delete=models.CASCADE, related_name="+")
     namespace = models.CharField(max_length=128)
     record_id = models.CharField(max_length=128)
+    claimed_at = models.DateTimeField()
 
     class Meta:
         constraints = [

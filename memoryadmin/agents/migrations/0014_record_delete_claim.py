@@ -24,6 +24,7 @@ class Migration(migrations.Migration):
                 ),
                 ("namespace", models.CharField(max_length=128)),
                 ("record_id", models.CharField(max_length=128)),
+                ("claimed_at", models.DateTimeField()),
                 (
                     "resource",
                     models.ForeignKey(

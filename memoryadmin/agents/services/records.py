@@ -15,11 +15,15 @@ was (add, update or delete and the record) and the deployment it ran under.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
+from datetime import timedelta
 from typing import Any
 
-from django.db import transaction
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
 
 from memoryadmin.agents.models import (
     OPEN_OPERATION_STATES,
@@ -29,7 +33,7 @@ from memoryadmin.agents.models import (
     RecordDeleteClaim,
 )
 from memoryadmin.agents.services.operations import operation_open
-from memoryadmin.core.cancellation import Cancelled, cancellation_scope
+from memoryadmin.core.cancellation import TTL_MARGIN_SECONDS, Cancelled, cancellation_scope
 from memoryadmin.core.concurrency import Deadline, provider_call
 from memoryadmin.core.errors import InvalidRequest
 from memoryadmin.core.strings import string_check
@@ -42,6 +46,7 @@ NAMESPACE_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")
 RECORD_ID_MAX = 128
 QUERY_MAX = 1000
 SEARCH_LIMIT_MAX = 50
+CLAIM_POLL_SECONDS = 0.05
 AUDIT_ACTIONS = {
     OperationAction.ADD: "record.create",
     OperationAction.UPDATE: "record.update",
@@ -228,19 +233,28 @@ def _outcome(
 
 @contextmanager
 def _claimed(resource: Resource, namespace: str, record_id: str) -> Iterator[None]:
-    """One transaction holding the record's claim (`RecordDeleteClaim`, its unique key):
-    another caller's claim of the same record waits at its insert until this one has
-    committed what it found or sent, and then finds it. The claim is removed before the
-    commit, so the table keeps no row once the write is settled here (on SQLite the
-    transaction itself is the one writer)."""
-    with transaction.atomic():
-        RecordDeleteClaim.objects.create(
-            resource=resource, namespace=namespace, record_id=record_id
-        )
+    """The record's claim (`RecordDeleteClaim`, its unique key) held, committed, while
+    this caller looks for an open delete, sends one if there is none and records its
+    operation; removed after. Another caller of the same record waits for the claim to
+    go (polling, `CLAIM_POLL_SECONDS`) and then finds the first's operation. No
+    transaction is held over the provider's call (on SQLite that would hold every
+    project's writes); a claim older than the call's deadline and its margin is a dead
+    process's and is taken over."""
+    key = {"resource": resource, "namespace": namespace, "record_id": record_id}
+    lasts = timedelta(seconds=settings.MEMORYADMIN_PROVIDER_DEADLINE_SECONDS + TTL_MARGIN_SECONDS)
+    while True:
+        now = timezone.now()
+        RecordDeleteClaim.objects.filter(**key, claimed_at__lt=now - lasts).delete()
+        try:
+            with transaction.atomic():
+                claim = RecordDeleteClaim.objects.create(**key, claimed_at=now)
+            break
+        except IntegrityError:
+            time.sleep(CLAIM_POLL_SECONDS)
+    try:
         yield
-        RecordDeleteClaim.objects.filter(
-            resource=resource, namespace=namespace, record_id=record_id
-        ).delete()
+    finally:
+        RecordDeleteClaim.objects.filter(pk=claim.pk).delete()
 
 
 def _queued(operation: str, provider_operation: str) -> Result:
