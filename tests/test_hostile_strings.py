@@ -489,7 +489,12 @@ def test_cli_import_file_with_a_lone_surrogate_fails_that_file(
     project: Any, tmp_path: Path
 ) -> None:
     (tmp_path / "notes").mkdir()
-    manifest = {"format": FORMAT, "formatVersion": FORMAT_VERSION, "resources": ["notes"]}
+    manifest = {
+        "format": FORMAT,
+        "formatVersion": FORMAT_VERSION,
+        "resources": ["notes"],
+        "documents": 1,
+    }
     (tmp_path / MANIFEST_NAME).write_text(json.dumps(manifest))
     (tmp_path / "notes" / "d1.json").write_text(
         json.dumps({"id": "d1", "title": "T", "text": "x\ud800"})

@@ -99,8 +99,13 @@ def raw_zip(members: list[Member]) -> bytes:
     return bytes(out + central + end)
 
 
-def manifest(resources: list[str] | None = None) -> Member:
-    data = {"format": FORMAT, "formatVersion": FORMAT_VERSION, "resources": resources or ["notes"]}
+def manifest(documents: int, resources: list[str] | None = None) -> Member:
+    data = {
+        "format": FORMAT,
+        "formatVersion": FORMAT_VERSION,
+        "resources": resources or ["notes"],
+        "documents": documents,
+    }
     return member(MANIFEST_NAME, json.dumps(data).encode())
 
 
@@ -151,27 +156,29 @@ def bombs() -> dict[str, Callable[[], tuple[bytes, int, str]]]:
     return {
         # The attack as reported: ~11 MB of 1 MiB members of zeros.
         "ten-thousand-mib-members": lambda: (
-            raw_zip([manifest(), *copies(MIB, 10_000)]),
+            raw_zip([manifest(10_000), *copies(MIB, 10_000)]),
             413,
             "The zip has 10001 members; an import holds at most 5000 documents",
         ),
         "a-thousand-mib-members": lambda: (
-            raw_zip([manifest(), *copies(MIB, 1000)]),
+            raw_zip([manifest(1000), *copies(MIB, 1000)]),
             413,
             f"notes/z0.json inflates to {MIB} bytes; an exported document is at most",
         ),
         "forty-mib-members": lambda: (
-            raw_zip([manifest(), *copies(40 * MIB, 3)]),
+            raw_zip([manifest(3), *copies(40 * MIB, 3)]),
             413,
             f"notes/z0.json inflates to {40 * MIB} bytes; an exported document is at most",
         ),
         "lying-header": lambda: (
-            raw_zip([manifest(), document("fine"), lying()]),
+            raw_zip([manifest(2), document("fine"), lying()]),
             400,
             "'notes/lie.json' inflates past its declared 100 bytes",
         ),
         "many-tiny-members": lambda: (
-            raw_zip([manifest()] + [member(f"notes/t{i}.json", b"{}") for i in range(60_000)]),
+            raw_zip(
+                [manifest(60_000)] + [member(f"notes/t{i}.json", b"{}") for i in range(60_000)]
+            ),
             413,
             "The zip has 60001 members",
         ),
@@ -274,7 +281,7 @@ def test_one_document_over_the_maximum_is_refused_whole(
     api: APIClient, notes: Any, settings: Any
 ) -> None:
     settings.MEMORYADMIN_IMPORT_DOCUMENTS_MAX = 3
-    body = raw_zip([manifest()] + [document(f"d{i}") for i in range(4)])
+    body = raw_zip([manifest(4)] + [document(f"d{i}") for i in range(4)])
     response = api.post(f"{IMPORT}?environment=development", data=body,
                         content_type="application/zip")  # fmt: skip
     assert response.status_code == 413, response.content
@@ -336,7 +343,7 @@ LINK = (0o120777 << 16) | 0
 def test_a_member_an_export_never_writes_refuses_the_zip(
     api: APIClient, notes: Any, extra: Member, fragment: str
 ) -> None:
-    body = raw_zip([manifest(), document("fine"), extra])
+    body = raw_zip([manifest(2), document("fine"), extra])
     response = api.post(f"{IMPORT}?environment=development", data=body,
                         content_type="application/zip")  # fmt: skip
     assert response.status_code == 400, response.content
@@ -350,10 +357,66 @@ def test_a_member_shorter_than_its_header_is_refused(api: APIClient, notes: Any)
     real = document("short")
     lying = Member(real.name, real.data, real.size + 10, real.crc)
     response = api.post(f"{IMPORT}?environment=development",
-                        data=raw_zip([manifest(), document("fine"), lying]),
+                        data=raw_zip([manifest(2), document("fine"), lying]),
                         content_type="application/zip")  # fmt: skip
     assert response.status_code == 400, response.content
     assert "where its header says" in response.json()["error"]["message"]
+    nothing_created()
+
+
+# The manifest counts the documents an export holds: an archive or directory with more or
+# fewer is incomplete or altered, refused whole.
+
+
+@pytest.mark.parametrize("held", [9, 11])
+def test_a_zip_holding_other_than_its_manifest_s_count_is_refused(
+    api: APIClient, notes: Any, held: int
+) -> None:
+    body = raw_zip([manifest(10)] + [document(f"d{i}") for i in range(held)])
+    for dry_run in ("", "&dryRun=true"):
+        response = api.post(f"{IMPORT}?environment=development{dry_run}", data=body,
+                            content_type="application/zip")  # fmt: skip
+        assert response.status_code == 400, response.content
+        error = response.json()["error"]
+        assert error["code"] == "invalid_request"
+        assert error["details"] == {"field": "body", "manifestDocuments": 10, "documents": held}
+        assert error["message"] == (
+            f"The export's manifest.json counts 10 documents but the export holds {held}: "
+            "it is incomplete or altered, so nothing was imported."
+        )
+    nothing_created()
+    assert not AuditEntry.objects.filter(project_id="acme", action__startswith="document.").exists()
+
+
+def test_a_zip_whose_manifest_counts_no_documents_is_refused(api: APIClient, notes: Any) -> None:
+    data = {"format": FORMAT, "formatVersion": FORMAT_VERSION, "resources": ["notes"]}
+    for count in ({}, {"documents": "1"}, {"documents": -1}, {"documents": True}):
+        shown = member(MANIFEST_NAME, json.dumps({**data, **count}).encode())
+        response = api.post(f"{IMPORT}?environment=development",
+                            data=raw_zip([shown, document("fine")]),
+                            content_type="application/zip")  # fmt: skip
+        assert response.status_code == 400, response.content
+        assert "manifest.json has no count of documents" in response.json()["error"]["message"]
+    nothing_created()
+
+
+@pytest.mark.parametrize("held", [9, 11])
+def test_a_directory_holding_other_than_its_manifest_s_count_is_refused(
+    project: Project, notes: Any, tmp_path: Path, held: int
+) -> None:
+    (tmp_path / "notes").mkdir()
+    data = {"format": FORMAT, "formatVersion": FORMAT_VERSION, "resources": ["notes"]}
+    (tmp_path / MANIFEST_NAME).write_text(json.dumps({**data, "documents": 10}))
+    for i in range(held):
+        (tmp_path / "notes" / f"d{i}.json").write_text(json.dumps({"id": f"d{i}", "title": "T"}))
+    with pytest.raises(CommandError) as raised:
+        call_command("memory", "--project", "acme", "import", "--from", str(tmp_path),
+                     stdout=io.StringIO())  # fmt: skip
+    assert raised.value.returncode == 6  # invalid input
+    assert str(raised.value) == (
+        f"The export's manifest.json counts 10 documents but the export holds {held}: "
+        "it is incomplete or altered, so nothing was imported."
+    )
     nothing_created()
 
 
@@ -364,7 +427,7 @@ def test_an_import_past_its_deadline_creates_nothing(
     api: APIClient, notes: Any, settings: Any
 ) -> None:
     settings.MEMORYADMIN_IMPORT_SECONDS = 0.2
-    body = raw_zip([manifest()] + [document(f"d{i}", text="x" * 100) for i in range(1500)])
+    body = raw_zip([manifest(1500)] + [document(f"d{i}", text="x" * 100) for i in range(1500)])
     response = api.post(f"{IMPORT}?environment=development", data=body,
                         content_type="application/zip")  # fmt: skip
     assert response.status_code == 413, response.content
@@ -384,7 +447,7 @@ def test_a_project_imports_one_zip_at_a_time_and_other_projects_go_on(
         project=other_project, agent="bot", memory=MANIFEST_MEMORY, actor="t"
     )
     deployment_promote(deployment=deployment, environment="development", actor="t")
-    body = raw_zip([manifest(), document("fine")])
+    body = raw_zip([manifest(1), document("fine")])
     other = "/api/managed-agents/projects/globex/memory/import?environment=development"
     with import_slot(project.id):  # an import of acme in flight
         busy = client_for(keys.owner).post(f"{IMPORT}?environment=development", data=body,
@@ -584,7 +647,12 @@ def test_the_cli_import_reads_no_huge_file_and_follows_no_link(
     project: Project, notes: Any, tmp_path: Path
 ) -> None:
     (tmp_path / "notes").mkdir()
-    data = {"format": FORMAT, "formatVersion": FORMAT_VERSION, "resources": ["notes"]}
+    data = {
+        "format": FORMAT,
+        "formatVersion": FORMAT_VERSION,
+        "resources": ["notes"],
+        "documents": 4,
+    }
     (tmp_path / MANIFEST_NAME).write_text(json.dumps(data))
     (tmp_path / "notes" / "fine.json").write_text(json.dumps({"id": "fine", "title": "Fine"}))
     with (tmp_path / "notes" / "huge.json").open("wb") as huge:
@@ -636,7 +704,12 @@ def test_the_cli_import_fails_a_folder_or_fifo_under_an_exported_name_and_goes_o
     project: Project, notes: Any, tmp_path: Path
 ) -> None:
     (tmp_path / "notes").mkdir()
-    data = {"format": FORMAT, "formatVersion": FORMAT_VERSION, "resources": ["notes"]}
+    data = {
+        "format": FORMAT,
+        "formatVersion": FORMAT_VERSION,
+        "resources": ["notes"],
+        "documents": 3,
+    }
     (tmp_path / MANIFEST_NAME).write_text(json.dumps(data))
     (tmp_path / "notes" / "a-folder.json").mkdir()
     (tmp_path / "notes" / "c-fine.json").write_text(json.dumps({"id": "c-fine", "title": "F"}))

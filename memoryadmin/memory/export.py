@@ -310,6 +310,9 @@ def export_read_manifest(raw: bytes, where: str) -> dict[str, Any]:
         raise InvalidRequest(f"{path} has no list of resources.")
     for resource_id in resources:
         check_resource_id(resource_id)
+    documents = manifest.get("documents")
+    if isinstance(documents, bool) or not isinstance(documents, int) or documents < 0:
+        raise InvalidRequest(f"{path} has no count of documents.")
     return manifest
 
 
@@ -325,11 +328,17 @@ def export_import(
 
     Each document is created as an owner write; the caller chooses the transaction
     (the CLI none, so an interrupted import keeps what it created and a rerun skips
-    it; the API one for the whole import).
+    it; the API one for the whole import). An export that holds more or fewer documents
+    than its manifest counts is incomplete or altered: refused before anything is
+    created (400).
     """
     check_environment(environment)
-    for resource_id in dict.fromkeys(manifest["resources"]):
-        doc_ids = source.document_ids(resource_id)
+    held = {
+        resource_id: source.document_ids(resource_id)
+        for resource_id in dict.fromkeys(manifest["resources"])
+    }
+    _check_count(manifest, sum(len(doc_ids) for doc_ids in held.values()))
+    for resource_id, doc_ids in held.items():
         try:
             resource = resource_get(
                 project=project, environment=environment, resource_id=resource_id
@@ -343,6 +352,18 @@ def export_import(
             continue
         for doc_id in doc_ids:
             yield _import_file(resource, source, doc_id, actor)
+
+
+def _check_count(manifest: dict[str, Any], held: int) -> None:
+    """The documents an export holds (in the resources its manifest names) are the
+    ones its manifest counts, or it is no whole export."""
+    counted = manifest["documents"]
+    if held != counted:
+        raise InvalidRequest(
+            f"The export's {MANIFEST_NAME} counts {counted} documents but the export holds "
+            f"{held}: it is incomplete or altered, so nothing was imported.",
+            details={"field": "body", "manifestDocuments": counted, "documents": held},
+        )
 
 
 def _import_file(

@@ -557,8 +557,7 @@ class Command(HistoryCommands, ProposalCommands, cli.Command):
     def do_import(self, project: Project, options: dict[str, Any]) -> None:
         source = ExportDirectory(Path(options["source"]))
         manifest = export_read_manifest(source.manifest_bytes(), options["source"])
-        total = manifest.get("documents")
-        progress = self.progress(total=total if isinstance(total, int) else 0, label="Importing")
+        progress = self.progress(total=manifest["documents"], label="Importing")
         counts: Counter[str] = Counter()
         notes: list[dict[str, Any]] = []
         for outcome in export_import(
