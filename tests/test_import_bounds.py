@@ -16,6 +16,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,19 +25,33 @@ import pytest
 from django.conf import settings as django_settings
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from memoryadmin.memory import imports
 from memoryadmin.memory.export import FORMAT, FORMAT_VERSION, MANIFEST_NAME
 from memoryadmin.memory.imports import TransferBusy, import_slot
-from memoryadmin.memory.models import AuditEntry, Document, DocumentVersion, Project
+from memoryadmin.memory.models import (
+    AuditEntry,
+    Document,
+    DocumentVersion,
+    ImportSlot,
+    Project,
+)
 from memoryadmin.memory.services.deployments import (
     deployment_create,
     deployment_promote,
     resource_get,
 )
 from memoryadmin.memory.services.documents import document_create
-from tests.helpers import MANIFEST_MEMORY, Keys, clean_env, gunicorn, suite_database_url
+from tests.helpers import (
+    MANIFEST_MEMORY,
+    Keys,
+    clean_env,
+    gunicorn,
+    run_threads,
+    suite_database_url,
+)
 
 PROJECT = "/api/managed-agents/projects/acme"
 IMPORT = f"{PROJECT}/memory/import"
@@ -463,6 +478,88 @@ def test_a_project_imports_one_zip_at_a_time_and_other_projects_go_on(
                                         content_type="application/zip")  # fmt: skip
     assert again.status_code == 200, again.content
     assert again.json()["created"] == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_import_slot_holds_across_processes_without_a_shared_cache(
+    server: str, keys: Keys, project: Project, notes: Any
+) -> None:
+    """The server is another process, with no REDIS_URL: the slot this process holds is
+    the one it sees, and it is free there once given back here."""
+    body = raw_zip([manifest(1), document("fine")])
+
+    def post() -> httpx.Response:
+        return httpx.post(
+            f"{server}{IMPORT}?environment=development",
+            content=body,
+            headers={"x-api-key": keys.owner, "Content-Type": "application/zip"},
+            timeout=30,
+        )
+
+    with import_slot(project.id):  # an import of acme in flight, in this process
+        busy = post()
+        assert busy.status_code == 429, busy.text
+        assert ImportSlot.objects.filter(project=project).count() == 1
+    assert busy.headers["Retry-After"] == "5"
+    assert busy.json()["error"]["details"] == {"reason": "import_in_progress", "retryAfter": 5}
+    nothing_created()
+    assert not ImportSlot.objects.exists()  # given back
+    again = post()
+    assert again.status_code == 200, again.text
+    assert again.json()["created"] == 1
+    assert not ImportSlot.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_import_slot_left_by_a_dead_process_frees_at_its_time(
+    project: Project, notes: Any
+) -> None:
+    ImportSlot.objects.create(
+        project=project, token="dead", until=timezone.now() - timedelta(seconds=1)
+    )
+    with import_slot(project.id):
+        slot = ImportSlot.objects.get(project=project)
+        assert slot.token != "dead"
+        assert slot.until > timezone.now()
+    assert not ImportSlot.objects.exists()
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_imports_at_once_on_two_server_processes_run_one_at_a_time(
+    keys: Keys, project: Project, notes: Any
+) -> None:
+    """Two gunicorn processes on PostgreSQL without REDIS_URL, four imports of one zip
+    released together, two on each, all reaching the slot while the first runs (it
+    creates 400 documents): one runs, the other three are 429, on either process."""
+    count = 400
+    body = raw_zip(
+        [manifest(count)] + [document(f"d{i:03d}", text="y" * 2000) for i in range(count)]
+    )
+    env = clean_env(
+        DJANGO_SETTINGS_MODULE="tests.settings",
+        DJANGO_SECRET_KEY=django_settings.SECRET_KEY,
+        DATABASE_URL=suite_database_url(),
+        DATABASE_POOL="0",
+        GUNICORN_GRACEFUL_TIMEOUT="1",
+    )
+    with gunicorn(env, workers=1, threads=4) as one, gunicorn(env, workers=1, threads=4) as two:
+
+        def run_import(index: int) -> tuple[int, dict[str, Any]]:
+            response = httpx.post(
+                f"{(one, two)[index % 2]}{IMPORT}?environment=development",
+                content=body,
+                headers={"x-api-key": keys.owner, "Content-Type": "application/zip"},
+                timeout=120,
+            )
+            return response.status_code, response.json()
+
+        results = run_threads(4, run_import)
+    statuses = sorted(status for status, _ in results)
+    assert statuses == [200, 429, 429, 429], results
+    assert [body["created"] for status, body in results if status == 200] == [count]
+    assert Document.objects.filter(resource=notes).count() == count
+    assert not ImportSlot.objects.exists()
 
 
 # Export downloads: one per project at a time (page and API), each within its seconds.

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import secrets
 import stat
 import struct
 import time
@@ -28,13 +29,15 @@ import zipfile
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import IO, Protocol
 
 from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
 
 from memoryadmin.core.errors import DomainError, InvalidRequest, LimitExceeded
-from memoryadmin.core.sharedcache import slot_take
 from memoryadmin.memory.limits import (
     DOCUMENT_ID_RE,
     MAX_BYTES_MAX,
@@ -43,6 +46,7 @@ from memoryadmin.memory.limits import (
     SUMMARY_MAX_BYTES,
     TITLE_MAX_BYTES,
 )
+from memoryadmin.memory.models import ImportSlot
 
 MANIFEST_NAME = "manifest.json"
 DOCUMENT_SUFFIX = ".json"
@@ -191,18 +195,36 @@ class Deadline:
 def import_slot(project_id: str) -> Iterator[None]:
     """The project's one import slot, held for the import (TransferBusy when taken).
 
-    Kept in the shared cache, so every worker and instance sharing it sees it (each
-    process on its own without REDIS_URL); it expires with the import's deadline, so a
-    worker that dies holding it frees it then. When the cache cannot be reached the
-    import runs without a slot.
+    A row of the database (ImportSlot), so every process and instance sees it, whatever
+    the cache; it lasts the import's deadline, so a process that dies holding it frees
+    it then. Taken outside any transaction of the import's: it must be seen before the
+    import's writes are.
     """
-    slot = slot_take(f"memory-import:{project_id}", math.ceil(seconds_max()) + BUSY_RETRY_SECONDS)
-    if slot is None:
-        raise TransferBusy("importing", "import", "import_in_progress")
+    token = secrets.token_hex(16)
+    _slot_take(project_id, token)
     try:
         yield
     finally:
-        slot.give()
+        ImportSlot.objects.filter(project_id=project_id, token=token).delete()
+
+
+def _slot_take(project_id: str, token: str) -> None:
+    now = timezone.now()
+    until = now + timedelta(seconds=math.ceil(seconds_max()) + BUSY_RETRY_SECONDS)
+    slots = ImportSlot.objects.filter(project_id=project_id)
+    # A read first: a slot held is refused without a write, which on SQLite would wait
+    # for the write lock an import in its write phase holds.
+    if slots.filter(until__gt=now).exists():
+        raise TransferBusy("importing", "import", "import_in_progress")
+    # One statement takes an expired slot (of one who died holding it), one insert a
+    # missing one: of two at once, one changes no row or meets the other's key.
+    if slots.filter(until__lte=now).update(token=token, until=until):
+        return
+    try:
+        with transaction.atomic():
+            ImportSlot.objects.create(project_id=project_id, token=token, until=until)
+    except IntegrityError:
+        raise TransferBusy("importing", "import", "import_in_progress") from None
 
 
 class MemberUnreadable(Exception):

@@ -32,6 +32,22 @@ class Project(models.Model):
         return self.id
 
 
+class ImportSlot(models.Model):
+    """A project's one import at a time (memory/imports.py, `import_slot`): held by the
+    import that wrote `token` until it gives it back or `until` passes (an import that
+    died holding it frees it then). In the database, so every process and instance
+    sharing it sees it, with or without a shared cache."""
+
+    project = models.OneToOneField(
+        Project, primary_key=True, on_delete=models.CASCADE, related_name="+"
+    )
+    token = models.CharField(max_length=32)
+    until = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"import of {self.project_id} until {self.until}"
+
+
 class ApiKey(models.Model):
     # null project: the key reaches every project.
     project = models.ForeignKey(
