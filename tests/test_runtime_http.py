@@ -12,13 +12,15 @@ from typing import Any
 
 import httpx
 import pytest
+from rest_framework.test import APIClient
 
 from memoryadmin.agents.kinds import reserved_tool_names
-from memoryadmin.agents.models import Recall
+from memoryadmin.agents.models import Recall, Session
 from memoryadmin.agents.search_tool import SEARCH_TOOL
 from memoryadmin.agents.services.runtime import TOOLS
+from memoryadmin.agents.services.sessions import session_end
 from memoryadmin.core.partitions import partition_key
-from memoryadmin.memory.models import Project
+from memoryadmin.memory.models import ActiveDeployment, AuditEntry, Deployment, Project, Resource
 from memoryadmin.memory.services.keys import api_key_create
 from memoryadmin.providers.services.secrets import secret_set
 from memoryadmin.refprovider.declaration import (
@@ -285,3 +287,72 @@ def test_identical_tools_of_two_resources_merge(
     seen_b = host.recall(session_id, ["facts-b"], "b").json()["memory"]
     assert "for b" in seen_b["facts-b"]["text"]
     assert seen_b["facts"]["text"] == ""
+
+
+def test_a_promotion_whose_tools_collide_in_an_active_session_is_refused(
+    live_server: Any, project: Project, hosts: Callable[[], Host]
+) -> None:
+    """Sessions offer their resources' tools as the resources now declare them: a
+    promotion that changes one so that an active session's tools would collide is
+    refused as that session's creation would have been, and changes nothing."""
+    twin = reference_declaration(resource_id="facts-b", base_url=live_server.url, description="B.")
+    declare(project, live_server.url, extra=[twin])
+    created = hosts().session(
+        {
+            "facts": {"scope": "namespace", "id": "a"},
+            "facts-b": {"scope": "namespace", "id": "a"},
+        },
+        key="twins",
+    )
+    assert created.status_code == 201, created.text
+    session_id = created.json()["session"]["id"]
+    clash = copy.deepcopy(twin)
+    clash["provider"]["tools"][0]["input"]["properties"]["fact"]["maxLength"] = 10
+    memory = [
+        reference_declaration(resource_id="facts", base_url=live_server.url, description="Facts."),
+        clash,
+        {"id": "notes", "description": "Notes.", "provider": {"kind": "document"}},
+    ]
+
+    def state() -> tuple[Any, ...]:
+        return (
+            set(Deployment.objects.values_list("id", flat=True)),
+            list(ActiveDeployment.objects.values_list("agent", "deployment_id")),
+            dict(Resource.objects.values_list("resource_id", "config")),
+            AuditEntry.objects.count(),
+        )
+
+    api = APIClient()
+    api.credentials(HTTP_X_API_KEY=api_key_create(project_id=project.id)[1])
+    base = f"/api/managed-agents/projects/{project.id}/deployments"
+    before = state()
+    # Created and promoted at once, or created first and promoted after: refused alike.
+    at_once = api.post(
+        base, {"agent": "researcher", "memory": memory, "promote": "development"}, format="json"
+    )
+    deployment_id = api.post(base, {"agent": "researcher", "memory": memory}, format="json").json()[
+        "id"
+    ]
+    before = (before[0] | {deployment_id}, *before[1:3], before[3] + 1)  # the creation's entry
+    promoted = api.post(
+        f"{base}/{deployment_id}/promote", {"environment": "development"}, format="json"
+    )
+    for response in (at_once, promoted):
+        assert response.status_code == 400, response.content
+        error = response.json()["error"]
+        assert error["code"] == "tool_collision"
+        assert error["details"] == {"session": session_id}
+        assert error["message"].startswith(
+            f"With the tools this promotion declares, the tools of active session {session_id} "
+            "would collide: Tool memory_remember is declared by 'facts' and 'facts-b' with "
+            "different input schemas"
+        )
+    assert state() == before
+    # Once that session has ended, nothing offers the two together: the promotion goes on.
+    session_end(session=Session.objects.get(pk=session_id), actor="t")
+    promoted = api.post(
+        f"{base}/{deployment_id}/promote", {"environment": "development"}, format="json"
+    )
+    assert promoted.status_code == 200, promoted.content
+    facts_b = Resource.objects.get(resource_id="facts-b", environment="development")
+    assert facts_b.config["tools"][0]["input"]["properties"]["fact"]["maxLength"] == 10

@@ -10,6 +10,7 @@ class AgentsConfig(AppConfig):
     verbose_name = "Agent sessions"
 
     def ready(self) -> None:
+        from memoryadmin.agents.bindings import sessions_tools_check
         from memoryadmin.agents.document_provider import DocumentProvider
         from memoryadmin.agents.models import ProviderOperation, Session
         from memoryadmin.agents.representations import reader_dict
@@ -19,10 +20,14 @@ class AgentsConfig(AppConfig):
         from memoryadmin.core.erasing import copies_register
         from memoryadmin.memory.cli_history import readers_register
         from memoryadmin.memory.providers import provider_register
+        from memoryadmin.memory.services.deployments import tools_changed_check_register
         from memoryadmin.memory.services.document_filters import agent_sessions_register
         from memoryadmin.runner.housekeeping import records_register
 
         provider_register(DocumentProvider())
+        # A promotion that changes a resource's tools is refused where the sessions bound
+        # to it would offer tools that collide, as their creation would have been.
+        tools_changed_check_register(sessions_tools_check)
         # What recalls showed models goes with an erasure of its text and with a redaction
         # of its version; the CLI's history names the sessions that read a version.
         copies_register("agents", erase=recalls_erase, redact=recalls_redact)

@@ -13,9 +13,9 @@ from memoryadmin.agents.kinds import (
     provider_kinds,
     reserved_tool_names,
 )
-from memoryadmin.agents.models import Access, Binding, Scope, Session
+from memoryadmin.agents.models import Access, Binding, Scope, Session, SessionStatus
 from memoryadmin.agents.search_tool import SEARCH_TOOL
-from memoryadmin.core.errors import InvalidRequest
+from memoryadmin.core.errors import InvalidRequest, ToolCollision
 from memoryadmin.core.partitions import partition_key
 from memoryadmin.core.rows import (
     Compiled,
@@ -31,7 +31,7 @@ from memoryadmin.memory.limits import (
     DOCUMENT_ID_RE,
     check_resource_id,
 )
-from memoryadmin.memory.models import Deployment, Document, Resource
+from memoryadmin.memory.models import Deployment, Document, Project, Resource
 
 NAMESPACE_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")
 BINDING_FIELDS = {"scope", "id", "access", "search"}
@@ -158,21 +158,58 @@ def bindings_admit(
         by_kind.setdefault(resource.kind, []).append((spec, resource))
     for bindings in by_kind.values():
         _provider(bindings[0][1]).admit(bindings=bindings)
-    # Identical declared tool names merge only with identical schemas, and may
-    # not shadow a tool a provider kind reserves: otherwise the session is rejected here.
+    bindings_tools_check([(spec, resources[spec.resource]) for spec in specs])
+    return resources
+
+
+def bindings_tools_check(bound: list[tuple[BindingSpec, Resource]]) -> None:
+    """The tools of one session's bindings go together (ToolCollision, 400, otherwise):
+    identical declared names merge only with identical schemas, and none shadows a tool
+    a provider kind reserves. Checked when a session is created, and again for the
+    active sessions bound to a resource whose tools a promotion changes."""
     http_tools_merge(
         targets=[
-            (
-                spec.resource,
-                _provider(resources[spec.resource]).declared_tools(resources[spec.resource]),
-            )
-            for spec in specs
+            (spec.resource, _provider(resource).declared_tools(resource))
+            for spec, resource in bound
         ],
         # memory_search is taken only where a collection is bound with search: the
         # reference provider's own memory_search works in every other session.
-        reserved=reserved_tool_names() | ({SEARCH_TOOL} if any(s.search for s in specs) else set()),
+        reserved=reserved_tool_names()
+        | ({SEARCH_TOOL} if any(spec.search for spec, _ in bound) else set()),
     )
-    return resources
+
+
+def sessions_tools_check(project: Project, environment: str, resource_ids: list[str]) -> None:
+    """The active sessions bound to these resources (whose tools changed in this
+    transaction) with the tools of all their bindings as the resources now declare
+    them: the first that collides refuses the change (ToolCollision)."""
+    sessions = (
+        Binding.objects.filter(
+            session__status=SessionStatus.ACTIVE,
+            resource__project=project,
+            resource__environment=environment,
+            resource__resource_id__in=resource_ids,
+        )
+        .values("session_id")
+        .distinct()
+    )
+    bound: dict[str, list[tuple[BindingSpec, Resource]]] = {}
+    for binding in (
+        Binding.objects.filter(session_id__in=sessions)
+        .select_related("resource")
+        .order_by("session_id", "resource__resource_id")
+    ):
+        bound.setdefault(binding.session_id, []).append((binding_spec(binding), binding.resource))
+    for session_id, bindings in bound.items():
+        try:
+            bindings_tools_check(bindings)
+        except ToolCollision as exc:
+            raise ToolCollision(
+                f"With the tools this promotion declares, the tools of active session "
+                f"{session_id} would collide: {exc.message} End that session first, or "
+                "declare tools that go together.",
+                details={"session": session_id},
+            ) from exc
 
 
 def _provider(resource: Resource) -> MemoryProvider:

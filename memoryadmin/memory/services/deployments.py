@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from typing import Any
 
 from django.db import transaction
@@ -36,6 +37,16 @@ DEFAULT_KIND = "document"
 
 # Deployments in a page of the list, newest first.
 DEPLOYMENT_PAGE_SIZE = 50
+
+# What must still hold for the sessions of an environment once a promotion changed the
+# tools of some of its resources (project, environment, those resources' ids): raises a
+# DomainError to refuse the promotion. Registered by the agents app from `ready()`.
+ToolsChangedCheck = Callable[[Project, str, list[str]], None]
+_TOOLS_CHANGED_CHECKS: list[ToolsChangedCheck] = []
+
+
+def tools_changed_check_register(check: ToolsChangedCheck) -> None:
+    _TOOLS_CHANGED_CHECKS[:] = [check]
 
 
 def declarations_public(memory: list[Declaration]) -> list[Declaration]:
@@ -162,6 +173,7 @@ def deployment_promote(*, deployment: Deployment, environment: str, actor: str) 
     # The resources' rows in the order of their ids, whatever the declarations' order:
     # promotions naming the same resources take their locks in one order, so one waits
     # for the other rather than each holding a row the other needs (a deadlock).
+    tools_changed: list[str] = []
     for declaration in sorted(deployment.memory, key=lambda d: d["id"]):
         provider = dict(declaration["provider"])
         kind = provider.pop("kind")
@@ -188,6 +200,16 @@ def deployment_promote(*, deployment: Deployment, environment: str, actor: str) 
             Resource.objects.filter(pk=resource.pk).update(
                 max_bytes=max_bytes, description=declaration["description"], config=provider
             )
+            kind_of = provider_for(kind)
+            before = kind_of.declared_tools(resource)
+            resource.config = provider
+            if kind_of.declared_tools(resource) != before:
+                tools_changed.append(resource.resource_id)
+    if tools_changed:
+        # Sessions bound to these resources offer their new tools from now on: the
+        # promotion is refused (and rolled back) where they would collide.
+        for check in _TOOLS_CHANGED_CHECKS:
+            check(project, environment, tools_changed)
     ActiveDeployment.objects.update_or_create(
         project=project,
         environment=environment,
