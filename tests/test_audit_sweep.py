@@ -8,6 +8,11 @@ Asked first in a way that is refused (a read-only key, a stale revision), the sa
 writes no entry. A route without a case here fails the sweep: a new door is audited from
 its first day.
 
+The Memory page is checked the same way: each page route that takes a POST (found from the
+URL patterns: every one that does not answer 405) is sent its form once by an owner, writing
+its entries as `user:<name>`; the same form sent by a viewer (or one refused otherwise: a
+stale revision, a role short of the action) writes none.
+
 The command line is checked the same way: each command that changes something writes its
 entries as `cli:<operating system user>`.
 """
@@ -16,12 +21,14 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 from django.core.management import call_command
+from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -1101,3 +1108,569 @@ def test_cli_change_is_audited_once_as_the_cli(world: World, name: str) -> None:
     call_command(*argv, stdout=io.StringIO(), stderr=io.StringIO(), **options)
     written = _shape(_new_entries(before))
     assert written == _expected(expect, CLI), (name, written)
+
+
+# ---------------------------------------------------------------- the Memory page's forms
+
+PAGE = "/projects/acme/development"
+ROUTE = "projects/<slug:p>/<env:e>/"
+RES = ROUTE + "resources/<slug:r>/"
+PAGE_DOC = RES + "documents/<str:d>/"
+
+
+@dataclass
+class Posted:
+    """One form a page sends, and the entries it must write when it succeeds."""
+
+    url: str
+    data: Any = field(default_factory=dict)
+    expect: list[Entry] = field(default_factory=list)
+    status: int = 302  # a form that succeeds redirects, unless it answers a page or a file
+    # A form that is refused and must write nothing (default: the same sent by a viewer,
+    # who may change nothing); None for none.
+    refused: Posted | bool | None = True
+    streamed: bool = False
+    # Who sends it: a persona's name for a refusal, a client of its own (signed in or
+    # not), or None for the owner.
+    client: Any = None
+
+
+PAGE_CASES: dict[str, Callable[[World], Posted]] = {}
+
+
+def page_case(route: str) -> Callable[[Callable[[World], Posted]], Any]:
+    def register(make: Callable[[World], Posted]) -> Callable[[World], Posted]:
+        PAGE_CASES[route] = make
+        return make
+
+    return register
+
+
+def _page_doc(doc_id: str, tail: str = "", resource: str = "notes") -> str:
+    return f"{PAGE}/resources/{resource}/documents/{doc_id}/{tail}"
+
+
+@page_case(RES + "new/")
+def _page_document_create(w: World) -> Posted:
+    return Posted(
+        f"{PAGE}/resources/notes/new/",
+        {"doc_id": w.name("new"), "title": "New", "text": "Fresh.", "summary": ""},
+        [("document.create", *ACME_DEV)],
+    )
+
+
+@page_case(PAGE_DOC + "edit/")
+def _page_document_edit(w: World) -> Posted:
+    document = w.document()
+    form = {"revision": document.revision, "title": "T", "summary": "", "text": "Node 24."}
+    return Posted(
+        _page_doc(document.doc_id, "edit/"),
+        form,
+        [("document.replace", *ACME_DEV)],
+        refused=Posted(_page_doc(document.doc_id, "edit/"), {**form, "revision": "rev_stale"}),
+    )
+
+
+@page_case(PAGE_DOC + "agent-writes/")
+def _page_write_mode(w: World) -> Posted:
+    document = w.document()
+    return Posted(
+        _page_doc(document.doc_id, "agent-writes/"),
+        {"agentWrites": "review"},
+        [("document.review", *ACME_DEV)],
+    )
+
+
+@page_case(PAGE_DOC + "freeze/")
+def _page_freeze(w: World) -> Posted:
+    document = w.document()
+    return Posted(_page_doc(document.doc_id, "freeze/"), {}, [("document.freeze", *ACME_DEV)])
+
+
+@page_case(PAGE_DOC + "unfreeze/")
+def _page_unfreeze(w: World) -> Posted:
+    document = w.document()
+    documents_freeze(w, document.doc_id)
+    return Posted(_page_doc(document.doc_id, "unfreeze/"), {}, [("document.unfreeze", *ACME_DEV)])
+
+
+def documents_freeze(w: World, *doc_ids: str) -> None:
+    from memoryadmin.memory.services.documents import documents_set_agent_writes
+
+    documents_set_agent_writes(resource=w.notes, doc_ids=list(doc_ids), enabled=False, actor="t")
+
+
+@page_case(PAGE_DOC + "delete/")
+def _page_delete(w: World) -> Posted:
+    document = w.document()
+    form = {"revision": document.revision, "confirm_id": document.doc_id}
+    return Posted(
+        _page_doc(document.doc_id, "delete/"),
+        form,
+        [("document.delete", *ACME_DEV)],
+        refused=Posted(_page_doc(document.doc_id, "delete/"), {**form, "revision": "rev_stale"}),
+    )
+
+
+@page_case(PAGE_DOC + "versions/<str:revision>/restore/")
+def _page_version_restore(w: World) -> Posted:
+    document, old = _old_version(w)
+    return Posted(
+        _page_doc(document.doc_id, f"versions/{old}/restore/"),
+        {"revision": document.revision},
+        [("document.restore", *ACME_DEV)],
+    )
+
+
+@page_case(PAGE_DOC + "versions/<str:revision>/redact/")
+def _page_version_redact(w: World) -> Posted:
+    document, old = _old_version(w)
+    return Posted(
+        _page_doc(document.doc_id, f"versions/{old}/redact/"),
+        {"reason": "Leaked.", "confirm": "REDACT"},
+        [("version.redact", *ACME_DEV)],
+    )
+
+
+@page_case(RES + "bulk/")
+def _page_bulk(w: World) -> Posted:
+    one, two = w.document(), w.document()
+    return Posted(
+        f"{PAGE}/resources/notes/bulk/",
+        {
+            "action": "freeze",
+            "confirm": "yes",
+            "doc": [f"{one.doc_id}:{one.revision}", f"{two.doc_id}:{two.revision}"],
+        },
+        [("document.freeze", *ACME_DEV), ("document.freeze", *ACME_DEV)],
+    )
+
+
+def _page_bulk_delete(w: World) -> Posted:
+    one = w.document()
+    return Posted(
+        f"{PAGE}/resources/notes/bulk/",
+        {"action": "delete", "confirm": "yes", "doc": [f"{one.doc_id}:{one.revision}"]},
+        [("document.delete", *ACME_DEV)],
+        # Support may freeze, not delete: refused as a whole.
+        refused=Posted(
+            f"{PAGE}/resources/notes/bulk/",
+            {"action": "delete", "confirm": "yes", "doc": [f"{one.doc_id}:{one.revision}"]},
+            client="support",
+        ),
+    )
+
+
+def _page_bulk_export(w: World) -> Posted:
+    one = w.document()
+    return Posted(
+        f"{PAGE}/resources/notes/bulk/",
+        {"action": "export", "doc": [f"{one.doc_id}:{one.revision}"]},
+        [("memory.export", *ACME_DEV)],
+        status=200,
+        streamed=True,
+    )
+
+
+@page_case(RES + "as-of/restore/")
+def _page_restore_as_of(w: World) -> Posted:
+    document = w.document()
+    as_of = timezone.now()
+    document_replace(
+        resource=w.notes,
+        doc_id=document.doc_id,
+        expected_revision=document.revision,
+        text="Later.",
+        actor="t",
+    )
+    return Posted(
+        f"{PAGE}/resources/notes/as-of/restore/",
+        {"asOf": as_of.isoformat(), "documents": [document.doc_id]},
+        [("resource.restore_as_of", *ACME_DEV), ("document.restore", *ACME_DEV)],
+        status=200,
+    )
+
+
+RECORD = RES + "records/<str:rec>/"
+
+
+@page_case(RES + "records/new/")
+def _page_record_create(w: World) -> Posted:
+    _records(w)
+    return Posted(
+        f"{PAGE}/resources/mem/records/new/",
+        {"namespace": "team", "text": "Deploys need two reviews."},
+        [("record.create", *ACME_DEV)],
+    )
+
+
+@page_case(RECORD + "edit/")
+def _page_record_edit(w: World) -> Posted:
+    record = _record_id(w)
+    return Posted(
+        f"{PAGE}/resources/mem/records/{record}/edit/",
+        {"namespace": "team", "text": "Ships on Mondays."},
+        [("record.update", *ACME_DEV)],
+    )
+
+
+@page_case(RECORD + "delete/")
+def _page_record_delete(w: World) -> Posted:
+    record = _record_id(w)
+    return Posted(
+        f"{PAGE}/resources/mem/records/{record}/delete/",
+        {"namespace": "team"},
+        [("record.delete", *ACME_DEV)],
+    )
+
+
+@page_case(ROUTE + "export/")
+def _page_export(w: World) -> Posted:
+    w.document()
+    return Posted(
+        f"{PAGE}/export/",
+        {"resources": ["notes", "kb"]},
+        [("memory.export", *ACME_DEV)],
+        status=200,
+        streamed=True,
+    )
+
+
+@page_case(ROUTE + "erasures/")
+def _page_erasure(w: World) -> Posted:
+    w.document(text="The password is hunter2-hunter2.")
+    form = {"text": "hunter2-hunter2", "documents": "", "reason": "Leaked."}
+    return Posted(
+        f"{PAGE}/erasures/",
+        {**form, "erase": "1", "confirm": "ERASE"},
+        [("erasure.run", *ACME_DEV), ("document.erase", *ACME_DEV)],
+        # Support may preview, not erase.
+        refused=Posted(
+            f"{PAGE}/erasures/", {**form, "erase": "1", "confirm": "ERASE"}, client="support"
+        ),
+    )
+
+
+def _page_erasure_preview(w: World) -> Posted:
+    w.document(text="The password is hunter2-hunter2.")
+    # A preview writes nothing.
+    return Posted(
+        f"{PAGE}/erasures/",
+        {"text": "hunter2-hunter2", "documents": "", "reason": "Leaked."},
+        status=200,
+    )
+
+
+@page_case(ROUTE + "import/")
+def _page_import(w: World) -> Posted:
+    data = _export_zip(w)
+    deployment_create(
+        project=w.project,
+        agent="support-bot",
+        memory=MANIFEST_MEMORY,
+        promote="production",
+        actor="t",
+    )
+    client = _page_client(w.people.owner)
+    upload = io.BytesIO(data)
+    upload.name = "export.zip"
+    url = "/projects/acme/production/import/"
+    before = _watermark()
+    checked = client.post(url, {"export": upload})
+    assert checked.status_code == 200, checked.content[:300]
+    assert _new_entries(before) == []  # the dry run writes nothing
+    return Posted(
+        url,
+        {"upload": checked.context["token"], "confirm": "yes"},
+        [("document.create", "acme", "production")],
+        client=client,
+    )
+
+
+@page_case(ROUTE + "webhooks/new/")
+def _page_webhook_create(w: World) -> Posted:
+    return Posted(
+        f"{PAGE}/webhooks/new/",
+        {"url": "https://hooks.example.com/new", "events": ["document.created"], "active": "on"},
+        [("webhook.create", "acme", "")],
+    )
+
+
+@page_case(ROUTE + "webhooks/<int:w>/edit/")
+def _page_webhook_update(w: World) -> Posted:
+    endpoint = _endpoint(w)
+    return Posted(
+        f"{PAGE}/webhooks/{endpoint.pk}/edit/",
+        {
+            "url": endpoint.url,
+            "events": ["document.updated"],
+            "description": "CI",
+            "active": "on",
+        },
+        [("webhook.update", "acme", "")],
+    )
+
+
+@page_case(ROUTE + "webhooks/<int:w>/rotate/")
+def _page_webhook_rotate(w: World) -> Posted:
+    endpoint = _endpoint(w)
+    return Posted(f"{PAGE}/webhooks/{endpoint.pk}/rotate/", {}, [("webhook.rotate", "acme", "")])
+
+
+@page_case(ROUTE + "webhooks/<int:w>/test/")
+def _page_webhook_test(w: World) -> Posted:
+    endpoint = _endpoint(w)
+    return Posted(f"{PAGE}/webhooks/{endpoint.pk}/test/", {}, [("webhook.test", "acme", "")])
+
+
+@page_case(ROUTE + "webhooks/<int:w>/delete/")
+def _page_webhook_delete(w: World) -> Posted:
+    endpoint = _endpoint(w)
+    return Posted(f"{PAGE}/webhooks/{endpoint.pk}/delete/", {}, [("webhook.delete", "acme", "")])
+
+
+@page_case(ROUTE + "webhooks/<int:w>/deliveries/<int:d>/redeliver/")
+def _page_webhook_redeliver(w: World) -> Posted:
+    endpoint = _endpoint(w)
+    delivery = endpoint_send_test(endpoint=endpoint, actor="t")
+    type(delivery).objects.filter(pk=delivery.pk).update(state="failed")
+    return Posted(
+        f"{PAGE}/webhooks/{endpoint.pk}/deliveries/{delivery.pk}/redeliver/",
+        {},
+        [("webhook.redeliver", "acme", "")],
+    )
+
+
+@page_case(ROUTE + "keys/new/")
+def _page_key_create(w: World) -> Posted:
+    return Posted(f"{PAGE}/keys/new/", {"name": "ci"}, [("apikey.create", "acme", "")])
+
+
+@page_case(ROUTE + "keys/<int:k>/revoke/")
+def _page_key_revoke(w: World) -> Posted:
+    key, _ = api_key_create(project_id="acme", name="old")
+    return Posted(f"{PAGE}/keys/{key.pk}/revoke/", {}, [("apikey.revoke", "acme", "")])
+
+
+@page_case(ROUTE + "deployments/secrets/")
+def _page_secret_set(w: World) -> Posted:
+    return Posted(
+        f"{PAGE}/deployments/secrets/",
+        {"name": "MEM0_KEY", "value": "s3cret", "origins": "https://mem0.example.com"},
+        [("secret.set", *ACME_DEV)],
+    )
+
+
+@page_case(ROUTE + "deployments/<str:deployment_id>/promote/")
+def _page_deployment_promote(w: World) -> Posted:
+    deployment = deployment_create(
+        project=w.project, agent="support-bot", memory=MANIFEST_MEMORY, actor="t"
+    )
+    return Posted(
+        f"{PAGE}/deployments/{deployment.id}/promote/", {}, [("deployment.promote", *ACME_DEV)]
+    )
+
+
+@page_case(ROUTE + "people/grant/")
+def _page_grant(w: World) -> Posted:
+    return Posted(
+        f"{PAGE}/people/grant/",
+        {"grant-username": "vera", "grant-role": "support"},
+        [("role.grant", "acme", "")],
+    )
+
+
+@page_case(ROUTE + "people/invite/")
+def _page_invite(w: World) -> Posted:
+    return Posted(
+        f"{PAGE}/people/invite/",
+        {"invite-username": "newcomer", "invite-role": "viewer", "invite-method": "link"},
+        [("role.grant", "acme", ""), ("user.invite", "acme", "")],
+    )
+
+
+@page_case(ROUTE + "people/<str:username>/revoke/")
+def _page_revoke(w: World) -> Posted:
+    return Posted(f"{PAGE}/people/vera/revoke/", {}, [("role.revoke", "acme", "")])
+
+
+@page_case(ROUTE + "sessions/<str:s>/end/")
+def _page_session_end(w: World) -> Posted:
+    session = w.session()
+    return Posted(f"{PAGE}/sessions/{session.id}/end/", {}, [("session.end", *ACME_DEV)])
+
+
+@page_case(ROUTE + "sessions/<str:s>/revert/")
+def _page_session_revert(w: World) -> Posted:
+    asked = _session_revert(w)
+    session_id = asked.url.split("/")[-2]
+    return Posted(f"{PAGE}/sessions/{session_id}/revert/", {}, asked.expect)
+
+
+@page_case(ROUTE + "operations/<str:o>/retry/")
+def _page_operation_retry(w: World) -> Posted:
+    operation = _dead_letter(w)
+    return Posted(f"{PAGE}/operations/{operation.id}/retry/", {}, [("operation.retry", *ACME_DEV)])
+
+
+@page_case(ROUTE + "operations/<str:o>/discard/")
+def _page_operation_discard(w: World) -> Posted:
+    operation = _dead_letter(w)
+    return Posted(
+        f"{PAGE}/operations/{operation.id}/discard/", {}, [("operation.discard", *ACME_DEV)]
+    )
+
+
+@page_case(ROUTE + "incidents/new/")
+def _page_incident_create(w: World) -> Posted:
+    session = w.session()
+    return Posted(
+        f"{PAGE}/incidents/new/",
+        {"kind": "session", "value": session.id, "title": "Poison", "hops": "1"},
+        [("incident.create", *ACME_DEV)],
+    )
+
+
+@page_case(ROUTE + "incidents/<str:i>/contain/")
+def _page_incident_contain(w: World) -> Posted:
+    session = w.session()
+    incident = incident_create(
+        project=w.project,
+        environment="development",
+        title="Poison",
+        source={"session": session.id},
+        hops=1,
+        actor="t",
+    )
+    return Posted(
+        f"{PAGE}/incidents/{incident.id}/contain/",
+        {"action": ["endSessions"], "confirm": "yes"},
+        [("incident.contain", *ACME_DEV), ("session.end", *ACME_DEV)],
+    )
+
+
+@page_case(ROUTE + "review/<str:proposal>/approve/")
+def _page_proposal_approve(w: World) -> Posted:
+    proposal, workshop = _proposal(w)
+    return Posted(
+        f"{PAGE}/review/{proposal}/approve/",
+        {"revision": workshop.revision},
+        [("proposal.approve", *ACME_DEV), ("document.approve", *ACME_DEV)],
+    )
+
+
+@page_case(ROUTE + "review/<str:proposal>/reject/")
+def _page_proposal_reject(w: World) -> Posted:
+    proposal, _ = _proposal(w)
+    return Posted(
+        f"{PAGE}/review/{proposal}/reject/", {"reason": "No."}, [("proposal.reject", *ACME_DEV)]
+    )
+
+
+# Signing in and out, and setting one's password from an invitation's link, change no
+# project: nothing of them is in a project's audit log.
+@page_case("login/")
+def _page_login(w: World) -> Posted:
+    from tests.helpers import PASSWORD
+
+    return Posted(
+        "/login/", {"username": "olivia", "password": PASSWORD}, client=Client(), refused=None
+    )
+
+
+@page_case("logout/")
+def _page_logout(w: World) -> Posted:
+    return Posted("/logout/", {}, refused=None)
+
+
+@page_case("set-password/<uidb64>/<token>/")
+def _page_password_set(w: World) -> Posted:
+    from memoryadmin.web.services.roles import user_invite
+
+    invitation = user_invite(
+        username="newcomer", project_id="acme", role="viewer", method="link", actor="t"
+    )
+    client = Client()
+    opened = client.get(f"/set-password/{invitation.uid}/{invitation.token}/")
+    assert opened.status_code == 302, opened.status_code
+    password = "a-long-new-password-42"
+    return Posted(
+        opened["Location"],
+        {"new_password1": password, "new_password2": password},
+        client=client,
+        refused=None,
+    )
+
+
+PAGE_MORE = {
+    "bulk delete": _page_bulk_delete,
+    "bulk export": _page_bulk_export,
+    "erasure preview": _page_erasure_preview,
+}
+
+
+def _route_filled(route: str) -> str:
+    names = {"p": "acme", "e": "development"}
+
+    def fill(match: re.Match[str]) -> str:
+        converter, name = match.group(1), match.group(2)
+        return names.get(name, "1" if converter == "int:" else "x1")
+
+    return "/" + re.sub(r"<(\w+:)?(\w+)>", fill, route)
+
+
+def _page_post_routes() -> set[str]:
+    """Every page route that answers a POST with anything but 405 (asked anonymously)."""
+    anonymous = Client()
+    found = set()
+    for route, _, spaces in url_routes():
+        if "web" in spaces and anonymous.post(_route_filled(route)).status_code != 405:
+            found.add(route)
+    return found
+
+
+def test_every_page_route_that_takes_a_post_has_a_case(project: Project) -> None:
+    routes = _page_post_routes()
+    assert len(routes) > 30, routes
+    assert routes == set(PAGE_CASES), (routes - set(PAGE_CASES), set(PAGE_CASES) - routes)
+
+
+def _page_client(user: Any) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def _page_send(client: Client, posted: Posted) -> Any:
+    response = client.post(posted.url, posted.data)
+    if posted.streamed and response.status_code == 200:
+        b"".join(response.streaming_content)
+    return response
+
+
+def _check_page(w: World, posted: Posted) -> None:
+    if posted.refused is not None:
+        refused = posted if posted.refused is True else posted.refused
+        assert isinstance(refused, Posted)
+        # A viewer may change nothing; a refusal of its own is the owner's or a persona's.
+        who = "viewer" if posted.refused is True else refused.client or "owner"
+        before = _watermark()
+        response = _page_send(_page_client(getattr(w.people, who)), refused)
+        assert response.status_code >= 400, (refused.url, response.status_code)
+        assert _new_entries(before) == [], (refused.url, _shape(_new_entries(before)))
+    client = posted.client or _page_client(w.people.owner)
+    before = _watermark()
+    response = _page_send(client, posted)
+    content = b"" if posted.streamed else response.content[:300]
+    assert response.status_code == posted.status, (posted.url, response.status_code, content)
+    written = _shape(_new_entries(before))
+    assert written == _expected(posted.expect, f"user:{w.people.owner.username}"), (
+        posted.url,
+        written,
+    )
+
+
+@pytest.mark.parametrize("case", [*sorted(PAGE_CASES), *sorted(PAGE_MORE)])
+def test_page_change_is_audited_once_with_its_user(world: World, case: str) -> None:
+    make = PAGE_MORE.get(case) or PAGE_CASES[case]
+    _check_page(world, make(world))
