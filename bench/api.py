@@ -465,7 +465,7 @@ def seed(documents: int, concurrency: int) -> Setup:
     from memoryadmin.memory.services.keys import api_key_create
     from memoryadmin.memory.services.projects import project_create
 
-    project = project_create(project_id=PROJECT)
+    project = project_create(project_id=PROJECT, actor="bench")
     memory = [
         {"id": rid, "description": "Bench memory.", "provider": {"maxBytes": 16384}}
         for rid in ["notes", "small", *BOUND_IDS]

@@ -146,7 +146,7 @@ def seed() -> tuple[str, int, str, str]:
     from memoryadmin.memory.services.keys import api_key_create
     from memoryadmin.memory.services.projects import project_create
 
-    project = project_create(project_id=PROJECT)
+    project = project_create(project_id=PROJECT, actor="bench")
     memory = [
         {"id": rid, "description": "Bench.", "provider": {"maxBytes": 16384}}
         for rid in ["notes", *BOUND_IDS]

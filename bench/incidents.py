@@ -84,7 +84,7 @@ def seed(documents: int, sessions: int) -> World:
     from memoryadmin.memory.services.projects import project_create
 
     rng = random.Random(28)
-    project = project_create(project_id="bench")
+    project = project_create(project_id="bench", actor="bench")
     memory = [{"id": "notes", "description": "Bench notes.", "provider": {"maxBytes": 16384}}]
     deployment = deployment_create(
         project=project, agent="bench", memory=memory, promote="development", actor="bench"

@@ -83,7 +83,7 @@ def seed(documents: int) -> str:
     from memoryadmin.memory.services.keys import api_key_create
     from memoryadmin.memory.services.projects import project_create
 
-    project = project_create(project_id="bench")
+    project = project_create(project_id="bench", actor="bench")
     memory = [{"id": "notes", "description": "Bench notes.", "provider": {"maxBytes": 16384}}]
     deployment_create(
         project=project, agent="bench", memory=memory, promote="development", actor="bench"

@@ -444,7 +444,7 @@ def vertex(provider_tls: Any) -> Iterator[Any]:
 
 @pytest.fixture
 def project(db: None) -> Project:
-    project = project_create(project_id="acme", name="Acme")
+    project = project_create(project_id="acme", name="Acme", actor="test")
     deployment_create(
         project=project,
         agent="support-bot",
@@ -457,7 +457,7 @@ def project(db: None) -> Project:
 
 @pytest.fixture
 def other_project(db: None) -> Project:
-    return project_create(project_id="globex", name="Globex")
+    return project_create(project_id="globex", name="Globex", actor="test")
 
 
 @pytest.fixture

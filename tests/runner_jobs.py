@@ -96,7 +96,7 @@ def webhook_change(url: str, *doc_ids: str) -> str:
     from memoryadmin.webhooks.services import endpoint_create
     from tests.helpers import MANIFEST_MEMORY
 
-    project = project_create(project_id="acme", name="Acme")
+    project = project_create(project_id="acme", name="Acme", actor="test")
     deployment_create(
         project=project,
         agent="support-bot",

@@ -872,6 +872,11 @@ def _cli_cases(w: World) -> dict[str, tuple[list[str], list[Entry], dict[str, An
             [("memory.export", *ACME_DEV)],
             {},
         ),
+        "createproject": (
+            ["createproject", "initech", "--name", "Initech"],
+            [("project.create", "initech", "")],
+            {},
+        ),
         "apikey create": (
             ["apikey", "create", "--project", "acme"],
             [("apikey.create", "acme", "")],
@@ -1078,6 +1083,7 @@ CLI_NAMES = [
     "memory redact",
     "memory remove",
     "memory export",
+    "createproject",
     "apikey create",
     "createapikey",
     "apikey revoke",

@@ -812,7 +812,7 @@ def cli_template(
     template.seed(
         "from memoryadmin.memory.services.deployments import deployment_create\n"
         "from memoryadmin.memory.services.projects import project_create\n"
-        "project = project_create(project_id='acme')\n"
+        "project = project_create(project_id='acme', actor='test')\n"
         f"for environment in ('development', 'production'):\n"
         f"    deployment_create(project=project, agent='support-bot', memory={MANIFEST_MEMORY!r},"
         " promote=environment, actor='test')\n"

@@ -128,3 +128,41 @@ def test_poisoned_rows_are_found_reported_and_repaired(
     assert {e.detail["id"] for e in repairs} >= {session.id, str(document.pk)}
     assert all(e.actor.startswith("cli:") for e in repairs)
     assert doctor() == "Every stored string keeps the rule.\n"
+
+
+def test_a_repaired_row_of_no_project_is_audited_without_one(project: Project) -> None:
+    """A key of every project and a job belong to no project: their repairs are in the log
+    all the same (before, a job's was left out, and a key of every project's failed)."""
+    if is_postgres():
+        pytest.skip("PostgreSQL cannot store NUL or unpaired surrogates")
+    from django.utils import timezone
+
+    from memoryadmin.memory.models import ApiKey
+    from memoryadmin.memory.services.keys import api_key_create
+    from memoryadmin.runner.models import Job
+
+    key, _ = api_key_create(project_id=None, name="everywhere")
+    job = Job.objects.create(name="x", run_after=timezone.now())
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {ApiKey._meta.db_table} SET name = %s WHERE id = %s", ["e\x00", key.pk]
+        )
+        cursor.execute(
+            f"UPDATE {Job._meta.db_table} SET last_error = %s WHERE id = %s", ["b\x00", job.pk]
+        )
+
+    report = doctor("--fix")
+
+    assert "Repaired 2 row(s)." in report
+    repairs = AuditEntry.objects.filter(action="doctor.repair")
+    assert sorted(
+        (e.detail["model"], e.detail["id"], e.project_id, e.environment) for e in repairs
+    ) == [
+        ("memory.ApiKey", str(key.pk), None, ""),
+        ("runner.Job", str(job.pk), None, ""),
+    ]
+    assert all(e.actor.startswith("cli:") for e in repairs)
+    key.refresh_from_db()
+    job.refresh_from_db()
+    assert (key.name, job.last_error) == ("e\ufffd", "b\ufffd")
+    assert doctor() == "Every stored string keeps the rule.\n"

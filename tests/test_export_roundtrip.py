@@ -42,7 +42,7 @@ FIELDS = ("doc_id", "title", "summary", "text", "bytes", "agent_writes", "agent_
 
 
 def _environment(project_id: str, environment: str) -> dict[str, Resource]:
-    project = project_create(project_id=project_id)
+    project = project_create(project_id=project_id, actor="test")
     deployment_create(project=project, agent="bot", memory=MEMORY, promote=environment, actor="t")
     return {
         r: resource_get(project=project, environment=environment, resource_id=r)

@@ -420,7 +420,7 @@ def test_record_ids_resolve_after_a_server_restart(
         "from memoryadmin.memory.services.deployments import deployment_create\n"
         "from memoryadmin.memory.services.keys import api_key_create\n"
         "from memoryadmin.providers.services.secrets import secret_set\n"
-        "p = project_create(project_id='acme', name='Acme')\n"
+        "p = project_create(project_id='acme', name='Acme', actor='test')\n"
         f"secret_set(project=p, environment='development', name='MEM0_KEY', value='{KEY_SECRET}',"
         f" origins=['{mem0_oss.origin}'], actor='t')\n"
         "deployment_create(project=p, agent='archivist', memory=[{'id': 'mem', 'description':"

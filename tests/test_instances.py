@@ -252,7 +252,7 @@ def test_a_rate_limit_counts_requests_on_both_instances(
 def test_a_projects_many_keys_share_one_rate_on_both_instances(
     instances: Instances, project: Project
 ) -> None:
-    project_create(project_id="initech", name="Initech")
+    project_create(project_id="initech", name="Initech", actor="test")
     keys = [api_key_create(project_id="initech")[1] for _ in range(12)]
     path = "/api/managed-agents/projects/initech"
     day = time.gmtime().tm_yday

@@ -588,7 +588,7 @@ def test_the_process_bounds_every_projects_lookups_together(
     settings.MEMORYADMIN_PROVIDER_DEADLINE_SECONDS = 0.4
     settings.MEMORYADMIN_OUTBOUND_LOOKUPS_PER_PROJECT = 8
     settings.MEMORYADMIN_OUTBOUND_LOOKUPS_PER_PROCESS = 4
-    third = project_create(project_id="initech", name="Initech")
+    third = project_create(project_id="initech", name="Initech", actor="test")
     acme = deployed(project, f"https://acme.slow.test:{provider.port}")
     globex = deployed(other_project, f"https://globex.slow.test:{provider.port}")
     initech = deployed(third, f"https://initech.slow.test:{provider.port}")

@@ -6,7 +6,7 @@ surrogate cannot be rendered, so every list that includes it failed. The
 repair replaces each offending code point with U+FFFD, in place: revisions stay
 as they are (the text is what the writer sent, minus what could never be
 shown), byte counts follow the repaired text, and each repaired row is audited
-in its project.
+(in its project, or without one for a row of none).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 
 from django.apps import apps
 from django.db import models, transaction
-from django.db.models import F, Value
+from django.db.models import CharField, F, Value
 
 from memoryadmin.core.strings import value_repair
 from memoryadmin.memory.models import Project
@@ -96,7 +96,9 @@ def _environment(model: type[models.Model]) -> str | None:
 
 
 def doctor_repair(*, finding: Finding, actor: str) -> bool:
-    """Repairs one row; True when it was audited (False: the row belongs to no project)."""
+    """Repairs one row, audited `doctor.repair` in the row's project and environment, or
+    without a project for a row of none (an all-projects key, a job): every change is in
+    the log. False when the row is gone."""
     model = finding.model
     with transaction.atomic():
         row = model._default_manager.select_for_update().filter(pk=finding.pk)
@@ -108,17 +110,14 @@ def doctor_repair(*, finding: Finding, actor: str) -> bool:
         if "text" in changes and "bytes" in field_names:
             changes["bytes"] = len(changes["text"].encode("utf-8"))
         row.update(**changes)
-        project = _path_to(model, _project)
-        if project is None:
-            return False
-        environment = _path_to(model, _environment)
+        project, environment = _path_to(model, _project), _path_to(model, _environment)
         where = row.values(
-            in_project=F(project),
+            in_project=F(project) if project else Value(None, output_field=CharField()),
             in_environment=F(environment) if environment else Value(""),
         ).get()
         audit_record(
-            project_id=str(where["in_project"]),
-            environment=where["in_environment"],
+            project_id=None if where["in_project"] is None else str(where["in_project"]),
+            environment=where["in_environment"] or "",
             actor=actor,
             action="doctor.repair",
             detail={

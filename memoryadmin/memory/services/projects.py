@@ -9,13 +9,23 @@ from memoryadmin.core.errors import Conflict, Forbidden, InvalidRequest, Project
 from memoryadmin.core.rows import Compiled, concrete_names, instance
 from memoryadmin.memory.limits import check_project_id
 from memoryadmin.memory.models import ApiKey, Project
+from memoryadmin.memory.services.audit import audit_record
 
 
-def project_create(*, project_id: str, name: str = "") -> Project:
+def project_create(*, project_id: str, name: str = "", actor: str) -> Project:
+    """A new project, audited `project.create` in its own log."""
     check_project_id(project_id)
     try:
         with transaction.atomic():
-            return Project.objects.create(id=project_id, name=name or project_id)
+            project = Project.objects.create(id=project_id, name=name or project_id)
+            audit_record(
+                project_id=project.id,
+                environment="",
+                actor=actor,
+                action="project.create",
+                detail={"name": project.name},
+            )
+            return project
     except IntegrityError as exc:
         raise Conflict(f"Project '{project_id}' already exists.") from exc
 

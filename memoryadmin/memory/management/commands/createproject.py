@@ -16,5 +16,7 @@ class Command(cli.Command):
         parser.add_argument("--name", default="")
 
     def act(self, options: dict[str, Any]) -> None:
-        project = project_create(project_id=options["project_id"], name=options["name"])
+        project = project_create(
+            project_id=options["project_id"], name=options["name"], actor=cli.cli_actor()
+        )
         self.stdout.write(project.id)

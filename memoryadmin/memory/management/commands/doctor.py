@@ -33,7 +33,5 @@ class Command(cli.Command):
                 returncode=cli.EXIT_ERROR,
             )
         actor = cli.cli_actor()
-        unaudited = [f for f in findings if not doctor_repair(finding=f, actor=actor)]
-        self.stdout.write(f"Repaired {len(findings)} row(s).")
-        for finding in unaudited:
-            self.stdout.write(f"  {finding.label} belongs to no project: repaired, not audited.")
+        repaired = sum(doctor_repair(finding=f, actor=actor) for f in findings)
+        self.stdout.write(f"Repaired {repaired} row(s).")
