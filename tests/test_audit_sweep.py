@@ -938,8 +938,8 @@ def _cli_cases(w: World) -> dict[str, tuple[list[str], list[Entry], dict[str, An
             {},
         ),
         "incident contain": (
-            ["incident", "--project", "acme", "contain", incident.id, "--action", "freeze"],
-            [("incident.contain", *ACME_DEV)],
+            ["incident", "--project", "acme", "contain", incident.id, "--action", "endSessions"],
+            [("incident.contain", *ACME_DEV), ("session.end", *ACME_DEV)],
             {},
         ),
         "erasure run": (
@@ -1680,3 +1680,200 @@ def _check_page(w: World, posted: Posted) -> None:
 def test_page_change_is_audited_once_with_its_user(world: World, case: str) -> None:
     make = PAGE_MORE.get(case) or PAGE_CASES[case]
     _check_page(world, make(world))
+
+
+# ---------------------------------------------------------------- changes that change nothing
+
+# Each case readies a world where its request changes nothing (a paused webhook paused
+# again, an ended session ended again...) and answers the request's status: it must be
+# the success it always was, with no audit entry and no event queued.
+NOOP_CASES: dict[str, Callable[[World], Callable[[], int]]] = {}
+
+
+def noop_case(name: str) -> Callable[[Callable[[World], Callable[[], int]]], Any]:
+    def register(
+        make: Callable[[World], Callable[[], int]],
+    ) -> Callable[[World], Callable[[], int]]:
+        NOOP_CASES[name] = make
+        return make
+
+    return register
+
+
+def _owner_page(w: World) -> Client:
+    return _page_client(w.people.owner)
+
+
+def _cli(*argv: str) -> Callable[[], int]:
+    def run() -> int:
+        call_command(*argv, stdout=io.StringIO(), stderr=io.StringIO())
+        return 0
+
+    return run
+
+
+def _paused(w: World) -> Any:
+    from memoryadmin.webhooks.services import endpoint_update
+
+    return endpoint_update(endpoint=_endpoint(w), active=False, actor="t")
+
+
+@noop_case("API: a paused webhook paused again")
+def _noop_api_pause(w: World) -> Callable[[], int]:
+    endpoint = _paused(w)
+    url = f"{API}/projects/acme/webhooks/{endpoint.pk}"
+    return lambda: (
+        _api_client(w.keys.owner).patch(url, {"active": False}, format="json").status_code
+    )
+
+
+@noop_case("CLI: a paused webhook paused again")
+def _noop_cli_pause(w: World) -> Callable[[], int]:
+    endpoint = _paused(w)
+    return _cli("webhook", "update", "--project", "acme", str(endpoint.pk), "--pause")
+
+
+@noop_case("page: a webhook's settings saved as they are")
+def _noop_page_webhook(w: World) -> Callable[[], int]:
+    endpoint = _endpoint(w)
+    form = {"url": endpoint.url, "events": ["document.updated"], "description": "", "active": "on"}
+    url = f"{PAGE}/webhooks/{endpoint.pk}/edit/"
+    return lambda: _owner_page(w).post(url, form).status_code
+
+
+def _ended(w: World) -> Session:
+    from memoryadmin.agents.services.sessions import session_end
+
+    return session_end(session=w.session(), actor="t")
+
+
+@noop_case("API: an ended session ended again")
+def _noop_api_end(w: World) -> Callable[[], int]:
+    session = _ended(w)
+    url = f"{API}/sessions/{session.id}/end"
+    return lambda: _api_client(w.keys.owner).post(url, {}, format="json").status_code
+
+
+@noop_case("page: an ended session ended again")
+def _noop_page_end(w: World) -> Callable[[], int]:
+    session = _ended(w)
+    return lambda: _owner_page(w).post(f"{PAGE}/sessions/{session.id}/end/").status_code
+
+
+@noop_case("CLI: an ended session ended again")
+def _noop_cli_end(w: World) -> Callable[[], int]:
+    return _cli("session", "end", _ended(w).id)
+
+
+@noop_case("page: a frozen document frozen again")
+def _noop_page_freeze(w: World) -> Callable[[], int]:
+    document = w.document()
+    documents_freeze(w, document.doc_id)
+    return lambda: _owner_page(w).post(_page_doc(document.doc_id, "freeze/")).status_code
+
+
+@noop_case("page: frozen documents frozen again at once")
+def _noop_page_bulk_freeze(w: World) -> Callable[[], int]:
+    document = w.document()
+    documents_freeze(w, document.doc_id)
+    document.refresh_from_db()
+    form = {"action": "freeze", "confirm": "yes", "doc": [f"{document.doc_id}:{document.revision}"]}
+    return lambda: _owner_page(w).post(f"{PAGE}/resources/notes/bulk/", form).status_code
+
+
+@noop_case("CLI: a frozen document frozen again")
+def _noop_cli_freeze(w: World) -> Callable[[], int]:
+    document = w.document()
+    documents_freeze(w, document.doc_id)
+    return _cli("memory", "--project", "acme", "freeze", "notes", document.doc_id)
+
+
+def _contained(w: World) -> Any:
+    from memoryadmin.incidents.services.contain import incident_contain
+
+    session = w.session()
+    incident = incident_create(
+        project=w.project,
+        environment="development",
+        title="Poison",
+        source={"session": session.id},
+        hops=1,
+        actor="t",
+    )
+    done = incident_contain(incident=incident, dry_run=False, actions=["endSessions"], actor="t")
+    assert done["changed"] == 1, done
+    return incident
+
+
+@noop_case("API: an incident contained again")
+def _noop_api_contain(w: World) -> Callable[[], int]:
+    incident = _contained(w)
+    url = f"{API}/projects/acme/memory/incidents/{incident.id}/contain{DEV}"
+    body = {"actions": ["endSessions"]}
+    return lambda: _api_client(w.keys.owner).post(url, body, format="json").status_code
+
+
+@noop_case("page: an incident contained again")
+def _noop_page_contain(w: World) -> Callable[[], int]:
+    incident = _contained(w)
+    url = f"{PAGE}/incidents/{incident.id}/contain/"
+    form = {"action": ["endSessions"], "confirm": "yes"}
+    return lambda: _owner_page(w).post(url, form).status_code
+
+
+@noop_case("CLI: an incident contained again")
+def _noop_cli_contain(w: World) -> Callable[[], int]:
+    incident = _contained(w)
+    argv = ["incident", "--project", "acme", "contain", incident.id, "--action", "endSessions"]
+    return _cli(*argv)
+
+
+@noop_case("page: a person given the role they have")
+def _noop_page_grant(w: World) -> Callable[[], int]:
+    form = {"grant-username": "vera", "grant-role": "viewer"}
+    return lambda: _owner_page(w).post(f"{PAGE}/people/grant/", form).status_code
+
+
+@noop_case("CLI: a person given the role they have")
+def _noop_cli_grant(w: World) -> Callable[[], int]:
+    return _cli("grant", "vera", "acme", "--role", "viewer")
+
+
+@noop_case("API: a revoked key revoked again")
+def _noop_api_revoke(w: World) -> Callable[[], int]:
+    from memoryadmin.memory.services.keys import api_key_revoke
+
+    key, _ = api_key_create(project_id="acme", name="old")
+    api_key_revoke(key=key, actor="t")
+    url = f"{API}/projects/acme/api-keys/{key.pk}/revoke"
+    return lambda: _api_client(w.keys.owner).post(url, {}, format="json").status_code
+
+
+@noop_case("page: a revoked key revoked again")
+def _noop_page_revoke(w: World) -> Callable[[], int]:
+    from memoryadmin.memory.services.keys import api_key_revoke
+
+    key, _ = api_key_create(project_id="acme", name="old")
+    api_key_revoke(key=key, actor="t")
+    return lambda: _owner_page(w).post(f"{PAGE}/keys/{key.pk}/revoke/").status_code
+
+
+@pytest.mark.parametrize("case", sorted(NOOP_CASES))
+def test_a_change_that_changes_nothing_writes_no_entry_and_raises_no_event(
+    world: World, case: str
+) -> None:
+    from memoryadmin.webhooks.models import Delivery
+    from memoryadmin.webhooks.outbox import EVENT_TYPES
+
+    send = NOOP_CASES[case](world)
+    endpoint_create(
+        project=world.project,
+        url="https://hooks.example.com/all",
+        events=list(EVENT_TYPES),
+        actor="t",
+    )
+    before, deliveries = _watermark(), Delivery.objects.count()
+    status = send()
+    assert status in (0, 200, 302), (case, status)
+    assert _shape(_new_entries(before)) == [], case
+    assert Delivery.objects.count() == deliveries, case

@@ -412,6 +412,9 @@ def test_contain_freezes_ends_reverts_undoes_records_once(
     assert {d.doc_id: d.revision for d in Document.objects.all()} == {
         d: docs[d].revision for d in docs
     }
+    # Containing again changed nothing: no second entry, no second event.
+    assert AuditEntry.objects.filter(action="incident.contain").count() == 1
+    assert Delivery.objects.filter(event="incident.contained").count() == 1
 
 
 def test_a_document_changed_since_is_not_overwritten_the_merge_is_reported(
@@ -567,7 +570,8 @@ def test_a_containment_that_changes_nothing_keeps_the_report_of_the_one_that_did
     assert again.json()["changed"] == 0
     kept = Incident.objects.get(pk=opened["id"])
     assert (kept.containment, kept.contained_at) == (first.json(), stored.contained_at)
-    assert AuditEntry.objects.filter(action="incident.contain").count() == 2
+    # Nor is it audited: the entry is the first containment's only.
+    assert AuditEntry.objects.filter(action="incident.contain").count() == 1
     shown = api.get(f"{INCIDENTS}/{opened['id']}{DEV}").json()
     assert shown["containment"] == first.json()
 

@@ -324,6 +324,7 @@ def agent_proposal(d: Doors) -> list[tuple[str, dict[str, Any]]]:
         d.workshop.revision,
         session=session.id,
         proposalId=proposal_id,
+        agent="support-bot",
     )
     return [*((e, x) for e, x in queued() if e != "proposal.created"), ("proposal.created", data)]
 

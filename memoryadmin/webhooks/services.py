@@ -187,8 +187,11 @@ def endpoint_update(
     description: object = None,
     active: object = None,
 ) -> Endpoint:
-    """Changes what is given; reactivating an endpoint sends what waited meanwhile."""
+    """Changes what is given; reactivating an endpoint sends what waited meanwhile.
+    Given as it already is (a paused endpoint paused again), nothing is written: no
+    audit entry, the endpoint answered as it is."""
     _locked(endpoint)
+    before = _settings(endpoint)
     changes: dict[str, Any] = {}
     if url is not None:
         endpoint.url = changes["url"] = check_url(url, project=endpoint.project_id)
@@ -207,10 +210,16 @@ def endpoint_update(
             jobs_wake(line_of(endpoint.pk))
     if not changes:
         raise InvalidRequest("Give at least one of url, events, description, active.")
+    if _settings(endpoint) == before:
+        return endpoint
     endpoint.save(update_fields=["url", "events", "description", "active"])
     _audit(endpoint, actor=actor, action="webhook.update", **changes)
     transaction.on_commit(lambda: outbox_forget(endpoint.project_id))
     return endpoint
+
+
+def _settings(endpoint: Endpoint) -> tuple[Any, ...]:
+    return (endpoint.url, endpoint.events, endpoint.description, endpoint.active)
 
 
 @transaction.atomic

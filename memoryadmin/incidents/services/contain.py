@@ -470,6 +470,9 @@ def incident_contain(
                 NamedOperation(incident=incident, operation_id=operation_id)
                 for operation_id in sorted({*report.dead_letters, *report.queued, *report.pending})
             )
+        if not answer["changed"]:
+            # Nothing written: no entry, no `incident.contained` (the answer says so).
+            return answer
         audit_record(
             project_id=incident.project_id,
             environment=incident.environment,

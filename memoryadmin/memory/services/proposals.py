@@ -226,6 +226,7 @@ def _proposal_create(
         action="proposal.create",
         bytes=proposal.bytes,
         sessionId=writer.session_id,
+        agent=agent,
     )
     return proposal
 

@@ -353,13 +353,18 @@ def _keep_an_owner(project: Project, user: AbstractBaseUser) -> None:
 
 @transaction.atomic
 def role_grant(*, username: str, project_id: str, role: str, actor: str) -> ProjectRole:
-    """Gives a user a role on a project, replacing the role they had there."""
+    """Gives a user a role on a project, replacing the role they had there. The role they
+    already have writes nothing (no audit entry)."""
     if role not in Role.values:
         raise InvalidRequest(f"role must be one of: {', '.join(Role.values)}.")
     project = project_get(project_id=project_id)
     user = _user_by_name(username)
     if role != Role.OWNER:
         _keep_an_owner(project, user)
+    # Locked: a change of the role meanwhile is waited for, then compared.
+    held = ProjectRole.objects.select_for_update().filter(user_id=user.pk, project=project).first()
+    if held is not None and held.role == role:
+        return held
     grant, _ = ProjectRole.objects.update_or_create(
         user_id=user.pk, project=project, defaults={"role": role}
     )
