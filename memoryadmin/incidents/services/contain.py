@@ -456,23 +456,23 @@ def incident_contain(
     if report.dry_run:
         return answer
     with transaction.atomic():
-        if answer["changed"] or not incident.containment:
-            # The incident keeps the last containment that wrote something (or its first,
-            # its conflicts to settle by hand): a later one that changed nothing does not
-            # hide what was done.
-            now = timezone.now()
-            Incident.objects.filter(pk=incident.pk).update(contained_at=now, containment=answer)
-            incident.contained_at, incident.containment = now, answer
-            # The operations the kept report names stay as long as it names them (the
-            # operations' retention).
-            NamedOperation.objects.filter(incident=incident).delete()
-            NamedOperation.objects.bulk_create(
-                NamedOperation(incident=incident, operation_id=operation_id)
-                for operation_id in sorted({*report.dead_letters, *report.queued, *report.pending})
-            )
-        if not answer["changed"]:
-            # Nothing written: no entry, no `incident.contained` (the answer says so).
+        if not answer["changed"] and incident.containment:
+            # Contained again without effect: the incident keeps the report of the last
+            # containment that wrote something (or its first, its conflicts, queued and
+            # pending operations to settle), no entry, no `incident.contained`.
             return answer
+        # The incident keeps the last containment that wrote something (or its first):
+        # a later one that changed nothing does not hide what was done.
+        now = timezone.now()
+        Incident.objects.filter(pk=incident.pk).update(contained_at=now, containment=answer)
+        incident.contained_at, incident.containment = now, answer
+        # The operations the kept report names stay as long as it names them (the
+        # operations' retention).
+        NamedOperation.objects.filter(incident=incident).delete()
+        NamedOperation.objects.bulk_create(
+            NamedOperation(incident=incident, operation_id=operation_id)
+            for operation_id in sorted({*report.dead_letters, *report.queued, *report.pending})
+        )
         audit_record(
             project_id=incident.project_id,
             environment=incident.environment,
