@@ -30,7 +30,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from memoryadmin.agents import mcp
-from memoryadmin.agents.models import Session
+from memoryadmin.agents.models import Recall, Session
 from memoryadmin.agents.services import runtime
 from memoryadmin.agents.services.sessions import session_end
 from memoryadmin.memory.models import ApiKey, AuditEntry, Document, Project
@@ -238,6 +238,61 @@ def test_a_provider_result_that_is_no_object_reaches_the_model_unchanged(
 
 def end_only_session() -> Session:
     return session_end(session=Session.objects.get(), actor="t")
+
+
+# Calls of an ended session: each tool's answer (or the error's code) in any order.
+ENDED_CALLS: list[tuple[str, dict[str, Any], Any]] = [
+    (
+        "memory_save",
+        {"memory": "notes", "text": "x"},
+        {"status": "rejected", "reason": "session_closed"},
+    ),
+    (
+        "memory_read",
+        {"memory": "kb", "id": "workshop"},
+        {"status": "rejected", "reason": "session_closed"},
+    ),
+    ("memory_list", {}, {"status": "rejected", "reason": "session_closed"}),
+    (
+        "memory_save",
+        {"memory": "elsewhere", "text": "x"},
+        {"status": "rejected", "reason": "not_bound", "bound": ["notes"]},
+    ),
+    ("memory_save", {"memory": "notes", "txt": "x"}, "invalid_tool_arguments"),
+    ("memory_forget", {}, "invalid_request"),
+    ("memory_recall", {}, "session_closed"),
+]
+
+
+@pytest.mark.parametrize("recalled", [False, True], ids=["before-any-recall", "after-a-recall"])
+def test_an_ended_sessions_tool_calls_are_rejected_as_closed_before_and_after_a_recall(
+    endpoint: str, keys: Keys, workshop: Document, recalled: bool
+) -> None:
+    async def scenario() -> Any:
+        async with connected(f"{endpoint}?{QUERY}", keys.owner) as client:
+            if recalled:
+                await client.list_tools()  # reads memory: a recall
+            else:
+                await client.list_resources()  # opens the session without reading memory
+            await in_thread(end_only_session)
+            tools = await client.list_tools()
+            answers = [await client.call_tool(name, args) for name, args, _ in ENDED_CALLS]
+            return tools, answers
+
+    tools, answers = run(scenario)
+    session = Session.objects.get()
+    assert session.status == "ended"
+    expected_tools = ["memory_save", "memory_list", "memory_read", "memory_recall"]
+    assert [t.name for t in tools.tools] == expected_tools
+    got = [
+        a.structured_content["error"]["code"] if a.is_error else a.structured_content
+        for a in answers
+    ]
+    assert got == [expected for _, _, expected in ENDED_CALLS]
+    assert [a.is_error for a in answers] == [isinstance(e, str) for _, _, e in ENDED_CALLS]
+    # Nothing was written, and no recall was stored for the ended session.
+    assert Document.objects.get(pk=workshop.pk).text == workshop.text
+    assert Recall.objects.count() == (1 if recalled else 0)
 
 
 def test_one_session_per_mcp_session_and_a_named_one_rejoins(

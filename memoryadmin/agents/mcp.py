@@ -142,12 +142,21 @@ class MemoryDoor:
     def _runtime_recall_tool(self) -> bool:
         """Whether the runtime itself offers a tool named memory_recall (a provider's
         `recall`): then the runtime's tool is the one served, as every other tool."""
-        return any(t["name"] == RECALL_TOOL for t in (self.recall or {}).get("tools", []))
+        return _offers_recall((self.recall or {}).get("tools", []))
 
     def tools(self) -> list[dict[str, Any]]:
-        recall = self.recall or self.recall_now()
+        if self.recall is None:
+            try:
+                self.recall_now()
+            except SessionClosed:
+                # Ended before this connection read its memory: the tools its recall
+                # would have offered, each call answered as after a recall (`call`).
+                session, bindings = self._session()
+                offered = runtime.tool_definitions(session=session, selected=bindings)
+                return [*offered, *([] if _offers_recall(offered) else [RECALL_DEFINITION])]
+        assert self.recall is not None
         own = [] if self._runtime_recall_tool() else [RECALL_DEFINITION]
-        return [*recall["tools"], *own]
+        return [*self.recall["tools"], *own]
 
     def call(self, name: str, arguments: dict[str, Any]) -> Any:
         """The runtime's result of one tool call (an http provider's is any JSON value); a
@@ -161,12 +170,22 @@ class MemoryDoor:
                 raise InvalidToolArguments(f"{RECALL_TOOL} takes only 'input', a string.")
             recall = self.recall_now(text)
             return {"recallId": recall["recallId"], "memory": recall["memory"]}
-        recall = self.recall or self.recall_now()
+        latest = self.recall
+        if latest is None:
+            try:
+                latest = self.recall_now()
+            except SessionClosed:
+                # Ended before this connection read its memory: answered as its calls
+                # after a recall are, not as the refused recall.
+                session, bindings = self._session()
+                return runtime.tool_call_ended(
+                    session=session, name=name, arguments=arguments, bindings=bindings
+                )
         session, bindings = self._session()
         return runtime.tool_call(
             session=session,
             bindings=bindings,
-            recall_id=recall["recallId"],
+            recall_id=latest["recallId"],
             call_id="call_" + secrets.token_hex(12),
             name=name,
             arguments=arguments,
@@ -192,6 +211,10 @@ class MemoryDoor:
             raise InvalidRequest(f"No resource {uri!r}; this session reads memory://<resource>.")
         text: str = self.recall_now()["memory"][resource]["text"]
         return text
+
+
+def _offers_recall(tools: list[dict[str, Any]]) -> bool:
+    return any(t["name"] == RECALL_TOOL for t in tools)
 
 
 def _error_result(exc: DomainError) -> types.CallToolResult:

@@ -59,7 +59,14 @@ from memoryadmin.core.rows import (
     table,
 )
 
-__all__ = ["TOOLS", "Projection", "recall_create", "tool_call", "tool_definitions"]
+__all__ = [
+    "TOOLS",
+    "Projection",
+    "recall_create",
+    "tool_call",
+    "tool_call_ended",
+    "tool_definitions",
+]
 
 Result = dict[str, Any]
 CALL_ID_MAX = 256
@@ -404,7 +411,7 @@ def tool_definitions(*, session: Session, selected: list[Binding]) -> list[Resul
 
 
 def _target(
-    name: str, recall: Recall, bindings: list[Binding], offered: list[ToolTarget], requested: object
+    name: str, use: list[str], bindings: list[Binding], offered: list[ToolTarget], requested: object
 ) -> ToolTarget | Result:
     """The target a call acts on, or the rejection explaining why there is none.
 
@@ -415,7 +422,7 @@ def _target(
     if requested is not None and not isinstance(requested, str):
         raise InvalidToolArguments(f"{name}: 'memory' must be a string.")
     by_id = {b.resource.resource_id: b for b in bindings}
-    selected = [resource for resource in recall.use if resource in by_id]
+    selected = [resource for resource in use if resource in by_id]
     offers = {target.resource_id: target for target in offered}
     eligible = [r for r in selected if r in offers and offers[r].permitted]
     if requested is None:
@@ -460,6 +467,34 @@ def _recall_in(session: Session, recall_id: str) -> Recall:
     return joined_instance(Recall, "session", row, _recall_names())
 
 
+def _judged(
+    *, name: str, arguments: object, use: list[str], bindings: list[Binding], active: bool
+) -> ToolTarget | Result:
+    """The target of a call under a recall that selected `use`, or the answer it gets
+    without reaching a kind: the tool and its arguments checked (errors), the target
+    chosen (a rejection where there is none), then an ended session's rejection."""
+    offers = _offers(bindings)
+    offered = offers.get(name, [])
+    # The kinds that know this tool: those offering it here, and those reserving its name.
+    kinds = [p for p in providers() if name in p.reserved_tools]
+    for target in offered:
+        provider = _provider(target.binding)
+        if provider is not None and provider not in kinds:
+            kinds.append(provider)
+    if not kinds:
+        known = sorted({*(n for p in providers() for n in p.reserved_tools), *offers})
+        raise InvalidRequest(f"Unknown tool '{name}'. Memory tools: {', '.join(known)}.")
+    if not isinstance(arguments, dict):
+        raise InvalidToolArguments(f"{name} arguments must be a JSON object.")
+    for provider in kinds:
+        provider.tool_check(name=name, arguments=arguments)
+    chosen = _target(name, use, bindings, offered, arguments.get("memory"))
+    if isinstance(chosen, ToolTarget) and not active:
+        # An ended session takes no tool call, whatever the kind.
+        return rejected("session_closed")
+    return chosen
+
+
 def tool_call(
     *,
     session: Session,
@@ -476,27 +511,16 @@ def tool_call(
         raise InvalidRequest(f"callId must be 1-{CALL_ID_MAX} characters.")
     if bindings is None:
         bindings = _bindings(session)
-    offers = _offers(bindings)
-    offered = offers.get(name, [])
-    # The kinds that know this tool: those offering it here, and those reserving its name.
-    kinds = [p for p in providers() if name in p.reserved_tools]
-    for target in offered:
-        provider = _provider(target.binding)
-        if provider is not None and provider not in kinds:
-            kinds.append(provider)
-    if not kinds:
-        known = sorted({*(n for p in providers() for n in p.reserved_tools), *offers})
-        raise InvalidRequest(f"Unknown tool '{name}'. Memory tools: {', '.join(known)}.")
-    if not isinstance(arguments, dict):
-        raise InvalidToolArguments(f"{name} arguments must be a JSON object.")
-    for provider in kinds:
-        provider.tool_check(name=name, arguments=arguments)
-    chosen = _target(name, recall, bindings, offered, arguments.get("memory"))
+    chosen = _judged(
+        name=name,
+        arguments=arguments,
+        use=recall.use,
+        bindings=bindings,
+        active=recall.session.is_active,
+    )
     if not isinstance(chosen, ToolTarget):
         return chosen
-    if not recall.session.is_active:
-        # An ended session takes no tool call, whatever the kind.
-        return rejected("session_closed")
+    assert isinstance(arguments, dict)  # a call with a target has an object's arguments
     provider = _provider(chosen.binding)
     assert provider is not None
 
@@ -520,6 +544,24 @@ def tool_call(
             project_id=session.project_id, count=1, deadline=deadline
         ) as calls:
             return calls.one(execute)
+
+
+def tool_call_ended(
+    *, session: Session, name: str, arguments: object, bindings: list[Binding]
+) -> Result:
+    """The answer to a tool call with no recall to answer to, in a session that has ended
+    (`session` and its `bindings` read after its recall was refused as closed): a door
+    whose every call answers to a recall of every bound resource, made at its first
+    call, has none where the session ended before that call. The call is judged as it
+    is under such a recall, so it is answered as every call of an ended session is:
+    an error for a malformed call, else a rejection (`session_closed` where it has a
+    target). An active session's call answers to a recall (`tool_call`)."""
+    if session.is_active:
+        raise InvalidRequest("A tool call answers to a recall of its session: recall first.")
+    use = [binding.resource.resource_id for binding in bindings]
+    chosen = _judged(name=name, arguments=arguments, use=use, bindings=bindings, active=False)
+    assert not isinstance(chosen, ToolTarget)
+    return chosen
 
 
 def call_cancel(*, session: Session, request_id: object = None, call_id: object = None) -> None:
