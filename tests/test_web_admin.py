@@ -10,12 +10,17 @@ from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.contrib.auth.tokens import default_token_generator
+from django.contrib.auth.views import INTERNAL_RESET_SESSION_TOKEN
 from django.test import Client
+from django.utils.encoding import force_bytes
+from django.utils.http import urlsafe_base64_encode
 
 from memoryadmin.memory.models import ActiveDeployment, AuditEntry, Deployment, Project, Resource
 from memoryadmin.memory.services.deployments import deployment_create
 from memoryadmin.providers.models import Secret
-from memoryadmin.web.models import ProjectRole
+from memoryadmin.web.models import ProjectRole, Role
+from memoryadmin.web.services.roles import password_set_by_link, user_invite
 from tests.helpers import MANIFEST_MEMORY, PASSWORD, People, html_of, password_login
 
 pytestmark = pytest.mark.django_db
@@ -217,9 +222,68 @@ def test_an_expired_link_sets_nothing(
     monkeypatch.setattr(default_token_generator, "_now", lambda: later)
     # The form opened before it expired, and the link itself, no longer work.
     refused = guest.post(form, {"new_password1": PASSWORD, "new_password2": PASSWORD})
+    assert refused.status_code == 404
     assert "This link no longer works" in refused.content.decode()
     assert "This link no longer works" in Client().get(path, follow=True).content.decode()
     assert not get_user_model().objects.get(username="nina").has_usable_password()
+
+
+DEAD_LINK = (
+    '<section class="narrow">\n\n'
+    "  <h1>This link no longer works</h1>\n"
+    "  <p>A set-password link works once, for 3 days: this one was used already, has expired,"
+    " or is not one.</p>\n"
+    '  <p>If you chose your password with it, <a href="/login/">log in</a>. Otherwise ask an'
+    " owner of your project for a new invitation.</p>\n\n"
+    "</section>"
+)
+
+
+def logins() -> list[tuple[Any, ...]]:
+    return list(get_user_model().objects.order_by("pk").values_list("pk", "username", "password"))
+
+
+@pytest.mark.parametrize("dead", ["used", "expired", "login-gone", "not-a-token", "no-login"])
+def test_a_dead_set_password_link_is_404_with_the_way_forward_and_changes_nothing(
+    people: People, monkeypatch: pytest.MonkeyPatch, dead: str
+) -> None:
+    """Used, expired, its login gone, a token never made, a login that never was: one
+    page and one status for all (whether the login exists is not told), and nothing set."""
+    invitation = user_invite(
+        username="nina", project_id="acme", role=Role.VIEWER, method="link", actor="t"
+    )
+    nina = get_user_model().objects.get(username="nina")
+    uid, token = invitation.uid, invitation.token
+    if dead == "used":
+        assert password_set_by_link(user_pk=nina.pk, token=token, password=PASSWORD)
+    elif dead == "expired":
+        later = default_token_generator._now() + timedelta(days=3, seconds=1)
+        monkeypatch.setattr(default_token_generator, "_now", lambda: later)
+    elif dead == "login-gone":
+        nina.delete()
+    elif dead == "not-a-token":
+        token = "cz1z4a-0123456789abcdef0123456789abcdef"
+    else:
+        uid = urlsafe_base64_encode(force_bytes(nina.pk + 1000))
+    before = logins()
+    guest = Client()
+    for method, path in [
+        ("get", f"/set-password/{uid}/{token}/"),
+        ("post", f"/set-password/{uid}/{token}/"),
+        ("get", f"/set-password/{uid}/set-password/"),
+        ("post", f"/set-password/{uid}/set-password/"),
+    ]:
+        passwords = {"new_password1": PASSWORD + "-2", "new_password2": PASSWORD + "-2"}
+        response = getattr(guest, method)(path, passwords if method == "post" else None)
+        assert response.status_code == 404, (method, path)
+        html = response.content.decode()
+        assert html[html.index('<section class="narrow">') : html.index("</section>") + 10] == (
+            DEAD_LINK
+        )
+        assert INTERNAL_RESET_SESSION_TOKEN not in guest.session
+    assert logins() == before
+    if dead == "used":
+        assert password_login(Client(), "nina", PASSWORD)
 
 
 def test_invite_of_an_existing_user_is_refused(owner: Client, people: People) -> None:

@@ -24,6 +24,15 @@ class LoginView(_InvalidFormStatus, auth_views.LoginView):
 
 
 class PasswordSetView(_InvalidFormStatus, auth_views.PasswordResetConfirmView):
+    def render_to_response(self, context: dict[str, Any], **kwargs: Any) -> HttpResponse:
+        if not self.validlink:
+            # A dead link (used, expired, its login gone, or never one) is 404 as the
+            # pages' unknown ids are, one page for all of them: neither its status nor
+            # its body tells whether the login exists.
+            kwargs["status"] = 404
+        response: HttpResponse = super().render_to_response(context, **kwargs)
+        return response
+
     def form_valid(self, form: Any) -> HttpResponse:
         # The link is checked again as the password is set (the check on the way in was
         # made before another use of it could finish): one use sets the password.
