@@ -441,7 +441,8 @@ def test_environment_given_twice_is_400_and_writes_nothing(
         assert response.json() == {
             "error": {
                 "code": "invalid_request",
-                "message": "environment must be given once: 'development' or 'production'.",
+                "message": "environment must be given once.",
+                "details": {"field": "environment"},
             }
         }
     body = json.dumps({"title": "New"})

@@ -499,6 +499,7 @@ def test_mcp_requests_count_in_the_keys_usage_by_kind_as_api_requests_do(
         ("all_projects", QUERY + "&project=nope", 404, "project_not_found"),
         ("owner", "memory=notes=workshop", 400, "invalid_request"),
         ("owner", QUERY + "&colour=red", 400, "invalid_request"),
+        ("owner", QUERY + "&agent=support-bot@development", 400, "invalid_request"),
         ("owner", QUERY + "&memory=notes=other", 400, "invalid_request"),
         ("owner", QUERY.replace("support-bot", "a%00b"), 400, "invalid_request"),
         # A session's name the session's Idempotency-Key ("mcp/" and it) cannot hold.
@@ -517,6 +518,12 @@ def test_refused_before_any_session(
     response = httpx.post(f"{endpoint}?{query}", json=body, headers=headers)
     assert response.status_code == status, response.text
     assert response.json()["error"]["code"] == code
+    if query.count("agent=") > 1:
+        assert response.json()["error"] == {
+            "code": "invalid_request",
+            "message": "agent must be given once.",
+            "details": {"field": "agent"},
+        }
     if "session=" in query:
         assert response.json()["error"] == {
             "code": "invalid_request",

@@ -10,7 +10,14 @@ from django.test import RequestFactory, override_settings
 from rest_framework.test import APIClient
 
 from memoryadmin.core import queries
-from memoryadmin.core.queries import QUERIES_KEPT, QUERY_MAX_CHARS, query_share
+from memoryadmin.core.errors import InvalidRequest
+from memoryadmin.core.queries import (
+    QUERIES_KEPT,
+    QUERY_MAX_CHARS,
+    given_once_check,
+    query_repeated,
+    query_share,
+)
 from tests.helpers import DEV, DOCS
 
 pytestmark = pytest.mark.django_db
@@ -90,3 +97,18 @@ def test_the_field_limit_in_force_applies_to_a_query_parsed_before(api: APIClien
         refused = api.get(url)
     assert refused.status_code == 400
     assert api.get(url).status_code == 200
+
+
+def test_which_names_a_shared_query_repeats_is_decided_with_its_parse() -> None:
+    parsed = queries._parsed("environment=development&q=a&q=b", "utf-8", 1000)
+    assert query_repeated(parsed) == frozenset({"q"})
+    # Decided once: the shared parse answers without looking at its values again.
+    parsed.__dict__["memoryadmin_repeated"] = frozenset({"marker"})
+    assert query_repeated(parsed) == frozenset({"marker"})
+    parsed.__dict__["memoryadmin_repeated"] = frozenset({"q"})
+    # A copy of it (or a query that is not shared) is looked at.
+    assert query_repeated(parsed.copy()) == frozenset({"q"})
+    with pytest.raises(InvalidRequest, match="q must be given once"):
+        given_once_check(parsed)
+    given_once_check(parsed, repeatable=frozenset({"q"}))
+    given_once_check({"memory": ["a", "b"], "agent": ["x"]}, repeatable=frozenset({"memory"}))

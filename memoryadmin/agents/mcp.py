@@ -69,6 +69,7 @@ from memoryadmin.core.errors import (
     error_envelope,
 )
 from memoryadmin.core.jsonbody import BODY_MAX_BYTES, content_coding_check
+from memoryadmin.core.queries import given_once_check
 from memoryadmin.core.strings import strings_check
 from memoryadmin.memory.models import ApiKey, Project
 from memoryadmin.memory.services.key_usage import key_usage_count
@@ -434,9 +435,8 @@ def _config_of(key: ApiKey, query: str) -> HttpConfig:
     unknown = set(values) - {"project", "agent", "memory", "namespace", "session"}
     if unknown:
         raise InvalidRequest(f"Unknown query parameters: {', '.join(sorted(unknown))}.")
+    given_once_check(values, repeatable=frozenset({"memory", "namespace"}))
     one = {name: values.get(name, [None]) for name in ("project", "agent", "session")}
-    if any(len(given) > 1 for given in one.values()):
-        raise InvalidRequest("Pass project, agent and session at most once each.")
     if not one["agent"][0]:
         raise InvalidRequest("agent=<agent>@<environment> is required in the URL.")
     project_id = one["project"][0] or key.project_id

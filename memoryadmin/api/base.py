@@ -14,7 +14,8 @@ from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from memoryadmin.api import serializers as s
-from memoryadmin.core.environments import Environment, check_environment_given
+from memoryadmin.core.environments import Environment, check_environment
+from memoryadmin.core.queries import given_once_check
 from memoryadmin.memory.models import ApiKey, Document, Project, Resource
 from memoryadmin.memory.services import deployments as deployment_services
 from memoryadmin.memory.services import documents as document_services
@@ -110,14 +111,20 @@ class ApiView(APIView):
     def get_permissions(self) -> list[Any]:
         return list(_shared(tuple(self.permission_classes)))
 
+    # The query parameters this route takes more than once; any other given twice is 400.
+    repeatable_query: frozenset[str] = frozenset()
+
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         """DRF's (key, permission, rate), then whether the key reaches the project the path
         names: a key of another project is refused (403) before its body or any id is
-        read, as on every route, including those whose body says whether they write."""
+        read, as on every route, including those whose body says whether they write.
+        Then the query: a parameter given twice, unless the route repeats it, is 400
+        before any is read (the last value would win otherwise)."""
         super().initial(request, *args, **kwargs)
         project_id = kwargs.get("p")
         if isinstance(project_id, str) and isinstance(request.auth, ApiKey):
             key_may_act(key=request.auth, project_id=project_id, write=False)
+        given_once_check(request.query_params, repeatable=self.repeatable_query)
 
     def permission_denied(
         self, request: Request, message: str | None = None, code: str | None = None
@@ -166,7 +173,8 @@ class ApiView(APIView):
         return project_for_key(key=self.key(request), project_id=p, write=write)
 
     def environment(self, request: Request) -> Environment:
-        return check_environment_given(request.query_params.getlist("environment"))
+        # Given once: ApiView.initial refused it repeated.
+        return check_environment(request.query_params.get("environment"))
 
     def resource(self, request: Request, p: str, r: str, *, write: bool = False) -> Resource:
         lookup = getattr(request, "resource_lookup", None)

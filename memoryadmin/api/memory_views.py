@@ -141,6 +141,8 @@ RESOURCES = OpenApiParameter(
 
 
 class MemoryExportView(ApiView):
+    repeatable_query = frozenset({RESOURCES.name})
+
     @extend_schema(
         parameters=[ENVIRONMENT, RESOURCES],
         request=None,

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from django.db import models
 
 from memoryadmin.core.errors import InvalidRequest
@@ -26,11 +24,3 @@ def check_environment(value: object) -> Environment:
     if not isinstance(value, str) or value not in Environment.values:
         raise InvalidRequest(f"environment must be {_ALLOWED}.")
     return Environment(value)
-
-
-def check_environment_given(values: Sequence[str]) -> Environment:
-    """The environment a request names in its query (every value it gave): exactly one,
-    never a choice between two (the last of a repeated parameter would otherwise win)."""
-    if len(values) > 1:
-        raise InvalidRequest(f"environment must be given once: {_ALLOWED}.")
-    return check_environment(values[0] if values else None)
