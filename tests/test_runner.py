@@ -9,6 +9,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 import hypothesis
 import pytest
 from django.db import connections, transaction
+from django.db.models.functions import Now
 from django.utils import timezone
 from hypothesis import strategies as st
 
@@ -38,6 +40,7 @@ from memoryadmin.runner.models import OPEN_STATES, Job, JobState
 from tests.helpers import (
     is_postgres,
     manage,
+    run_threads,
     suite_database_url,
     wait_until,
     worker_start,
@@ -482,6 +485,157 @@ def test_an_attempt_of_an_earlier_run_back_late_counts_for_nothing() -> None:
     job.refresh_from_db()
     assert (job.state, job.attempts, job.last_error) == ("done", 1, "")
     assert len(STARTED) == 3
+
+
+# Worker hosts whose clocks differ: `host_clock(offset)` moves the Python clock
+# (`timezone.now`, where the runner would read the host's time) of this thread alone.
+_HOST_OFFSET = threading.local()
+
+
+@pytest.fixture
+def host_clock(monkeypatch: pytest.MonkeyPatch) -> Callable[[timedelta], Any]:
+    real_now = timezone.now
+
+    def now() -> Any:
+        return real_now() + getattr(_HOST_OFFSET, "offset", timedelta(0))
+
+    monkeypatch.setattr(timezone, "now", now)
+
+    @contextmanager
+    def moved(offset: timedelta) -> Iterator[None]:
+        _HOST_OFFSET.offset = offset
+        try:
+            yield
+        finally:
+            _HOST_OFFSET.offset = timedelta(0)
+
+    return moved
+
+
+HOUR = timedelta(hours=1)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_whose_clock_is_ahead_takes_over_no_lease_still_running_by_the_database(
+    host_clock: Callable[[timedelta], Any],
+) -> None:
+    """One worker runs a job under its lease (300 s); another host's clock is an hour
+    ahead, so on it the lease has passed. It took the job over, and the job ran twice at
+    once (a webhook sent twice); by the database's clock the lease still runs."""
+    job = enqueue(gated, project="p", label="a")
+    GATES.append(threading.Event())
+    gate = GATES[0]
+    outcomes: dict[str, Any] = {}
+
+    def worker(name: str, offset: timedelta, work: Callable[[], Any]) -> threading.Thread:
+        def run() -> None:
+            try:
+                with host_clock(offset):
+                    outcomes[name] = work()
+            finally:
+                connections.close_all()
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        return thread
+
+    holder = worker("holder", timedelta(0), lambda: job_run(job.pk))
+    wait_until(lambda: len(STARTED) == 1, "the first attempt to start")
+    ahead = worker("ahead", HOUR, lambda: (jobs_due(), job_run(job.pk)))
+    ahead.join(60)
+    assert outcomes["ahead"] == ([], "skipped")
+    assert STARTED == [("a", 1)]
+    row = Job.objects.get(pk=job.pk)
+    assert (row.state, row.attempts) == ("running", 1)
+    assert row.lease_until is not None
+    assert timedelta(seconds=290) < row.lease_until - timezone.now() <= timedelta(seconds=300)
+    gate.set()
+    holder.join(60)
+    assert outcomes["holder"] == "done"
+    row.refresh_from_db()
+    assert (row.state, row.attempts, row.last_error) == ("done", 1, "")
+    assert STARTED == [("a", 1)]
+
+
+@pytest.mark.django_db
+def test_a_worker_whose_clock_is_behind_takes_over_a_lease_passed_by_the_database(
+    host_clock: Callable[[timedelta], Any],
+) -> None:
+    """A lease that has passed by the database's clock is taken over, by a worker whose
+    clock is an hour behind too (on its clock the lease ran on, and the job stayed with
+    its dead worker)."""
+    job = enqueue(record, project="", label="abandoned")
+    Job.objects.filter(pk=job.pk).update(
+        state=JobState.RUNNING, attempts=1, lease_until=Now() - timedelta(seconds=1)
+    )
+    with host_clock(-HOUR):
+        assert jobs_due() == [job.pk]
+        assert job_run(job.pk) == "done"
+    job.refresh_from_db()
+    assert (job.state, job.attempts) == ("done", 2)
+    assert [c["label"] for c in CALLS] == ["abandoned"]
+
+
+@pytest.mark.django_db
+def test_when_a_job_is_due_is_the_databases_time_whatever_the_clock_of_its_hosts(
+    host_clock: Callable[[timedelta], Any],
+) -> None:
+    """A job written by a host whose clock is ahead is due at once; a retry waits for its
+    backoff by the database's clock, on a worker whose clock is ahead too; a postponed
+    job written by a host behind waits its whole pause."""
+    with host_clock(HOUR):
+        now_job = enqueue(record, project="", label="now")
+    assert now_job.run_after is not None
+    assert abs(now_job.run_after - timezone.now()) < timedelta(seconds=5)
+    with host_clock(-HOUR):
+        assert jobs_due() == [now_job.pk]
+        assert job_run(now_job.pk) == "done"
+    later = enqueue(lined, project="", label="later")
+    FAILING["later"] = None
+    with host_clock(-HOUR):
+        assert job_run(later.pk) == "retry"
+    later.refresh_from_db()
+    # The kind's backoff (60 s) from the database's time, not from the worker's.
+    assert timedelta(seconds=55) < later.run_after - timezone.now() <= timedelta(seconds=60)
+    with host_clock(HOUR):
+        assert jobs_due() == []
+        assert job_run(later.pk) == "skipped"
+    POSTPONED.add("paused")
+    paused = enqueue(lined, project="", label="paused")
+    with host_clock(-HOUR):
+        assert job_run(paused.pk) == "postponed"
+    paused.refresh_from_db()
+    assert timedelta(seconds=590) < paused.run_after - timezone.now() <= timedelta(seconds=600)
+    assert RUNS == [("later", 1)]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("lease", ["running", "passed"])
+def test_workers_whose_clocks_differ_at_once_agree_on_who_holds_a_job(
+    host_clock: Callable[[timedelta], Any], lease: str
+) -> None:
+    """Four workers, their clocks from an hour behind to an hour ahead, claim one running
+    job at once: none takes over a lease the database says still runs, exactly one a
+    lease it says has passed."""
+    job = enqueue(record, project="", label="held")
+    until = Now() + timedelta(seconds=120 if lease == "running" else -1)
+    Job.objects.filter(pk=job.pk).update(state=JobState.RUNNING, attempts=1, lease_until=until)
+    offsets = [-HOUR, -HOUR / 2, HOUR / 2, HOUR]
+
+    def claim(index: int) -> bool:
+        with host_clock(offsets[index]):
+            return jobs._claim(job.pk) is not None
+
+    claimed = run_threads(4, claim)
+    job.refresh_from_db()
+    if lease == "running":
+        assert claimed == [False] * 4
+        assert (job.state, job.attempts) == ("running", 1)
+    else:
+        assert claimed.count(True) == 1
+        assert (job.state, job.attempts) == ("running", 2)
+        assert job.lease_until is not None
+        assert timedelta(seconds=290) < job.lease_until - timezone.now() <= timedelta(seconds=300)
 
 
 # Housekeeping (memoryadmin/runner/housekeeping.py).

@@ -14,6 +14,12 @@ commit in one transaction, so a worker killed mid-run leaves nothing behind
 and the job runs again once its lease has passed. A job that is not atomic
 (it calls a provider) must be idempotent: it may run twice.
 
+Whether a job is due, whether a lease has passed, and when a new lease ends
+are decided by the database's clock (`Now()` in the statement), never by the
+worker host's: workers whose clocks differ agree on who holds a job (one whose
+clock ran ahead took over a lease still running, and a webhook was sent twice
+at once; one behind kept a dead lease).
+
 A job kind (a function marked `@durable`) says its policy: attempts, the base
 of its backoff, its lease, a deadline, and what becomes of its domain record
 when it dies (`on_dead`). It raises `RetryAfter` when this attempt did not
@@ -35,8 +41,22 @@ from datetime import timedelta
 from typing import Any, ParamSpec, TypeVar
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
-from django.db.models import Exists, F, Min, OuterRef, Q, QuerySet
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, transaction
+from django.db.models import (
+    Case,
+    DateTimeField,
+    Exists,
+    F,
+    Min,
+    OuterRef,
+    Q,
+    QuerySet,
+    Value,
+    When,
+)
+from django.db.models.expressions import Combinable
+from django.db.models.functions import Now
+from django.db.models.sql import Query
 from django.tasks import task
 from django.utils import timezone
 from django.utils.module_loading import import_string
@@ -132,10 +152,17 @@ def _path(function: Callable[..., Any]) -> str:
     return f"{function.__module__}.{function.__qualname__}"
 
 
-def _deadline(policy: Policy, now: Any) -> Any:
+def _from_now(seconds: float | timedelta) -> Combinable:
+    """The database's time now plus `seconds`, for a statement: due times and leases are
+    the database's, whatever the clock of the host writing or reading them."""
+    delta = seconds if isinstance(seconds, timedelta) else timedelta(seconds=seconds)
+    return Now() + delta
+
+
+def _deadline(policy: Policy) -> Combinable | None:
     if policy.deadline is None:
         return None
-    return now + timedelta(seconds=_value(policy.deadline))
+    return _from_now(_value(policy.deadline))
 
 
 def enqueue(
@@ -155,7 +182,6 @@ def enqueue(
     earlier job of that line is done or dead.
     """
     policy = _policy(function)
-    now = timezone.now()
     try:
         with transaction.atomic():
             job = Job.objects.create(
@@ -165,8 +191,8 @@ def enqueue(
                 key=key,
                 line=line,
                 max_attempts=_value(policy.max_attempts),
-                deadline_at=_deadline(policy, now),
-                run_after=now + timedelta(seconds=delay),
+                deadline_at=_deadline(policy),
+                run_after=_from_now(delay),
             )
     except IntegrityError:
         return Job.objects.get(key=key, state__in=[JobState.PENDING, JobState.RUNNING])
@@ -181,7 +207,6 @@ def enqueue_many(
     """Writes one job of `project` per `(line, kwargs)`, in order, in one INSERT of the
     current transaction; they are handed to the backend on commit."""
     policy = _policy(function)
-    now = timezone.now()
     rows = Job.objects.bulk_create(
         Job(
             name=_path(function),
@@ -189,8 +214,8 @@ def enqueue_many(
             kwargs=kwargs,
             line=line,
             max_attempts=_value(policy.max_attempts),
-            deadline_at=_deadline(policy, now),
-            run_after=now,
+            deadline_at=_deadline(policy),
+            run_after=Now(),
         )
         for line, kwargs in jobs
     )
@@ -236,16 +261,41 @@ def enqueue_sql(
     columns to return, `lock` a locking clause of the SELECT (`FOR KEY SHARE OF ...`).
     Hand the ids it returns to `jobs_dispatch_on_commit`."""
     policy = _policy(function)
-    now = timezone.now()
+    vendor = database_vendor()
+    deadline = _deadline(policy)
+    deadline_sql, deadline_params = ("NULL", []) if deadline is None else _sql_of(deadline)
     params = [_path(function), project, JobState.PENDING, _value(policy.max_attempts)]
-    params += [_deadline(policy, now), now, now]
-    statement = _enqueue_statement(database_vendor(), rows, kwargs, line, order, returning, lock)
+    params += [*deadline_params, timezone.now()]
+    statement = _enqueue_statement(
+        vendor, rows, kwargs, line, order, returning, lock, deadline_sql, _now_sql(vendor)
+    )
     return statement, params
+
+
+def _sql_of(expression: Any) -> tuple[str, list[Any]]:
+    """An expression's SQL and parameters on the default database."""
+    query = Query(Job)
+    sql, params = query.get_compiler(DEFAULT_DB_ALIAS).compile(expression.resolve_expression(query))
+    return sql, list(params)
+
+
+@functools.cache
+def _now_sql(vendor: str) -> str:
+    """The database's time now, in SQL (`Now()`'s: the statement's time)."""
+    return _sql_of(Now())[0]
 
 
 @functools.cache
 def _enqueue_statement(
-    vendor: str, rows: str, kwargs: str, line: str, order: str, returning: str, lock: str
+    vendor: str,
+    rows: str,
+    kwargs: str,
+    line: str,
+    order: str,
+    returning: str,
+    lock: str,
+    deadline: str,
+    now: str,
 ) -> str:
     """`enqueue_sql`'s statement, the same text for the same arguments: built once."""
     names = ["name", "project", "kwargs", "key", "line", "state", "attempts", "max_attempts"]
@@ -254,7 +304,8 @@ def _enqueue_statement(
     extra = f", {returning}" if returning else ""
     return (
         f"INSERT INTO {table(Job)} ({targets})"
-        f" SELECT %s, %s, {kwargs}, '', {line}, %s, 0, %s, %s, %s, %s, '' FROM {rows}"
+        f" SELECT %s, %s, {kwargs}, '', {line}, %s, 0, %s, {deadline}, {now}, %s, ''"
+        f" FROM {rows}"
         f"{f' ORDER BY {order}' if order else ''}"
         f"{f' {lock}' if lock else ''}"
         f" RETURNING {column(Job, 'id')}{extra}"
@@ -291,7 +342,7 @@ def run_job(job_id: int) -> str:
 def _dispatch(job_ids: list[int]) -> None:
     """Hands jobs to the task backend; a failure here is repaired by the next sweep."""
     for job_id in job_ids:
-        Job.objects.filter(pk=job_id).update(dispatched_at=timezone.now())
+        Job.objects.filter(pk=job_id).update(dispatched_at=Now())
         try:
             run_job.enqueue(job_id)
         except Exception:
@@ -302,7 +353,7 @@ def _lease() -> timedelta:
     return timedelta(seconds=settings.MEMORYADMIN_JOB_LEASE_SECONDS)
 
 
-def _waits_in_line(now: Any) -> Q:
+def _waits_in_line() -> Q:
     """A job of a line with an earlier job still open, or another one running under a
     live lease: it waits. A running job whose lease has passed (its worker died) holds
     nothing: an earlier job reopened before it, or committed after it, runs first, and
@@ -311,7 +362,7 @@ def _waits_in_line(now: Any) -> Q:
     # Two probes of the line's index, each ending at the first row it finds (one with an
     # OR read every open job of the line for each job it checked).
     earlier_open = line.filter(state__in=OPEN_STATES, pk__lt=OuterRef("pk"))
-    running = line.filter(state=JobState.RUNNING, lease_until__gte=now).exclude(pk=OuterRef("pk"))
+    running = line.filter(state=JobState.RUNNING, lease_until__gte=Now()).exclude(pk=OuterRef("pk"))
     return Q(NotBlank("line")) & (Q(Exists(earlier_open)) | Q(Exists(running)))
 
 
@@ -330,17 +381,15 @@ def jobs_due() -> list[int]:
     """Jobs the backend should run now and may not have: never handed over, handed
     over a lease ago without a run, or running past their lease (the worker died).
     A job waiting in its line is not due until its turn."""
-    now = timezone.now()
-    stale = now - _lease()
-    pending = Q(state=JobState.PENDING, run_after__lte=now) & (
-        Q(dispatched_at__isnull=True) | Q(dispatched_at__lt=stale)
+    pending = Q(state=JobState.PENDING, run_after__lte=Now()) & (
+        Q(dispatched_at__isnull=True) | Q(dispatched_at__lt=_from_now(-_lease()))
     )
-    abandoned = Q(state=JobState.RUNNING, lease_until__lt=now)
+    abandoned = Q(state=JobState.RUNNING, lease_until__lt=Now())
     due = Job.objects.filter(pending | abandoned)
     # Two halves of one UNION ALL, not one WHERE with an OR: with the OR, PostgreSQL
     # estimated the line check for many due jobs and compiled the statement (JIT).
     unlined = due.filter(line="")
-    lined = due.filter(pk__in=_first_in_lines()).exclude(_waits_in_line(now))
+    lined = due.filter(pk__in=_first_in_lines()).exclude(_waits_in_line())
     return [
         pk
         for pk, _ in unlined.values_list("pk", "run_after")
@@ -359,30 +408,50 @@ def jobs_sweep() -> int:
 def _claim(job_id: int) -> Job | None:
     """The job, claimed (its attempt counted, its lease taken), if it is due, nobody
     holds it and it is its line's turn; None otherwise. A job abandoned in its last
-    attempt is not claimed but marked dead (returned as such)."""
-    job = Job.objects.filter(pk=job_id).first()
+    attempt is not claimed but marked dead (returned as such). Whether it is due, whose
+    lease has passed and when the new one ends are the database's time's."""
+    job = Job.objects.filter(pk=job_id).annotate(database_now=Now()).first()
     if job is None:
         return None
-    now = timezone.now()
-    claimable = Q(state=JobState.PENDING, run_after__lte=now) | Q(
-        state=JobState.RUNNING, lease_until__lt=now
+    claimable = Q(state=JobState.PENDING, run_after__lte=Now()) | Q(
+        state=JobState.RUNNING, lease_until__lt=Now()
     )
     rows = Job.objects.filter(claimable, pk=job_id, attempts=job.attempts)
-    if job.state == JobState.RUNNING and _last_attempt(job, now):
+    if job.state == JobState.RUNNING and _last_attempt(job, job.database_now):
         # Its worker died in its last attempt: taken over at its turn, it is dead.
-        held = rows.filter(state=JobState.RUNNING).exclude(_waits_in_line(now))
+        held = rows.filter(state=JobState.RUNNING).exclude(_waits_in_line())
         return job if _abandoned_dead(job, held) else None
-    lease_until = now + (_kind_lease(job) or _lease())
-    claimed = rows.exclude(_waits_in_line(now)).update(
-        state=JobState.RUNNING, attempts=job.attempts + 1, lease_until=lease_until
+    claimed = _update_returning(
+        rows.exclude(_waits_in_line()),
+        {
+            "state": JobState.RUNNING,
+            "attempts": job.attempts + 1,
+            "lease_until": _from_now(_kind_lease(job) or _lease()),
+        },
+        "lease_until",
     )
     if not claimed:
         if job.line:
             # Waiting in its line: the sweep hands it over again once its turn comes.
             Job.objects.filter(pk=job_id, state=JobState.PENDING).update(dispatched_at=None)
         return None
-    job.state, job.attempts, job.lease_until = JobState.RUNNING, job.attempts + 1, lease_until
+    job.state, job.attempts, job.lease_until = JobState.RUNNING, job.attempts + 1, claimed[0]
     return job
+
+
+def _update_returning(rows: QuerySet[Job], changes: dict[str, Any], returning: str) -> list[Any]:
+    """`rows.update(**changes)`, in the same one statement, with the value of the field
+    `returning` of each row it changed as the database wrote it (UPDATE ... RETURNING):
+    a time the database decided, which its writer must hold to, without another read
+    (PostgreSQL and SQLite both return rows from an UPDATE)."""
+    fields = Job._meta
+    values = [(fields.get_field(name), None, value) for name, value in changes.items()]
+    with transaction.mark_for_rollback_on_error(using=rows.db):
+        # Django's own UPDATE ... RETURNING (what `save()` refreshes expressions with).
+        returned = rows._update(  # type: ignore[attr-defined]
+            values, returning_fields=[fields.get_field(returning)]
+        )
+    return [row[0] for row in returned]
 
 
 def _kind_policy(job: Job) -> Policy | None:
@@ -422,7 +491,7 @@ def _next_in_line(job: Job) -> None:
         return
     following = (
         Job.objects.filter(
-            NotBlank("line"), line=job.line, state=JobState.PENDING, run_after__lte=timezone.now()
+            NotBlank("line"), line=job.line, state=JobState.PENDING, run_after__lte=Now()
         )
         .order_by("pk")
         .values_list("pk", flat=True)
@@ -498,7 +567,7 @@ def _postponed(job: Job, seconds: float) -> str:
     _held(job).update(
         state=JobState.PENDING,
         attempts=F("attempts") - 1,
-        run_after=timezone.now() + timedelta(seconds=seconds),
+        run_after=_from_now(seconds),
         lease_until=None,
         dispatched_at=None,
     )
@@ -506,10 +575,14 @@ def _postponed(job: Job, seconds: float) -> str:
 
 
 def _last_attempt(job: Job, now: Any) -> bool:
-    """Its attempts or its deadline ran out: a failed attempt, or one whose worker died,
-    leaves the job dead."""
+    """Its attempts or its deadline ran out by the database's time `now`: one whose
+    worker died leaves the job dead (`_LAST` says the same in a statement)."""
     past_deadline = job.deadline_at is not None and now >= job.deadline_at
     return job.attempts >= job.max_attempts or past_deadline
+
+
+# `_last_attempt` in a statement, of the row it writes.
+_LAST = Q(attempts__gte=F("max_attempts")) | Q(deadline_at__lte=Now())
 
 
 def _ended_dead(job: Job, policy: Policy | None) -> None:
@@ -545,22 +618,31 @@ def _abandoned_dead(job: Job, rows: QuerySet[Job]) -> bool:
 def _failed(job: Job, exc: BaseException, policy: Policy | None) -> str:
     error = _error(exc)
     logger.warning("job %s (%s) attempt %d failed: %s", job.pk, job.name, job.attempts, error)
-    now = timezone.now()
-    dead = _last_attempt(job, now)
     base = _value(policy.backoff) if policy is not None else _job_backoff()
     at_least = exc.seconds if isinstance(exc, RetryAfter) else None
     pause = backoff_seconds(base, job.attempts, at_least=at_least)
+    now = timezone.now()
     with transaction.atomic():
-        updated = _held(job).update(
-            state=JobState.DEAD if dead else JobState.PENDING,
-            run_after=now + timedelta(seconds=pause),
-            lease_until=None,
-            dispatched_at=None,
-            last_error=error,
-            finished_at=now if dead else None,
+        # Dead or pending is decided in the statement, by the database's time.
+        updated = _update_returning(
+            _held(job),
+            {
+                "state": Case(
+                    When(_LAST, then=Value(JobState.DEAD)), default=Value(JobState.PENDING)
+                ),
+                "run_after": _from_now(pause),
+                "lease_until": None,
+                "dispatched_at": None,
+                "last_error": error,
+                "finished_at": Case(
+                    When(_LAST, then=Value(now)), default=None, output_field=DateTimeField()
+                ),
+            },
+            "state",
         )
         if not updated:
             return "skipped"
+        dead = updated[0] == JobState.DEAD
         if dead:
             job.state, job.last_error, job.finished_at = JobState.DEAD, error, now
             _ended_dead(job, policy)
@@ -577,7 +659,6 @@ def job_again(job_id: int) -> bool:
     policy = _kind_policy(job)
     if policy is None:
         return False
-    now = timezone.now()
     reopened = (
         Job.objects.filter(pk=job_id)
         .exclude(state__in=OPEN_STATES)
@@ -585,8 +666,8 @@ def job_again(job_id: int) -> bool:
             state=JobState.PENDING,
             attempts=0,
             max_attempts=_value(policy.max_attempts),
-            deadline_at=_deadline(policy, now),
-            run_after=now,
+            deadline_at=_deadline(policy),
+            run_after=Now(),
             lease_until=None,
             dispatched_at=None,
             finished_at=None,
@@ -606,9 +687,8 @@ def job_discard(job_id: int) -> bool:
 def jobs_wake(line: str) -> None:
     """Makes the waiting jobs of a line due now (an endpoint resumed): handed over on
     commit, the first of them runs."""
-    now = timezone.now()
     waiting = Job.objects.filter(NotBlank("line"), line=line, state=JobState.PENDING)
-    waiting.update(run_after=now, dispatched_at=None)
+    waiting.update(run_after=Now(), dispatched_at=None)
     jobs_dispatch_on_commit(list(waiting.order_by("pk").values_list("pk", flat=True)[:1]))
 
 
