@@ -4,15 +4,19 @@ provider (a real server on loopback) to success, to partial, and to dead letters
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db.models.functions import Now
 from rest_framework.test import APIClient
 
 from memoryadmin.agents.models import ProviderOperation
+from memoryadmin.agents.services import operations
 from memoryadmin.core.partitions import partition_key
 from memoryadmin.memory.models import AuditEntry, Project
-from memoryadmin.runner.jobs import jobs_run_due
+from memoryadmin.runner.jobs import job_run, jobs_run_due
+from memoryadmin.runner.models import Job
 from tests.helpers import Keys, html_of, scripted_session
 
 SESSIONS = "/api/managed-agents/sessions"
@@ -410,3 +414,41 @@ def test_settled_operations_past_their_days_go_with_their_jobs_and_dead_letters_
     retried = post(api, f"{OPERATIONS}/{waiting['id']}/retry?environment=development")
     assert (retried.status_code, retried.json()["state"]) == (200, "queued")
     assert ProviderOperation.objects.get(pk=waiting["id"]).job_id == jobs[waiting["id"]]
+
+
+@pytest.mark.parametrize("late", ["failed", "stored"])
+def test_a_check_back_after_its_job_was_taken_over_writes_nothing_over_the_later_one(
+    api: APIClient, session_id: str, scripted: Any, monkeypatch: pytest.MonkeyPatch, late: str
+) -> None:
+    """A worker's check stalled past its lease; another worker took the job over and
+    recorded the provider's newer answer (partial: still working on it). The first, back
+    with its older answer, wrote it over: the operation settled (failed, or succeeded
+    with a record.saved) while the provider went on and its job waited for a next check."""
+    scripted.tool = [ACCEPTED]
+    scripted.status = [status(late), status("partial")]
+    remember(api, session_id)
+    operation = ProviderOperation.objects.get()
+    job_id = operation.job_id
+    assert job_id is not None
+    real_check = operations._check
+    taken_over: list[str] = []
+
+    def stalled(operation: ProviderOperation) -> Any:
+        answer = real_check(operation)
+        if not taken_over:
+            taken_over.append("taking over")
+            # Its lease passes; another worker takes the job over and checks again.
+            Job.objects.filter(pk=job_id).update(lease_until=Now() - timedelta(seconds=1))
+            taken_over[0] = job_run(job_id)
+        return answer
+
+    monkeypatch.setattr(operations, "_check", stalled)
+    assert job_run(job_id) == "skipped"
+    assert taken_over == ["retry"]
+    assert len(scripted.requests("status")) == 2
+    operation.refresh_from_db()
+    assert (operation.state, operation.last_error, operation.finished_at) == ("partial", "", None)
+    job = Job.objects.get(pk=job_id)
+    assert (job.state, job.attempts) == ("pending", 2)
+    assert [(o["state"], o["attempts"]) for o in listed(api)] == [("partial", 2)]
+    assert saved_events(api, session_id) == []

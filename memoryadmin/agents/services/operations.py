@@ -44,6 +44,7 @@ from memoryadmin.memory.representations import iso_ms
 from memoryadmin.memory.services.audit import audit_record
 from memoryadmin.runner.jobs import (
     RetryAfter,
+    current_claim,
     durable,
     enqueue,
     enqueue_dead,
@@ -237,7 +238,9 @@ def _dead_letter(job: Job) -> None:
 def operation_reconcile(*, operation_id: str) -> None:
     """One check of one open operation; RetryAfter while it stays open.
 
-    Safe to run twice: a check of an operation that is no longer open does nothing.
+    Safe to run twice: a check of an operation that is no longer open does nothing, and
+    one whose attempt no longer holds its job (its lease passed and another worker took
+    the job over) writes nothing over what the later attempt recorded.
     """
     operation = ProviderOperation.objects.select_related("resource").filter(pk=operation_id).first()
     if operation is None or not operation.is_open:
@@ -251,8 +254,11 @@ def operation_reconcile(*, operation_id: str) -> None:
     if not still_open:
         changes["finished_at"] = now
     with transaction.atomic():
+        # Under this attempt's claim: a worker back after its job was taken over would
+        # write its older answer over the newer one (a failed operation the provider
+        # was still working on, or one settled while its job ran on).
         moved = ProviderOperation.objects.filter(
-            pk=operation.pk, state__in=OPEN_OPERATION_STATES
+            current_claim(), pk=operation.pk, state__in=OPEN_OPERATION_STATES
         ).update(**changes)
         if moved and check is not None and check.state == OperationState.SUCCEEDED:
             _saved(operation, check.record_ids)
