@@ -16,7 +16,7 @@ from typing import Any
 
 import hypothesis
 import pytest
-from django.db import connections, transaction
+from django.db import IntegrityError, connection, connections, transaction
 from django.db.models.functions import Now
 from django.utils import timezone
 from hypothesis import strategies as st
@@ -135,6 +135,92 @@ def test_one_open_job_per_key() -> None:
     assert Job.objects.count() == 1
     jobs_run_due()
     assert enqueue(record, project="", key="sync:acme", label="keyed").pk != first.pk
+
+
+class _KeyRace:
+    """A connection's wrapper that lets something happen between a keyed enqueue's INSERT,
+    refused by the open job of its key, and its read of that job: `between()` runs before
+    the first read of the jobs after the first refused INSERT."""
+
+    def __init__(self, between: Callable[[], object]) -> None:
+        self.between = between
+        self.refused = False
+        self.done = False
+
+    def __call__(self, execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        table = '"runner_job"'
+        if self.refused and not self.done and sql.startswith("SELECT") and table in sql:
+            self.done = True
+            self.between()
+        try:
+            return execute(sql, params, many, context)
+        except IntegrityError:
+            if sql.startswith("INSERT") and table in sql:
+                self.refused = True
+            raise
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("gone", ["done", "removed"])
+def test_a_keyed_job_gone_between_the_conflict_and_its_read_is_enqueued_anew(gone: str) -> None:
+    """The open job of the key finished (or was removed) after the INSERT met it and
+    before it was read: `Job.DoesNotExist` escaped from enqueue."""
+    first = enqueue(record, project="", key="sync:acme", label="keyed")
+    rows = Job.objects.filter(pk=first.pk)
+    race = _KeyRace(lambda: rows.update(state="done") if gone == "done" else rows.delete())
+    with connection.execute_wrapper(race):
+        again = enqueue(record, project="", key="sync:acme", label="keyed")
+    assert race.done
+    assert again.pk != first.pk
+    assert list(Job.objects.filter(key="sync:acme", state__in=OPEN_STATES)) == [again]
+    assert again.state == "pending"
+    assert list(Job.objects.filter(pk=first.pk).values_list("state", flat=True)) == (
+        ["done"] if gone == "done" else []
+    )
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_keyed_enqueues_at_once_whose_open_job_finishes_meanwhile_share_one_new_job() -> None:
+    """Four transactions enqueue one key at once, each meeting its open job; it finishes
+    before any of them reads it (held there until it has): each enqueues anew, one
+    inserts, the others wait for it and return its job. Each raised DoesNotExist."""
+    first = enqueue(record, project="", key="sync:acme", label="keyed")
+    refused = threading.Semaphore(0)
+    finished = threading.Event()
+
+    def between() -> None:
+        refused.release()
+        assert finished.wait(30)
+
+    def enqueue_at_once(index: int) -> int:
+        with connection.execute_wrapper(_KeyRace(between)), transaction.atomic():
+            return enqueue(record, project="", key="sync:acme", label="keyed").pk
+
+    results: list[Any] = []
+    racing = threading.Thread(target=lambda: results.extend(run_threads(4, enqueue_at_once)))
+    racing.start()
+    for _ in range(4):
+        assert refused.acquire(timeout=30), "every enqueue to meet the open job"
+    Job.objects.filter(pk=first.pk).update(state="done")
+    finished.set()
+    racing.join(60)
+    [again] = Job.objects.filter(key="sync:acme", state__in=OPEN_STATES)
+    assert results == [again.pk] * 4
+    assert again.pk != first.pk
+    assert Job.objects.filter(key="sync:acme").count() == 2
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_keyed_enqueues_at_once_share_one_job() -> None:
+    def enqueue_at_once(index: int) -> int:
+        with transaction.atomic():
+            return enqueue(record, project="", key="sync:acme", label=f"keyed {index}").pk
+
+    results = run_threads(8, enqueue_at_once)
+    [job] = Job.objects.filter(key="sync:acme")
+    assert results == [job.pk] * 8
 
 
 @pytest.mark.django_db

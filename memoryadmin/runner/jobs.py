@@ -72,6 +72,9 @@ R = TypeVar("R")
 # Job functions carry this attribute; a row naming anything else is not run.
 DURABLE = "durable_job"
 ERROR_MAX = 4000
+# Inserts of a keyed job, each meeting an open job of its key that was gone when read
+# (it finished meanwhile), before the error is taken to be something else.
+KEY_TRIES = 5
 
 # A policy value: fixed, or read when it is needed (a setting).
 type Setting[T] = T | Callable[[], T]
@@ -178,24 +181,35 @@ def enqueue(
     to the backend on commit.
 
     With a `key`, enqueuing while a job of that key is still open returns
-    that job instead of adding another. With a `line`, it runs after every
-    earlier job of that line is done or dead.
+    that job instead of adding another: the one that another transaction enqueued
+    at the same time too, and a new one when the open one finished or was removed
+    between the conflict and its read (that raised). With a `line`, it runs after
+    every earlier job of that line is done or dead.
     """
     policy = _policy(function)
-    try:
-        with transaction.atomic():
-            job = Job.objects.create(
-                name=_path(function),
-                project=project,
-                kwargs=kwargs,
-                key=key,
-                line=line,
-                max_attempts=_value(policy.max_attempts),
-                deadline_at=_deadline(policy),
-                run_after=_from_now(delay),
-            )
-    except IntegrityError:
-        return Job.objects.get(key=key, state__in=[JobState.PENDING, JobState.RUNNING])
+    for tries_left in reversed(range(KEY_TRIES)):
+        try:
+            with transaction.atomic():
+                job = Job.objects.create(
+                    name=_path(function),
+                    project=project,
+                    kwargs=kwargs,
+                    key=key,
+                    line=line,
+                    max_attempts=_value(policy.max_attempts),
+                    deadline_at=_deadline(policy),
+                    run_after=_from_now(delay),
+                )
+            break
+        except IntegrityError:
+            if not key or not tries_left:
+                raise
+            # Another transaction holds the key open: its job is this one. Gone by the
+            # time it is read (finished, or removed, since the INSERT met it), the key
+            # is free again: enqueue anew.
+            open_job = Job.objects.filter(key=key, state__in=OPEN_STATES).first()
+            if open_job is not None:
+                return open_job
     if delay <= 0:
         jobs_dispatch_on_commit([job.pk])
     return job
