@@ -219,7 +219,9 @@ def enqueue_many(
     function: Callable[..., Any], *, project: str, jobs: list[tuple[str, dict[str, Any]]]
 ) -> list[Job]:
     """Writes one job of `project` per `(line, kwargs)`, in order, in one INSERT of the
-    current transaction; they are handed to the backend on commit."""
+    current transaction; they are handed to the backend on commit. The jobs returned
+    have their ids; their times, the database's, are not read back (`run_after` and
+    `deadline_at` hold the expressions written: refresh a job to read them)."""
     policy = _policy(function)
     rows = Job.objects.bulk_create(
         Job(
