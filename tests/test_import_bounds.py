@@ -524,6 +524,29 @@ def test_an_import_slot_left_by_a_dead_process_frees_at_its_time(
     assert not ImportSlot.objects.exists()
 
 
+@pytest.mark.django_db(transaction=True)
+def test_an_import_slot_expires_by_the_databases_clock_not_the_hosts(
+    project: Project, notes: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A host whose clock is an hour ahead neither takes a slot still held nor writes one
+    that lasts an hour less: the slot's expiry is the database's time."""
+    with import_slot(project.id):
+        held = ImportSlot.objects.get(project=project)
+        ahead = timezone.now() + timedelta(hours=1)
+        monkeypatch.setattr(timezone, "now", lambda: ahead)
+        with pytest.raises(TransferBusy):
+            with import_slot(project.id):
+                pass
+        monkeypatch.undo()
+        assert ImportSlot.objects.get(project=project).token == held.token
+    ahead = timezone.now() + timedelta(hours=1)
+    monkeypatch.setattr(timezone, "now", lambda: ahead)
+    with import_slot(project.id):
+        monkeypatch.undo()
+        slot = ImportSlot.objects.get(project=project)
+        assert timezone.now() < slot.until < timezone.now() + timedelta(minutes=30)
+
+
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_imports_at_once_on_two_server_processes_run_one_at_a_time(

@@ -29,14 +29,13 @@ import zipfile
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import timedelta
 from pathlib import Path
 from typing import IO, Protocol
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.utils import timezone
 
+from memoryadmin.core.dbclock import db_after, db_now
 from memoryadmin.core.errors import DomainError, InvalidRequest, LimitExceeded
 from memoryadmin.memory.limits import (
     DOCUMENT_ID_RE,
@@ -209,8 +208,9 @@ def import_slot(project_id: str) -> Iterator[None]:
 
 
 def _slot_take(project_id: str, token: str) -> None:
-    now = timezone.now()
-    until = now + timedelta(seconds=math.ceil(seconds_max()) + BUSY_RETRY_SECONDS)
+    # Its expiry is the database's clock, as every lease's (core/dbclock.py).
+    now = db_now()
+    until = db_after(math.ceil(seconds_max()) + BUSY_RETRY_SECONDS)
     slots = ImportSlot.objects.filter(project_id=project_id)
     # A read first: a slot held is refused without a write, which on SQLite would wait
     # for the write lock an import in its write phase holds.

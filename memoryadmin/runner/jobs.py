@@ -62,6 +62,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from memoryadmin.core.backoff import backoff_seconds
+from memoryadmin.core.dbclock import db_after
 from memoryadmin.core.rows import NotBlank, column, database_vendor, table
 from memoryadmin.runner.models import OPEN_STATES, Job, JobState
 
@@ -158,8 +159,7 @@ def _path(function: Callable[..., Any]) -> str:
 def _from_now(seconds: float | timedelta) -> Combinable:
     """The database's time now plus `seconds`, for a statement: due times and leases are
     the database's, whatever the clock of the host writing or reading them."""
-    delta = seconds if isinstance(seconds, timedelta) else timedelta(seconds=seconds)
-    return Now() + delta
+    return db_after(seconds)
 
 
 def _deadline(policy: Policy) -> Combinable | None:

@@ -18,12 +18,10 @@ import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
-from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.utils import timezone
 
 from memoryadmin.agents.models import (
     OPEN_OPERATION_STATES,
@@ -35,6 +33,7 @@ from memoryadmin.agents.models import (
 from memoryadmin.agents.services.operations import operation_open
 from memoryadmin.core.cancellation import TTL_MARGIN_SECONDS, Cancelled, cancellation_scope
 from memoryadmin.core.concurrency import Deadline, provider_call
+from memoryadmin.core.dbclock import db_after, db_now
 from memoryadmin.core.errors import InvalidRequest
 from memoryadmin.core.strings import string_check
 from memoryadmin.memory.models import ActiveDeployment, Resource
@@ -241,13 +240,13 @@ def _claimed(resource: Resource, namespace: str, record_id: str) -> Iterator[Non
     project's writes); a claim older than the call's deadline and its margin is a dead
     process's and is taken over."""
     key = {"resource": resource, "namespace": namespace, "record_id": record_id}
-    lasts = timedelta(seconds=settings.MEMORYADMIN_PROVIDER_DEADLINE_SECONDS + TTL_MARGIN_SECONDS)
+    lasts = settings.MEMORYADMIN_PROVIDER_DEADLINE_SECONDS + TTL_MARGIN_SECONDS
     while True:
-        now = timezone.now()
-        RecordDeleteClaim.objects.filter(**key, claimed_at__lt=now - lasts).delete()
+        # By the database's clock, as every lease (core/dbclock.py).
+        RecordDeleteClaim.objects.filter(**key, claimed_at__lt=db_after(-lasts)).delete()
         try:
             with transaction.atomic():
-                claim = RecordDeleteClaim.objects.create(**key, claimed_at=now)
+                claim = RecordDeleteClaim.objects.create(**key, claimed_at=db_now())
             break
         except IntegrityError:
             time.sleep(CLAIM_POLL_SECONDS)
