@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from tests.loopback import LoopbackServer
 
@@ -72,8 +72,10 @@ class Call:
     gone: Callable[[], bool] = lambda: False
 
     def group(self, name: str) -> str:
+        """A parameter of the route, percent-decoded, as the real servers' routers hand
+        it to their handlers; routes match the path as sent (`path`), one segment each."""
         assert self.match is not None
-        return self.match.group(name)
+        return unquote(self.match.group(name))
 
 
 @dataclass
@@ -291,8 +293,9 @@ class FakeMem0Oss(FakeServer):
             }
         )
 
-    def seed(self, text: str, **entities: str) -> str:
-        memory_id = str(uuid.uuid4())
+    def seed(self, text: str, memory_id: str | None = None, **entities: str) -> str:
+        """A memory of `entities`; `memory_id` is the id the server gives it (a uuid)."""
+        memory_id = memory_id or str(uuid.uuid4())
         self.memories[memory_id] = {
             "id": memory_id,
             "memory": text,
@@ -662,8 +665,9 @@ class FakeMem0Platform(FakeServer):
     def not_found(self, call: Call) -> tuple[int, Any]:
         return 404, {"error": "Not found."}
 
-    def seed(self, text: str, **entities: str) -> str:
-        memory_id = str(uuid.uuid4())
+    def seed(self, text: str, memory_id: str | None = None, **entities: str) -> str:
+        """A memory of `entities`; `memory_id` is the id the server gives it (a uuid)."""
+        memory_id = memory_id or str(uuid.uuid4())
         self.memories[memory_id] = {
             "id": memory_id,
             "memory": text,

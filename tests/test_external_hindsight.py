@@ -13,6 +13,7 @@ from rest_framework.test import APIClient
 
 from memoryadmin.agents.models import ProviderOperation
 from memoryadmin.agents.services.runtime import recall_create, tool_call
+from memoryadmin.core.errors import InvalidRequest
 from memoryadmin.external.models import ExternalRecord
 from memoryadmin.memory.models import AuditEntry, Project, Resource
 from memoryadmin.runner.jobs import jobs_run_due
@@ -293,3 +294,13 @@ def test_a_failed_recall_is_audited_by_the_requests_thread(
     entry = AuditEntry.objects.get(action="provider.failed")
     assert entry.detail["operation"] == "recall"
     assert entry.detail["status"] == 400
+
+
+@pytest.mark.parametrize("bank", [".", ".."])
+def test_a_fixed_bank_that_is_a_step_in_the_path_is_refused_at_deployment(
+    project: Project, hindsight: FakeHindsight, bank: str
+) -> None:
+    with pytest.raises(InvalidRequest, match=r"bankId cannot be '\.' or '\.\.'"):
+        deploy_external(project, {"kind": "hindsight", "baseUrl": hindsight.origin, "bankId": bank})
+    assert not Resource.objects.filter(resource_id="mem").exists()
+    assert hindsight.calls == []

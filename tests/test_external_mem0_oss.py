@@ -291,6 +291,56 @@ def test_secrets_never_reach_responses_or_logs(
         assert KEY_SECRET not in str(entry.detail)
 
 
+# The provider's ids in request paths: one segment each, whatever they hold.
+
+HOSTILE_ID = "../../admin?x=1#y"
+
+
+def test_a_providers_id_reaches_exactly_its_encoded_path(
+    api: APIClient, mem: Resource, mem0_oss: FakeMem0Oss
+) -> None:
+    """An id that, written into the path as it is, would step out of the base path (the
+    one its secret is bound to) and add a query and a fragment, is one encoded segment."""
+    mem0_oss.seed("A hostile id.", memory_id=HOSTILE_ID, user_id="alice", agent_id="archivist")
+    listed = api.get(RECORDS + ALICE).json()["records"]
+    assert [r["metadata"]["providerExternalId"] for r in listed] == [HOSTILE_ID]
+    record_id = listed[0]["id"]
+    mem0_oss.calls.clear()
+
+    one = api.get(f"{RECORDS}/{record_id}{ALICE}")
+    assert one.status_code == 200, one.json()
+    assert one.json()["text"] == "A hostile id."
+    deleted = api.delete(f"{RECORDS}/{record_id}{ALICE}")
+    assert deleted.json() == {"status": "deleted", "id": record_id}
+
+    encoded = "/memories/..%2F..%2Fadmin%3Fx%3D1%23y"
+    sent = [(c.method, c.path, c.query) for c in mem0_oss.calls]
+    # The read, then the delete's look and the delete itself: nothing else.
+    assert sent == [("GET", encoded, {}), ("GET", encoded, {}), ("DELETE", encoded, {})]
+    assert HOSTILE_ID not in mem0_oss.memories
+    assert not ExternalRecord.objects.filter(record_id=record_id).exists()
+
+
+@pytest.mark.parametrize("dots", [".", ".."])
+def test_an_id_that_is_a_step_in_the_path_is_never_sent(
+    api: APIClient, mem: Resource, mem0_oss: FakeMem0Oss, dots: str
+) -> None:
+    mem0_oss.seed("Dots.", memory_id=dots, user_id="alice", agent_id="archivist")
+    record_id = api.get(RECORDS + ALICE).json()["records"][0]["id"]
+    mem0_oss.calls.clear()
+    for response in (
+        api.get(f"{RECORDS}/{record_id}{ALICE}"),
+        api.delete(f"{RECORDS}/{record_id}{ALICE}"),
+    ):
+        assert response.status_code == 502
+        assert response.json()["error"]["code"] == "provider_failed"
+    assert mem0_oss.calls == []
+    assert dots in mem0_oss.memories
+    entry = AuditEntry.objects.filter(action="provider.failed").first()
+    assert entry is not None
+    assert "cannot be sent in a path" in entry.detail["description"]
+
+
 # Sessions: recall with the input, the model's tools.
 
 

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, ClassVar
+from urllib.parse import quote
 
 from memoryadmin.agents.bindings import BindingSpec, admit_namespace_only
 from memoryadmin.agents.errors import RecallFailed
@@ -190,6 +191,17 @@ class RemoteStore(ABC):
                 reply=reply,
             ) from None
 
+    def segment(self, value: str, *, operation: str) -> str:
+        """An id the provider gave (a record's, an operation's, a document's) or the
+        declaration names (a bank), as one segment of a request path (`path_segment`);
+        one that cannot be one fails the call, before anything is sent."""
+        try:
+            return path_segment(value)
+        except ValueError:
+            raise self.invalid(
+                operation, f"an id that cannot be sent in a path ({value!r})"
+            ) from None
+
     def invalid(self, operation: str, what: str) -> ExternalFailure:
         return self.connection.failure(
             "invalid_response", f"sent an invalid answer: {what}", operation=operation
@@ -224,6 +236,17 @@ class RemoteStore(ABC):
 
     def kind_name(self) -> str:
         return type(self).__name__.removesuffix("Store")
+
+
+def path_segment(value: str) -> str:
+    """`value` as one segment of a request path: every character but RFC 3986's
+    unreserved ones (letters, digits, `-._~`) percent-encoded, so a `/`, `?`, `#` or `%`
+    stays inside the segment. ValueError for `.`, `..` and the empty string: servers and
+    proxies take the first two (written so or encoded) for steps in the path, and an
+    empty segment changes the route."""
+    if value in {"", ".", ".."}:
+        raise ValueError(f"{value!r} cannot be a path segment")
+    return quote(value, safe="")
 
 
 def fit_text(remotes: list[Remote], max_bytes: int) -> list[Remote]:

@@ -37,9 +37,8 @@ from __future__ import annotations
 
 import uuid
 from typing import Any
-from urllib.parse import quote
 
-from memoryadmin.core.errors import NotFound
+from memoryadmin.core.errors import InvalidRequest, NotFound
 from memoryadmin.core.inputs import whole_number
 from memoryadmin.external.base import (
     PAGE_SIZE,
@@ -49,6 +48,7 @@ from memoryadmin.external.base import (
     Remote,
     RemoteStore,
     _scope_normalize,
+    path_segment,
 )
 from memoryadmin.external.urls import LOOPBACK_CLEARTEXT
 from memoryadmin.memory.providers import NotSupported, Result
@@ -87,7 +87,7 @@ class HindsightStore(RemoteStore):
     @property
     def bank(self) -> str:
         bank = self.scope({"bank": self.config["bankId"]})["bank"]
-        return f"/v1/default/banks/{quote(bank, safe='')}"
+        return f"/v1/default/banks/{self.segment(bank, operation='bank')}"
 
     def _remotes(self, items: Any, operation: str) -> list[Remote]:
         if not isinstance(items, list):
@@ -116,7 +116,7 @@ class HindsightStore(RemoteStore):
     def poll(self, operation: str) -> OperationState:
         data = self.send(
             "GET",
-            f"{self.bank}/operations/{quote(operation, safe='')}",
+            f"{self.bank}/operations/{self.segment(operation, operation='operation')}",
             operation="operation",
             retryable=True,
         )
@@ -161,7 +161,7 @@ class HindsightStore(RemoteStore):
     def get(self, external_id: str) -> Remote | None:
         data = self.send(
             "GET",
-            f"{self.bank}/memories/{quote(external_id, safe='')}",
+            f"{self.bank}/memories/{self.segment(external_id, operation='get')}",
             operation="get",
             retryable=True,
             missing_ok=True,
@@ -180,7 +180,7 @@ class HindsightStore(RemoteStore):
             )
         self.send(
             "DELETE",
-            f"{self.bank}/documents/{quote(str(document), safe='')}",
+            f"{self.bank}/documents/{self.segment(str(document), operation='delete_document')}",
             operation="delete_document",
             retryable=True,
             missing_ok=True,
@@ -190,7 +190,7 @@ class HindsightStore(RemoteStore):
     def history(self, external_id: str) -> list[Result]:
         data = self.send(
             "GET",
-            f"{self.bank}/memories/{quote(external_id, safe='')}/history",
+            f"{self.bank}/memories/{self.segment(external_id, operation='history')}/history",
             operation="history",
             retryable=True,
             missing_ok=True,
@@ -228,4 +228,9 @@ class HindsightProvider(ExternalProvider):
         scope = _scope_normalize(
             {"bankId": provider.get("bankId", "{namespace}")}, at, allowed={"bankId"}
         )
+        try:
+            # A namespace is never `.` or `..`; a fixed bank may not be either.
+            path_segment(scope["bankId"])
+        except ValueError:
+            raise InvalidRequest(f"{at}.bankId cannot be '.' or '..'.") from None
         return {"bankId": scope["bankId"]}

@@ -61,6 +61,9 @@ class Mem0OssStore(RemoteStore):
     def entities(self) -> dict[str, str]:
         return self.scope(self.config["scope"])
 
+    def _memory(self, external_id: str, operation: str) -> str:
+        return "/memories/" + self.segment(external_id, operation=operation)
+
     def _results(self, data: Any, operation: str) -> list[Remote]:
         items = data.get("results") if isinstance(data, dict) else data
         if not isinstance(items, list):
@@ -97,7 +100,11 @@ class Mem0OssStore(RemoteStore):
 
     def get(self, external_id: str) -> Remote | None:
         data = self.send(
-            "GET", f"/memories/{external_id}", operation="get", retryable=True, missing_ok=True
+            "GET",
+            self._memory(external_id, "get"),
+            operation="get",
+            retryable=True,
+            missing_ok=True,
         )
         remote = remote_of(data)
         if remote is None or not self._in_scope(data):
@@ -113,7 +120,7 @@ class Mem0OssStore(RemoteStore):
             raise self._missing(external_id)
         self.send(
             "PUT",
-            f"/memories/{external_id}",
+            self._memory(external_id, "update"),
             operation="update",
             retryable=True,
             body={"text": text},
@@ -128,7 +135,7 @@ class Mem0OssStore(RemoteStore):
             return None
         self.send(
             "DELETE",
-            f"/memories/{external_id}",
+            self._memory(external_id, "delete"),
             operation="delete",
             retryable=True,
             missing_ok=True,
@@ -137,7 +144,10 @@ class Mem0OssStore(RemoteStore):
 
     def history(self, external_id: str) -> list[Result]:
         data = self.send(
-            "GET", f"/memories/{external_id}/history", operation="history", retryable=True
+            "GET",
+            self._memory(external_id, "history") + "/history",
+            operation="history",
+            retryable=True,
         )
         if not isinstance(data, list):
             raise self.invalid("history", "not a list")

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import re
 from typing import Any
-from urllib.parse import quote
 
 from memoryadmin.core.errors import InvalidRequest, NotFound
 from memoryadmin.core.inputs import whole_number
@@ -70,8 +69,8 @@ class Mem0PlatformStore(RemoteStore):
         entities = [{key: value} for key, value in sorted(self.entities.items())]
         return entities[0] if len(entities) == 1 else {"AND": entities}
 
-    def _memory(self, external_id: str) -> str:
-        return f"/v1/memories/{quote(external_id, safe='')}/"
+    def _memory(self, external_id: str, operation: str) -> str:
+        return f"/v1/memories/{self.segment(external_id, operation=operation)}/"
 
     def _results(self, data: Any, operation: str) -> list[Remote]:
         items = data.get("results") if isinstance(data, dict) else data
@@ -98,7 +97,10 @@ class Mem0PlatformStore(RemoteStore):
 
     def poll(self, operation: str) -> OperationState:
         data = self.send(
-            "GET", f"/v1/event/{quote(operation, safe='')}/", operation="event", retryable=True
+            "GET",
+            f"/v1/event/{self.segment(operation, operation='event')}/",
+            operation="event",
+            retryable=True,
         )
         return self._event_state(data, "event")
 
@@ -142,7 +144,11 @@ class Mem0PlatformStore(RemoteStore):
 
     def get(self, external_id: str) -> Remote | None:
         data = self.send(
-            "GET", self._memory(external_id), operation="get", retryable=True, missing_ok=True
+            "GET",
+            self._memory(external_id, "get"),
+            operation="get",
+            retryable=True,
+            missing_ok=True,
         )
         if not isinstance(data, dict) or not self._in_scope(data):
             return None
@@ -158,7 +164,7 @@ class Mem0PlatformStore(RemoteStore):
             raise NotFound("The record no longer exists at the provider.")
         data = self.send(
             "PUT",
-            self._memory(external_id),
+            self._memory(external_id, "update"),
             operation="update",
             retryable=True,
             body={"text": text},
@@ -172,14 +178,18 @@ class Mem0PlatformStore(RemoteStore):
         if self.get(external_id) is None:
             return None
         self.send(
-            "DELETE", self._memory(external_id), operation="delete", retryable=True, missing_ok=True
+            "DELETE",
+            self._memory(external_id, "delete"),
+            operation="delete",
+            retryable=True,
+            missing_ok=True,
         )
         return None
 
     def history(self, external_id: str) -> list[Result]:
         data = self.send(
             "GET",
-            self._memory(external_id) + "history/",
+            self._memory(external_id, "history") + "history/",
             operation="history",
             retryable=True,
             missing_ok=True,

@@ -132,10 +132,10 @@ class VertexMemoryBankStore(RemoteStore):
     def path(self, name: str) -> str:
         return f"/{API_VERSION}/{name}"
 
-    def memory_name(self, external_id: str) -> str:
+    def memory_name(self, external_id: str, operation: str) -> str:
         if not MEMORY_ID_RE.fullmatch(external_id):
             raise NotFound("The record no longer exists at the provider.")
-        return f"{self.parent}/memories/{external_id}"
+        return f"{self.parent}/memories/{self.segment(external_id, operation=operation)}"
 
     @property
     def target_scope(self) -> dict[str, str]:
@@ -204,7 +204,7 @@ class VertexMemoryBankStore(RemoteStore):
     def get(self, external_id: str) -> Remote | None:
         data = self.send(
             "GET",
-            self.path(self.memory_name(external_id)),
+            self.path(self.memory_name(external_id, "get")),
             operation="get",
             retryable=True,
             missing_ok=True,
@@ -219,7 +219,7 @@ class VertexMemoryBankStore(RemoteStore):
             raise NotFound("The record no longer exists at the provider.")
         data = self.send(
             "PATCH",
-            self.path(self.memory_name(external_id)),
+            self.path(self.memory_name(external_id, "patch")),
             operation="patch",
             retryable=True,
             params={"updateMask": "fact"},
@@ -232,7 +232,7 @@ class VertexMemoryBankStore(RemoteStore):
             return None
         data = self.send(
             "DELETE",
-            self.path(self.memory_name(external_id)),
+            self.path(self.memory_name(external_id, "delete")),
             operation="delete",
             retryable=True,
             missing_ok=True,
@@ -244,7 +244,7 @@ class VertexMemoryBankStore(RemoteStore):
             raise NotFound("The record no longer exists at the provider.")
         data = self.send(
             "GET",
-            self.path(self.memory_name(external_id) + "/revisions"),
+            self.path(self.memory_name(external_id, "revisions") + "/revisions"),
             operation="revisions",
             retryable=True,
         )
@@ -271,7 +271,9 @@ class VertexMemoryBankStore(RemoteStore):
     def poll(self, operation: str) -> OperationState:
         if not operation.startswith(self.parent + "/") or "/operations/" not in operation:
             raise self.invalid("operation", "not an operation of this reasoning engine")
-        data = self.send("GET", self.path(operation), operation="operation", retryable=True)
+        # The provider's name, each of its segments one segment of the path.
+        name = "/".join(self.segment(part, operation="operation") for part in operation.split("/"))
+        data = self.send("GET", self.path(name), operation="operation", retryable=True)
         if not isinstance(data, dict):
             raise self.invalid("operation", "not an object")
         if not data.get("done"):
