@@ -17,7 +17,8 @@ from django.test import Client
 from django.urls import reverse
 from rest_framework.test import APIClient
 
-from memoryadmin.agents.models import ProviderOperation
+from memoryadmin.agents.errors import RecallFailed
+from memoryadmin.agents.models import ProviderOperation, Recall
 from memoryadmin.agents.services.runtime import recall_create, tool_call
 from memoryadmin.external.ids import records_map
 from memoryadmin.external.models import ExternalRecord
@@ -161,6 +162,83 @@ def test_a_fixed_bank_shares_its_records_with_every_namespace(
     assert forgotten == {"status": "deleted", "id": source["id"]}
     assert hindsight.units("shared") == []
     assert not ExternalRecord.objects.filter(record_id=source["id"]).exists()
+
+
+# A provider's record id is kept only when the mapping can keep it (1 to 1,024 UTF-8
+# bytes, no NUL); any other makes the provider's answer invalid, on every database.
+
+UNKEPT_IDS = {
+    "1025 characters": "x" * 1025,
+    "1025 UTF-8 bytes": "\u00e9" * 512 + "x",
+    "empty": "",
+    "a number": 12345,
+    "null": None,
+}
+
+
+@pytest.mark.parametrize("odd", UNKEPT_IDS.values(), ids=UNKEPT_IDS.keys())
+def test_an_id_the_mapping_cannot_keep_makes_the_answer_invalid(
+    api: APIClient, project: Project, mem0_oss: FakeMem0Oss, odd: object
+) -> None:
+    _mem0(project, mem0_oss)
+    mem0_oss.seed("Alice likes tea.", user_id="alice", agent_id="archivist")
+    seeded = mem0_oss.seed("Alice likes jazz.", user_id="alice", agent_id="archivist")
+    mem0_oss.memories[seeded]["id"] = odd
+
+    listed = api.get(RECORDS + ALICE)
+    assert listed.status_code == 502, listed.json()
+    assert listed.json()["error"] == {
+        "code": "provider_failed",
+        "message": "The memory provider of 'mem' failed; trying again will not help until "
+        "its owners fix it (the audit log has the details).",
+        "details": {"resource": "mem", "retryable": False},
+    }
+    entry = AuditEntry.objects.get(action="provider.failed")
+    assert (entry.detail["operation"], entry.detail["reason"]) == ("list", "invalid_response")
+    assert (
+        "a record id that is not a string of 1 to 1024 UTF-8 bytes" in (entry.detail["description"])
+    )
+
+    session = external_session(project, "alice")
+    with pytest.raises(RecallFailed) as failed:
+        recall_create(session=session, use=["mem"], input_text="Alice likes what?")
+    assert failed.value.details == {
+        "resource": "mem",
+        "reason": "provider_failed",
+        "retryable": False,
+    }
+    assert AuditEntry.objects.filter(action="provider.failed").count() == 2
+    assert not ExternalRecord.objects.exists()
+    assert not Recall.objects.exists()
+
+
+def test_the_longest_id_kept_is_1024_utf8_bytes(
+    api: APIClient, project: Project, hindsight: FakeHindsight
+) -> None:
+    deploy_external(
+        project,
+        {
+            "kind": "hindsight",
+            "baseUrl": hindsight.origin,
+            "bankId": "team",
+            "headers": {"Authorization": {"secret": "HINDSIGHT_TOKEN", "scheme": "Bearer"}},
+        },
+        secrets_by_origin={hindsight.origin: {"HINDSIGHT_TOKEN": HINDSIGHT_TOKEN}},
+    )
+    longest = "\U0001f600" * 256  # 4 bytes each
+    [unit] = hindsight.seed("team", "The office closes at six.")
+    units = hindsight.bank("team")["units"]
+    units[longest] = {**units.pop(unit), "id": longest}
+    listed = api.get(RECORDS + ALICE)
+    assert listed.status_code == 200, listed.json()
+    assert [r["metadata"]["providerExternalId"] for r in listed.json()["records"]] == [longest]
+    assert ExternalRecord.objects.get().external_id == longest
+
+    units[longest + "x"] = {**units[longest], "id": longest + "x"}
+    refused = api.get(RECORDS + ALICE)
+    assert refused.status_code == 502, refused.json()
+    assert AuditEntry.objects.get(action="provider.failed").detail["reason"] == ("invalid_response")
+    assert ExternalRecord.objects.count() == 1
 
 
 # Owner calls stop when their caller goes away, as a session's calls do (spec 004: the

@@ -51,7 +51,13 @@ from memoryadmin.core.concurrency import Deadline
 from memoryadmin.core.cursors import cursor_dump, cursor_load
 from memoryadmin.core.errors import InvalidRequest, NotFound, envelope_of
 from memoryadmin.core.tools import http_tool_definition, tool_arguments_validate
-from memoryadmin.external.ids import external_id_of, record_forget, records_map
+from memoryadmin.external.ids import (
+    external_id_of,
+    external_id_valid,
+    record_forget,
+    records_map,
+)
+from memoryadmin.external.models import EXTERNAL_ID_MAX_BYTES
 from memoryadmin.external.transport import (
     Connection,
     ExternalFailure,
@@ -103,7 +109,8 @@ FORGET_INPUT = {
 
 @dataclass
 class Remote:
-    """One record as the provider has it."""
+    """One record as the provider has it. `external_id` is as the provider answered it,
+    checked before it is mapped (`RemoteStore.checked`)."""
 
     external_id: str
     text: str
@@ -201,6 +208,26 @@ class RemoteStore(ABC):
             raise self.invalid(
                 operation, f"an id that cannot be sent in a path ({value!r})"
             ) from None
+
+    def checked(self, remotes: list[Remote], *, operation: str) -> list[Remote]:
+        """`remotes`, when every record id the provider answered can be remembered
+        (`ids.external_id_valid`); otherwise the answer is invalid, before anything of it
+        is mapped or shown."""
+        if not all(external_id_valid(remote.external_id) for remote in remotes):
+            raise self.invalid(
+                operation,
+                f"a record id that is not a string of 1 to {EXTERNAL_ID_MAX_BYTES} UTF-8 bytes",
+            )
+        return remotes
+
+    def mapped(self, remotes: list[Remote], *, operation: str) -> dict[str, str]:
+        """Our ids of the records of an answer (checked), each remembered in this
+        namespace (ids.records_map)."""
+        return records_map(
+            resource=self.connection.resource,
+            namespace=self.namespace,
+            external_ids=[r.external_id for r in self.checked(remotes, operation=operation)],
+        )
 
     def invalid(self, operation: str, what: str) -> ExternalFailure:
         return self.connection.failure(
@@ -456,7 +483,7 @@ class ExternalProvider(MemoryProvider):
             calls.append(
                 RecallCall(
                     send=partial(_recall_one, store, input_text),
-                    projection=partial(_projection, binding),
+                    projection=partial(_projection, store, binding),
                     # Calls abandoned after a failure may still fail later; theirs are not kept.
                     settle=store.connection.flush,
                 )
@@ -531,7 +558,7 @@ class ExternalProvider(MemoryProvider):
                 return self._tool_add(store, call, args["text"])
             if spec["name"] == "search":
                 remotes = call.run(store, lambda: store.search(args["query"], _limit(args)))
-                return {"results": self._shapes(binding.resource, binding.target_id, remotes)}
+                return {"results": self._shapes(store, remotes, operation="search")}
             return self._tool_forget(store, call, args["id"])
         except Cancelled:
             return call.unsettled(spec, OperationKind.CANCELLED_WRITE, {"status": "cancelled"})
@@ -547,9 +574,7 @@ class ExternalProvider(MemoryProvider):
         if isinstance(outcome, Pending):
             return call.accepted(outcome)
         resource, namespace = call.binding.resource, call.binding.target_id
-        ids = records_map(
-            resource=resource, namespace=namespace, external_ids=[r.external_id for r in outcome]
-        )
+        ids = store.mapped(outcome, operation="add")
         stored = [ids[r.external_id] for r in outcome]
         record_saved(
             session=call.session,
@@ -582,10 +607,8 @@ class ExternalProvider(MemoryProvider):
             "metadata": {**remote.metadata, "providerExternalId": remote.external_id},
         }
 
-    def _shapes(self, resource: Resource, namespace: str, remotes: list[Remote]) -> list[Result]:
-        ids = records_map(
-            resource=resource, namespace=namespace, external_ids=[r.external_id for r in remotes]
-        )
+    def _shapes(self, store: RemoteStore, remotes: list[Remote], *, operation: str) -> list[Result]:
+        ids = store.mapped(remotes, operation=operation)
         return [self.record_shape(ids[r.external_id], r) for r in remotes]
 
     def records_list(
@@ -598,28 +621,31 @@ class ExternalProvider(MemoryProvider):
             if len(position) != 1 or not isinstance(position[0], str):
                 raise InvalidRequest("cursor is not valid here.")
             token = position[0]
-        remotes, next_token = self.open(resource, namespace).page(token)
-        records = self._shapes(resource, namespace, remotes)
+        store = self.open(resource, namespace)
+        remotes, next_token = store.page(token)
+        records = self._shapes(store, remotes, operation="list")
         return records, (cursor_dump([next_token], scope=scope) if next_token else None)
 
     def records_search(
         self, *, resource: Resource, namespace: str, query: str, limit: int = SEARCH_LIMIT_DEFAULT
     ) -> list[Result]:
-        remotes = self.open(resource, namespace).search(query, limit)
-        return self._shapes(resource, namespace, remotes)
+        store = self.open(resource, namespace)
+        return self._shapes(store, store.search(query, limit), operation="search")
 
     def record_create(self, *, resource: Resource, namespace: str, text: str) -> Result:
-        outcome = self.open(resource, namespace).add(text)
+        store = self.open(resource, namespace)
+        outcome = store.add(text)
         if isinstance(outcome, Pending):
             return {"status": "queued", "operation": outcome.operation}
-        return {"status": "stored", "records": self._shapes(resource, namespace, outcome)}
+        return {"status": "stored", "records": self._shapes(store, outcome, operation="add")}
 
     def record_get(self, *, resource: Resource, namespace: str, record_id: str) -> Result:
         external_id = external_id_of(resource=resource, namespace=namespace, record_id=record_id)
-        remote = self.open(resource, namespace).get(external_id)
+        store = self.open(resource, namespace)
+        remote = store.get(external_id)
         if remote is None:
             raise NotFound(f"Record '{record_id}' no longer exists at the provider.")
-        return self.record_shape(record_id, remote)
+        return self.record_shape(record_id, store.checked([remote], operation="get")[0])
 
     def record_update(
         self, *, resource: Resource, namespace: str, record_id: str, changes: dict[str, Any]
@@ -629,10 +655,12 @@ class ExternalProvider(MemoryProvider):
         if len(changes["text"]) > TEXT_MAX:
             raise InvalidRequest(f"text is over {TEXT_MAX} characters.")
         external_id = external_id_of(resource=resource, namespace=namespace, record_id=record_id)
-        outcome = self.open(resource, namespace).update(external_id, changes["text"])
+        store = self.open(resource, namespace)
+        outcome = store.update(external_id, changes["text"])
         if isinstance(outcome, Pending):
             return {"status": "queued", "operation": outcome.operation}
-        return {"status": "stored", "record": self.record_shape(record_id, outcome)}
+        record = store.checked([outcome], operation="update")[0]
+        return {"status": "stored", "record": self.record_shape(record_id, record)}
 
     def record_delete(self, *, resource: Resource, namespace: str, record_id: str) -> Result:
         external_id = external_id_of(resource=resource, namespace=namespace, record_id=record_id)
@@ -656,18 +684,15 @@ class ExternalProvider(MemoryProvider):
             # an owner settles after looking at the records.
             raise NotSupported("The provider keeps no operation for this write; check its records.")
         resource, namespace = operation.resource, operation.namespace
-        state = self.open(resource, namespace).poll(operation.provider_operation)
+        store = self.open(resource, namespace)
+        state = store.poll(operation.provider_operation)
         if not state.done:
             return OperationCheck(state="queued")
         if state.failed:
             return OperationCheck(state="failed", detail=state.error or "the provider failed it")
+        ids = store.mapped(state.records, operation="operation")
         if operation.action == OperationAction.DELETE and operation.record_id:
             record_forget(resource=resource, record_id=operation.record_id)
-        ids = records_map(
-            resource=resource,
-            namespace=namespace,
-            external_ids=[r.external_id for r in state.records],
-        )
         stored = tuple(dict.fromkeys(ids[r.external_id] for r in state.records))
         return OperationCheck(state="succeeded", detail=", ".join(stored), record_ids=stored)
 
@@ -691,11 +716,17 @@ def _recall_one(store: RemoteStore, input_text: str | None, cancelled: threading
         return exc
 
 
-def _projection(binding: Binding, outcome: list[Remote] | BaseException) -> Projection:
+def _projection(
+    store: RemoteStore, binding: Binding, outcome: list[Remote] | BaseException
+) -> Projection:
     if isinstance(outcome, BaseException):
         raise _recall_failed(binding, outcome) from outcome
     resource = binding.resource
-    kept = fit_text(outcome, resource.max_bytes)
+    try:
+        answered = store.checked(outcome, operation="recall")
+    except ExternalFailure as exc:
+        raise _recall_failed(binding, exc) from exc
+    kept = fit_text(answered, resource.max_bytes)
     ids = records_map(
         resource=resource, namespace=binding.target_id, external_ids=[r.external_id for r in kept]
     )

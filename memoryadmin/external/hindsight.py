@@ -62,7 +62,8 @@ TRACEBACK = "\n\nTraceback:"
 
 
 def remote_of(item: Any) -> Remote | None:
-    if not isinstance(item, dict) or not isinstance(item.get("id"), str):
+    """A memory unit of an answer; its id as answered (checked before it is mapped)."""
+    if not isinstance(item, dict):
         return None
     metadata: dict[str, Any] = {}
     for source, name in (
@@ -75,7 +76,7 @@ def remote_of(item: Any) -> Remote | None:
     when = item.get("mentioned_at") or item.get("date") or None
     text = item.get("text")
     return Remote(
-        external_id=item["id"],
+        external_id=item.get("id", ""),
         text=text if isinstance(text, str) else "",
         created_at=when,
         updated_at=when,

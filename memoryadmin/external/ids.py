@@ -13,7 +13,8 @@ from __future__ import annotations
 import hashlib
 
 from memoryadmin.core.errors import NotFound
-from memoryadmin.external.models import ExternalRecord
+from memoryadmin.external.models import EXTERNAL_ID_MAX_BYTES, ExternalRecord
+from memoryadmin.memory.limits import utf8_len
 from memoryadmin.memory.models import Resource
 
 ID_PREFIX = "xm_"
@@ -26,6 +27,12 @@ def provider_id(resource: Resource) -> str:
 def external_memory_id(provider: str, external_id: str) -> str:
     digest = hashlib.sha256(f"{provider}\n{external_id}".encode()).hexdigest()
     return ID_PREFIX + digest[:32]
+
+
+def external_id_valid(value: object) -> bool:
+    """Whether a provider's record id can be remembered: a string of 1 to
+    EXTERNAL_ID_MAX_BYTES UTF-8 bytes (answers holding NUL were refused when read)."""
+    return isinstance(value, str) and 0 < utf8_len(value) <= EXTERNAL_ID_MAX_BYTES
 
 
 def records_map(*, resource: Resource, namespace: str, external_ids: list[str]) -> dict[str, str]:

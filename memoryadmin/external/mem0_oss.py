@@ -42,13 +42,14 @@ HISTORY_ACTIONS = {"ADD": "create", "UPDATE": "update", "DELETE": "delete"}
 
 
 def remote_of(item: Any) -> Remote | None:
-    if not isinstance(item, dict) or not isinstance(item.get("id"), str):
+    """A memory of an answer; its id as answered (checked before it is mapped)."""
+    if not isinstance(item, dict):
         return None
     text = item.get("memory")
     raw = item.get("metadata")
     metadata: dict[str, Any] = raw if isinstance(raw, dict) else {}
     return Remote(
-        external_id=item["id"],
+        external_id=item.get("id", ""),
         text=text if isinstance(text, str) else "",
         created_at=item.get("created_at"),
         updated_at=item.get("updated_at"),

@@ -114,9 +114,11 @@ class Mem0PlatformStore(RemoteStore):
         if status != "SUCCEEDED":
             raise self.invalid(operation, f"unknown status {status!r}")
         made = [
-            Remote(external_id=item["id"], text=str((item.get("data") or {}).get("memory", "")))
+            Remote(
+                external_id=item.get("id", ""), text=str((item.get("data") or {}).get("memory", ""))
+            )
             for item in data.get("results") or []
-            if isinstance(item, dict) and isinstance(item.get("id"), str)
+            if isinstance(item, dict)
         ]
         return OperationState(done=True, records=made)
 

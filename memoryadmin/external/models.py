@@ -14,12 +14,16 @@ from django.db import models
 
 from memoryadmin.memory.models import Resource
 
+# The longest provider id kept, in UTF-8 bytes (as the http protocol's source ids): within
+# the column's characters and the index's row size on every database.
+EXTERNAL_ID_MAX_BYTES = 1024
+
 
 class ExternalRecord(models.Model):
     resource = models.ForeignKey(Resource, on_delete=models.CASCADE, related_name="+")
     namespace = models.CharField(max_length=128)
     record_id = models.CharField(max_length=64)
-    external_id = models.CharField(max_length=1024)
+    external_id = models.CharField(max_length=EXTERNAL_ID_MAX_BYTES)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
