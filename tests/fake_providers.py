@@ -100,6 +100,8 @@ class FakeServer(LoopbackServer):
         self.scheme = "https" if tls is not None else "http"
         self.calls: list[Call] = []
         self.fail_next: list[int] = []
+        # Headers sent with every answer (e.g. Retry-After), when set.
+        self.headers: dict[str, str] = {}
         self.stalls: list[Stall] = []
         self.lock = threading.RLock()
         self.routes: list[tuple[str, re.Pattern[str], Handler]] = []
@@ -176,6 +178,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
+            for name, value in self.server.headers.items():
+                self.send_header(name, value)
             self.end_headers()
             self.wfile.write(data)
         except OSError:

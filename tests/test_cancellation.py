@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from typing import Any
 
 import httpx
@@ -107,6 +108,35 @@ def test_a_cancelled_read_says_cancelled_and_leaves_no_operation(
     thread.join(15)
     assert not thread.is_alive()
     assert out[0].json() == {"result": {"status": "cancelled"}}
+    assert not ProviderOperation.objects.exists()
+
+
+def test_a_cancel_during_the_wait_before_a_retry_ends_the_call_at_once(
+    api: APIClient, session_id: str, scripted: Any
+) -> None:
+    """The provider answers 503 and asks for 5 s before the next attempt; the caller
+    cancels 0.3 s later: the call ends cancelled then, and no second attempt is sent."""
+    recall = post(api, f"{SESSIONS}/{session_id}/memory/recall", {"use": ["ledger"]})
+    scripted.tool = [(503, {"error": {"code": "unavailable", "message": "Busy."}})]
+    scripted.headers = {"Retry-After": "5"}
+    body = {
+        "recallId": recall.json()["recallId"],
+        "callId": "call-8",
+        "name": "memory_lookup",
+        "arguments": {"fact": "Tabs."},
+    }
+    started = time.monotonic()
+    thread, out = in_thread(lambda: post(api, f"{SESSIONS}/{session_id}/memory/tool-calls", body))
+    wait_for_request(scripted, "tool")
+    time.sleep(0.3)
+    assert cancel(api, session_id, callId="call-8").status_code == 202
+    cancelled = time.monotonic()
+    thread.join(10)
+    assert not thread.is_alive()
+    assert time.monotonic() - cancelled < 1, "the wait before the retry outlasted the cancel"
+    assert time.monotonic() - started < 2.5
+    assert out[0].json() == {"result": {"status": "cancelled"}}
+    assert len(scripted.requests("tool")) == 1
     assert not ProviderOperation.objects.exists()
 
 

@@ -552,6 +552,34 @@ def test_the_runtime_cancel_stops_an_add_in_flight_and_leaves_it_open(
     )
 
 
+def test_a_cancel_during_the_wait_before_a_retry_ends_the_call_at_once(
+    project: Project, mem: Resource, mem0_oss: FakeMem0Oss
+) -> None:
+    """The provider asks for 5 s before the next attempt; the caller cancels 0.3 s in: the
+    call ends cancelled then, and the second attempt is never sent."""
+    from memoryadmin.agents.services.runtime import call_cancel
+
+    session = external_session(project, "alice")
+    recall = recall_create(session=session, use=["mem"], input_text=None)
+    mem0_oss.fail_next = [503]
+    mem0_oss.headers = {"Retry-After": "5"}
+    canceller = threading.Timer(0.3, lambda: call_cancel(session=session, call_id="c-wait"))
+    started = time.monotonic()
+    canceller.start()
+    result = tool_call(
+        session=session,
+        recall_id=recall["recallId"],
+        call_id="c-wait",
+        name="memory_search",
+        arguments={"query": "tea"},
+    )
+    elapsed = time.monotonic() - started
+    canceller.join()
+    assert result == {"status": "cancelled"}
+    assert elapsed < 1.3, elapsed  # 0.3 s, then at most a poll: not the 5 s asked for
+    assert len(mem0_oss.seen("POST", "/search")) == 1
+
+
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_first_sightings_map_a_record_once(

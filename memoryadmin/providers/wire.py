@@ -21,6 +21,7 @@ from typing import Any
 
 from django.views.decorators.debug import sensitive_variables
 
+from memoryadmin.core.cancellation import POLL_SECONDS
 from memoryadmin.core.exchange import Reply, retry_after
 from memoryadmin.memory.models import Resource
 from memoryadmin.memory.services.audit import audit_record
@@ -62,9 +63,9 @@ def exchange(
     """Runs `attempt` until an answer is final; the last reply, with its attempt count.
 
     Once `cancelled` is set (the answer is no longer wanted) no further attempt
-    starts. `stopped`, asked before each attempt, says whether the caller
-    cancelled: then the reply is `cancelled`. An attempt cut short by the
-    caller returns a `cancelled` reply itself, which is final.
+    starts. `stopped`, asked before each attempt and throughout the wait between
+    attempts, says whether the caller cancelled: then the reply is `cancelled`. An
+    attempt cut short by the caller returns a `cancelled` reply itself, which is final.
     """
     cancelled = cancelled or threading.Event()
     attempts = 0
@@ -77,8 +78,24 @@ def exchange(
         if not retryable or not reply.retryable or attempts > len(retry_delays):
             return reply
         delay = retry_delay(reply, retry_delays[attempts - 1], deadline)
-        if delay is None or cancelled.wait(delay):
+        if delay is None or not _backoff(delay, deadline, cancelled=cancelled, stopped=stopped):
             return reply
+
+
+def _backoff(
+    delay: float, deadline: float, *, cancelled: threading.Event, stopped: Callable[[], bool]
+) -> bool:
+    """The wait before the next attempt: True when it ran its course or the caller
+    cancelled (asked every POLL_SECONDS, so the call ends cancelled at once, not when the
+    wait would have ended), False when the answer is no longer wanted or the deadline came."""
+    end = min(time.monotonic() + delay, deadline)
+    while not stopped():
+        remaining = end - time.monotonic()
+        if remaining <= 0:
+            return time.monotonic() < deadline
+        if cancelled.wait(min(remaining, POLL_SECONDS)):
+            return False
+    return True
 
 
 # Reading.
