@@ -236,6 +236,31 @@ def test_a_provider_result_that_is_no_object_reaches_the_model_unchanged(
     ]
 
 
+def test_an_input_over_the_recall_limit_is_refused_before_any_call(
+    endpoint: str, keys: Keys, lookup_provider: FaultyServer
+) -> None:
+    """memory_recall's input is the caller's: one too long for a recall is invalid_request,
+    as through the API, and the provider is not called (nor blamed)."""
+    lookup_provider.script = [reply(200, {"text": "", "sources": []})]
+    url = f"{endpoint}?agent=researcher@development&namespace=knowledge=owner"
+    text = "x" * 65_350  # within the MCP request, beyond what a recall request carries
+
+    async def scenario() -> Any:
+        async with connected(url, keys.owner) as client:
+            return await client.call_tool("memory_recall", {"input": text})
+
+    refused = run(scenario)
+    assert refused.is_error
+    error = refused.structured_content["error"]
+    assert error["code"] == "invalid_request"
+    assert error["message"].startswith("input.text is 65350 bytes")
+    assert f"at most {runtime.INPUT_TEXT_MAX_BYTES} bytes" in error["message"]
+    # The session's first recall (its tools), without input: nothing else was sent.
+    sent = [seen.json() for seen in lookup_provider.seen]
+    assert [(body["operation"], body["input"]["text"]) for body in sent] in ([], [("recall", None)])
+    assert not AuditEntry.objects.filter(action="provider.failed").exists()
+
+
 def end_only_session() -> Session:
     return session_end(session=Session.objects.get(), actor="t")
 

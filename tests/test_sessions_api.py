@@ -701,3 +701,46 @@ def test_list_of_another_project_is_403(
 ) -> None:
     response = api.get(f"{SESSIONS}?environment=development&projectId=globex")
     assert response.status_code == 403
+
+
+# A recall's input text fits every provider's recall request: a longer one is the caller's
+# to fix (400), refused before any provider is called, never a provider's failure.
+
+
+def test_an_input_text_over_the_recall_limit_is_400_and_calls_nothing(
+    api: APIClient, project: Project, scripted: Any
+) -> None:
+    from memoryadmin.agents.services.runtime import INPUT_TEXT_MAX_BYTES
+    from tests.helpers import scripted_session
+
+    session_id = scripted_session(api, project, scripted, [])
+    url = f"{SESSIONS}/{session_id}/memory/recall"
+
+    def recall(text: str) -> Any:
+        body = {"use": ["ledger"], "input": {"text": text}}
+        return api.post(url, data=json.dumps(body), content_type="application/json")
+
+    # Within the API's 64 KiB body, beyond what a recall request can carry with it.
+    beyond = recall("x" * (65_536 - 64))
+    assert beyond.status_code == 400, beyond.json()
+    assert beyond.json()["error"]["code"] == "invalid_request"
+    over = recall("x" * (INPUT_TEXT_MAX_BYTES + 1))
+    assert over.status_code == 400, over.json()
+    assert over.json() == {
+        "error": {
+            "code": "invalid_request",
+            "message": f"input.text is {INPUT_TEXT_MAX_BYTES + 1} bytes (UTF-8, as JSON writes "
+            f"it); a recall's input text takes at most {INPUT_TEXT_MAX_BYTES} bytes: send less.",
+        }
+    }
+    # Escapes count as the provider would receive them: 42,000 characters, 62,000 bytes.
+    quoted = recall('"' * 20_000 + "x" * 22_000)
+    assert quoted.status_code == 400, quoted.json()
+    assert scripted.seen == []
+    assert not Recall.objects.exists()
+    assert not AuditEntry.objects.filter(action="provider.failed").exists()
+
+    longest = recall("x" * INPUT_TEXT_MAX_BYTES)
+    assert longest.status_code == 200, longest.json()
+    [sent] = scripted.requests("recall")
+    assert sent["input"]["text"] == "x" * INPUT_TEXT_MAX_BYTES

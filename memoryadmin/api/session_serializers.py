@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from memoryadmin.agents.services.runtime import INPUT_TEXT_MAX_BYTES
 from memoryadmin.agents.services.sessions import AGENT_REFS
 from memoryadmin.api.serializers import (
     DeploymentOutput,
@@ -28,7 +29,13 @@ class SessionCreateInput(StrictSerializer):
 
 
 class RecallInputText(StrictSerializer):
-    text = StrictCharField(required=False, allow_null=True)
+    # Its size is checked by the runtime, as every door's recall input is.
+    text = StrictCharField(
+        required=False,
+        allow_null=True,
+        help_text=f"What the model request is about; at most {INPUT_TEXT_MAX_BYTES} bytes "
+        "(UTF-8, as JSON writes it), else 400 invalid_request.",
+    )
 
 
 class RecallInput(StrictSerializer):

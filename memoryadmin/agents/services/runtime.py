@@ -47,6 +47,7 @@ from memoryadmin.agents.services.sessions import session_bindings, session_get_w
 from memoryadmin.core.cancellation import Cancellation, cancel_request, cancellation_scope
 from memoryadmin.core.concurrency import Deadline, ProviderCalls
 from memoryadmin.core.errors import InvalidRequest, NotFound, ProviderBusy
+from memoryadmin.core.jsonbody import BODY_MAX_BYTES
 from memoryadmin.core.rows import (
     Compiled,
     column,
@@ -72,6 +73,10 @@ Result = dict[str, Any]
 CALL_ID_MAX = 256
 REQUEST_ID_MAX = 256
 REQUEST_ID_RE = re.compile(r"[\x21-\x7e]{1,256}")
+# The longest input text a recall takes, in UTF-8 bytes as JSON writes it (escapes counted):
+# the recall request of an http provider carries it within the protocol's 64 KiB body,
+# with room for the request's other fields (well under 1 KiB).
+INPUT_TEXT_MAX_BYTES = BODY_MAX_BYTES - 4 * 1024
 # A tool call's result when its caller cancelled it.
 CANCELLED: Result = {"status": "cancelled"}
 # How many times a recall is made before an erasure that commits while it is made, each
@@ -104,6 +109,19 @@ def _check_use(use: object) -> list[str]:
     if not isinstance(use, list) or not all(isinstance(item, str) for item in use):
         raise InvalidRequest("use must be a list of resource ids.")
     return list(dict.fromkeys(use))
+
+
+def _check_input_text(input_text: str | None) -> None:
+    """The caller's input fits every provider's recall request, checked before any call
+    (so the provider is never blamed for the caller's input)."""
+    if input_text is None:
+        return
+    size = len(json.dumps(input_text, ensure_ascii=False).encode()) - 2
+    if size > INPUT_TEXT_MAX_BYTES:
+        raise InvalidRequest(
+            f"input.text is {size} bytes (UTF-8, as JSON writes it); a recall's input text "
+            f"takes at most {INPUT_TEXT_MAX_BYTES} bytes: send less."
+        )
 
 
 def _fingerprint(use: list[str], input_text: str | None) -> str:
@@ -254,6 +272,7 @@ def recall_create(
         raise SessionClosed(f"Session {session.id} has ended; it recalls no memory.")
     selected_ids = _check_use(use)
     request = _check_request_id(request_id)
+    _check_input_text(input_text)
     fingerprint = _fingerprint(selected_ids, input_text) if request else ""
     for attempt in range(RECALL_ATTEMPTS):
         if attempt or bindings is None or session.erasure_epoch is None:
