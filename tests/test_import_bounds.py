@@ -534,9 +534,8 @@ def test_an_import_slot_expires_by_the_databases_clock_not_the_hosts(
         held = ImportSlot.objects.get(project=project)
         ahead = timezone.now() + timedelta(hours=1)
         monkeypatch.setattr(timezone, "now", lambda: ahead)
-        with pytest.raises(TransferBusy):
-            with import_slot(project.id):
-                pass
+        with pytest.raises(TransferBusy), import_slot(project.id):
+            pass
         monkeypatch.undo()
         assert ImportSlot.objects.get(project=project).token == held.token
     ahead = timezone.now() + timedelta(hours=1)

@@ -200,10 +200,14 @@ def test_a_failed_attempt_is_retried_and_later_events_wait_for_it(
     assert (first.state, first.attempts, first.response_code) == ("pending", 1, 500)
     assert first.last_attempt_at is not None
     assert first.next_attempt_at > first.last_attempt_at
+    # Not due for an hour (the 0.2 s backoff could pass on a busy machine before the
+    # second event's jobs run, and the retry would then go first).
+    Job.objects.filter(pk=first.job_id).update(run_after=timezone.now() + timedelta(hours=1))
     make_document("second")
     run_jobs()
     # The second event waits behind the first, which is not due yet.
     assert [json.loads(body)["data"]["document"] for _, body, _ in receiver.received] == ["first"]
+    Job.objects.filter(pk=first.job_id).update(run_after=timezone.now())
     run_until(lambda: not Delivery.objects.exclude(state="delivered").exists())
     sent = [(json.loads(body)["data"]["document"], status) for _, body, status in receiver.received]
     assert sent == [("first", 500), ("first", 503), ("first", 200), ("second", 200)]
