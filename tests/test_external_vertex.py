@@ -11,10 +11,12 @@ from typing import Any
 
 import httpx
 import pytest
+from django.db import IntegrityError
 from django.utils import timezone
 from rest_framework.test import APIClient
 
 from memoryadmin.agents.models import ProviderOperation, RecordDeleteClaim
+from memoryadmin.agents.services import records as records_services
 from memoryadmin.agents.services.records import record_delete
 from memoryadmin.agents.services.runtime import recall_create, tool_call
 from memoryadmin.core.cancellation import Cancelled, caller_connection
@@ -300,6 +302,33 @@ def test_a_claim_older_than_the_calls_deadline_is_taken_over(
     assert response.status_code == 202, response.json()
     assert len(vertex.seen("DELETE", r".*/memories/" + memory_id)) == 1
     assert not RecordDeleteClaim.objects.exists()
+
+
+def test_a_claim_refused_for_another_cause_is_raised_not_waited_on_for_ever(
+    mem: Resource, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim's insert refused by something other than another claim (its resource gone)
+    ends the wait once any claim would have been taken over, instead of looping."""
+    settings.MEMORYADMIN_PROVIDER_DEADLINE_SECONDS = 0.2
+    monkeypatch.setattr(records_services, "TTL_MARGIN_SECONDS", 0)
+
+    def refused(**_: Any) -> None:
+        raise IntegrityError("FOREIGN KEY constraint failed")
+
+    waits: list[float] = []
+    pause = time.sleep
+
+    def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        if len(waits) > 500:
+            raise AssertionError("still waiting after 500 polls")
+        pause(0.01)
+
+    monkeypatch.setattr(RecordDeleteClaim.objects, "create", refused)
+    monkeypatch.setattr(records_services.time, "sleep", sleep)
+    with pytest.raises(IntegrityError):
+        record_delete(resource=mem, namespace="alice", record_id="rec_1", actor="t")
+    assert 1 <= len(waits) < 500
 
 
 def test_a_delete_cancelled_in_flight_keeps_its_operation_and_the_next_is_sent(

@@ -241,6 +241,9 @@ def _claimed(resource: Resource, namespace: str, record_id: str) -> Iterator[Non
     process's and is taken over."""
     key = {"resource": resource, "namespace": namespace, "record_id": record_id}
     lasts = settings.MEMORYADMIN_PROVIDER_DEADLINE_SECONDS + TTL_MARGIN_SECONDS
+    # Past a claim's whole life another's would have been taken over: a refusal then is
+    # no claim's (the record's resource gone), and is raised rather than waited on.
+    waits_until = time.monotonic() + lasts + 1
     while True:
         # By the database's clock, as every lease (core/dbclock.py).
         RecordDeleteClaim.objects.filter(**key, claimed_at__lt=db_after(-lasts)).delete()
@@ -249,6 +252,8 @@ def _claimed(resource: Resource, namespace: str, record_id: str) -> Iterator[Non
                 claim = RecordDeleteClaim.objects.create(**key, claimed_at=db_now())
             break
         except IntegrityError:
+            if time.monotonic() > waits_until:
+                raise
             time.sleep(CLAIM_POLL_SECONDS)
     try:
         yield
