@@ -80,6 +80,19 @@ def garbage() -> Iterator[Callable[[], list[str]]]:
         gc.enable()
 
 
+def _left[T](garbage: Callable[[], list[str]], requests: Callable[[], T]) -> tuple[T, list[str]]:
+    """What `requests` answered and the garbage it left, measured up to three times: a
+    cycle the requests make is there every time, while another thread of the process (a
+    test's server finishing a request late) can leave some during one measurement."""
+    for _ in range(3):
+        garbage()
+        answered = requests()
+        left = garbage()
+        if not left:
+            break
+    return answered, left
+
+
 def test_api_requests_leave_no_cycles(
     keys: Keys, notes: Resource, workshop: Document, garbage: Callable[[], list[str]]
 ) -> None:
@@ -105,13 +118,13 @@ def test_api_requests_leave_no_cycles(
     # The first requests build what a process keeps (the handler's, each input's shape).
     _call(app, calls[0])
     put(b"first")
-    garbage()
-    statuses = [_call(app, environ)[0] for environ in calls]
-    statuses.append(put(b"replaced"))
+    statuses, left = _left(
+        garbage, lambda: [*(_call(app, environ)[0] for environ in calls), put(b"replaced")]
+    )
 
     assert [s.split()[0] for s in statuses] == ["200", "200", "200", "404", "401", "200"]
     assert Document.objects.get(pk=workshop.pk).text == "replaced"
-    assert garbage() == []
+    assert left == []
 
 
 def test_memory_pages_leave_no_cycles(
@@ -132,12 +145,16 @@ def test_memory_pages_leave_no_cycles(
         "/projects/acme/development/resources/nowhere/",
     ]
     _call(app, _environ(pages[0], Cookie=cookie))
-    garbage()
-    answers = [_call(app, _environ(path, Cookie=cookie)) for path in pages]
-    fragment = _call(app, _environ(pages[0], Cookie=cookie, **{"HX-Request": "true"}))
+    (answers, fragment), left = _left(
+        garbage,
+        lambda: (
+            [_call(app, _environ(path, Cookie=cookie)) for path in pages],
+            _call(app, _environ(pages[0], Cookie=cookie, **{"HX-Request": "true"})),
+        ),
+    )
 
     assert [status.split()[0] for status, _, _ in answers] == ["200", "200", "200", "404"]
     assert b"<code>workshop</code>" in answers[0][2]
     assert b"<body" not in fragment[2]
     assert b"workshop" in fragment[2]
-    assert garbage() == []
+    assert left == []
