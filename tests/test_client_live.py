@@ -473,3 +473,46 @@ def test_client_manages_records_of_an_external_provider(
     with pytest.raises(ApiError) as gone:
         client.get_record("mem", "alice", record["id"])
     assert gone.value.status == 404
+
+
+def test_client_follows_a_queued_write_to_its_end(
+    client: Client, project: Project, mem0_platform: Any, settings: Any
+) -> None:
+    from memoryadmin.agents.models import ProviderOperation
+    from memoryadmin.runner.jobs import job_run
+    from tests.helpers import deploy_external
+
+    settings.MEMORYADMIN_OPERATION_BACKOFF_SECONDS = 0
+    settings.MEMORYADMIN_JOB_BACKOFF_SECONDS = 0
+    deploy_external(
+        project,
+        {
+            "kind": "mem0-platform",
+            "baseUrl": mem0_platform.origin,
+            "apiKey": {"secret": "MEM0_API_KEY"},
+            "scope": {"user_id": "{namespace}"},
+        },
+        secrets_by_origin={mem0_platform.origin: {"MEM0_API_KEY": "mem0-platform-key"}},
+    )
+    mem0_platform.queued_imports = True
+    made = client.create_record("mem", "alice", "Alice lives in Austin.")
+    assert made["status"] == "queued"
+    queued = client.get_operation(made["operation"])
+    assert (queued["id"], queued["state"], queued["kind"]) == (
+        made["operation"],
+        "queued",
+        "accepted_write",
+    )
+    assert client.list_operations(state="open")["operations"] == [queued]
+    # Its checks run here, as a worker would run them (the server's commit handed the job
+    # to the task backend).
+    job_id = ProviderOperation.objects.get(pk=made["operation"]).job_id
+    states = []
+    for _ in range(2):
+        job_run(job_id)
+        states.append(client.get_operation(made["operation"])["state"])
+    assert states == ["queued", "succeeded"]
+    assert client.list_operations(state="open")["operations"] == []
+    with pytest.raises(ApiError) as missing:
+        client.get_operation("mop_nothing")
+    assert missing.value.status == 404

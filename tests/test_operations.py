@@ -303,6 +303,35 @@ def test_operations_belong_to_their_project_and_writes_need_a_write_key(
     assert listed(api)[0]["state"] == "dead"
 
 
+def test_one_operation_is_read_by_its_id_as_listed_in_its_project_only(
+    client_for: Any, keys: Keys, api: APIClient, session_id: str, scripted: Any
+) -> None:
+    scripted.tool = [ACCEPTED]
+    scripted.status = [status("stored")]
+    remember(api, session_id)
+    [queued] = listed(api)
+    url = f"{OPERATIONS}/{queued['id']}?environment=development"
+    read_only = client_for(keys.read_only).get(url)
+    assert read_only.status_code == 200, read_only.json()
+    assert read_only.json() == queued
+    reconcile()
+    now = api.get(url).json()
+    assert (now["state"], now["id"]) == ("succeeded", queued["id"])
+    assert now == listed(api)[0]
+    assert client_for(keys.other).get(url).status_code in {403, 404}
+    for bad, code in [
+        (f"{OPERATIONS}/mop_nothing?environment=development", 404),
+        (f"{OPERATIONS}/{queued['id']}?environment=production", 404),
+        (f"{OPERATIONS}/{queued['id']}", 400),
+        (f"{OPERATIONS}/mop_a%00b?environment=development", 400),
+        (f"{OPERATIONS}/{queued['id']}?environment=development&environment=production", 400),
+    ]:
+        answer = api.get(bad)
+        assert answer.status_code == code, (bad, answer.content)
+        assert answer.json()["error"]["code"] in {"not_found", "invalid_request"}
+    assert ProviderOperation.objects.get(pk=queued["id"]).state == "succeeded"
+
+
 # The Memory page.
 
 PAGE = "/projects/acme/development"
@@ -358,6 +387,7 @@ def test_the_schema_declares_the_operation_and_cancel_routes(api: APIClient) -> 
     schema = api.get("/api/schema/?format=json").json()
     paths = schema["paths"]
     assert "get" in paths["/api/managed-agents/projects/{p}/memory/operations"]
+    assert "get" in paths["/api/managed-agents/projects/{p}/memory/operations/{o}"]
     assert "post" in paths["/api/managed-agents/projects/{p}/memory/operations/{o}/retry"]
     assert "post" in paths["/api/managed-agents/sessions/{session_id}/memory/cancel"]
 

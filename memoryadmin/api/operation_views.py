@@ -53,6 +53,21 @@ class OperationListView(ApiView):
         return Response({"operations": operations, "nextCursor": next_cursor})
 
 
+class OperationDetailView(ApiView):
+    @extend_schema(
+        parameters=[ENVIRONMENT],
+        responses={200: s.OperationOutput, **ERRORS},
+        operation_id="operations_get",
+        description="One operation, as the list shows it: where a write answered `queued` "
+        "(its `operation`) stands now.",
+    )
+    def get(self, request: Request, p: str, o: str) -> Response:
+        operation = operation_services.operation_get(
+            project=self.project(request, p), environment=self.environment(request), operation_id=o
+        )
+        return Response(operation_services.operation_dict(operation))
+
+
 class _DeadLetterView(ApiView):
     def operation(self, request: Request, p: str, o: str) -> ProviderOperation:
         project = self.project(request, p, write=True)

@@ -92,6 +92,9 @@ urlpatterns = [
         name="api-incident-contain",
     ),
     path(
+        f"{OPERATIONS}/<str:o>", operation_views.OperationDetailView.as_view(), name="api-operation"
+    ),
+    path(
         f"{OPERATIONS}/<str:o>/retry",
         operation_views.OperationRetryView.as_view(),
         name="api-operation-retry",

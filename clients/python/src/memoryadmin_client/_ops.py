@@ -977,6 +977,19 @@ def list_operations(
     return cast(OperationPage, response.json())
 
 
+def get_operation(
+    c: Defaults,
+    operation_id: str,
+    *,
+    project: str | None = None,
+    environment: Environment | None = None,
+) -> Op[Operation]:
+    """One operation: where a write answered `queued` (its `operation`) stands now."""
+    path = f"{c._root(project)}/memory/operations/{_seg(operation_id)}"
+    response = yield Request("GET", path, c._env(environment))
+    return cast(Operation, response.json())
+
+
 def _dead_letter(
     c: Defaults, operation_id: str, action: str, project: str | None, env: Environment | None
 ) -> Op[Operation]:
