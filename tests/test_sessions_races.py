@@ -1,9 +1,11 @@
 """Races on PostgreSQL: one key, one session; no agent save commits after an end,
 a freeze or a delete that committed first; no recall stores a text an erasure that
-committed first erased."""
+committed first erased; a session create and a promotion changing its resources' tools
+never both go through where the tools would collide."""
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections import Counter
 from typing import Any
@@ -16,10 +18,18 @@ from memoryadmin.agents.models import Binding, Recall, Session, SessionEvent
 from memoryadmin.agents.services.runtime import recall_create, tool_call
 from memoryadmin.agents.services.sessions import session_create, session_end, session_lock
 from memoryadmin.core.errors import NotFound, PreconditionFailed
-from memoryadmin.memory.models import Document, Project, Resource
+from memoryadmin.memory.models import ActiveDeployment, Document, Project, Resource
+from memoryadmin.memory.services.deployments import deployment_create
 from memoryadmin.memory.services.documents import document_create, document_delete, document_patch
 from memoryadmin.memory.services.keys import api_key_create
-from tests.helpers import erase_now, lock_waiter_seen, raw_rows_with, run_threads
+from memoryadmin.refprovider.declaration import reference_declaration
+from tests.helpers import (
+    deploy_reference_provider,
+    erase_now,
+    lock_waiter_seen,
+    raw_rows_with,
+    run_threads,
+)
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -286,3 +296,156 @@ def test_an_erasure_after_a_recall_stored_waits_for_its_commit_and_erases_it(
     assert recall.memory["notes"]["text"] == "[redacted]"
     assert erased["result"].signed["receipt"]["places"]["recalls"] == 1
     assert raw_rows_with("zqpoison7741") == []
+
+
+def _twins_deployed(project: Project, base_url: str) -> tuple[str, str]:
+    """researcher deployed with two http resources whose tools are identical (they merge),
+    and a deployment of it, not promoted, declaring facts-b's memory_remember with another
+    schema (with both bound, its tools collide): a project key and that deployment's id."""
+    twin = reference_declaration(resource_id="facts-b", base_url=base_url, description="B.")
+    deploy_reference_provider(project, base_url, extra=[twin])
+    clash = copy.deepcopy(twin)
+    clash["provider"]["tools"][0]["input"]["properties"]["fact"]["maxLength"] = 10
+    facts = reference_declaration(resource_id="facts", base_url=base_url, description="Facts.")
+    changed = deployment_create(
+        project=project, agent="researcher", memory=[facts, clash], actor="t"
+    )
+    return api_key_create(project_id=project.id)[1], changed.id
+
+
+TWINS = {"facts": {"scope": "namespace", "id": "a"}, "facts-b": {"scope": "namespace", "id": "a"}}
+
+
+def _post(base_url: str, key: str, path: str, body: Any, **headers: str) -> httpx.Response:
+    with httpx.Client(timeout=60) as client:
+        return client.post(
+            f"{base_url}/api/managed-agents/{path}",
+            json=body,
+            headers={"x-api-key": key, **headers},
+        )
+
+
+def _remember_limit(project: Project) -> Any:
+    """facts-b's declared maxLength of memory_remember's fact (10 where changed)."""
+    config = Resource.objects.get(project=project, resource_id="facts-b").config
+    return config["tools"][0]["input"]["properties"]["fact"]["maxLength"]
+
+
+def test_a_promotion_changing_tools_while_a_session_binding_them_is_admitted_is_refused(
+    live_server: Any, project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The session's bindings are admitted with the tools its resources declare and its
+    transaction is open; a promotion changing them so that they would collide waits for
+    the session's commit, then finds the session and is refused, changing nothing (it
+    went on unseen: the active session offered colliding tools)."""
+    from memoryadmin.agents.services import sessions
+
+    key, changed = _twins_deployed(project, live_server.url)
+    active = ActiveDeployment.objects.get(agent="researcher").deployment_id
+    admitted, release = threading.Event(), threading.Event()
+    admit = sessions.bindings_admit
+
+    def admit_and_hold(**kwargs: Any) -> Any:
+        resources = admit(**kwargs)
+        admitted.set()
+        assert release.wait(60)
+        return resources
+
+    monkeypatch.setattr(sessions, "bindings_admit", admit_and_hold)
+    created: dict[str, Any] = {}
+    promoted: dict[str, Any] = {}
+    creator = _in_thread(
+        lambda: _post(
+            live_server.url,
+            key,
+            "sessions",
+            {"agentId": "researcher@development", "memory": TWINS},
+            **{"Idempotency-Key": "twins"},
+        ),
+        created,
+    )
+    assert admitted.wait(60)
+    promoter = _in_thread(
+        lambda: _post(
+            live_server.url,
+            key,
+            f"projects/{project.id}/deployments/{changed}/promote",
+            {"environment": "development"},
+        ),
+        promoted,
+    )
+    try:
+        assert lock_waiter_seen(promoter), "the promotion did not wait for the session"
+    finally:
+        release.set()
+    creator.join(timeout=60)
+    promoter.join(timeout=60)
+    assert created["result"].status_code == 201, created["result"].text
+    session_id = created["result"].json()["session"]["id"]
+    assert promoted["result"].status_code == 400, promoted["result"].text
+    error = promoted["result"].json()["error"]
+    assert (error["code"], error["details"]) == ("tool_collision", {"session": session_id})
+    assert Session.objects.get(pk=session_id).status == "active"
+    assert Binding.objects.filter(session_id=session_id).count() == 2
+    assert ActiveDeployment.objects.get(agent="researcher").deployment_id == active
+    assert _remember_limit(project) == 2000
+
+
+def test_a_session_admitted_while_a_promotion_changing_its_tools_commits_is_refused(
+    live_server: Any, project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A promotion has changed the resources' tools and activated, not committed; a
+    session binding them (on the deployment active before it) waits for its commit, then
+    admits its bindings with the tools they now declare and is refused, creating nothing
+    (it read the old tools: the promotion's check had not seen it, and it had not seen
+    the promotion's)."""
+    from memoryadmin.memory.services import deployments
+
+    key, changed = _twins_deployed(project, live_server.url)
+    holding, release = threading.Event(), threading.Event()
+    record = deployments.audit_record
+
+    def record_and_hold(**kwargs: Any) -> Any:  # the promotion's last step
+        entry = record(**kwargs)
+        if kwargs["action"] == "deployment.promote":
+            holding.set()
+            assert release.wait(60)
+        return entry
+
+    monkeypatch.setattr(deployments, "audit_record", record_and_hold)
+    created: dict[str, Any] = {}
+    promoted: dict[str, Any] = {}
+    promoter = _in_thread(
+        lambda: _post(
+            live_server.url,
+            key,
+            f"projects/{project.id}/deployments/{changed}/promote",
+            {"environment": "development"},
+        ),
+        promoted,
+    )
+    assert holding.wait(60)
+    creator = _in_thread(
+        lambda: _post(
+            live_server.url,
+            key,
+            "sessions",
+            {"agentId": "researcher@development", "memory": TWINS},
+            **{"Idempotency-Key": "twins"},
+        ),
+        created,
+    )
+    try:
+        assert lock_waiter_seen(creator), "the session did not wait for the promotion"
+    finally:
+        release.set()
+    promoter.join(timeout=60)
+    creator.join(timeout=60)
+    assert promoted["result"].status_code == 200, promoted["result"].text
+    assert created["result"].status_code == 400, created["result"].text
+    error = created["result"].json()["error"]
+    assert error["code"] == "tool_collision"
+    assert "memory_remember is declared by 'facts' and 'facts-b'" in error["message"]
+    assert not Session.objects.filter(agent="researcher").exists()
+    assert ActiveDeployment.objects.get(agent="researcher").deployment_id == changed
+    assert _remember_limit(project) == 10

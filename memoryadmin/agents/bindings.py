@@ -6,6 +6,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from django.db.models import QuerySet
+from django.db.models.functions import Collate
+
 from memoryadmin.agents.errors import InvalidMemoryBinding
 from memoryadmin.agents.kinds import (
     MemoryProvider,
@@ -20,7 +23,9 @@ from memoryadmin.core.partitions import partition_key
 from memoryadmin.core.rows import (
     Compiled,
     concrete_names,
+    database_vendor,
     db_connection,
+    fetch_rows,
     instance,
     joined_instance,
     joined_names,
@@ -109,19 +114,40 @@ def bindings_parse(raw: object) -> list[BindingSpec]:
     return sorted(specs, key=lambda spec: spec.resource)
 
 
-# The named resources of a project's environment.
-_RESOURCES = Compiled(
-    lambda project_id, environment, resource_ids: Resource.objects.filter(
+def _named_resources(project_id: str, environment: str, resource_ids: list[str]) -> QuerySet[Any]:
+    """The named resources of a project's environment; on PostgreSQL in the order of
+    their ids as promotion takes their rows (code points, whatever the collation)."""
+    resources = Resource.objects.filter(
         project_id=project_id, environment=environment, resource_id__in=resource_ids
-    ).values_list(*concrete_names(Resource)),
-    (str, str, list[str]),
-)
+    )
+    if database_vendor() == "postgresql":
+        resources = resources.order_by(Collate("resource_id", "C"))
+    return resources.values_list(*concrete_names(Resource))
+
+
+_RESOURCES = Compiled(_named_resources, (str, str, list[str]))
+
+
+def _resources_shared(project_id: str, environment: str, resource_ids: list[str]) -> list[Any]:
+    """The rows of `_RESOURCES`, on PostgreSQL held FOR SHARE until the transaction ends.
+
+    A promotion updates the rows of the resources it declares before it checks the active
+    sessions bound to those whose tools it changes (memory's `deployment_promote`): a
+    promotion that updated one first is waited for, and its rows are read as it committed
+    them; one that comes second waits for this session's commit, and its check finds the
+    session. Sessions being admitted share the rows. SQLite's writers take turns whole."""
+    statement = _RESOURCES.params(project_id, environment, resource_ids)
+    if statement is None:
+        return []
+    sql, params = statement
+    return fetch_rows(sql + " FOR SHARE" if database_vendor() == "postgresql" else sql, params)
 
 
 def bindings_admit(
     *, deployment: Deployment, environment: str, specs: list[BindingSpec]
 ) -> dict[str, Resource]:
-    """Checks every binding against the pinned deployment and current data."""
+    """Checks every binding against the pinned deployment and current data, in the
+    caller's transaction, holding the bound resources' rows (`_resources_shared`)."""
     # Each declared id with the provider kind its declaration names.
     declared = {d["id"]: d["provider"]["kind"] for d in deployment.memory}
     wrapper = db_connection()
@@ -129,7 +155,7 @@ def bindings_admit(
         resource.resource_id: resource
         for resource in (
             instance(Resource, row, wrapper=wrapper)
-            for row in _RESOURCES.rows(
+            for row in _resources_shared(
                 deployment.project_id, environment, [spec.resource for spec in specs]
             )
         )
