@@ -33,6 +33,7 @@ from memoryadmin.agents import mcp
 from memoryadmin.agents.models import Recall, Session
 from memoryadmin.agents.services import runtime
 from memoryadmin.agents.services.sessions import session_end
+from memoryadmin.core.errors import ToolCollision
 from memoryadmin.memory.models import ApiKey, AuditEntry, Document, Project
 from memoryadmin.memory.services.deployments import deployment_create
 from memoryadmin.memory.services.key_usage import key_usage
@@ -573,12 +574,16 @@ def test_a_binding_refused_at_admission_fails_the_mcp_request(
     assert not Session.objects.exists()
 
 
-def test_a_runtime_tool_named_memory_recall_is_the_one_served() -> None:
+def test_a_runtime_tool_named_memory_recall_is_refused_not_shadowed() -> None:
+    """Admission refuses a declared tool named memory_recall (tests/test_runtime_http.py);
+    a session admitted while the name was free lists no tools rather than serving one of
+    the two, and memory_recall is always the server's own."""
     theirs = {"name": "memory_recall", "description": "A provider's.", "inputSchema": {}}
     door = mcp.MemoryDoor(
         session_id="ses_x", project_id="acme", recall={"recallId": "r", "tools": [theirs]}
     )
-    assert door.tools() == [theirs]
+    with pytest.raises(ToolCollision, match="collides with the MCP server's own"):
+        door.tools()
     plain = mcp.MemoryDoor(
         session_id="ses_x", project_id="acme", recall={"recallId": "r", "tools": []}
     )

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from rest_framework.test import APIClient
 
-from memoryadmin.agents.kinds import reserved_tool_names
+from memoryadmin.agents.kinds import DOOR_TOOLS, reserved_tool_names
 from memoryadmin.agents.models import Recall, Session
 from memoryadmin.agents.search_tool import SEARCH_TOOL
 from memoryadmin.agents.services.runtime import TOOLS
@@ -118,7 +118,7 @@ def start(host: Host, namespace: str = "owner", access: str = "read-write") -> s
 
 
 def test_ordinary_tool_names_match_the_runtime() -> None:
-    assert reserved_tool_names() | {SEARCH_TOOL} == set(TOOLS)
+    assert reserved_tool_names() | {SEARCH_TOOL} == set(TOOLS) | set(DOOR_TOOLS)
 
 
 def test_remember_then_recall_sees_the_fact(host: Host) -> None:
@@ -256,6 +256,54 @@ def test_colliding_tool_schemas_reject_session_creation(
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "tool_collision"
     assert "memory_remember" in response.json()["error"]["message"]
+
+
+def test_a_provider_tool_named_as_the_mcp_servers_recall_collides(
+    live_server: Any, project: Project, hosts: Callable[[], Host]
+) -> None:
+    """The MCP server offers memory_recall beside a session's tools: a declared tool
+    `recall` (memory_recall to the model) is refused as one named as the runtime's own
+    tools is, at a session's creation and at a promotion giving it to a bound resource."""
+    recalling = reference_declaration(
+        resource_id="facts-b", base_url=live_server.url, description="B."
+    )
+    recalling["provider"]["tools"] = copy.deepcopy(recalling["provider"]["tools"])
+    recalling["provider"]["tools"][1]["name"] = "recall"
+    declare(project, live_server.url, extra=[recalling])
+    host = hosts()
+    response = host.session({"facts-b": {"scope": "namespace", "id": "a"}}, key="recall")
+    assert response.status_code == 400, response.text
+    assert response.json()["error"] == {
+        "code": "tool_collision",
+        "message": "Tool memory_recall of 'facts-b' collides with an ordinary tool of that name.",
+    }
+    assert not Session.objects.exists()
+
+    created = host.session({"facts": {"scope": "namespace", "id": "a"}}, key="facts")
+    assert created.status_code == 201, created.text
+    session_id = created.json()["session"]["id"]
+    changed = copy.deepcopy(recalling)
+    changed["id"] = "facts"
+    before = dict(Resource.objects.values_list("resource_id", "config"))
+    api = APIClient()
+    api.credentials(HTTP_X_API_KEY=api_key_create(project_id=project.id)[1])
+    promoted = api.post(
+        f"/api/managed-agents/projects/{project.id}/deployments",
+        {
+            "agent": "researcher",
+            "memory": [
+                changed,
+                {"id": "notes", "description": "N.", "provider": {"kind": "document"}},
+            ],
+            "promote": "development",
+        },
+        format="json",
+    )
+    assert promoted.status_code == 400, promoted.content
+    error = promoted.json()["error"]
+    assert (error["code"], error["details"]) == ("tool_collision", {"session": session_id})
+    assert "Tool memory_recall of 'facts' collides" in error["message"]
+    assert dict(Resource.objects.values_list("resource_id", "config")) == before
 
 
 def test_identical_tools_of_two_resources_merge(

@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from memoryadmin.memory.models import Resource
 
 __all__ = [
+    "DOOR_TOOLS",
+    "RECALL_TOOL",
     "MemoryProvider",
     "NotSupported",
     "OperationCheck",
@@ -214,5 +216,12 @@ def providers() -> list[MemoryProvider]:
     return [p for p in kinds.providers() if isinstance(p, MemoryProvider)]
 
 
+# The tools a door offers beside a session's own: the MCP server's memory_recall.
+RECALL_TOOL = "memory_recall"
+DOOR_TOOLS: tuple[str, ...] = (RECALL_TOOL,)
+
+
 def reserved_tool_names() -> set[str]:
-    return {name for p in providers() for name in p.reserved_tools}
+    """The names no declared tool may take (`bindings_tools_check`): the tools the kinds
+    offer of their own and those a door adds, so that neither shadows the other."""
+    return {name for p in providers() for name in p.reserved_tools} | set(DOOR_TOOLS)

@@ -49,6 +49,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from memoryadmin import __version__
 from memoryadmin.agents.errors import SessionClosed
+from memoryadmin.agents.kinds import RECALL_TOOL
 from memoryadmin.agents.management.commands.session import memory_options
 from memoryadmin.agents.mcp_threads import Threads
 from memoryadmin.agents.models import Binding, Session
@@ -64,6 +65,7 @@ from memoryadmin.core.errors import (
     DomainError,
     InvalidRequest,
     InvalidToolArguments,
+    ToolCollision,
     Unauthorized,
     envelope_of,
     error_envelope,
@@ -79,7 +81,6 @@ from memoryadmin.memory.services.rate_limits import request_count
 
 SERVER_NAME = "memoryadmin"
 RESOURCE_SCHEME = "memory://"
-RECALL_TOOL = "memory_recall"
 # How many MCP sessions of the HTTP endpoint one process remembers (as the SDK's own cap).
 HTTP_SESSIONS_MAX = 10_000
 INSTRUCTIONS = (
@@ -140,11 +141,6 @@ class MemoryDoor:
         )
         return self.recall
 
-    def _runtime_recall_tool(self) -> bool:
-        """Whether the runtime itself offers a tool named memory_recall (a provider's
-        `recall`): then the runtime's tool is the one served, as every other tool."""
-        return _offers_recall((self.recall or {}).get("tools", []))
-
     def tools(self) -> list[dict[str, Any]]:
         if self.recall is None:
             try:
@@ -153,17 +149,15 @@ class MemoryDoor:
                 # Ended before this connection read its memory: the tools its recall
                 # would have offered, each call answered as after a recall (`call`).
                 session, bindings = self._session()
-                offered = runtime.tool_definitions(session=session, selected=bindings)
-                return [*offered, *([] if _offers_recall(offered) else [RECALL_DEFINITION])]
+                return _with_own(runtime.tool_definitions(session=session, selected=bindings))
         assert self.recall is not None
-        own = [] if self._runtime_recall_tool() else [RECALL_DEFINITION]
-        return [*self.recall["tools"], *own]
+        return _with_own(self.recall["tools"])
 
     def call(self, name: str, arguments: dict[str, Any]) -> Any:
         """The runtime's result of one tool call (an http provider's is any JSON value); a
         DomainError for a refused call."""
         strings_check(arguments, field="arguments")
-        if name == RECALL_TOOL and not self._runtime_recall_tool():
+        if name == RECALL_TOOL:
             unknown = set(arguments) - {"input"}
             text = arguments.get("input")
             if unknown or not isinstance(text, str | None):
@@ -214,8 +208,17 @@ class MemoryDoor:
         return text
 
 
-def _offers_recall(tools: list[dict[str, Any]]) -> bool:
-    return any(t["name"] == RECALL_TOOL for t in tools)
+def _with_own(offered: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The runtime's tools and the door's. Admission refuses a declared tool named as one
+    of the door's (`kinds.DOOR_TOOLS`); a session admitted while a name was free is
+    refused here rather than served with one of the two out of reach."""
+    for tool in offered:
+        if tool["name"] == RECALL_TOOL:
+            raise ToolCollision(
+                f"This session offers a tool {RECALL_TOOL}, which collides with the MCP "
+                "server's own; end the session and declare the tool under another name."
+            )
+    return [*offered, RECALL_DEFINITION]
 
 
 def _error_result(exc: DomainError) -> types.CallToolResult:
