@@ -15,7 +15,8 @@ from django.db import IntegrityError
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from memoryadmin.agents.models import ProviderOperation, RecordDeleteClaim
+from memoryadmin.agents.errors import RecallFailed
+from memoryadmin.agents.models import ProviderOperation, Recall, RecordDeleteClaim
 from memoryadmin.agents.services import records as records_services
 from memoryadmin.agents.services.records import record_delete
 from memoryadmin.agents.services.runtime import recall_create, tool_call
@@ -411,6 +412,50 @@ def test_other_scopes_and_pages(
     bob = api.get(RECORDS + DEV + "&namespace=bob").json()["records"]
     assert [r["metadata"]["providerExternalId"] for r in bob] == [other]
     assert api.get(f"{RECORDS}/{bob[0]['id']}{ALICE}").status_code == 404
+
+
+# A memory's id is the last segment of its resource name: a name without one that can be
+# mapped makes the whole answer invalid, as an unusable id does for every kind.
+ODD_NAMES = {
+    "not a memory name": "projects/acme-prod/locations/us-central1/reasoningEngines/4242",
+    "an id outside the pattern": FakeVertexMemoryBank.PARENT + "/memories/not.an.id",
+    "an empty id": FakeVertexMemoryBank.PARENT + "/memories/",
+    "a number": 12345,
+    "null": None,
+}
+
+
+@pytest.mark.parametrize("odd", ODD_NAMES.values(), ids=ODD_NAMES.keys())
+def test_a_memory_name_that_cannot_be_mapped_makes_the_answer_invalid(
+    api: APIClient, project: Project, mem: Resource, vertex: FakeVertexMemoryBank, odd: object
+) -> None:
+    vertex.seed("Alice likes tea.", SCOPE)
+    seeded = vertex.seed("Alice likes jazz.", SCOPE)
+    vertex.memories[seeded]["name"] = odd
+
+    listed = api.get(RECORDS + ALICE)
+    assert listed.status_code == 502, listed.json()
+    assert listed.json()["error"] == {
+        "code": "provider_failed",
+        "message": "The memory provider of 'mem' failed; trying again will not help until "
+        "its owners fix it (the audit log has the details).",
+        "details": {"resource": "mem", "retryable": False},
+    }
+    entry = AuditEntry.objects.get(action="provider.failed")
+    assert (entry.detail["operation"], entry.detail["reason"]) == ("list", "invalid_response")
+    assert "a record id that is not" in entry.detail["description"]
+
+    session = external_session(project, "alice")
+    with pytest.raises(RecallFailed) as failed:
+        recall_create(session=session, use=["mem"], input_text="What does Alice like?")
+    assert failed.value.details == {
+        "resource": "mem",
+        "reason": "provider_failed",
+        "retryable": False,
+    }
+    assert AuditEntry.objects.filter(action="provider.failed").count() == 2
+    assert not ExternalRecord.objects.exists()
+    assert not Recall.objects.exists()
 
 
 def test_bearer_tokens_are_sent_as_they_are(

@@ -140,6 +140,10 @@ class OperationState:
 class RemoteStore(ABC):
     """One namespace of one provider, over one connection."""
 
+    # What a record id of this kind's answers is (`record_id_valid`), for the invalid
+    # answer's description.
+    record_ids: ClassVar[str] = f"a string of 1 to {EXTERNAL_ID_MAX_BYTES} UTF-8 bytes"
+
     def __init__(self, connection: Connection, config: dict[str, Any], namespace: str) -> None:
         self.connection = connection
         self.config = config
@@ -209,15 +213,18 @@ class RemoteStore(ABC):
                 operation, f"an id that cannot be sent in a path ({value!r})"
             ) from None
 
+    def record_id_valid(self, external_id: object) -> bool:
+        """Whether a record id of an answer can be mapped: one the mapping can remember
+        (`ids.external_id_valid`); a kind whose ids have a form of their own narrows it."""
+        return external_id_valid(external_id)
+
     def checked(self, remotes: list[Remote], *, operation: str) -> list[Remote]:
-        """`remotes`, when every record id the provider answered can be remembered
-        (`ids.external_id_valid`); otherwise the answer is invalid, before anything of it
-        is mapped or shown."""
-        if not all(external_id_valid(remote.external_id) for remote in remotes):
-            raise self.invalid(
-                operation,
-                f"a record id that is not a string of 1 to {EXTERNAL_ID_MAX_BYTES} UTF-8 bytes",
-            )
+        """`remotes`, when every record id the provider answered can be mapped
+        (`record_id_valid`); otherwise the answer is invalid, before anything of it is
+        mapped or shown. Never a record left out: the caller would show an answer short
+        of it as the provider's whole answer."""
+        if not all(self.record_id_valid(remote.external_id) for remote in remotes):
+            raise self.invalid(operation, f"a record id that is not {self.record_ids}")
         return remotes
 
     def mapped(self, remotes: list[Remote], *, operation: str) -> dict[str, str]:

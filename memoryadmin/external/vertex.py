@@ -96,23 +96,20 @@ def signed_assertion(account: dict[str, Any], now: float) -> str:
     return f"{signing_input}.{_b64(signature)}"
 
 
-def memory_id_of(name: object) -> str | None:
-    """The memory id at the end of a Memory's resource name."""
+def memory_id_of(name: object) -> str:
+    """The memory id at the end of a Memory's resource name, as answered ("" when the
+    name is none): checked with the answer's other ids (`record_id_valid`)."""
     if not isinstance(name, str) or "/memories/" not in name:
-        return None
-    memory_id = name.rsplit("/memories/", 1)[1].split("/")[0]
-    return memory_id if MEMORY_ID_RE.fullmatch(memory_id) else None
+        return ""
+    return name.rsplit("/memories/", 1)[1].split("/")[0]
 
 
 def remote_of(memory: Any) -> Remote | None:
     if not isinstance(memory, dict):
         return None
-    memory_id = memory_id_of(memory.get("name"))
-    if memory_id is None:
-        return None
     metadata = {"scope": memory["scope"]} if isinstance(memory.get("scope"), dict) else {}
     return Remote(
-        external_id=memory_id,
+        external_id=memory_id_of(memory.get("name")),
         text=str(memory.get("fact") or ""),
         created_at=memory.get("createTime"),
         updated_at=memory.get("updateTime"),
@@ -121,6 +118,13 @@ def remote_of(memory: Any) -> Remote | None:
 
 
 class VertexMemoryBankStore(RemoteStore):
+    record_ids = (
+        "the last segment of a memory's resource name, 1 to 128 ASCII letters, digits, '-' or '_'"
+    )
+
+    def record_id_valid(self, external_id: object) -> bool:
+        return isinstance(external_id, str) and MEMORY_ID_RE.fullmatch(external_id) is not None
+
     @property
     def parent(self) -> str:
         c = self.config
@@ -284,7 +288,8 @@ class VertexMemoryBankStore(RemoteStore):
         raw = data.get("response")
         response: dict[str, Any] = raw if isinstance(raw, dict) else {}
         if "generatedMemories" not in response:
-            made = remote_of(response)
+            # A create's or a patch's Memory; a delete's is empty.
+            made = remote_of(response) if "name" in response else None
             return OperationState(done=True, records=[made] if made else [])
         records = []
         for generated in response.get("generatedMemories") or []:
