@@ -245,3 +245,53 @@ def test_a_promotion_failing_at_activation_changes_nothing_and_its_retry_applies
     deployment_promote(deployment=lowered, environment="development", actor="t")
     assert _limits(project) == {"notes": 10, "kb": 20}
     assert ActiveDeployment.objects.get(agent="support-bot").deployment_id == lowered.id
+
+
+def test_promoting_the_active_deployment_again_writes_nothing(
+    api: APIClient, project: Project
+) -> None:
+    """The deployment active already, its resources as it declares them: the promotion
+    answers as before and writes nothing (no audit entry, the activation's time kept)."""
+    active = ActiveDeployment.objects.get(
+        project=project, environment="development", agent="support-bot"
+    )
+    url = f"{BASE}/deployments/{active.deployment_id}/promote"
+    first = api.post(url, {"environment": "development"}, format="json")
+    entries = AuditEntry.objects.count()
+    limits = _limits(project)
+    again = api.post(url, {"environment": "development"}, format="json")
+    assert again.status_code == first.status_code == 200
+    assert again.json() == first.json()
+    assert again.json()["id"] == active.deployment_id
+    assert AuditEntry.objects.count() == entries
+    kept = ActiveDeployment.objects.get(pk=active.pk)
+    assert (kept.deployment_id, kept.promoted_at) == (active.deployment_id, active.promoted_at)
+    assert _limits(project) == limits
+
+
+def test_promoting_the_active_deployment_again_applies_what_another_changed(
+    api: APIClient, project: Project
+) -> None:
+    """Another agent's promotion changed a resource the active deployment declares: its
+    promotion again is a change (the limit it declares back), audited."""
+    active = ActiveDeployment.objects.get(
+        project=project, environment="development", agent="support-bot"
+    )
+    deployment_create(
+        project=project,
+        agent="helper",
+        memory=_declarations(500, 64, order=("notes", "kb")),
+        promote="development",
+        actor="t",
+    )
+    assert _limits(project)["notes"] == 500
+    last = AuditEntry.objects.latest("id").id
+    url = f"{BASE}/deployments/{active.deployment_id}/promote"
+    response = api.post(url, {"environment": "development"}, format="json")
+    assert response.status_code == 200
+    assert response.json()["id"] == active.deployment_id
+    assert _limits(project)["notes"] == 8192
+    written = AuditEntry.objects.filter(id__gt=last)
+    assert [(e.action, e.detail) for e in written] == [
+        ("deployment.promote", {"deployment": active.deployment_id, "agent": "support-bot"})
+    ]

@@ -287,3 +287,37 @@ def test_a_project_has_at_most_secrets_max_secrets_in_an_environment(
     assert prod.status_code == 204
     assert api.delete(f"{SECRETS}/S0{DEV}").status_code == 204
     assert put_secret(api, "ONE_MORE", {"value": VALUE, "origins": [ORIGIN]}).status_code == 204
+
+
+def test_a_secret_set_to_the_value_and_origins_it_has_writes_nothing(
+    api: APIClient, project: Project
+) -> None:
+    """Setting a secret as it is answers as before (204, no body) and writes nothing: no
+    audit entry, the row as it was; another value or other origins are a change."""
+    body = {"value": VALUE, "origins": [ORIGIN]}
+    assert put_secret(api, "MEMORY_TOKEN", body).status_code == 204
+    row = Secret.objects.get(name="MEMORY_TOKEN")
+    entries = AuditEntry.objects.count()
+    for again in (body, {"value": VALUE}):  # without origins: the ones it has
+        response = put_secret(api, "MEMORY_TOKEN", again)
+        assert response.status_code == 204
+        assert response.content == b""
+    out = io.StringIO()
+    call_command(
+        "secret", "set", "--project", "acme", "MEMORY_TOKEN",
+        stdin=io.StringIO(VALUE + "\n"), stdout=out,
+    )  # fmt: skip
+    assert out.getvalue() == "Replaced secret MEMORY_TOKEN in acme/development.\n"
+    assert AuditEntry.objects.count() == entries
+    kept = Secret.objects.get(name="MEMORY_TOKEN")
+    assert (kept.value, kept.origins, kept.updated_at) == (VALUE, [ORIGIN], row.updated_at)
+    other = "https://other.example.com"
+    assert put_secret(api, "MEMORY_TOKEN", {"value": VALUE, "origins": [other]}).status_code == 204
+    assert put_secret(api, "MEMORY_TOKEN", {"value": VALUE + "2"}).status_code == 204
+    audited = AuditEntry.objects.filter(action="secret.set").order_by("id")
+    assert [e.detail for e in audited][-2:] == [
+        {"name": "MEMORY_TOKEN", "created": False, "origins": [other]},
+        {"name": "MEMORY_TOKEN", "created": False, "origins": [other]},
+    ]
+    assert AuditEntry.objects.count() == entries + 2
+    assert stored() == VALUE + "2"

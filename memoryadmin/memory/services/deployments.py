@@ -159,7 +159,9 @@ def deployment_create(
 
 @transaction.atomic
 def deployment_promote(*, deployment: Deployment, environment: str, actor: str) -> Deployment:
-    """Applies the deployment's limits to its resources, then activates it."""
+    """Applies the deployment's limits to its resources, then activates it. A promotion
+    that changes nothing (the deployment active already, its resources as it declares
+    them) writes nothing and is not audited."""
     check_environment(environment)
     project = deployment.project
     _check_kinds(project, deployment.memory, environment)
@@ -174,11 +176,13 @@ def deployment_promote(*, deployment: Deployment, environment: str, actor: str) 
     # promotions naming the same resources take their locks in one order, so one waits
     # for the other rather than each holding a row the other needs (a deadlock).
     tools_changed: list[str] = []
+    changed = False
     for declaration in sorted(deployment.memory, key=lambda d: d["id"]):
         provider = dict(declaration["provider"])
         kind = provider.pop("kind")
         max_bytes = provider.pop("maxBytes")
-        resource, created = Resource.objects.get_or_create(
+        # Locked as read: whether the promotion changes the row is decided under the lock.
+        resource, created = Resource.objects.select_for_update().get_or_create(
             project=project,
             environment=environment,
             resource_id=declaration["id"],
@@ -189,12 +193,17 @@ def deployment_promote(*, deployment: Deployment, environment: str, actor: str) 
                 "config": provider,
             },
         )
+        changed = changed or created
         if not created:
             if resource.kind != kind:
                 raise ResourceConflict(
                     f"Resource '{resource.resource_id}' is a {resource.kind} provider; "
                     "changing provider kind requires a new resource."
                 )
+            declared = (max_bytes, declaration["description"], provider)
+            if (resource.max_bytes, resource.description, resource.config) == declared:
+                continue
+            changed = True
             # Lowering maxBytes never touches stored text: an oversized
             # document stays readable and its next replacement must fit.
             Resource.objects.filter(pk=resource.pk).update(
@@ -210,6 +219,14 @@ def deployment_promote(*, deployment: Deployment, environment: str, actor: str) 
         # promotion is refused (and rolled back) where they would collide.
         for check in _TOOLS_CHANGED_CHECKS:
             check(project, environment, tools_changed)
+    active = (
+        ActiveDeployment.objects.select_for_update()
+        .filter(project=project, environment=environment, agent=deployment.agent)
+        .values_list("deployment_id", flat=True)
+        .first()
+    )
+    if active == deployment.id and not changed:
+        return deployment
     ActiveDeployment.objects.update_or_create(
         project=project,
         environment=environment,

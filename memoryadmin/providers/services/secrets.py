@@ -10,6 +10,7 @@ every call.
 
 from __future__ import annotations
 
+import hmac
 import re
 from datetime import datetime
 from typing import Any, TypedDict
@@ -93,7 +94,8 @@ def secret_set(
     origins: object = None,
     server_level: bool = False,
 ) -> bool:
-    """Creates or replaces a secret; True when it is new.
+    """Creates or replaces a secret; True when it is new. Setting the value and origins
+    it has already writes nothing and is not audited.
 
     `origins` is required for a new secret; for an existing one, None keeps
     its origins. Server-level names (the reference provider's token) are
@@ -128,6 +130,9 @@ def secret_set(
         # Rolled back with the row just created.
         check_origins(None)
     if not created:
+        origins_kept = bound is None or bound == secret.origins
+        if origins_kept and hmac.compare_digest(secret.value.encode(), checked.encode()):
+            return False
         secret.value = checked
         if bound is not None:
             secret.origins = bound
