@@ -275,3 +275,17 @@ def test_demo_repairs_a_login_whose_password_file_was_lost(db: None, var_dir: Pa
     assert "login demo-owner" in out
     assert password_login(Client(), "demo-owner", saved["demo-owner"])
     assert get_user_model().objects.filter(username="demo-owner").count() == 1
+
+
+def test_demo_project_is_created_as_createproject_creates_one_audited_once(
+    db: None, var_dir: Path
+) -> None:
+    out = run_demo()
+    assert "project demo" in out
+    made = AuditEntry.objects.filter(project_id="demo", action="project.create")
+    assert [(e.actor, e.environment, e.detail) for e in made] == [
+        ("demo", "", {"name": "Demo project"})
+    ]
+    assert Project.objects.get(id="demo").name == "Demo project"
+    run_demo()
+    assert AuditEntry.objects.filter(action="project.create").count() == 1

@@ -13,7 +13,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 
 from memoryadmin.core.environments import DEFAULT_ENVIRONMENT, Environment
-from memoryadmin.core.errors import NotFound
+from memoryadmin.core.errors import Conflict, NotFound
 from memoryadmin.files import private_write
 from memoryadmin.memory.models import Document, Project
 from memoryadmin.memory.services.deployments import (
@@ -24,6 +24,7 @@ from memoryadmin.memory.services.deployments import (
 )
 from memoryadmin.memory.services.documents import document_create
 from memoryadmin.memory.services.keys import api_key_authenticate, api_key_create
+from memoryadmin.memory.services.projects import project_create, project_get
 from memoryadmin.providers.services.secrets import (
     check_origins,
     secret_list,
@@ -197,11 +198,14 @@ def _demo_provider_token(project: Project, base_url: str, created: list[str]) ->
 @transaction.atomic
 def demo_setup(*, base_url: str = DEFAULT_BASE_URL) -> DemoResult:
     created: list[str] = []
-    project, was_created = Project.objects.get_or_create(
-        id=PROJECT_ID, defaults={"name": "Demo project"}
-    )
-    if was_created:
-        created.append("project demo")
+    project = Project.objects.filter(id=PROJECT_ID).first()
+    if project is None:
+        # Made as `createproject` makes a project, audited in its own log.
+        try:
+            project = project_create(project_id=PROJECT_ID, name="Demo project", actor="demo")
+            created.append("project demo")
+        except Conflict:  # made meanwhile, by a run at the same time
+            project = project_get(project_id=PROJECT_ID)
     # The token first: a deployment may send it only where it is bound.
     _demo_provider_token(project, base_url, created)
     manifest = demo_manifest(base_url)
