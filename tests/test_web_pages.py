@@ -15,7 +15,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from memoryadmin.memory.models import Document, Project, Resource
+from memoryadmin.memory.models import AuditEntry, Document, Project, Resource
 from memoryadmin.memory.services.deployments import deployment_create
 from memoryadmin.memory.services.documents import document_replace
 from tests.helpers import (
@@ -455,6 +455,43 @@ def test_a_tampered_cursor_is_a_400_page(owner: Client, notes: Resource) -> None
     response = owner.get(NOTES, {"cursor": "forged"})
     assert response.status_code == 400
     assert b"cursor is not valid" in response.content
+
+
+def test_a_query_parameter_given_twice_is_a_400_page_as_in_the_api(
+    owner: Client, notes: Resource, make_document: Any
+) -> None:
+    """`?cursor=a&cursor=b` is refused naming it (the API's 400 and words), in the pages'
+    error style, as a page or an htmx fragment; the view never runs, so a form sent so
+    changes nothing. A parameter a page takes repeated (the as-of plan's documents)
+    is read whole."""
+    many_documents(notes, 60)
+    html = owner.get(NOTES).content.decode()
+    cursor = re.search(r"cursor=([^\"&]+)", html)
+    assert cursor is not None
+    twice = f"{NOTES}?cursor={cursor.group(1)}&cursor=forged"
+    response = owner.get(twice)
+    page = html_of(response, 400)
+    assert "<html" in page
+    assert "Something is wrong with this request" in page
+    assert "<p>cursor must be given once.</p>" in page
+    assert "Back to the memory of Acme" in page
+    fragment = html_of(owner.get(twice, **HX), 400)
+    assert "<html" not in fragment
+    assert "<p>cursor must be given once.</p>" in fragment
+    assert "sort must be given once." in html_of(owner.get(f"{NOTES}?sort=id&sort=size"), 400)
+    document = make_document("workshop", text="x")
+    entries = AuditEntry.objects.count()
+    refused = owner.post(f"{WORKSHOP}freeze/?next=a&next=b")
+    assert "next must be given once." in html_of(refused, 400)
+    document.refresh_from_db()
+    assert document.agent_writes
+    assert AuditEntry.objects.count() == entries
+    plan = owner.get(
+        f"{NOTES}as-of/restore/",
+        {"asOf": timezone.now().isoformat(), "documents": ["workshop", "doc-0001"]},
+    )
+    chosen = re.findall(r'type="hidden" name="documents" value="([^"]+)"', html_of(plan))
+    assert chosen == ["workshop", "doc-0001"]
 
 
 def test_document_page_escapes_text_and_keeps_whitespace(owner: Client, make_document: Any) -> None:

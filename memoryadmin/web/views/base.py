@@ -17,6 +17,7 @@ from django_htmx.http import HttpResponseClientRedirect
 
 from memoryadmin.core.environments import Environment
 from memoryadmin.core.errors import DomainError
+from memoryadmin.core.queries import given_once_check
 from memoryadmin.core.users import user_settled
 from memoryadmin.memory.models import Project, Resource
 from memoryadmin.memory.services.deployments import resource_documents_check, resource_get
@@ -207,11 +208,17 @@ Asks = Callable[[HttpRequest], str | None]
 
 
 def project_view(
-    permission: str, *, agents: bool = False, asks: Asks | None = None
+    permission: str,
+    *,
+    agents: bool = False,
+    asks: Asks | None = None,
+    repeatable_query: frozenset[str] = frozenset(),
 ) -> Callable[[ProjectView], Callable[..., HttpResponseBase]]:
     """Resolves the user's role on the project in the URL and demands `permission`, then
     what `asks` says this request needs (erasing rather than previewing, deleting rather
-    than freezing...).
+    than freezing...). Then the query, as the API's: a parameter given twice, unless the
+    view takes it repeated (`repeatable_query`), is a 400 page before the view reads any
+    (the last value would win otherwise).
 
     No role on the project: 404, as for a project that does not exist.
     A role without the permission: 403, and the view never runs: it reads and changes
@@ -271,6 +278,7 @@ def project_view(
                 asked = None if asks is None else asks(request)
                 if asked is not None:
                     membership_require(membership=membership, permission=asked)
+                given_once_check(request.GET, repeatable=repeatable_query)
                 response = view(request, page, **kwargs)
             except DomainError as exc:
                 response = error_page(request, exc, page=page)

@@ -312,7 +312,7 @@ def restore(request: HttpRequest, page: Page, r: str, d: str, revision: str) -> 
 
 
 @require_http_methods(["GET", "POST"])
-@project_view(EDIT)
+@project_view(EDIT, repeatable_query=frozenset({"documents"}))
 def restore_as_of(request: HttpRequest, page: Page, r: str) -> HttpResponseBase:
     """GET: the plan (a dry run) for the chosen documents or the whole resource. POST: apply
     what the plan showed: the whole resource only when it says so (`scope=all`), never
