@@ -1573,8 +1573,8 @@ def _page_proposal_reject(w: World) -> Posted:
     )
 
 
-# Signing in and out, and setting one's password from an invitation's link, change no
-# project: nothing of them is in a project's audit log.
+# Signing in and out change nothing audited; setting one's password from an invitation's
+# link is the person's change, in the log of the project that invited them.
 @page_case("login/")
 def _page_login(w: World) -> Posted:
     from tests.helpers import PASSWORD
@@ -1603,6 +1603,7 @@ def _page_password_set(w: World) -> Posted:
     return Posted(
         opened["Location"],
         {"new_password1": password, "new_password2": password},
+        [("user.password_set", "acme", "", "user:newcomer")],
         client=client,
         refused=None,
     )

@@ -188,6 +188,9 @@ def test_an_invitation_link_used_twice_at_once_sets_one_password(project: Projec
     assert "This link no longer works" in refused.content.decode()
     assert password_login(Client(), "nina", passwords[set_by[0]])
     assert not password_login(Client(), "nina", passwords[1 - set_by[0]])
+    # One password set, one entry.
+    entries = AuditEntry.objects.filter(action="user.password_set")
+    assert [(e.project_id, e.actor) for e in entries] == [("acme", "user:nina")]
 
 
 def test_an_invitation_accepted_while_its_role_is_revoked(project: Project) -> None:

@@ -20,7 +20,12 @@ from memoryadmin.memory.models import ActiveDeployment, AuditEntry, Deployment, 
 from memoryadmin.memory.services.deployments import deployment_create
 from memoryadmin.providers.models import Secret
 from memoryadmin.web.models import ProjectRole, Role
-from memoryadmin.web.services.roles import password_set_by_link, user_invite
+from memoryadmin.web.services.roles import (
+    password_set_by_link,
+    role_grant,
+    role_revoke,
+    user_invite,
+)
 from tests.helpers import MANIFEST_MEMORY, PASSWORD, People, html_of, password_login
 
 pytestmark = pytest.mark.django_db
@@ -180,6 +185,7 @@ def test_invite_with_a_link_lets_them_choose_a_password_once(owner: Client, peop
     assert path.startswith("/set-password/")
     user = get_user_model().objects.get(username="nina")
     assert not user.has_usable_password()
+    role_grant(username="nina", project_id="globex", role=Role.VIEWER, actor="t")
     guest = Client()
     form = guest.get(path, follow=True)
     assert "Choose your password" in form.content.decode()
@@ -198,8 +204,20 @@ def test_invite_with_a_link_lets_them_choose_a_password_once(owner: Client, peop
     )
     assert "Your password is set" in done.content.decode()
     assert password_login(Client(), "nina", PASSWORD)
-    # Used once: the link no longer works.
+    # The person's change, in the log of each project they have a role on, and nothing
+    # of the password in it.
+    entries = AuditEntry.objects.filter(action="user.password_set").order_by("project_id")
+    assert [(e.project_id, e.environment, e.actor, e.detail) for e in entries] == [
+        ("acme", "", "user:nina", {"user": "nina"}),
+        ("globex", "", "user:nina", {"user": "nina"}),
+    ]
+    user.refresh_from_db()
+    for entry in AuditEntry.objects.all():
+        assert PASSWORD not in str(entry.detail)
+        assert user.password not in str(entry.detail)
+    # Used once: the link no longer works, and writes nothing more.
     assert "This link no longer works" in Client().get(path, follow=True).content.decode()
+    assert AuditEntry.objects.filter(action="user.password_set").count() == 2
 
 
 def test_an_expired_link_sets_nothing(
@@ -226,6 +244,22 @@ def test_an_expired_link_sets_nothing(
     assert "This link no longer works" in refused.content.decode()
     assert "This link no longer works" in Client().get(path, follow=True).content.decode()
     assert not get_user_model().objects.get(username="nina").has_usable_password()
+
+
+def test_a_password_set_by_someone_with_no_role_left_is_audited_without_a_project(
+    people: People,
+) -> None:
+    invitation = user_invite(
+        username="nina", project_id="acme", role=Role.VIEWER, method="link", actor="t"
+    )
+    role_revoke(username="nina", project_id="acme", actor="t")
+    nina = get_user_model().objects.get(username="nina")
+    assert password_set_by_link(user_pk=nina.pk, token=invitation.token, password=PASSWORD)
+    entries = AuditEntry.objects.filter(action="user.password_set")
+    assert [(e.project_id, e.environment, e.actor, e.detail) for e in entries] == [
+        (None, "", "user:nina", {"user": "nina"})
+    ]
+    assert password_login(Client(), "nina", PASSWORD)
 
 
 DEAD_LINK = (
@@ -265,7 +299,7 @@ def test_a_dead_set_password_link_is_404_with_the_way_forward_and_changes_nothin
         token = "cz1z4a-0123456789abcdef0123456789abcdef"
     else:
         uid = urlsafe_base64_encode(force_bytes(nina.pk + 1000))
-    before = logins()
+    before, audited = logins(), AuditEntry.objects.count()
     guest = Client()
     for method, path in [
         ("get", f"/set-password/{uid}/{token}/"),
@@ -282,6 +316,7 @@ def test_a_dead_set_password_link_is_404_with_the_way_forward_and_changes_nothin
         )
         assert INTERNAL_RESET_SESSION_TOKEN not in guest.session
     assert logins() == before
+    assert AuditEntry.objects.count() == audited
     if dead == "used":
         assert password_login(Client(), "nina", PASSWORD)
 

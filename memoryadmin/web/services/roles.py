@@ -522,7 +522,11 @@ def password_set_by_link(*, user_pk: Any, token: str | None, password: str) -> b
     """Sets the password an invitation's set-password link asks for, if the link still
     works; False (nothing set) once it does not. The login's row is locked and the link
     checked again under the lock: a link used twice at once sets one password, and the
-    other use finds it used, as it would a moment later."""
+    other use finds it used, as it would a moment later.
+
+    Audited `user.password_set` by the person, in the log of each project they have a
+    role on (a login belongs to none; without a role, once without a project), as the
+    invitation was (`user.invite`); the entry names the login, nothing of the password."""
     from django.contrib.auth.tokens import default_token_generator
 
     model = get_user_model()
@@ -531,4 +535,15 @@ def password_set_by_link(*, user_pk: Any, token: str | None, password: str) -> b
         return False
     user.set_password(password)
     user.save(update_fields=["password"])
+    username = user.get_username()
+    roles = ProjectRole.objects.filter(user_id=user.pk).order_by("project_id")
+    projects: list[str | None] = list(roles.values_list("project_id", flat=True))
+    for project_id in projects or [None]:
+        audit_record(
+            project_id=project_id,
+            environment="",
+            actor=f"user:{username}",
+            action="user.password_set",
+            detail={"user": username},
+        )
     return True
