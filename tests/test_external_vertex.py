@@ -305,6 +305,102 @@ def test_a_claim_older_than_the_calls_deadline_is_taken_over(
     assert not RecordDeleteClaim.objects.exists()
 
 
+def _forget(session: Any, recall_id: str, call_id: str, record_id: str) -> dict[str, Any]:
+    return tool_call(
+        session=session,
+        recall_id=recall_id,
+        call_id=call_id,
+        name="memory_forget",
+        arguments={"id": record_id},
+    )
+
+
+def test_a_sessions_forget_and_an_owners_delete_answer_for_each_other_while_open(
+    api: APIClient, project: Project, mem: Resource, vertex: FakeVertexMemoryBank
+) -> None:
+    """The model's forget follows the rule every delete of a record follows: while an
+    owner's delete the provider accepted is open, the forget sends nothing and is answered
+    `accepted` with that operation (the record is being forgotten); while the forget's is
+    open, an owner's delete is answered with it, and so is a second forget."""
+    memory_id = vertex.seed("Alice likes tea.", SCOPE)
+    other_id = vertex.seed("Alice likes jazz.", SCOPE)
+    session = external_session(project, "alice")
+    recall = recall_create(session=session, use=["mem"], input_text=None)["recallId"]
+    ids = {
+        r["metadata"]["providerExternalId"]: r["id"]
+        for r in api.get(RECORDS + ALICE).json()["records"]
+    }
+
+    owners = api.delete(f"{RECORDS}/{ids[memory_id]}{ALICE}")
+    assert owners.status_code == 202, owners.json()
+    forgotten = _forget(session, recall, "c1", ids[memory_id])
+    assert forgotten == {"status": "accepted", "operation": owners.json()["operation"]}
+    assert len(vertex.seen("DELETE", r".*/memories/" + memory_id)) == 1
+    assert ProviderOperation.objects.filter(record_id=ids[memory_id]).count() == 1
+
+    first = _forget(session, recall, "c2", ids[other_id])
+    assert first["status"] == "accepted", first
+    operation = ProviderOperation.objects.get(pk=first["operation"])
+    assert (operation.session_id, operation.action, operation.record_id) == (
+        session.id,
+        "delete",
+        ids[other_id],
+    )
+    assert _forget(session, recall, "c3", ids[other_id]) == first
+    again = api.delete(f"{RECORDS}/{ids[other_id]}{ALICE}")
+    assert again.status_code == 202, again.json()
+    assert again.json()["operation"] == first["operation"]
+    assert len(vertex.seen("DELETE", r".*/memories/" + other_id)) == 1
+    assert ProviderOperation.objects.filter(record_id=ids[other_id]).count() == 1
+    assert not RecordDeleteClaim.objects.exists()
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_sessions_forget_and_an_owners_delete_at_once_send_one(
+    live_server: Any, project: Project, mem: Resource, vertex: FakeVertexMemoryBank, api: APIClient
+) -> None:
+    """An owner's delete and the model's forget of one record at the same moment: the
+    provider hears of one delete, and both are answered with its operation."""
+    memory_id = vertex.seed("Alice likes tea.", SCOPE)
+    session = external_session(project, "alice")
+    recall = recall_create(session=session, use=["mem"], input_text=None)["recallId"]
+    record_id = api.get(RECORDS + ALICE).json()["records"][0]["id"]
+    key = api_key_create(project_id="acme")[1]
+    sent = r".*/memories/" + memory_id
+    held = vertex.stall(sent, method="DELETE")
+
+    def release() -> None:
+        # The first delete is held at the provider until the second has had the time to
+        # reach it too (it never does once the first holds the record's claim).
+        assert held.arrived.wait(30)
+        deadline = time.monotonic() + 2
+        while len(vertex.seen("DELETE", sent)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        held.release.set()
+
+    releaser = threading.Thread(target=release)
+    releaser.start()
+
+    def delete(index: int) -> Any:
+        if index == 1:
+            return _forget(session, recall, "c1", record_id)
+        with httpx.Client(timeout=60) as client:
+            response = client.delete(
+                f"{live_server.url}{RECORDS}/{record_id}{ALICE}", headers={"x-api-key": key}
+            )
+        return response.status_code, response.json()
+
+    owners, forgotten = run_threads(2, delete)
+    releaser.join(30)
+    assert len(vertex.seen("DELETE", sent)) == 1
+    [operation] = ProviderOperation.objects.filter(action="delete", record_id=record_id)
+    assert owners[0] == 202, owners
+    assert (owners[1]["status"], owners[1]["operation"]) == ("queued", operation.id)
+    assert forgotten == {"status": "accepted", "operation": operation.id}
+    assert not RecordDeleteClaim.objects.exists()
+
+
 def test_a_claim_refused_for_another_cause_is_raised_not_waited_on_for_ever(
     mem: Resource, settings: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -45,6 +45,7 @@ from memoryadmin.agents.models import (
     Session,
 )
 from memoryadmin.agents.services.operations import operation_record
+from memoryadmin.agents.services.records import delete_claimed
 from memoryadmin.agents.services.sessions import record_saved
 from memoryadmin.core.cancellation import Cancelled
 from memoryadmin.core.concurrency import Deadline
@@ -560,13 +561,13 @@ class ExternalProvider(MemoryProvider):
             record_id=args.get("id", ""),
         )
         try:
+            if spec["name"] == "forget":
+                return self._tool_forget(call, args["id"])
             store = self.open(binding.resource, binding.target_id, deadline=call.deadline)
             if spec["name"] == "add":
                 return self._tool_add(store, call, args["text"])
-            if spec["name"] == "search":
-                remotes = call.run(store, lambda: store.search(args["query"], _limit(args)))
-                return {"results": self._shapes(store, remotes, operation="search")}
-            return self._tool_forget(store, call, args["id"])
+            remotes = call.run(store, lambda: store.search(args["query"], _limit(args)))
+            return {"results": self._shapes(store, remotes, operation="search")}
         except Cancelled:
             return call.unsettled(spec, OperationKind.CANCELLED_WRITE, {"status": "cancelled"})
         except ExternalFailure as exc:
@@ -594,13 +595,24 @@ class ExternalProvider(MemoryProvider):
         )
         return {"status": "stored", "ids": stored}
 
-    def _tool_forget(self, store: RemoteStore, call: _ToolCall, record_id: str) -> Result:
+    def _tool_forget(self, call: _ToolCall, record_id: str) -> Result:
+        """The record's delete, under the rule every delete of it follows (`delete_claimed`):
+        one open already (an owner's, an erasure's, a containment's or a session's) answers
+        `accepted` with its operation and nothing is sent, as the model's own delete the
+        provider queued would (the record is being forgotten). The store is opened once
+        the claim is held, so its deadline starts after any wait for another's claim."""
         resource, namespace = call.binding.resource, call.binding.target_id
-        external_id = external_id_of(resource=resource, namespace=namespace, record_id=record_id)
-        outcome = call.run(store, lambda: store.delete(external_id))
-        if isinstance(outcome, Pending):
-            return call.accepted(outcome)
-        record_forget(resource=resource, record_id=record_id)
+        with delete_claimed(resource, namespace, record_id) as open_delete:
+            if open_delete is not None:
+                return {"status": "accepted", "operation": open_delete.id}
+            external_id = external_id_of(
+                resource=resource, namespace=namespace, record_id=record_id
+            )
+            store = self.open(resource, namespace)
+            outcome = call.run(store, lambda: store.delete(external_id))
+            if isinstance(outcome, Pending):
+                return call.accepted(outcome)
+            record_forget(resource=resource, record_id=record_id)
         return {"status": "deleted", "id": record_id}
 
     # Records that live with the provider.

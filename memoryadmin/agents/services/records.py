@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 from django.conf import settings
@@ -141,7 +141,6 @@ def _write(
     action: OperationAction,
     record_id: str = "",
     send: Callable[[], Result],
-    pending: Callable[[], ProviderOperation | None] | None = None,
 ) -> Result:
     """One owner write through the provider, audited (`record.create`, `.update`, `.delete`).
 
@@ -149,14 +148,16 @@ def _write(
     reconciled in the background; the caller sees `queued` until the provider confirms.
     One cancelled in flight (its caller went away) may or may not have happened: it is
     recorded as an open operation too, for an owner to settle, and the caller gets 409
-    `cancelled` naming it. `pending`: finds the same write, accepted already and still
-    open; when it does, nothing is sent and the caller sees that one `queued`. The look,
-    the send and the recording of its operation are then one step per record
-    (`_claimed`): a second caller at the same moment waits for the first's operation
-    and is answered with it, instead of sending again.
+    `cancelled` naming it. A delete runs under the record's claim (`delete_claimed`): a
+    delete of the record accepted already and still open is answered `queued` with that
+    operation, and nothing is sent.
     """
-    claim = _claimed(resource, namespace, record_id) if pending is not None else nullcontext()
-    with claim:
+    claim: AbstractContextManager[ProviderOperation | None] = (
+        delete_claimed(resource, namespace, record_id)
+        if action == OperationAction.DELETE
+        else nullcontext()
+    )
+    with claim as known:
         outcome = _outcome(
             resource=resource,
             namespace=namespace,
@@ -164,7 +165,7 @@ def _write(
             action=action,
             record_id=record_id,
             send=send,
-            known=pending() if pending is not None else None,
+            known=known,
         )
     # Raised once the operation that keeps the cancelled write is committed.
     if isinstance(outcome, Cancelled):
@@ -228,6 +229,20 @@ def _outcome(
         resource, actor, AUDIT_ACTIONS[action], namespace, {**detail, "status": result["status"]}
     )
     return result
+
+
+@contextmanager
+def delete_claimed(
+    resource: Resource, namespace: str, record_id: str
+) -> Iterator[ProviderOperation | None]:
+    """The one rule for every delete of a provider's record, whoever asks (an owner, an
+    erasure, a containment, a session's model tool): within it the caller holds the
+    record's claim (`_claimed`) and is given the record's open delete (`_open_delete`),
+    if any. With one, the caller sends nothing and answers with it; with none, it sends
+    its delete and records the operation the provider accepted before leaving, so a
+    second caller at the same moment waits for the claim and is given that operation."""
+    with _claimed(resource, namespace, record_id):
+        yield _open_delete(resource, namespace, record_id)
 
 
 @contextmanager
@@ -324,7 +339,6 @@ def record_delete(*, resource: Resource, namespace: str, record_id: str, actor: 
         send=lambda: provider.record_delete(
             resource=resource, namespace=namespace, record_id=record_id
         ),
-        pending=lambda: _open_delete(resource, namespace, record_id),
     )
 
 
