@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
-from django.db import IntegrityError
+from django.db import IntegrityError, connections
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -21,6 +21,7 @@ from memoryadmin.agents.services import records as records_services
 from memoryadmin.agents.services.records import record_delete
 from memoryadmin.agents.services.runtime import recall_create, tool_call
 from memoryadmin.core.cancellation import Cancelled, caller_connection
+from memoryadmin.core.concurrency import in_flight, requests_waiting
 from memoryadmin.external.ids import external_memory_id, provider_id
 from memoryadmin.external.models import ExternalRecord
 from memoryadmin.memory.models import AuditEntry, Project, Resource
@@ -398,6 +399,63 @@ def test_a_sessions_forget_and_an_owners_delete_at_once_send_one(
     assert owners[0] == 202, owners
     assert (owners[1]["status"], owners[1]["operation"]) == ("queued", operation.id)
     assert forgotten == {"status": "accepted", "operation": operation.id}
+    assert not RecordDeleteClaim.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_delete_waiting_for_anothers_claim_counts_as_a_provider_call_of_its_project(
+    mem: Resource,
+    vertex: FakeVertexMemoryBank,
+    api: APIClient,
+    settings: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A delete waiting for another caller's claim of its record holds a request thread:
+    it counts against its project's bounds on provider calls as the call it then makes
+    does, so the project's next provider request past them is refused (429)."""
+    memory_id = vertex.seed("Alice likes tea.", SCOPE)
+    record_id = api.get(RECORDS + ALICE).json()["records"][0]["id"]
+    settings.MEMORYADMIN_PROVIDER_REQUESTS_PER_PROJECT = 1
+    claim = RecordDeleteClaim.objects.create(
+        resource=mem, namespace="alice", record_id=record_id, claimed_at=timezone.now()
+    )
+    refused = threading.Event()
+    create = RecordDeleteClaim.objects.create
+
+    def claim_create(**fields: Any) -> RecordDeleteClaim:
+        try:
+            return create(**fields)
+        except IntegrityError:
+            refused.set()
+            raise
+
+    monkeypatch.setattr(RecordDeleteClaim.objects, "create", claim_create)
+    answers: list[Any] = []
+
+    def delete() -> None:
+        try:
+            answers.append(
+                record_delete(resource=mem, namespace="alice", record_id=record_id, actor="t")
+            )
+        finally:
+            connections.close_all()
+
+    waiting = threading.Thread(target=delete)
+    waiting.start()
+    try:
+        assert refused.wait(30)
+        assert (in_flight("acme"), requests_waiting("acme")) == (1, 1)
+        busy = api.get(RECORDS + ALICE)
+        assert busy.status_code == 429, busy.json()
+        assert busy.json()["error"]["code"] == "provider_failed"
+        assert int(busy["Retry-After"]) >= 1
+    finally:
+        claim.delete()
+        waiting.join(30)
+    assert [answer["status"] for answer in answers] == ["queued"]
+    assert ProviderOperation.objects.get().id == answers[0]["operation"]
+    assert len(vertex.seen("DELETE", r".*/memories/" + memory_id)) == 1
+    assert (in_flight("acme"), requests_waiting("acme")) == (0, 0)
     assert not RecordDeleteClaim.objects.exists()
 
 

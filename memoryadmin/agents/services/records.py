@@ -150,23 +150,29 @@ def _write(
     recorded as an open operation too, for an owner to settle, and the caller gets 409
     `cancelled` naming it. A delete runs under the record's claim (`delete_claimed`): a
     delete of the record accepted already and still open is answered `queued` with that
-    operation, and nothing is sent.
+    operation, and nothing is sent. The whole write, a wait for another caller's claim
+    included, is one provider call of the project (`_call`): past its bounds 429 before
+    anything is looked at or sent.
     """
-    claim: AbstractContextManager[ProviderOperation | None] = (
-        delete_claimed(resource, namespace, record_id)
-        if action == OperationAction.DELETE
-        else nullcontext()
-    )
-    with claim as known:
-        outcome = _outcome(
-            resource=resource,
-            namespace=namespace,
-            actor=actor,
-            action=action,
-            record_id=record_id,
-            send=send,
-            known=known,
+
+    def write() -> Result | Cancelled:
+        claim: AbstractContextManager[ProviderOperation | None] = (
+            delete_claimed(resource, namespace, record_id)
+            if action == OperationAction.DELETE
+            else nullcontext()
         )
+        with claim as known:
+            return _outcome(
+                resource=resource,
+                namespace=namespace,
+                actor=actor,
+                action=action,
+                record_id=record_id,
+                send=send,
+                known=known,
+            )
+
+    outcome = _call(resource, write)
     # Raised once the operation that keeps the cancelled write is committed.
     if isinstance(outcome, Cancelled):
         raise outcome
@@ -183,7 +189,8 @@ def _outcome(
     send: Callable[[], Result],
     known: ProviderOperation | None,
 ) -> Result | Cancelled:
-    """The write's answer, audited, or the Cancelled its caller is to be given."""
+    """The write's answer, audited, or the Cancelled its caller is to be given (within the
+    write's provider call, `_write`)."""
 
     def opened(kind: str, provider_operation: str) -> str:
         return operation_open(
@@ -202,7 +209,7 @@ def _outcome(
         result = _queued(known.id, known.provider_operation)
     else:
         try:
-            result = _call(resource, send)
+            result = send()
         except Cancelled as exc:
             operation = opened(OperationKind.CANCELLED_WRITE, "")
             _audit(
@@ -240,7 +247,8 @@ def delete_claimed(
     record's claim (`_claimed`) and is given the record's open delete (`_open_delete`),
     if any. With one, the caller sends nothing and answers with it; with none, it sends
     its delete and records the operation the provider accepted before leaving, so a
-    second caller at the same moment waits for the claim and is given that operation."""
+    second caller at the same moment waits for the claim and is given that operation.
+    Run within a provider call of the project (its bounds count the wait)."""
     with _claimed(resource, namespace, record_id):
         yield _open_delete(resource, namespace, record_id)
 
