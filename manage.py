@@ -7,6 +7,7 @@ import sys
 
 def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memoryadmin.settings")
+    from django.core.exceptions import ImproperlyConfigured
     from django.core.management import execute_from_command_line
 
     from memoryadmin.core.errors import DomainError
@@ -19,7 +20,15 @@ def main() -> None:
     except DomainError as exc:
         sys.stderr.write(f"Error: {exc.message}\n")
         sys.exit(6)  # EXIT_INVALID of memoryadmin/core/cli.py
-    execute_from_command_line(sys.argv)
+    try:
+        execute_from_command_line(sys.argv)
+    except ImproperlyConfigured as exc:
+        # A missing secret or a malformed setting stops every command before it starts:
+        # one line, as every command fails, not a traceback (unless --traceback asks).
+        if "--traceback" in sys.argv:
+            raise
+        sys.stderr.write(f"Error: {exc}\n")
+        sys.exit(1)  # EXIT_ERROR of memoryadmin/core/cli.py
 
 
 if __name__ == "__main__":

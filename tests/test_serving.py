@@ -38,11 +38,28 @@ def test_without_debug_a_missing_secret_stops_every_command(missing: str, tmp_pa
     env = clean_env(**production_env(), MEMORYADMIN_VAR_DIR=str(tmp_path))
     env["DATABASE_URL"] = f"sqlite:///{tmp_path}/db.sqlite3"
     del env[missing]
-    result = manage("check", env=env)
-    assert result.returncode != 0
-    assert "ImproperlyConfigured" in result.stderr
-    assert f"{missing} must be set when DJANGO_DEBUG is off" in result.stderr
+    # Django's own commands and memoryadmin's alike: one line, exit code 1, no traceback.
+    for args in (["check"], ["memory", "--project", "demo", "list"]):
+        result = manage(*args, env=env)
+        assert result.returncode == 1, result.stderr
+        assert result.stdout == ""
+        assert result.stderr.startswith(f"Error: {missing} must be set when DJANGO_DEBUG is off")
+        assert result.stderr.count("\n") == 1, result.stderr
     assert not (tmp_path / "secret-key").exists()
+
+
+def test_a_malformed_setting_is_one_error_line(tmp_path: Path) -> None:
+    env = clean_env(**production_env(), MEMORYADMIN_VAR_DIR=str(tmp_path))
+    env["DATABASE_URL"] = f"sqlite:///{tmp_path}/db.sqlite3"
+    env["MEMORYADMIN_API_RATE"] = "bogus"
+    result = manage("memory", "--project", "demo", "list", env=env)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr == "Error: MEMORYADMIN_API_RATE must look like 600/minute, not 'bogus'\n"
+    # --traceback keeps Django's traceback for whoever asks for it.
+    traced = manage("check", "--traceback", env=env)
+    assert traced.returncode == 1
+    assert "Traceback (most recent call last)" in traced.stderr
+    assert "ImproperlyConfigured: MEMORYADMIN_API_RATE" in traced.stderr
 
 
 def test_check_deploy_is_clean_with_the_documented_environment(tmp_path: Path) -> None:
