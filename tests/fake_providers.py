@@ -17,7 +17,8 @@ records in memory, and records every request it was sent:
 
 Faults are injected the way a real misbehaving server shows them:
 `fail_next` answers the next requests with given statuses, `stall` holds
-requests to a path until released.
+requests to a path until released, `change` rewrites the answers of a route (an answer
+its API does not allow).
 """
 
 from __future__ import annotations
@@ -103,6 +104,8 @@ class FakeServer(LoopbackServer):
         # Headers sent with every answer (e.g. Retry-After), when set.
         self.headers: dict[str, str] = {}
         self.stalls: list[Stall] = []
+        # (method, path pattern, edit): answers of matching requests, as `edit` returns them.
+        self.changes: list[tuple[str, str, Callable[[Any], Any]]] = []
         self.lock = threading.RLock()
         self.routes: list[tuple[str, re.Pattern[str], Handler]] = []
 
@@ -121,6 +124,11 @@ class FakeServer(LoopbackServer):
         stall = Stall(pattern, method)
         self.stalls.append(stall)
         return stall
+
+    def change(self, method: str, pattern: str, edit: Callable[[Any], Any]) -> None:
+        """Answers to `method` on paths matching `pattern` are what `edit` makes of the
+        answer the server would give."""
+        self.changes.append((method, pattern, edit))
 
     def authorized(self, call: Call) -> bool:
         return True
@@ -150,7 +158,11 @@ class FakeServer(LoopbackServer):
             if match and method == call.method:
                 call.match = match
                 with self.lock:
-                    return handler(call)
+                    status, payload = handler(call)
+                    for changed, where, edit in self.changes:
+                        if changed == call.method and re.fullmatch(where, call.path):
+                            payload = edit(payload)
+                    return status, payload
         return self.not_found(call)
 
     def seen(self, method: str, pattern: str) -> list[Call]:

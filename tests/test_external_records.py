@@ -24,7 +24,13 @@ from memoryadmin.external.ids import records_map
 from memoryadmin.external.models import ExternalRecord
 from memoryadmin.memory.models import ActiveDeployment, AuditEntry, Project, Resource
 from memoryadmin.runner.jobs import jobs_run_due
-from tests.fake_providers import FakeHindsight, FakeMem0Oss, FakeVertexMemoryBank
+from tests.fake_providers import (
+    FakeHindsight,
+    FakeMem0Oss,
+    FakeMem0Platform,
+    FakeServer,
+    FakeVertexMemoryBank,
+)
 from tests.helpers import (
     DEV,
     ROOT,
@@ -210,6 +216,145 @@ def test_an_id_the_mapping_cannot_keep_makes_the_answer_invalid(
     assert AuditEntry.objects.filter(action="provider.failed").count() == 2
     assert not ExternalRecord.objects.exists()
     assert not Recall.objects.exists()
+
+
+# An answer's lists hold JSON objects, for every kind (`RemoteStore.objects`): an item that
+# is not one makes the whole answer invalid, never left out while the rest is shown.
+
+KINDS = ["mem0-oss", "mem0-platform", "vertex-memory-bank", "hindsight"]
+# Per kind: the answers listing memories (method, path, the key of the list), and the
+# history's (method, path, the key of the list, or None when the answer is the list).
+MEMORY_LISTS = {
+    "mem0-oss": [("GET", r"/memories", "results"), ("POST", r"/search", "results")],
+    "mem0-platform": [
+        ("POST", r"/v3/memories/", "results"),
+        ("POST", r"/v3/memories/search/", "results"),
+    ],
+    "vertex-memory-bank": [("POST", r".*/memories:retrieve", "retrievedMemories")],
+    "hindsight": [
+        ("GET", r".*/memories/list", "items"),
+        ("POST", r".*/memories/recall", "results"),
+    ],
+}
+HISTORIES = {
+    "mem0-oss": ("GET", r"/memories/[^/]+/history", None),
+    "mem0-platform": ("GET", r"/v1/memories/[^/]+/history/", None),
+    "vertex-memory-bank": ("GET", r".*/memories/[^/]+/revisions", "memoryRevisions"),
+    "hindsight": ("GET", r".*/memories/[^/]+/history", None),
+}
+NOT_OBJECTS = {"a string": "Alice likes jazz.", "null": None, "a list": [{"id": "m-2"}]}
+
+
+def _deployed_with_facts(kind: str, project: Project, request: pytest.FixtureRequest) -> FakeServer:
+    """A resource `mem` of `kind` on its fake server, with two facts of namespace alice."""
+    facts = ["Alice likes tea.", "Alice likes jazz."]
+    if kind == "mem0-oss":
+        oss: FakeMem0Oss = request.getfixturevalue("mem0_oss")
+        _mem0(project, oss)
+        for fact in facts:
+            oss.seed(fact, user_id="alice", agent_id="archivist")
+        return oss
+    if kind == "mem0-platform":
+        platform: FakeMem0Platform = request.getfixturevalue("mem0_platform")
+        deploy_external(
+            project,
+            {
+                "kind": "mem0-platform",
+                "baseUrl": platform.origin,
+                "apiKey": {"secret": "MEM0_API_KEY"},
+                "scope": {"user_id": "{namespace}"},
+            },
+            secrets_by_origin={platform.origin: {"MEM0_API_KEY": "mem0-platform-key"}},
+        )
+        for fact in facts:
+            platform.seed(fact, user_id="alice")
+        return platform
+    if kind == "vertex-memory-bank":
+        vertex: FakeVertexMemoryBank = request.getfixturevalue("vertex")
+        _vertex(project, vertex)
+        for fact in facts:
+            vertex.seed(fact, {"user_id": "alice"})
+        return vertex
+    hindsight: FakeHindsight = request.getfixturevalue("hindsight")
+    deploy_external(
+        project,
+        {
+            "kind": "hindsight",
+            "baseUrl": hindsight.origin,
+            "bankId": "{namespace}",
+            "headers": {"Authorization": {"secret": "HINDSIGHT_TOKEN", "scheme": "Bearer"}},
+        },
+        secrets_by_origin={hindsight.origin: {"HINDSIGHT_TOKEN": HINDSIGHT_TOKEN}},
+    )
+    hindsight.seed("alice", " ".join(facts))
+    return hindsight
+
+
+def _appended(key: str | None, item: object) -> Any:
+    def edit(answer: Any) -> Any:
+        if key is None:
+            return [*answer, item]
+        return {**answer, key: [*answer.get(key, []), item]}
+
+    return edit
+
+
+def _invalid(response: Any) -> None:
+    assert response.status_code == 502, response.json()
+    assert response.json()["error"] == {
+        "code": "provider_failed",
+        "message": "The memory provider of 'mem' failed; trying again will not help until "
+        "its owners fix it (the audit log has the details).",
+        "details": {"resource": "mem", "retryable": False},
+    }
+
+
+@pytest.mark.parametrize("odd", NOT_OBJECTS.values(), ids=NOT_OBJECTS.keys())
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_listed_memory_that_is_not_an_object_makes_the_answer_invalid(
+    api: APIClient, project: Project, request: pytest.FixtureRequest, kind: str, odd: object
+) -> None:
+    server = _deployed_with_facts(kind, project, request)
+    for method, path, key in MEMORY_LISTS[kind]:
+        server.change(method, path, _appended(key, odd))
+
+    _invalid(api.get(RECORDS + ALICE))
+    _invalid(api.get(RECORDS + ALICE + "&q=what+does+Alice+like"))
+    session = external_session(project, "alice")
+    with pytest.raises(RecallFailed) as failed:
+        recall_create(session=session, use=["mem"], input_text="What does Alice like?")
+    assert failed.value.details == {
+        "resource": "mem",
+        "reason": "provider_failed",
+        "retryable": False,
+    }
+
+    entries = AuditEntry.objects.filter(action="provider.failed")
+    assert len(entries) == 3
+    for entry in entries:
+        assert entry.detail["reason"] == "invalid_response"
+        assert "is not an object" in entry.detail["description"], entry.detail
+    assert not ExternalRecord.objects.exists()
+    assert not Recall.objects.exists()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_history_entry_that_is_not_an_object_makes_the_answer_invalid(
+    api: APIClient, project: Project, request: pytest.FixtureRequest, kind: str
+) -> None:
+    server = _deployed_with_facts(kind, project, request)
+    listed = api.get(RECORDS + ALICE)
+    assert listed.status_code == 200, listed.json()
+    record = listed.json()["records"][0]["id"]
+    method, path, key = HISTORIES[kind]
+    server.change(method, path, _appended(key, "an earlier text"))
+
+    _invalid(api.get(f"{RECORDS}/{record}/history{ALICE}"))
+    entry = AuditEntry.objects.get(action="provider.failed")
+    assert entry.detail["reason"] == "invalid_response"
+    assert "is not an object" in entry.detail["description"], entry.detail
+    # The records the list mapped stay as they were.
+    assert ExternalRecord.objects.count() == 2
 
 
 def test_the_longest_id_kept_is_1024_utf8_bytes(

@@ -576,6 +576,13 @@ ODD_NAMES = {
     "an empty id": FakeVertexMemoryBank.PARENT + "/memories/",
     "a number": 12345,
     "null": None,
+    "a memory of another engine": "projects/acme-prod/locations/us-central1/reasoningEngines/"
+    "4243/memories/123",
+    "a memory of another project": "projects/acme-test/locations/us-central1/reasoningEngines/"
+    "4242/memories/123",
+    "a memory of another location": "projects/acme-prod/locations/europe-west4/"
+    "reasoningEngines/4242/memories/123",
+    "a revision's name": FakeVertexMemoryBank.PARENT + "/memories/123/revisions/1",
 }
 
 
@@ -610,6 +617,67 @@ def test_a_memory_name_that_cannot_be_mapped_makes_the_answer_invalid(
     assert AuditEntry.objects.filter(action="provider.failed").count() == 2
     assert not ExternalRecord.objects.exists()
     assert not Recall.objects.exists()
+
+
+# A retrieved memory is an object; an item whose `memory` is anything else makes the
+# answer invalid, as an item that is not an object does for every kind.
+NOT_MEMORIES = {"a string": "Alice likes jazz.", "null": None, "missing": ...}
+
+
+@pytest.mark.parametrize("odd", NOT_MEMORIES.values(), ids=NOT_MEMORIES.keys())
+def test_a_retrieved_item_whose_memory_is_not_an_object_makes_the_answer_invalid(
+    api: APIClient, project: Project, mem: Resource, vertex: FakeVertexMemoryBank, odd: object
+) -> None:
+    vertex.seed("Alice likes tea.", SCOPE)
+    item = {"distance": 0.5} if odd is ... else {"memory": odd, "distance": 0.5}
+    vertex.change(
+        "POST",
+        r".*/memories:retrieve",
+        lambda answer: {**answer, "retrievedMemories": [*answer["retrievedMemories"], item]},
+    )
+
+    listed = api.get(RECORDS + ALICE)
+    assert listed.status_code == 502, listed.json()
+    assert listed.json()["error"]["code"] == "provider_failed"
+    assert listed.json()["error"]["details"] == {"resource": "mem", "retryable": False}
+    entry = AuditEntry.objects.get(action="provider.failed")
+    assert (entry.detail["operation"], entry.detail["reason"]) == ("list", "invalid_response")
+    assert "is not an object" in entry.detail["description"]
+
+    session = external_session(project, "alice")
+    with pytest.raises(RecallFailed):
+        recall_create(session=session, use=["mem"], input_text="What does Alice like?")
+    assert AuditEntry.objects.filter(action="provider.failed").count() == 2
+    assert not ExternalRecord.objects.exists()
+    assert not Recall.objects.exists()
+
+
+@pytest.mark.parametrize("odd", ["an earlier fact", {"fact": "x"}, 3])
+def test_revisions_that_are_not_a_list_make_the_history_invalid(
+    api: APIClient, mem: Resource, vertex: FakeVertexMemoryBank, odd: object
+) -> None:
+    vertex.seed("Alice likes tea.", SCOPE)
+    [record] = api.get(RECORDS + ALICE).json()["records"]
+    vertex.change("GET", r".*/memories/[^/]+/revisions", lambda _: {"memoryRevisions": odd})
+
+    history = api.get(f"{RECORDS}/{record['id']}/history{ALICE}")
+    assert history.status_code == 502, history.json()
+    assert history.json()["error"]["code"] == "provider_failed"
+    entry = AuditEntry.objects.get(action="provider.failed")
+    assert (entry.detail["operation"], entry.detail["reason"]) == ("revisions", "invalid_response")
+    assert ExternalRecord.objects.count() == 1
+
+
+def test_a_memory_without_revisions_has_an_empty_history(
+    api: APIClient, mem: Resource, vertex: FakeVertexMemoryBank
+) -> None:
+    # Google's JSON leaves an empty list out.
+    vertex.seed("Alice likes tea.", SCOPE)
+    [record] = api.get(RECORDS + ALICE).json()["records"]
+    vertex.change("GET", r".*/memories/[^/]+/revisions", lambda _: {})
+    history = api.get(f"{RECORDS}/{record['id']}/history{ALICE}")
+    assert history.status_code == 200, history.json()
+    assert history.json() == {"history": []}
 
 
 def test_bearer_tokens_are_sent_as_they_are(

@@ -214,6 +214,17 @@ class RemoteStore(ABC):
                 operation, f"an id that cannot be sent in a path ({value!r})"
             ) from None
 
+    def objects(self, items: object, *, operation: str, what: str) -> list[dict[str, Any]]:
+        """The items of a list an answer holds (its memories, revisions, changes: `what`),
+        when it is a list of JSON objects; otherwise the answer is invalid, before
+        anything of it is read. Never an item left out: the caller would show the rest
+        as the provider's whole answer."""
+        if not isinstance(items, list):
+            raise self.invalid(operation, f"its {what} are not a list")
+        if not all(isinstance(item, dict) for item in items):
+            raise self.invalid(operation, f"one of its {what} is not an object")
+        return items
+
     def record_id_valid(self, external_id: object) -> bool:
         """Whether a record id of an answer can be mapped: one the mapping can remember
         (`ids.external_id_valid`); a kind whose ids have a form of their own narrows it."""

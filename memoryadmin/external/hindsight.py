@@ -61,10 +61,8 @@ RUNNING = {"pending", "processing"}
 TRACEBACK = "\n\nTraceback:"
 
 
-def remote_of(item: Any) -> Remote | None:
+def remote_of(item: dict[str, Any]) -> Remote:
     """A memory unit of an answer; its id as answered (checked before it is mapped)."""
-    if not isinstance(item, dict):
-        return None
     metadata: dict[str, Any] = {}
     for source, name in (
         ("fact_type", "factType"),
@@ -91,9 +89,9 @@ class HindsightStore(RemoteStore):
         return f"/v1/default/banks/{self.segment(bank, operation='bank')}"
 
     def _remotes(self, items: Any, operation: str) -> list[Remote]:
-        if not isinstance(items, list):
-            raise self.invalid(operation, "no list of memories")
-        return [remote for remote in map(remote_of, items) if remote is not None]
+        return [
+            remote_of(item) for item in self.objects(items, operation=operation, what="memories")
+        ]
 
     def add(self, text: str) -> list[Remote] | Pending:
         body = {
@@ -167,7 +165,7 @@ class HindsightStore(RemoteStore):
             retryable=True,
             missing_ok=True,
         )
-        return remote_of(data)
+        return remote_of(data) if isinstance(data, dict) else None
 
     def delete(self, external_id: str) -> None:
         remote = self.get(external_id)
@@ -198,8 +196,6 @@ class HindsightStore(RemoteStore):
         )
         if data is None:
             raise NotFound("The record no longer exists at the provider.")
-        if not isinstance(data, list):
-            raise self.invalid("history", "not a list")
         return [
             {
                 "action": "update",
@@ -207,8 +203,7 @@ class HindsightStore(RemoteStore):
                 "previousText": item.get("previous_text"),
                 "at": item.get("changed_at"),
             }
-            for item in data
-            if isinstance(item, dict)
+            for item in self.objects(data, operation="history", what="changes")
         ]
 
     def update(self, external_id: str, text: str) -> Remote:

@@ -41,10 +41,8 @@ ADDED = {"ADD", "UPDATE"}
 HISTORY_ACTIONS = {"ADD": "create", "UPDATE": "update", "DELETE": "delete"}
 
 
-def remote_of(item: Any) -> Remote | None:
+def remote_of(item: dict[str, Any]) -> Remote:
     """A memory of an answer; its id as answered (checked before it is mapped)."""
-    if not isinstance(item, dict):
-        return None
     text = item.get("memory")
     raw = item.get("metadata")
     metadata: dict[str, Any] = raw if isinstance(raw, dict) else {}
@@ -57,6 +55,19 @@ def remote_of(item: Any) -> Remote | None:
     )
 
 
+def history_of(changes: list[dict[str, Any]]) -> list[Result]:
+    """A memory's history answer (Mem0 OSS and the platform alike), oldest first."""
+    return [
+        {
+            "action": HISTORY_ACTIONS.get(str(item.get("event")), str(item.get("event"))),
+            "text": item.get("new_memory"),
+            "previousText": item.get("old_memory"),
+            "at": item.get("created_at"),
+        }
+        for item in changes
+    ]
+
+
 class Mem0OssStore(RemoteStore):
     @property
     def entities(self) -> dict[str, str]:
@@ -67,9 +78,9 @@ class Mem0OssStore(RemoteStore):
 
     def _results(self, data: Any, operation: str) -> list[Remote]:
         items = data.get("results") if isinstance(data, dict) else data
-        if not isinstance(items, list):
-            raise self.invalid(operation, "no results list")
-        return [remote for remote in map(remote_of, items) if remote is not None]
+        return [
+            remote_of(item) for item in self.objects(items, operation=operation, what="results")
+        ]
 
     def add(self, text: str) -> list[Remote]:
         body = {
@@ -79,11 +90,9 @@ class Mem0OssStore(RemoteStore):
         }
         data = self.send("POST", "/memories", operation="add", retryable=False, body=body)
         items = data.get("results") if isinstance(data, dict) else None
-        if not isinstance(items, list):
-            raise self.invalid("add", "no results list")
+        results = self.objects(items, operation="add", what="results")
         # With inference on, the server may also report memories it deleted or left alone.
-        kept = [i for i in items if isinstance(i, dict) and i.get("event", "ADD") in ADDED]
-        return [remote for remote in map(remote_of, kept) if remote is not None]
+        return [remote_of(item) for item in results if item.get("event", "ADD") in ADDED]
 
     def search(self, query: str, limit: int) -> list[Remote]:
         body = {"query": query, "filters": self.entities, "top_k": limit}
@@ -107,10 +116,9 @@ class Mem0OssStore(RemoteStore):
             retryable=True,
             missing_ok=True,
         )
-        remote = remote_of(data)
-        if remote is None or not self._in_scope(data):
+        if not isinstance(data, dict) or not self._in_scope(data):
             return None
-        return remote
+        return remote_of(data)
 
     def _in_scope(self, item: dict[str, Any]) -> bool:
         # A record of another user or agent is not this namespace's, whatever its id.
@@ -150,18 +158,7 @@ class Mem0OssStore(RemoteStore):
             operation="history",
             retryable=True,
         )
-        if not isinstance(data, list):
-            raise self.invalid("history", "not a list")
-        return [
-            {
-                "action": HISTORY_ACTIONS.get(str(item.get("event")), str(item.get("event"))),
-                "text": item.get("new_memory"),
-                "previousText": item.get("old_memory"),
-                "at": item.get("created_at"),
-            }
-            for item in data
-            if isinstance(item, dict)
-        ]
+        return history_of(self.objects(data, operation="history", what="changes"))
 
     def _missing(self, external_id: str) -> Exception:
         return NotFound("The record no longer exists at the provider.")

@@ -40,7 +40,7 @@ from memoryadmin.external.base import (
     RemoteStore,
     _scope_normalize,
 )
-from memoryadmin.external.mem0_oss import HISTORY_ACTIONS, remote_of
+from memoryadmin.external.mem0_oss import history_of, remote_of
 from memoryadmin.external.transport import Connection, secret_value
 from memoryadmin.external.urls import HTTPS_ONLY
 from memoryadmin.memory.providers import Result
@@ -74,9 +74,9 @@ class Mem0PlatformStore(RemoteStore):
 
     def _results(self, data: Any, operation: str) -> list[Remote]:
         items = data.get("results") if isinstance(data, dict) else data
-        if not isinstance(items, list):
-            raise self.invalid(operation, "no results list")
-        return [remote for remote in map(remote_of, items) if remote is not None]
+        return [
+            remote_of(item) for item in self.objects(items, operation=operation, what="results")
+        ]
 
     def add(self, text: str) -> list[Remote] | Pending:
         body = {"messages": [{"role": "user", "content": text}], **self.entities, "infer": False}
@@ -113,12 +113,12 @@ class Mem0PlatformStore(RemoteStore):
             return OperationState(done=True, failed=True, error=str(data.get("error") or ""))
         if status != "SUCCEEDED":
             raise self.invalid(operation, f"unknown status {status!r}")
+        results = self.objects(data.get("results") or [], operation=operation, what="results")
         made = [
             Remote(
                 external_id=item.get("id", ""), text=str((item.get("data") or {}).get("memory", ""))
             )
-            for item in data.get("results") or []
-            if isinstance(item, dict)
+            for item in results
         ]
         return OperationState(done=True, records=made)
 
@@ -171,10 +171,9 @@ class Mem0PlatformStore(RemoteStore):
             retryable=True,
             body={"text": text},
         )
-        remote = remote_of(data)
-        if remote is None:
+        if not isinstance(data, dict):
             raise self.invalid("update", "no memory in the answer")
-        return remote
+        return remote_of(data)
 
     def delete(self, external_id: str) -> None:
         if self.get(external_id) is None:
@@ -198,18 +197,7 @@ class Mem0PlatformStore(RemoteStore):
         )
         if data is None:
             raise NotFound("The record no longer exists at the provider.")
-        if not isinstance(data, list):
-            raise self.invalid("history", "not a list")
-        return [
-            {
-                "action": HISTORY_ACTIONS.get(str(item.get("event")), str(item.get("event"))),
-                "text": item.get("new_memory"),
-                "previousText": item.get("old_memory"),
-                "at": item.get("created_at"),
-            }
-            for item in data
-            if isinstance(item, dict)
-        ]
+        return history_of(self.objects(data, operation="history", what="changes"))
 
 
 class Mem0PlatformProvider(ExternalProvider):

@@ -96,20 +96,21 @@ def signed_assertion(account: dict[str, Any], now: float) -> str:
     return f"{signing_input}.{_b64(signature)}"
 
 
-def memory_id_of(name: object) -> str:
-    """The memory id at the end of a Memory's resource name, as answered ("" when the
-    name is none): checked with the answer's other ids (`record_id_valid`)."""
-    if not isinstance(name, str) or "/memories/" not in name:
+def memory_id_of(name: object, parent: str) -> str:
+    """The memory id of a Memory's resource name, `{parent}/memories/{id}`, as answered
+    ("" when the name is not one of `parent`'s memories): checked with the answer's other
+    ids (`record_id_valid`)."""
+    prefix = f"{parent}/memories/"
+    if not isinstance(name, str) or not name.startswith(prefix):
         return ""
-    return name.rsplit("/memories/", 1)[1].split("/")[0]
+    return name.removeprefix(prefix)
 
 
-def remote_of(memory: Any) -> Remote | None:
-    if not isinstance(memory, dict):
-        return None
+def remote_of(memory: dict[str, Any], parent: str) -> Remote:
+    """A Memory of an answer, one of `parent`'s or invalid (`memory_id_of`)."""
     metadata = {"scope": memory["scope"]} if isinstance(memory.get("scope"), dict) else {}
     return Remote(
-        external_id=memory_id_of(memory.get("name")),
+        external_id=memory_id_of(memory.get("name"), parent),
         text=str(memory.get("fact") or ""),
         created_at=memory.get("createTime"),
         updated_at=memory.get("updateTime"),
@@ -119,7 +120,8 @@ def remote_of(memory: Any) -> Remote | None:
 
 class VertexMemoryBankStore(RemoteStore):
     record_ids = (
-        "the last segment of a memory's resource name, 1 to 128 ASCII letters, digits, '-' or '_'"
+        "the id of a memory of this reasoning engine (`{engine}/memories/{id}`), 1 to 128 "
+        "ASCII letters, digits, '-' or '_'"
     )
 
     def record_id_valid(self, external_id: object) -> bool:
@@ -186,12 +188,14 @@ class VertexMemoryBankStore(RemoteStore):
         )
         if not isinstance(data, dict):
             raise self.invalid(operation, "not an object")
-        items = data.get("retrievedMemories") or []
-        if not isinstance(items, list):
-            raise self.invalid(operation, "retrievedMemories is not a list")
-        remotes = [
-            r for r in (remote_of(i.get("memory")) for i in items if isinstance(i, dict)) if r
-        ]
+        # Google's JSON leaves an empty list out.
+        items = self.objects(
+            data.get("retrievedMemories", []), operation=operation, what="retrievedMemories"
+        )
+        memories = self.objects(
+            [item.get("memory") for item in items], operation=operation, what="memories"
+        )
+        remotes = [remote_of(memory, self.parent) for memory in memories]
         token = data.get("nextPageToken")
         return remotes, (token if isinstance(token, str) and token else None)
 
@@ -216,7 +220,7 @@ class VertexMemoryBankStore(RemoteStore):
         if not isinstance(data, dict) or data.get("scope") != self.target_scope:
             # A memory of another scope is not this namespace's, whatever its id.
             return None
-        return remote_of(data)
+        return remote_of(data, self.parent)
 
     def update(self, external_id: str, text: str) -> Pending:
         if self.get(external_id) is None:
@@ -252,12 +256,13 @@ class VertexMemoryBankStore(RemoteStore):
             operation="revisions",
             retryable=True,
         )
-        revisions = data.get("memoryRevisions") if isinstance(data, dict) else None
-        if not isinstance(revisions, list):
-            revisions = []
-        ordered = sorted(
-            (r for r in revisions if isinstance(r, dict)), key=lambda r: str(r.get("createTime"))
+        if not isinstance(data, dict):
+            raise self.invalid("revisions", "not an object")
+        # Google's JSON leaves an empty list out.
+        revisions = self.objects(
+            data.get("memoryRevisions", []), operation="revisions", what="memoryRevisions"
         )
+        ordered = sorted(revisions, key=lambda r: str(r.get("createTime")))
         changes: list[Result] = []
         previous = None
         for revision in ordered:
@@ -289,16 +294,17 @@ class VertexMemoryBankStore(RemoteStore):
         response: dict[str, Any] = raw if isinstance(raw, dict) else {}
         if "generatedMemories" not in response:
             # A create's or a patch's Memory; a delete's is empty.
-            made = remote_of(response) if "name" in response else None
-            return OperationState(done=True, records=[made] if made else [])
-        records = []
-        for generated in response.get("generatedMemories") or []:
-            if not isinstance(generated, dict) or generated.get("action") == "DELETED":
-                continue
-            memory = generated.get("memory")
-            remote = remote_of({"fact": "", **memory}) if isinstance(memory, dict) else None
-            if remote:
-                records.append(remote)
+            made = [remote_of(response, self.parent)] if "name" in response else []
+            return OperationState(done=True, records=made)
+        generated = self.objects(
+            response["generatedMemories"], operation="operation", what="generatedMemories"
+        )
+        memories = self.objects(
+            [g.get("memory") for g in generated if g.get("action") != "DELETED"],
+            operation="operation",
+            what="generated memories",
+        )
+        records = [remote_of({"fact": "", **memory}, self.parent) for memory in memories]
         return OperationState(done=True, records=records)
 
 
