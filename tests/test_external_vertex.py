@@ -24,6 +24,7 @@ from memoryadmin.core.cancellation import Cancelled, caller_connection
 from memoryadmin.core.concurrency import in_flight, requests_waiting
 from memoryadmin.external.ids import external_memory_id, provider_id
 from memoryadmin.external.models import ExternalRecord
+from memoryadmin.external.vertex import under_engine
 from memoryadmin.memory.models import AuditEntry, Project, Resource
 from memoryadmin.memory.providers import provider_for
 from memoryadmin.memory.services.deployments import deployment_create
@@ -578,8 +579,6 @@ ODD_NAMES = {
     "null": None,
     "a memory of another engine": "projects/acme-prod/locations/us-central1/reasoningEngines/"
     "4243/memories/123",
-    "a memory of another project": "projects/acme-test/locations/us-central1/reasoningEngines/"
-    "4242/memories/123",
     "a memory of another location": "projects/acme-prod/locations/europe-west4/"
     "reasoningEngines/4242/memories/123",
     "a revision's name": FakeVertexMemoryBank.PARENT + "/memories/123/revisions/1",
@@ -617,6 +616,33 @@ def test_a_memory_name_that_cannot_be_mapped_makes_the_answer_invalid(
     assert AuditEntry.objects.filter(action="provider.failed").count() == 2
     assert not ExternalRecord.objects.exists()
     assert not Recall.objects.exists()
+
+
+def test_a_memory_named_under_the_projects_number_is_the_engines(
+    api: APIClient, mem: Resource, vertex: FakeVertexMemoryBank
+) -> None:
+    """Google names a project by its number in answers where it was asked by its id: the
+    project's segment may be either, the location and the engine must be the declared."""
+    vertex.seed("Alice likes tea.", SCOPE)
+    seeded = vertex.seed("Alice likes jazz.", SCOPE)
+    by_number = FakeVertexMemoryBank.PARENT.replace("acme-prod", "123456789012")
+    vertex.memories[seeded]["name"] = f"{by_number}/memories/{seeded}"
+    listed = api.get(RECORDS + ALICE)
+    assert listed.status_code == 200, listed.json()
+    records = listed.json()["records"]
+    assert sorted(r["text"] for r in records) == ["Alice likes jazz.", "Alice likes tea."]
+    [jazz] = [r for r in records if r["text"] == "Alice likes jazz."]
+    assert jazz["metadata"]["providerExternalId"] == seeded
+    assert under_engine(f"{by_number}/operations/7", FakeVertexMemoryBank.PARENT) == (
+        "operations/7"
+    )
+    for elsewhere in (
+        "projects/123456789012/locations/europe-west4/reasoningEngines/4242/operations/7",
+        "projects/123456789012/locations/us-central1/reasoningEngines/4243/operations/7",
+        "projects//locations/us-central1/reasoningEngines/4242/operations/7",
+        "locations/us-central1/reasoningEngines/4242/operations/7",
+    ):
+        assert under_engine(elsewhere, FakeVertexMemoryBank.PARENT) is None, elsewhere
 
 
 # A retrieved memory is an object; an item whose `memory` is anything else makes the

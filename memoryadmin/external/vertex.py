@@ -96,14 +96,30 @@ def signed_assertion(account: dict[str, Any], now: float) -> str:
     return f"{signing_input}.{_b64(signature)}"
 
 
+def under_engine(name: object, parent: str) -> str | None:
+    """What follows the reasoning engine `parent` in a resource name the provider
+    answered (`None` when the name is not under it). Google answers a project by its
+    number where it was asked by its id (or the reverse), so the project's segment may be
+    either; the location and the engine must be the declared ones."""
+    if not isinstance(name, str):
+        return None
+    engine = parent.removeprefix("projects/").partition("/")[2]
+    head, slash, rest = name.removeprefix("projects/").partition("/")
+    if not name.startswith("projects/") or not head or not slash:
+        return None
+    if not rest.startswith(engine + "/"):
+        return None
+    return rest.removeprefix(engine + "/")
+
+
 def memory_id_of(name: object, parent: str) -> str:
     """The memory id of a Memory's resource name, `{parent}/memories/{id}`, as answered
-    ("" when the name is not one of `parent`'s memories): checked with the answer's other
-    ids (`record_id_valid`)."""
-    prefix = f"{parent}/memories/"
-    if not isinstance(name, str) or not name.startswith(prefix):
+    ("" when the name is not one of `parent`'s memories, `under_engine`): checked with the
+    answer's other ids (`record_id_valid`)."""
+    rest = under_engine(name, parent)
+    if rest is None or not rest.startswith("memories/"):
         return ""
-    return name.removeprefix(prefix)
+    return rest.removeprefix("memories/")
 
 
 def remote_of(memory: dict[str, Any], parent: str) -> Remote:
@@ -149,7 +165,7 @@ class VertexMemoryBankStore(RemoteStore):
 
     def _operation(self, data: Any, operation: str, kind: str) -> Pending:
         name = data.get("name") if isinstance(data, dict) else None
-        if not isinstance(name, str) or not name.startswith(self.parent + "/"):
+        if not isinstance(name, str) or under_engine(name, self.parent) is None:
             raise self.invalid(operation, "no operation name of this reasoning engine")
         return Pending(operation=name, kind=kind)
 
@@ -278,7 +294,7 @@ class VertexMemoryBankStore(RemoteStore):
         return changes
 
     def poll(self, operation: str) -> OperationState:
-        if not operation.startswith(self.parent + "/") or "/operations/" not in operation:
+        if under_engine(operation, self.parent) is None or "/operations/" not in operation:
             raise self.invalid("operation", "not an operation of this reasoning engine")
         # The provider's name, each of its segments one segment of the path.
         name = "/".join(self.segment(part, operation="operation") for part in operation.split("/"))
