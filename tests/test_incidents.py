@@ -5,13 +5,15 @@ in one action."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 from datetime import timedelta
 from io import StringIO
 from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
-from django.db import connection
+from django.db import connection, connections
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.test import APIClient
@@ -21,7 +23,8 @@ from memoryadmin.agents.services.runtime import recall_create, tool_call
 from memoryadmin.agents.services.sessions import session_create
 from memoryadmin.external.models import ExternalRecord
 from memoryadmin.incidents.models import Incident, NamedOperation
-from memoryadmin.incidents.services.contain import incident_contain
+from memoryadmin.incidents.services.contain import incident_contain, incident_contain_settled
+from memoryadmin.incidents.services.incidents import incident_create
 from memoryadmin.memory.models import ApiKey, AuditEntry, Document, Project, Resource
 from memoryadmin.memory.services.deployments import deployment_create, resource_get
 from memoryadmin.memory.services.documents import document_create, document_replace
@@ -962,9 +965,15 @@ def test_a_write_still_queued_when_the_incident_opens_is_traced_pending_and_cont
     """An incident opened while a tainted session's add is still queued at the provider
     names that write (a record node of its operation, pending); containing it then
     reports it `pending` and names its operation, deletes nothing and keeps the operation
-    named; once the provider has finished it, containing again deletes the record it
-    stored, through the provider."""
+    named. Once the provider has finished it, the reconciliation that settles it completes
+    the containment with nobody asking: the record it stored is deleted through the
+    provider, the kept report says so, audited as a containment by `system:incidents`
+    with its `incident.contained`; run again, or contained again by an owner, nothing
+    more is sent."""
     server, memories = queued_provider(project, request, kind)
+    endpoint_create(
+        project=project, url="http://127.0.0.1:9/hooks", events=["incident.contained"], actor="t"
+    )
     notes = resource_get(project=project, environment="development", resource_id="notes")
     document_create(resource=notes, doc_id="runbook", title="runbook", text=POISON, actor="k")
     session = archivist(project, "late")
@@ -1012,22 +1021,236 @@ def test_a_write_still_queued_when_the_incident_opens_is_traced_pending_and_cont
     assert f"Pending write <code>{operation}</code>" in page.content.decode()
     assert f"  pending {operation}" in incident_command("contain", incident["id"], "--dry-run")
 
+    # The provider finishes the add; the reconciliation that settles it has the
+    # containment completed (a job of its own, in the same round of due jobs).
+    deletes_before = len(server.seen("DELETE", r".*"))
     reconcile_all(settings)
     assert ProviderOperation.objects.get(pk=operation).state == OperationState.SUCCEEDED
-    (memory,) = memories
     (record,) = SessionEvent.objects.get(session=session, type="record.saved").data["recordIds"]
-    dry = post(api, contain, {"actions": ["revert"], "dryRun": True}).json()
-    assert {n["id"]: n["outcomes"] for n in dry["nodes"]}[node] == {"revert": "deleted"}
-    assert memory in memories
-    later = post(api, contain, {"actions": ["revert"]}).json()
-    outcome = {n["id"]: n["outcomes"] for n in later["nodes"]}[node]["revert"]
+    assert len(server.seen("DELETE", r".*")) == deletes_before + 1
+    kept = Incident.objects.get(pk=incident["id"])
+    outcome = {n["id"]: n["outcomes"] for n in kept.containment["nodes"]}[node]["revert"]
     assert outcome == ("queued" if kind == "vertex" else "deleted")
-    assert (later["pending"], later["changed"]) == ([], 1)
-    assert Incident.objects.get(pk=incident["id"]).containment == later
+    assert (kept.containment["pending"], kept.containment["changed"]) == ([], 1)
+    queued = kept.containment["queued"]
+    assert queued == (
+        list(ProviderOperation.objects.filter(action="delete").values_list("id", flat=True))
+        if kind == "vertex"
+        else []
+    )
+    assert kept.containment["deadLetters"] == []
+    assert kept.contained_at is not None
+    assert (
+        list(
+            NamedOperation.objects.filter(incident_id=incident["id"]).values_list(
+                "operation_id", flat=True
+            )
+        )
+        == queued
+    )
+    contained, completed = AuditEntry.objects.filter(action="incident.contain").order_by("id")
+    assert (contained.actor[:4], completed.actor) == ("key:", "system:incidents")
+    assert completed.detail == {
+        "incident": incident["id"],
+        "actions": ["revert"],
+        "changed": 1,
+        "deadLetters": [],
+        "queued": queued,
+        "pending": [],
+        "operation": operation,
+    }
+    events = [json.loads(d.body) for d in Delivery.objects.filter(event="incident.contained")]
+    assert [(e["data"]["incident"], e["data"]["actor"]) for e in events[1:]] == [
+        (incident["id"], "system:incidents")
+    ]
+    shown = api.get(f"{INCIDENTS}/{incident['id']}{DEV}").json()
+    assert shown["containment"] == kept.containment
+    page = web("viewer").get(f"/projects/acme/development/incidents/{incident['id']}/")
+    assert f"Pending write <code>{operation}</code>" not in page.content.decode()
     reconcile_all(settings)
-    assert memory not in memories
+    assert memories == {}
     records = "/api/managed-agents/projects/acme/memory/mem/records"
     assert api.get(f"{records}/{record}{DEV}&namespace=alice").status_code == 404
+
+    # The job run again, and an owner containing again: nothing more is sent or written.
+    deletes = len(server.seen("DELETE", r".*"))
+    incident_contain_settled(incident_id=incident["id"], operation_id=operation)
+    again = post(api, contain, {"actions": ["revert"]}).json()
+    assert {n["id"]: n["outcomes"] for n in again["nodes"]}[node] == {"revert": "unchanged"}
+    assert (again["pending"], again["changed"]) == ([], 0)
+    assert len(server.seen("DELETE", r".*")) == deletes
+    assert AuditEntry.objects.filter(action="incident.contain").count() == 2
+    assert Delivery.objects.filter(event="incident.contained").count() == 2
+    assert Incident.objects.get(pk=incident["id"]).containment == kept.containment
+
+
+@pytest.mark.parametrize("kind", ["vertex", "mem0-platform"])
+def test_a_pending_write_that_fails_is_reported_unchanged_and_nothing_is_deleted(
+    project: Project, api: APIClient, settings: Any, request: pytest.FixtureRequest, kind: str
+) -> None:
+    """A write its containment left pending that the provider then fails stored nothing:
+    the reconciliation that settles it has the kept report say `unchanged` of it and name
+    it no more (nor keep it named), deletes nothing, and, writing nothing, adds no audit
+    entry."""
+    server, memories = queued_provider(project, request, kind)
+    if kind == "vertex":
+        server.fail_operations = True
+    else:
+        server.fail_events = True
+    notes = resource_get(project=project, environment="development", resource_id="notes")
+    document_create(resource=notes, doc_id="runbook", title="runbook", text=POISON, actor="k")
+    session = archivist(project, "failing")
+    operation = queued_add(session, "Refunds go to account 4242.", ["notes", "mem"])
+    incident = post(api, INCIDENTS, {"title": "Refunds", "source": {"text": POISON}}).json()
+    node = f"record:mem/operation:{operation}"
+    report = post(api, f"{INCIDENTS}/{incident['id']}/contain", {"actions": ["revert"]}).json()
+    assert (report["pending"], report["changed"]) == ([operation], 0)
+
+    reconcile_all(settings)
+    assert ProviderOperation.objects.get(pk=operation).state == OperationState.FAILED
+    kept = Incident.objects.get(pk=incident["id"]).containment
+    assert {n["id"]: n["outcomes"] for n in kept["nodes"]}[node] == {"revert": "unchanged"}
+    assert (kept["pending"], kept["queued"], kept["deadLetters"], kept["changed"]) == (
+        [],
+        [],
+        [],
+        0,
+    )
+    assert memories == {}
+    assert not server.seen("DELETE", r".*")
+    assert not NamedOperation.objects.filter(incident_id=incident["id"]).exists()
+    assert AuditEntry.objects.filter(action="incident.contain").count() == 1
+
+
+def test_a_pending_write_left_a_dead_letter_and_discarded_is_reported_unchanged(
+    project: Project, api: APIClient, settings: Any, request: pytest.FixtureRequest
+) -> None:
+    """A pending write whose checks ran out (a dead letter) stays `pending`; an owner's
+    discard settles it, stored nothing: the kept report says `unchanged` of it."""
+    server, _ = queued_provider(project, request, "mem0-platform")
+    server.polls_to_finish = 100
+    settings.MEMORYADMIN_OPERATION_MAX_ATTEMPTS = 1
+    notes = resource_get(project=project, environment="development", resource_id="notes")
+    document_create(resource=notes, doc_id="runbook", title="runbook", text=POISON, actor="k")
+    operation = queued_add(archivist(project, "dead"), "Refunds: 4242.", ["notes", "mem"])
+    reconcile_all(settings)
+    assert ProviderOperation.objects.get(pk=operation).state == OperationState.DEAD
+    incident = post(api, INCIDENTS, {"title": "Refunds", "source": {"text": POISON}}).json()
+    report = post(api, f"{INCIDENTS}/{incident['id']}/contain", {"actions": ["revert"]}).json()
+    assert report["pending"] == [operation]
+
+    assert post(api, f"{OPERATIONS}/{operation}/discard", {}).status_code == 200
+    reconcile_all(settings)
+    kept = Incident.objects.get(pk=incident["id"]).containment
+    node = f"record:mem/operation:{operation}"
+    assert {n["id"]: n["outcomes"] for n in kept["nodes"]}[node] == {"revert": "unchanged"}
+    assert (kept["pending"], kept["changed"]) == ([], 0)
+    assert not server.seen("DELETE", r".*")
+    assert not NamedOperation.objects.filter(incident_id=incident["id"]).exists()
+    assert AuditEntry.objects.filter(action="incident.contain").count() == 1
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_an_owner_containing_again_while_the_completion_deletes_sends_one_delete(
+    project: Project, request: pytest.FixtureRequest
+) -> None:
+    """The completion of a pending write and an owner containing the incident again at the
+    same moment, in threads of their own, go through the one record delete: the provider
+    hears of one delete, both name its operation, the kept report names it `queued`."""
+    from memoryadmin.runner.jobs import job_run
+    from memoryadmin.runner.models import Job
+
+    server, memories = queued_provider(project, request, "vertex")
+    notes = resource_get(project=project, environment="development", resource_id="notes")
+    document_create(resource=notes, doc_id="runbook", title="runbook", text=POISON, actor="k")
+    session = archivist(project, "both")
+    operation = queued_add(session, "Refunds go to account 4242.", ["notes", "mem"])
+    incident = incident_create(
+        project=project,
+        environment="development",
+        title="Refunds",
+        source={"text": POISON},
+        hops=None,
+        actor="t",
+    )
+    incident_contain(incident=incident, dry_run=False, actions=["revert"], actor="t")
+    # The provider finishes the add at the next check: the check settles it and enqueues
+    # the completion (handed to the backend, run here by its id).
+    server.polls_to_finish = 1
+    reconciling = ProviderOperation.objects.get(pk=operation).job_id
+    assert job_run(reconciling) == "done"
+    (completion,) = Job.objects.filter(name__endswith="incident_contain_settled")
+    assert completion.kwargs == {"incident_id": incident.pk, "operation_id": operation}
+    sent = r".*/memories/.*"
+    held = server.stall(sent, method="DELETE")
+    answers: list[dict[str, Any]] = []
+    ran: list[str] = []
+
+    def complete() -> None:
+        try:
+            ran.append(job_run(completion.pk))
+        finally:
+            connections.close_all()
+
+    def contain_again() -> None:
+        try:
+            again = Incident.objects.get(pk=incident.pk)
+            answers.append(
+                incident_contain(incident=again, dry_run=False, actions=["revert"], actor="o")
+            )
+        finally:
+            connections.close_all()
+
+    completing = threading.Thread(target=complete)
+    completing.start()
+    owner = threading.Thread(target=contain_again)
+    try:
+        assert held.arrived.wait(30)  # the completion's delete, held at the provider
+        owner.start()
+        # The owner's delete waits for the record's claim: it never reaches the provider.
+        deadline = time.monotonic() + 2
+        while len(server.seen("DELETE", sent)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        held.release.set()
+        completing.join(60)
+    owner.join(60)
+    assert ran == ["done"]
+    assert len(server.seen("DELETE", sent)) == 1
+    (delete,) = ProviderOperation.objects.filter(action="delete").values_list("id", flat=True)
+    node = f"record:mem/operation:{operation}"
+    (answer,) = answers
+    assert {n["id"]: n["outcomes"] for n in answer["nodes"]}[node] == {"revert": "queued"}
+    assert (answer["queued"], answer["pending"]) == ([delete], [])
+    kept = Incident.objects.get(pk=incident.pk).containment
+    assert {n["id"]: n["outcomes"] for n in kept["nodes"]}[node] == {"revert": "queued"}
+    assert (kept["queued"], kept["pending"], kept["deadLetters"]) == ([delete], [], [])
+    assert len(memories) == 1  # until the provider finishes the one delete
+
+
+def test_a_settled_write_no_contained_incident_names_as_pending_contains_nothing(
+    project: Project, api: APIClient, settings: Any, request: pytest.FixtureRequest
+) -> None:
+    """An incident traced while the write was pending but never contained, and one whose
+    containment did not undo records (no `revert`): the write settling deletes nothing and
+    leaves their reports as they were."""
+    server, memories = queued_provider(project, request, "mem0-platform")
+    notes = resource_get(project=project, environment="development", resource_id="notes")
+    document_create(resource=notes, doc_id="runbook", title="runbook", text=POISON, actor="k")
+    session = archivist(project, "uncontained")
+    queued_add(session, "Refunds go to account 4242.", ["notes", "mem"])
+    left = post(api, INCIDENTS, {"title": "Left", "source": {"text": POISON}}).json()
+    frozen = post(api, INCIDENTS, {"title": "Frozen", "source": {"text": POISON}}).json()
+    report = post(api, f"{INCIDENTS}/{frozen['id']}/contain", {"actions": ["freeze"]}).json()
+    assert report["pending"] == []
+
+    reconcile_all(settings)
+    assert len(memories) == 1
+    assert not server.seen("DELETE", r".*")
+    assert Incident.objects.get(pk=left["id"]).containment == {}
+    assert Incident.objects.get(pk=frozen["id"]).containment == report
+    assert AuditEntry.objects.filter(action="incident.contain").count() == 1
 
 
 def test_a_queued_add_accepted_before_the_session_read_the_poison_is_not_traced(

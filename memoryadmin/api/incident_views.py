@@ -111,7 +111,7 @@ CONTAINMENT = OpenApiResponse(
             "pending": serializers.ListField(
                 child=serializers.CharField(),
                 help_text="The operations of tainted writes the provider has not finished: "
-                "contain again once they have succeeded.",
+                "the kept report is completed for each once it settles.",
             ),
             "changed": serializers.IntegerField(),
         },

@@ -262,6 +262,9 @@ def operation_reconcile(*, operation_id: str) -> None:
         ).update(**changes)
         if moved and check is not None and check.state == OperationState.SUCCEEDED:
             _saved(operation, check.record_ids)
+        if moved and not still_open:
+            operation.state = changes["state"]
+            _settled(operation)
     if still_open:
         raise RetryAfter(
             error or f"the provider reports it {changes.get('state', operation.state)}"
@@ -311,6 +314,24 @@ def _saved(operation: ProviderOperation, record_ids: tuple[str, ...]) -> None:
         operation=operation.id,
         acceptedAt=iso_ms(operation.created_at),
     )
+
+
+# Called with an operation in the transaction that settles it (the provider's answer that
+# it succeeded or failed, or an owner's discard of a dead letter), after its session's
+# `record.saved`: registered with `operations_settled_register` from the `ready()` of the
+# apps above that follow an operation to its end (an incident's containment).
+_SETTLED: list[Callable[[ProviderOperation], None]] = []
+
+
+def operations_settled_register(hook: Callable[[ProviderOperation], None]) -> None:
+    """`hook(operation)` runs in the transaction that settles an operation, once: what it
+    writes (a job it enqueues) commits with the settlement or not at all."""
+    _SETTLED.append(hook)
+
+
+def _settled(operation: ProviderOperation) -> None:
+    for hook in _SETTLED:
+        hook(operation)
 
 
 def _audit(operation: ProviderOperation, action: str, actor: str, **detail: Any) -> None:
@@ -425,6 +446,9 @@ def _settle_dead_letter(
                 ProviderOperation.objects.filter(pk=operation.pk).update(job=job)
         elif operation.job_id is not None:
             job_discard(operation.job_id)
+        if changes["state"] == OperationState.DISCARDED:
+            operation.state = OperationState.DISCARDED
+            _settled(operation)
         _audit(operation, f"operation.{action}", actor)
     operation.refresh_from_db()
     return operation

@@ -50,6 +50,7 @@ from memoryadmin.memory.services.audit import audit_record
 from memoryadmin.memory.services.documents import documents_set_agent_writes
 from memoryadmin.memory.services.keys import api_key_revoke
 from memoryadmin.memory.services.proposals import proposal_reject
+from memoryadmin.runner.jobs import durable, enqueue
 
 FREEZE = "freeze"
 END_SESSIONS = "endSessions"
@@ -136,8 +137,8 @@ class _Report:
     # letters) and those the provider only accepted (open until it finishes them).
     dead_letters: list[str] = field(default_factory=list)
     queued: list[str] = field(default_factory=list)
-    # Tainted writes the provider had not finished (their operations): contain again
-    # once they have succeeded.
+    # Tainted writes the provider had not finished (their operations): completed once
+    # they settle (`incident_contain_settled`).
     pending: list[str] = field(default_factory=list)
 
     def mark(self, node: str, action: str, outcome: str) -> None:
@@ -151,12 +152,6 @@ class _Report:
         if "apiKey" in self.incident.source:
             key = f"apiKey:{self.incident.source['apiKey']}"
             nodes.append({"id": key, "kind": "apiKey", "outcomes": self.outcomes.get(key, {})})
-        changed = sum(
-            1
-            for n in nodes
-            for outcome in n["outcomes"].values()
-            if outcome not in _CHANGES_NOTHING
-        )
         return {
             "incident": self.incident.id,
             "dryRun": self.dry_run,
@@ -166,8 +161,15 @@ class _Report:
             "deadLetters": self.dead_letters,
             "queued": self.queued,
             "pending": self.pending,
-            "changed": changed,
+            "changed": _changed(nodes),
         }
+
+
+def _changed(nodes: list[dict[str, Any]]) -> int:
+    """How many outcomes of a report's nodes wrote something."""
+    return sum(
+        1 for n in nodes for outcome in n["outcomes"].values() if outcome not in _CHANGES_NOTHING
+    )
 
 
 def _nodes(incident: Incident, kind: str) -> list[dict[str, Any]]:
@@ -307,15 +309,19 @@ def _reject_proposals(report: _Report, actor: str) -> None:
         report.mark(node["id"], REVERT, outcome)
 
 
-def _undo_records(report: _Report, actor: str) -> None:
+def _undo_records(report: _Report, actor: str, *, operation: str | None = None) -> None:
     """Tainted records deleted through their provider; a refusal or a failure becomes a
     dead letter of the operation store, a delete the provider only accepted is the open
     operation it is (both named by the report). An http provider's write has no undo
     here. A write the provider had not finished when the incident was traced (a node
     named by its operation) is undone as the records its operation stored, once it has
-    succeeded; until then it is `pending`, named by the report, for a containment after
-    it (one that failed stored nothing)."""
-    nodes = _nodes(report.incident, "record")
+    succeeded; until then it is `pending`, named by the report, completed when it settles
+    (one that failed stored nothing). `operation`: only the nodes of that write."""
+    nodes = [
+        node
+        for node in _nodes(report.incident, "record")
+        if operation is None or node.get("operation") == operation
+    ]
     resources = {
         r.resource_id: r
         for r in Resource.objects.filter(
@@ -463,23 +469,11 @@ def incident_contain(
             return answer
         # The incident keeps the last containment that wrote something (or its first):
         # a later one that changed nothing does not hide what was done.
-        now = timezone.now()
-        Incident.objects.filter(pk=incident.pk).update(contained_at=now, containment=answer)
-        incident.contained_at, incident.containment = now, answer
-        # The operations the kept report names stay as long as it names them (the
-        # operations' retention).
-        NamedOperation.objects.filter(incident=incident).delete()
-        NamedOperation.objects.bulk_create(
-            NamedOperation(incident=incident, operation_id=operation_id)
-            for operation_id in sorted({*report.dead_letters, *report.queued, *report.pending})
-        )
-        audit_record(
-            project_id=incident.project_id,
-            environment=incident.environment,
+        _keep(
+            incident,
+            answer,
             actor=actor,
-            action="incident.contain",
-            detail={
-                "incident": incident.id,
+            audit={
                 "actions": report.actions,
                 "changed": answer["changed"],
                 "deadLetters": report.dead_letters,
@@ -488,3 +482,105 @@ def incident_contain(
             },
         )
     return answer
+
+
+def _keep(
+    incident: Incident, report: dict[str, Any], *, actor: str, audit: dict[str, Any] | None
+) -> None:
+    """The incident keeps `report` (in the caller's transaction), and the operations it
+    names stay as long as it names them (the operations' retention). With `audit` (what
+    the containment wrote), it is the containment's time and audited `incident.contain`
+    (the `incident.contained` webhook)."""
+    changes: dict[str, Any] = {"containment": report}
+    if audit is not None:
+        changes["contained_at"] = timezone.now()
+    Incident.objects.filter(pk=incident.pk).update(**changes)
+    incident.containment = report
+    incident.contained_at = changes.get("contained_at", incident.contained_at)
+    named = {*report["deadLetters"], *report["queued"], *report["pending"]}
+    NamedOperation.objects.filter(incident=incident).delete()
+    NamedOperation.objects.bulk_create(
+        NamedOperation(incident=incident, operation_id=operation_id)
+        for operation_id in sorted(named)
+    )
+    if audit is not None:
+        audit_record(
+            project_id=incident.project_id,
+            environment=incident.environment,
+            actor=actor,
+            action="incident.contain",
+            detail={"incident": incident.id, **audit},
+        )
+
+
+# Who completes a containment when a write it left pending settles.
+SETTLED_ACTOR = "system:incidents"
+
+
+def pending_settled(operation: ProviderOperation) -> None:
+    """Registered with the operation store (`operations_settled_register`): an operation
+    a contained incident's kept report names, settled, has that incident's containment of
+    it completed by a job (`incident_contain_settled`), enqueued in the transaction that
+    settles it, so it runs once the write's `record.saved` is committed and is not lost.
+    The job itself finds whether the report names it as `pending` (it may name it as a
+    queued delete or a dead letter, or no more)."""
+    named = NamedOperation.objects.filter(operation_id=operation.id).values_list(
+        "incident_id", flat=True
+    )
+    for incident_id in named:
+        enqueue(
+            incident_contain_settled,
+            project=operation.project_id,
+            key=f"incident-settled:{incident_id}:{operation.id}",
+            incident_id=incident_id,
+            operation_id=operation.id,
+        )
+
+
+@durable(atomic=False)
+def incident_contain_settled(*, incident_id: str, operation_id: str) -> None:
+    """Completes an incident's containment of a write it reported `pending`, once that
+    write's operation has settled: the records it stored are undone as containment undoes
+    any (`_undo_records`, through the provider, the record's claim and its open delete:
+    run twice, or beside an owner containing again, the record is deleted once), and the
+    kept report says so of its node: its outcome, its queued delete or dead letter, no
+    more `pending`. Audited `incident.contain` (the `incident.contained` webhook) when it
+    wrote something; one that stored nothing (failed) is `unchanged`, the report updated,
+    no entry. Nothing for an incident whose kept report no longer names the write as
+    pending (contained again since), nor while the write is unsettled (retried)."""
+    incident = Incident.objects.filter(pk=incident_id).first()
+    if incident is None or operation_id not in incident.containment.get("pending", []):
+        return
+    report = _Report(incident=incident, dry_run=False, actions=[REVERT])
+    _undo_records(report, SETTLED_ACTOR, operation=operation_id)
+    if operation_id in report.pending or not report.outcomes:
+        return
+    done = {node: outcomes[REVERT] for node, outcomes in report.outcomes.items()}
+    with transaction.atomic():
+        kept = Incident.objects.select_for_update().filter(pk=incident_id).first()
+        if kept is None or operation_id not in kept.containment.get("pending", []):
+            return
+        containment = kept.containment
+        for node in containment["nodes"]:
+            if node["id"] in done:
+                node["outcomes"][REVERT] = done[node["id"]]
+        containment["pending"] = [o for o in containment["pending"] if o != operation_id]
+        for name, added in (("deadLetters", report.dead_letters), ("queued", report.queued)):
+            containment[name] += [o for o in added if o not in containment[name]]
+        containment["changed"] = _changed(containment["nodes"])
+        wrote = sum(1 for outcome in done.values() if outcome not in _CHANGES_NOTHING)
+        _keep(
+            kept,
+            containment,
+            actor=SETTLED_ACTOR,
+            audit={
+                "actions": [REVERT],
+                "changed": wrote,
+                "deadLetters": report.dead_letters,
+                "queued": report.queued,
+                "pending": containment["pending"],
+                "operation": operation_id,
+            }
+            if wrote
+            else None,
+        )
