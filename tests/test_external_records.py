@@ -357,6 +357,98 @@ def test_a_history_entry_that_is_not_an_object_makes_the_answer_invalid(
     assert ExternalRecord.objects.count() == 2
 
 
+# A get of one memory is "not found" only when the provider says so (its 404; Mem0 OSS's
+# `null`, how its server answers a memory it does not have): any other answer that is not
+# a JSON object is invalid, and a delete, which reads the memory first, forgets nothing.
+
+RECORD_GETS = {
+    "mem0-oss": ("GET", r"/memories/[^/]+"),
+    "mem0-platform": ("GET", r"/v1/memories/[^/]+/"),
+    "vertex-memory-bank": ("GET", r".*/memories/[^/:]+"),
+    "hindsight": ("GET", r".*/memories/(?!list$)[^/]+"),
+}
+UNREADABLE = [
+    pytest.param(kind, odd, id=f"{kind}-{name}")
+    for kind in KINDS
+    for name, odd in NOT_OBJECTS.items()
+    if (kind, name) != ("mem0-oss", "null")
+]
+
+
+def _answered(odd: object) -> Any:
+    return lambda answer: odd
+
+
+def _mapped_record(api: APIClient, text: str) -> tuple[str, set[tuple[str, str]]]:
+    """The id of alice's record holding `text`, once the list mapped them all, and the
+    mapping as it stands."""
+    listed = api.get(RECORDS + ALICE)
+    assert listed.status_code == 200, listed.json()
+    (record,) = [r["id"] for r in listed.json()["records"] if text in r["text"]]
+    return record, set(ExternalRecord.objects.values_list("record_id", "external_id"))
+
+
+@pytest.mark.parametrize(("kind", "odd"), UNREADABLE)
+def test_a_memory_answered_as_no_object_is_an_invalid_answer_and_is_not_deleted(
+    api: APIClient, project: Project, request: pytest.FixtureRequest, kind: str, odd: object
+) -> None:
+    server = _deployed_with_facts(kind, project, request)
+    record, mapping = _mapped_record(api, "jazz")
+    server.change(*RECORD_GETS[kind], _answered(odd))
+
+    _invalid(api.get(f"{RECORDS}/{record}{ALICE}"))
+    _invalid(api.delete(f"{RECORDS}/{record}{ALICE}"))
+    entries = AuditEntry.objects.filter(action="provider.failed").order_by("id")
+    assert [(e.detail["operation"], e.detail["reason"]) for e in entries] == [
+        ("get", "invalid_response"),
+        ("get", "invalid_response"),
+    ]
+    for entry in entries:
+        assert "the memory is not a JSON object" in entry.detail["description"], entry.detail
+    # Nothing sent, nothing forgotten, nothing reported deleted: the memory is still there.
+    assert server.seen("DELETE", r".*") == []
+    assert set(ExternalRecord.objects.values_list("record_id", "external_id")) == mapping
+    assert not AuditEntry.objects.filter(action="record.delete").exists()
+    assert not ProviderOperation.objects.exists()
+    server.changes.clear()
+    shown = api.get(f"{RECORDS}/{record}{ALICE}")
+    assert shown.status_code == 200, shown.json()
+    assert "jazz" in shown.json()["text"]
+
+
+@pytest.mark.parametrize(("kind", "odd"), UNREADABLE)
+def test_an_erasure_names_a_memory_answered_as_no_object_failed_not_deleted(
+    api: APIClient, project: Project, request: pytest.FixtureRequest, kind: str, odd: object
+) -> None:
+    server = _deployed_with_facts(kind, project, request)
+    record, mapping = _mapped_record(api, "jazz")
+    server.change(*RECORD_GETS[kind], _answered(odd))
+
+    made = api.post(
+        "/api/managed-agents/projects/acme/memory/erasures" + DEV,
+        {"match": {"text": "likes jazz"}, "reason": "ASI06 incident"},
+        format="json",
+    )
+    assert made.status_code == 201, made.json()
+    body = made.json()
+    assert body["complete"] is False
+    external = body["receipt"]["receipt"]["external"]
+    assert (external["deleted"], external["queued"]) == ([], [])
+    (failed,) = external["failed"]
+    assert {k: failed[k] for k in ("resource", "namespace", "record")} == {
+        "resource": "mem",
+        "namespace": "alice",
+        "record": record,
+    }
+    assert "failed" in failed["error"]
+    dead = ProviderOperation.objects.get(pk=failed["operation"])
+    assert (dead.state, dead.action, dead.record_id) == ("dead", "delete", record)
+    assert server.seen("DELETE", r".*") == []
+    assert set(ExternalRecord.objects.values_list("record_id", "external_id")) == mapping
+    server.changes.clear()
+    assert api.get(f"{RECORDS}/{record}{ALICE}").status_code == 200
+
+
 def test_the_longest_id_kept_is_1024_utf8_bytes(
     api: APIClient, project: Project, hindsight: FakeHindsight
 ) -> None:

@@ -630,6 +630,33 @@ def test_a_record_the_provider_cannot_delete_becomes_one_dead_letter(
     assert ProviderOperation.objects.filter(kind="containment_undo").count() == 1
 
 
+def test_a_record_the_provider_answers_as_no_object_is_a_dead_letter_not_deleted(
+    api: APIClient, world: dict[str, Any], mem0_oss: FakeMem0Oss
+) -> None:
+    """A get of the record answered with what is not a JSON object (null is Mem0 OSS's
+    not-found) is the provider's invalid answer: containment keeps a dead letter, sends no
+    delete and forgets nothing, never reporting a record deleted that is still there."""
+    opened = post(api, INCIDENTS, {"title": "x", "source": {"text": POISON}}).json()
+    contain = f"{INCIDENTS}/{opened['id']}/contain"
+    mem0_oss.change("GET", r"/memories/[^/]+", lambda answer: ["Refunds go to account 4242."])
+    report = post(api, contain, {"actions": ["revert"]}).json()
+    node = f"record:mem/{world['record']}"
+    assert {n["id"]: n["outcomes"] for n in report["nodes"]}[node] == {"revert": "dead_letter"}
+    (operation,) = report["deadLetters"]
+    dead = ProviderOperation.objects.get(pk=operation)
+    assert (dead.state, dead.kind, dead.record_id) == (
+        OperationState.DEAD,
+        "containment_undo",
+        world["record"],
+    )
+    assert "failed" in dead.last_error, dead.last_error
+    assert mem0_oss.seen("DELETE", r".*") == []
+    assert ExternalRecord.objects.filter(record_id=world["record"]).exists()
+    assert [m["memory"] for m in mem0_oss.memories.values()] == ["Refunds go to account 4242."]
+    failed = AuditEntry.objects.filter(action="provider.failed").values_list("detail", flat=True)
+    assert [(d["operation"], d["reason"]) for d in failed] == [("get", "invalid_response")]
+
+
 def test_an_operation_a_containment_report_names_is_kept_past_the_days_operations_are_kept(
     api: APIClient, world: dict[str, Any], mem0_oss: FakeMem0Oss, settings: Any
 ) -> None:

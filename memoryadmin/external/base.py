@@ -144,6 +144,9 @@ class RemoteStore(ABC):
     # What a record id of this kind's answers is (`record_id_valid`), for the invalid
     # answer's description.
     record_ids: ClassVar[str] = f"a string of 1 to {EXTERNAL_ID_MAX_BYTES} UTF-8 bytes"
+    # Whether the kind's API answers a GET of a record it does not have with 200 `null`,
+    # besides a 404 (`found`).
+    missing_is_null: ClassVar[bool] = False
 
     def __init__(self, connection: Connection, config: dict[str, Any], namespace: str) -> None:
         self.connection = connection
@@ -202,6 +205,20 @@ class RemoteStore(ABC):
                 operation=operation,
                 reply=reply,
             ) from None
+
+    def found(self, path: str, *, operation: str) -> dict[str, Any] | None:
+        """The record a GET of one record (`path`) answers, the JSON object it is; None
+        only where the provider's API says it has no such record: its 404, or `null` for a
+        kind that answers so (`missing_is_null`). Any other answer (a string, a list, a
+        number, `null` elsewhere) is invalid, never a record that is gone: a delete reads
+        its record first, and would forget it and report it deleted while it stays."""
+        reply = self.connection.call("GET", path, operation=operation, retryable=True)
+        data = self.answer(reply, operation=operation, missing_ok=True)
+        if reply.status == 404 or (data is None and self.missing_is_null):
+            return None
+        if not isinstance(data, dict):
+            raise self.invalid(operation, "the memory is not a JSON object")
+        return data
 
     def segment(self, value: str, *, operation: str) -> str:
         """An id the provider gave (a record's, an operation's, a document's) or the

@@ -158,14 +158,10 @@ class HindsightStore(RemoteStore):
         return remotes, (str(end) if remotes and end < data["total"] else None)
 
     def get(self, external_id: str) -> Remote | None:
-        data = self.send(
-            "GET",
-            f"{self.bank}/memories/{self.segment(external_id, operation='get')}",
-            operation="get",
-            retryable=True,
-            missing_ok=True,
+        data = self.found(
+            f"{self.bank}/memories/{self.segment(external_id, operation='get')}", operation="get"
         )
-        return remote_of(data) if isinstance(data, dict) else None
+        return None if data is None else remote_of(data)
 
     def delete(self, external_id: str) -> None:
         remote = self.get(external_id)

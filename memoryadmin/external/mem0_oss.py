@@ -69,6 +69,9 @@ def history_of(changes: list[dict[str, Any]]) -> list[Result]:
 
 
 class Mem0OssStore(RemoteStore):
+    # The server answers a memory it does not have with what `Memory.get` returns: null.
+    missing_is_null = True
+
     @property
     def entities(self) -> dict[str, str]:
         return self.scope(self.config["scope"])
@@ -109,14 +112,8 @@ class Mem0OssStore(RemoteStore):
         return remotes[offset:end], (str(end) if end < len(remotes) else None)
 
     def get(self, external_id: str) -> Remote | None:
-        data = self.send(
-            "GET",
-            self._memory(external_id, "get"),
-            operation="get",
-            retryable=True,
-            missing_ok=True,
-        )
-        if not isinstance(data, dict) or not self._in_scope(data):
+        data = self.found(self._memory(external_id, "get"), operation="get")
+        if data is None or not self._in_scope(data):
             return None
         return remote_of(data)
 

@@ -145,14 +145,8 @@ class Mem0PlatformStore(RemoteStore):
         return remotes, (str(page + 1) if more else None)
 
     def get(self, external_id: str) -> Remote | None:
-        data = self.send(
-            "GET",
-            self._memory(external_id, "get"),
-            operation="get",
-            retryable=True,
-            missing_ok=True,
-        )
-        if not isinstance(data, dict) or not self._in_scope(data):
+        data = self.found(self._memory(external_id, "get"), operation="get")
+        if data is None or not self._in_scope(data):
             return None
         return remote_of(data)
 

@@ -226,14 +226,8 @@ class VertexMemoryBankStore(RemoteStore):
         return self._retrieve({"simpleRetrievalParams": params}, "list")
 
     def get(self, external_id: str) -> Remote | None:
-        data = self.send(
-            "GET",
-            self.path(self.memory_name(external_id, "get")),
-            operation="get",
-            retryable=True,
-            missing_ok=True,
-        )
-        if not isinstance(data, dict) or data.get("scope") != self.target_scope:
+        data = self.found(self.path(self.memory_name(external_id, "get")), operation="get")
+        if data is None or data.get("scope") != self.target_scope:
             # A memory of another scope is not this namespace's, whatever its id.
             return None
         return remote_of(data, self.parent)
