@@ -289,3 +289,20 @@ def test_demo_project_is_created_as_createproject_creates_one_audited_once(
     assert Project.objects.get(id="demo").name == "Demo project"
     run_demo()
     assert AuditEntry.objects.filter(action="project.create").count() == 1
+
+
+def test_demo_logins_and_key_are_made_audited_by_the_demo_once(db: None, var_dir: Path) -> None:
+    run_demo()
+    invited = AuditEntry.objects.filter(project_id="demo", action="user.invite")
+    assert sorted((e.actor, e.detail["user"], e.detail["role"]) for e in invited) == [
+        ("demo", "demo-owner", "owner"),
+        ("demo", "demo-support", "support"),
+        ("demo", "demo-viewer", "viewer"),
+    ]
+    keys = AuditEntry.objects.filter(project_id="demo", action="apikey.create")
+    assert [e.actor for e in keys] == ["demo"]
+    saved = json.loads((var_dir / "demo-logins.json").read_text())
+    assert password_login(Client(), "demo-viewer", saved["demo-viewer"])
+    run_demo()
+    assert AuditEntry.objects.filter(action="user.invite").count() == 3
+    assert AuditEntry.objects.filter(action="apikey.create").count() == 1

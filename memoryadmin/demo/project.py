@@ -37,7 +37,7 @@ from memoryadmin.refprovider.declaration import (
     reference_token,
 )
 from memoryadmin.web.models import ProjectRole
-from memoryadmin.web.services.roles import role_grant
+from memoryadmin.web.services.roles import role_grant, user_create
 
 PROJECT_ID = "demo"
 AGENT = "support-bot"
@@ -130,7 +130,7 @@ def _demo_key(project: Project, created: list[str]) -> str:
         raw = path.read_text().strip()
         if api_key_authenticate(raw=raw) is not None:
             return raw
-    _, raw = api_key_create(project_id=project.id, name="demo")
+    _, raw = api_key_create(project_id=project.id, name="demo", actor="demo")
     private_write(path, raw + "\n")
     created.append("api key")
     return raw
@@ -150,10 +150,17 @@ def _demo_logins(project: Project, created: list[str]) -> list[DemoLogin]:
         password = saved.get(username, "")
         user = model.objects.filter(username=username).first()
         if user is None or not password or not user.check_password(password):
-            password = secrets.token_urlsafe(12)
+            made = None
             if user is None:
-                user = model.objects.create_user(username=username, password=password)
+                # As a person's login is made for a role (`user.invite`, audited).
+                made = user_create(
+                    username=username, project_id=project.id, role=role, actor="demo"
+                )
+                user = model.objects.get(username=username)
+            if made is not None:
+                password = made
             else:
+                password = secrets.token_urlsafe(12)
                 user.set_password(password)
                 user.save(update_fields=["password"])
             created.append(f"login {username}")
