@@ -43,6 +43,7 @@ from tests.helpers import (
     external_session,
     html_of,
     is_postgres,
+    lock_waiter_seen,
     unnamed_dead_letter,
 )
 
@@ -1254,6 +1255,252 @@ def test_an_owner_containing_again_while_the_completion_deletes_sends_one_delete
     assert {n["id"]: n["outcomes"] for n in kept["nodes"]}[node] == {"revert": "queued"}
     assert (kept["queued"], kept["pending"], kept["deadLetters"]) == ([delete], [], [])
     assert len(memories) == 1  # until the provider finishes the one delete
+
+
+def run_pending(*job_ids: Any) -> list[str]:
+    """Runs the jobs given, or every pending job (rounds of them, until none is left), here
+    by their ids (handed to the backend on commit, they are not due for a while)."""
+    from memoryadmin.runner.jobs import job_run
+    from memoryadmin.runner.models import Job
+
+    if job_ids:
+        return [job_run(job_id) for job_id in job_ids]
+    ran = []
+    for _ in range(10):
+        pending = list(
+            Job.objects.filter(state="pending").order_by("id").values_list("id", flat=True)
+        )
+        if not pending:
+            break
+        ran += [job_run(job_id) for job_id in pending]
+    return ran
+
+
+def pending_beside_a_record(
+    project: Project, vertex: FakeVertexMemoryBank
+) -> tuple[Incident, str, str]:
+    """A session that read the poison stored a record in Vertex resource `vault` (settled)
+    and then added to `mem` a write the provider has not finished: the incident traced
+    from the poison (its `mem` node before its `vault` one, so containment reads the
+    pending write before it deletes the record), the pending write's operation and the
+    id of the record's memory at the provider."""
+    declaration = vertex_declaration(vertex)
+    secret_set(
+        project=project,
+        environment="development",
+        name="VERTEX_SA",
+        value=vertex.account_json(),
+        origins=[vertex.origin],
+        actor="t",
+    )
+    deployment_create(
+        project=project,
+        agent="archivist",
+        memory=[
+            MANIFEST_MEMORY[0],
+            *(
+                {"id": name, "description": "A memory bank.", "provider": declaration}
+                for name in ("mem", "vault")
+            ),
+        ],
+        promote="development",
+        actor="t",
+    )
+    notes = resource_get(project=project, environment="development", resource_id="notes")
+    document_create(resource=notes, doc_id="runbook", title="runbook", text=POISON, actor="k")
+    session = bind(
+        project,
+        "archivist",
+        "beside",
+        {
+            "notes": read("runbook"),
+            "mem": {"scope": "namespace", "id": "alice", "access": "read-write"},
+            "vault": {"scope": "namespace", "id": "alice", "access": "read-write"},
+        },
+    )
+    recall = recall_create(session=session, use=["notes", "mem", "vault"])
+    operations = []
+    for call, memory in (("c1", "vault"), ("c2", "mem")):
+        added = tool_call(
+            session=session,
+            recall_id=recall["recallId"],
+            call_id=call,
+            name="memory_add",
+            arguments={"memory": memory, "text": f"Refunds go to account 4242 ({memory})."},
+        )
+        assert added["status"] == "accepted", added
+        operations.append(str(added["operation"]))
+    stored, pending = operations
+    polls, vertex.polls_to_finish = vertex.polls_to_finish, 1
+    assert run_pending(ProviderOperation.objects.get(pk=stored).job_id) == ["done"]
+    vertex.polls_to_finish = polls
+    assert ProviderOperation.objects.get(pk=stored).state == OperationState.SUCCEEDED
+    (record,) = SessionEvent.objects.get(type="record.saved").data["recordIds"]
+    (memory,) = vertex.memories
+    incident = incident_create(
+        project=project,
+        environment="development",
+        title="Refunds",
+        source={"text": POISON},
+        hops=None,
+        actor="t",
+    )
+    records = [n["id"] for n in incident.graph["nodes"] if n["kind"] == "record"]
+    assert records == [f"record:mem/operation:{pending}", f"record:vault/{record}"]
+    return incident, pending, memory.rsplit("/", 1)[-1]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("named_before", [False, True])
+def test_a_write_that_settles_while_an_owner_contains_is_completed_after_the_owners_report(
+    project: Project, vertex: FakeVertexMemoryBank, settings: Any, named_before: bool
+) -> None:
+    """An owner's containment reads a pending write as open, then (while it deletes another
+    record through the provider, held there) the write settles: its settle hook found no
+    report naming it, or (named by an earlier containment) its completion ran and updated
+    the kept report. The owner's report, written after, names it `pending` again; its
+    write enqueues the completion, which then deletes the write's record once and leaves
+    the kept report naming it no more."""
+    from memoryadmin.runner.jobs import job_run
+    from memoryadmin.runner.models import Job
+
+    incident, pending, memory = pending_beside_a_record(project, vertex)
+    node = f"record:mem/operation:{pending}"
+    completions = Job.objects.filter(name__endswith="incident_contain_settled")
+    if named_before:
+        # The record's delete fails: a dead letter, sent again by the next containment.
+        vertex.fail_next = [500] * 20
+        first = incident_contain(incident=incident, dry_run=False, actions=["revert"], actor="o")
+        vertex.fail_next.clear()
+        assert (first["pending"], len(first["deadLetters"])) == ([pending], 1)
+    held = vertex.stall(rf".*/memories/{memory}", method="DELETE")
+    answers: list[dict[str, Any]] = []
+
+    def contain() -> None:
+        try:
+            again = Incident.objects.get(pk=incident.pk)
+            answers.append(
+                incident_contain(incident=again, dry_run=False, actions=["revert"], actor="o")
+            )
+        finally:
+            connections.close_all()
+
+    owner = threading.Thread(target=contain)
+    owner.start()
+    try:
+        assert held.arrived.wait(30)  # the pending write read as open; the record's delete held
+        vertex.polls_to_finish = 1
+        assert job_run(ProviderOperation.objects.get(pk=pending).job_id) == "done"
+        assert ProviderOperation.objects.get(pk=pending).state == OperationState.SUCCEEDED
+        if named_before:
+            (completion,) = completions
+            assert job_run(completion.pk) == "done"
+            kept = Incident.objects.get(pk=incident.pk).containment
+            assert {n["id"]: n["outcomes"] for n in kept["nodes"]}[node] == {"revert": "queued"}
+            assert kept["pending"] == []
+        else:
+            assert not completions.exists()  # no report named it when it settled
+    finally:
+        held.release.set()
+        owner.join(60)
+    (answer,) = answers
+    assert {n["id"]: n["outcomes"] for n in answer["nodes"]}[node] == {"revert": "pending"}
+    assert answer["pending"] == [pending]
+
+    # The owner's write enqueued the completion: it runs after that write.
+    (after,) = completions.filter(state="pending")
+    assert after.kwargs == {"incident_id": incident.pk, "operation_id": pending}
+    assert job_run(after.pk) == "done"
+    kept = Incident.objects.get(pk=incident.pk).containment
+    assert {n["id"]: n["outcomes"] for n in kept["nodes"]}[node] == {"revert": "queued"}
+    (stored,) = SessionEvent.objects.get(data__operation=pending).data["recordIds"]
+    deletes = ProviderOperation.objects.filter(action="delete", record_id=stored)
+    (delete,) = deletes.values_list("id", flat=True)
+    assert delete in kept["queued"]
+    assert (kept["pending"], kept["changed"]) == ([], 2)
+    assert set(
+        NamedOperation.objects.filter(incident=incident).values_list("operation_id", flat=True)
+    ) == {*kept["queued"], *kept["deadLetters"]}
+    sent = vertex.seen("DELETE", r".*/memories/[^/]+")
+    assert len([c for c in sent if not c.path.endswith(f"/{memory}")]) == 1  # the write's
+    settings.MEMORYADMIN_OPERATION_BACKOFF_SECONDS = 0
+    settings.MEMORYADMIN_JOB_BACKOFF_SECONDS = 0
+    run_pending()
+    assert vertex.memories == {}
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_write_settling_while_the_owners_report_is_written_is_completed_after_it(
+    project: Project, vertex: FakeVertexMemoryBank, settings: Any, monkeypatch: Any
+) -> None:
+    """A pending write whose settlement is in its transaction (its settle hook found no
+    report naming it) when an owner's containment writes its report naming it `pending`:
+    the owner's write waits for the settlement to commit, finds it settled and enqueues
+    the completion, which deletes the write's record and leaves the kept report naming it
+    no more."""
+    from memoryadmin.agents.services import operations
+    from memoryadmin.runner.jobs import job_run
+    from memoryadmin.runner.models import Job
+
+    incident, pending, memory = pending_beside_a_record(project, vertex)
+    node = f"record:mem/operation:{pending}"
+    settling, settle = threading.Event(), threading.Event()
+
+    def hold(operation: ProviderOperation) -> None:
+        settling.set()
+        assert settle.wait(60)
+
+    monkeypatch.setattr(operations, "_SETTLED", list(operations._SETTLED))
+    operations.operations_settled_register(hold)
+    held = vertex.stall(rf".*/memories/{memory}", method="DELETE")
+    answers: list[dict[str, Any]] = []
+    ran: list[str] = []
+
+    def contain() -> None:
+        try:
+            answers.append(
+                incident_contain(incident=incident, dry_run=False, actions=["revert"], actor="o")
+            )
+        finally:
+            connections.close_all()
+
+    def reconcile() -> None:
+        try:
+            ran.append(job_run(ProviderOperation.objects.get(pk=pending).job_id))
+        finally:
+            connections.close_all()
+
+    owner = threading.Thread(target=contain)
+    settlement = threading.Thread(target=reconcile)
+    owner.start()
+    try:
+        assert held.arrived.wait(30)  # the pending write read as open; the record's delete held
+        vertex.polls_to_finish = 1
+        settlement.start()
+        assert settling.wait(30)  # settled in its transaction, its hooks run, not committed
+        held.release.set()
+        lock_waiter_seen(owner)  # the owner's report waits for the settlement (or is written)
+    finally:
+        held.release.set()
+        settle.set()
+        owner.join(60)
+        settlement.join(60)
+    assert ran == ["done"]
+    (answer,) = answers
+    assert answer["pending"] == [pending]
+
+    (after,) = Job.objects.filter(name__endswith="incident_contain_settled")
+    assert after.kwargs == {"incident_id": incident.pk, "operation_id": pending}
+    assert job_run(after.pk) == "done"
+    kept = Incident.objects.get(pk=incident.pk).containment
+    assert {n["id"]: n["outcomes"] for n in kept["nodes"]}[node] == {"revert": "queued"}
+    assert (kept["pending"], kept["changed"]) == ([], 2)
+    settings.MEMORYADMIN_OPERATION_BACKOFF_SECONDS = 0
+    settings.MEMORYADMIN_JOB_BACKOFF_SECONDS = 0
+    run_pending()
+    assert vertex.memories == {}
 
 
 def test_a_settled_write_no_contained_incident_names_as_pending_contains_nothing(

@@ -488,12 +488,15 @@ def _keep(
     incident: Incident, report: dict[str, Any], *, actor: str, audit: dict[str, Any] | None
 ) -> None:
     """The incident keeps `report` (in the caller's transaction), and the operations it
-    names stay as long as it names them (the operations' retention). With `audit` (what
-    the containment wrote), it is the containment's time and audited `incident.contain`
-    (the `incident.contained` webhook)."""
+    names stay as long as it names them (the operations' retention); every write it names
+    `pending` is completed once it settles, whichever of the two commits last. With
+    `audit` (what the containment wrote), it is the containment's time and audited
+    `incident.contain` (the `incident.contained` webhook)."""
     changes: dict[str, Any] = {"containment": report}
     if audit is not None:
         changes["contained_at"] = timezone.now()
+    # The update takes the incident's row lock (held to the commit): a completion's
+    # update of the kept report is before it or after it, never in between.
     Incident.objects.filter(pk=incident.pk).update(**changes)
     incident.containment = report
     incident.contained_at = changes.get("contained_at", incident.contained_at)
@@ -503,6 +506,19 @@ def _keep(
         NamedOperation(incident=incident, operation_id=operation_id)
         for operation_id in sorted(named)
     )
+    # A write the report names `pending` that settled since it was read (outside this
+    # transaction) had its settle hook run before this report named it: its completion
+    # is enqueued here. Their rows are read locked: one settling meanwhile waits for this
+    # commit, and its hook then finds this report naming it.
+    settled = (
+        ProviderOperation.objects.select_for_update(no_key=True)
+        .filter(pk__in=report["pending"])
+        .order_by("id")
+        .values_list("id", "state")
+    )
+    for operation_id, state in settled:
+        if state not in UNSETTLED:
+            _complete_later(incident.pk, operation_id, incident.project_id)
     if audit is not None:
         audit_record(
             project_id=incident.project_id,
@@ -528,13 +544,19 @@ def pending_settled(operation: ProviderOperation) -> None:
         "incident_id", flat=True
     )
     for incident_id in named:
-        enqueue(
-            incident_contain_settled,
-            project=operation.project_id,
-            key=f"incident-settled:{incident_id}:{operation.id}",
-            incident_id=incident_id,
-            operation_id=operation.id,
-        )
+        _complete_later(incident_id, operation.id, operation.project_id)
+
+
+def _complete_later(incident_id: str, operation_id: str, project: str) -> None:
+    """`incident_contain_settled` enqueued in the current transaction: it runs after it
+    commits, so its check of the kept report (under the row lock) sees what this one
+    wrote. No key: a key would hand back a job already running, past its check."""
+    enqueue(
+        incident_contain_settled,
+        project=project,
+        incident_id=incident_id,
+        operation_id=operation_id,
+    )
 
 
 @durable(atomic=False)
