@@ -20,6 +20,7 @@ from rest_framework.test import APIClient
 
 from memoryadmin.core import cli
 from memoryadmin.memory.models import ApiKey, AuditEntry, Project, Resource
+from memoryadmin.memory.representations import api_key_dict
 from memoryadmin.memory.services import keys as keys_service
 from memoryadmin.memory.services.keys import api_key_create
 from tests.helpers import DEV, DOCS, Keys, python
@@ -283,11 +284,16 @@ def test_a_key_is_rotated_once(keys: Keys, api: APIClient, client_for: Any) -> N
         assert again.status_code == 409
         error = again.json()["error"]
         assert error["code"] == "conflict"
-        assert f"API key {key.prefix}… was rotated already and ends at " in error["message"]
-        assert "rotate the key that replaced it, or revoke this one" in error["message"]
+        # The end in the one time format every door shows (as `revokedAt` is).
+        ends = api_key_dict(ApiKey.objects.get(pk=key.pk))["revokedAt"]
+        assert error["message"] == (
+            f"API key {key.prefix}… was rotated already and ends at {ends}; rotate the key "
+            "that replaced it, or revoke this one to end it now."
+        )
     with pytest.raises(CommandError, match="was rotated already") as caught:
         apikey("rotate", str(key.pk))
     assert caught.value.returncode == cli.EXIT_CONFLICT
+    assert f"ends at {ends};" in str(caught.value)
     assert (
         list(ApiKey.objects.order_by("pk").values_list("pk", "revoked_at")),
         AuditEntry.objects.count(),

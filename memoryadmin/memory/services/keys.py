@@ -237,9 +237,12 @@ def api_key_rotate(*, key: ApiKey, actor: str, grace_seconds: int = 0) -> tuple[
     if not old.works_at(now):
         raise Conflict(f"API key {old.prefix}… is revoked; create a new one instead.")
     if old.revoked_at is not None:
+        # The time as every door shows times (representations imports these services).
+        from memoryadmin.memory.representations import iso_ms
+
         raise Conflict(
             f"API key {old.prefix}… was rotated already and ends at "
-            f"{old.revoked_at.isoformat()}; rotate the key that replaced it, or revoke this "
+            f"{iso_ms(old.revoked_at)}; rotate the key that replaced it, or revoke this "
             "one to end it now."
         )
     if grace_seconds and old.project_id is not None:
