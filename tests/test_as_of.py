@@ -4,6 +4,7 @@ or a whole resource to a moment as new conditional versions."""
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timedelta
 from io import StringIO
 from typing import Any
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 from rest_framework.test import APIClient
 
 from memoryadmin.memory.models import AuditEntry, Document, Project, Resource
+from memoryadmin.memory.representations import iso_ms
 from memoryadmin.memory.services.asof import document_list_as_of
 from memoryadmin.memory.services.documents import (
     document_create,
@@ -219,6 +221,44 @@ def test_page_and_cli_show_and_restore_a_moment(
         stdout=out,
     )
     assert "later  created_since" in out.getvalue()
+
+
+def table(text: str) -> list[list[str]]:
+    """A printed table's cells, cut where its heading's cells start: only a table whose
+    rows line up with its heading comes back as the cells it was given."""
+    heading, *rows = text.splitlines()
+    starts = [m.start() for m in re.finditer(r"\S+(?: \S+)*", heading)]
+    bounds = list(zip(starts, [*starts[1:], None], strict=True))
+    return [[line[a:b].strip() for a, b in bounds] for line in [heading, *rows]]
+
+
+def test_the_cli_lists_a_resource_as_it_was_as_its_plain_list_does(
+    notes: Resource, history: dict[str, Any]
+) -> None:
+    """`list RESOURCE --as-of T` prints `list RESOURCE`'s table, a heading and aligned
+    columns, with each document's revision then and its state since added at the end."""
+    out = StringIO()
+    call_command("memory", "--project", "acme", "list", "notes", stdout=out)
+    plain = table(out.getvalue())
+    out = StringIO()
+    argv = ["--project", "acme", "list", "notes", "--as-of", history["t"].isoformat()]
+    call_command("memory", *argv, stdout=out)
+    heading, *rows = table(out.getvalue())
+    assert heading == [*plain[0], "REVISION", "STATE"]
+    # A deleted document's versions keep no title (document_delete wipes them).
+    titles = {"changed": "Changed", "gone": "", "kept": "Kept"}
+    states = {"changed": "changed since", "gone": "deleted since", "kept": "unchanged"}
+    expected = []
+    for doc_id, title in titles.items():
+        then = history[doc_id]
+        size = f"{then.bytes}/8192"
+        updated = iso_ms(then.updated_at)
+        state = states[doc_id]
+        expected.append([doc_id, title, size, "enabled", updated, "owner", then.revision, state])
+    assert rows == expected
+    kept = next(row for row in plain if row[0] == "kept")
+    assert rows[2][:6] == kept  # the same cells as now, where nothing changed
+    assert Document.objects.filter(resource=notes).count() == 4  # a listing writes nothing
 
 
 def test_the_page_restores_what_its_plan_showed_and_never_the_whole_resource_unasked(

@@ -447,7 +447,9 @@ def test_cli_tables_show_agent_written_fields_on_one_line_without_terminal_contr
         assert "Rogue ]0;owned  title" in lines[1]
     call_command("memory", "--project", "acme", "list", "notes", "--as-of", "2999-01-01T00:00:00Z")
     out = capsys.readouterr().out
-    assert len(out.splitlines()) == 1, out
+    lines = out.splitlines()
+    assert len(lines) == 2, out  # the heading and one row, as without --as-of
+    assert "Rogue ]0;owned  title" in lines[1]
     assert "\x1b" not in out, out
 
 

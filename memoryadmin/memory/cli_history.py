@@ -7,7 +7,6 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
-from memoryadmin.core import cli
 from memoryadmin.memory.models import Document, Project
 from memoryadmin.memory.representations import version_dict
 from memoryadmin.memory.services.asof import (
@@ -42,6 +41,7 @@ class HistoryCommands:
     out_json: Any
     verbose: Any
     resource: Any
+    out_documents: Any
 
     def _args_history(self, parser: CommandParser) -> None:
         parser.add_argument("resource")
@@ -95,19 +95,17 @@ class HistoryCommands:
         if options["json"]:
             self.out_json({"documents": entries})
             return
-        for entry in entries:
-            state = (
-                "deleted since"
-                if entry["deleted"]
-                else (
-                    "unchanged"
-                    if entry["currentRevision"] == entry["revision"]
-                    else "changed since"
-                )
-            )
-            self.out(f"{entry['id']}  {entry['revision']}  {state}  {cli.one_line(entry['title'])}")
         if not entries:
             self.out(f"No documents in {resource.resource_id} at {options['as_of']}.")
+            return
+        states = [
+            "deleted since"
+            if entry["deleted"]
+            else ("unchanged" if entry["currentRevision"] == entry["revision"] else "changed since")
+            for entry in entries
+        ]
+        revisions = [entry["revision"] for entry in entries]
+        self.out_documents(entries, {"REVISION": revisions, "STATE": states})
 
     def do_restore_as_of(self, project: Project, options: dict[str, Any]) -> None:
         resource = self.resource(project, options["resource"])

@@ -268,8 +268,16 @@ class Command(HistoryCommands, ProposalCommands, cli.Command):
         if not entries:
             self.out(f"No documents in {resource.resource_id}.")
             return
-        rows_out = [["ID", "TITLE", "BYTES", "AGENT WRITES", "UPDATED", "WRITER"]]
-        rows_out += [
+        self.out_documents(entries)
+
+    def out_documents(
+        self, entries: list[dict[str, Any]], extra: dict[str, list[str]] | None = None
+    ) -> None:
+        """Documents as `list` prints them (with `--as-of` too): a heading, then one
+        aligned row each; `extra` adds columns (heading: one cell per entry) at the end."""
+        extra = extra or {}
+        rows = [["ID", "TITLE", "BYTES", "AGENT WRITES", "UPDATED", "WRITER", *extra]]
+        rows += [
             [
                 e["id"],
                 _clip(e["title"], 40),
@@ -277,10 +285,11 @@ class Command(HistoryCommands, ProposalCommands, cli.Command):
                 e["agentWrites"],
                 e["updatedAt"],
                 _writer(e["writer"]),
+                *(cells[i] for cells in extra.values()),
             ]
-            for e in entries
+            for i, e in enumerate(entries)
         ]
-        self.out(_table(rows_out))
+        self.out(_table(rows))
 
     def list_resources(self, project: Project) -> None:
         inventory = resource_inventory(project=project, environment=self.options["environment"])
