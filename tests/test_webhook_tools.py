@@ -50,6 +50,8 @@ def test_a_test_event_is_sent_signed_and_its_reply_kept_to_a_kib(
     headers, body, _status = receiver.received[0]
     event = verify(hook["secret"], headers, body)
     assert event["type"] == "webhook.test"
+    assert event["environment"] is None  # an endpoint belongs to no environment
+    assert (event["project"], event["id"]) == ("acme", queued["eventId"])
     assert event["data"] == {"actor": f"key:{api_key_prefix(api)}"}
     delivery = Delivery.objects.get()
     assert delivery.state == "delivered"

@@ -115,7 +115,8 @@ def event_body(facts: AuditFacts, *, event: str, event_id: str, at: str) -> str:
         "type": event,
         "createdAt": at,
         "project": facts.project_id,
-        "environment": facts.environment,
+        # The environment the change was made in; null for one of none (webhook.test).
+        "environment": facts.environment or None,
         "data": event_data(facts),
     }
     return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
