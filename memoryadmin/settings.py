@@ -149,19 +149,17 @@ def secret_key(generate: bool) -> str:
 
 
 def sqlite_path(raw: str) -> Path | str:
+    """The SQLite file (a Path: created private at the end of the settings), or what
+    SQLite is given as it is (`:memory:`, a file in no existing folder)."""
     if not raw:
-        path = var_dir() / "memoryadmin.sqlite3"
-    elif raw == ":memory:" or not Path(raw).parent.is_dir():
+        return VAR_DIR / "memoryadmin.sqlite3"
+    if raw == ":memory:" or not Path(raw).parent.is_dir():
         return raw
-    else:
-        path = Path(raw)
-    private_file(path)
-    return path
+    return Path(raw)
 
 
 def database_from_url(url: str | None) -> dict[str, Any]:
     if not url:
-        # SQLite gives its journal and WAL files the mode of the database file.
         return {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": sqlite_path(""),
@@ -315,8 +313,6 @@ USE_TZ = True
 # caching; in development they are served from the source folders as they are.
 STATIC_URL = "static/"
 STATIC_ROOT = Path(os.environ.get("DJANGO_STATIC_ROOT", VAR_DIR / "static"))
-var_dir()
-STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
@@ -661,3 +657,11 @@ MEMORYADMIN_IMPORT_SECONDS = env_float("MEMORYADMIN_IMPORT_SECONDS", 60.0, minim
 # each per project at a time, each streaming within this many seconds (it holds a request
 # thread, a database connection and, an export, a snapshot while it streams).
 MEMORYADMIN_EXPORT_SECONDS = env_float("MEMORYADMIN_EXPORT_SECONDS", 600.0, minimum=1)
+
+# The file system last: settings refused above (a missing secret, a malformed value)
+# leave nothing behind, no var/ and no empty database file. SQLite gives its journal
+# and WAL files the mode of the database file, so that is made private first.
+var_dir()
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)
+if isinstance(DATABASES["default"]["NAME"], Path):
+    private_file(DATABASES["default"]["NAME"])

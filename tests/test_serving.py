@@ -33,10 +33,15 @@ def mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
+@pytest.mark.parametrize("database", ["sqlite-url", "var"])
 @pytest.mark.parametrize("missing", ["DJANGO_SECRET_KEY", "MEMORYADMIN_PARTITION_SECRET"])
-def test_without_debug_a_missing_secret_stops_every_command(missing: str, tmp_path: Path) -> None:
-    env = clean_env(**production_env(), MEMORYADMIN_VAR_DIR=str(tmp_path))
+def test_without_debug_a_missing_secret_stops_every_command(
+    missing: str, database: str, tmp_path: Path
+) -> None:
+    env = clean_env(**production_env(), MEMORYADMIN_VAR_DIR=str(tmp_path / "var"))
     env["DATABASE_URL"] = f"sqlite:///{tmp_path}/db.sqlite3"
+    if database == "var":  # the default: var/memoryadmin.sqlite3
+        del env["DATABASE_URL"]
     del env[missing]
     # Django's own commands and memoryadmin's alike: one line, exit code 1, no traceback.
     for args in (["check"], ["memory", "--project", "demo", "list"]):
@@ -45,16 +50,18 @@ def test_without_debug_a_missing_secret_stops_every_command(missing: str, tmp_pa
         assert result.stdout == ""
         assert result.stderr.startswith(f"Error: {missing} must be set when DJANGO_DEBUG is off")
         assert result.stderr.count("\n") == 1, result.stderr
-    assert not (tmp_path / "secret-key").exists()
+    # Refused before touching the file system: no var/, no secret, no empty database file.
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_malformed_setting_is_one_error_line(tmp_path: Path) -> None:
-    env = clean_env(**production_env(), MEMORYADMIN_VAR_DIR=str(tmp_path))
+    env = clean_env(**production_env(), MEMORYADMIN_VAR_DIR=str(tmp_path / "var"))
     env["DATABASE_URL"] = f"sqlite:///{tmp_path}/db.sqlite3"
     env["MEMORYADMIN_API_RATE"] = "bogus"
     result = manage("memory", "--project", "demo", "list", env=env)
     assert result.returncode == 1, result.stderr
     assert result.stderr == "Error: MEMORYADMIN_API_RATE must look like 600/minute, not 'bogus'\n"
+    assert list(tmp_path.iterdir()) == []  # nothing made
     # --traceback keeps Django's traceback for whoever asks for it.
     traced = manage("check", "--traceback", env=env)
     assert traced.returncode == 1
