@@ -29,6 +29,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "clients" / "python" / "src"))
 
+from scripted import run  # noqa: E402
+
 from memoryadmin_client import Client, Recall  # noqa: E402
 
 
@@ -160,4 +162,4 @@ def main(argv: list[str] | None = None, out: Any = sys.stdout) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))

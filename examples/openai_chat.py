@@ -6,7 +6,7 @@ For a real model: model = openai.OpenAI().chat.completions, and create(model=...
 
 import sys
 
-from scripted import QUESTION, ScriptedOpenAIChat, connect
+from scripted import QUESTION, ScriptedOpenAIChat, connect, run
 
 from memoryadmin_client import dispatch, tools_for
 
@@ -31,4 +31,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))

@@ -6,7 +6,7 @@ For a real model: model = openai.OpenAI().responses, and create(model=...).
 
 import sys
 
-from scripted import QUESTION, ScriptedOpenAIResponses, connect
+from scripted import QUESTION, ScriptedOpenAIResponses, connect, run
 
 from memoryadmin_client import dispatch, tools_for
 
@@ -34,4 +34,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))

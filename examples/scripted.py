@@ -14,8 +14,11 @@ import json
 import os
 import secrets
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "clients" / "python" / "src"))
@@ -24,6 +27,21 @@ from memoryadmin_client import AgentSession, Client  # noqa: E402
 
 DECISION = "- Decided: exercises run on Node.js 22."
 QUESTION = "Please note the decision: exercises run on Node.js 22."
+
+
+def run(main: Callable[[], int]) -> int:
+    """main()'s exit code; a server that does not answer is one line on stderr and 1,
+    not a traceback."""
+    try:
+        return main()
+    except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+        url = exc.request.url
+        print(
+            f"error: no memoryadmin server answered at {url.scheme}://{url.netloc.decode()} "
+            f"({exc}); start one with `make run`, or pass --base-url",
+            file=sys.stderr,
+        )
+        return 1
 
 
 def connect(argv: list[str] | None, doc: str) -> AgentSession:

@@ -4,6 +4,7 @@ calls dispatched to the runtime over real HTTP, and the example loops run offlin
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -215,6 +216,22 @@ def test_example_loops_run_offline(live_server: Any, api_key: str, notes: Resour
     document = Document.objects.get(resource=notes)
     assert document.text == "- Decided: exercises run on Node.js 22.\n"
     assert (document.writer_kind, document.writer_session_id) == ("agent", Session.objects.get().id)
+
+
+@pytest.mark.parametrize("example", [*EXAMPLES, "agent_host.py"])
+def test_an_example_without_a_server_says_so_in_one_line(project: Project, example: str) -> None:
+    """Nothing answers at the base URL (a port bound but not listening refuses every
+    connection): one line naming the URL and --base-url, exit code 1, no traceback."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        base_url = f"http://127.0.0.1:{taken.getsockname()[1]}"
+        completed = run_example(example, base_url, "mak_unused")
+    assert completed.returncode == 1, completed.stderr
+    assert completed.stdout == ""
+    assert completed.stderr.startswith(f"error: no memoryadmin server answered at {base_url} (")
+    assert completed.stderr.endswith("start one with `make run`, or pass --base-url\n")
+    assert completed.stderr.count("\n") == 1, completed.stderr
+    assert not Session.objects.exists()
 
 
 @pytest.mark.parametrize("example", EXAMPLES)
