@@ -260,6 +260,23 @@ def documented_routes() -> list[tuple[str, str, str]]:
     return routes
 
 
+def test_every_folder_an_example_writes_in_the_checkout_is_ignored() -> None:
+    """An export the pages run in the checkout (`--out ./DIR`, read back with `--from
+    ./DIR`) goes to a folder .gitignore lists: running them leaves nothing untracked."""
+    ignored = {
+        line.strip().strip("/")
+        for line in (ROOT / ".gitignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
+    folders = []
+    for page in PAGES:
+        for _lang, body in FENCE.findall(page.read_text()):
+            for folder in re.findall(r"--(?:out|from) \./([^\s/]+)", body):
+                folders.append((page.name, folder))
+    assert folders, "no example writes in the checkout"
+    assert [(page, folder) for page, folder in folders if folder not in ignored] == []
+
+
 def test_every_documented_route_is_served_for_its_method() -> None:
     routes = documented_routes()
     assert len(routes) > 60

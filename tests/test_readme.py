@@ -313,7 +313,7 @@ def test_readme_shell_block_runs_verbatim(demo_checkout: Checkout) -> None:
     assert "notes/workshop: Workshop notes" in done.stdout
     assert "\nExercises must run on Node.js 22.\n" in done.stdout  # shown before the edit
     assert "Saved notes/workshop" in done.stdout
-    assert "Exported 4 documents from 2 resources to memory" in done.stdout
+    assert "Exported 4 documents from 2 resources to memory-export" in done.stdout
     text = demo_checkout.rows(
         f"SELECT text FROM {Document._meta.db_table} WHERE doc_id = 'workshop'"
     )
@@ -325,7 +325,9 @@ def test_readme_shell_block_runs_verbatim(demo_checkout: Checkout) -> None:
         "WHERE document_id = 'workshop' AND action = 'document.replace'"
     )
     assert [actor.startswith("cli:") for (actor,) in actors] == [True]
-    exported = [path for path in (demo_checkout.home / "memory").rglob("*") if path.is_file()]
+    exported = [
+        path for path in (demo_checkout.home / "memory-export").rglob("*") if path.is_file()
+    ]
     assert any("Node.js 24." in path.read_text() for path in exported), exported
 
 
