@@ -59,9 +59,13 @@ os.environ["PROMETHEUS_MULTIPROC_DIR"] = _metrics_dir
 def on_starting(server: Any) -> None:
     """The application bounds each project's share of the request threads (requests
     waiting on memory providers) by the count the workers really run, read when a
-    worker loads it: command-line options win over this file, and gunicorn runs
-    `--worker-class sync` as gthread when threads are more than one."""
+    worker loads it (which also learns that it serves requests): command-line options
+    win over this file, and gunicorn runs `--worker-class sync` as gthread when threads
+    are more than one."""
     os.environ["MEMORYADMIN_REQUEST_THREADS"] = str(max(1, server.cfg.threads))
+    # The workers serve requests: their statements are bounded
+    # (MEMORYADMIN_STATEMENT_TIMEOUT_SECONDS, memoryadmin/settings.py).
+    os.environ["MEMORYADMIN_SERVES_REQUESTS"] = "1"
     from memoryadmin import serving
 
     if issubclass(server.cfg.worker_class, serving.BalancedThreadWorker):

@@ -158,7 +158,28 @@ def sqlite_path(raw: str) -> Path | str:
     return Path(raw)
 
 
-def database_from_url(url: str | None) -> dict[str, Any]:
+def serves_requests(argv: list[str]) -> bool:
+    """Whether this process serves requests: gunicorn's workers (gunicorn.conf.py marks
+    them with MEMORYADMIN_SERVES_REQUESTS), `manage.py runserver` and `manage.py mcp
+    --http`. The worker and every other command (exports, imports, migrations, erasures)
+    do not."""
+    if os.environ.get("MEMORYADMIN_SERVES_REQUESTS") == "1":
+        return True
+    command, rest = argv[1:2], argv[2:]
+    return command == ["runserver"] or (
+        command == ["mcp"] and any(arg == "--http" or arg.startswith("--http=") for arg in rest)
+    )
+
+
+def statement_timeout_seconds(argv: list[str]) -> float:
+    """How long one database statement of a request may run (PostgreSQL cancels it past
+    that, and the request is answered 503): MEMORYADMIN_STATEMENT_TIMEOUT_SECONDS, 30 s by
+    default, 0 for none; in processes that serve requests only (`serves_requests`)."""
+    seconds = env_float("MEMORYADMIN_STATEMENT_TIMEOUT_SECONDS", 30.0, minimum=0)
+    return seconds if serves_requests(argv) else 0.0
+
+
+def database_from_url(url: str | None, *, statement_timeout: float = 0.0) -> dict[str, Any]:
     if not url:
         return {
             "ENGINE": "django.db.backends.sqlite3",
@@ -170,6 +191,11 @@ def database_from_url(url: str | None) -> dict[str, Any]:
         options: dict[str, Any] = dict(parse_qsl(parts.query))
         # An unreachable server fails a request within seconds instead of hanging it.
         options.setdefault("connect_timeout", env_int("DATABASE_CONNECT_TIMEOUT", 3))
+        if statement_timeout > 0:
+            # Set when the connection is made, not per request; the URL's own `options`
+            # come after it, so a statement_timeout there wins.
+            bound = f"-c statement_timeout={max(1, round(statement_timeout * 1000))}"
+            options["options"] = f"{bound} {options.get('options', '')}".strip()
         if env_bool("DATABASE_PREPARED", True):
             # The server binds parameters and psycopg prepares a statement a connection
             # runs twice (the hot paths' few queries), so PostgreSQL stops planning it
@@ -300,7 +326,15 @@ TEMPLATES = [
     },
 ]
 
-DATABASES = {"default": database_from_url(os.environ.get("DATABASE_URL"))}
+# How long one statement of a request may run on PostgreSQL (statement_timeout, set as
+# each connection is made): in processes that serve requests only, never in the worker
+# or a command. 0 is none. A download's statements may run MEMORYADMIN_EXPORT_SECONDS.
+MEMORYADMIN_STATEMENT_TIMEOUT_SECONDS = statement_timeout_seconds(sys.argv)
+DATABASES = {
+    "default": database_from_url(
+        os.environ.get("DATABASE_URL"), statement_timeout=MEMORYADMIN_STATEMENT_TIMEOUT_SECONDS
+    )
+}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 LANGUAGE_CODE = "en-us"

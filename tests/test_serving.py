@@ -244,7 +244,12 @@ def test_gunicorn_keeps_its_workers_and_warms_them_by_default(monkeypatch: Any) 
     # folder left in this process's environment, removed below, broke the processes
     # later tests start).
     names = ["GUNICORN_MAX_REQUESTS", "GUNICORN_MAX_REQUESTS_JITTER"]
-    for name in [*names, "PROMETHEUS_MULTIPROC_DIR", "MEMORYADMIN_REQUEST_THREADS"]:
+    exported = [
+        "PROMETHEUS_MULTIPROC_DIR",
+        "MEMORYADMIN_REQUEST_THREADS",
+        "MEMORYADMIN_SERVES_REQUESTS",
+    ]
+    for name in [*names, *exported]:
         monkeypatch.setenv(name, "")
         monkeypatch.delenv(name)
     conf = runpy.run_path(str(ROOT / "gunicorn.conf.py"))
@@ -260,6 +265,7 @@ def test_gunicorn_keeps_its_workers_and_warms_them_by_default(monkeypatch: Any) 
             SimpleNamespace(cfg=SimpleNamespace(threads=threads, worker_class=object))
         )
         assert os.environ["MEMORYADMIN_REQUEST_THREADS"] == str(threads)
+        assert os.environ["MEMORYADMIN_SERVES_REQUESTS"] == "1"
     monkeypatch.setenv("GUNICORN_MAX_REQUESTS", "5000")
     shutil.rmtree(conf["_metrics_dir"], ignore_errors=True)
     conf = runpy.run_path(str(ROOT / "gunicorn.conf.py"))

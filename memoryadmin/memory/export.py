@@ -24,9 +24,11 @@ from datetime import datetime
 from typing import Any
 
 import orjson
+from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
+from memoryadmin.core.dbtimeout import statements_may_run
 from memoryadmin.core.environments import check_environment
 from memoryadmin.core.errors import (
     DomainError,
@@ -230,6 +232,9 @@ def export_snapshot(
             exported_at=timezone.now(),
             doc_ids=None if doc_ids is None else list(dict.fromkeys(doc_ids)),
         )
+        # Its reads scale with the project's data: bounded by the download's deadline,
+        # not by a request's statement timeout (core/dbtimeout.py).
+        statements_may_run(float(settings.MEMORYADMIN_EXPORT_SECONDS))
         snapshot.resource_rows = _export_resources(project, environment, resource_ids)
         counted = Document.objects.live().filter(resource__in=snapshot.resource_rows)
         if snapshot.doc_ids is not None:

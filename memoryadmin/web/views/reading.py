@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponseBase, QueryDict
 from django.shortcuts import redirect
 from django.utils import timezone
@@ -13,6 +16,7 @@ from django.views.decorators.http import require_GET
 from django_htmx.http import push_url
 
 from memoryadmin.agents.services.provenance import version_readers
+from memoryadmin.core.dbtimeout import long_read
 from memoryadmin.core.diff import text_diff
 from memoryadmin.core.environments import DEFAULT_ENVIRONMENT, Environment
 from memoryadmin.core.errors import DomainError, InvalidRequest
@@ -287,6 +291,14 @@ def audit(request: HttpRequest, page: Page) -> HttpResponseBase:
     )
 
 
+def audit_rows(entries: QuerySet[Any]) -> Iterator[dict[str, Any]]:
+    """The entries as a download reads them: fetched 500 at a time, within the download's
+    deadline (core/dbtimeout.py, `long_read`)."""
+    with long_read(float(settings.MEMORYADMIN_EXPORT_SECONDS)):
+        for entry in entries.iterator(chunk_size=500):
+            yield audit_record_dict(entry)
+
+
 @require_GET
 @project_view(READ)
 def audit_download(request: HttpRequest, page: Page) -> HttpResponseBase:
@@ -299,7 +311,7 @@ def audit_download(request: HttpRequest, page: Page) -> HttpResponseBase:
         environment=page.environment,
         where=AuditFilterForm(request.GET).where(),
     )
-    rows = (audit_record_dict(entry) for entry in entries.iterator(chunk_size=500))
+    rows = audit_rows(entries)
     content_type, write = DOWNLOADS[kind]
     stamp = timezone.now().strftime("%Y%m%dT%H%M%SZ")
     name = f"audit-{page.project.id}-{page.environment}-{stamp}.{kind}"
