@@ -18,7 +18,8 @@ records in memory, and records every request it was sent:
 Faults are injected the way a real misbehaving server shows them:
 `fail_next` answers the next requests with given statuses, `stall` holds
 requests to a path until released, `change` rewrites the answers of a route (an answer
-its API does not allow).
+its API does not allow), `answer` answers a route as something in front of the server
+would (a proxy's HTML 404), with a `Raw` body where it is not JSON.
 """
 
 from __future__ import annotations
@@ -79,6 +80,14 @@ class Call:
         return unquote(self.match.group(name))
 
 
+@dataclass(frozen=True)
+class Raw:
+    """An answer's body as it is sent (an HTML page, nothing at all), not JSON."""
+
+    body: bytes = b""
+    content_type: str = "text/html; charset=utf-8"
+
+
 @dataclass
 class Stall:
     pattern: str
@@ -129,6 +138,11 @@ class FakeServer(LoopbackServer):
         """Answers to `method` on paths matching `pattern` are what `edit` makes of the
         answer the server would give."""
         self.changes.append((method, pattern, edit))
+
+    def answer(self, method: str, pattern: str, status: int, payload: Any) -> None:
+        """Requests of `method` to paths matching `pattern` are answered `status` and
+        `payload`, before any route of the server sees them."""
+        self.routes.insert(0, (method, re.compile(pattern), lambda call: (status, payload)))
 
     def authorized(self, call: Call) -> bool:
         return True
@@ -185,10 +199,13 @@ class _Handler(BaseHTTPRequestHandler):
         call = Call(self.command, parts.path, query, dict(self.headers), body, gone=self._gone)
         self.server.calls.append(call)
         status, payload = self.server.dispatch(call)
-        data = json.dumps(payload).encode()
+        if isinstance(payload, Raw):
+            data, content_type = payload.body, payload.content_type
+        else:
+            data, content_type = json.dumps(payload).encode(), "application/json"
         try:
             self.send_response(status)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(data)))
             for name, value in self.server.headers.items():
                 self.send_header(name, value)
@@ -916,7 +933,13 @@ class FakeVertexMemoryBank(FakeServer):
         )
 
     def not_found(self, call: Call) -> tuple[int, Any]:
-        return google_error(404, "NOT_FOUND", f"The requested URL {call.path} was not found.")
+        # Google's front end answers a path no API serves with its HTML page.
+        return 404, Raw(
+            b"<!DOCTYPE html>\n<html lang=en><meta charset=utf-8><title>Error 404 (Not "
+            b"Found)!!1</title><p><b>404.</b> <ins>That\xe2\x80\x99s an error.</ins><p>The "
+            b"requested URL <code>" + call.path.encode() + b"</code> was not found on this "
+            b"server. <ins>That\xe2\x80\x99s all we know.</ins>"
+        )
 
     def token(self, call: Call) -> tuple[int, Any]:
         from cryptography.exceptions import InvalidSignature

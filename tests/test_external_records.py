@@ -30,6 +30,7 @@ from tests.fake_providers import (
     FakeMem0Platform,
     FakeServer,
     FakeVertexMemoryBank,
+    Raw,
 )
 from tests.helpers import (
     DEV,
@@ -447,6 +448,175 @@ def test_an_erasure_names_a_memory_answered_as_no_object_failed_not_deleted(
     assert set(ExternalRecord.objects.values_list("record_id", "external_id")) == mapping
     server.changes.clear()
     assert api.get(f"{RECORDS}/{record}{ALICE}").status_code == 200
+
+
+# A 404 is a record gone only when it is the provider's own answer that it has no such
+# record (the error body its API answers so; Mem0 OSS answers a get with `null`). A 404 of
+# anything else (a proxy's HTML page, an empty body, a framework's answer for a route it
+# does not have, as a wrong base URL gets) says nothing of the record: the call fails, and
+# nothing is forgotten or reported deleted.
+
+RECORD_DELETES = {
+    "mem0-oss": ("DELETE", r"/memories/[^/]+"),
+    "mem0-platform": ("DELETE", r"/v1/memories/[^/]+/"),
+    "vertex-memory-bank": ("DELETE", r".*/memories/[^/:]+"),
+    "hindsight": ("DELETE", r".*/documents/.+"),
+}
+NGINX_404 = Raw(
+    b"<html>\r\n<head><title>404 Not Found</title></head>\r\n<body>\r\n<center><h1>404 Not "
+    b"Found</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n"
+)
+# FastAPI's answer for a route it does not have (Mem0 OSS's and Hindsight's servers).
+UNKNOWN_ROUTE = {"detail": "Not Found"}
+NOT_THE_PROVIDERS_404 = {
+    "an HTML page": NGINX_404,
+    "no body": Raw(b"", "text/plain"),
+    "an unknown route": UNKNOWN_ROUTE,
+}
+STRAY_404S = [
+    pytest.param(kind, body, id=f"{kind}-{name}")
+    for kind in KINDS
+    for name, body in NOT_THE_PROVIDERS_404.items()
+]
+
+
+def _vanished(server: FakeServer) -> None:
+    """Every memory of the fake server deleted there (by someone else)."""
+    if isinstance(server, FakeHindsight):
+        server.banks.clear()
+    else:
+        server.memories.clear()  # type: ignore[attr-defined]
+
+
+def _failed_with_404(operation: str) -> None:
+    (entry,) = AuditEntry.objects.filter(action="provider.failed")
+    assert (entry.detail["operation"], entry.detail["reason"]) == (operation, "http_error")
+    assert entry.detail["status"] == 404, entry.detail
+    entry.delete()
+
+
+@pytest.mark.parametrize(("kind", "body"), STRAY_404S)
+def test_a_404_that_is_not_the_providers_no_such_memory_fails_and_deletes_nothing(
+    api: APIClient, project: Project, request: pytest.FixtureRequest, kind: str, body: Any
+) -> None:
+    server = _deployed_with_facts(kind, project, request)
+    record, mapping = _mapped_record(api, "jazz")
+    server.answer(*RECORD_GETS[kind], 404, body)
+
+    _invalid(api.get(f"{RECORDS}/{record}{ALICE}"))
+    _failed_with_404("get")
+    _invalid(api.delete(f"{RECORDS}/{record}{ALICE}"))
+    _failed_with_404("get")
+    # Nothing sent, nothing forgotten, nothing reported deleted: the memory is still there.
+    assert server.seen("DELETE", r".*") == []
+    assert set(ExternalRecord.objects.values_list("record_id", "external_id")) == mapping
+    assert not AuditEntry.objects.filter(action="record.delete").exists()
+    assert not ProviderOperation.objects.exists()
+    server.routes.pop(0)
+    shown = api.get(f"{RECORDS}/{record}{ALICE}")
+    assert shown.status_code == 200, shown.json()
+    assert "jazz" in shown.json()["text"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_delete_answered_a_404_that_is_not_the_providers_fails_and_keeps_the_record(
+    api: APIClient, project: Project, request: pytest.FixtureRequest, kind: str
+) -> None:
+    """The get found the memory; a delete a proxy in front answers with its own 404 page
+    removed nothing, so the record stays mapped and is not reported deleted."""
+    server = _deployed_with_facts(kind, project, request)
+    record, mapping = _mapped_record(api, "jazz")
+    server.answer(*RECORD_DELETES[kind], 404, NGINX_404)
+
+    _invalid(api.delete(f"{RECORDS}/{record}{ALICE}"))
+    operation = "delete_document" if kind == "hindsight" else "delete"
+    _failed_with_404(operation)
+    assert len(server.seen(*RECORD_DELETES[kind])) == 1
+    assert set(ExternalRecord.objects.values_list("record_id", "external_id")) == mapping
+    assert not AuditEntry.objects.filter(action="record.delete").exists()
+    server.routes.pop(0)
+    assert "jazz" in api.get(f"{RECORDS}/{record}{ALICE}").json()["text"]
+
+
+@pytest.mark.parametrize("meanwhile", [False, True], ids=["before", "between-get-and-delete"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_memory_the_provider_says_it_does_not_have_is_deleted_and_forgotten(
+    api: APIClient, project: Project, request: pytest.FixtureRequest, kind: str, meanwhile: bool
+) -> None:
+    """The provider's own answer for a memory it does not have (Mem0 OSS's `null` to a get,
+    or the 404 its API answers so) is a record gone: the delete forgets it."""
+    server = _deployed_with_facts(kind, project, request)
+    record, mapping = _mapped_record(api, "jazz")
+    if meanwhile:
+        # Deleted by someone else once the get found it: the delete's own 404 says so.
+        server.change(*RECORD_GETS[kind], lambda answer: (_vanished(server), answer)[1])
+    else:
+        _vanished(server)
+
+    deleted = api.delete(f"{RECORDS}/{record}{ALICE}")
+    assert deleted.status_code == 200, deleted.json()
+    assert deleted.json() == {"status": "deleted", "id": record}
+    assert len(server.seen(*RECORD_DELETES[kind])) == (1 if meanwhile else 0)
+    assert not AuditEntry.objects.filter(action="provider.failed").exists()
+    assert set(ExternalRecord.objects.values_list("record_id", "external_id")) == {
+        (r, e) for r, e in mapping if r != record
+    }
+    again = api.get(f"{RECORDS}/{record}{ALICE}")
+    assert (again.status_code, again.json()["error"]["code"]) == (404, "not_found")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_erasure_names_a_memory_answered_a_stray_404_failed_not_deleted(
+    api: APIClient, project: Project, request: pytest.FixtureRequest, kind: str
+) -> None:
+    server = _deployed_with_facts(kind, project, request)
+    record, mapping = _mapped_record(api, "jazz")
+    server.answer(*RECORD_GETS[kind], 404, UNKNOWN_ROUTE)
+
+    made = api.post(
+        "/api/managed-agents/projects/acme/memory/erasures" + DEV,
+        {"match": {"text": "likes jazz"}, "reason": "ASI06 incident"},
+        format="json",
+    )
+    assert made.status_code == 201, made.json()
+    body = made.json()
+    assert body["complete"] is False
+    external = body["receipt"]["receipt"]["external"]
+    assert (external["deleted"], external["queued"]) == ([], [])
+    (failed,) = external["failed"]
+    assert {k: failed[k] for k in ("resource", "namespace", "record")} == {
+        "resource": "mem",
+        "namespace": "alice",
+        "record": record,
+    }
+    dead = ProviderOperation.objects.get(pk=failed["operation"])
+    assert (dead.state, dead.action, dead.record_id) == ("dead", "delete", record)
+    assert server.seen("DELETE", r".*") == []
+    assert set(ExternalRecord.objects.values_list("record_id", "external_id")) == mapping
+    server.routes.pop(0)
+    assert api.get(f"{RECORDS}/{record}{ALICE}").status_code == 200
+
+
+def test_a_mem0_oss_base_url_off_its_routes_deletes_nothing(
+    api: APIClient, project: Project, mem0_oss: FakeMem0Oss
+) -> None:
+    """Mem0 OSS answers a memory it does not have with `null`: a 404 from a base URL that
+    misses its routes (FastAPI's own `{"detail": "Not Found"}`) is a failure, not a gone
+    memory, and the memory stays mapped."""
+    resource = deploy_external(
+        project,
+        mem0_declaration(mem0_oss, baseUrl=mem0_oss.origin + "/mem0"),
+        secrets_by_origin={mem0_oss.origin: {"MEM0_KEY": MEM0_KEY}},
+    )
+    external = mem0_oss.seed("Alice likes jazz.", user_id="alice", agent_id="archivist")
+    record = records_map(resource=resource, namespace="alice", external_ids=[external])[external]
+
+    _invalid(api.delete(f"{RECORDS}/{record}{ALICE}"))
+    _failed_with_404("get")
+    assert [c.path for c in mem0_oss.calls] == [f"/mem0/memories/{external}"]
+    assert mem0_oss.memories[external]["memory"] == "Alice likes jazz."
+    assert ExternalRecord.objects.filter(record_id=record, external_id=external).exists()
+    assert not AuditEntry.objects.filter(action="record.delete").exists()
 
 
 def test_the_longest_id_kept_is_1024_utf8_bytes(

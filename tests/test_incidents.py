@@ -658,6 +658,34 @@ def test_a_record_the_provider_answers_as_no_object_is_a_dead_letter_not_deleted
     assert [(d["operation"], d["reason"]) for d in failed] == [("get", "invalid_response")]
 
 
+def test_a_record_whose_get_answers_a_404_of_no_memory_is_a_dead_letter_not_deleted(
+    api: APIClient, world: dict[str, Any], mem0_oss: FakeMem0Oss
+) -> None:
+    """Mem0 OSS answers a memory it does not have with `null`: a 404 to its get (a proxy's
+    page, a route the server does not have) says nothing of the memory, so containment
+    keeps a dead letter and forgets nothing, never reporting the record deleted."""
+    opened = post(api, INCIDENTS, {"title": "x", "source": {"text": POISON}}).json()
+    contain = f"{INCIDENTS}/{opened['id']}/contain"
+    mem0_oss.answer("GET", r"/memories/[^/]+", 404, {"detail": "Not Found"})
+    report = post(api, contain, {"actions": ["revert"]}).json()
+    node = f"record:mem/{world['record']}"
+    assert {n["id"]: n["outcomes"] for n in report["nodes"]}[node] == {"revert": "dead_letter"}
+    (operation,) = report["deadLetters"]
+    dead = ProviderOperation.objects.get(pk=operation)
+    assert (dead.state, dead.kind, dead.record_id) == (
+        OperationState.DEAD,
+        "containment_undo",
+        world["record"],
+    )
+    assert mem0_oss.seen("DELETE", r".*") == []
+    assert ExternalRecord.objects.filter(record_id=world["record"]).exists()
+    assert [m["memory"] for m in mem0_oss.memories.values()] == ["Refunds go to account 4242."]
+    failed = AuditEntry.objects.filter(action="provider.failed").values_list("detail", flat=True)
+    assert [(d["operation"], d["reason"], d["status"]) for d in failed] == [
+        ("get", "http_error", 404)
+    ]
+
+
 def test_an_operation_a_containment_report_names_is_kept_past_the_days_operations_are_kept(
     api: APIClient, world: dict[str, Any], mem0_oss: FakeMem0Oss, settings: Any
 ) -> None:

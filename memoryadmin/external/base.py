@@ -144,8 +144,8 @@ class RemoteStore(ABC):
     # What a record id of this kind's answers is (`record_id_valid`), for the invalid
     # answer's description.
     record_ids: ClassVar[str] = f"a string of 1 to {EXTERNAL_ID_MAX_BYTES} UTF-8 bytes"
-    # Whether the kind's API answers a GET of a record it does not have with 200 `null`,
-    # besides a 404 (`found`).
+    # Whether the kind's API answers a GET of a record it does not have with 200 `null`
+    # (`found`); its 404s say so only as `says_missing` recognises.
     missing_is_null: ClassVar[bool] = False
 
     def __init__(self, connection: Connection, config: dict[str, Any], namespace: str) -> None:
@@ -170,7 +170,8 @@ class RemoteStore(ABC):
         missing_ok: bool = False,
         origin: str | None = None,
     ) -> Any:
-        """The JSON answer of a 2xx reply; None for a 404 when `missing_ok`.
+        """The JSON answer of a 2xx reply; None when `missing_ok` and the provider answered
+        that it has no such record or document (`missing`).
 
         Raises Cancelled when the caller cancelled, ExternalFailure otherwise.
         """
@@ -188,7 +189,7 @@ class RemoteStore(ABC):
     def answer(self, reply: Reply, *, operation: str, missing_ok: bool = False) -> Any:
         reply_usable(self.connection, reply, operation=operation)
         assert reply.status is not None
-        if reply.status == 404 and missing_ok:
+        if missing_ok and self.missing(reply):
             return None
         if not 200 <= reply.status <= 299:
             raise self.connection.failure(
@@ -206,15 +207,35 @@ class RemoteStore(ABC):
                 reply=reply,
             ) from None
 
+    def missing(self, reply: Reply) -> bool:
+        """Whether `reply` is the provider's own answer that it has no such record (or
+        document): a 404 whose JSON body is the one its API answers so (`says_missing`).
+        Any other 404 (an HTML page, an empty body, a framework's answer for a route it
+        does not have) comes from a wrong base URL, a proxy in front or an unknown route,
+        and says nothing of the record: it is the call's failure, never a record gone."""
+        if reply.status != 404:
+            return False
+        try:
+            body = reply.json(suffixed=True)
+        except ValueError:
+            return False
+        return self.says_missing(body)
+
+    @abstractmethod
+    def says_missing(self, body: Any) -> bool:
+        """Whether the JSON body of a 404 is the kind's API saying it has no such record
+        (or document, for a kind that deletes records with their document)."""
+
     def found(self, path: str, *, operation: str) -> dict[str, Any] | None:
         """The record a GET of one record (`path`) answers, the JSON object it is; None
-        only where the provider's API says it has no such record: its 404, or `null` for a
-        kind that answers so (`missing_is_null`). Any other answer (a string, a list, a
-        number, `null` elsewhere) is invalid, never a record that is gone: a delete reads
-        its record first, and would forget it and report it deleted while it stays."""
+        only where the provider's API says it has no such record: its own 404 (`missing`),
+        or `null` for a kind that answers so (`missing_is_null`). Any other answer (a
+        string, a list, a number, `null` elsewhere, a 404 of no such body) is a failure,
+        never a record that is gone: a delete reads its record first, and would forget it
+        and report it deleted while it stays."""
         reply = self.connection.call("GET", path, operation=operation, retryable=True)
         data = self.answer(reply, operation=operation, missing_ok=True)
-        if reply.status == 404 or (data is None and self.missing_is_null):
+        if data is None and (reply.status == 404 or self.missing_is_null):
             return None
         if not isinstance(data, dict):
             raise self.invalid(operation, "the memory is not a JSON object")
@@ -310,6 +331,13 @@ def path_segment(value: str) -> str:
     if value in {"", ".", ".."}:
         raise ValueError(f"{value!r} cannot be a path segment")
     return quote(value, safe="")
+
+
+def text_at(body: Any, *keys: str) -> str:
+    """The string at `keys` in an answer's nested JSON objects; "" when there is none."""
+    for key in keys:
+        body = body.get(key) if isinstance(body, dict) else None
+    return body if isinstance(body, str) else ""
 
 
 def fit_text(remotes: list[Remote], max_bytes: int) -> list[Remote]:

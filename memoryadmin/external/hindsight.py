@@ -21,10 +21,15 @@ route lives under `/v1/default/banks/{bank_id}`:
   `{"results": [{"id", "text", "type", "mentioned_at", "document_id", ...}]}`;
 - list: `GET .../memories/list?limit=&offset=`, answering `{"items", "total", "limit",
   "offset"}`, most recent first;
-- get: `GET .../memories/{id}` (404 `{"detail"}` when unknown), with `document_id`;
+- get: `GET .../memories/{id}` (404 `{"detail": "Memory unit '{id}' not found"}` when
+  unknown), with `document_id`;
 - history: `GET .../memories/{id}/history` (observations have one; facts answer `[]`);
 - delete: 0.8 deletes memories only with their document,
-  `DELETE .../documents/{document_id}` (`{"memory_units_deleted"}`; 404 when unknown).
+  `DELETE .../documents/{document_id}` (`{"memory_units_deleted"}`; 404
+  `{"detail": "Document not found"}` when unknown).
+
+A route the server does not have is FastAPI's own 404, `{"detail": "Not Found"}`,
+which names no memory.
 
 Memory units are the records. Each text saved through memoryadmin is retained
 as its own document, so forgetting one of its facts forgets that text's facts
@@ -35,6 +40,7 @@ reconciles it); the facts it made appear in the list, as retain names none.
 
 from __future__ import annotations
 
+import re
 import uuid
 from typing import Any
 
@@ -49,6 +55,7 @@ from memoryadmin.external.base import (
     RemoteStore,
     _scope_normalize,
     path_segment,
+    text_at,
 )
 from memoryadmin.external.urls import LOOPBACK_CLEARTEXT
 from memoryadmin.memory.providers import NotSupported, Result
@@ -59,6 +66,8 @@ DOCUMENT_PREFIX = "memoryadmin-"
 RUNNING = {"pending", "processing"}
 # How a failed operation's error message ends: the worker's traceback, for Hindsight's own.
 TRACEBACK = "\n\nTraceback:"
+# The 404 details of a memory unit, or a document, the bank does not have.
+MISSING_DETAIL = re.compile(r"Memory unit '.*' not found|Document not found", re.DOTALL)
 
 
 def remote_of(item: dict[str, Any]) -> Remote:
@@ -83,6 +92,9 @@ def remote_of(item: dict[str, Any]) -> Remote:
 
 
 class HindsightStore(RemoteStore):
+    def says_missing(self, body: Any) -> bool:
+        return MISSING_DETAIL.fullmatch(text_at(body, "detail")) is not None
+
     @property
     def bank(self) -> str:
         bank = self.scope({"bank": self.config["bankId"]})["bank"]

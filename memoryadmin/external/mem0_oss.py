@@ -13,11 +13,15 @@ snapshot of 2026-08-22) and `mem0/memory/main.py`:
 - delete: `DELETE /memories/{id}`, 404 when unknown.
 
 Authentication is the server's `X-API-Key` (or a bearer token): a declared
-header referencing a secret. Errors are FastAPI's `{"detail": ...}`.
+header referencing a secret. Errors are FastAPI's `{"detail": ...}`. An unknown memory
+is a 404 only to update and delete, whose `ValueError("Memory with id ... not found")`
+`_client_error` makes one; a route the server does not have is FastAPI's own 404,
+`{"detail": "Not Found"}`, which says nothing of any memory.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from memoryadmin.core.errors import InvalidRequest, NotFound
@@ -29,6 +33,7 @@ from memoryadmin.external.base import (
     Remote,
     RemoteStore,
     _scope_normalize,
+    text_at,
 )
 from memoryadmin.external.urls import LOOPBACK_CLEARTEXT
 from memoryadmin.memory.providers import Result
@@ -39,6 +44,10 @@ ENTITY_FIELDS = {"user_id", "agent_id", "run_id"}
 LIST_LIMIT = 1000
 ADDED = {"ADD", "UPDATE"}
 HISTORY_ACTIONS = {"ADD": "create", "UPDATE": "update", "DELETE": "delete"}
+# The 404 detail of a memory the server does not have (`Memory.delete`, `_update_memory`).
+MISSING_DETAIL = re.compile(
+    r"Memory with id .+ not found(\. Please provide a valid 'memory_id')?", re.DOTALL
+)
 
 
 def remote_of(item: dict[str, Any]) -> Remote:
@@ -71,6 +80,9 @@ def history_of(changes: list[dict[str, Any]]) -> list[Result]:
 class Mem0OssStore(RemoteStore):
     # The server answers a memory it does not have with what `Memory.get` returns: null.
     missing_is_null = True
+
+    def says_missing(self, body: Any) -> bool:
+        return MISSING_DETAIL.fullmatch(text_at(body, "detail")) is not None
 
     @property
     def entities(self) -> dict[str, str]:

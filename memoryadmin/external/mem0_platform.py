@@ -16,7 +16,7 @@ the snapshot of 2026-08-22. Authentication is `Authorization: Token <api key>`.
   (entity ids only inside `filters`);
 - list: `POST /v3/memories/?page=&page_size=` `{filters}`: `{count, next, previous, results}`;
 - get, update, delete: `GET|PUT|DELETE /v1/memories/{id}/` (update body `{"text"}`;
-  404 `{"error": ...}` when unknown);
+  404 `{"error": "Memory not found!"}` when unknown: any other 404 names no memory);
 - history: `GET /v1/memories/{id}/history/`: `[{"old_memory", "new_memory", "event", ...}]`.
 
 The v3 routes take no `org_id` or `project_id` (docs/openapi.json lists none, and
@@ -39,6 +39,7 @@ from memoryadmin.external.base import (
     Remote,
     RemoteStore,
     _scope_normalize,
+    text_at,
 )
 from memoryadmin.external.mem0_oss import history_of, remote_of
 from memoryadmin.external.transport import Connection, secret_value
@@ -56,9 +57,14 @@ ANSWER_FIELDS = {
     "run_id": "session_id",
 }
 ID_RE = r"[A-Za-z0-9_-]{1,128}"
+# The 404 error of a memory the platform does not have (docs/openapi.json).
+MISSING_ERROR = re.compile(r"memory not found\W*", re.IGNORECASE)
 
 
 class Mem0PlatformStore(RemoteStore):
+    def says_missing(self, body: Any) -> bool:
+        return MISSING_ERROR.fullmatch(text_at(body, "error")) is not None
+
     @property
     def entities(self) -> dict[str, str]:
         return self.scope(self.config["scope"])

@@ -18,7 +18,9 @@ Followed: the aiplatform REST reference for `projects.locations.reasoningEngines
   "createTime"}], "nextPageToken"}`;
 - operations: `GET /v1beta1/{operation name}`: `{"name", "done", "response" | "error"}`.
 
-Errors are Google's `{"error": {"code", "message", "status"}}`. Credentials come
+Errors are Google's `{"error": {"code", "message", "status"}}` (google.rpc.Status): a
+memory the engine does not have is 404 `NOT_FOUND` so; any other 404 (Google's front
+end answers a path it does not serve with an HTML page) names no memory. Credentials come
 from one managed secret: a service-account key (JSON on one line), exchanged at
 its `token_uri` for an access token (OAuth 2.0 JWT bearer grant, RS256), or a
 bearer token as it is. Tokens are cached in this process until a minute before
@@ -46,6 +48,7 @@ from memoryadmin.external.base import (
     Remote,
     RemoteStore,
     _scope_normalize,
+    text_at,
 )
 from memoryadmin.external.transport import Connection, reply_usable, secret_value
 from memoryadmin.external.urls import HTTPS_ONLY, base_url_check
@@ -142,6 +145,9 @@ class VertexMemoryBankStore(RemoteStore):
 
     def record_id_valid(self, external_id: object) -> bool:
         return isinstance(external_id, str) and MEMORY_ID_RE.fullmatch(external_id) is not None
+
+    def says_missing(self, body: Any) -> bool:
+        return text_at(body, "error", "status") == "NOT_FOUND"
 
     @property
     def parent(self) -> str:
