@@ -177,7 +177,7 @@ def _static_files_found_once() -> None:
         else:
             self.files.update(tables[key])
 
-    WhiteNoiseMiddleware.add_files_from_finders = add_files_from_finders  # type: ignore[method-assign]
+    WhiteNoiseMiddleware.add_files_from_finders = add_files_from_finders
 
 
 _static_files_found_once()

@@ -23,16 +23,19 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote
 
 import httpx
 import pytest
 from django.db import connection, connections
+from django.http import StreamingHttpResponse
 
 from memoryadmin.agents.models import Session
 from memoryadmin.agents.services.sessions import session_create
+from memoryadmin.external.base import ExternalProvider
 from memoryadmin.memory.models import Document, Project, Resource
+from memoryadmin.memory.providers import provider_for
 from memoryadmin.memory.services.deployments import deployment_create, resource_get
 from memoryadmin.memory.services.documents import Writer, document_patch, document_replace
 from memoryadmin.providers.services.secrets import secret_set
@@ -43,7 +46,7 @@ from memoryadmin.refprovider.declaration import (
 )
 from tests.loopback import LoopbackServer
 
-MANIFEST_MEMORY = [
+MANIFEST_MEMORY: list[dict[str, Any]] = [
     {
         "id": "notes",
         "description": "Workshop requirements and decisions.",
@@ -195,7 +198,7 @@ def deploy_reference_provider(
 ) -> Resource:
     """Deploys agent "researcher" with the reference provider as resource "facts" (plus
     `extra` declarations) in development, with its token stored as the secret it names."""
-    options = {} if max_bytes is None else {"max_bytes": max_bytes}
+    options: dict[str, Any] = {} if max_bytes is None else {"max_bytes": max_bytes}
     facts = reference_declaration(
         resource_id="facts", base_url=base_url, description="Facts.", **options
     )
@@ -272,6 +275,18 @@ def fragment_of(response: Any) -> str:
     html = html_of(response)
     assert "<html" not in html
     return html
+
+
+def stream_of(response: object) -> Iterator[bytes]:
+    """A streaming response's chunks, read as they are produced (the test clients'
+    responses are synchronous)."""
+    assert isinstance(response, StreamingHttpResponse), type(response)
+    return cast(Iterator[bytes], response.streaming_content)
+
+
+def streamed(response: object) -> bytes:
+    """A streaming response's body, read whole."""
+    return b"".join(stream_of(response))
 
 
 # The browser tests.
@@ -856,7 +871,8 @@ class _ScriptedHandler(BaseHTTPRequestHandler):
         if answer is None or answer == "hold":
             self.close_connection = True
             return
-        status, payload = answer  # type: ignore[misc]
+        assert isinstance(answer, tuple), answer
+        status, payload = answer
         data = json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -945,6 +961,13 @@ def deploy_external(
         project=project, agent="archivist", memory=[declaration], promote="development", actor="t"
     )
     return resource_get(project=project, environment="development", resource_id=resource_id)
+
+
+def external_provider(kind: str) -> ExternalProvider:
+    """The registered external provider kind `kind`."""
+    provider = provider_for(kind)
+    assert isinstance(provider, ExternalProvider), kind
+    return provider
 
 
 def external_session(project: Project, namespace: str, *, resource_id: str = "mem") -> Session:

@@ -15,7 +15,7 @@ from rest_framework.test import APIClient
 from memoryadmin.memory.models import AuditEntry, Document, DocumentVersion, Project, Resource
 from memoryadmin.memory.services.deployments import deployment_create, deployment_promote
 from memoryadmin.memory.services.documents import document_delete, document_replace
-from tests.helpers import DEV, DOCS, MANIFEST_MEMORY, Keys
+from tests.helpers import DEV, DOCS, MANIFEST_MEMORY, Keys, streamed
 
 pytestmark = pytest.mark.django_db
 
@@ -201,7 +201,7 @@ def export(api: APIClient, query: str = "") -> zipfile.ZipFile:
     assert response.status_code == 200, response
     assert response["Content-Type"] == "application/zip"
     assert response["Content-Disposition"].startswith('attachment; filename="memory-acme-dev')
-    return zipfile.ZipFile(io.BytesIO(b"".join(response.streaming_content)))
+    return zipfile.ZipFile(io.BytesIO(streamed(response)))
 
 
 def test_export_streams_the_page_zip_of_every_live_document(

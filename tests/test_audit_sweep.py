@@ -48,6 +48,7 @@ from tests.helpers import (
     People,
     deploy_external,
     proposed_save,
+    streamed,
     support_session,
     url_routes,
 )
@@ -131,12 +132,14 @@ def _api_send(client: APIClient, asked: Asked) -> Any:
     body = asked.body
     if body is not None and asked.content_type == "application/json":
         body = json.dumps(body)
-    headers = {f"HTTP_{k.upper().replace('-', '_')}": v for k, v in asked.headers.items()}
+    headers: dict[str, Any] = {
+        f"HTTP_{k.upper().replace('-', '_')}": v for k, v in asked.headers.items()
+    }
     response = client.generic(
         asked.method, asked.url, body or "", content_type=asked.content_type, **headers
     )
     if asked.streamed and response.status_code == 200:
-        b"".join(response.streaming_content)
+        streamed(response)
     return response
 
 
@@ -564,7 +567,7 @@ def _export_zip(w: World) -> bytes:
     client.credentials(HTTP_X_API_KEY=w.keys.owner)
     w.document("imported")
     response = client.post(f"{API}/projects/acme/memory/export{DEV}")
-    data = b"".join(response.streaming_content)
+    data = streamed(response)
     # Imported into production, where the document is free.
     return data
 
@@ -1651,7 +1654,7 @@ def _page_client(user: Any) -> Client:
 def _page_send(client: Client, posted: Posted) -> Any:
     response = client.post(posted.url, posted.data)
     if posted.streamed and response.status_code == 200:
-        b"".join(response.streaming_content)
+        streamed(response)
     return response
 
 

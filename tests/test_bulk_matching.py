@@ -14,7 +14,7 @@ from django.test import Client
 
 from memoryadmin.memory.models import AuditEntry, Document
 from memoryadmin.web.services import bulk
-from tests.helpers import html_of
+from tests.helpers import html_of, streamed
 
 URL = "/projects/acme/development/resources/notes/bulk/"
 
@@ -99,7 +99,7 @@ def test_nothing_matching_or_a_bad_facet_changes_nothing(support: Client, sixty:
 def test_export_all_matching_downloads_them(support: Client, sixty: None) -> None:
     response = support.post(URL, {"action": "export", "all": "matching", "sizeMin": "100"})
     assert response.status_code == 200
-    archive = zipfile.ZipFile(io.BytesIO(b"".join(response.streaming_content)))
+    archive = zipfile.ZipFile(io.BytesIO(streamed(response)))
     names = sorted(n for n in archive.namelist() if n.endswith(".json") and "/" in n)
     assert names == ["notes/other.json", *[f"notes/plan-{i:02d}.json" for i in range(5)]]
     assert json.loads(archive.read("manifest.json"))

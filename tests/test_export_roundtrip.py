@@ -23,7 +23,7 @@ from memoryadmin.memory.services.documents import (
 )
 from memoryadmin.memory.services.keys import api_key_create
 from memoryadmin.memory.services.projects import project_create
-from tests.helpers import run_threads
+from tests.helpers import run_threads, streamed
 
 API = "/api/managed-agents/projects"
 MEMORY = [
@@ -167,7 +167,7 @@ def test_an_api_export_imports_back_exactly_and_again_changes_nothing(
     writer.credentials(HTTP_X_API_KEY=api_key_create(project_id="target")[1])
     response = reader.post(f"{API}/source/memory/export?environment=development")
     assert response.status_code == 200
-    archive = b"".join(response.streaming_content)
+    archive = streamed(response)
     url = f"{API}/target/memory/import?environment=production"
 
     first = writer.post(url, data=archive, content_type="application/zip")

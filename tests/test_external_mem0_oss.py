@@ -18,7 +18,6 @@ from memoryadmin.core.cancellation import Cancelled
 from memoryadmin.external.ids import external_memory_id, provider_id
 from memoryadmin.external.models import ExternalRecord
 from memoryadmin.memory.models import AuditEntry, Project, Resource
-from memoryadmin.memory.providers import provider_for
 from memoryadmin.memory.services.deployments import deployment_create
 from tests.fake_providers import FakeMem0Oss
 from tests.helpers import (
@@ -26,6 +25,7 @@ from tests.helpers import (
     Keys,
     clean_env,
     deploy_external,
+    external_provider,
     external_session,
     gunicorn,
     manage,
@@ -436,7 +436,7 @@ def test_an_add_whose_answer_is_lost_is_uncertain(
 
 def test_a_cancelled_attempt_stops_at_once(mem: Resource, mem0_oss: FakeMem0Oss) -> None:
     cancelled = threading.Event()
-    store = provider_for("mem0-oss").open(mem, "alice", cancelled=cancelled)
+    store = external_provider("mem0-oss").open(mem, "alice", cancelled=cancelled)
     stall = mem0_oss.stall("/search")
     timer = threading.Timer(0.2, cancelled.set)
     started = time.monotonic()

@@ -26,12 +26,11 @@ from memoryadmin.external.ids import external_memory_id, provider_id
 from memoryadmin.external.models import ExternalRecord
 from memoryadmin.external.vertex import under_engine
 from memoryadmin.memory.models import AuditEntry, Project, Resource
-from memoryadmin.memory.providers import provider_for
 from memoryadmin.memory.services.deployments import deployment_create
 from memoryadmin.memory.services.keys import api_key_create
 from memoryadmin.runner.jobs import jobs_run_due
 from tests.fake_providers import FakeVertexMemoryBank
-from tests.helpers import DEV, deploy_external, external_session, run_threads
+from tests.helpers import DEV, deploy_external, external_provider, external_session, run_threads
 
 RECORDS = "/api/managed-agents/projects/acme/memory/mem/records"
 ALICE = DEV + "&namespace=alice"
@@ -824,7 +823,7 @@ def test_a_cancel_during_the_token_exchange_is_a_cancellation_not_a_provider_fai
     timer = threading.Timer(0.2, cancelled.set)
     timer.start()
     with pytest.raises(Cancelled):
-        provider_for("vertex-memory-bank").open(mem, "alice", cancelled=cancelled)
+        external_provider("vertex-memory-bank").open(mem, "alice", cancelled=cancelled)
     timer.join()
     held.release.set()
     assert not AuditEntry.objects.filter(action="provider.failed").exists()

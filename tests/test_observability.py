@@ -14,7 +14,7 @@ from django.urls import path
 from prometheus_client.parser import text_string_to_metric_families
 
 from memoryadmin.memory.services.keys import api_key_create
-from tests.helpers import DEV, DOCS, People, is_postgres
+from tests.helpers import DEV, DOCS, People, is_postgres, streamed
 
 LogLines = Callable[[], list[dict[str, Any]]]
 
@@ -200,17 +200,20 @@ def test_request_ids_addresses_and_streamed_answers_in_the_log(
 
     key, raw = api_key_create(project_id="acme", name="logs")
     api = Client(HTTP_X_API_KEY=raw, REMOTE_ADDR="10.0.0.1")
-    forwarded = {"HTTP_X_FORWARDED_FOR": "6.6.6.6, 1.2.3.4", "HTTP_X_REQUEST_ID": "proxy-id-1"}
+    forwarded: dict[str, Any] = {
+        "HTTP_X_FORWARDED_FOR": "6.6.6.6, 1.2.3.4",
+        "HTTP_X_REQUEST_ID": "proxy-id-1",
+    }
     url = f"{DOCS}/launch{DEV}"
     assert api.get(url, **forwarded).status_code == 404
     settings.MEMORYADMIN_PROXY_COUNT = 1
     settings.MEMORYADMIN_TRUST_REQUEST_ID = True
     # The setting is read when the middleware is built, as a worker starts.
-    api.handler.load_middleware()  # type: ignore[attr-defined]
+    api.handler.load_middleware()
     assert api.get(url, **forwarded).status_code == 404
     exported = api.post(f"/api/managed-agents/projects/acme/memory/export{DEV}", **forwarded)
     assert exported.status_code == 200
-    b"".join(exported.streaming_content)  # type: ignore[attr-defined]
+    streamed(exported)
     exported.close()
 
     lines = log_lines()
@@ -228,9 +231,9 @@ def test_request_ids_addresses_and_streamed_answers_in_the_log(
     assert second["request_id"] == "proxy-id-1"
     export = finished(lines, "POST /api/managed-agents/projects/acme/memory/export")
     assert export["key"] == key.prefix
-    streamed = [line for line in lines if line["event"] == "streaming_finished"]
-    assert [line["request_id"] for line in streamed] == ["proxy-id-1"]
-    assert streamed[0]["ip"] == "1.2.3.4"
+    ends = [line for line in lines if line["event"] == "streaming_finished"]
+    assert [line["request_id"] for line in ends] == ["proxy-id-1"]
+    assert ends[0]["ip"] == "1.2.3.4"
 
 
 def _failing_view(request: Any) -> Any:

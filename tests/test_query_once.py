@@ -15,7 +15,7 @@ from rest_framework.test import APIClient
 
 from memoryadmin.agents.models import Session
 from memoryadmin.memory.models import AuditEntry, Document
-from tests.helpers import DEV, DOCS, Keys
+from tests.helpers import DEV, DOCS, Keys, streamed
 
 PROJECT = "/api/managed-agents/projects/acme"
 DAY, NEXT = "2026-01-01", "2026-01-02"
@@ -94,7 +94,7 @@ def test_a_repeatable_parameter_still_takes_every_value(
     make_document("workshop", text="one")
     response = api.post(f"{PROJECT}/memory/export{DEV}&resource=notes&resource=kb")
     assert response.status_code == 200
-    archive = zipfile.ZipFile(io.BytesIO(b"".join(response.streaming_content)))
+    archive = zipfile.ZipFile(io.BytesIO(streamed(response)))
     manifest = json.loads(archive.read("manifest.json"))
     assert sorted(manifest["resources"]) == ["kb", "notes"]
     assert "notes/workshop.json" in archive.namelist()

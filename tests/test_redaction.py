@@ -22,7 +22,16 @@ from memoryadmin.memory.services.documents import document_patch, document_repla
 from memoryadmin.memory.services.redaction import version_redact
 from memoryadmin.webhooks.models import Delivery
 from memoryadmin.webhooks.services import endpoint_create
-from tests.helpers import DEV, DOCS, Keys, html_of, lock_waiter_seen, raw_rows_with, support_session
+from tests.helpers import (
+    DEV,
+    DOCS,
+    Keys,
+    html_of,
+    lock_waiter_seen,
+    raw_rows_with,
+    streamed,
+    support_session,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -144,9 +153,7 @@ def test_redaction_needs_a_read_write_key_of_the_project(
 def test_exports_never_hold_redacted_text(api: APIClient, history: list[str]) -> None:
     redact(api, history[0])
     redact(api, history[1])
-    body = b"".join(
-        api.post(f"/api/managed-agents/projects/acme/memory/export{DEV}").streaming_content
-    )
+    body = streamed(api.post(f"/api/managed-agents/projects/acme/memory/export{DEV}"))
     archive = zipfile.ZipFile(io.BytesIO(body))
     everything = b"".join(archive.read(name) for name in archive.namelist())
     assert b"workshop" in everything
@@ -523,7 +530,7 @@ def test_a_redaction_deletes_an_upload_waiting_for_its_import_that_holds_the_ver
     def export() -> bytes:
         response = api.post(f"/api/managed-agents/projects/acme/memory/export{DEV}")
         assert response.status_code == 200
-        return b"".join(response.streaming_content)
+        return streamed(response)
 
     holding = export()
     document_replace(

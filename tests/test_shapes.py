@@ -29,7 +29,7 @@ from memoryadmin.memory.models import Project
 from memoryadmin.memory.services.deployments import deployment_create
 from memoryadmin.providers.services.secrets import secret_set
 from memoryadmin.refprovider.declaration import TOKEN_SECRET_NAME, reference_declaration
-from tests.helpers import DEV, DOCS, MANIFEST_MEMORY
+from tests.helpers import DEV, DOCS, MANIFEST_MEMORY, streamed
 
 SESSIONS = "/api/managed-agents/sessions"
 PROJECT = "/api/managed-agents/projects/acme"
@@ -40,7 +40,9 @@ def schema_mismatches(value: Any, field: serializers.Field, path: str = "$") -> 
     if value is None:
         return [] if field.allow_null else [f"{path}: null"]
     if isinstance(field, serializers.ListSerializer):
-        return _each(value, list, path, lambda v, p: schema_mismatches(v, field.child, p))
+        child = field.child
+        assert child is not None
+        return _each(value, list, path, lambda v, p: schema_mismatches(v, child, p))
     if isinstance(field, serializers.Serializer):
         if not isinstance(value, dict):
             return [f"{path}: not an object"]
@@ -101,7 +103,9 @@ def type_mismatches(value: Any, hint: Any, path: str = "$") -> list[str]:
     return [] if ok else [f"{path}: {value!r} is not {hint.__name__}"]
 
 
-def _each(value: Any, kind: type, path: str, check: Any) -> list[str]:
+def _each(
+    value: Any, kind: type[list[Any]] | type[dict[Any, Any]], path: str, check: Any
+) -> list[str]:
     if not isinstance(value, kind):
         return [f"{path}: not a {kind.__name__}"]
     items = value.items() if isinstance(value, dict) else enumerate(value)
@@ -167,7 +171,7 @@ def test_schema_and_client_name_the_same_keys(shape: Any, typed: Any) -> None:
     assert required == required_keys(typed)
 
 
-def post(api: APIClient, path: str, body: Any, **headers: str) -> Any:
+def post(api: APIClient, path: str, body: Any, **headers: Any) -> Any:
     return api.post(path, data=json.dumps(body), content_type="application/json", **headers)
 
 
@@ -273,7 +277,7 @@ def responses(api: APIClient, project: Project) -> dict[str, Any]:
     keep("audit", api.get(f"{PROJECT}/audit{DEV}"))
     keep("document_search", api.get(f"{DOCS}{DEV}&q=node"))
     keep("search", api.get(f"{PROJECT}/memory/search{DEV}&q=node"))
-    exported = b"".join(api.post(f"{PROJECT}/memory/export{DEV}").streaming_content)
+    exported = streamed(api.post(f"{PROJECT}/memory/export{DEV}"))
     imported = api.post(
         f"{PROJECT}/memory/import{DEV}", data=exported, content_type="application/zip"
     )

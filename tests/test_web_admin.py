@@ -26,7 +26,7 @@ from memoryadmin.web.services.roles import (
     role_revoke,
     user_invite,
 )
-from tests.helpers import MANIFEST_MEMORY, PASSWORD, People, html_of, password_login
+from tests.helpers import MANIFEST_MEMORY, PASSWORD, People, html_of, password_login, streamed
 
 pytestmark = pytest.mark.django_db
 
@@ -687,7 +687,7 @@ def test_bulk_export_downloads_exactly_the_selected_documents_without_a_confirma
     response = support.post(f"{BASE}/resources/notes/bulk/", {"action": "export", "doc": picked})
     assert response.status_code == 200
     assert response["Content-Type"] == "application/zip"
-    archive = zipfile.ZipFile(io.BytesIO(b"".join(response.streaming_content)))
+    archive = zipfile.ZipFile(io.BytesIO(streamed(response)))
     names = sorted(name for name in archive.namelist() if not name.endswith("/"))
     assert names == ["manifest.json", "notes/b1.json", "notes/b3.json"]
     manifest = json.loads(archive.read("manifest.json"))

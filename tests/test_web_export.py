@@ -13,7 +13,7 @@ from django.test import Client
 
 from memoryadmin.memory.models import AuditEntry, Resource
 from memoryadmin.memory.representations import document_dict
-from tests.helpers import html_of
+from tests.helpers import html_of, streamed
 
 pytestmark = pytest.mark.django_db
 
@@ -37,7 +37,7 @@ def documents(make_document: Any) -> None:
 def download(client: Client, resources: list[str]) -> tuple[Any, zipfile.ZipFile]:
     response = client.post(EXPORT, {"resources": resources})
     assert response.status_code == 200
-    body = b"".join(response.streaming_content)
+    body = streamed(response)
     return response, zipfile.ZipFile(io.BytesIO(body))
 
 

@@ -14,7 +14,7 @@ from rest_framework.test import APIClient
 
 from memoryadmin.memory.models import AuditEntry, Document, Resource
 from memoryadmin.web.services import imports as page_imports
-from tests.helpers import html_of
+from tests.helpers import html_of, streamed
 
 URL = "/projects/acme/development/import/"
 API = "/api/managed-agents/projects/acme/memory"
@@ -36,7 +36,7 @@ def export_zip(api: APIClient, make_document: Any, notes: Resource) -> bytes:
     make_document("c", resource=kb, text="third")
     response = api.post(f"{API}/export?environment=development")
     assert response.status_code == 200
-    return b"".join(response.streaming_content)
+    return streamed(response)
 
 
 def upload(client: Client, content: bytes, name: str = "memory.zip") -> Any:

@@ -6,7 +6,7 @@ import re
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from django.db import connection
@@ -26,6 +26,7 @@ from tests.helpers import (
     deploy_reference_provider,
     fragment_of,
     html_of,
+    streamed,
 )
 
 pytestmark = pytest.mark.django_db
@@ -33,7 +34,7 @@ pytestmark = pytest.mark.django_db
 BASE = "/projects/acme/development"
 NOTES = f"{BASE}/resources/notes/"
 WORKSHOP = f"{NOTES}documents/workshop/"
-HX = {"HTTP_HX_REQUEST": "true"}
+HX: dict[str, Any] = {"HTTP_HX_REQUEST": "true"}
 
 
 def many_documents(resource: Resource, count: int, *, prefix: str = "doc") -> list[str]:
@@ -220,7 +221,8 @@ def test_pages_of_ascii_content_are_ascii(
 def test_the_templates_are_ascii() -> None:
     from django.conf import settings
 
-    folders = [Path(folder) for engine in settings.TEMPLATES for folder in engine["DIRS"]]
+    dirs = [cast(list[str], engine["DIRS"]) for engine in settings.TEMPLATES]
+    folders = [Path(folder) for listed in dirs for folder in listed]
     templates = [path for folder in folders for path in folder.rglob("*.html")]
     assert len(templates) > 20
     for path in templates:
@@ -683,13 +685,13 @@ def test_audit_log_downloads_the_filtered_log_as_csv_and_json_lines(
     assert response.status_code == 200
     assert response["Content-Type"] == "text/csv; charset=utf-8"
     assert response["Content-Disposition"].startswith('attachment; filename="audit-acme-develop')
-    rows = list(csv.reader(io.StringIO(b"".join(response.streaming_content).decode())))
+    rows = list(csv.reader(io.StringIO(streamed(response).decode())))
     assert rows[0] == [
         "id", "time", "environment", "actor", "action", "resource", "document", "revision",
         "detail",
     ]  # fmt: skip
     assert [(r[4], r[6]) for r in rows[1:]] == [("document.create", "workshop")]
-    lines = b"".join(owner.get(url, {"format": "jsonl"}).streaming_content).decode()
+    lines = streamed(owner.get(url, {"format": "jsonl"})).decode()
     records = [json.loads(line) for line in lines.splitlines()]
     assert [(r["action"], r["document"]) for r in records][:2] == [
         ("document.create", "refunds"),
@@ -715,10 +717,10 @@ def test_a_project_downloads_its_audit_log_one_at_a_time(
         "This project is downloading its audit log already; one download runs at a time."
         in busy.content.decode()
     )
-    assert b"document.create" in b"".join(first.streaming_content)  # read whole: free again
+    assert b"document.create" in streamed(first)  # read whole: free again
     again = support.get(url, {"format": "csv"})
     assert again.status_code == 200
-    assert b"document.create" in b"".join(again.streaming_content)
+    assert b"document.create" in streamed(again)
 
 
 def test_audit_log_pages_older_entries(owner: Client, project: Project, people: People) -> None:
@@ -872,7 +874,7 @@ def test_session_cookies_are_secure_outside_debug() -> None:
 # Query counts do not grow with the number of documents or versions.
 
 
-def queries(client: Client, url: str, **headers: str) -> int:
+def queries(client: Client, url: str, **headers: Any) -> int:
     with CaptureQueriesContext(connection) as captured:
         response = client.get(url, **headers)
     assert response.status_code == 200, url
@@ -1099,7 +1101,7 @@ def test_a_read_user_takes_the_place_of_its_lazy_object(people: People) -> None:
 
     user = User.objects.get(username="olivia")
     request = RequestFactory().get("/")
-    request.user = SimpleLazyObject(lambda: user)
+    request.user = SimpleLazyObject(lambda: user)  # type: ignore[assignment]  # lazy, as in a request
     user_settled(request)
     assert isinstance(request.__dict__["user"], SimpleLazyObject)
     assert request.user.is_authenticated  # read through the lazy object
