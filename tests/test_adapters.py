@@ -207,7 +207,9 @@ def test_hostile_arguments_come_back_as_errors_and_change_nothing(
 
 
 @pytest.mark.parametrize("example", EXAMPLES)
-def test_example_loops_run_offline(live_server: Any, api_key: str, notes: Resource, example: str):
+def test_example_loops_run_offline(
+    live_server: Any, api_key: str, notes: Resource, example: str
+) -> None:
     completed = run_example(example, live_server.url, api_key)
     assert completed.returncode == 0, completed.stdout + completed.stderr
     lines = completed.stdout.splitlines()

@@ -411,6 +411,7 @@ def test_a_requests_key_holds_the_fields_the_request_uses(keys: Keys, notes: Res
         assert key.get_deferred_fields() == UNUSED_BY_REQUESTS
         fields = ("pk", "project_id", "prefix", "read_only", "revoked_at")
         assert [getattr(key, f) for f in fields] == [getattr(row, f) for f in fields]
+    assert read[0] is not None
     assert read[0].name == row.name  # a deferred field is read when used
 
 

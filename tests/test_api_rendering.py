@@ -46,7 +46,7 @@ def test_negotiation_answers_json_or_406(api: APIClient, make_document: Any) -> 
     make_document("workshop", text="hello")
     url = f"{DOCS}/workshop{DEV}"
     for accept in (None, "*/*", "application/json", "text/html, application/json;q=0.9"):
-        extra = {} if accept is None else {"HTTP_ACCEPT": accept}
+        extra: dict[str, Any] = {} if accept is None else {"HTTP_ACCEPT": accept}
         response = api.get(url, **extra)
         assert response.status_code == 200, accept
         assert response["Content-Type"] == "application/json", accept

@@ -379,6 +379,7 @@ def test_owner_invites_changes_a_role_and_promotes_an_earlier_deployment(
 
     page.get_by_role("link", name="Deployments").click()
     earlier = Deployment.objects.filter(agent="archivist").order_by("created_at").first()
+    assert earlier is not None
     history = page.get_by_role("row", name=earlier.id)
     history.get_by_role("link", name="Promote to development…").click()
     page.get_by_role("button", name="Promote").click()

@@ -54,7 +54,7 @@ pytestmark = pytest.mark.django_db
 
 def run(*args: Any, stdin: str | None = None) -> str:
     out = io.StringIO()
-    given = {} if stdin is None else {"stdin": io.StringIO(stdin)}
+    given: dict[str, Any] = {} if stdin is None else {"stdin": io.StringIO(stdin)}
     call_command(*args, stdout=out, stderr=io.StringIO(), **given)
     return out.getvalue()
 

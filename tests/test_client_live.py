@@ -394,6 +394,7 @@ def test_client_restores_reads_the_audit_log_exports_and_imports(
     assert "<mark>Node</mark>" in hits[0]["snippet"]
     assert client.list_documents("notes", q="nothing")["documents"] == []
     redacted = client.redact_version("notes", "workshop", second["revision"], reason="Leak.")
+    assert redacted["redacted"] is not None
     assert (redacted["text"], redacted["redacted"]["reason"]) == ("[redacted]", "Leak.")
     with pytest.raises(ApiError) as current:
         client.redact_version("notes", "workshop", restored["revision"], reason="Leak.")
@@ -507,6 +508,7 @@ def test_client_follows_a_queued_write_to_its_end(
     # Its checks run here, as a worker would run them (the server's commit handed the job
     # to the task backend).
     job_id = ProviderOperation.objects.get(pk=made["operation"]).job_id
+    assert job_id is not None
     states = []
     for _ in range(2):
         job_run(job_id)

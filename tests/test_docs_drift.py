@@ -160,7 +160,7 @@ def test_every_documented_command_subcommand_and_option_exists() -> None:
             continue
         parser = load_command_class(commands[name], name).create_parser("manage.py", name)
         subs = subparsers(parser)
-        known = [parser]
+        known: list[argparse.ArgumentParser] = [parser]
         tokens = iter(args)
         for token in tokens:
             if token.startswith("--"):

@@ -56,7 +56,7 @@ def _url(route: str, session_id: str) -> str:
 
 
 def _ask(client: Client, method: str, url: str, query: dict[str, str], as_json: bool) -> Any:
-    asked = {"QUERY_STRING": urlencode(query)}
+    asked: dict[str, Any] = {"QUERY_STRING": urlencode(query)}
     if method in {"GET", "HEAD", "OPTIONS", "TRACE"}:
         return client.generic(method, url, **asked)
     if as_json:
@@ -87,7 +87,7 @@ def test_no_route_answers_any_method_with_a_server_error(
     # Signing out would sign the owner's client out for the rest of the sweep.
     routes = [r for r, _, _ in url_routes() if r != "logout/"]
     assert len(routes) > 60, routes
-    failures = []
+    failures: list[tuple[Any, ...]] = []
     asked = 0
     callers = (("anonymous", client, False), ("owner", owner, False), ("key", api, True))
     for name, who, as_json in callers:

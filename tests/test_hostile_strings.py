@@ -388,6 +388,7 @@ def test_a_body_the_connection_cut_is_400_and_stores_nothing(
     keys: Any, settings: Any, url: str, content_type: str, headers: dict[str, str]
 ) -> None:
     settings.REFERENCE_PROVIDER_TOKEN = "rpt_test"
+    environ: dict[str, Any] = {"wsgi.input": _Reset(), **headers}
     response = Client().generic(
         "PUT" if url.startswith(DOCS) else "POST",
         url,
@@ -395,8 +396,7 @@ def test_a_body_the_connection_cut_is_400_and_stores_nothing(
         CONTENT_LENGTH="100",
         HTTP_X_API_KEY=keys.owner,
         HTTP_AUTHORIZATION="Bearer rpt_test",
-        **{"wsgi.input": _Reset()},
-        **headers,
+        **environ,
     )
     assert response.status_code == 400, response.content
     assert response.json()["error"]["code"] == "invalid_request"

@@ -198,21 +198,21 @@ def test_a_key_revoked_on_one_instance_is_refused_by_the_other_within_the_bound(
     admin = api_key_create(project_id="acme")[1]
     doomed = api_key_create(project_id="acme", name="doomed")[1]
     first, second = instances.urls
-    project = "/api/managed-agents/projects/acme"
+    acme = "/api/managed-agents/projects/acme"
     # Both instances have looked the key up (and may have cached it).
     for url in instances.urls:
-        assert httpx.get(f"{url}{project}", headers={"x-api-key": doomed}).status_code == 200
+        assert httpx.get(f"{url}{acme}", headers={"x-api-key": doomed}).status_code == 200
     key_id = ApiKey.objects.get(prefix=doomed[:12]).pk
-    revoked = httpx.post(f"{first}{project}/api-keys/{key_id}/revoke", headers={"x-api-key": admin})
+    revoked = httpx.post(f"{first}{acme}/api-keys/{key_id}/revoke", headers={"x-api-key": admin})
     assert revoked.status_code == 200
     revoked_at = time.monotonic()
     # The instance that revoked refuses the key on its next request.
-    refused = httpx.get(f"{first}{project}", headers={"x-api-key": doomed})
+    refused = httpx.get(f"{first}{acme}", headers={"x-api-key": doomed})
     assert refused.status_code == 401
     assert refused.json()["error"]["code"] == "unauthorized"
     # The other one within the bound (at once here: Redis is their shared cache).
     while True:
-        status = httpx.get(f"{second}{project}", headers={"x-api-key": doomed}).status_code
+        status = httpx.get(f"{second}{acme}", headers={"x-api-key": doomed}).status_code
         elapsed = time.monotonic() - revoked_at
         if status == 401:
             break

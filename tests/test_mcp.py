@@ -28,6 +28,7 @@ from django.db import connections
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
+from mcp.types import ReadResourceResult, TextResourceContents
 
 from memoryadmin.agents import mcp
 from memoryadmin.agents.models import Recall, Session
@@ -82,6 +83,13 @@ async def refusal(call: Awaitable[Any]) -> MCPError | None:
 
 def text_of(result: Any) -> Any:
     return json.loads(result.content[0].text)
+
+
+def resource_text(result: ReadResourceResult) -> str:
+    """The text of a resource read (memory:// resources are text)."""
+    contents = result.contents[0]
+    assert isinstance(contents, TextResourceContents), contents
+    return contents.text
 
 
 def run(fn: Any) -> Any:
@@ -756,7 +764,7 @@ def read_in_thread(url: str, key: str, uri: str) -> tuple[threading.Thread, list
     async def read() -> None:
         async with connected(url, key) as client:
             try:
-                out.append((await client.read_resource(uri)).contents[0].text)
+                out.append(resource_text(await client.read_resource(uri)))
             except MCPError as exc:
                 out.append(exc)
 
@@ -776,7 +784,7 @@ AT_ONCE = 5.0
 def timed_read(url: str, key: str, uri: str) -> tuple[float, str]:
     async def read() -> str:
         async with connected(url, key) as client:
-            return str((await client.read_resource(uri)).contents[0].text)
+            return resource_text(await client.read_resource(uri))
 
     started = time.monotonic()
     text = run(read)
@@ -825,7 +833,7 @@ def test_a_project_past_its_share_is_refused_at_once_and_others_are_served(
             seen["refused in"] = time.monotonic() - started
             async with connected(f"{url}?{QUERY}", keys.owner) as acme:
                 started = time.monotonic()
-                seen["acme"] = (await acme.read_resource("memory://notes")).contents[0].text
+                seen["acme"] = resource_text(await acme.read_resource("memory://notes"))
                 seen["acme in"] = time.monotonic() - started
         return seen
 

@@ -28,7 +28,9 @@ from tests.helpers import Keys
 pytestmark = pytest.mark.django_db
 
 
-def _environ(path: str, method: str = "GET", body: bytes = b"", **headers: str) -> dict[str, Any]:
+def _environ(
+    path: str, method: str = "GET", body: bytes = b"", /, **headers: str
+) -> dict[str, Any]:
     """The WSGI environ of a request, as the test client builds it."""
     request = RequestFactory().generic(
         method, path, data=body, content_type="application/json", headers=headers
@@ -41,15 +43,21 @@ def _call(app: WSGIHandler, environ: dict[str, Any]) -> tuple[str, dict[str, str
     the test client keeps it): its transaction holds the fixtures."""
     got: dict[str, Any] = {}
 
-    def start_response(status: str, headers: Any, exc_info: Any = None) -> None:
+    def write(data: bytes) -> None:
+        raise AssertionError("Django answers through the iterable, never write()")
+
+    def start_response(
+        status: str, headers: list[tuple[str, str]], exc_info: Any = None, /
+    ) -> Callable[[bytes], object]:
         got["status"], got["headers"] = status, dict(headers)
+        return write
 
     signals.request_started.disconnect(close_old_connections)
     signals.request_finished.disconnect(close_old_connections)
     try:
         body = app(environ, start_response)
         content = b"".join(body)
-        body.close()  # type: ignore[attr-defined]
+        body.close()
     finally:
         signals.request_started.connect(close_old_connections)
         signals.request_finished.connect(close_old_connections)

@@ -11,7 +11,7 @@ from drf_spectacular.views import SpectacularAPIView
 
 from memoryadmin.api.schema import _schema_forgotten
 
-ASKED = [
+ASKED: list[tuple[str, dict[str, Any]]] = [
     ("", {}),  # YAML, drf-spectacular's first format
     ("format=json", {}),
     ("", {"HTTP_ACCEPT": "application/json"}),
@@ -35,7 +35,7 @@ def builds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return built
 
 
-def _theirs(query: str, headers: dict[str, str]) -> Any:
+def _theirs(query: str, headers: dict[str, Any]) -> Any:
     request = RequestFactory().get(f"/api/schema/?{query}", **headers)
     response = SpectacularAPIView.as_view()(request)
     response.render()

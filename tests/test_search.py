@@ -578,7 +578,7 @@ def test_a_search_binding_and_a_provider_tool_of_that_name_collide(
         actor="t",
     )
     namespace = {"scope": "namespace", "id": "team", "access": "read-write"}
-    body = {
+    body: dict[str, Any] = {
         "agentId": "support-bot@development",
         "memory": {"notes": {"scope": "collection", "search": True}, "facts": namespace},
     }

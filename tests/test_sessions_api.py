@@ -27,7 +27,7 @@ def create(api: APIClient, memory: Any = None, *, key: str | None = "key-1", **b
     body.setdefault("agentId", "support-bot@development")
     if memory is not None:
         body["memory"] = memory
-    headers = {} if key is None else {"HTTP_IDEMPOTENCY_KEY": key}
+    headers: dict[str, Any] = {} if key is None else {"HTTP_IDEMPOTENCY_KEY": key}
     return api.post(SESSIONS, data=json.dumps(body), content_type="application/json", **headers)
 
 

@@ -429,7 +429,7 @@ def test_restore_under_a_stale_revision_changes_nothing(
 # Roles are enforced on the server, for forged requests too.
 
 
-def forged_posts(document: Document) -> dict[str, tuple[str, dict[str, str]]]:
+def forged_posts(document: Document) -> dict[str, tuple[str, dict[str, Any]]]:
     revision = document.revision
     return {
         "edit": (f"{WORKSHOP}edit/", {"revision": revision, "title": "X", "text": "forged"}),
