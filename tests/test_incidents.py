@@ -1235,6 +1235,7 @@ def test_an_owner_containing_again_while_the_completion_deletes_sends_one_delete
     # the completion (handed to the backend, run here by its id).
     server.polls_to_finish = 1
     reconciling = ProviderOperation.objects.get(pk=operation).job_id
+    assert reconciling is not None
     assert job_run(reconciling) == "done"
     (completion,) = Job.objects.filter(name__endswith="incident_contain_settled")
     assert completion.kwargs == {"incident_id": incident.pk, "operation_id": operation}
@@ -1419,7 +1420,9 @@ def test_a_write_that_settles_while_an_owner_contains_is_completed_after_the_own
     try:
         assert held.arrived.wait(30)  # the pending write read as open; the record's delete held
         vertex.polls_to_finish = 1
-        assert job_run(ProviderOperation.objects.get(pk=pending).job_id) == "done"
+        job_id = ProviderOperation.objects.get(pk=pending).job_id
+        assert job_id is not None
+        assert job_run(job_id) == "done"
         assert ProviderOperation.objects.get(pk=pending).state == OperationState.SUCCEEDED
         if named_before:
             (completion,) = completions
@@ -1496,7 +1499,9 @@ def test_a_write_settling_while_the_owners_report_is_written_is_completed_after_
 
     def reconcile() -> None:
         try:
-            ran.append(job_run(ProviderOperation.objects.get(pk=pending).job_id))
+            job_id = ProviderOperation.objects.get(pk=pending).job_id
+            assert job_id is not None
+            ran.append(job_run(job_id))
         finally:
             connections.close_all()
 

@@ -107,7 +107,7 @@ BY_ID = ("-id",)
     ],
 )
 def test_a_signed_position_of_another_shape_is_refused(
-    notes: Resource, order: tuple[str, ...], position: list[Any]
+    notes: Resource, order: tuple[str] | tuple[str, str], position: list[Any]
 ) -> None:
     rows = _documents(notes) if order == BY_TIME else DocumentVersion.objects.all()
     cursor = cursor_dump(position, scope="t")

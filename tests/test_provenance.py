@@ -195,7 +195,7 @@ def test_a_recall_whose_session_ended_while_it_was_made_stores_and_answers_nothi
 
     stored = runtime.recall_store
 
-    def ended_first(**kwargs: Any) -> bool:
+    def ended_first(**kwargs: Any) -> str:
         if ended_by == "end":
             session_end(session=Session.objects.get(pk=session.pk), actor="user:olivia")
         else:  # as an incident's containment ends its sessions

@@ -394,7 +394,7 @@ def test_tls_verifies_the_origins_name_on_the_checked_address(
     server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     server_context.load_cert_chain(cert, key)
     names: list[str | None] = []
-    server_context.sni_callback = lambda _sock, name, _ctx: names.append(name)  # type: ignore[assignment,func-returns-value]
+    server_context.sni_callback = lambda _sock, name, _ctx: names.append(name)
     server.socket = server_context.wrap_socket(server.socket, server_side=True)
     trusted = ssl.create_default_context(cafile=str(cert))
     resolver["provider.test"] = [["127.0.0.1"]]

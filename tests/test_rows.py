@@ -207,7 +207,9 @@ def test_a_compiled_statement_reads_what_its_queryset_reads(notes: Resource, pro
             assert rows.values_of(Document, names, row) == expected.values(*names).get()
     # One statement, composed once: its arguments are parameters, its constants (the live
     # condition) the queryset's own.
-    sql, params = compiled.params(notes.pk, "a")
+    statement = compiled.params(notes.pk, "a")
+    assert statement is not None
+    sql, params = statement
     assert compiled.params(notes.pk, "b") == (sql, ["b" if p == "a" else p for p in params])
     assert params.count(notes.pk) == 1
     assert "a" in params
@@ -225,7 +227,9 @@ def test_a_compiled_lock_runs_only_in_a_transaction(session: Session) -> None:
     )
     with transaction.atomic():
         assert locked.row(session.pk) == (session.pk, "active")
-        sql = locked.params(session.pk)[0]
+        statement = locked.params(session.pk)
+        assert statement is not None
+        sql = statement[0]
     if connection.features.has_select_for_update:
         assert "FOR UPDATE" in sql
         # Outside a transaction, as the ORM refuses it.
@@ -479,7 +483,7 @@ def test_each_statement_keeps_a_cursor_that_runs_its_first_text(notes: Resource)
     by_id = f"SELECT title FROM {table(Document)} WHERE doc_id = %s"
     count = f"SELECT count(*) FROM {table(Document)} WHERE resource_id = %s"
 
-    def run(sql: str, params: list[Any]) -> tuple[str, Any, Any, Any]:
+    def run(sql: str, params: list[Any]) -> tuple[str | None, Any, Any, Any]:
         composed = "".join(list(sql))  # an equal text, not the same object
         with (kept := rows.statement_cursor(composed)) as cursor:
             cursor.execute(kept.statement, params)
@@ -753,9 +757,10 @@ def test_values_sent_as_they_are_are_what_django_would_send(notes: Resource) -> 
 
     document = document_create(resource=notes, doc_id="a", title="A", text="ü" * 9, actor="t")
     names = rows.concrete_names(Document)
-    values = [getattr(document, Document._meta.get_field(name).attname) for name in names]
+    fields = {field.name: field for field in Document._meta.concrete_fields}
+    values = [getattr(document, fields[name].attname) for name in names]
     django_s = [
-        Document._meta.get_field(name).get_db_prep_save(value, connection)
+        fields[name].get_db_prep_save(value, connection)
         for name, value in zip(names, values, strict=True)
     ]
     assert rows.db_values(Document, names, values) == django_s

@@ -10,7 +10,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -324,16 +324,20 @@ def test_the_sweep_hands_over_exactly_the_due_jobs_whose_turn_it_is(
             )
         )
 
+    def lease_of(job: Job) -> datetime:
+        assert job.lease_until is not None, job  # a running job holds a lease
+        return job.lease_until
+
     def candidate(job: Job) -> bool:
         if job.state == JobState.RUNNING:
-            return job.lease_until < now
+            return lease_of(job) < now
         stale = job.dispatched_at is None or job.dispatched_at < now - lease
         return job.state == JobState.PENDING and job.run_after <= now and stale
 
     def waits(job: Job) -> bool:
         same = [other for other in made if job.line and other.line == job.line]
         earlier = any(o.state in OPEN_STATES and o.pk < job.pk for o in same)
-        running = [o for o in same if o.state == JobState.RUNNING and o.lease_until >= now]
+        running = [o for o in same if o.state == JobState.RUNNING and lease_of(o) >= now]
         return earlier or any(o.pk != job.pk for o in running)
 
     expected = [job for job in made if candidate(job) and not waits(job)]
@@ -844,6 +848,7 @@ def test_finished_jobs_nothing_refers_to_go_after_their_days_and_open_ones_never
         record_id="xm_1",
         error="the provider refused",
     )
+    assert letter.job_id is not None
     Job.objects.filter(pk=letter.job_id).update(finished_at=long_ago)
     ProviderOperation.objects.filter(pk=letter.pk).update(updated_at=long_ago)
 

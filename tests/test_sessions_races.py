@@ -291,9 +291,9 @@ def test_an_erasure_after_a_recall_stored_waits_for_its_commit_and_erases_it(
     assert "error" not in erased, erased
     assert "error" not in recalled, recalled
     assert recalled["result"]["memory"]["notes"]["text"] == POISON
-    recall = Recall.objects.get(session=session)
-    assert recall.id == recalled["result"]["recallId"]
-    assert recall.memory["notes"]["text"] == "[redacted]"
+    row = Recall.objects.get(session=session)
+    assert row.id == recalled["result"]["recallId"]
+    assert row.memory["notes"]["text"] == "[redacted]"
     assert erased["result"].signed["receipt"]["places"]["recalls"] == 1
     assert raw_rows_with("zqpoison7741") == []
 

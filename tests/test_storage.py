@@ -5,6 +5,7 @@ migration 0013, agents migration 0011), which costs a write less CPU than pglz."
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -36,7 +37,7 @@ def _prose(size: int) -> str:
     return " ".join(chosen)[:size]
 
 
-def _compression(sql: str, params: list[object]) -> list[str | None]:
+def _compression(sql: str, params: list[Any]) -> list[str | None]:
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return [row[0] for row in cursor.fetchall()]

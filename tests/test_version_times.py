@@ -4,6 +4,7 @@ one it follows would make "the document as it was at T" show the wrong text."""
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -296,8 +297,11 @@ def test_a_write_waiting_for_the_lock_is_dated_after_the_version_the_holder_wrot
     # A write conditional on the revision the holder moved is refused; the others write.
     expected = {"review": "ok", "write mode": "ok", "freeze": "ok"}
     assert waited == expected.get(kind, "precondition_failed")
-    holder = DocumentVersion.objects.filter(document=workshop, text="From the lock's holder.")
-    holder = holder.order_by("id").first()
+    holder = (
+        DocumentVersion.objects.filter(document=workshop, text="From the lock's holder.")
+        .order_by("id")
+        .first()
+    )
     assert holder is not None
     later = DocumentVersion.objects.filter(document=workshop, id__gt=holder.id)
     assert later.exists() == (kind in {"review", "write mode", "freeze"})
@@ -346,7 +350,7 @@ def test_concurrent_writes_of_every_kind_leave_every_version_list_in_time_order(
     def work(index: int) -> list[str]:
         kind = kinds[index]
         return [
-            outcome(lambda doc=doc, r=round_: step(doc, kind, r))
+            outcome(functools.partial(step, doc, kind, round_))
             for round_ in range(6)
             for doc in documents
         ]

@@ -197,8 +197,10 @@ def test_a_failed_attempt_is_retried_and_later_events_wait_for_it(
     make_document("first")
     run_jobs()
     first = Delivery.objects.get()
+    assert first.job_id is not None
     assert (first.state, first.attempts, first.response_code) == ("pending", 1, 500)
     assert first.last_attempt_at is not None
+    assert first.next_attempt_at is not None
     assert first.next_attempt_at > first.last_attempt_at
     # Not due for an hour (the 0.2 s backoff could pass on a busy machine before the
     # second event's jobs run, and the retry would then go first).
@@ -236,6 +238,7 @@ def test_a_receivers_retry_after_postpones_the_next_attempt(
     delivery = Delivery.objects.get()
     assert (delivery.state, delivery.attempts, delivery.response_code) == ("pending", 1, 503)
     assert delivery.last_attempt_at is not None
+    assert delivery.next_attempt_at is not None
     # Not the 0.2 s backoff: the receiver's wait (an HTTP date loses its fraction).
     assert delivery.next_attempt_at - delivery.last_attempt_at > wait - timedelta(seconds=2)
     run_jobs()
@@ -253,6 +256,7 @@ def test_a_delivery_left_sending_by_a_worker_that_died_is_sent_once_its_lease_en
     first, second = Delivery.objects.order_by("id")
     assert first.job is not None
     assert second.job is not None
+    assert first.job_id is not None
     assert first.job.line == second.job.line == f"webhook:{first.endpoint_id}"
     assert first.job.project == "acme"
     held = timezone.now() + timedelta(seconds=60)
@@ -285,6 +289,7 @@ def test_a_worker_back_after_another_delivered_writes_nothing_over_it(
     attempts: list[int] = []
 
     def stalled(delivery: Delivery, attempt: int) -> tuple[int | None, str, float | None, str]:
+        assert delivery.job_id is not None
         attempts.append(attempt)
         if attempt == 1:
             # The first worker's lease passes; a second one takes the job over.
@@ -309,21 +314,23 @@ def test_a_worker_whose_job_was_taken_over_before_it_sends_sends_nothing(
     register(api, receiver.url, ["document.created"])
     make_document("first")
     delivery = Delivery.objects.get()
+    job_id = delivery.job_id
+    assert job_id is not None
     real_current_job = sending.current_job
 
     def taken_over() -> Job:
         # The worker's lease passed before it sent; another one took the job over.
-        Job.objects.filter(pk=delivery.job_id, attempts=1).update(
+        Job.objects.filter(pk=job_id, attempts=1).update(
             attempts=2, lease_until=timezone.now() + timedelta(seconds=60)
         )
         return real_current_job()
 
     monkeypatch.setattr(sending, "current_job", taken_over)
-    assert job_run(delivery.job_id) == "skipped"
+    assert job_run(job_id) == "skipped"
     assert receiver.received == []
     delivery.refresh_from_db()
     assert (delivery.state, delivery.last_attempt_at) == ("pending", None)
-    assert Job.objects.filter(pk=delivery.job_id, state="running", attempts=2).exists()
+    assert Job.objects.filter(pk=job_id, state="running", attempts=2).exists()
 
 
 def test_exhausted_deliveries_are_kept_as_failed_and_can_be_redelivered(
@@ -806,7 +813,7 @@ def test_a_backlog_of_old_deliveries_goes_a_batch_at_a_time_while_events_are_sen
     run_jobs(5)
     for delivery in Delivery.objects.all():
         _aged(delivery, 31)
-    calls = []
+    calls: list[housekeeping.Swept] = []
     while not calls or not calls[-1].done:
         # Each call stops at its budget (none here) after a batch; the worker runs its
         # jobs between calls, and a new event goes out meanwhile.
