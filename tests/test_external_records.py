@@ -549,7 +549,11 @@ def test_a_memory_the_provider_says_it_does_not_have_is_deleted_and_forgotten(
     record, mapping = _mapped_record(api, "jazz")
     if meanwhile:
         # Deleted by someone else once the get found it: the delete's own 404 says so.
-        server.change(*RECORD_GETS[kind], lambda answer: (_vanished(server), answer)[1])
+        def vanish_after(answer: Any) -> Any:
+            _vanished(server)
+            return answer
+
+        server.change(*RECORD_GETS[kind], vanish_after)
     else:
         _vanished(server)
 
