@@ -965,12 +965,135 @@ def test_a_change_racing_its_endpoints_deletion_is_written_and_the_endpoint_goes
     assert outcome == {"waited": True}
     assert Document.objects.filter(doc_id="racing").exists()
     assert not Endpoint.objects.exists()
-    assert not Delivery.objects.exists()
+    # The change's delivery waits for the deletion's job, which removes it with its job.
+    assert Delivery.objects.count() == (1 if first == "change" else 0)
+    assert Job.objects.filter(name=DELIVER).count() == (1 if first == "change" else 0)
     assert AuditEntry.objects.filter(action="webhook.delete").count() == 1
-    jobs = Job.objects.filter(name=DELIVER)
-    # The change's delivery job, deleted with the delivery's endpoint, sends nothing.
-    assert jobs.count() == (1 if first == "change" else 0)
-    assert [job_run(job.pk) for job in jobs] == (["done"] if first == "change" else [])
+    # Handed to the task backend at commit: run here, in order.
+    assert [job_run(pk) for pk in Job.objects.order_by("pk").values_list("pk", flat=True)] == (
+        ["done", "done"] if first == "change" else ["done"]
+    )
+    assert not Endpoint._base_manager.exists()
+    assert not Delivery.objects.exists()
+    assert not Job.objects.filter(name=DELIVER).exists()
+
+
+def _backlog(endpoint_id: int, count: int) -> None:
+    """`count` deliveries waiting for the endpoint, each with its job, as the outbox
+    writes them."""
+    from memoryadmin.runner.jobs import enqueue_many
+    from memoryadmin.webhooks.delivery import line_of
+    from memoryadmin.webhooks.outbox import new_event_id
+
+    events = [new_event_id() for _ in range(count)]
+    line = line_of(endpoint_id)
+    jobs = enqueue_many(
+        webhook_deliver,
+        project="acme",
+        jobs=[(line, {"endpoint": endpoint_id, "event": event}) for event in events],
+    )
+    Delivery.objects.bulk_create(
+        Delivery(
+            endpoint_id=endpoint_id,
+            event_id=event,
+            event="document.created",
+            body="{}",
+            job=job,
+            created_at=timezone.now(),
+        )
+        for event, job in zip(events, jobs, strict=True)
+    )
+
+
+def test_deleting_an_endpoint_does_the_same_work_however_many_deliveries_it_kept(
+    api: APIClient, receiver: Receiver, make_document: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The deletion removed the endpoint's deliveries in its own statement, past the
+    statement bound on a busy endpoint (a 503 every time: never deletable). Now the
+    request marks the endpoint deleted and queues a job, in as many statements for an
+    endpoint of 1 delivery as of 300, none of them touching the deliveries; the job
+    removes them a batch at a time, their jobs with them, then the endpoint, and nothing
+    waiting is sent after the deletion answered."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from memoryadmin.runner import housekeeping
+
+    monkeypatch.setattr(housekeeping, "BATCH", 50)
+    monkeypatch.setattr(housekeeping, "BUDGET_SECONDS", 0)  # one batch a run
+    quiet = register(api, receiver.url, ["document.created"])
+    busy = register(api, receiver.url, ["document.created"])
+    make_document("first")
+    run_jobs(2)
+    assert len(receiver.received) == 2
+    _backlog(quiet["id"], 1)
+    _backlog(busy["id"], 300)
+    # A delivery being sent when its worker died: it would be taken over at its lease's end.
+    sending_now = Delivery.objects.filter(endpoint_id=busy["id"], state="pending").first()
+    assert sending_now is not None
+    Delivery.objects.filter(pk=sending_now.pk).update(state="sending")
+    past = timezone.now() - timedelta(seconds=1)
+    Job.objects.filter(pk=sending_now.job_id).update(state="running", attempts=1, lease_until=past)
+    assert api.get(HOOKS).status_code == 200
+
+    statements = {}
+    for hook in (quiet, busy):
+        with CaptureQueriesContext(connection) as captured:
+            deleted = api.delete(f"{HOOKS}/{hook['id']}")
+        assert deleted.status_code == 204
+        statements[hook["id"]] = [query["sql"] for query in captured.captured_queries]
+    assert len(statements[quiet["id"]]) == len(statements[busy["id"]])
+    delivery_table = Delivery._meta.db_table
+    assert not [sql for sql in statements[busy["id"]] if delivery_table in sql]
+    # Gone from every read at once; the rows wait for the job.
+    assert api.get(HOOKS).json()["webhooks"] == []
+    gone = api.get(f"{HOOKS}/{busy['id']}/deliveries")
+    assert (gone.status_code, gone.json()["error"]["code"]) == (404, "webhook_not_found")
+    assert Delivery.objects.count() == 2 + 1 + 300
+    assert Endpoint._base_manager.filter(deleted_at__isnull=False, active=False).count() == 2
+
+    runs = 0
+    while Job.objects.filter(name__endswith="webhook_endpoint_purge", state="pending").exists():
+        runs += 1
+        assert runs < 100
+        run_jobs()
+    assert runs >= 300 // 50
+    assert len(receiver.received) == 2
+    assert not Delivery.objects.exists()
+    assert not Job.objects.filter(name=DELIVER).exists()
+    assert not Endpoint._base_manager.exists()
+    purges = Job.objects.filter(name__endswith="webhook_endpoint_purge")
+    assert list(purges.values_list("state", flat=True)) == ["done", "done"]
+    actions = AuditEntry.objects.filter(action="webhook.delete")
+    assert sorted(actions.values_list("detail__webhook", flat=True)) == [quiet["id"], busy["id"]]
+
+
+def test_a_delivery_read_before_its_endpoints_deletion_is_not_sent_after_it(
+    api: APIClient, receiver: Receiver, make_document: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker read a waiting delivery, then the owner deleted its endpoint before the
+    worker began to send it: the worker sends nothing."""
+    from memoryadmin.webhooks.services import endpoint_delete
+
+    hook = register(api, receiver.url, ["document.created"])
+    make_document("first")
+    delivery = Delivery.objects.get()
+    real_current_job = sending.current_job
+
+    def deleted_meanwhile() -> Job:
+        endpoint_delete(endpoint=Endpoint.objects.get(pk=hook["id"]), actor="t")
+        return real_current_job()
+
+    monkeypatch.setattr(sending, "current_job", deleted_meanwhile)
+    assert job_run(delivery.job_id) == "done"
+    monkeypatch.undo()
+    assert receiver.received == []
+    delivery.refresh_from_db()
+    assert (delivery.state, delivery.last_attempt_at) == ("pending", None)
+    run_jobs()
+    assert receiver.received == []
+    assert not Delivery.objects.exists()
+    assert not Endpoint._base_manager.exists()
 
 
 @pytest.mark.django_db(transaction=True)

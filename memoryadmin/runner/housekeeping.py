@@ -111,6 +111,16 @@ def housekeeping(budget: float = BUDGET_SECONDS) -> Swept:
     return swept
 
 
+def records_remove(rows: QuerySet[Any], budget: float | None = None) -> tuple[int, bool]:
+    """Deletes `rows`, records of a registered model (`records_register`), with the jobs
+    they refer to, as housekeeping does: a batch at a time, each its own transaction, for
+    about `budget` seconds (one batch at least). How many, and whether none is left. For
+    records that go before their days (a deleted webhook endpoint's deliveries); the
+    budget is `BUDGET_SECONDS` unless given."""
+    until = time.monotonic() + (BUDGET_SECONDS if budget is None else budget)
+    return _in_batches(rows.order_by(), until, _with_jobs(rows.model))
+
+
 def _kinds() -> Iterator[tuple[str, Due, Remove | None]]:
     """Each kind of row, in the order removed: the records before the jobs, so a job
     whose record went is removed in the same call."""

@@ -20,10 +20,11 @@ import time
 from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import Q, QuerySet
+from django.db.models import Exists, Q, QuerySet
 from django.utils import timezone
 
 from memoryadmin.core.exchange import outbound, retry_after
+from memoryadmin.runner.housekeeping import records_remove
 from memoryadmin.runner.jobs import (
     Postpone,
     RetryAfter,
@@ -38,6 +39,7 @@ from memoryadmin.webhooks.models import (
     OPEN_DELIVERY_STATES,
     Delivery,
     DeliveryState,
+    Endpoint,
 )
 
 logger = logging.getLogger(__name__)
@@ -159,10 +161,11 @@ def _given_up(job: Job) -> None:
 )
 def webhook_deliver(*, endpoint: int, event: str) -> None:
     """One attempt of the delivery of `event` to `endpoint`; safe to run again (one
-    already settled, or whose endpoint is gone, is left as it is)."""
+    already settled, or whose endpoint is gone or deleted, is left as it is)."""
+    live = Exists(Endpoint.objects.filter(pk=endpoint))
     delivery = (
         Delivery.objects.select_related("endpoint")
-        .filter(endpoint_id=endpoint, event_id=event, state__in=OPEN_DELIVERY_STATES)
+        .filter(live, endpoint_id=endpoint, event_id=event, state__in=OPEN_DELIVERY_STATES)
         .first()
     )
     if delivery is None:
@@ -174,7 +177,9 @@ def webhook_deliver(*, endpoint: int, event: str) -> None:
     # comes back after its lease passed and another took the job over sends nothing, and
     # writes nothing over what the other one recorded (a delivered event left pending).
     rows = Delivery.objects.filter(current_claim(), pk=delivery.pk)
-    if not rows.update(state=DeliveryState.SENDING, last_attempt_at=timezone.now()):
+    # The last check before sending: an endpoint deleted since it was read is sent nothing
+    # (only an attempt begun before its deletion committed may still arrive).
+    if not rows.filter(live).update(state=DeliveryState.SENDING, last_attempt_at=timezone.now()):
         return
     try:
         code, error, wait, excerpt = _send(delivery, attempt)
@@ -195,6 +200,18 @@ def webhook_deliver(*, endpoint: int, event: str) -> None:
         error,
     )
     raise RetryAfter(error, seconds=wait)
+
+
+@durable(atomic=False)
+def webhook_endpoint_purge(*, endpoint: int) -> None:
+    """Removes a deleted endpoint's deliveries with their jobs (open ones too: none is
+    sent once its endpoint is deleted), a batch at a time for housekeeping's budget, then
+    the endpoint's row; with more left, it runs again at once (no attempt spent), so the
+    worker runs other jobs between its runs. Safe to run again."""
+    _, done = records_remove(Delivery.objects.filter(endpoint_id=endpoint))
+    if not done:
+        raise Postpone(0)
+    Endpoint._base_manager.filter(pk=endpoint).exclude(deleted_at=None).delete()
 
 
 def deliveries_past_keeping() -> QuerySet[Delivery] | None:

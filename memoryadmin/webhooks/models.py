@@ -17,6 +17,14 @@ from memoryadmin.memory.models import Project
 from memoryadmin.runner.models import Job
 
 
+class LiveEndpoints(models.Manager["Endpoint"]):
+    """Endpoints not deleted: an endpoint marked deleted is no one's to read or change,
+    and is removed, its deliveries first, by the job its deletion queued."""
+
+    def get_queryset(self) -> models.QuerySet[Endpoint]:
+        return super().get_queryset().filter(deleted_at=None)
+
+
 class Endpoint(models.Model):
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="webhook_endpoints")
     url = models.CharField(max_length=2048)
@@ -29,6 +37,12 @@ class Endpoint(models.Model):
     active = models.BooleanField(default=True)
     created_at = models.DateTimeField()
     created_by = models.CharField(max_length=200, blank=True, default="")
+    # When its owner deleted it (inactive too, so that nothing more is queued for it);
+    # the row goes once `webhook_endpoint_purge` has removed its deliveries.
+    deleted_at = models.DateTimeField(null=True, blank=True)
+
+    # The endpoints not deleted (`_base_manager` has the deleted ones too).
+    objects = LiveEndpoints()
 
     class Meta:
         indexes = [models.Index(fields=["project", "active"], name="webhook_endpoint_project")]

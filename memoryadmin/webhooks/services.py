@@ -26,8 +26,8 @@ from memoryadmin.memory.representations import iso_ms
 from memoryadmin.memory.services.audit import AuditFacts, audit_record
 from memoryadmin.memory.services.projects import project_cap
 from memoryadmin.providers.declarations import origin_check, url_split
-from memoryadmin.runner.jobs import job_again, jobs_wake
-from memoryadmin.webhooks.delivery import delivery_enqueue, line_of
+from memoryadmin.runner.jobs import enqueue, job_again, jobs_wake
+from memoryadmin.webhooks.delivery import delivery_enqueue, line_of, webhook_endpoint_purge
 from memoryadmin.webhooks.models import OPEN_DELIVERY_STATES, Delivery, DeliveryState, Endpoint
 from memoryadmin.webhooks.outbox import (
     EVENT_TYPES,
@@ -234,12 +234,18 @@ def endpoint_rotate_secret(*, endpoint: Endpoint, actor: str) -> tuple[Endpoint,
 
 @transaction.atomic
 def endpoint_delete(*, endpoint: Endpoint, actor: str) -> None:
-    """Deletes the endpoint and its deliveries, sent or not. Its row is locked first: a
-    change queuing a delivery to it meanwhile (the outbox locks the endpoints it queues
-    for) commits before, its delivery deleted here, or skips the endpoint after."""
+    """Deletes the endpoint and its deliveries, sent or not, in as many statements however
+    many it has: the endpoint is marked deleted (and inactive) at once, gone from every
+    read and change, its deliveries never sent; the job queued with the mark removes them
+    a batch at a time, then the row. Its row is locked first: a change queuing a delivery
+    to it meanwhile (the outbox locks the endpoints it queues for) commits before, its
+    delivery removed with the others, or skips the endpoint after."""
     _locked(endpoint)
     _audit(endpoint, actor=actor, action="webhook.delete")
-    endpoint.delete()
+    endpoint.active = False
+    endpoint.deleted_at = timezone.now()
+    endpoint.save(update_fields=["active", "deleted_at"])
+    enqueue(webhook_endpoint_purge, project=endpoint.project_id, endpoint=endpoint.pk)
 
 
 def delivery_list(

@@ -110,9 +110,8 @@ class Command(cli.Command):
             self._show(endpoint)
             self.stdout.write(secret)
         elif subcommand == "remove":
-            pk = endpoint.pk  # deleting a row clears its primary key
             services.endpoint_delete(endpoint=endpoint, actor=actor)
-            self.stdout.write(f"Removed webhook {pk} ({endpoint.url}).")
+            self.stdout.write(f"Removed webhook {endpoint.pk} ({endpoint.url}).")
         elif subcommand == "deliveries":
             rows, _ = services.delivery_list(
                 endpoint=endpoint, state=options.get("state"), limit=max(1, options["limit"])
