@@ -14,7 +14,11 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.defaults import bad_request
 
 from memoryadmin.api.middleware import is_api
-from memoryadmin.core.dbstate import database_unavailable, unavailable_answer
+from memoryadmin.core.dbstate import (
+    database_unavailable,
+    statement_timed_out,
+    unavailable_answer,
+)
 from memoryadmin.core.errors import error_envelope
 from memoryadmin.metrics import DATABASE_UNAVAILABLE
 from memoryadmin.web.views.base import unavailable_page
@@ -50,10 +54,15 @@ def server_error_view(request: HttpRequest) -> HttpResponse:
     exc = sys.exc_info()[1]
     if exc is not None and database_unavailable(exc):
         DATABASE_UNAVAILABLE.inc()
-        body, headers = unavailable_answer(exc)
+        # The request log's `request_failed` said why, in one line (logs.py): nothing more.
+        body, headers = unavailable_answer(exc, log=False)
         if is_api(request):
-            return JsonResponse(body, status=503, headers=headers)
-        return unavailable_page(request, headers)
+            response: HttpResponse = JsonResponse(body, status=503, headers=headers)
+        else:
+            response = unavailable_page(request, headers, took_too_long=statement_timed_out(exc))
+        # Django's own line of the answer, its traceback with it, is not written either.
+        response._has_been_logged = True  # type: ignore[attr-defined]
+        return response
     if is_api(request):
         return JsonResponse(
             error_envelope("internal_error", "An internal error occurred."), status=500

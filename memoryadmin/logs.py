@@ -1,9 +1,10 @@
 """Logs: one JSON object per line on standard output.
 
 Every request is logged once when it finishes (`request_finished`, or `request_failed`
-with the traceback) by `RequestLogMiddleware`, with its request id, the client's
-address, method and path (never the query string), status, duration, project, and the
-API key's prefix or the user. Bodies, headers and query strings are never logged: they
+with the traceback, or with the reason of a 503 while the database cannot serve) by
+`RequestLogMiddleware`, with its request id, the client's address, method and path
+(never the query string), status, duration, project, and the API key's prefix or the
+user. Bodies, headers and query strings are never logged: they
 carry keys, passwords and document text. Other log lines written while a request runs
 carry its request id and address too (`merge_request`, before structlog's context
 variables).
@@ -250,7 +251,8 @@ class RequestLogMiddleware:
 
     The id is new for each request, or the proxy's `X-Request-ID` with
     `MEMORYADMIN_TRUST_REQUEST_ID`. An unhandled error logs `request_failed` with the
-    traceback instead (`got_request_exception`), at 503 when the database is away.
+    traceback instead (`got_request_exception`); one that the database is away or a
+    statement ran past its bound, answered 503, as a warning with its reason in one line.
     """
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
@@ -285,7 +287,8 @@ class RequestLogMiddleware:
 
 
 def _request_failed(sender: Any, request: HttpRequest | None = None, **kwargs: Any) -> None:
-    from memoryadmin.core.dbstate import database_unavailable  # settings import this module
+    # Settings import this module.
+    from memoryadmin.core.dbstate import database_unavailable, unavailable_reason
 
     exception = sys.exc_info()[1]
     if request is None or isinstance(exception, (Http404, PermissionDenied)):
@@ -293,8 +296,12 @@ def _request_failed(sender: Any, request: HttpRequest | None = None, **kwargs: A
     if request.__dict__.get("_log_failed"):
         return
     request._log_failed = True  # type: ignore[attr-defined]
-    code = 503 if database_unavailable(exception) else 500
-    # Answered 503 by the error pages (errorpages.py) when the database is away.
-    request_log(
-        logging.ERROR, "request_failed", code=code, exc_info=exception, **_finished_fields(request)
-    )
+    fields = _finished_fields(request)
+    if exception is not None and database_unavailable(exception):
+        # Answered 503 by the error pages (errorpages.py): the database is away, or a
+        # statement ran past its bound. Not the code's fault: a warning, its reason in one
+        # line, no traceback.
+        reason = unavailable_reason(exception)
+        request_log(logging.WARNING, "request_failed", code=503, error=reason, **fields)
+        return
+    request_log(logging.ERROR, "request_failed", code=500, exc_info=exception, **fields)

@@ -243,6 +243,12 @@ def test_database_outage_answers_503_and_recovers_without_a_restart(
         ]
         assert failed
         assert {json.loads(line)["code"] for line in failed} == {503}
+        # The database is away, the code is not wrong: a warning, its reason, no traceback.
+        assert {json.loads(line)["level"] for line in failed} == {"warning"}
+        assert all(
+            json.loads(line)["error"].startswith("database unavailable: ") for line in failed
+        )
+        assert not [line for line in failed if "exception" in json.loads(line)]
         path = inventory.split("?")[0]
         assert any(json.loads(line)["request"] == f"GET {path}" for line in failed)
 

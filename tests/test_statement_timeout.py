@@ -5,6 +5,7 @@ may run its own deadline; the worker and the commands have no bound."""
 from __future__ import annotations
 
 import io
+import json
 import threading
 import time
 import zipfile
@@ -92,11 +93,13 @@ def test_commands_and_the_worker_have_no_bound_and_a_server_has_it(settings: Any
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_a_statement_past_the_bound_is_answered_503_and_the_server_keeps_serving(
-    keys: Keys, notes: Resource, settings: Any
+    keys: Keys, notes: Resource, settings: Any, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """A PUT whose UPDATE waits on the document's row, locked by another connection, past
-    the bound: cancelled, 503 in the envelope, nothing written; the same server then
-    writes the document once the lock is gone."""
+    the bound: cancelled, 503 in the envelope saying the request took too long, nothing
+    written; the same server then writes the document once the lock is gone. Not the
+    code's fault: logged as one warning line saying the statement ran past its bound,
+    where it was logged as an error with its traceback, twice, and called an outage."""
     document = document_create(resource=notes, doc_id="held", title="T", text="before", actor="t")
     api = {"x-api-key": keys.owner, "If-Match": f'"{document.revision}"'}
     url = f"{DOCS}/held{DEV}"
@@ -110,10 +113,24 @@ def test_a_statement_past_the_bound_is_answered_503_and_the_server_keeps_serving
         assert held.json() == {
             "error": {
                 "code": "service_unavailable",
-                "message": "The database is unavailable; retry in 5 seconds.",
+                "message": "The request took too long; retry in 5 seconds.",
                 "details": {"retryAfter": 5},
             }
         }
+        out, err = capfd.readouterr()
+        logged = [json.loads(line) for line in (out + err).splitlines() if line.startswith("{")]
+        failed = [line for line in logged if line.get("request") == f"PUT {DOCS}/held"]
+        assert len(failed) == 1, logged
+        request_id = failed[0]["request_id"]
+        assert [line for line in logged if line.get("request_id") == request_id] == failed
+        assert {name: failed[0][name] for name in ("event", "code", "level", "error")} == {
+            "event": "request_failed",
+            "code": 503,
+            "level": "warning",
+            "error": "a statement ran past its time bound (statement_timeout): "
+            "canceling statement due to statement timeout",
+        }
+        assert "exception" not in failed[0]
         stored = Document.objects.get(pk=document.pk)
         assert (stored.text, stored.revision) == ("before", document.revision)
 

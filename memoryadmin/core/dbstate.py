@@ -17,6 +17,8 @@ RETRY_AFTER_SECONDS = 5
 # SQLSTATEs of a statement naming a table or column the database does not have: a
 # database that `migrate` has not brought up to date (PostgreSQL; SQLite says it in words).
 _UNDEFINED_TABLE_OR_COLUMN = {"42P01", "42703"}
+# The SQLSTATE of a statement cancelled, by its statement_timeout among others.
+_QUERY_CANCELED = "57014"
 
 
 def schema_missing(exc: BaseException) -> bool:
@@ -57,13 +59,37 @@ def error_line(exc: BaseException) -> str:
     return first_line(str(exc)) or type(exc).__name__
 
 
-def unavailable_answer(exc: BaseException) -> tuple[dict[str, Any], dict[str, str]]:
-    """The body (the error envelope) and headers of the 503 every door answers while the
-    database cannot serve (`exc` says why: logged as a warning, without a traceback, for
-    the database is away, the code is not wrong)."""
-    logger.warning("database unavailable: %s: %s", type(exc).__name__, exc)
-    seconds = RETRY_AFTER_SECONDS
-    error = DatabaseUnavailable(
-        f"The database is unavailable; retry in {seconds} seconds.", retry_after=seconds
+def statement_timed_out(exc: BaseException | None) -> bool:
+    """A statement PostgreSQL cancelled for running past its `statement_timeout` (the
+    bound of a request's statements, core/dbtimeout.py): SQLSTATE 57014, query_canceled,
+    with the timeout's message (a cancel asked for says "user request")."""
+    return (
+        isinstance(exc, OperationalError)
+        and getattr(exc.__cause__, "sqlstate", None) == _QUERY_CANCELED
+        and "statement timeout" in str(exc)
     )
+
+
+def unavailable_reason(exc: BaseException) -> str:
+    """Why the database could not serve, in one line for the log: a statement that ran
+    past its bound, or the database unavailable and the error's first line."""
+    if statement_timed_out(exc):
+        return f"a statement ran past its time bound (statement_timeout): {error_line(exc)}"
+    return f"database unavailable: {type(exc).__name__}: {error_line(exc)}"
+
+
+def unavailable_answer(
+    exc: BaseException, *, log: bool = True
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """The body (the error envelope) and headers of the 503 every door answers while the
+    database cannot serve, or a statement ran past its bound (`exc` says which: logged,
+    unless `log` is false (the door logged it), as a warning of one line without a
+    traceback, for the database is away or busy, the code is not wrong)."""
+    if log:
+        logger.warning("%s", unavailable_reason(exc))
+    seconds = RETRY_AFTER_SECONDS
+    what = (
+        "The request took too long" if statement_timed_out(exc) else "The database is unavailable"
+    )
+    error = DatabaseUnavailable(f"{what}; retry in {seconds} seconds.", retry_after=seconds)
     return envelope_of(error), error.headers()

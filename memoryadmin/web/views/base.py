@@ -314,14 +314,20 @@ def page_render(
     return render(request, template, context, status=status)
 
 
-def unavailable_page(request: HttpRequest, headers: dict[str, str]) -> HttpResponse:
-    """The 503 page while the database cannot be reached: the site's layout, rendered
-    without anything that needs the database (no user, roles, projects or messages)."""
+def unavailable_page(
+    request: HttpRequest, headers: dict[str, str], *, took_too_long: bool = False
+) -> HttpResponse:
+    """The 503 page while the database cannot be reached, or when one of the request's
+    statements ran past its bound (`took_too_long`): the site's layout, rendered without
+    anything that needs the database (no user, roles, projects or messages)."""
     from django.contrib.auth.models import AnonymousUser
 
+    what = (
+        "The request took too long" if took_too_long else "The database cannot be reached right now"
+    )
     context = {
         "status": 503,
-        "message": "The database cannot be reached right now; try again in a few seconds.",
+        "message": f"{what}; try again in a few seconds.",
         "page": None,
         "user": AnonymousUser(),
         "messages": [],
