@@ -1032,6 +1032,7 @@ def test_deleting_an_endpoint_does_the_same_work_however_many_deliveries_it_kept
     sending_now = Delivery.objects.filter(endpoint_id=busy["id"], state="pending").first()
     assert sending_now is not None
     Delivery.objects.filter(pk=sending_now.pk).update(state="sending")
+    assert sending_now.job_id is not None
     past = timezone.now() - timedelta(seconds=1)
     Job.objects.filter(pk=sending_now.job_id).update(state="running", attempts=1, lease_until=past)
     assert api.get(HOOKS).status_code == 200
@@ -1085,6 +1086,7 @@ def test_a_delivery_read_before_its_endpoints_deletion_is_not_sent_after_it(
         return real_current_job()
 
     monkeypatch.setattr(sending, "current_job", deleted_meanwhile)
+    assert delivery.job_id is not None
     assert job_run(delivery.job_id) == "done"
     monkeypatch.undo()
     assert receiver.received == []
