@@ -1713,3 +1713,54 @@ def test_the_page_lets_support_open_dry_run_and_freeze_and_owners_contain(
     assert Incident.objects.count() == 1
     # The list itself never fills its form from a URL.
     assert poison not in viewer.get(f"{base}?kind=text&value={poison}").content.decode()
+
+
+def test_two_pending_writes_settled_have_one_completion_each(
+    project: Project, settings: Any, request: pytest.FixtureRequest
+) -> None:
+    """Two writes a containment left pending settle before their completions run: each
+    settlement enqueues its write's completion, and the first completion, writing the
+    kept report that still names the other as pending, enqueues no second one of it (two
+    at once would race, the one finding the record gone reporting it `unchanged`)."""
+    from memoryadmin.runner.jobs import job_run
+    from memoryadmin.runner.models import Job
+
+    server, memories = queued_provider(project, request, "mem0-platform")
+    notes = resource_get(project=project, environment="development", resource_id="notes")
+    document_create(resource=notes, doc_id="runbook", title="runbook", text=POISON, actor="k")
+    session = archivist(project, "twice")
+    first = queued_add(session, "Refunds go to account 4242.", ["notes", "mem"], call="c1")
+    second = queued_add(session, "Refunds also go to 4343.", ["notes", "mem"], call="c2")
+    incident = incident_create(
+        project=project,
+        environment="development",
+        title="Refunds",
+        source={"text": POISON},
+        hops=None,
+        actor="t",
+    )
+    report = incident_contain(incident=incident, dry_run=False, actions=["revert"], actor="o")
+    assert sorted(report["pending"]) == sorted([first, second])
+    server.polls_to_finish = 1
+    for operation in (first, second):
+        assert job_run(ProviderOperation.objects.get(pk=operation).job_id) == "done"
+        assert ProviderOperation.objects.get(pk=operation).state == OperationState.SUCCEEDED
+    completions = Job.objects.filter(name__endswith="incident_contain_settled")
+    assert sorted(c.kwargs["operation_id"] for c in completions) == sorted([first, second])
+
+    (completion,) = completions.filter(kwargs__operation_id=first)
+    assert job_run(completion.pk) == "done"
+    assert Incident.objects.get(pk=incident.pk).containment["pending"] == [second]
+    # The second write's one completion, enqueued by its settlement.
+    assert completions.filter(kwargs__operation_id=second).count() == 1
+
+    (completion,) = completions.filter(kwargs__operation_id=second, state="pending")
+    assert job_run(completion.pk) == "done"
+    kept = Incident.objects.get(pk=incident.pk).containment
+    nodes = {n["id"]: n["outcomes"] for n in kept["nodes"]}
+    for operation in (first, second):
+        assert nodes[f"record:mem/operation:{operation}"] == {"revert": "deleted"}
+    assert (kept["pending"], kept["queued"], kept["deadLetters"]) == ([], [], [])
+    assert not completions.filter(state="pending").exists()
+    assert AuditEntry.objects.filter(action="incident.contain").count() == 3
+    assert memories == {}

@@ -501,6 +501,12 @@ def _keep(
     incident.containment = report
     incident.contained_at = changes.get("contained_at", incident.contained_at)
     named = {*report["deadLetters"], *report["queued"], *report["pending"]}
+    # Named by the report kept until now: a completion of each is enqueued already (by its
+    # settlement's hook, or by the write of that report), or has run and left it named no
+    # more. Stable under the row lock: reports are kept under it only.
+    named_before = set(
+        NamedOperation.objects.filter(incident=incident).values_list("operation_id", flat=True)
+    )
     NamedOperation.objects.filter(incident=incident).delete()
     NamedOperation.objects.bulk_create(
         NamedOperation(incident=incident, operation_id=operation_id)
@@ -508,11 +514,13 @@ def _keep(
     )
     # A write the report names `pending` that settled since it was read (outside this
     # transaction) had its settle hook run before this report named it: its completion
-    # is enqueued here. Their rows are read locked: one settling meanwhile waits for this
-    # commit, and its hook then finds this report naming it.
+    # is enqueued here, unless the report kept until now named it (then one is enqueued
+    # already and completes this report: a second would race it). Their rows are read
+    # locked: one settling meanwhile waits for this commit, and its hook then finds this
+    # report naming it.
     settled = (
         ProviderOperation.objects.select_for_update(no_key=True)
-        .filter(pk__in=report["pending"])
+        .filter(pk__in=[o for o in report["pending"] if o not in named_before])
         .order_by("id")
         .values_list("id", "state")
     )
