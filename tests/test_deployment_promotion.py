@@ -13,7 +13,14 @@ from rest_framework.test import APIClient
 
 from memoryadmin.agents.models import Binding, Session
 from memoryadmin.agents.services.runtime import recall_create, tool_call
-from memoryadmin.memory.models import ActiveDeployment, AuditEntry, Deployment, Project, Resource
+from memoryadmin.memory.models import (
+    ActiveDeployment,
+    AuditEntry,
+    Deployment,
+    Document,
+    Project,
+    Resource,
+)
 from memoryadmin.memory.services.deployments import deployment_create, deployment_promote
 from memoryadmin.memory.services.documents import document_create
 from tests.helpers import MANIFEST_MEMORY, lock_waiter_seen, support_session
@@ -295,3 +302,61 @@ def test_promoting_the_active_deployment_again_applies_what_another_changed(
     assert [(e.action, e.detail) for e in written] == [
         ("deployment.promote", {"deployment": active.deployment_id, "agent": "support-bot"})
     ]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_promotion_in_progress_does_not_hold_back_writes_to_its_resources(
+    project: Project,
+) -> None:
+    """While a promotion's transaction holds the rows of the resources it declares, a
+    document written to one of them goes through: the promotion's lock excludes sessions
+    being admitted (they read the rows FOR SHARE), not the rows that only point at the
+    resource (a document, a binding, an operation), as its update alone never did."""
+    deployment = deployment_create(
+        project=project,
+        agent="support-bot",
+        memory=_declarations(1000, 100, order=("notes", "kb")),
+        actor="t",
+    )
+    promoted, release = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def promote() -> None:
+        try:
+            with transaction.atomic():
+                deployment_promote(deployment=deployment, environment="development", actor="t")
+                promoted.set()
+                assert release.wait(60)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    def write() -> None:
+        try:
+            notes = Resource.objects.get(
+                project=project, environment="development", resource_id="notes"
+            )
+            document_create(resource=notes, doc_id="during", title="t", text="x", actor="k")
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    promoting = threading.Thread(target=promote)
+    writing = threading.Thread(target=write)
+    promoting.start()
+    try:
+        assert promoted.wait(30)
+        writing.start()
+        assert not lock_waiter_seen(writing), "the write waited for the promotion"
+        writing.join(60)
+        assert promoting.is_alive()  # the promotion's transaction still open
+    finally:
+        release.set()
+        promoting.join(60)
+        writing.join(60)
+    assert errors == []
+    assert Document.objects.filter(resource__resource_id="notes", doc_id="during").exists()
+    assert _limits(project) == {"notes": 1000, "kb": 100}

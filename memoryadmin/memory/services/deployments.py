@@ -182,7 +182,9 @@ def deployment_promote(*, deployment: Deployment, environment: str, actor: str) 
         kind = provider.pop("kind")
         max_bytes = provider.pop("maxBytes")
         # Locked as read: whether the promotion changes the row is decided under the lock.
-        resource, created = Resource.objects.select_for_update().get_or_create(
+        # FOR NO KEY UPDATE, as its update takes: it excludes a session create's FOR SHARE,
+        # not the rows pointing at the resource being written meanwhile.
+        resource, created = Resource.objects.select_for_update(no_key=True).get_or_create(
             project=project,
             environment=environment,
             resource_id=declaration["id"],
