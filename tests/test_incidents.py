@@ -1743,7 +1743,9 @@ def test_two_pending_writes_settled_have_one_completion_each(
     assert sorted(report["pending"]) == sorted([first, second])
     server.polls_to_finish = 1
     for operation in (first, second):
-        assert job_run(ProviderOperation.objects.get(pk=operation).job_id) == "done"
+        reconciling = ProviderOperation.objects.get(pk=operation).job_id
+        assert reconciling is not None
+        assert job_run(reconciling) == "done"
         assert ProviderOperation.objects.get(pk=operation).state == OperationState.SUCCEEDED
     completions = Job.objects.filter(name__endswith="incident_contain_settled")
     assert sorted(c.kwargs["operation_id"] for c in completions) == sorted([first, second])
