@@ -991,8 +991,12 @@ def backend_env(
         client.close()
 
 
-def _task_results(env: dict[str, str]) -> dict[str, int]:
-    return dict(json.loads(_python(env, "task_results()").strip().splitlines()[-1]))
+def _printed(env: dict[str, str], *calls: str) -> list[Any]:
+    """The calls of tests/runner_jobs.py run one after the other in one process (each
+    process pays the project's start-up), each printing one line: those lines, read as
+    JSON."""
+    lines = _python(env, "; ".join(calls)).strip().splitlines()
+    return [json.loads(line) for line in lines[len(lines) - len(calls) :]]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -1004,28 +1008,36 @@ def test_a_worker_removes_finished_task_results_a_day_old_and_expired_sessions(
     pages' expired sessions, when it starts and every hour."""
     marker = tmp_path / "no-pause"
     marker.write_text("the job writes twice without stopping")
-    for label in ("first", "second"):
-        _python(worker_env, f"enqueue_marked(write_twice, {label!r}, {str(marker)!r})")
+    _printed(
+        worker_env,
+        *(
+            f"enqueue_marked(write_twice, {label!r}, {str(marker)!r})"
+            for label in ("first", "second")
+        ),
+    )
     _manage(worker_env, "worker", "--once")
-    assert _state(worker_env, "first")["jobs"] == [{"state": "done", "attempts": 1}]
+    first, counts = _printed(worker_env, "state('first')", "task_results()")
+    assert first["jobs"] == [{"state": "done", "attempts": 1}]
     # At least one result a job (a sweep hands a job over again when its lease, 1 s here,
     # passed before it ran: that task finds it done).
-    counts = _task_results(worker_env)
     assert counts["recent"] >= 2
     assert (counts["old"], counts["open"], counts["expired_sessions"]) == (0, 0, 0)
-    _python(worker_env, "task_results_age(25)")
-    assert _task_results(worker_env)["expired_sessions"] == 1
-    _python(worker_env, f"enqueue_marked(write_twice, 'third', {str(marker)!r})")
+    aged, _ = _printed(
+        worker_env,
+        "task_results_age(25); task_results()",
+        f"enqueue_marked(write_twice, 'third', {str(marker)!r})",
+    )
+    assert aged["expired_sessions"] == 1
+    assert aged["old"] >= 2
     _manage(worker_env, "worker", "--once")
-    counts = _task_results(worker_env)
+    *states, counts = _printed(
+        worker_env, "state('first')", "state('second')", "state('third')", "task_results()"
+    )
     # The third job's results are a day younger than the others were: they stay.
     assert counts["recent"] >= 1
     assert (counts["old"], counts["open"], counts["expired_sessions"]) == (0, 0, 0)
-    for label in ("first", "second", "third"):
-        assert _state(worker_env, label) == {
-            "jobs": [{"state": "done", "attempts": 1}],
-            "steps": [1, 2],
-        }
+    for label, state in zip(("first", "second", "third"), states, strict=True):
+        assert state == {"jobs": [{"state": "done", "attempts": 1}], "steps": [1, 2]}, label
 
 
 @pytest.mark.django_db(transaction=True)
