@@ -34,7 +34,7 @@ from django.apps import apps
 from django.contrib.auth.tokens import default_token_generator
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.signals import request_finished
-from django.db import close_old_connections, connection, transaction
+from django.db import close_old_connections, transaction
 from django.test import Client
 from django.utils import timezone
 from django.utils.encoding import force_bytes
@@ -49,7 +49,7 @@ from memoryadmin.memory.services.documents import document_create, document_repl
 from memoryadmin.memory.services.keys import api_key_create
 from memoryadmin.webhooks import services as webhooks
 from tests.fake_providers import FakeMem0Oss
-from tests.helpers import deploy_external, erase_now, proposed_save, url_routes
+from tests.helpers import deploy_external, erase_now, proposed_save, rows_reader, url_routes
 
 pytestmark = pytest.mark.django_db
 
@@ -300,27 +300,20 @@ def _url(world: World, name: str, route: str, hostile: dict[str, str]) -> str:
 
 
 @cache
-def _kept_queries(vendor: str) -> list[tuple[str, str, tuple[Any, ...]]]:
-    """Each kept table's rows, every column in primary key order, as SQL compiled once:
-    a request that changed nothing is followed by a read of every table (hundreds a test)."""
-    queries = []
+def _kept_tables() -> Callable[[], dict[str, list[tuple[Any, ...]]]]:
+    querysets = {}
     for model in apps.get_models():
         if model._meta.app_label in KEPT_APPS or model._meta.label == "auth.User":
             fields = [f.attname for f in model._meta.concrete_fields]
-            rows = model._default_manager.order_by("pk").values_list(*fields)
-            sql, params = rows.query.get_compiler(connection=connection).as_sql()
-            queries.append((model._meta.label, sql, tuple(params)))
-    return queries
+            querysets[model._meta.label] = model._default_manager.order_by("pk").values_list(
+                *fields
+            )
+    return rows_reader(querysets)
 
 
 def _snapshot() -> dict[str, list[tuple[Any, ...]]]:
     """Every kept table's rows, as the database returns them."""
-    tables = {}
-    with connection.cursor() as cursor:
-        for label, sql, params in _kept_queries(connection.vendor):
-            cursor.execute(sql, params)
-            tables[label] = cursor.fetchall()
-    return tables
+    return _kept_tables()()
 
 
 def _changed(before: dict[str, list[Any]]) -> list[str]:

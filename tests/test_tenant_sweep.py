@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
+from functools import cache
 from typing import Any
 
 import pytest
@@ -36,7 +38,7 @@ from memoryadmin.memory.models import ApiKey, Deployment, Document, Project
 from memoryadmin.memory.services.deployments import deployment_create
 from memoryadmin.memory.services.keys import api_key_create
 from memoryadmin.webhooks.services import endpoint_create, endpoint_send_test
-from tests.helpers import MANIFEST_MEMORY, Keys, People, proposed_save, url_routes
+from tests.helpers import MANIFEST_MEMORY, Keys, People, proposed_save, rows_reader, url_routes
 
 pytestmark = pytest.mark.django_db
 
@@ -62,17 +64,22 @@ def _fill(route: str, names: dict[str, str]) -> str:
     return "/" + re.sub(r"<(?:\w+:)?(\w+)>", one, route)
 
 
-def _state() -> dict[str, list[Any]]:
-    """Every row of every table the product keeps (the Django session's aside)."""
-    state = {}
+@cache
+def _kept_tables() -> Callable[[], dict[str, list[tuple[Any, ...]]]]:
+    querysets = {}
     for model in apps.get_models():
         if not model.__module__.startswith(("memoryadmin.", "django.contrib.auth")):
             continue
         fields = [f.attname for f in model._meta.concrete_fields]
         if model is ApiKey:
             fields.remove("last_used_at")  # every use of a key marks it
-        state[model._meta.label] = list(model._default_manager.order_by("pk").values(*fields))
-    return state
+        querysets[model._meta.label] = model._default_manager.order_by("pk").values_list(*fields)
+    return rows_reader(querysets)
+
+
+def _state() -> dict[str, list[Any]]:
+    """Every row of every table the product keeps (the Django session's aside)."""
+    return dict(_kept_tables()())
 
 
 @pytest.fixture
