@@ -17,7 +17,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from memoryadmin.core.cursors import keyset_page
-from memoryadmin.core.erasing import containing, text_erase, value_erase
+from memoryadmin.core.erasing import containing, stored_forms, text_erase, value_erase
 from memoryadmin.core.errors import InvalidRequest, NotFound
 from memoryadmin.core.inputs import whole_number
 from memoryadmin.core.strings import string_check
@@ -301,16 +301,21 @@ def delivery_redeliver(
 def deliveries_erase(
     *, project_id: str, environment: str, needles: Sequence[str], apply: bool
 ) -> dict[str, int]:
-    """Webhook payloads of one environment's events that hold any of `needles`, the text
+    """Webhook deliveries of one environment's events that hold any of `needles`, the text
     replaced in them: counts of those not delivered yet (pending, sending, failed: they
-    would still go out) and of those delivered. A payload is signed when it is sent, so
-    the next attempt sends, and signs, the erased body."""
+    would still go out) and of those delivered. A delivery holds it in its payload, or in
+    the excerpt of the receiver's reply it keeps (a receiver may quote the payload back,
+    JSON-escaped: every form the text takes in a JSON string is replaced there). A payload
+    is signed when it is sent, so the next attempt sends, and signs, the erased body."""
     counts = {"webhookPayloads": 0, "webhookPayloadsDelivered": 0}
     if not needles:
         return counts
     rows = containing(
-        Delivery.objects.filter(endpoint__project_id=project_id), needles, text=("body",)
+        Delivery.objects.filter(endpoint__project_id=project_id),
+        needles,
+        text=("body", "response_excerpt"),
     )
+    quoted = [form for needle in needles for form in stored_forms(needle)]
     for delivery in rows:
         try:
             body = json.loads(delivery.body)
@@ -323,12 +328,16 @@ def deliveries_erase(
             text = json.dumps(erased, separators=(",", ":"), ensure_ascii=False)
         else:
             text, count = text_erase(delivery.body, needles)
-        if not count:
+        excerpt, quotes = text_erase(delivery.response_excerpt, quoted)
+        changed = ({"body": text} if count else {}) | (
+            {"response_excerpt": excerpt} if quotes else {}
+        )
+        if not changed:
             continue
         delivered = delivery.state == DeliveryState.DELIVERED
         counts["webhookPayloadsDelivered" if delivered else "webhookPayloads"] += 1
         if apply:
-            Delivery.objects.filter(pk=delivery.pk).update(body=text)
+            Delivery.objects.filter(pk=delivery.pk).update(**changed)
     return counts
 
 
