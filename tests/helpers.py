@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from html import unescape
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, cast
@@ -268,6 +269,19 @@ def html_of(response: Any, status: int = 200) -> str:
     """A page's HTML, once its status is the expected one."""
     assert response.status_code == status, (response.status_code, response.content[:300])
     return str(response.content.decode())
+
+
+def form_posted(html: str, action: str) -> dict[str, list[str]]:
+    """What a page's POST form to `action` sends as it is (its hidden fields), as a
+    browser sends it: what the person was shown goes back with the request."""
+    form = re.search(
+        rf'<form method="post" action="{re.escape(action)}"[^>]*>(.*?)</form>', html, re.S
+    )
+    assert form is not None, f"no form posting to {action}"
+    posted: dict[str, list[str]] = {}
+    for name, value in re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)">', form[1]):
+        posted.setdefault(name, []).append(unescape(value))
+    return posted
 
 
 def fragment_of(response: Any) -> str:

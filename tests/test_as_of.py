@@ -26,7 +26,7 @@ from memoryadmin.memory.services.documents import (
     document_replace,
 )
 from memoryadmin.memory.services.redaction import version_redact
-from tests.helpers import DEV, DOCS, Keys, html_of
+from tests.helpers import DEV, DOCS, Keys, form_posted, html_of
 
 RESTORE = "/api/managed-agents/projects/acme/memory/notes/restore"
 
@@ -201,7 +201,7 @@ def test_page_and_cli_show_and_restore_a_moment(
     assert "Restore plan" in plan
     assert current(history["changed"]).text == "now"
     assert web("support").post(base + "restore/", {"asOf": t}).status_code == 403
-    done = owner.post(base + "restore/", {"asOf": t, "documents": ["changed"]})
+    done = owner.post(base + "restore/", form_posted(plan, base + "restore/"))
     assert done.status_code == 200
     assert current(history["changed"]).text == "then"
     assert owner.get(base, {"asOf": "nonsense"}).status_code == 400
@@ -278,7 +278,7 @@ def test_the_page_restores_what_its_plan_showed_and_never_the_whole_resource_una
     # The whole resource's plan says so in its form, and its restore does what it showed.
     whole = html_of(owner.get(base, {"asOf": t, "scope": "all"}))
     assert '<input type="hidden" name="scope" value="all">' in whole
-    assert owner.post(base, {"asOf": t, "scope": "all"}).status_code == 200
+    assert owner.post(base, form_posted(whole, base)).status_code == 200
     assert current(history["changed"]).text == "then"
 
 
@@ -391,3 +391,35 @@ def test_a_chosen_id_with_a_nul_refuses_the_whole_restore(
     assert "documents[1]: the value contains a NUL character" in refused.content.decode()
     assert current(history["changed"]).text == "now"
     assert AuditEntry.objects.count() == audited
+
+
+@pytest.mark.parametrize("scope", ["chosen", "all"])
+def test_the_page_restores_over_the_revisions_its_plan_showed_never_a_later_write(
+    owner: Any, api: APIClient, history: dict[str, Any], scope: str
+) -> None:
+    """A write between the plan and its "Restore as shown" is not restored over unseen:
+    nothing is written, and the page shows the plan again as it is now (409)."""
+    t = history["t"].strftime("%Y-%m-%dT%H:%M:%S.%f")
+    base = "/projects/acme/development/resources/notes/as-of/restore/"
+    asked = {"asOf": t, "scope": scope, **({"documents": ["changed"]} if scope == "chosen" else {})}
+    plan = html_of(owner.get(base, asked))
+    seen = current(history["changed"]).revision
+    # Someone else writes the document the plan showed, through the API.
+    put = api.put(
+        f"{DOCS}/changed{DEV}",
+        data=json.dumps({"text": "written meanwhile"}),
+        content_type="application/json",
+        HTTP_IF_MATCH=f'"{seen}"',
+    )
+    assert put.status_code == 200
+    later = put.json()["revision"]
+    response = owner.post(base, form_posted(plan, base))
+    html = html_of(response, 409)
+    assert "The documents changed since you saw this plan: nothing was restored." in html
+    assert "Restore as shown" in html
+    assert current(history["changed"]).text == "written meanwhile"
+    assert current(history["changed"]).revision == later
+    assert not AuditEntry.objects.filter(action="resource.restore_as_of").exists()
+    # The plan shown again restores over the write it now shows.
+    assert owner.post(base, form_posted(html, base)).status_code == 200
+    assert current(history["changed"]).text == "then"

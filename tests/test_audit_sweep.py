@@ -37,6 +37,7 @@ from memoryadmin.agents.services.runtime import recall_create
 from memoryadmin.core.cli import cli_actor
 from memoryadmin.incidents.services.incidents import incident_create
 from memoryadmin.memory.models import ApiKey, AuditEntry, Document, Project, Resource
+from memoryadmin.memory.services.asof import resource_restore_as_of
 from memoryadmin.memory.services.deployments import deployment_create
 from memoryadmin.memory.services.documents import document_create, document_replace
 from memoryadmin.memory.services.keys import api_key_create
@@ -1292,9 +1293,13 @@ def _page_restore_as_of(w: World) -> Posted:
         text="Later.",
         actor="t",
     )
+    # The plan the page showed, which its form sends back.
+    shown = resource_restore_as_of(
+        resource=w.notes, as_of=as_of, doc_ids=[document.doc_id], dry_run=True, actor=""
+    )
     return Posted(
         f"{PAGE}/resources/notes/as-of/restore/",
-        {"asOf": as_of.isoformat(), "documents": [document.doc_id]},
+        {"asOf": as_of.isoformat(), "documents": [document.doc_id], "seen": shown.seen},
         [("resource.restore_as_of", *ACME_DEV), ("document.restore", *ACME_DEV)],
         status=200,
     )

@@ -45,6 +45,7 @@ from hypothesis import strategies as st
 from memoryadmin.agents.models import OperationKind, OperationState, ProviderOperation
 from memoryadmin.incidents.services.incidents import incident_create
 from memoryadmin.memory.models import Deployment, Document, Project, Resource
+from memoryadmin.memory.services.asof import resource_restore_as_of
 from memoryadmin.memory.services.documents import document_create, document_replace
 from memoryadmin.memory.services.keys import api_key_create
 from memoryadmin.webhooks import services as webhooks
@@ -107,7 +108,7 @@ FORM_FIELDS: dict[str, list[str]] = {
     "proposal-reject": ["reason"],
     "document-create": ["doc_id", "title", "summary", "text", "frozen"],
     "documents-bulk": ["action", "all", "doc", "confirm", "count", "back", *FACETS],
-    "documents-restore": ["asOf", "documents", "scope"],
+    "documents-restore": ["asOf", "documents", "scope", "seen"],
     "record-create": ["namespace", "text"],
     "record-edit": ["namespace", "text"],
     "record-delete": ["namespace"],
@@ -461,6 +462,10 @@ def world(
         ("description", "d"),
         ("events", "document.created"),
     ]
+    # The plan the as-of page shows, which its form sends back with the restore.
+    restore_seen = resource_restore_as_of(
+        resource=notes, as_of=between, doc_ids=["workshop"], dry_run=True, actor=""
+    ).seen
     forms = {
         "login": [("username", "olivia"), ("password", "wrong"), ("next", home)],
         "password-set": [("new_password1", password), ("new_password2", password)],
@@ -494,7 +499,11 @@ def world(
             ("doc", f"workshop:{current}"),
             ("confirm", "yes"),
         ],
-        "documents-restore": [("asOf", between.isoformat()), ("documents", "workshop")],
+        "documents-restore": [
+            ("asOf", between.isoformat()),
+            ("documents", "workshop"),
+            ("seen", restore_seen),
+        ],
         "record-create": [("namespace", "alice"), ("text", "Likes figs.")],
         "record-edit": [("namespace", "alice"), ("text", "Likes dates.")],
         "record-delete": [("namespace", "alice")],

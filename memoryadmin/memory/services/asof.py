@@ -24,7 +24,7 @@ from memoryadmin.memory.limits import LIST_PAGE_SIZE
 from memoryadmin.memory.models import Document, DocumentVersion, Resource
 from memoryadmin.memory.representations import iso_ms, writer_dict
 from memoryadmin.memory.services.audit import audit_record
-from memoryadmin.memory.services.documents import document_restore
+from memoryadmin.memory.services.documents import document_restore, documents_seen
 
 RESTORE = "restore"
 UNCHANGED = "unchanged"
@@ -118,6 +118,14 @@ class AsOfRestorePlan:
     dry_run: bool
     items: list[AsOfRestoreItem] = field(default_factory=list)
 
+    @property
+    def seen(self) -> str:
+        """What the plan shows (each document, its action and current revision), for a
+        form to send back with the restore it asks for."""
+        return documents_seen(
+            (item.doc_id, item.action, item.current_revision or "") for item in self.items
+        )
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "asOf": iso_ms(self.as_of),
@@ -166,9 +174,14 @@ def resource_restore_as_of(
     doc_ids: list[str] | None,
     dry_run: bool,
     actor: str,
+    seen: str | None = None,
 ) -> AsOfRestorePlan:
     """Makes each chosen document's text and summary at T current again, through the one
-    restore rule, over the revision the plan read (a write meanwhile: conflict)."""
+    restore rule, over the revision the plan read (a write meanwhile: conflict).
+
+    `seen`, a plan's `seen` that a person was shown: a plan that reads otherwise now (a
+    document written, come or gone since) restores nothing (412), so a write the person
+    never saw is not restored over."""
     if as_of > timezone.now():
         raise InvalidRequest("asOf is in the future; nothing was written after now.")
     # The ids are looked up: one the database cannot take (NUL, a lone surrogate) is refused
@@ -177,6 +190,11 @@ def resource_restore_as_of(
     plan = _plan(resource, as_of, doc_ids)
     if dry_run:
         return plan
+    if seen is not None and seen != plan.seen:
+        raise PreconditionFailed(
+            "The documents changed since the plan was shown; nothing was restored.",
+            details={"plan": plan.as_dict()},
+        )
     plan.dry_run = False
     for item in plan.items:
         if item.action != RESTORE or item.restore_revision is None:

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -110,6 +111,17 @@ class AgentWritesDisabled(Exception):
 
 def new_revision() -> str:
     return secrets.token_hex(10)
+
+
+def documents_seen(rows: Iterable[tuple[str, ...]]) -> str:
+    """A short fingerprint of the documents a confirmation showed (each an id, its
+    revision and what it said would happen), carried by its form: a confirmation whose
+    documents read differently when it is sent is shown again, never applied to
+    documents the person did not see as they are."""
+    digest = hashlib.sha256()
+    for row in sorted(rows):
+        digest.update("\0".join(row).encode("utf-8", "surrogatepass") + b"\n")
+    return digest.hexdigest()[:32]
 
 
 def _missing(resource: Resource, doc_id: str) -> NotFound:

@@ -324,13 +324,28 @@ def restore_as_of(request: HttpRequest, page: Page, r: str) -> HttpResponseBase:
     whole = data.get("scope") == "all"
     if request.method == "POST" and not whole and not chosen:
         raise InvalidRequest("Choose the documents to restore, or plan the whole resource.")
-    context["plan"] = resource_restore_as_of(
-        resource=resource,
-        as_of=context["as_of"],
-        doc_ids=None if whole else chosen,
-        dry_run=request.method == "GET",
-        actor=actor(request),
-    )
+    doc_ids = None if whole else chosen
+    status = 200
+    try:
+        # A POST restores the plan its form was shown (`seen`), or nothing.
+        context["plan"] = resource_restore_as_of(
+            resource=resource,
+            as_of=context["as_of"],
+            doc_ids=doc_ids,
+            dry_run=request.method == "GET",
+            actor=actor(request),
+            seen=data.get("seen", "") if request.method == "POST" else None,
+        )
+    except PreconditionFailed:
+        messages.warning(
+            request,
+            "The documents changed since you saw this plan: nothing was restored. "
+            "Check the plan as it is now and restore again.",
+        )
+        context["plan"] = resource_restore_as_of(
+            resource=resource, as_of=context["as_of"], doc_ids=doc_ids, dry_run=True, actor=""
+        )
+        status = CONFLICT
     context["chosen"] = [] if whole else chosen
     context["whole"] = whole
-    return page_render(request, "memoryadmin/asof.html", page, context)
+    return page_render(request, "memoryadmin/asof.html", page, context, status=status)
