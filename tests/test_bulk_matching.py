@@ -14,7 +14,7 @@ from django.test import Client
 
 from memoryadmin.memory.models import AuditEntry, Document
 from memoryadmin.web.services import bulk
-from tests.helpers import html_of, streamed
+from tests.helpers import DEV, DOCS, form_posted, html_of, streamed
 
 URL = "/projects/acme/development/resources/notes/bulk/"
 
@@ -37,11 +37,7 @@ def test_freeze_all_matching_names_the_count_then_freezes_each_from_the_filter(
     assert '<input type="hidden" name="count" value="60">' in confirm
     assert "<code>q=plan</code>" in confirm
     assert not Document.objects.filter(doc_id__startswith="plan", agent_writes=False).exists()
-    done = support.post(
-        URL,
-        {"action": "freeze", "all": "matching", "q": "plan", "count": "60", "confirm": "yes"},
-        follow=True,
-    )
+    done = support.post(URL, form_posted(confirm, URL), follow=True)
     assert "Froze 60 documents." in done.content.decode()
     assert Document.objects.filter(doc_id__startswith="plan", agent_writes=False).count() == 60
     assert Document.objects.get(doc_id="other").agent_writes is True
@@ -55,21 +51,18 @@ def test_the_facets_choose_too_and_ticked_rows_do_not_count(owner: Client, sixty
     posted = {"action": "delete", "all": "matching", "sizeMin": "100", "doc": ["frozen:x"]}
     confirm = html_of(owner.post(URL, posted))
     assert "Delete 6 matching documents in notes?" in confirm
-    owner.post(URL, {**posted, "count": "6", "confirm": "yes"})
+    owner.post(URL, {**posted, **form_posted(confirm, URL)})
     deleted = Document.objects.filter(deleted=True).values_list("doc_id", flat=True)
     assert sorted(deleted) == ["other", *[f"plan-{i:02d}" for i in range(5)]]
     assert AuditEntry.objects.filter(action="document.delete").count() == 6
 
 
-def test_a_confirmation_holds_for_its_count_only(
+def test_a_confirmation_holds_for_the_documents_it_named_only(
     support: Client, sixty: None, make_document: Any
 ) -> None:
+    confirm = html_of(support.post(URL, {"action": "freeze", "all": "matching", "q": "plan"}))
     make_document("plan-new")
-    response = support.post(
-        URL,
-        {"action": "freeze", "all": "matching", "q": "plan", "count": "60", "confirm": "yes"},
-    )
-    html = html_of(response)
+    html = html_of(support.post(URL, form_posted(confirm, URL)))
     assert "61 match now. Confirm again." in html
     assert not Document.objects.filter(agent_writes=False).exclude(doc_id="frozen").exists()
 
@@ -143,3 +136,33 @@ def test_an_action_comes_back_to_the_list_as_it_was(support: Client, sixty: None
     # Nothing ticked: told so on the list as it was.
     empty = support.post(URL, {"action": "freeze", "back": "sizeMin=100"})
     assert empty["Location"] == "/projects/acme/development/resources/notes/?sizeMin=100"
+
+
+def test_a_delete_of_all_matching_never_deletes_a_document_written_after_its_confirmation(
+    owner: Client, api: Any, make_document: Any
+) -> None:
+    """The confirmation says a document changed since it was selected is not deleted: one
+    written through the API between the confirmation and its button is asked again,
+    and nothing is deleted."""
+    for i in range(3):
+        make_document(f"plan-{i}", text="draft")
+    confirm = html_of(owner.post(URL, {"action": "delete", "all": "matching", "q": "plan"}))
+    assert "Delete 3 matching documents in notes?" in confirm
+    seen = Document.objects.get(doc_id="plan-1").revision
+    put = api.put(
+        f"{DOCS}/plan-1{DEV}",
+        data=json.dumps({"text": "written meanwhile"}),
+        content_type="application/json",
+        HTTP_IF_MATCH=f'"{seen}"',
+    )
+    assert put.status_code == 200
+    again = html_of(owner.post(URL, form_posted(confirm, URL)))
+    assert "The matching documents changed since you confirmed" in again
+    assert "Delete 3 matching documents in notes?" in again
+    assert not Document.objects.filter(deleted=True).exists()
+    assert Document.objects.get(doc_id="plan-1").text == "written meanwhile"
+    assert not AuditEntry.objects.filter(action="document.delete").exists()
+    # Confirmed again as it reads now, each is deleted, the write meanwhile too.
+    owner.post(URL, form_posted(again, URL))
+    assert Document.objects.filter(doc_id__startswith="plan", deleted=True).count() == 3
+    assert AuditEntry.objects.filter(action="document.delete").count() == 3

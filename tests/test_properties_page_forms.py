@@ -107,7 +107,7 @@ FORM_FIELDS: dict[str, list[str]] = {
     "proposal-approve": ["revision", "summary", "text"],
     "proposal-reject": ["reason"],
     "document-create": ["doc_id", "title", "summary", "text", "frozen"],
-    "documents-bulk": ["action", "all", "doc", "confirm", "count", "back", *FACETS],
+    "documents-bulk": ["action", "all", "doc", "confirm", "count", "seen", "back", *FACETS],
     "documents-restore": ["asOf", "documents", "scope", "seen"],
     "record-create": ["namespace", "text"],
     "record-edit": ["namespace", "text"],

@@ -14,6 +14,7 @@ from memoryadmin.memory.services.documents import (
     document_delete,
     document_set_agent_writes,
     documents_matching,
+    documents_seen,
 )
 
 BULK_MAX = 100
@@ -72,6 +73,15 @@ def bulk_matching(*, resource: Resource, query: str, facets: DocumentFacets) -> 
             f"{BULK_MATCHING_MAX} at once. Narrow the filters and repeat it."
         )
     return [Selected(doc_id=doc_id, revision=revision) for doc_id, revision in rows]
+
+
+def bulk_seen(action: str, selected: list[Selected]) -> str:
+    """What a confirmation of "all matching" named, which its form sends back: the ids,
+    and for a delete their revisions too (a delete refuses a document changed since it
+    was shown; a freeze needs no revision)."""
+    if action == "delete":
+        return documents_seen((item.doc_id, item.revision) for item in selected)
+    return documents_seen((item.doc_id,) for item in selected)
 
 
 def documents_bulk(

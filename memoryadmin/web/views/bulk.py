@@ -19,6 +19,7 @@ from memoryadmin.web.services.bulk import (
     BULK_READS,
     BulkResult,
     bulk_matching,
+    bulk_seen,
     bulk_selection,
     documents_bulk,
 )
@@ -119,9 +120,11 @@ def documents_bulk_view(request: HttpRequest, page: Page, r: str) -> HttpRespons
             doc_ids=[item.doc_id for item in selected],
         )
     confirmed = request.POST.get("confirm") == "yes"
-    # A confirmation of "all matching" holds for the count it named: if documents
-    # came or went meanwhile, it is asked again with the new count.
-    changed = matching and confirmed and request.POST.get("count") != str(len(selected))
+    # A confirmation of "all matching" holds for the documents it named (and, for a
+    # delete, their revisions): if documents came, went or (deleting) were written
+    # meanwhile, it is asked again with the count now.
+    seen = bulk_seen(action, selected) if matching else ""
+    changed = matching and confirmed and request.POST.get("seen") != seen
     if not confirmed or changed:
         context = {
             "resource": resource,
@@ -132,6 +135,7 @@ def documents_bulk_view(request: HttpRequest, page: Page, r: str) -> HttpRespons
             "filters": QueryDict(filters),
             "back": back_query,
             "changed": changed,
+            "seen": seen,
             "matching_max": BULK_MATCHING_MAX,
         }
         return page_render(request, "memoryadmin/bulk_confirm.html", page, context)
