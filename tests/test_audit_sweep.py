@@ -33,6 +33,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from memoryadmin.agents.models import ProviderOperation, Session
+from memoryadmin.agents.services.records import record_seen
 from memoryadmin.agents.services.runtime import recall_create
 from memoryadmin.core.cli import cli_actor
 from memoryadmin.incidents.services.incidents import incident_create
@@ -1323,7 +1324,11 @@ def _page_record_edit(w: World) -> Posted:
     record = _record_id(w)
     return Posted(
         f"{PAGE}/resources/mem/records/{record}/edit/",
-        {"namespace": "team", "text": "Ships on Mondays."},
+        {
+            "namespace": "team",
+            "seen": record_seen("Ships on Fridays."),
+            "text": "Ships on Mondays.",
+        },
         [("record.update", *ACME_DEV)],
     )
 
@@ -1333,7 +1338,7 @@ def _page_record_delete(w: World) -> Posted:
     record = _record_id(w)
     return Posted(
         f"{PAGE}/resources/mem/records/{record}/delete/",
-        {"namespace": "team"},
+        {"namespace": "team", "seen": record_seen("Ships on Fridays.")},
         [("record.delete", *ACME_DEV)],
     )
 

@@ -43,6 +43,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memoryadmin.agents.models import OperationKind, OperationState, ProviderOperation
+from memoryadmin.agents.services.records import record_seen
 from memoryadmin.incidents.services.incidents import incident_create
 from memoryadmin.memory.models import Deployment, Document, Project, Resource
 from memoryadmin.memory.services.asof import resource_restore_as_of
@@ -110,8 +111,8 @@ FORM_FIELDS: dict[str, list[str]] = {
     "documents-bulk": ["action", "all", "doc", "confirm", "count", "seen", "back", *FACETS],
     "documents-restore": ["asOf", "documents", "scope", "seen"],
     "record-create": ["namespace", "text"],
-    "record-edit": ["namespace", "text"],
-    "record-delete": ["namespace"],
+    "record-edit": ["namespace", "seen", "text"],
+    "record-delete": ["namespace", "seen"],
     "document-edit": ["revision", "title", "summary", "text"],
     "document-agent-writes": ["agentWrites"],
     "document-delete": ["revision", "confirm_id"],
@@ -373,6 +374,7 @@ def world(
         secrets_by_origin={mem0_oss.origin: {"MEM0_KEY": "mem0-test-key"}},
     )
     mem0_oss.seed("Alice plays the cello.", user_id="alice")
+    cello = record_seen("Alice plays the cello.")
     listing = owner.get(f"{PROJECT}resources/mem/records/?namespace=alice").content.decode()
     record = "xm_" + listing.split("<code>xm_")[1].split("<")[0]
     now = timezone.now()
@@ -505,8 +507,8 @@ def world(
             ("seen", restore_seen),
         ],
         "record-create": [("namespace", "alice"), ("text", "Likes figs.")],
-        "record-edit": [("namespace", "alice"), ("text", "Likes dates.")],
-        "record-delete": [("namespace", "alice")],
+        "record-edit": [("namespace", "alice"), ("seen", cello), ("text", "Likes dates.")],
+        "record-delete": [("namespace", "alice"), ("seen", cello)],
         "document-edit": [("revision", current), ("title", "T"), *text],
         "document-agent-writes": [("agentWrites", "review")],
         "document-delete": [("revision", current), ("confirm_id", "workshop")],

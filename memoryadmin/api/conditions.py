@@ -17,9 +17,17 @@ def etag(revision: str) -> str:
 
 def required_if_match(request: Request) -> str:
     """The revision named by If-Match: exactly one strong, quoted entity tag."""
+    named = optional_if_match(request)
+    if named is None:
+        raise PreconditionRequired('This change needs an If-Match: "<revision>" header.')
+    return named
+
+
+def optional_if_match(request: Request) -> str | None:
+    """The revision named by If-Match, where the request has one (as `required_if_match`)."""
     raw = request._request.META.get("HTTP_IF_MATCH")
     if raw is None:
-        raise PreconditionRequired('This change needs an If-Match: "<revision>" header.')
+        return None
     value = raw.strip()
     if value == "*":
         raise InvalidRequest("If-Match: * is not accepted; send the quoted revision you read.")

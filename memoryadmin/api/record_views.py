@@ -14,6 +14,7 @@ from rest_framework.response import Response
 from memoryadmin.agents.services import records as record_services
 from memoryadmin.api import serializers as s
 from memoryadmin.api.base import CURSOR, ENVIRONMENT, ERRORS, ApiView
+from memoryadmin.api.conditions import etag, optional_if_match
 from memoryadmin.core.cancellation import caller_connection, client_gone_probe
 from memoryadmin.core.errors import InvalidRequest
 from memoryadmin.memory.models import Resource
@@ -28,6 +29,13 @@ NAMESPACE = OpenApiParameter(
 )
 QUERY = OpenApiParameter(
     "q", OpenApiTypes.STR, OpenApiParameter.QUERY, description="Search with the provider."
+)
+IF_MATCH = OpenApiParameter(
+    "If-Match",
+    OpenApiTypes.STR,
+    OpenApiParameter.HEADER,
+    description="The record's ETag as read: the change is made only while the record's text "
+    "is still the one read (412 otherwise, nothing sent).",
 )
 PROVIDER_ERRORS = {
     **ERRORS,
@@ -115,10 +123,10 @@ class RecordDetailView(RecordView):
         record = record_services.record_get(
             resource=resource, namespace=self.namespace(request), record_id=rec
         )
-        return Response(record)
+        return Response(record, headers={"ETag": etag(record_services.record_seen(record["text"]))})
 
     @extend_schema(
-        parameters=[ENVIRONMENT, NAMESPACE],
+        parameters=[ENVIRONMENT, NAMESPACE, IF_MATCH],
         request=s.RecordInput,
         responses={200: s.RecordWriteOutput, 202: s.RecordWriteOutput, **PROVIDER_ERRORS},
         operation_id="records_update",
@@ -133,11 +141,12 @@ class RecordDetailView(RecordView):
             record_id=rec,
             text=data["text"],
             actor=self.actor(request),
+            seen=optional_if_match(request),
         )
         return _write_response(result, 200)
 
     @extend_schema(
-        parameters=[ENVIRONMENT, NAMESPACE],
+        parameters=[ENVIRONMENT, NAMESPACE, IF_MATCH],
         responses={200: s.RecordWriteOutput, 202: s.RecordWriteOutput, **PROVIDER_ERRORS},
         operation_id="records_delete",
     )
@@ -148,6 +157,7 @@ class RecordDetailView(RecordView):
             namespace=self.namespace(request),
             record_id=rec,
             actor=self.actor(request),
+            seen=optional_if_match(request),
         )
         return _write_response(result, 200)
 

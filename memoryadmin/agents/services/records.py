@@ -14,6 +14,7 @@ was (add, update or delete and the record) and the deployment it ran under.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -34,7 +35,7 @@ from memoryadmin.agents.services.operations import operation_open
 from memoryadmin.core.cancellation import TTL_MARGIN_SECONDS, Cancelled, cancellation_scope
 from memoryadmin.core.concurrency import Deadline, provider_call
 from memoryadmin.core.dbclock import db_after, db_now
-from memoryadmin.core.errors import InvalidRequest
+from memoryadmin.core.errors import InvalidRequest, PreconditionFailed
 from memoryadmin.core.strings import string_check
 from memoryadmin.memory.models import ActiveDeployment, Resource
 from memoryadmin.memory.providers import NotSupported, ResourceKind, provider_for
@@ -141,6 +142,7 @@ def _write(
     action: OperationAction,
     record_id: str = "",
     send: Callable[[], Result],
+    seen: str | None = None,
 ) -> Result:
     """One owner write through the provider, audited (`record.create`, `.update`, `.delete`).
 
@@ -152,13 +154,18 @@ def _write(
     delete of the record accepted already and still open is answered `queued` with that
     operation, and nothing is sent. The whole write, a wait for another caller's claim
     included, is one provider call of the project (`_call`): past its bounds 429 before
-    anything is looked at or sent.
+    anything is looked at or sent. With `seen` (`record_seen` of the text its person read),
+    an update or a delete is sent only while the record still reads so (`_unchanged`),
+    under the record's claim: an owner's write at the same moment through this server
+    waits for it, then reads the text it wrote.
     """
 
     def write() -> Result | Cancelled:
         claim: AbstractContextManager[ProviderOperation | None] = (
             delete_claimed(resource, namespace, record_id)
             if action == OperationAction.DELETE
+            else _held(resource, namespace, record_id)
+            if seen is not None
             else nullcontext()
         )
         with claim as known:
@@ -170,6 +177,7 @@ def _write(
                 record_id=record_id,
                 send=send,
                 known=known,
+                seen=seen,
             )
 
     outcome = _call(resource, write)
@@ -188,6 +196,7 @@ def _outcome(
     record_id: str,
     send: Callable[[], Result],
     known: ProviderOperation | None,
+    seen: str | None = None,
 ) -> Result | Cancelled:
     """The write's answer, audited, or the Cancelled its caller is to be given (within the
     write's provider call, `_write`)."""
@@ -208,6 +217,8 @@ def _outcome(
     if known is not None:
         result = _queued(known.id, known.provider_operation)
     else:
+        if seen is not None:
+            _unchanged(resource, namespace, record_id, seen)
         try:
             result = send()
         except Cancelled as exc:
@@ -251,6 +262,33 @@ def delete_claimed(
     Run within a provider call of the project (its bounds count the wait)."""
     with _claimed(resource, namespace, record_id):
         yield _open_delete(resource, namespace, record_id)
+
+
+@contextmanager
+def _held(resource: Resource, namespace: str, record_id: str) -> Iterator[None]:
+    """The record's claim (`_claimed`) for a conditional update: no open delete to give."""
+    with _claimed(resource, namespace, record_id):
+        yield None
+
+
+def record_seen(text: str) -> str:
+    """The fingerprint of a record's text as its reader was shown it (the API's ETag of a
+    record, the page's `seen`): a provider keeps no revision of its records, so a write
+    based on what was read is conditional on the text alone."""
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _unchanged(resource: Resource, namespace: str, record_id: str, seen: str) -> None:
+    """The record read from its provider again, just before a conditional write is sent:
+    412 `precondition_failed`, nothing sent, where its text is no longer the one read."""
+    current = provider_for(resource.kind).record_get(
+        resource=resource, namespace=namespace, record_id=record_id
+    )
+    if record_seen(current["text"]) != seen:
+        raise PreconditionFailed(
+            f"Record '{record_id}' changed since it was read (at the provider or by "
+            "another person): nothing was sent. Read it again."
+        )
 
 
 @contextmanager
@@ -314,8 +352,15 @@ def record_get(*, resource: Resource, namespace: str, record_id: str) -> Result:
 
 
 def record_update(
-    *, resource: Resource, namespace: str, record_id: str, text: str, actor: str
+    *,
+    resource: Resource,
+    namespace: str,
+    record_id: str,
+    text: str,
+    actor: str,
+    seen: str | None = None,
 ) -> Result:
+    """With `seen` (`record_seen` of the text read), only while the record still reads so."""
     string_check(text, field="text")
     provider, namespace = _provider(resource), check_namespace(namespace)
     record_id = _check_record_id(record_id)
@@ -328,14 +373,18 @@ def record_update(
         send=lambda: provider.record_update(
             resource=resource, namespace=namespace, record_id=record_id, changes={"text": text}
         ),
+        seen=seen,
     )
 
 
-def record_delete(*, resource: Resource, namespace: str, record_id: str, actor: str) -> Result:
+def record_delete(
+    *, resource: Resource, namespace: str, record_id: str, actor: str, seen: str | None = None
+) -> Result:
     """Whoever asks (an owner, an erasure, an incident's containment), a record whose delete
     the provider accepted and has not finished is answered with that open operation,
     `queued`: nothing is sent again, also to a caller asking at the very moment the first
-    sends it (it waits for the first's operation)."""
+    sends it (it waits for the first's operation). With `seen` (an owner's, `record_seen`
+    of the text read), only while the record still reads so."""
     provider, namespace = _provider(resource), check_namespace(namespace)
     record_id = _check_record_id(record_id)
     return _write(
@@ -347,6 +396,7 @@ def record_delete(*, resource: Resource, namespace: str, record_id: str, actor: 
         send=lambda: provider.record_delete(
             resource=resource, namespace=namespace, record_id=record_id
         ),
+        seen=seen,
     )
 
 

@@ -16,7 +16,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from memoryadmin.agents.services import records as record_services
 from memoryadmin.core.cancellation import caller_connection, client_gone_probe
-from memoryadmin.core.errors import InvalidRequest, NotFound
+from memoryadmin.core.errors import InvalidRequest, NotFound, PreconditionFailed
 from memoryadmin.memory.models import Resource
 from memoryadmin.memory.providers import NotSupported
 from memoryadmin.web.services.roles import DELETE, EDIT, READ
@@ -102,6 +102,21 @@ def records(request: HttpRequest, page: Page, r: str) -> HttpResponseBase:
 def record_detail(request: HttpRequest, page: Page, r: str, rec: str) -> HttpResponseBase:
     resource = _provider_resource(page, r)
     namespace = record_services.check_namespace(request.GET.get("namespace"))
+    return _record_page(request, page, resource, namespace, rec)
+
+
+def _record_page(
+    request: HttpRequest,
+    page: Page,
+    resource: Resource,
+    namespace: str,
+    rec: str,
+    *,
+    changed: str = "",
+    text: str | None = None,
+) -> HttpResponseBase:
+    """The record as its provider has it now; `changed`: an edit or delete refused because
+    the record changed since its form was shown (409), the person's `text` kept in the form."""
     record = record_services.record_get(resource=resource, namespace=namespace, record_id=rec)
     history, unsupported = [], ""
     try:
@@ -114,10 +129,25 @@ def record_detail(request: HttpRequest, page: Page, r: str, rec: str) -> HttpRes
         "resource": resource,
         "namespace": namespace,
         "record": record,
+        # What the edit and delete forms send back: they act only on the text shown.
+        "seen": record_services.record_seen(record["text"]),
+        "text": record["text"] if text is None else text,
+        "changed": changed,
         "history": history,
         "history_unsupported": unsupported,
     }
-    return page_render(request, "memoryadmin/record.html", page, context)
+    status = 409 if changed else 200
+    return page_render(request, "memoryadmin/record.html", page, context, status=status)
+
+
+def _seen(request: HttpRequest) -> str:
+    """The fingerprint of the text the form was shown with (`record_detail`)."""
+    seen = request.POST.get("seen", "")
+    if not seen:
+        raise InvalidRequest(
+            "The form does not say which text it was shown: read the record again."
+        )
+    return seen
 
 
 def _text(request: HttpRequest) -> str:
@@ -146,13 +176,18 @@ def record_create(request: HttpRequest, page: Page, r: str) -> HttpResponseBase:
 def record_edit(request: HttpRequest, page: Page, r: str, rec: str) -> HttpResponseBase:
     resource = _provider_resource(page, r)
     namespace = record_services.check_namespace(request.POST.get("namespace"))
-    result = record_services.record_update(
-        resource=resource,
-        namespace=namespace,
-        record_id=rec,
-        text=_text(request),
-        actor=actor(request),
-    )
+    text = _text(request)
+    try:
+        result = record_services.record_update(
+            resource=resource,
+            namespace=namespace,
+            record_id=rec,
+            text=text,
+            actor=actor(request),
+            seen=_seen(request),
+        )
+    except PreconditionFailed as exc:
+        return _record_page(request, page, resource, namespace, rec, changed=exc.message, text=text)
     _written(request, result, "Saved at the provider.")
     return HttpResponseRedirect(_record_url(page, resource.resource_id, namespace, rec))
 
@@ -163,8 +198,15 @@ def record_edit(request: HttpRequest, page: Page, r: str, rec: str) -> HttpRespo
 def record_delete(request: HttpRequest, page: Page, r: str, rec: str) -> HttpResponseBase:
     resource = _provider_resource(page, r)
     namespace = record_services.check_namespace(request.POST.get("namespace"))
-    result = record_services.record_delete(
-        resource=resource, namespace=namespace, record_id=rec, actor=actor(request)
-    )
+    try:
+        result = record_services.record_delete(
+            resource=resource,
+            namespace=namespace,
+            record_id=rec,
+            actor=actor(request),
+            seen=_seen(request),
+        )
+    except PreconditionFailed as exc:
+        return _record_page(request, page, resource, namespace, rec, changed=exc.message)
     _written(request, result, f"Deleted {rec} at the provider.")
     return HttpResponseRedirect(_records_url(page, resource.resource_id, namespace))
