@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from memoryadmin.agents.services.records import record_seen
 from memoryadmin.memory.models import AuditEntry, Project, Resource
 from tests.fake_providers import FakeHindsight, FakeMem0Oss
 from tests.helpers import deploy_external, html_of
@@ -68,13 +69,17 @@ def test_owner_adds_edits_and_deletes_at_the_provider(
     record_id = "xm_" + listing.split("<code>xm_")[1].split("<")[0]
 
     edited = owner.post(
-        f"{BASE}records/{record_id}/edit/", {"namespace": "alice", "text": "Likes dates."}
+        f"{BASE}records/{record_id}/edit/",
+        {"namespace": "alice", "text": "Likes dates.", "seen": record_seen("Likes figs.")},
     )
     assert edited.status_code == 302
     assert mem0_oss.memories[external]["memory"] == "Likes dates."
     assert "Saved at the provider." in html_of(owner.get(edited["Location"]))
 
-    deleted = owner.post(f"{BASE}records/{record_id}/delete/", {"namespace": "alice"})
+    deleted = owner.post(
+        f"{BASE}records/{record_id}/delete/",
+        {"namespace": "alice", "seen": record_seen("Likes dates.")},
+    )
     assert deleted.status_code == 302
     assert mem0_oss.memories == {}
     actors = set(
@@ -112,7 +117,10 @@ def test_an_edit_the_provider_lacks_is_a_clear_error(
     base = "/projects/acme/development/resources/facts/"
     listing = html_of(owner.get(base + "records/?namespace=alice"))
     record_id = "xm_" + listing.split("<code>xm_")[1].split("<")[0]
-    response = owner.post(f"{base}records/{record_id}/edit/", {"namespace": "alice", "text": "y"})
+    response = owner.post(
+        f"{base}records/{record_id}/edit/",
+        {"namespace": "alice", "text": "y", "seen": record_seen("Alice is left-handed.")},
+    )
     assert response.status_code == 400
     assert "cannot edit a memory" in response.content.decode()
     assert hindsight.bank("alice")["units"][unit]["text"] == "Alice is left-handed."
@@ -129,7 +137,12 @@ def test_a_text_with_nul_is_refused_before_the_provider_hears_of_it(
     audited = AuditEntry.objects.count()
     added = owner.post(BASE + "records/new/", {"namespace": "alice", "text": "Likes\x00 figs."})
     edited = owner.post(
-        f"{BASE}records/{record_id}/edit/", {"namespace": "alice", "text": "Likes\x00 dates."}
+        f"{BASE}records/{record_id}/edit/",
+        {
+            "namespace": "alice",
+            "text": "Likes\x00 dates.",
+            "seen": record_seen("Alice plays the cello."),
+        },
     )
     for response in (added, edited):
         assert response.status_code == 400, response.content
