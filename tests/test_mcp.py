@@ -24,7 +24,7 @@ import httpx
 import httpx2
 import pytest
 from django.core.management import CommandError, call_command
-from django.db import connections
+from django.db import connections, transaction
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
@@ -45,6 +45,7 @@ from tests.helpers import (
     clean_env,
     free_port,
     freeze,
+    is_postgres,
     manage,
     suite_database_url,
     uvicorn_thread,
@@ -704,6 +705,54 @@ def test_stdio_serves_one_session_that_a_restart_rejoins(stdio_env: dict[str, st
     assert "has ended; use a new key" in again.stderr
 
 
+def test_stdio_answers_a_database_it_cannot_open_as_refusals_and_serves_again(
+    tmp_path: Path, migrated_sqlite: Any
+) -> None:
+    """While its database cannot be opened, each request is refused with the API's 503
+    envelope (a tool call an error result, a read an MCP error), where they were answered
+    the driver's message under code 0; nothing was written, and once the database is back
+    the same connection saves under the recall it read before."""
+    folder = tmp_path / "db"
+    folder.mkdir()
+    env = clean_env(
+        DATABASE_URL=f"sqlite:///{migrated_sqlite(folder / 'db.sqlite3')}",
+        MEMORYADMIN_VAR_DIR=str(tmp_path),
+        MEMORYADMIN_DEV_SECRETS="1",
+        MEMORYADMIN_PROVIDER_ALLOW="127.0.0.0/8",
+    )
+    done = manage("demo", env=env)
+    assert done.returncode == 0, done.stderr
+    away = tmp_path / "away"
+
+    async def scenario() -> Any:
+        async with stdio_client(env) as client:
+            await client.read_resource("memory://notes")
+            folder.rename(away)
+            try:
+                saved = await client.call_tool("memory_save", {"text": "while away"})
+                read = await refusal(client.read_resource("memory://notes"))
+            finally:
+                away.rename(folder)
+            again = await client.call_tool("memory_save", {"text": "back"})
+            return saved, read, again
+
+    saved, read, again = run(scenario)
+    unavailable = {
+        "error": {
+            "code": "service_unavailable",
+            "message": "The database is unavailable; retry in 5 seconds.",
+            "details": {"retryAfter": 5},
+        }
+    }
+    assert saved.is_error
+    assert saved.structured_content == unavailable
+    assert isinstance(read, MCPError)
+    assert read.message.startswith("service_unavailable: ")
+    assert read.data == unavailable
+    assert again.structured_content["status"] == "saved"
+    assert ("my-notes", "back") in rows(env, Document, "doc_id", "text")
+
+
 # The HTTP server process (`manage.py mcp --http`) on the suite's database: projects are
 # served at once, each within its share of the handler threads; Host and Origin checked.
 
@@ -864,6 +913,55 @@ def test_a_project_past_its_share_is_refused_at_once_and_others_are_served(
     assert len(keys_of) == 2
     assert ("mcp/third",) not in keys_of
     assert len(scripted.requests("recall")) == 2
+
+
+@pytest.mark.skipif(not is_postgres(), reason="statement_timeout is PostgreSQL's")
+def test_a_tool_call_past_the_statement_timeout_is_a_503_result_that_changes_nothing(
+    transactional_db: None, keys: Keys, workshop: Document
+) -> None:
+    """A save waiting on a row another transaction holds runs past the process's
+    statement_timeout: its answer is the API's 503 envelope as an error result, where it
+    was the database's message (naming the table) under code 0. Nothing was saved, and
+    the connection's recall still holds: the retry saves."""
+    locked, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        try:
+            with transaction.atomic():
+                Document.objects.select_for_update().get(pk=workshop.pk)
+                locked.set()
+                release.wait(60)
+        finally:
+            connections.close_all()
+
+    async def scenario() -> Any:
+        async with connected(f"{url}?{QUERY}", keys.owner) as client:
+            await client.read_resource("memory://notes")
+            holder = threading.Thread(target=hold)
+            holder.start()
+            try:
+                await anyio.to_thread.run_sync(locked.wait, 30)
+                saved = await client.call_tool("memory_save", {"text": "Node.js 24."})
+                unchanged = await in_thread(lambda: Document.objects.get(pk=workshop.pk))
+            finally:
+                release.set()
+                await anyio.to_thread.run_sync(holder.join)
+            again = await client.call_tool("memory_save", {"text": "Node.js 24."})
+            return saved, unchanged, again
+
+    with mcp_process(MEMORYADMIN_STATEMENT_TIMEOUT_SECONDS="1") as url:
+        saved, unchanged, again = run(scenario)
+    assert saved.is_error
+    assert saved.structured_content == {
+        "error": {
+            "code": "service_unavailable",
+            "message": "The request took too long; retry in 5 seconds.",
+            "details": {"retryAfter": 5},
+        }
+    }
+    assert (unchanged.text, unchanged.revision) == (workshop.text, workshop.revision)
+    assert again.structured_content["status"] == "saved"
+    assert Document.objects.get(pk=workshop.pk).text == "Node.js 24."
 
 
 INITIALIZE = {

@@ -31,7 +31,6 @@ import mcp_types as types
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import CommandError
-from django.db import DatabaseError
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from mcp.server.context import ServerRequestContext
@@ -60,7 +59,6 @@ from memoryadmin.agents.services.sessions import (
     session_create,
     session_get_with_bindings,
 )
-from memoryadmin.core.dbstate import database_unavailable, unavailable_answer
 from memoryadmin.core.errors import (
     DomainError,
     InvalidRequest,
@@ -580,15 +578,10 @@ def http_app() -> Starlette:
                 None, http_config, request.headers.get("x-api-key"), request.url.query
             )
         except DomainError as exc:
+            # A refusal, or the database unable to serve (503 with Retry-After, as the
+            # API answers: mcp_threads.py), in the API's envelope.
             answer = JSONResponse(envelope_of(exc), exc.status, exc.headers())
             await answer(scope, receive, send)
-            return
-        except DatabaseError as exc:
-            if not database_unavailable(exc):
-                raise
-            # As the API answers: 503 with Retry-After in the envelope, not a 500.
-            body, headers = unavailable_answer(exc)
-            await JSONResponse(body, 503, headers)(scope, receive, send)
             return
         scope.setdefault("state", {})["memoryadmin"] = checked
         scope["user"] = checked.opener()

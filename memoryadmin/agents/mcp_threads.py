@@ -10,8 +10,10 @@ another wait for a thread.
 
 A unit runs as Django runs a request: connections gone stale are closed before
 it, and after it every database connection of its thread is closed (returned to
-the pool), since a worker thread may end when idle and must keep none. No unit
-relies on running on a particular thread.
+the pool), since a worker thread may end when idle and must keep none. A unit the
+database cannot serve (no connection, a statement past its statement_timeout)
+raises the 503 every door answers then (DatabaseUnavailable), which the handlers
+answer as any refusal. No unit relies on running on a particular thread.
 """
 
 from __future__ import annotations
@@ -26,9 +28,10 @@ from typing import Any
 import anyio
 import anyio.to_thread
 from django.conf import settings
-from django.db import close_old_connections, connections
+from django.db import DatabaseError, close_old_connections, connections
 
 from memoryadmin.core.concurrency import deadline_seconds
+from memoryadmin.core.dbstate import database_unavailable, unavailable_error
 from memoryadmin.core.errors import DomainError
 
 
@@ -44,9 +47,13 @@ class ThreadsBusy(DomainError):
 
 
 def _unit[T](fn: Callable[..., T], args: tuple[Any, ...]) -> T:
-    close_old_connections()
     try:
+        close_old_connections()
         return fn(*args)
+    except DatabaseError as exc:
+        if not database_unavailable(exc):
+            raise
+        raise unavailable_error(exc) from exc
     finally:
         connections.close_all()
 

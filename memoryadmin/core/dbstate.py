@@ -78,18 +78,23 @@ def unavailable_reason(exc: BaseException) -> str:
     return f"database unavailable: {type(exc).__name__}: {error_line(exc)}"
 
 
-def unavailable_answer(
-    exc: BaseException, *, log: bool = True
-) -> tuple[dict[str, Any], dict[str, str]]:
-    """The body (the error envelope) and headers of the 503 every door answers while the
-    database cannot serve, or a statement ran past its bound (`exc` says which: logged,
-    unless `log` is false (the door logged it), as a warning of one line without a
-    traceback, for the database is away or busy, the code is not wrong)."""
+def unavailable_error(exc: BaseException, *, log: bool = True) -> DatabaseUnavailable:
+    """The 503 every door answers while the database cannot serve, or a statement ran past
+    its bound (`exc` says which: logged, unless `log` is false (the door logged it), as a
+    warning of one line without a traceback, for the database is away or busy, the code
+    is not wrong)."""
     if log:
         logger.warning("%s", unavailable_reason(exc))
     seconds = RETRY_AFTER_SECONDS
     what = (
         "The request took too long" if statement_timed_out(exc) else "The database is unavailable"
     )
-    error = DatabaseUnavailable(f"{what}; retry in {seconds} seconds.", retry_after=seconds)
+    return DatabaseUnavailable(f"{what}; retry in {seconds} seconds.", retry_after=seconds)
+
+
+def unavailable_answer(
+    exc: BaseException, *, log: bool = True
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """The body (the error envelope) and headers of that 503 (`unavailable_error`)."""
+    error = unavailable_error(exc, log=log)
     return envelope_of(error), error.headers()
