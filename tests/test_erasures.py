@@ -156,7 +156,8 @@ def poisoned(
     zipped = io.BytesIO()
     with zipfile.ZipFile(zipped, "w", zipfile.ZIP_DEFLATED) as archive:
         archive.writestr("notes/workshop.json", json.dumps({"id": "workshop", "text": POISON}))
-    token = pending_keep(project_id="acme", environment="development", upload=zipped)
+    with pending_keep(project_id="acme", environment="development", upload=zipped) as token:
+        pass
     upload = pending_path(project_id="acme", environment="development", token=token)
     return {"session": session, "v3": v3, "upload": upload}
 

@@ -103,6 +103,27 @@ def test_a_zip_that_is_not_an_export_is_refused_and_nothing_waits(
     assert "zip" in response.content.decode()
 
 
+def test_a_refused_upload_keeps_nothing_and_leaves_the_waiting_one_confirmable(
+    owner: Client, export_zip: bytes, var_dir: Path
+) -> None:
+    """A zip the dry run refuses was kept anyway (no token shown, so never importable)
+    and had deleted the upload waiting for its confirmation, in another tab."""
+    Document.objects.filter(doc_id="c").delete()
+    waiting = token_of(html_of(upload(owner, export_zip)))
+    folder = var_dir / "imports" / "acme" / "development"
+    assert [p.name for p in folder.glob("*.zip")] == [f"{waiting}.zip"]
+
+    refused = upload(owner, b"not a zip at all")
+    assert refused.status_code == 400
+    assert "not a zip archive" in refused.content.decode()
+    assert [p.name for p in folder.glob("*.zip")] == [f"{waiting}.zip"]
+
+    done = owner.post(URL, {"upload": waiting, "confirm": "yes"}, follow=True)
+    assert "Imported: 1 created" in html_of(done)
+    assert Document.objects.get(doc_id="c").text == "third"
+    assert list(folder.glob("*.zip")) == []
+
+
 def test_the_upload_is_bounded_like_the_api_s(
     owner: Client, export_zip: bytes, var_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -4,8 +4,8 @@
 The import itself is the API's (memoryadmin.memory.services.transfer.import_zip): the
 dry run is that import rolled back, the confirmation that import committed. Between the
 two the zip waits in `var/imports/<project>/<environment>/<token>.zip` (mode 0600): one
-per project and environment (a new upload replaces it), removed once imported, and
-never older than PENDING_SECONDS.
+per project and environment (a new upload its dry run accepts replaces it; one it
+refuses is not kept), removed once imported, and never older than PENDING_SECONDS.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ import secrets
 import shutil
 import time
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 from typing import IO, Any
@@ -72,20 +73,26 @@ def _stale(folder: Path) -> None:
             pass
 
 
-def pending_keep(*, project_id: str, environment: str, upload: IO[bytes]) -> str:
-    """Keeps an uploaded zip for its confirmation, replacing the one waiting there;
-    answers its token."""
+@contextmanager
+def pending_keep(*, project_id: str, environment: str, upload: IO[bytes]) -> Iterator[str]:
+    """Keeps an uploaded zip for its confirmation while the block (its dry run) checks it,
+    under the token it yields. Refused (the block raises), the zip is removed and the one
+    waiting there stays; accepted, it replaces the one waiting."""
     folder = private_dir(_folder(project_id, environment))
     token = secrets.token_hex(16)
     target = folder / f"{token}.zip"
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as file:
-        upload.seek(0)
-        shutil.copyfileobj(upload, file)
+    try:
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as file:
+            upload.seek(0)
+            shutil.copyfileobj(upload, file)
+        yield token
+    except BaseException:
+        target.unlink(missing_ok=True)
+        raise
     for path in folder.glob("*.zip"):
         if path != target:
             path.unlink(missing_ok=True)
-    return token
 
 
 def pending_path(*, project_id: str, environment: str, token: str) -> Path:

@@ -88,8 +88,10 @@ def memory_import(request: HttpRequest, page: Page) -> HttpResponseBase:
     upload = request.FILES.get("export")
     if upload is None:
         raise InvalidRequest("Choose an export zip to upload.")
-    token = pending_keep(project_id=page.project.id, environment=page.environment, upload=upload)
-    upload.close()
-    report = _run(request, page, token, dry_run=True)
+    with pending_keep(
+        project_id=page.project.id, environment=page.environment, upload=upload
+    ) as token:
+        upload.close()
+        report = _run(request, page, token, dry_run=True)
     context.update(report=report, summary=_summary(report), token=token, name=upload.name)
     return page_render(request, "memoryadmin/import.html", page, context)
