@@ -701,6 +701,28 @@ def test_import_reports_documents_too_large_for_the_target(
     assert list(Document.objects.filter(resource=kb).values_list("doc_id", flat=True)) == ["small"]
 
 
+def test_import_report_shows_a_hostile_file_name_without_its_terminal_controls(
+    project: Project, make_document: Any, tmp_path: Path
+) -> None:
+    """A document's id in the report is its file's name in the export: characters a
+    terminal would act on (an escape sequence, a carriage return) are spaces there."""
+    make_document("plain", text="x")
+    memory("export", "--out", str(tmp_path / "m"), "--resource", "notes")
+    [exported] = (tmp_path / "m" / "notes").iterdir()
+    exported.rename(exported.with_name(f"evil\x1b[31m\r{exported.name}"))
+    out = StringIO()
+    with pytest.raises(CommandError) as failed:
+        call_command(
+            "memory", "--project", "acme", "import", "--from", str(tmp_path / "m"), stdout=out
+        )
+    assert str(failed.value) == "1 document could not be imported."
+    [line] = [line for line in out.getvalue().splitlines() if line.startswith("failed ")]
+    assert line.startswith("failed notes/evil [31m plain")
+    assert "\x1b" not in out.getvalue()
+    assert "\r" not in out.getvalue()
+    assert not Document.objects.filter(doc_id__startswith="evil").exists()
+
+
 def test_import_of_a_directory_that_is_no_export_is_invalid(
     project: Project, tmp_path: Path
 ) -> None:

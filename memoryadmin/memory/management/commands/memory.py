@@ -601,14 +601,18 @@ class Command(HistoryCommands, ProposalCommands, cli.Command):
             return
         for note in notes:
             verb = "failed" if note["status"] == FAILED else "skipped"
+            # Names and messages come from the export's file names: a terminal acts on
+            # none of their characters.
             if note["status"] == MISSING_RESOURCE:
                 self.out(
-                    f"skipped resource {note['resource']} "
-                    f"({_count(note['documents'], 'document')}): "
-                    f"{note['message']}"
+                    cli.one_line(
+                        f"skipped resource {note['resource']} "
+                        f"({_count(note['documents'], 'document')}): "
+                        f"{note['message']}"
+                    )
                 )
             else:
-                self.out(f"{verb} {note['resource']}/{note['id']}: {note['message']}")
+                self.out(cli.one_line(f"{verb} {note['resource']}/{note['id']}: {note['message']}"))
         skipped = counts[EXISTS] + counts[DELETED] + counts[MISSING_RESOURCE]
         self.out(
             f"Imported {_count(counts[CREATED], 'document')} into {project.id}/"
