@@ -191,6 +191,46 @@ def test_frozen_document_ended_session_and_bad_arguments(
     assert Document.objects.get(pk=workshop.pk).text == workshop.text
 
 
+def test_a_defect_in_a_handler_is_an_internal_error_that_tells_nothing_and_serves_on(
+    endpoint: str,
+    keys: Keys,
+    workshop: Document,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A unit that fails for no refusal (a defect) is logged with its traceback and answered
+    as the API answers one: `internal_error`, with none of the exception's text (which may
+    name a table, a value or a path); the server serves the next call."""
+    real = runtime.tool_call
+    calls = []
+
+    def failing_once(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("relation memory_document at /srv/secret-path")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(runtime, "tool_call", failing_once)
+
+    async def scenario() -> Any:
+        async with connected(f"{endpoint}?{QUERY}", keys.owner) as client:
+            failed = await client.call_tool("memory_save", {"text": "v2", "memory": "notes"})
+            saved = await client.call_tool("memory_save", {"text": "v2", "memory": "notes"})
+            return failed, saved
+
+    failed, saved = run(scenario)
+    assert failed.is_error
+    assert failed.structured_content == {
+        "error": {"code": "internal_error", "message": "An internal error occurred."}
+    }
+    assert "secret-path" not in json.dumps(failed.model_dump(mode="json"))
+    assert saved.structured_content["status"] == "saved"
+    assert Document.objects.get(pk=workshop.pk).text == "v2"
+    [logged] = [r for r in caplog.records if r.getMessage() == "MCP unit failed"]
+    assert logged.exc_info is not None
+    assert "secret-path" in str(logged.exc_info[1])
+
+
 @pytest.fixture
 def lookup_provider(project: Project) -> Iterator[FaultyServer]:
     """An http provider on a real socket, its `lookup` tool (a read) answering as scripted."""

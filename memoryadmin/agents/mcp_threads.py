@@ -13,11 +13,15 @@ it, and after it every database connection of its thread is closed (returned to
 the pool), since a worker thread may end when idle and must keep none. A unit the
 database cannot serve (no connection, a statement past its statement_timeout)
 raises the 503 every door answers then (DatabaseUnavailable), which the handlers
-answer as any refusal. No unit relies on running on a particular thread.
+answer as any refusal. Any other failure of a unit (a defect) is logged with its
+traceback and answered as the API answers one (`InternalError`, 500 `internal_error`,
+"An internal error occurred."): its text, which may name tables, values or paths, never
+reaches the client. No unit relies on running on a particular thread.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -33,6 +37,15 @@ from django.db import DatabaseError, close_old_connections, connections
 from memoryadmin.core.concurrency import deadline_seconds
 from memoryadmin.core.dbstate import database_unavailable, unavailable_error
 from memoryadmin.core.errors import DomainError
+
+logger = logging.getLogger(__name__)
+
+
+class InternalError(DomainError):
+    """A unit failed for a reason that is no refusal (a defect): logged, answered plainly."""
+
+    status = 500
+    code = "internal_error"
 
 
 class ThreadsBusy(DomainError):
@@ -50,10 +63,16 @@ def _unit[T](fn: Callable[..., T], args: tuple[Any, ...]) -> T:
     try:
         close_old_connections()
         return fn(*args)
+    except DomainError:
+        raise
     except DatabaseError as exc:
-        if not database_unavailable(exc):
-            raise
-        raise unavailable_error(exc) from exc
+        if database_unavailable(exc):
+            raise unavailable_error(exc) from exc
+        logger.exception("MCP unit failed")
+        raise InternalError("An internal error occurred.") from exc
+    except Exception as exc:
+        logger.exception("MCP unit failed")
+        raise InternalError("An internal error occurred.") from exc
     finally:
         connections.close_all()
 
