@@ -161,13 +161,12 @@ def _write(
     """
 
     def write() -> Result | Cancelled:
-        claim: AbstractContextManager[ProviderOperation | None] = (
-            delete_claimed(resource, namespace, record_id)
-            if action == OperationAction.DELETE
-            else _held(resource, namespace, record_id)
-            if seen is not None
-            else nullcontext()
-        )
+        # A conditional update holds the record's claim too, with no open delete to give.
+        claim: AbstractContextManager[ProviderOperation | None] = nullcontext()
+        if action == OperationAction.DELETE:
+            claim = delete_claimed(resource, namespace, record_id)
+        elif seen is not None:
+            claim = _claimed(resource, namespace, record_id)
         with claim as known:
             return _outcome(
                 resource=resource,
@@ -262,13 +261,6 @@ def delete_claimed(
     Run within a provider call of the project (its bounds count the wait)."""
     with _claimed(resource, namespace, record_id):
         yield _open_delete(resource, namespace, record_id)
-
-
-@contextmanager
-def _held(resource: Resource, namespace: str, record_id: str) -> Iterator[None]:
-    """The record's claim (`_claimed`) for a conditional update: no open delete to give."""
-    with _claimed(resource, namespace, record_id):
-        yield None
 
 
 def record_seen(text: str) -> str:
